@@ -1,0 +1,3 @@
+pub mod config;
+pub mod server;
+pub mod stats;

@@ -1,0 +1,80 @@
+//! `farcache server`: lend memory until SIGINT/SIGTERM.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use farcache_config::ByteSize;
+
+use crate::config::Config;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Address to listen on (port 0 picks a free port; the address is printed on stdout).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Memory to lend, e.g. 512MiB or 4GiB.
+    #[arg(long)]
+    capacity: Option<ByteSize>,
+    /// Eviction policy: s3fifo or lru.
+    #[arg(long)]
+    policy: Option<String>,
+    /// Configuration file (TOML); flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let mut cfg = Config::load(a.config.as_deref())?.server;
+    if let Some(l) = a.listen {
+        cfg.listen = l;
+    }
+    if let Some(c) = a.capacity {
+        cfg.capacity = c;
+    }
+    if let Some(p) = a.policy {
+        cfg.policy = p;
+    }
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if cfg.worker_threads > 0 {
+        rt.worker_threads(cfg.worker_threads as usize);
+    }
+    let rt = rt.enable_all().thread_name("farcache-server").build()?;
+    rt.block_on(async move {
+        let server = farcache_server::Server::new(cfg.clone())?;
+        let listener = tokio::net::TcpListener::bind(cfg.listen)
+            .await
+            .with_context(|| format!("cannot listen on {} (server.listen)", cfg.listen))?;
+        let addr = listener.local_addr()?;
+        tracing::info!(
+            "lending {} on {addr}: {} slots of {} bytes, policy {}, {}",
+            cfg.capacity,
+            cfg.slots(),
+            cfg.slot_bytes,
+            cfg.policy,
+            if server.tenants().is_open() {
+                "open mode (no tenants configured: any client is trusted)".to_string()
+            } else {
+                format!("{} tenants", cfg.tenants.len())
+            }
+        );
+        // The one line on stdout: scripts and tests read the bound address from it.
+        println!("farcache server listening on {addr}");
+        std::io::stdout().flush()?;
+        farcache_server::run(listener, server, shutdown_signal()).await?;
+        tracing::info!("stopped");
+        Ok(())
+    })
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+}

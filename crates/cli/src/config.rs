@@ -1,0 +1,66 @@
+//! The configuration file: one TOML file with a table per role. etc/farcache.toml is the
+//! template with every default written out; a test keeps it equal to `Config::default()`.
+
+use std::path::Path;
+
+use farcache_server::ServerConfig;
+use serde::{Deserialize, Serialize};
+
+/// The template, embedded so that `farcache config` prints exactly what ships.
+pub const TEMPLATE: &str = include_str!("../../../etc/farcache.toml");
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+}
+
+impl Config {
+    /// Load `path`, or the defaults when there is none.
+    pub fn load(path: Option<&Path>) -> anyhow::Result<Config> {
+        Ok(match path {
+            Some(p) => farcache_config::load_toml(p)?,
+            None => Config::default(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_is_the_defaults() {
+        let parsed: Config = farcache_config::parse_toml("etc/farcache.toml", TEMPLATE).unwrap();
+        assert_eq!(parsed, Config::default(), "etc/farcache.toml and the code's defaults differ");
+        parsed.server.validate().unwrap();
+    }
+
+    #[test]
+    fn template_mentions_every_key() {
+        // Serialising the defaults lists every key; each must appear in the template.
+        let value = toml::Value::try_from(Config::default()).unwrap();
+        let server = value.get("server").unwrap().as_table().unwrap();
+        for key in server.keys() {
+            assert!(
+                TEMPLATE.lines().any(|l| l.trim_start().trim_start_matches('#').trim_start().starts_with(&format!("{key} ="))),
+                "etc/farcache.toml lacks server.{key}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused_by_name() {
+        let e = farcache_config::parse_toml::<Config>("t", "[server]\ncapasity = \"1GiB\"").unwrap_err().to_string();
+        assert!(e.contains("capasity"), "{e}");
+        let e = farcache_config::parse_toml::<Config>("t", "[server]\ncapacity = \"1 gigglebyte\"").unwrap_err().to_string();
+        assert!(e.contains("capacity") && e.contains("unknown unit"), "{e}");
+        let c: Config = farcache_config::parse_toml("t", "[server]\ncapacity = \"4KiB\"").unwrap();
+        let e = c.server.validate().unwrap_err().to_string();
+        assert!(e.starts_with("server.capacity:") && e.contains("set at least"), "{e}");
+        let c: Config = farcache_config::parse_toml("t", "[server]\npolicy = \"mru\"").unwrap();
+        assert!(c.server.validate().unwrap_err().to_string().starts_with("server.policy:"));
+        let c: Config = farcache_config::parse_toml("t", "[[server.tenant]]\nname = \"a\"").unwrap();
+        assert!(c.server.validate().unwrap_err().to_string().contains("has no secret"));
+    }
+}

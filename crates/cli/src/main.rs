@@ -1,0 +1,52 @@
+//! `farcache`: the one user-facing binary. Thin: parse arguments, load configuration, call
+//! into the crates. The only place `anyhow` is used.
+
+mod cmd;
+mod config;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "farcache", version, about = "Lend spare RAM across machines as a storage cache")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Lend memory: serve a block cache over TCP until SIGINT/SIGTERM.
+    Server(cmd::server::Args),
+    /// Show a server's counters.
+    Stats(cmd::stats::Args),
+    /// Print the configuration template with every default.
+    Config(cmd::config::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    init_logging();
+    let res = match cli.command {
+        Command::Server(a) => cmd::server::run(a),
+        Command::Stats(a) => cmd::stats::run(a),
+        Command::Config(a) => cmd::config::run(a),
+    };
+    if let Err(e) = res {
+        eprintln!("farcache: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+/// Logs go to stderr; `FARCACHE_LOG` (or `RUST_LOG`) sets the filter, default `info`.
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = std::env::var("FARCACHE_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .unwrap_or_else(|_| "info".to_string());
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .init();
+}

@@ -1,0 +1,208 @@
+//! The lender's configuration: the `[server]` table of farcache.toml. Every default is
+//! written out in etc/farcache.toml, and a test keeps the two in step.
+
+use std::net::SocketAddr;
+
+use farcache_config::{ByteSize, ConfigError, HumanDuration};
+use farcache_policy::PolicyKind;
+use serde::{Deserialize, Serialize};
+
+/// `[server]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address to listen on. Loopback by default: lending to the network is a decision.
+    pub listen: SocketAddr,
+    /// Memory lent, in block payload. Reserved up front as an arena of fixed slots.
+    pub capacity: ByteSize,
+    /// Bytes per slot: the largest value stored. 4 KiB blocks; larger slots leave room for
+    /// per-block authentication data (see docs/CONFIGURATION.md).
+    pub slot_bytes: u32,
+    /// Eviction policy: "s3fifo" (scan-resistant) or "lru" (by last transfer to a client).
+    pub policy: String,
+    /// Independent store shards, each with its own lock. A power of two.
+    pub shards: u32,
+    /// Threads serving connections; 0 means one per CPU.
+    pub worker_threads: u32,
+    /// Connections served at once; more are refused with ERROR Busy.
+    pub max_connections: u32,
+    /// Largest frame accepted or sent, header included.
+    pub max_frame_bytes: ByteSize,
+    /// Most keys in one batched request.
+    pub max_batch: u16,
+    /// Requests a client may have in flight per connection.
+    pub max_inflight: u16,
+    /// Time a new connection has to send HELLO.
+    pub handshake_timeout: HumanDuration,
+    /// Time a frame has to arrive whole once its first byte is in (defeats slow senders).
+    pub frame_timeout: HumanDuration,
+    /// A connection with nothing to say for this long is closed.
+    pub idle_timeout: HumanDuration,
+    /// A client that does not read its responses for this long is disconnected.
+    pub write_timeout: HumanDuration,
+    /// Most tenants known at once (configured or, in open mode, seen).
+    pub max_tenants: u16,
+    /// Limit of a tenant that has none of its own, in percent of capacity.
+    pub default_tenant_share_percent: u8,
+    /// Tenants and their credentials. None configured means open mode: any tenant name is
+    /// accepted without a secret (trusted networks only; the server logs a warning).
+    #[serde(rename = "tenant")]
+    pub tenants: Vec<TenantConfig>,
+}
+
+/// `[[server.tenant]]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    pub name: String,
+    /// The shared secret the tenant's clients present in HELLO.
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// A file holding the secret (first line), instead of `secret`.
+    #[serde(default)]
+    pub secret_file: Option<std::path::PathBuf>,
+    /// Most memory this tenant may hold; default: `default_tenant_share_percent` of capacity.
+    #[serde(default)]
+    pub limit: Option<ByteSize>,
+    /// Whether this tenant's STATS show every tenant.
+    #[serde(default)]
+    pub admin: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:7411".parse().unwrap(),
+            capacity: ByteSize::mib(512),
+            slot_bytes: 4096,
+            policy: "s3fifo".into(),
+            shards: 64,
+            worker_threads: 0,
+            max_connections: 1024,
+            max_frame_bytes: ByteSize::mib(1),
+            max_batch: 256,
+            max_inflight: 128,
+            handshake_timeout: HumanDuration::secs(5),
+            frame_timeout: HumanDuration::secs(10),
+            idle_timeout: HumanDuration::secs(600),
+            write_timeout: HumanDuration::secs(10),
+            max_tenants: 64,
+            default_tenant_share_percent: 100,
+            tenants: Vec::new(),
+        }
+    }
+}
+
+/// Largest slot: a block plus room for authentication data, far below any frame limit.
+pub const MAX_SLOT_BYTES: u32 = 64 << 10;
+/// Fewest slots per shard worth having; capacity below shards × this is refused.
+pub const MIN_SLOTS_PER_SHARD: u64 = 16;
+
+impl ServerConfig {
+    pub fn policy_kind(&self) -> PolicyKind {
+        self.policy.parse().expect("validated")
+    }
+
+    /// Slots in the whole store.
+    pub fn slots(&self) -> u64 {
+        self.capacity.bytes() / self.slot_bytes as u64
+    }
+
+    /// Check every relation between settings; each error names the key and the fix.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        use ConfigError as E;
+        if !(512..=MAX_SLOT_BYTES).contains(&self.slot_bytes) {
+            return Err(E::invalid("server.slot_bytes", format!("{} is out of range", self.slot_bytes), "use 4096 (or 512..=65536)"));
+        }
+        if self.policy.parse::<PolicyKind>().is_err() {
+            return Err(E::invalid("server.policy", format!("unknown policy {:?}", self.policy), "use \"s3fifo\" or \"lru\""));
+        }
+        if !self.shards.is_power_of_two() || self.shards > 4096 {
+            return Err(E::invalid("server.shards", format!("{} is not a power of two in 1..=4096", self.shards), "use 64"));
+        }
+        let min_capacity = self.shards as u64 * MIN_SLOTS_PER_SHARD * self.slot_bytes as u64;
+        if self.capacity.bytes() < min_capacity {
+            return Err(E::invalid(
+                "server.capacity",
+                format!("{} is too small for {} shards of {}-byte slots", self.capacity, self.shards, self.slot_bytes),
+                format!("set at least {} or fewer shards", ByteSize(min_capacity)),
+            ));
+        }
+        if self.slots() / self.shards as u64 >= u32::MAX as u64 / 2 {
+            return Err(E::invalid("server.capacity", format!("{} holds too many slots per shard", self.capacity), "use more shards"));
+        }
+        let max_frame = self.max_frame_bytes.bytes();
+        let need = (farcache_wire::HEADER_BYTES + 4 + 5 + self.slot_bytes as usize + 32) as u64;
+        if max_frame < need || max_frame > farcache_wire::MAX_FRAME_BYTES_CEILING as u64 {
+            return Err(E::invalid(
+                "server.max_frame_bytes",
+                format!("{} must hold one slot and be at most 16MiB", self.max_frame_bytes),
+                "use 1MiB",
+            ));
+        }
+        if self.max_batch == 0 {
+            return Err(E::invalid("server.max_batch", "0 allows no request", "use 256"));
+        }
+        if self.max_inflight == 0 {
+            return Err(E::invalid("server.max_inflight", "0 allows no request", "use 128"));
+        }
+        if self.max_connections == 0 {
+            return Err(E::invalid("server.max_connections", "0 allows no client", "use 1024"));
+        }
+        if self.max_tenants == 0 || self.max_tenants > 4096 {
+            return Err(E::invalid("server.max_tenants", format!("{} is out of range", self.max_tenants), "use 1..=4096 (default 64)"));
+        }
+        if self.default_tenant_share_percent > 100 {
+            return Err(E::invalid("server.default_tenant_share_percent", "over 100", "use 1..=100"));
+        }
+        for (name, d) in [
+            ("server.handshake_timeout", self.handshake_timeout),
+            ("server.frame_timeout", self.frame_timeout),
+            ("server.idle_timeout", self.idle_timeout),
+            ("server.write_timeout", self.write_timeout),
+        ] {
+            if d.get().is_zero() {
+                return Err(E::invalid(name, "0 would close every connection", "use a positive duration such as 10s"));
+            }
+        }
+        if self.tenants.len() > self.max_tenants as usize {
+            return Err(E::invalid("server.tenant", format!("{} tenants configured", self.tenants.len()), "raise server.max_tenants"));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for t in &self.tenants {
+            if !farcache_wire::is_valid_tenant_name(&t.name) {
+                return Err(E::invalid("server.tenant.name", format!("{:?} is not a valid tenant name", t.name), "use 1..=64 characters of A-Z a-z 0-9 . _ -"));
+            }
+            if !seen.insert(&t.name) {
+                return Err(E::invalid("server.tenant.name", format!("tenant {:?} is configured twice", t.name), "remove one"));
+            }
+            match (&t.secret, &t.secret_file) {
+                (Some(_), Some(_)) => return Err(E::invalid("server.tenant.secret", format!("tenant {:?} has both secret and secret_file", t.name), "keep one")),
+                (None, None) => return Err(E::invalid("server.tenant.secret", format!("tenant {:?} has no secret", t.name), "set secret or secret_file")),
+                _ => {}
+            }
+            if let Some(s) = &t.secret {
+                if s.is_empty() || s.len() > farcache_wire::MAX_SECRET_BYTES {
+                    return Err(E::invalid("server.tenant.secret", format!("tenant {:?}: secret must be 1..=128 bytes", t.name), "use a longer or shorter secret"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Read a tenant's secret, from the config or its file.
+pub fn tenant_secret(t: &TenantConfig) -> Result<Vec<u8>, ConfigError> {
+    if let Some(s) = &t.secret {
+        return Ok(s.as_bytes().to_vec());
+    }
+    let path = t.secret_file.as_ref().expect("validated");
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::invalid("server.tenant.secret_file", format!("cannot read {}: {e}", path.display()), "point it at a readable file")
+    })?;
+    let secret = text.lines().next().unwrap_or("").trim().as_bytes().to_vec();
+    if secret.is_empty() || secret.len() > farcache_wire::MAX_SECRET_BYTES {
+        return Err(ConfigError::invalid("server.tenant.secret_file", format!("{}: secret must be 1..=128 bytes on the first line", path.display()), "write the secret on the first line"));
+    }
+    Ok(secret)
+}

@@ -1,0 +1,323 @@
+//! One client connection: read frames, answer them in order, enforce every limit.
+//!
+//! Requests are handled to completion as they are decoded (the store never blocks for
+//! long), and answers are gathered into one output buffer that is written when no complete
+//! frame is left to handle or the buffer reaches a frame's size. So a pipelining client gets
+//! many answers per write, and a connection's memory is bounded by two frames.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+
+use farcache_wire::{
+    decode_request, encode_error, encode_hello_ok, encode_raw, encode_statuses, split_frame, ErrorCode, Header,
+    HelloOk, Limits, Opcode, Request, ValuesWriter, WireError, HEADER_BYTES, HELLO_OK_FLAG_ADMIN,
+    PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::store::TenantId;
+use crate::Server;
+
+/// Bytes read from the socket at a time.
+const READ_CHUNK: usize = 64 << 10;
+
+/// Where a connection is in its life.
+#[derive(Clone, Copy, Debug)]
+enum ConnState {
+    /// Accepted; the only frame allowed is HELLO, within `handshake_timeout`, and frames are
+    /// limited to `HANDSHAKE_MAX_FRAME_BYTES`.
+    AwaitHello,
+    /// Authenticated as `tenant`; serving requests. `admin`: STATS show every tenant.
+    Ready { tenant: TenantId, admin: bool },
+}
+
+/// Why a connection ended.
+enum Close {
+    /// The client hung up between frames: the normal end.
+    Eof,
+    Shutdown,
+    /// Closed for cause; logged once as a warning.
+    Protocol(String),
+    Timeout(String),
+    Io(std::io::Error),
+}
+
+/// What handling one frame asks of the connection.
+enum Next {
+    Continue,
+    Close(Close),
+}
+
+struct Conn<'a> {
+    server: &'a Server,
+    sock: TcpStream,
+    peer: SocketAddr,
+    state: ConnState,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    /// Scratch for per-entry statuses, reused across requests.
+    statuses: Vec<u8>,
+}
+
+pub(crate) async fn serve(server: &Server, sock: TcpStream, peer: SocketAddr, close_rx: watch::Receiver<bool>) {
+    let mut conn = Conn {
+        server,
+        sock,
+        peer,
+        state: ConnState::AwaitHello,
+        inbuf: Vec::with_capacity(READ_CHUNK),
+        out: Vec::with_capacity(READ_CHUNK),
+        statuses: Vec::with_capacity(server.limits.max_batch as usize),
+    };
+    let why = conn.run(close_rx).await;
+    let c = &server.conns;
+    match why {
+        Close::Eof | Close::Shutdown => tracing::debug!(%peer, "connection closed"),
+        Close::Protocol(msg) => {
+            c.protocol_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%peer, "closing connection: {msg}");
+        }
+        Close::Timeout(msg) => {
+            c.timeouts.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%peer, "closing connection: {msg}");
+        }
+        Close::Io(e) => tracing::debug!(%peer, "connection error: {e}"),
+    }
+}
+
+/// Tell a client over the connection limit why it is turned away.
+pub(crate) async fn refuse_busy(mut sock: TcpStream) {
+    let mut out = Vec::new();
+    encode_error(&mut out, 0, ErrorCode::Busy, true, "too many connections; try again later");
+    let _ = sock.write_all(&out).await;
+    let _ = sock.shutdown().await;
+}
+
+impl Conn<'_> {
+    fn frame_limit(&self) -> u32 {
+        match self.state {
+            ConnState::AwaitHello => farcache_wire::HANDSHAKE_MAX_FRAME_BYTES,
+            ConnState::Ready { .. } => self.server.limits.max_frame_bytes,
+        }
+    }
+
+    async fn run(&mut self, mut close_rx: watch::Receiver<bool>) -> Close {
+        let cfg = &self.server.cfg;
+        let accepted = Instant::now();
+        // When the frame now in `inbuf` began to arrive, if one has.
+        let mut frame_started: Option<Instant> = None;
+        loop {
+            // Handle every whole frame in the buffer, writing when the output is a frame's worth.
+            let mut consumed = 0;
+            loop {
+                match split_frame(&self.inbuf[consumed..], self.frame_limit()) {
+                    Ok(None) => break,
+                    Ok(Some((h, n))) => {
+                        let start = consumed;
+                        consumed += n;
+                        let next = self.handle(&h, start + HEADER_BYTES, start + n);
+                        if let Next::Close(why) = next {
+                            let _ = self.flush().await;
+                            return why;
+                        }
+                        if self.out.len() >= self.server.limits.max_frame_bytes as usize {
+                            if let Err(why) = self.flush().await {
+                                return why;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        let code = if matches!(e, WireError::TooLarge { .. }) { ErrorCode::TooLarge } else { ErrorCode::BadFrame };
+                        encode_error(&mut self.out, 0, code, true, &e.to_string());
+                        let _ = self.flush().await;
+                        return Close::Protocol(format!("bad frame: {e}"));
+                    }
+                }
+            }
+            if consumed > 0 {
+                self.inbuf.drain(..consumed);
+                frame_started = (!self.inbuf.is_empty()).then(Instant::now);
+            }
+            if let Err(why) = self.flush().await {
+                return why;
+            }
+
+            // Read more, within the deadline that applies now.
+            let (deadline, what) = match (self.state, frame_started) {
+                (_, Some(t)) => (t + cfg.frame_timeout.get(), "a frame did not arrive whole within server.frame_timeout"),
+                (ConnState::AwaitHello, None) => (accepted + cfg.handshake_timeout.get(), "no HELLO within server.handshake_timeout"),
+                (ConnState::Ready { .. }, None) => (Instant::now() + cfg.idle_timeout.get(), "idle for server.idle_timeout"),
+            };
+            self.inbuf.reserve(READ_CHUNK);
+            let read = tokio::select! {
+                r = tokio::time::timeout_at(deadline, self.sock.read_buf(&mut self.inbuf)) => r,
+                _ = async { let _ = close_rx.wait_for(|&closing| closing).await; } => {
+                    encode_error(&mut self.out, 0, ErrorCode::ShuttingDown, true, "server shutting down");
+                    let _ = self.flush().await;
+                    return Close::Shutdown;
+                }
+            };
+            match read {
+                Err(_) => {
+                    encode_error(&mut self.out, 0, ErrorCode::Timeout, true, what);
+                    let _ = self.flush().await;
+                    return Close::Timeout(what.to_string());
+                }
+                Ok(Err(e)) => return Close::Io(e),
+                Ok(Ok(0)) if self.inbuf.is_empty() => return Close::Eof,
+                Ok(Ok(0)) => return Close::Protocol(format!("connection closed mid-frame ({} bytes of a frame)", self.inbuf.len())),
+                Ok(Ok(_)) => {
+                    if frame_started.is_none() {
+                        frame_started = Some(Instant::now());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Write the gathered answers, within `write_timeout`.
+    async fn flush(&mut self) -> Result<(), Close> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let timeout = self.server.cfg.write_timeout.get();
+        let res = tokio::time::timeout(timeout, self.sock.write_all(&self.out)).await;
+        self.out.clear();
+        // Do not keep a large buffer for an idle connection.
+        if self.out.capacity() > 4 * READ_CHUNK {
+            self.out.shrink_to(READ_CHUNK);
+        }
+        match res {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Close::Io(e)),
+            Err(_) => Err(Close::Timeout("client did not read its responses within server.write_timeout".into())),
+        }
+    }
+
+    /// Handle the frame whose body is `inbuf[body_start..end]`.
+    fn handle(&mut self, h: &Header, body_start: usize, end: usize) -> Next {
+        let limits = match self.state {
+            ConnState::AwaitHello => Limits::HANDSHAKE,
+            ConnState::Ready { .. } => self.server.limits,
+        };
+        let inbuf = std::mem::take(&mut self.inbuf);
+        let next = match decode_request(h, &inbuf[body_start..end], &limits) {
+            Ok(req) => self.request(h.request_id, req),
+            Err(e) => self.bad_request(h.request_id, e),
+        };
+        self.inbuf = inbuf;
+        next
+    }
+
+    fn bad_request(&mut self, id: u64, e: WireError) -> Next {
+        let code = match e {
+            WireError::UnknownOpcode(_) => ErrorCode::UnknownOpcode,
+            WireError::BatchTooLarge { .. } | WireError::ValueTooLarge { .. } => ErrorCode::TooLarge,
+            _ => ErrorCode::BadFrame,
+        };
+        match self.state {
+            // Before HELLO nothing but a good HELLO is acceptable.
+            ConnState::AwaitHello => self.fatal(id, code, format!("handshake failed: {e}")),
+            // The framing is intact: answer this request and go on.
+            ConnState::Ready { .. } => {
+                encode_error(&mut self.out, id, code, false, &e.to_string());
+                self.server.conns.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(peer = %self.peer, "bad request: {e}");
+                Next::Continue
+            }
+        }
+    }
+
+    fn fatal(&mut self, id: u64, code: ErrorCode, msg: String) -> Next {
+        encode_error(&mut self.out, id, code, true, &msg);
+        Next::Close(Close::Protocol(msg))
+    }
+
+    fn request(&mut self, id: u64, req: Request<'_>) -> Next {
+        let server = self.server;
+        let (tenant, admin) = match (self.state, req) {
+            (ConnState::AwaitHello, Request::Hello(hello)) => return self.hello(id, &hello),
+            (ConnState::AwaitHello, _) => {
+                return self.fatal(id, ErrorCode::HandshakeRequired, "the first frame must be HELLO".into())
+            }
+            (ConnState::Ready { .. }, Request::Hello(_)) => {
+                return self.fatal(id, ErrorCode::HandshakeRequired, "a second HELLO on one connection".into())
+            }
+            (ConnState::Ready { tenant, admin }, _) => (tenant, admin),
+        };
+        let store = &server.store;
+        let out = &mut self.out;
+        match req {
+            Request::Hello(_) => unreachable!("handled above"),
+            Request::Get(keys) => {
+                let mut w = ValuesWriter::begin(out, id, keys.len());
+                for key in keys.iter() {
+                    if !store.get(tenant, &key, |v| w.hit(out, v)) {
+                        w.miss(out);
+                    }
+                }
+                w.finish(out);
+            }
+            Request::Put(entries) => {
+                self.statuses.clear();
+                for (key, value) in entries.iter() {
+                    self.statuses.push(store.put(tenant, &key, value) as u8);
+                }
+                encode_statuses(out, Opcode::PutOk, id, &self.statuses);
+            }
+            Request::Del(keys) => {
+                self.statuses.clear();
+                for key in keys.iter() {
+                    self.statuses.push(store.del(tenant, &key) as u8);
+                }
+                encode_statuses(out, Opcode::DelOk, id, &self.statuses);
+            }
+            Request::Stats => {
+                let json = crate::stats::collect(server, tenant, admin).to_json();
+                encode_raw(out, Opcode::StatsOk, id, json.as_bytes());
+            }
+            Request::Ping(payload) => encode_raw(out, Opcode::Pong, id, payload),
+        }
+        Next::Continue
+    }
+
+    fn hello(&mut self, id: u64, hello: &farcache_wire::Hello<'_>) -> Next {
+        let server = self.server;
+        let version = hello.max_version.min(PROTOCOL_VERSION_MAX);
+        if version < hello.min_version || version < PROTOCOL_VERSION_MIN {
+            return self.fatal(
+                id,
+                ErrorCode::UnsupportedVersion,
+                format!(
+                    "client speaks protocol versions {}..={}, this server {}..={}",
+                    hello.min_version, hello.max_version, PROTOCOL_VERSION_MIN, PROTOCOL_VERSION_MAX
+                ),
+            );
+        }
+        let (tenant, admin) = match server.tenants.authenticate(hello.tenant, hello.secret, &server.store) {
+            Ok(x) => x,
+            Err(e @ crate::tenants::AuthError::TooMany(_)) => return self.fatal(id, ErrorCode::Busy, e.to_string()),
+            Err(e) => return self.fatal(id, ErrorCode::AuthFailed, format!("tenant {:?}: {e}", hello.tenant)),
+        };
+        let limits = server.limits;
+        encode_hello_ok(
+            &mut self.out,
+            id,
+            &HelloOk {
+                version,
+                flags: if admin { HELLO_OK_FLAG_ADMIN } else { 0 },
+                max_frame_bytes: limits.max_frame_bytes,
+                max_batch: limits.max_batch,
+                max_inflight: server.cfg.max_inflight,
+                max_value_bytes: limits.max_value_bytes,
+                instance_id: server.instance_id,
+            },
+        );
+        tracing::debug!(peer = %self.peer, tenant = hello.tenant, "client connected");
+        self.state = ConnState::Ready { tenant, admin };
+        Next::Continue
+    }
+}

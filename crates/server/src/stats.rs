@@ -1,0 +1,93 @@
+//! STATS: the server's counters as JSON. The field names are the metric names documented in
+//! docs/METRICS.md; `farcache stats --server` reads this same structure back.
+
+use std::sync::atomic::Ordering;
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::{TenantCounters, TenantId};
+use crate::Server;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerStats {
+    pub version: String,
+    pub instance_id: u64,
+    pub uptime_secs: u64,
+    pub policy: String,
+    pub capacity_bytes: u64,
+    pub slot_bytes: u32,
+    pub slots: u64,
+    /// Slots in use × slot size.
+    pub used_bytes: u64,
+    /// Heap bytes of the index and bookkeeping, beside the arena.
+    pub overhead_bytes: u64,
+    /// Sums over all tenants (`blocks`: blocks stored).
+    #[serde(flatten)]
+    pub totals: TenantCounters,
+    pub connections: u64,
+    pub connections_total: u64,
+    pub connections_refused: u64,
+    pub protocol_errors: u64,
+    pub timeouts: u64,
+    /// The caller's tenant, or every tenant for an admin connection.
+    pub tenants: Vec<TenantStats>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TenantStats {
+    pub name: String,
+    pub limit_bytes: u64,
+    pub used_bytes: u64,
+    #[serde(flatten)]
+    pub counters: TenantCounters,
+}
+
+impl ServerStats {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("stats serialize")
+    }
+}
+
+/// Gather the stats a connection of `tenant` may see.
+pub fn collect(server: &Server, tenant: TenantId, admin: bool) -> ServerStats {
+    let cfg = server.config();
+    let store = server.store();
+    let names = server.tenants().snapshot();
+    let counters = store.all_counters(names.len());
+    let slot = store.slot_bytes() as u64;
+    let mut totals = TenantCounters::default();
+    let mut tenants = Vec::new();
+    for ((id, name, limit), c) in names.into_iter().zip(counters) {
+        totals.blocks += c.blocks;
+        totals.hits += c.hits;
+        totals.misses += c.misses;
+        totals.puts += c.puts;
+        totals.put_rejects += c.put_rejects;
+        totals.dels += c.dels;
+        totals.evictions += c.evictions;
+        totals.bytes_in += c.bytes_in;
+        totals.bytes_out += c.bytes_out;
+        if admin || id == tenant {
+            tenants.push(TenantStats { name, limit_bytes: limit, used_bytes: c.blocks * slot, counters: c });
+        }
+    }
+    let cc = server.conn_counters();
+    ServerStats {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        instance_id: server.instance_id(),
+        uptime_secs: server.started.elapsed().as_secs(),
+        policy: cfg.policy.clone(),
+        capacity_bytes: store.capacity_slots() * slot,
+        slot_bytes: store.slot_bytes(),
+        slots: store.capacity_slots(),
+        used_bytes: totals.blocks * slot,
+        overhead_bytes: store.overhead_bytes(),
+        totals,
+        connections: cc.active.load(Ordering::Relaxed),
+        connections_total: cc.total.load(Ordering::Relaxed),
+        connections_refused: cc.refused.load(Ordering::Relaxed),
+        protocol_errors: cc.protocol_errors.load(Ordering::Relaxed),
+        timeouts: cc.timeouts.load(Ordering::Relaxed),
+        tenants,
+    }
+}

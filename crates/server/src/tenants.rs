@@ -1,0 +1,90 @@
+//! Tenants: who a connection is, what it may hold.
+//!
+//! A connection's tenant is fixed by its HELLO credentials and never taken from a request,
+//! so the store keys every block by the connection's tenant id and one tenant cannot name
+//! another's blocks. With tenants configured, a HELLO must name one of them with its secret
+//! (compared in constant time). With none configured the server is in open mode: any valid
+//! name is accepted, up to `max_tenants` names, for trusted networks only.
+
+use parking_lot::RwLock;
+use subtle::ConstantTimeEq;
+
+use crate::config::{tenant_secret, ServerConfig};
+use crate::store::{Store, TenantId};
+use farcache_config::ConfigError;
+
+pub struct Tenant {
+    pub name: String,
+    secret: Option<Vec<u8>>,
+    pub limit_bytes: u64,
+    pub admin: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// Deliberately one message for both: do not tell a prober which names exist.
+    #[error("unknown tenant or wrong secret")]
+    Denied,
+    #[error("too many tenants (server.max_tenants = {0})")]
+    TooMany(u16),
+}
+
+pub struct Tenants {
+    open: bool,
+    max: u16,
+    default_limit_bytes: u64,
+    list: RwLock<Vec<Tenant>>,
+}
+
+impl Tenants {
+    /// Build the table from configuration and give each tenant its limit in `store`.
+    pub fn from_config(cfg: &ServerConfig, store: &Store) -> Result<Tenants, ConfigError> {
+        let default_limit_bytes = (cfg.capacity.bytes() as u128 * cfg.default_tenant_share_percent as u128 / 100) as u64;
+        let mut list = Vec::with_capacity(cfg.max_tenants as usize);
+        for t in &cfg.tenants {
+            let limit_bytes = t.limit.map_or(default_limit_bytes, |l| l.bytes());
+            store.set_tenant_limit(list.len() as TenantId, limit_bytes);
+            list.push(Tenant { name: t.name.clone(), secret: Some(tenant_secret(t)?), limit_bytes, admin: t.admin });
+        }
+        Ok(Tenants { open: cfg.tenants.is_empty(), max: cfg.max_tenants, default_limit_bytes, list: RwLock::new(list) })
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.open
+    }
+
+    /// The tenant a HELLO's credentials name, and whether it sees every tenant's stats.
+    pub fn authenticate(&self, name: &str, secret: &[u8], store: &Store) -> Result<(TenantId, bool), AuthError> {
+        {
+            let list = self.list.read();
+            if let Some(id) = list.iter().position(|t| t.name == name) {
+                let t = &list[id];
+                let ok = match &t.secret {
+                    Some(s) => bool::from(s.as_slice().ct_eq(secret)),
+                    None => true,
+                };
+                return if ok { Ok((id as TenantId, t.admin || self.open)) } else { Err(AuthError::Denied) };
+            }
+        }
+        if !self.open {
+            return Err(AuthError::Denied);
+        }
+        let mut list = self.list.write();
+        // Raced with another HELLO of the same name?
+        if let Some(id) = list.iter().position(|t| t.name == name) {
+            return Ok((id as TenantId, true));
+        }
+        if list.len() >= self.max as usize {
+            return Err(AuthError::TooMany(self.max));
+        }
+        let id = list.len() as TenantId;
+        store.set_tenant_limit(id, self.default_limit_bytes);
+        list.push(Tenant { name: name.to_string(), secret: None, limit_bytes: self.default_limit_bytes, admin: true });
+        Ok((id, true))
+    }
+
+    /// (id, name, limit) of every tenant.
+    pub fn snapshot(&self) -> Vec<(TenantId, String, u64)> {
+        self.list.read().iter().enumerate().map(|(i, t)| (i as TenantId, t.name.clone(), t.limit_bytes)).collect()
+    }
+}
