@@ -85,19 +85,19 @@ impl Ghost {
             return;
         }
         let pos = self.next;
-        if false && self.ring[pos as usize] != 0 {
+        if self.ring[pos as usize] != 0 {
             let i = self.find_entry_of(pos);
             self.remove_entry(i);
         }
         self.ring[pos as usize] = f;
         let h = mix(f);
-        let mut i = self.home(h);
-        // Terminates: there are more table entries than ring positions, so one is empty.
-        while self.table[i] != 0 {
-            i = self.step(i);
-        }
+        let i = self.probe(self.home(h), |entry| entry == 0);
         self.table[i] = self.tag(h) | (pos + 1);
-        self.next = if pos + 1 == self.ring.len() as u32 { 0 } else { pos + 1 };
+        self.next = if pos + 1 == self.ring.len() as u32 {
+            0
+        } else {
+            pos + 1
+        };
     }
 
     /// If the folded fingerprint `f` is in the ghost, consumes one occurrence and returns
@@ -112,24 +112,33 @@ impl Ghost {
             return None;
         }
         let h = mix(f);
-        let tag = self.tag(h);
-        let mut i = self.home(h);
-        // Terminates: the table always has an empty entry.
-        loop {
-            let entry = self.table[i];
-            if entry == 0 {
-                return None;
-            }
-            if entry & !self.pos_mask() == tag {
-                let pos = (entry & self.pos_mask()) - 1;
-                if self.ring[pos as usize] == f {
-                    self.remove_entry(i);
-                    self.ring[pos as usize] = 0;
-                    return Some(pos);
-                }
+        let (tag, mask) = (self.tag(h), self.pos_mask());
+        let i = self.probe(self.home(h), |entry| {
+            entry == 0 || (entry & !mask == tag && self.ring[((entry & mask) - 1) as usize] == f)
+        });
+        let entry = self.table[i];
+        if entry == 0 {
+            return None;
+        }
+        let pos = (entry & mask) - 1;
+        self.remove_entry(i);
+        self.ring[pos as usize] = 0;
+        Some(pos)
+    }
+
+    /// The first table index from `start` on (cyclically) whose entry satisfies `stop`, which
+    /// must accept an empty entry: the table always has one, so the probe ends within one
+    /// lap.
+    #[inline]
+    fn probe(&self, start: usize, stop: impl Fn(u32) -> bool) -> usize {
+        let mut i = start;
+        for _ in 0..self.table.len() {
+            if stop(self.table[i]) {
+                return i;
             }
             i = self.step(i);
         }
+        panic!("ghost table has no empty entry");
     }
 
     #[inline]
@@ -167,16 +176,14 @@ impl Ghost {
 
     /// The table index of the entry naming the live ring position `pos`.
     fn find_entry_of(&self, pos: u32) -> usize {
-        let mut i = self.home(mix(self.ring[pos as usize]));
-        // Terminates: a live position has an entry on its probe path.
-        loop {
-            let entry = self.table[i];
-            assert!(entry != 0, "ghost table lost the entry of ring position {pos}");
-            if entry & self.pos_mask() == pos + 1 {
-                return i;
-            }
-            i = self.step(i);
-        }
+        let mask = self.pos_mask();
+        let start = self.home(mix(self.ring[pos as usize]));
+        let i = self.probe(start, |entry| entry == 0 || entry & mask == pos + 1);
+        assert!(
+            self.table[i] != 0,
+            "ghost table lost the entry of ring position {pos}"
+        );
+        i
     }
 
     /// Empties table index `hole`, moving later entries of its cluster back so that every
@@ -184,7 +191,8 @@ impl Ghost {
     fn remove_entry(&mut self, mut hole: usize) {
         let n = self.table.len();
         let mut j = hole;
-        loop {
+        // Ends at the first empty entry, within one lap: the table always has one.
+        for _ in 0..n {
             j = self.step(j);
             if self.table[j] == 0 {
                 break;
@@ -216,9 +224,16 @@ impl Ghost {
             let pos = (entry & self.pos_mask()) - 1;
             let f = self.ring[pos as usize];
             assert!(f != 0, "table entry {i} names the dead ring position {pos}");
-            assert!(!seen[pos as usize], "two table entries name ring position {pos}");
+            assert!(
+                !seen[pos as usize],
+                "two table entries name ring position {pos}"
+            );
             seen[pos as usize] = true;
-            assert_eq!(entry & !self.pos_mask(), self.tag(mix(f)), "wrong tag at {i}");
+            assert_eq!(
+                entry & !self.pos_mask(),
+                self.tag(mix(f)),
+                "wrong tag at {i}"
+            );
             let mut k = self.home(mix(f));
             while k != i {
                 assert!(self.table[k] != 0, "entry {i} unreachable from its home");
@@ -227,7 +242,10 @@ impl Ghost {
         }
         let live = self.ring.iter().filter(|&&f| f != 0).count();
         assert_eq!(entries, live, "table entries vs live ring positions");
-        assert!(entries < self.table.len(), "the table must keep an empty entry");
+        assert!(
+            entries < self.table.len(),
+            "the table must keep an empty entry"
+        );
     }
 }
 
@@ -238,7 +256,14 @@ mod tests {
 
     #[test]
     fn fold_is_nonzero_and_fits() {
-        for fp in [0, 1, u64::MAX, 1 << 28, 0x1000_0000_1000_0000, 0xdead_beef_cafe_f00d] {
+        for fp in [
+            0,
+            1,
+            u64::MAX,
+            1 << 28,
+            0x1000_0000_1000_0000,
+            0xdead_beef_cafe_f00d,
+        ] {
             let f = fold(fp);
             assert!(f != 0 && f <= FOLD_MASK, "{fp:#x} -> {f:#x}");
         }

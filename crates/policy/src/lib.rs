@@ -79,7 +79,9 @@ impl std::str::FromStr for PolicyKind {
         match s {
             "lru" => Ok(PolicyKind::Lru),
             "s3fifo" => Ok(PolicyKind::S3Fifo),
-            other => Err(format!("unknown eviction policy {other:?}: expected \"lru\" or \"s3fifo\"")),
+            other => Err(format!(
+                "unknown eviction policy {other:?}: expected \"lru\" or \"s3fifo\""
+            )),
         }
     }
 }
@@ -160,16 +162,31 @@ mod tests {
         for (kind, budget) in [(PolicyKind::Lru, 10.01), (PolicyKind::S3Fifo, 24.0)] {
             let p = AnyPolicy::new(kind, SLOTS, CLASSES);
             let per_slot = p.memory_bytes() as f64 / f64::from(SLOTS);
-            println!("{}: {per_slot:.4} bytes per slot ({SLOTS} slots, {CLASSES} classes)", kind.name());
-            assert!(per_slot <= budget, "{}: {per_slot} bytes per slot", kind.name());
+            println!(
+                "{}: {per_slot:.4} bytes per slot ({SLOTS} slots, {CLASSES} classes)",
+                kind.name()
+            );
+            assert!(
+                per_slot <= budget,
+                "{}: {per_slot} bytes per slot",
+                kind.name()
+            );
             // The report is of real allocations: at least the per-slot links.
-            assert!(per_slot >= 8.0, "{}: {per_slot} bytes per slot", kind.name());
+            assert!(
+                per_slot >= 8.0,
+                "{}: {per_slot} bytes per slot",
+                kind.name()
+            );
         }
     }
 
     #[derive(Clone, Debug)]
     enum Op {
-        Insert { slot: SlotId, class: ClassId, fingerprint: u64 },
+        Insert {
+            slot: SlotId,
+            class: ClassId,
+            fingerprint: u64,
+        },
         /// Touches the `n % len`-th resident slot.
         Touch(usize),
         /// Removes the `n % len`-th resident slot.
@@ -204,7 +221,11 @@ mod tests {
         };
         for op in ops {
             match op {
-                Op::Insert { slot, class, fingerprint } => {
+                Op::Insert {
+                    slot,
+                    class,
+                    fingerprint,
+                } => {
                     if model.iter().any(|set| set.contains(&slot)) {
                         continue; // the store never inserts a resident slot
                     }
@@ -231,11 +252,16 @@ mod tests {
                     // Removing it from the model also means it can never be returned twice.
                     Some(slot) => prop_assert!(
                         model[usize::from(class)].remove(&slot),
-                        "{} evicted slot {} that is not resident in class {}", kind.name(), slot, class
+                        "{} evicted slot {} that is not resident in class {}",
+                        kind.name(),
+                        slot,
+                        class
                     ),
                     None => prop_assert!(
                         model[usize::from(class)].is_empty(),
-                        "{} found no victim in non-empty class {}", kind.name(), class
+                        "{} found no victim in non-empty class {}",
+                        kind.name(),
+                        class
                     ),
                 },
             }

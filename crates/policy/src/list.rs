@@ -53,7 +53,11 @@ impl List {
     /// Links `slot`, which must be on no list, in at the head.
     #[inline]
     pub(crate) fn push_head(&mut self, links: &mut [Link], slot: u32) {
-        debug_assert_eq!(links[slot as usize], Link::UNLINKED, "slot {slot} is already linked");
+        debug_assert_eq!(
+            links[slot as usize],
+            Link::UNLINKED,
+            "slot {slot} is already linked"
+        );
         links[slot as usize] = Link {
             prev: NIL,
             next: self.head,
@@ -91,13 +95,20 @@ impl List {
     /// The slots from head (newest) to tail (oldest), after checking that the links in both
     /// directions and the length agree. Test-only: it allocates.
     #[cfg(test)]
-    pub(crate) fn to_vec(&self, links: &[Link]) -> Vec<u32> {
+    pub(crate) fn slots(&self, links: &[Link]) -> Vec<u32> {
         let mut out = Vec::with_capacity(self.len as usize);
         let mut prev = NIL;
         let mut at = self.head;
         while at != NIL {
-            assert!(out.len() < self.len as usize, "list is longer than its len {}", self.len);
-            assert_eq!(links[at as usize].prev, prev, "broken prev link at slot {at}");
+            assert!(
+                out.len() < self.len as usize,
+                "list is longer than its len {}",
+                self.len
+            );
+            assert_eq!(
+                links[at as usize].prev, prev,
+                "broken prev link at slot {at}"
+            );
             out.push(at);
             prev = at;
             at = links[at as usize].next;
@@ -123,15 +134,15 @@ mod tests {
         for slot in [1, 3, 5, 7] {
             list.push_head(&mut links, slot);
         }
-        assert_eq!(list.to_vec(&links), vec![7, 5, 3, 1]);
+        assert_eq!(list.slots(&links), vec![7, 5, 3, 1]);
         assert_eq!(list.tail(), Some(1));
 
         list.unlink(&mut links, 5); // middle
-        assert_eq!(list.to_vec(&links), vec![7, 3, 1]);
+        assert_eq!(list.slots(&links), vec![7, 3, 1]);
         list.unlink(&mut links, 7); // head
-        assert_eq!(list.to_vec(&links), vec![3, 1]);
+        assert_eq!(list.slots(&links), vec![3, 1]);
         list.unlink(&mut links, 1); // tail
-        assert_eq!(list.to_vec(&links), vec![3]);
+        assert_eq!(list.slots(&links), vec![3]);
         assert_eq!(list.tail(), Some(3));
         list.unlink(&mut links, 3); // only
         assert_eq!(list, List::EMPTY);
@@ -152,7 +163,7 @@ mod tests {
         }
         a.unlink(&mut links, 2);
         b.push_head(&mut links, 2);
-        assert_eq!(a.to_vec(&links), vec![4, 0]);
-        assert_eq!(b.to_vec(&links), vec![2, 5, 3, 1]);
+        assert_eq!(a.slots(&links), vec![4, 0]);
+        assert_eq!(b.slots(&links), vec![2, 5, 3, 1]);
     }
 }

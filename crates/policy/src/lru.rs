@@ -91,10 +91,13 @@ impl Eviction for Lru {
 impl Lru {
     /// The resident slots of `class`, least recently used first, after checking the links.
     pub(crate) fn order(&self, class: ClassId) -> Vec<SlotId> {
-        let mut v = self.lists[usize::from(class)].to_vec(&self.links);
+        let mut v = self.lists[usize::from(class)].slots(&self.links);
         v.reverse();
         for &slot in &v {
-            assert_eq!(self.class_of[slot as usize], class, "slot {slot} on the wrong list");
+            assert_eq!(
+                self.class_of[slot as usize], class,
+                "slot {slot} on the wrong list"
+            );
         }
         v
     }
@@ -207,7 +210,10 @@ mod tests {
 
     #[derive(Clone, Debug)]
     enum Op {
-        Insert { slot: SlotId, class: ClassId },
+        Insert {
+            slot: SlotId,
+            class: ClassId,
+        },
         /// Touches the `n % len`-th resident slot.
         Touch(usize),
         /// Removes the `n % len`-th resident slot.

@@ -227,8 +227,8 @@ impl S3Fifo {
     /// links and the slots' states.
     fn queues(&self, class: ClassId) -> (Vec<SlotId>, Vec<SlotId>) {
         let q = &self.queues[usize::from(class)];
-        let mut small = q.small.to_vec(&self.links);
-        let mut main = q.main.to_vec(&self.links);
+        let mut small = q.small.slots(&self.links);
+        let mut main = q.main.slots(&self.links);
         small.reverse();
         main.reverse();
         for (list, queue) in [(&small, Queue::Small), (&main, Queue::Main)] {
@@ -251,7 +251,11 @@ impl S3Fifo {
             let (small, main) = self.queues(class as ClassId);
             queued += small.len() + main.len();
         }
-        let resident = self.state.iter().filter(|&&s| queue_of(s) != Queue::None).count();
+        let resident = self
+            .state
+            .iter()
+            .filter(|&&s| queue_of(s) != Queue::None)
+            .count();
         assert_eq!(queued, resident, "resident slots missing from their queues");
         self.ghost.check();
     }
@@ -421,12 +425,16 @@ mod tests {
             }
             let slot = self.free.pop().unwrap_or_else(|| {
                 let victim = self.policy.evict(0).expect("a full store has a victim");
-                assert_eq!(self.slot_of.remove(&self.key_of[victim as usize]), Some(victim));
+                assert_eq!(
+                    self.slot_of.remove(&self.key_of[victim as usize]),
+                    Some(victim)
+                );
                 victim
             });
             self.key_of[slot as usize] = key;
             self.slot_of.insert(key, slot);
-            self.policy.insert(slot, 0, key.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            self.policy
+                .insert(slot, 0, key.wrapping_mul(0x9e37_79b9_7f4a_7c15));
             false
         }
     }
@@ -511,7 +519,10 @@ mod tests {
         }
 
         fn evict(&mut self, class: ClassId) -> Option<SlotId> {
-            let (small, main) = (&mut self.small[usize::from(class)], &mut self.main[usize::from(class)]);
+            let (small, main) = (
+                &mut self.small[usize::from(class)],
+                &mut self.main[usize::from(class)],
+            );
             loop {
                 let resident = small.len() + main.len();
                 if resident == 0 {

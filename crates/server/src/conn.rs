@@ -200,6 +200,10 @@ impl Conn<'_> {
     /// Handle the frame whose body is `inbuf[body_start..end]`.
     fn handle(&mut self, h: &Header, body_start: usize, end: usize) -> Next {
         let limits = match self.state {
+            // Say what is wrong before trying to decode a request the handshake forbids.
+            ConnState::AwaitHello if h.opcode != Opcode::Hello as u8 => {
+                return self.fatal(h.request_id, ErrorCode::HandshakeRequired, "the first frame must be HELLO".into())
+            }
             ConnState::AwaitHello => Limits::HANDSHAKE,
             ConnState::Ready { .. } => self.server.limits,
         };

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use farcache_config::ConfigError;
-use farcache_wire::{Limits, KEY_BYTES};
+use farcache_wire::Limits;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
@@ -111,9 +111,7 @@ impl Server {
 /// The batch size a server grants: its configured maximum, lowered so that the answer to a
 /// full GET batch (every key a hit) and a full PUT batch both fit in one frame.
 pub fn effective_max_batch(cfg: &ServerConfig) -> u16 {
-    let frame = cfg.max_frame_bytes.bytes() as usize - farcache_wire::HEADER_BYTES - farcache_wire::BATCH_PREFIX_BYTES;
-    let per_entry = KEY_BYTES + 5 + cfg.slot_bytes as usize;
-    (frame / per_entry).clamp(1, cfg.max_batch as usize) as u16
+    farcache_wire::fitting_batch(cfg.max_frame_bytes.bytes() as u32, cfg.slot_bytes, cfg.max_batch)
 }
 
 /// Serve `listener` until `shutdown` resolves, then close every connection (waiting up to a

@@ -77,6 +77,35 @@ pub enum DelStatus {
     Removed = 1,
 }
 
+impl DelStatus {
+    pub fn from_u8(b: u8) -> Option<DelStatus> {
+        match b {
+            0 => Some(DelStatus::Absent),
+            1 => Some(DelStatus::Removed),
+            _ => None,
+        }
+    }
+}
+
+/// Bytes of a VALUES frame answering `count` keys when every one hits with a value of
+/// `max_value_bytes`: the most a GET of `count` keys can bring back.
+pub const fn max_values_frame_bytes(count: usize, max_value_bytes: u32) -> usize {
+    crate::HEADER_BYTES + BATCH_PREFIX_BYTES + count * (5 + max_value_bytes as usize)
+}
+
+/// Bytes one entry adds to a PUT frame.
+pub const fn put_entry_bytes(value_len: usize) -> usize {
+    KEY_BYTES + 4 + value_len
+}
+
+/// The largest batch whose fullest GET answer and whose PUT of full values each fit in a
+/// frame of `max_frame_bytes`, capped at `max_batch`. Servers grant this; clients split by it.
+pub fn fitting_batch(max_frame_bytes: u32, max_value_bytes: u32, max_batch: u16) -> u16 {
+    let room = (max_frame_bytes as usize).saturating_sub(crate::HEADER_BYTES + BATCH_PREFIX_BYTES);
+    let per_entry = put_entry_bytes(max_value_bytes as usize).max(5 + max_value_bytes as usize);
+    (room / per_entry).clamp(1, max_batch.max(1) as usize) as u16
+}
+
 /// Codes carried by ERROR frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorCode {
@@ -99,6 +128,15 @@ pub enum ErrorCode {
     ShuttingDown,
     /// A code this build does not know (from a newer peer).
     Other(u16),
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ErrorCode::Other(c) => write!(f, "error code {c}"),
+            known => std::fmt::Debug::fmt(known, f),
+        }
+    }
 }
 
 impl ErrorCode {
@@ -468,6 +506,10 @@ pub fn decode_request<'a>(header: &Header, body: &'a [u8], limits: &Limits) -> R
 pub fn decode_response<'a>(header: &Header, body: &'a [u8], limits: &Limits) -> Result<Response<'a>, WireError> {
     debug_assert_eq!(body.len(), header.body_len as usize);
     let op = Opcode::from_u8(header.opcode)?;
+    let allowed_flags = if op == Opcode::Error { FLAG_FATAL } else { 0 };
+    if header.flags & !allowed_flags != 0 {
+        return Err(WireError::BadField { field: "flags", why: "unknown flag bits" });
+    }
     Ok(match op {
         Opcode::HelloOk => {
             let mut r = Reader { buf: body, what: "HELLO_OK" };
@@ -558,8 +600,9 @@ pub fn encode_put(out: &mut Vec<u8>, request_id: u64, entries: &[(Key, &[u8])]) 
     let w = FrameWriter::begin(out, Opcode::Put, 0, request_id);
     put_count(out, entries.len());
     for (k, v) in entries {
+        let len = u32::try_from(v.len()).expect("value of 4 GiB or more");
         out.extend_from_slice(&k.to_bytes());
-        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
         out.extend_from_slice(v);
     }
     w.finish(out);
@@ -603,6 +646,7 @@ pub fn encode_statuses(out: &mut Vec<u8>, opcode: Opcode, request_id: u64, statu
 /// A frame with a raw body: STATS (empty), STATS_OK (JSON), PING and PONG (payload).
 pub fn encode_raw(out: &mut Vec<u8>, opcode: Opcode, request_id: u64, body: &[u8]) {
     assert!(matches!(opcode, Opcode::Stats | Opcode::StatsOk | Opcode::Ping | Opcode::Pong));
+    assert!(!matches!(opcode, Opcode::Ping | Opcode::Pong) || body.len() <= MAX_PING_BYTES, "PING payload over 256 bytes");
     let w = FrameWriter::begin(out, opcode, 0, request_id);
     out.extend_from_slice(body);
     w.finish(out);

@@ -1,0 +1,39 @@
+# farcache: the two commands a newcomer needs are `make run` and `make test`.
+SHELL := /bin/bash
+CARGO ?= cargo
+BIN := target/release/farcache
+
+.PHONY: run test bench deps build fuzz lint clean
+
+## make run: build, then start a lender on embedded defaults and exercise it.
+run: deps build
+	./scripts/run-demo.sh
+
+## make test: every test (unit, property, real-process integration, malformed input, bench smoke).
+test: deps
+	$(CARGO) fmt --all -- --check
+	$(CARGO) build --locked --workspace --all-targets
+	$(CARGO) test --locked --workspace -- --color never
+	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+
+## make bench: the full benchmarks; results go to BENCHMARKS.md by hand, raw JSON to bench/results/.
+bench: deps build
+	mkdir -p bench/results
+	$(BIN) bench server --json bench/results/server.json
+	$(BIN) bench policy
+
+deps:
+	@./scripts/deps.sh
+
+build:
+	$(CARGO) build --locked --release -p farcache-cli
+
+## make fuzz: a bounded run of the decoder fuzz target (needs the nightly toolchain and cargo-fuzz).
+fuzz:
+	cd fuzz && $(CARGO) +nightly fuzz run decode -- -max_total_time=60
+
+lint:
+	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+
+clean:
+	$(CARGO) clean
