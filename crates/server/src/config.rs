@@ -28,6 +28,9 @@ pub struct ServerConfig {
     pub max_connections: u32,
     /// Largest frame accepted or sent, header included.
     pub max_frame_bytes: ByteSize,
+    /// Buffer memory all connections together may borrow for frames and answers larger than
+    /// their 16 KiB base buffers. At least two frames.
+    pub max_buffer_bytes: ByteSize,
     /// Most keys in one batched request.
     pub max_batch: u16,
     /// Requests a client may have in flight per connection.
@@ -80,6 +83,7 @@ impl Default for ServerConfig {
             worker_threads: 0,
             max_connections: 1024,
             max_frame_bytes: ByteSize::mib(1),
+            max_buffer_bytes: ByteSize::mib(64),
             max_batch: 256,
             max_inflight: 128,
             handshake_timeout: HumanDuration::secs(5),
@@ -138,6 +142,13 @@ impl ServerConfig {
                 "server.max_frame_bytes",
                 format!("{} must hold one slot and be at most 16MiB", self.max_frame_bytes),
                 "use 1MiB",
+            ));
+        }
+        if self.max_buffer_bytes.bytes() < 2 * max_frame || self.max_buffer_bytes.bytes() > (u32::MAX as u64) << 10 {
+            return Err(E::invalid(
+                "server.max_buffer_bytes",
+                format!("{} is less than two frames of server.max_frame_bytes ({})", self.max_buffer_bytes, self.max_frame_bytes),
+                format!("set at least {}", ByteSize(2 * max_frame)),
             ));
         }
         if self.max_batch == 0 {

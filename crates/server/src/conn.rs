@@ -2,27 +2,33 @@
 //!
 //! Requests are handled to completion as they are decoded (the store never blocks for
 //! long), and answers are gathered into one output buffer that is written when no complete
-//! frame is left to handle or the buffer reaches a frame's size. So a pipelining client gets
-//! many answers per write, and a connection's memory is bounded by two frames.
+//! frame is left to handle or the next answer would not fit. So a pipelining client gets many
+//! answers per write. Each connection keeps two small buffers (`BASE_BUF`); a large frame or a
+//! large answer borrows from one server-wide budget (`server.max_buffer_bytes`), so the memory
+//! of all connections together is bounded whatever clients send.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
 use farcache_wire::{
-    decode_request, encode_error, encode_hello_ok, encode_raw, encode_statuses, split_frame, ErrorCode, Header,
-    HelloOk, Limits, Opcode, Request, ValuesWriter, WireError, HEADER_BYTES, HELLO_OK_FLAG_ADMIN,
-    PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+    check_len_prefix, decode_request, encode_error, encode_hello_ok, encode_raw, encode_statuses,
+    max_values_frame_bytes, split_frame, ErrorCode, Header, HelloOk, Limits, Opcode, Request, ValuesWriter,
+    WireError, HEADER_BYTES, HELLO_OK_FLAG_ADMIN, MAX_ERROR_MESSAGE_BYTES, PROTOCOL_VERSION_MAX,
+    PROTOCOL_VERSION_MIN,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
+use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
 use crate::store::TenantId;
 use crate::Server;
 
-/// Bytes read from the socket at a time.
-const READ_CHUNK: usize = 64 << 10;
+/// Bytes read from the socket at a time, and the buffer size every connection may keep
+/// without drawing on the server-wide budget (`server.max_buffer_bytes`).
+const BASE_BUF: usize = 16 << 10;
+/// Budget permits are counted in KiB.
+const PERMIT_BYTES: usize = 1024;
 
 /// Where a connection is in its life.
 #[derive(Clone, Copy, Debug)]
@@ -60,6 +66,9 @@ struct Conn<'a> {
     out: Vec<u8>,
     /// Scratch for per-entry statuses, reused across requests.
     statuses: Vec<u8>,
+    /// Buffer bytes beyond `2 × BASE_BUF` granted from the server-wide budget, held while a
+    /// large frame is read or a large answer written, and returned when both buffers shrink.
+    grant: Option<OwnedSemaphorePermit>,
 }
 
 pub(crate) async fn serve(server: &Server, sock: TcpStream, peer: SocketAddr, close_rx: watch::Receiver<bool>) {
@@ -68,9 +77,10 @@ pub(crate) async fn serve(server: &Server, sock: TcpStream, peer: SocketAddr, cl
         sock,
         peer,
         state: ConnState::AwaitHello,
-        inbuf: Vec::with_capacity(READ_CHUNK),
-        out: Vec::with_capacity(READ_CHUNK),
+        inbuf: Vec::with_capacity(BASE_BUF),
+        out: Vec::with_capacity(BASE_BUF),
         statuses: Vec::with_capacity(server.limits.max_batch as usize),
+        grant: None,
     };
     let why = conn.run(close_rx).await;
     let c = &server.conns;
@@ -110,7 +120,8 @@ impl Conn<'_> {
         // When the frame now in `inbuf` began to arrive, if one has.
         let mut frame_started: Option<Instant> = None;
         loop {
-            // Handle every whole frame in the buffer, writing when the output is a frame's worth.
+            // Handle every whole frame in the buffer. Answers gather in `out`; it is written
+            // before an answer would take it past its base size, and when no frame is left.
             let mut consumed = 0;
             loop {
                 match split_frame(&self.inbuf[consumed..], self.frame_limit()) {
@@ -118,15 +129,19 @@ impl Conn<'_> {
                     Ok(Some((h, n))) => {
                         let start = consumed;
                         consumed += n;
+                        let answer = self.answer_bound(&h, &self.inbuf[start + HEADER_BYTES..start + n]);
+                        if self.out.len() + answer > BASE_BUF {
+                            if let Err(why) = self.flush().await {
+                                return why;
+                            }
+                            if let Err(why) = self.reserve(self.inbuf.capacity(), answer, frame_started).await {
+                                return why;
+                            }
+                        }
                         let next = self.handle(&h, start + HEADER_BYTES, start + n);
                         if let Next::Close(why) = next {
                             let _ = self.flush().await;
                             return why;
-                        }
-                        if self.out.len() >= self.server.limits.max_frame_bytes as usize {
-                            if let Err(why) = self.flush().await {
-                                return why;
-                            }
                         }
                     }
                     Err(e) => {
@@ -144,14 +159,28 @@ impl Conn<'_> {
             if let Err(why) = self.flush().await {
                 return why;
             }
+            self.shrink();
 
             // Read more, within the deadline that applies now.
+            // An unauthenticated connection lives at most handshake_timeout, however its
+            // bytes trickle in.
+            let handshake = (accepted + cfg.handshake_timeout.get(), "no HELLO within server.handshake_timeout");
             let (deadline, what) = match (self.state, frame_started) {
+                (ConnState::AwaitHello, Some(t)) if t + cfg.frame_timeout.get() >= handshake.0 => handshake,
                 (_, Some(t)) => (t + cfg.frame_timeout.get(), "a frame did not arrive whole within server.frame_timeout"),
-                (ConnState::AwaitHello, None) => (accepted + cfg.handshake_timeout.get(), "no HELLO within server.handshake_timeout"),
+                (ConnState::AwaitHello, None) => handshake,
                 (ConnState::Ready { .. }, None) => (Instant::now() + cfg.idle_timeout.get(), "idle for server.idle_timeout"),
             };
-            self.inbuf.reserve(READ_CHUNK);
+            // Room for the rest of the frame that has begun (known from its length prefix), or
+            // a chunk; a frame larger than the base buffer draws on the server-wide budget.
+            let frame_len = check_len_prefix(&self.inbuf, self.frame_limit()).ok().flatten().unwrap_or(0);
+            let want = frame_len.max(self.inbuf.len() + BASE_BUF);
+            if want > self.inbuf.capacity() {
+                if let Err(why) = self.reserve(want, self.out.capacity(), frame_started.or(Some(Instant::now()))).await {
+                    return why;
+                }
+                self.inbuf.reserve_exact(want - self.inbuf.len());
+            }
             let read = tokio::select! {
                 r = tokio::time::timeout_at(deadline, self.sock.read_buf(&mut self.inbuf)) => r,
                 _ = async { let _ = close_rx.wait_for(|&closing| closing).await; } => {
@@ -186,14 +215,65 @@ impl Conn<'_> {
         let timeout = self.server.cfg.write_timeout.get();
         let res = tokio::time::timeout(timeout, self.sock.write_all(&self.out)).await;
         self.out.clear();
-        // Do not keep a large buffer for an idle connection.
-        if self.out.capacity() > 4 * READ_CHUNK {
-            self.out.shrink_to(READ_CHUNK);
-        }
         match res {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(Close::Io(e)),
             Err(_) => Err(Close::Timeout("client did not read its responses within server.write_timeout".into())),
+        }
+    }
+
+    /// Make sure the budget covers an input buffer of `in_bytes` and an output buffer of
+    /// `out_bytes`, waiting for other connections to return theirs until the frame's deadline.
+    async fn reserve(&mut self, in_bytes: usize, out_bytes: usize, since: Option<Instant>) -> Result<(), Close> {
+        let extra = in_bytes.saturating_sub(BASE_BUF) + out_bytes.saturating_sub(BASE_BUF);
+        let need = extra.div_ceil(PERMIT_BYTES) as u32;
+        let held = self.grant.as_ref().map_or(0, |g| g.num_permits() as u32);
+        if need <= held {
+            return Ok(());
+        }
+        let deadline = since.unwrap_or_else(Instant::now) + self.server.cfg.frame_timeout.get();
+        let more = self.server.buffers.clone().acquire_many_owned(need - held);
+        match tokio::time::timeout_at(deadline, more).await {
+            Ok(Ok(permit)) => {
+                match &mut self.grant {
+                    Some(g) => g.merge(permit),
+                    None => self.grant = Some(permit),
+                }
+                Ok(())
+            }
+            _ => {
+                let msg = "server buffer budget (server.max_buffer_bytes) exhausted; try again later";
+                encode_error(&mut self.out, 0, ErrorCode::Busy, true, msg);
+                let _ = self.flush().await;
+                Err(Close::Timeout(msg.into()))
+            }
+        }
+    }
+
+    /// Between frames: give back buffer memory beyond the base size, and its budget.
+    fn shrink(&mut self) {
+        if self.inbuf.len() <= BASE_BUF && self.inbuf.capacity() > BASE_BUF {
+            self.inbuf.shrink_to(BASE_BUF);
+        }
+        if self.out.capacity() > BASE_BUF {
+            self.out.shrink_to(BASE_BUF);
+        }
+        if self.inbuf.capacity() <= BASE_BUF {
+            self.grant = None;
+        }
+    }
+
+    /// The most bytes the answer to this frame can take.
+    fn answer_bound(&self, h: &Header, body: &[u8]) -> usize {
+        let limits = &self.server.limits;
+        match Opcode::from_u8(h.opcode) {
+            Ok(Opcode::Get) if body.len() >= 2 => {
+                let count = (u16::from_le_bytes([body[0], body[1]]) as usize).min(limits.max_batch as usize);
+                max_values_frame_bytes(count, limits.max_value_bytes)
+            }
+            Ok(Opcode::Stats) => limits.max_frame_bytes as usize,
+            // Statuses (one byte a key), PONG (≤ 256 bytes), HELLO_OK, ERROR (≤ 1 KiB).
+            _ => HEADER_BYTES + 4 + limits.max_batch as usize + MAX_ERROR_MESSAGE_BYTES,
         }
     }
 
@@ -280,7 +360,8 @@ impl Conn<'_> {
                 encode_statuses(out, Opcode::DelOk, id, &self.statuses);
             }
             Request::Stats => {
-                let json = crate::stats::collect(server, tenant, admin).to_json();
+                let room = server.limits.max_frame_bytes as usize - HEADER_BYTES;
+                let json = crate::stats::collect(server, tenant, admin).to_json_within(room);
                 encode_raw(out, Opcode::StatsOk, id, json.as_bytes());
             }
             Request::Ping(payload) => encode_raw(out, Opcode::Pong, id, payload),

@@ -52,6 +52,8 @@ pub struct Server {
     conns: ConnCounters,
     /// The limits requests are decoded with after the handshake.
     limits: Limits,
+    /// Buffer memory connections may borrow beyond their base buffers, in KiB permits.
+    buffers: Arc<Semaphore>,
     instance_id: u64,
     started: Instant,
 }
@@ -76,12 +78,14 @@ impl Server {
             max_batch: effective_max_batch(&cfg),
             max_value_bytes: cfg.slot_bytes,
         };
+        let buffer_permits = (cfg.max_buffer_bytes.bytes() / 1024) as usize;
         Ok(Arc::new(Server {
             cfg,
             store,
             tenants,
             conns: ConnCounters::default(),
             limits,
+            buffers: Arc::new(Semaphore::new(buffer_permits)),
             instance_id: u64::from_le_bytes(id),
             started: Instant::now(),
         }))

@@ -31,6 +31,9 @@ pub struct ServerStats {
     pub timeouts: u64,
     /// The caller's tenant, or every tenant for an admin connection.
     pub tenants: Vec<TenantStats>,
+    /// Tenants left out of `tenants` because the list would not fit in one frame.
+    #[serde(default)]
+    pub tenants_omitted: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -45,6 +48,18 @@ pub struct TenantStats {
 impl ServerStats {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("stats serialize")
+    }
+
+    /// The JSON text, within `max_bytes`: per-tenant entries are dropped (and counted in
+    /// `tenants_omitted`) if the whole list would not fit.
+    pub fn to_json_within(mut self, max_bytes: usize) -> String {
+        let json = self.to_json();
+        if json.len() <= max_bytes {
+            return json;
+        }
+        self.tenants_omitted = self.tenants.len() as u64;
+        self.tenants.clear();
+        self.to_json()
     }
 }
 
@@ -89,5 +104,6 @@ pub fn collect(server: &Server, tenant: TenantId, admin: bool) -> ServerStats {
         protocol_errors: cc.protocol_errors.load(Ordering::Relaxed),
         timeouts: cc.timeouts.load(Ordering::Relaxed),
         tenants,
+        tenants_omitted: 0,
     }
 }

@@ -1,1 +1,40 @@
+//! Shared test helpers for farcache's integration tests.
+//!
+//! * [`ServerProcess`]: the real `farcache server` binary on port 0, its stderr captured, its
+//!   signals at hand, killed on drop so that a failing test leaves no process behind.
+//! * [`RawConn`]: a plain blocking socket that sends arbitrary bytes and reads frames with a
+//!   deadline, for tests that break the protocol on purpose; [`hello_bytes`] and [`frame`]
+//!   build what it sends.
+//! * [`check_round_trip`]: a well-behaved client in a few lines, to show that a server
+//!   still serves after something hostile happened.
+//!
+//! Everything here is synchronous (std threads and sockets) so that tests stay simple; async
+//! tests use `farcache-client` against the same [`ServerProcess`]. Every wait has a deadline:
+//! a hang is reported as a failure, never as a stuck test run.
 
+mod process;
+mod raw;
+mod rng;
+
+pub use process::{run_with_timeout, ServerProcess, StartError, START_TIMEOUT};
+pub use raw::{
+    check_round_trip, frame, frame_with_reserved, hello_body, hello_bytes, hello_bytes_versions,
+    ErrorReply, RawConn,
+};
+pub use rng::Rng;
+
+use std::time::{Duration, Instant};
+
+/// Poll `f` every `every` until it returns true or `timeout` passes. Returns whether it did.
+pub fn wait_until(timeout: Duration, every: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(every);
+    }
+}
