@@ -30,7 +30,7 @@ build:
 
 ## make fuzz: a bounded run of the decoder fuzz target (needs the nightly toolchain and cargo-fuzz).
 fuzz:
-	cd fuzz && $(CARGO) +nightly fuzz run decode -- -max_total_time=60
+	mkdir -p fuzz/corpus/decode && cd fuzz && $(CARGO) +nightly fuzz run decode corpus/decode seeds/decode -- -max_total_time=60 -rss_limit_mb=1024
 
 lint:
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings

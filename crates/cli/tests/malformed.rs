@@ -590,6 +590,88 @@ fn random_bytes_close_the_connection_and_nothing_else() {
 }
 
 #[test]
+fn random_bodies_under_valid_headers_reach_the_body_decoders() {
+    // Random bytes mostly die at the header; these get past it: a right length, zero
+    // reserved and flags, a request opcode, and (for batches) a small count up front.
+    let mut srv = server(SHORT);
+    const OPS: [Opcode; 5] = [
+        Opcode::Get,
+        Opcode::Put,
+        Opcode::Del,
+        Opcode::Ping,
+        Opcode::Stats,
+    ];
+    let (mut refused, mut answered) = (0, 0);
+    for seed in 0..60u64 {
+        let mut rng = Rng::new(0xB0D1 + seed);
+        let after_hello = seed % 3 != 0;
+        let op = if after_hello {
+            OPS[rng.below(OPS.len() as u64) as usize]
+        } else {
+            Opcode::Hello
+        };
+        // PING payloads straddle their 256-byte limit.
+        let body_len = rng.below(if op == Opcode::Ping { 320 } else { 600 }) as usize;
+        let mut body = rng.bytes(body_len);
+        if matches!(op, Opcode::Get | Opcode::Put | Opcode::Del) && body.len() >= 4 {
+            body[..4].copy_from_slice(&batch(1 + rng.below(4) as u16, 0, b""));
+        }
+        if op == Opcode::Hello && body.len() >= 8 {
+            // Past the magic and versions, into the tenant and secret.
+            body[..8].copy_from_slice(&[&HELLO_MAGIC[..], &[1, 0, 1, 0]].concat());
+        }
+        let id = 0x5EED_0000 + seed;
+        let mut c = RawConn::connect(srv.addr()).unwrap();
+        if !after_hello {
+            c.send(&frame(op as u8, 0, id, &body)).unwrap();
+            let frames = c
+                .expect_closed(PROMPT)
+                .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            // A random HELLO that happens to be valid is answered HELLO_OK; then idle.
+            let last = frames
+                .last()
+                .unwrap_or_else(|| panic!("seed {seed}: closed silently"));
+            let e = farcache_testkit::ErrorReply::parse(&last.0, &last.1);
+            assert!(
+                e.as_ref().is_some_and(|e| e.fatal),
+                "seed {seed}: last frame {e:?}"
+            );
+            assert_healthy(&mut srv, c.local_addr(), "closing connection");
+            continue;
+        }
+        c.hello("bad", b"", PROMPT).unwrap();
+        let (h, answer) = c
+            .request(&frame(op as u8, 0, id, &body), PROMPT)
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        match farcache_testkit::ErrorReply::parse(&h, &answer) {
+            Some(e) => {
+                assert!(
+                    !e.fatal,
+                    "seed {seed}: a well-framed bad {op:?} closed the connection: {e:?}"
+                );
+                c.ping(1, b"alive", PROMPT)
+                    .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+                assert_healthy(&mut srv, c.local_addr(), "bad request");
+                refused += 1;
+            }
+            None => {
+                // It happened to be a valid request: answered with its response opcode.
+                assert_eq!(h.opcode, op as u8 | 0x80, "seed {seed}");
+                c.ping(1, b"alive", PROMPT)
+                    .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+                answered += 1;
+            }
+        }
+    }
+    // Most random bodies are refused by a body decoder; a few (short PINGs) are valid.
+    eprintln!("random bodies after HELLO: {refused} refused, {answered} answered");
+    assert!(
+        refused >= 25 && answered >= 1,
+        "{refused} refused, {answered} answered"
+    );
+}
+
+#[test]
 fn slow_loris_is_cut_at_frame_timeout() {
     let mut srv = server(SHORT);
     // After HELLO: a PING one byte every 300 ms (it would take 7 s).

@@ -503,7 +503,8 @@ async fn sigterm_stops_the_server_with_clients_connected() {
         }
         // Two of them keep working until the server goes away.
         let mut busy = Vec::new();
-        for c in clients.iter().take(2).cloned() {
+        for c in &clients[..2] {
+            let c = c.clone();
             busy.push(tokio::spawn(async move {
                 let v = vec![3u8; SLOT];
                 for i in 0..100_000u64 {

@@ -343,7 +343,7 @@ pub fn check_round_trip(
     let mut c = RawConn::connect(addr).map_err(|e| step("connect", e))?;
     c.hello(tenant, secret, t).map_err(|e| step("HELLO", e))?;
     let mut rng = crate::Rng::new(seed);
-    let key = Key::new(0xC0FFEE_0000_0000 ^ seed as u128, rng.next_u64(), 1);
+    let key = Key::new(0x00C0_FFEE_0000_0000 ^ seed as u128, rng.next_u64(), 1);
     let len = 1 + rng.below(4096) as usize;
     let value = rng.bytes(len);
 

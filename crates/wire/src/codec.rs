@@ -531,7 +531,12 @@ pub fn decode_response<'a>(header: &Header, body: &'a [u8], limits: &Limits) -> 
         Opcode::StatsOk => Response::StatsOk(
             std::str::from_utf8(body).map_err(|_| WireError::BadField { field: "stats", why: "not UTF-8" })?,
         ),
-        Opcode::Pong => Response::Pong(body),
+        Opcode::Pong => {
+            if body.len() > MAX_PING_BYTES {
+                return Err(WireError::BadField { field: "pong payload", why: "longer than 256 bytes" });
+            }
+            Response::Pong(body)
+        }
         Opcode::Error => {
             let mut r = Reader { buf: body, what: "ERROR" };
             let code = ErrorCode::from_u16(r.u16()?);
