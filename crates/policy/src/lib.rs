@@ -1,8 +1,9 @@
 //! Cache policies for farcache: pure code, no I/O, no clocks (time is passed in).
 //!
 //! This crate depends on no other farcache crate. Today it holds the lender's eviction
-//! policies; later it also holds admission, sequential-stream detection and the division of
-//! lenders' RAM among tenants.
+//! policies and the borrower's block placement (`placement`, rendezvous hashing); later it
+//! also holds admission, sequential-stream detection and the division of lenders' RAM among
+//! tenants.
 //!
 //! # Eviction model
 //! A policy instance manages the slots of one store shard, addressed densely as
@@ -15,6 +16,7 @@
 mod ghost;
 mod list;
 mod lru;
+pub mod placement;
 mod s3fifo;
 
 pub use lru::Lru;
