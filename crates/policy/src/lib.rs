@@ -1,9 +1,9 @@
 //! Cache policies for farcache: pure code, no I/O, no clocks (time is passed in).
 //!
 //! This crate depends on no other farcache crate. Today it holds the lender's eviction
-//! policies and the borrower's block placement (`placement`, rendezvous hashing); later it
-//! also holds admission, sequential-stream detection and the division of lenders' RAM among
-//! tenants.
+//! policies, the borrower's block placement (`placement`, rendezvous hashing) and read
+//! routing (`route`: paper 000's threshold n and an adaptive rule); later also admission and
+//! the division of lenders' RAM among tenants.
 //!
 //! # Eviction model
 //! A policy instance manages the slots of one store shard, addressed densely as
@@ -17,6 +17,7 @@ mod ghost;
 mod list;
 mod lru;
 pub mod placement;
+pub mod route;
 mod s3fifo;
 
 pub use lru::Lru;
