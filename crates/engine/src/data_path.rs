@@ -1,0 +1,51 @@
+//! The seam between the FUSE layer and the cache engine: every byte of file data that goes
+//! through the mount passes through one [`DataPath`].
+//!
+//! Today there is one implementation, [`crate::DirectPath`] (backing I/O only, the
+//! `--no-remote` baseline). The remote tier will be another `DataPath` that answers small
+//! random reads from lenders' RAM and falls back to a `DirectPath` — the same shape as
+//! mountpoint-s3's `DataCache` implementations layered over one another.
+
+use std::io;
+
+use bytes::Bytes;
+
+use crate::backing::BackingFile;
+use crate::identity::FileId;
+
+/// What the FUSE layer asks of the data path.
+///
+/// Contract:
+/// - Every method is synchronous and may block (on the disk or, later, the network within a
+///   configured bound); it is called from several FUSE worker threads at once, also for the
+///   same file.
+/// - Errors are the backing file's own (`io::Error` with an OS error code, which the FUSE
+///   layer hands to the application as errno). A tier in front of the disk never turns its
+///   own failure into an error: it answers from the disk instead.
+/// - The disk is the truth. A method that changes file data returns only once the backing
+///   file has the change, and once no cached copy of the old data can be read any more.
+/// - The caller guarantees that `file` stays open for the duration of the call, and that it
+///   was opened with the access the operation needs (read for `read`, write for the rest).
+pub trait DataPath: Send + Sync + 'static {
+    /// Up to `len` bytes of `file` at `offset`; fewer only at end of file. `len` is at most
+    /// [`crate::MAX_READ_BYTES`].
+    fn read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<Bytes>;
+
+    /// Write all of `data` at `offset` through to the backing file; returns `data.len()`.
+    fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize>;
+
+    /// Set the file's size (truncate or extend). Data past the new size is gone.
+    fn set_len(&self, file: &BackingFile, size: u64) -> io::Result<()>;
+
+    /// `fallocate(2)` with `mode` on `offset..offset + len`. Modes that change contents
+    /// (punch hole, zero range, collapse or insert range) count as writes of what they change.
+    fn fallocate(&self, file: &BackingFile, mode: i32, offset: u64, len: u64) -> io::Result<()>;
+
+    /// `fsync(2)` (`datasync == false`) or `fdatasync(2)` of the backing file.
+    fn fsync(&self, file: &BackingFile, datasync: bool) -> io::Result<()>;
+
+    /// The inode named by `id` lost its last name (unlinked, or replaced by a rename): no
+    /// new open can reach it. Handles still open may read it until they close, and must get
+    /// its real contents. Called after the change, at most once per name lost.
+    fn forget(&self, id: &FileId);
+}
