@@ -5,6 +5,8 @@ set -euo pipefail
 
 need_apt=()
 command -v memcached >/dev/null 2>&1 || [ -x /usr/bin/memcached ] || need_apt+=(memcached)
+# FUSE: fusermount3 mounts and unmounts for the unprivileged-style mount path fuser uses.
+command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 
 if ! command -v cargo >/dev/null 2>&1; then
   echo "deps: cargo is missing. Install a Rust toolchain (rustup, stable >= 1.80) and retry." >&2

@@ -19,8 +19,14 @@ enum Command {
     Server(cmd::server::Args),
     /// Show a server's counters.
     Stats(cmd::stats::Args),
+    /// Check a server end to end: write blocks, read them back twice, verify every byte.
+    Check(cmd::check::Args),
+    /// Show a backing directory through FUSE (passthrough) until SIGINT/SIGTERM or unmount.
+    Mount(cmd::mount::Args),
     /// Print the configuration template with every default.
     Config(cmd::config::Args),
+    /// Run a benchmark: the server against memcached, or LRU against S3-FIFO.
+    Bench(cmd::bench::Args),
 }
 
 fn main() {
@@ -29,7 +35,10 @@ fn main() {
     let res = match cli.command {
         Command::Server(a) => cmd::server::run(a),
         Command::Stats(a) => cmd::stats::run(a),
+        Command::Check(a) => cmd::check::run(a),
+        Command::Mount(a) => cmd::mount::run(a),
         Command::Config(a) => cmd::config::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
     };
     if let Err(e) = res {
         eprintln!("farcache: error: {e:#}");

@@ -35,7 +35,7 @@ pub const MAX_READ_BYTES: usize = 16 << 20;
 /// Direct-I/O alignment used when the kernel does not report one.
 pub const DEFAULT_DIO_ALIGN: u32 = 4096;
 const _: () = assert!(DEFAULT_DIO_ALIGN.is_power_of_two());
-const _: () = assert!(MAX_READ_BYTES % DEFAULT_DIO_ALIGN as usize == 0);
+const _: () = assert!(MAX_READ_BYTES.is_multiple_of(DEFAULT_DIO_ALIGN as usize));
 
 /// How backing files are read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -231,7 +231,7 @@ fn read_direct(d: &DirectFd, offset: u64, len: usize) -> io::Result<Bytes> {
         unsafe { buf.advance(n as usize) };
         // End of file, or a short count that ends off the alignment (only at end of file):
         // another read would start misaligned and add nothing.
-        if n == 0 || (n as u64) % a != 0 {
+        if n == 0 || !(n as u64).is_multiple_of(a) {
             break;
         }
     }

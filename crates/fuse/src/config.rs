@@ -1,0 +1,173 @@
+//! `[mount]`: how `farcache mount` serves the backing directory. Every default is written
+//! out in [`TEMPLATE`]; a test keeps the two in step.
+
+use farcache_config::{ConfigError, HumanDuration};
+use serde::{Deserialize, Serialize};
+
+/// The `[mount]` table with every default, as it belongs in etc/farcache.toml.
+pub const TEMPLATE: &str = r#"[mount]
+# Threads serving FUSE requests. Requests block on the disk, so more threads than cores help.
+threads = 8
+# How long the kernel may trust attributes and names without asking again. The backing
+# directory belongs to the mount while it is mounted: changes made behind its back may be
+# seen this late.
+attr_timeout = "1s"
+entry_timeout = "1s"
+# Keep the kernel's page cache of a file across opens (the local cache farcache sits under).
+# Off: every open drops the file's cached pages (slower; sees changes made behind the mount).
+keep_cache = true
+# Read backing files with O_DIRECT where the file system supports it, so the daemon's reads
+# do not fill the page cache a second time (and a slow disk stays slow).
+direct_io_backing = true
+# Let other users use the mount (only when run as root; the kernel still checks permissions).
+allow_other = true
+# Offer READDIRPLUS (names and attributes in one reply) for large directories.
+readdirplus = true
+# Requests the kernel may queue in the background (readahead, async reads).
+max_background = 64
+# Largest write request the kernel sends (at most 1MiB with 4KiB pages).
+max_write = "1MiB"
+# Backing inodes the kernel may know at once; each holds one open descriptor.
+max_inodes = 1000000
+# Files and directories open through the mount at once.
+max_open_handles = 65536
+# On SIGINT/SIGTERM with the mount still in use: detach it at once, then wait this long for
+# its users to close their files before exiting anyway.
+shutdown_grace = "10s"
+"#;
+
+/// `[mount]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MountConfig {
+    pub threads: u32,
+    pub attr_timeout: HumanDuration,
+    pub entry_timeout: HumanDuration,
+    pub keep_cache: bool,
+    pub direct_io_backing: bool,
+    pub allow_other: bool,
+    pub readdirplus: bool,
+    pub max_background: u16,
+    pub max_write: farcache_config::ByteSize,
+    pub max_inodes: u64,
+    pub max_open_handles: u64,
+    pub shutdown_grace: HumanDuration,
+}
+
+/// Most FUSE worker threads.
+pub const MAX_THREADS: u32 = 256;
+/// The kernel's largest FUSE request payload with 4 KiB pages (256 pages).
+pub const MAX_WRITE_BYTES: u64 = 1 << 20;
+const _: () = assert!(MAX_WRITE_BYTES as usize <= farcache_engine::MAX_READ_BYTES);
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        MountConfig {
+            threads: 8,
+            attr_timeout: HumanDuration::secs(1),
+            entry_timeout: HumanDuration::secs(1),
+            keep_cache: true,
+            direct_io_backing: true,
+            allow_other: true,
+            readdirplus: true,
+            max_background: 64,
+            max_write: farcache_config::ByteSize::mib(1),
+            max_inodes: 1_000_000,
+            max_open_handles: 65_536,
+            shutdown_grace: HumanDuration::secs(10),
+        }
+    }
+}
+
+impl MountConfig {
+    /// Refuse values that cannot work, naming the key and the fix.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.threads == 0 || self.threads > MAX_THREADS {
+            return Err(ConfigError::invalid(
+                "mount.threads",
+                format!("{} is out of range", self.threads),
+                format!("set 1 to {MAX_THREADS}"),
+            ));
+        }
+        let w = self.max_write.bytes();
+        if !(4096..=MAX_WRITE_BYTES).contains(&w) {
+            return Err(ConfigError::invalid(
+                "mount.max_write",
+                format!("{} is out of range", self.max_write),
+                "set 4KiB to 1MiB",
+            ));
+        }
+        if self.max_background == 0 {
+            return Err(ConfigError::invalid(
+                "mount.max_background",
+                "0 stalls readahead",
+                "set at least 1",
+            ));
+        }
+        if self.max_inodes < 16 {
+            return Err(ConfigError::invalid(
+                "mount.max_inodes",
+                "too small to be useful",
+                "set at least 16",
+            ));
+        }
+        if self.max_open_handles < 16 {
+            return Err(ConfigError::invalid(
+                "mount.max_open_handles",
+                "too small to be useful",
+                "set at least 16",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct File {
+        mount: MountConfig,
+    }
+
+    #[test]
+    fn template_is_the_defaults_and_mentions_every_key() {
+        let f: File = toml::from_str(TEMPLATE).unwrap();
+        assert_eq!(f.mount, MountConfig::default());
+        f.mount.validate().unwrap();
+        let v = toml::Value::try_from(MountConfig::default()).unwrap();
+        for key in v.as_table().unwrap().keys() {
+            assert!(
+                TEMPLATE.lines().any(|l| l.starts_with(&format!("{key} ="))),
+                "template lacks mount.{key}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_values_are_refused_by_name() {
+        let mut c = MountConfig {
+            threads: 0,
+            ..MountConfig::default()
+        };
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("mount.threads"));
+        c.threads = 4;
+        c.max_write = farcache_config::ByteSize::mib(2);
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("mount.max_write"));
+        let e = toml::from_str::<File>("[mount]\nthreds = 3")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("threds"), "{e}");
+    }
+}

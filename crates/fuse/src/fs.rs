@@ -1,0 +1,694 @@
+//! [`Passthrough`]: the FUSE file system. This file holds the state, the helpers every
+//! operation shares, and the `fuser::Filesystem` glue — the one place where `io::Error`
+//! becomes an errno for the application. The operations themselves are in `ops_*.rs`, each
+//! returning the backing system call's own error.
+
+use std::ffi::{CStr, OsStr};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use farcache_engine::{
+    BackingFile, BackingOptions, DataPath, FileId, Generation as DataGeneration, Identities,
+};
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle as Fh, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+
+use crate::config::MountConfig;
+use crate::handles::{DirHandle, FileHandle, Handles};
+use crate::inode::{Inode, InodeTable};
+use crate::sys;
+
+pub(crate) struct Passthrough {
+    pub(crate) inodes: InodeTable,
+    pub(crate) files: Handles<FileHandle>,
+    pub(crate) dirs: Handles<DirHandle>,
+    pub(crate) data: Arc<dyn DataPath>,
+    pub(crate) ids: Identities,
+    pub(crate) backing_opts: BackingOptions,
+    pub(crate) attr_ttl: Duration,
+    pub(crate) entry_ttl: Duration,
+    pub(crate) keep_cache: bool,
+    pub(crate) readdirplus: bool,
+    pub(crate) max_write: u32,
+    pub(crate) max_background: u16,
+    /// We run as root: inodes we create are given to the calling user.
+    pub(crate) chown_new: bool,
+}
+
+/// An unknown node id or handle: the kernel and we disagree, which is a bug somewhere.
+pub(crate) fn stale() -> io::Error {
+    sys::err(libc::ESTALE)
+}
+
+fn errno(e: io::Error) -> Errno {
+    match e.raw_os_error() {
+        Some(n) if n > 0 => Errno::from_i32(n),
+        _ => {
+            tracing::debug!("error without an OS code answered as EIO: {e}");
+            Errno::EIO
+        }
+    }
+}
+
+impl Passthrough {
+    pub(crate) fn new(
+        root: &Path,
+        cfg: &MountConfig,
+        data: Arc<dyn DataPath>,
+    ) -> io::Result<Passthrough> {
+        let c = sys::cname(root.as_os_str())?;
+        let at_cwd = unsafe_at_fdcwd();
+        let fd = sys::openat(at_cwd, &c, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+        let st = sys::fstat(fd.as_fd())?;
+        Ok(Passthrough {
+            inodes: InodeTable::new(
+                fd,
+                &st,
+                usize::try_from(cfg.max_inodes).unwrap_or(usize::MAX),
+            ),
+            files: Handles::new(usize::try_from(cfg.max_open_handles).unwrap_or(usize::MAX)),
+            dirs: Handles::new(usize::try_from(cfg.max_open_handles).unwrap_or(usize::MAX)),
+            data,
+            ids: Identities::new(),
+            backing_opts: BackingOptions {
+                direct_io: cfg.direct_io_backing,
+            },
+            attr_ttl: cfg.attr_timeout.get(),
+            entry_ttl: cfg.entry_timeout.get(),
+            keep_cache: cfg.keep_cache,
+            readdirplus: cfg.readdirplus,
+            max_write: u32::try_from(cfg.max_write.bytes()).unwrap_or(u32::MAX),
+            max_background: cfg.max_background,
+            chown_new: sys::is_root(),
+        })
+    }
+
+    pub(crate) fn inode(&self, ino: INodeNo) -> io::Result<Arc<Inode>> {
+        self.inodes.get(ino.0).ok_or_else(stale)
+    }
+
+    pub(crate) fn file(&self, fh: Fh) -> io::Result<Arc<FileHandle>> {
+        self.files.get(fh.0).ok_or_else(|| sys::err(libc::EBADF))
+    }
+
+    pub(crate) fn dir(&self, fh: Fh) -> io::Result<Arc<DirHandle>> {
+        self.dirs.get(fh.0).ok_or_else(|| sys::err(libc::EBADF))
+    }
+
+    pub(crate) fn attr(&self, nodeid: u64, st: &libc::stat) -> FileAttr {
+        FileAttr {
+            ino: INodeNo(nodeid),
+            size: st.st_size as u64,
+            blocks: st.st_blocks as u64,
+            atime: systime(st.st_atime, st.st_atime_nsec),
+            mtime: systime(st.st_mtime, st.st_mtime_nsec),
+            ctime: systime(st.st_ctime, st.st_ctime_nsec),
+            crtime: UNIX_EPOCH,
+            kind: kind(st.st_mode),
+            perm: (st.st_mode & 0o7777) as u16,
+            nlink: st.st_nlink as u32,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            // The kernel's 32-bit device encoding equals glibc's for the low 32 bits.
+            rdev: st.st_rdev as u32,
+            blksize: st.st_blksize as u32,
+            flags: 0,
+        }
+    }
+
+    /// Look `name` up in `parent` and count one kernel reference to it.
+    pub(crate) fn entry_of(
+        &self,
+        parent: &Inode,
+        name: &CStr,
+    ) -> io::Result<(Arc<Inode>, FileAttr)> {
+        let fd = sys::openat(parent.fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        let st = sys::fstat(fd.as_fd())?;
+        let inode = self.inodes.lookup(fd, &st)?;
+        let attr = self.attr(inode.nodeid, &st);
+        Ok((inode, attr))
+    }
+
+    /// Give a just-created inode (`fd`, in `parent`) to the calling user, as the kernel does
+    /// for a local file system. The group is the caller's unless the parent directory is
+    /// set-group-id (then the backing file system already gave it the directory's group).
+    pub(crate) fn give_to_caller(
+        &self,
+        req: &Request,
+        parent: &Inode,
+        fd: BorrowedFd<'_>,
+    ) -> io::Result<()> {
+        if !self.chown_new || (req.uid() == 0 && req.gid() == 0) {
+            return Ok(());
+        }
+        let pst = sys::fstat(parent.fd())?;
+        let gid = if pst.st_mode & libc::S_ISGID != 0 {
+            u32::MAX
+        } else {
+            req.gid()
+        };
+        sys::fchown(fd, req.uid(), gid)
+    }
+
+    /// Wrap `file`, opened on `inode` with access mode `accmode`, for the data path.
+    pub(crate) fn backing(
+        &self,
+        inode: &Inode,
+        file: File,
+        accmode: i32,
+    ) -> io::Result<BackingFile> {
+        let id = match inode.file_id.get() {
+            Some(id) => *id,
+            None => {
+                let id = self.ids.identify(&file)?;
+                *inode.file_id.get_or_init(|| id)
+            }
+        };
+        Ok(BackingFile::new(id, file, accmode, &self.backing_opts))
+    }
+
+    /// The identity of a regular file that has just lost its last name, for `forget`.
+    pub(crate) fn identity_of_unlinked(
+        &self,
+        dev: u64,
+        ino: u64,
+        fd: BorrowedFd<'_>,
+    ) -> Option<FileId> {
+        if let Some(id) = self
+            .inodes
+            .find(dev, ino)
+            .and_then(|i| i.file_id.get().copied())
+        {
+            return Some(id);
+        }
+        // Never opened through this mount (or forgotten since): only a file-system generation
+        // can name blocks cached under it; a process-local one died with its inode record.
+        let f = sys::reopen(fd, libc::O_RDONLY | libc::O_NONBLOCK).ok()?;
+        let g = farcache_engine::identity::fs_generation(f.as_fd())?;
+        Some(FileId {
+            dev,
+            ino,
+            generation: DataGeneration::Fs(g),
+        })
+    }
+}
+
+/// `AT_FDCWD` as a borrowed descriptor, for `*at` calls on absolute or relative paths.
+pub(crate) fn unsafe_at_fdcwd() -> BorrowedFd<'static> {
+    // SAFETY: AT_FDCWD is a sentinel the *at system calls accept in place of a descriptor;
+    // it is never closed or read through.
+    unsafe { BorrowedFd::borrow_raw(libc::AT_FDCWD) }
+}
+
+fn systime(secs: i64, nsecs: i64) -> SystemTime {
+    let nsecs = nsecs.clamp(0, 999_999_999) as u32;
+    if secs >= 0 {
+        UNIX_EPOCH + Duration::new(secs as u64, nsecs)
+    } else {
+        UNIX_EPOCH - Duration::new(secs.unsigned_abs(), 0) + Duration::new(0, nsecs)
+    }
+}
+
+pub(crate) fn kind(mode: u32) -> FileType {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => FileType::Directory,
+        libc::S_IFLNK => FileType::Symlink,
+        libc::S_IFIFO => FileType::NamedPipe,
+        libc::S_IFSOCK => FileType::Socket,
+        libc::S_IFCHR => FileType::CharDevice,
+        libc::S_IFBLK => FileType::BlockDevice,
+        _ => FileType::RegularFile,
+    }
+}
+
+pub(crate) fn timespec(t: Option<TimeOrNow>) -> libc::timespec {
+    match t {
+        None => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        Some(TimeOrNow::Now) => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
+        Some(TimeOrNow::SpecificTime(t)) => match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => libc::timespec {
+                tv_sec: d.as_secs() as i64,
+                tv_nsec: i64::from(d.subsec_nanos()),
+            },
+            Err(e) => {
+                let d = e.duration();
+                let mut s = -(d.as_secs() as i64);
+                let mut ns = -i64::from(d.subsec_nanos());
+                if ns < 0 {
+                    s -= 1;
+                    ns += 1_000_000_000;
+                }
+                libc::timespec {
+                    tv_sec: s,
+                    tv_nsec: ns,
+                }
+            }
+        },
+    }
+}
+
+macro_rules! answer {
+    ($reply:expr, $res:expr, |$v:pat_param| $ok:expr) => {
+        match $res {
+            Ok($v) => $ok,
+            Err(e) => $reply.error(errno(e)),
+        }
+    };
+}
+
+impl Filesystem for Passthrough {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        if let Err(n) = config.set_max_write(self.max_write) {
+            let _ = config.set_max_write(n);
+        }
+        let _ = config.set_max_background(self.max_background);
+        let _ =
+            config.set_congestion_threshold((u32::from(self.max_background) * 3 / 4).max(1) as u16);
+        let mut want = vec![
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_CACHE_SYMLINKS,
+            InitFlags::FUSE_ASYNC_DIO,
+            InitFlags::FUSE_ATOMIC_O_TRUNC,
+        ];
+        if self.readdirplus {
+            want.push(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+        }
+        for f in want {
+            if let Err(missing) = config.add_capabilities(f) {
+                tracing::debug!("kernel lacks FUSE capability {missing:?}");
+            }
+        }
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        tracing::debug!(
+            "session ends: {} inodes known, {} files and {} directories open",
+            self.inodes.len(),
+            self.files.len(),
+            self.dirs.len()
+        );
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        answer!(reply, self.do_lookup(parent, name), |(_, a)| reply
+            .entry_with_ttls(
+                &self.attr_ttl,
+                &self.entry_ttl,
+                &a,
+                Generation(0)
+            ))
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.inodes.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<Fh>, reply: ReplyAttr) {
+        answer!(reply, self.do_getattr(ino, fh), |a| reply
+            .attr(&self.attr_ttl, &a))
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<Fh>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = crate::ops_attr::SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+        };
+        answer!(reply, self.do_setattr(ino, fh, &set), |a| reply
+            .attr(&self.attr_ttl, &a))
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        answer!(
+            reply,
+            self.inode(ino).and_then(|i| sys::readlink(i.fd())),
+            |t| reply.data(&t)
+        )
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        answer!(reply, self.do_mknod(req, parent, name, mode, rdev), |a| {
+            self.entry(reply, &a)
+        })
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        answer!(reply, self.do_mkdir(req, parent, name, mode), |a| self
+            .entry(reply, &a))
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        answer!(reply, self.do_unlink(parent, name), |()| reply.ok())
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        answer!(reply, self.do_rmdir(parent, name), |()| reply.ok())
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        answer!(
+            reply,
+            self.do_symlink(req, parent, link_name, target),
+            |a| self.entry(reply, &a)
+        )
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        answer!(
+            reply,
+            self.do_rename(parent, name, newparent, newname, flags.bits()),
+            |()| reply.ok()
+        )
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        answer!(reply, self.do_link(ino, newparent, newname), |a| self
+            .entry(reply, &a))
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        answer!(reply, self.do_open(ino, flags.0), |fh| reply
+            .opened(Fh(fh), self.fopen_flags()))
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: Fh,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        answer!(reply, self.do_read(fh, offset, size), |d| reply.data(&d))
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: Fh,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        answer!(reply, self.do_write(fh, offset, data), |n| reply.written(n))
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: Fh,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Writes are already on the backing file when they are acknowledged; locks are the
+        // kernel's (no POSIX lock capability is negotiated). Nothing to flush.
+        answer!(reply, self.file(fh), |_| reply.ok())
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: Fh,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.files.remove(fh.0);
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: Fh, datasync: bool, reply: ReplyEmpty) {
+        answer!(
+            reply,
+            self.file(fh)
+                .and_then(|h| self.data.fsync(&h.backing, datasync)),
+            |()| reply.ok()
+        )
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        answer!(reply, self.do_opendir(ino), |fh| reply
+            .opened(Fh(fh), FopenFlags::empty()))
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: Fh,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        match self.do_readdir(fh, offset, &mut reply) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: Fh,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        match self.do_readdirplus(fh, offset, &mut reply) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: Fh,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.remove(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, fh: Fh, datasync: bool, reply: ReplyEmpty) {
+        answer!(
+            reply,
+            self.dir(fh)
+                .and_then(|d| sys::fsync_fd(d.fd.lock().as_fd(), datasync)),
+            |()| reply.ok()
+        )
+    }
+
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        answer!(
+            reply,
+            self.inode(ino).and_then(|i| sys::fstatvfs(i.fd())),
+            |s| reply.statfs(
+                s.f_blocks,
+                s.f_bfree,
+                s.f_bavail,
+                s.f_files,
+                s.f_ffree,
+                s.f_bsize as u32,
+                s.f_namemax as u32,
+                s.f_frsize as u32,
+            )
+        )
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        answer!(reply, self.do_setxattr(ino, name, value, flags), |()| reply
+            .ok())
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        answer!(reply, self.do_getxattr(ino, name, size), |v| match v {
+            crate::ops_attr::XattrAnswer::Size(n) => reply.size(n),
+            crate::ops_attr::XattrAnswer::Data(d) => reply.data(&d),
+        })
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        answer!(reply, self.do_listxattr(ino, size), |v| match v {
+            crate::ops_attr::XattrAnswer::Size(n) => reply.size(n),
+            crate::ops_attr::XattrAnswer::Data(d) => reply.data(&d),
+        })
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        answer!(reply, self.do_removexattr(ino, name), |()| reply.ok())
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        answer!(
+            reply,
+            self.inode(ino)
+                .and_then(|i| sys::faccess(i.fd(), mask.bits())),
+            |()| reply.ok()
+        )
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        answer!(
+            reply,
+            self.do_create(req, parent, name, mode, flags),
+            |(a, fh)| reply.created(
+                &self.attr_ttl,
+                &a,
+                Generation(0),
+                Fh(fh),
+                self.fopen_flags()
+            )
+        )
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: Fh,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        answer!(reply, self.do_fallocate(fh, offset, length, mode), |()| {
+            reply.ok()
+        })
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: Fh,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        answer!(
+            reply,
+            self.file(fh)
+                .and_then(|h| sys::lseek(h.backing.file().as_fd(), offset, whence)),
+            |o| reply.offset(o)
+        )
+    }
+}
+
+impl Passthrough {
+    fn entry(&self, reply: ReplyEntry, a: &FileAttr) {
+        reply.entry_with_ttls(&self.attr_ttl, &self.entry_ttl, a, Generation(0))
+    }
+
+    fn fopen_flags(&self) -> FopenFlags {
+        if self.keep_cache {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        }
+    }
+}

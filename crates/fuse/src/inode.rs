@@ -1,0 +1,286 @@
+//! The inode table: FUSE node ids ↔ backing inodes.
+//!
+//! Each inode the kernel knows (from a lookup, create, mkdir, ... until it forgets it) holds an
+//! `O_PATH` descriptor of its backing inode, as libfuse's passthrough_hp does. Every
+//! operation then starts from that descriptor, never from a path, so:
+//! - a rename anywhere (of the file, or of any directory above it) needs no bookkeeping: the
+//!   descriptor still names the same inode;
+//! - hard links are one inode: the table is keyed by the backing `(st_dev, st_ino)`, so every
+//!   name of a file maps to one node id, and the kernel sees them as one inode;
+//! - an unlinked file still open, or still known to the kernel, stays reachable;
+//! - a backing inode number cannot be reused while we hold it: our descriptor keeps the inode
+//!   alive, so `(dev, ino)` in the table always means the inode we opened.
+//!
+//! Node ids: the root is 1. Any other inode on the root's device gets its backing inode number
+//! as node id (so `st_ino` and `d_ino` through the mount equal the backing ones); inodes on
+//! other devices under the backing directory, and a backing inode numbered 1, get synthetic
+//! ids from 2^63 up. The kernel's lookup counts decide when an entry goes: `forget` brings
+//! the count to zero and closes the descriptor.
+//!
+//! Cost: one descriptor per known inode. The mount raises RLIMIT_NOFILE at start; the kernel
+//! forgets inodes under memory pressure.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::{Arc, OnceLock};
+
+use farcache_engine::FileId;
+use parking_lot::RwLock;
+
+pub(crate) const ROOT_ID: u64 = 1;
+const SYNTHETIC_BASE: u64 = 1 << 63;
+
+/// One backing inode known to the kernel.
+#[derive(Debug)]
+pub(crate) struct Inode {
+    pub(crate) nodeid: u64,
+    /// `O_PATH | O_NOFOLLOW` descriptor of the backing inode.
+    fd: OwnedFd,
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    /// `st_mode & S_IFMT`: a backing inode never changes type.
+    pub(crate) fmt: u32,
+    /// The data identity, set at the first open of a regular file (the generation ioctl
+    /// needs a real open file).
+    pub(crate) file_id: OnceLock<FileId>,
+}
+
+impl Inode {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+    pub(crate) fn is_dir(&self) -> bool {
+        self.fmt == libc::S_IFDIR
+    }
+    pub(crate) fn is_symlink(&self) -> bool {
+        self.fmt == libc::S_IFLNK
+    }
+    pub(crate) fn is_reg(&self) -> bool {
+        self.fmt == libc::S_IFREG
+    }
+}
+
+struct Entry {
+    inode: Arc<Inode>,
+    /// The kernel's lookup count. The root is pinned and never removed.
+    nlookup: u64,
+}
+
+#[derive(Default)]
+struct Maps {
+    by_node: HashMap<u64, Entry>,
+    by_key: HashMap<(u64, u64), u64>,
+    next_synthetic: u64,
+}
+
+pub(crate) struct InodeTable {
+    maps: RwLock<Maps>,
+    root_dev: u64,
+    root_ino: u64,
+    max_inodes: usize,
+}
+
+impl InodeTable {
+    /// A table holding the root, from its `O_PATH` descriptor and stat.
+    pub(crate) fn new(root_fd: OwnedFd, st: &libc::stat, max_inodes: usize) -> InodeTable {
+        let root = Arc::new(Inode {
+            nodeid: ROOT_ID,
+            fd: root_fd,
+            dev: st.st_dev,
+            ino: st.st_ino,
+            fmt: st.st_mode & libc::S_IFMT,
+            file_id: OnceLock::new(),
+        });
+        let mut maps = Maps {
+            next_synthetic: SYNTHETIC_BASE,
+            ..Maps::default()
+        };
+        maps.by_key.insert((st.st_dev, st.st_ino), ROOT_ID);
+        maps.by_node.insert(
+            ROOT_ID,
+            Entry {
+                inode: root,
+                nlookup: 1,
+            },
+        );
+        InodeTable {
+            maps: RwLock::new(maps),
+            root_dev: st.st_dev,
+            root_ino: st.st_ino,
+            max_inodes,
+        }
+    }
+
+    pub(crate) fn get(&self, nodeid: u64) -> Option<Arc<Inode>> {
+        self.maps
+            .read()
+            .by_node
+            .get(&nodeid)
+            .map(|e| e.inode.clone())
+    }
+
+    /// The inode known for backing `(dev, ino)`, if any.
+    pub(crate) fn find(&self, dev: u64, ino: u64) -> Option<Arc<Inode>> {
+        let m = self.maps.read();
+        m.by_key
+            .get(&(dev, ino))
+            .and_then(|n| m.by_node.get(n))
+            .map(|e| e.inode.clone())
+    }
+
+    /// Count one lookup of the inode `fd` (an `O_PATH` descriptor with stat `st`) refers to:
+    /// the known entry if there is one (and `fd` is closed), else a new entry. Fails with
+    /// ENFILE when the table is full.
+    pub(crate) fn lookup(&self, fd: OwnedFd, st: &libc::stat) -> std::io::Result<Arc<Inode>> {
+        let key = (st.st_dev, st.st_ino);
+        let mut m = self.maps.write();
+        if let Some(&n) = m.by_key.get(&key) {
+            let e = m.by_node.get_mut(&n).expect("by_key and by_node agree");
+            e.nlookup += 1;
+            return Ok(e.inode.clone());
+        }
+        if m.by_node.len() >= self.max_inodes {
+            return Err(std::io::Error::from_raw_os_error(libc::ENFILE));
+        }
+        let nodeid = match self.direct_nodeid(st.st_dev, st.st_ino) {
+            Some(n) => n,
+            None => {
+                let n = m.next_synthetic;
+                m.next_synthetic += 1;
+                n
+            }
+        };
+        debug_assert!(!m.by_node.contains_key(&nodeid), "node id {nodeid} in use");
+        let inode = Arc::new(Inode {
+            nodeid,
+            fd,
+            dev: st.st_dev,
+            ino: st.st_ino,
+            fmt: st.st_mode & libc::S_IFMT,
+            file_id: OnceLock::new(),
+        });
+        m.by_key.insert(key, nodeid);
+        m.by_node.insert(
+            nodeid,
+            Entry {
+                inode: inode.clone(),
+                nlookup: 1,
+            },
+        );
+        Ok(inode)
+    }
+
+    /// The kernel dropped `n` lookups of `nodeid`.
+    pub(crate) fn forget(&self, nodeid: u64, n: u64) {
+        if nodeid == ROOT_ID {
+            return;
+        }
+        let mut m = self.maps.write();
+        let Some(e) = m.by_node.get_mut(&nodeid) else {
+            tracing::debug!("forget of unknown node {nodeid}");
+            return;
+        };
+        e.nlookup = e.nlookup.saturating_sub(n);
+        if e.nlookup == 0 {
+            let e = m.by_node.remove(&nodeid).expect("present");
+            m.by_key.remove(&(e.inode.dev, e.inode.ino));
+        }
+    }
+
+    /// The node id a directory entry with backing inode number `ino` (on the root's device)
+    /// has or would get — for `d_ino` in readdir, without a lookup.
+    pub(crate) fn dirent_ino(&self, ino: u64) -> u64 {
+        if ino == self.root_ino {
+            return ROOT_ID;
+        }
+        match self.direct_nodeid(self.root_dev, ino) {
+            Some(n) => n,
+            None => self
+                .maps
+                .read()
+                .by_key
+                .get(&(self.root_dev, ino))
+                .copied()
+                .unwrap_or(ino),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.maps.read().by_node.len()
+    }
+
+    fn direct_nodeid(&self, dev: u64, ino: u64) -> Option<u64> {
+        if (dev, ino) == (self.root_dev, self.root_ino) {
+            return Some(ROOT_ID);
+        }
+        (dev == self.root_dev && ino != ROOT_ID && ino < SYNTHETIC_BASE && ino != 0).then_some(ino)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open_path(p: &std::path::Path) -> (OwnedFd, libc::stat) {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        let fd = crate::sys::openat(
+            // SAFETY: AT_FDCWD is a valid "descriptor" for *at calls.
+            unsafe { BorrowedFd::borrow_raw(libc::AT_FDCWD) },
+            &c,
+            libc::O_PATH | libc::O_NOFOLLOW,
+            0,
+        )
+        .unwrap();
+        let st = crate::sys::fstat(fd.as_fd()).unwrap();
+        (fd, st)
+    }
+
+    #[test]
+    fn hard_links_share_a_node_and_forget_counts_lookups() {
+        let d = std::env::temp_dir().join(format!("farcache-inode-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("a"), b"x").unwrap();
+        std::fs::hard_link(d.join("a"), d.join("b")).unwrap();
+        let (rfd, rst) = open_path(&d);
+        let t = InodeTable::new(rfd, &rst, 100);
+        let (fa, sa) = open_path(&d.join("a"));
+        let (fb, sb) = open_path(&d.join("b"));
+        let a = t.lookup(fa, &sa).unwrap();
+        let b = t.lookup(fb, &sb).unwrap();
+        assert_eq!(a.nodeid, b.nodeid);
+        assert_eq!(
+            a.nodeid, sa.st_ino,
+            "same-device inodes keep their inode number"
+        );
+        assert_eq!(t.len(), 2);
+        t.forget(a.nodeid, 1);
+        assert!(t.get(a.nodeid).is_some(), "one lookup left");
+        t.forget(a.nodeid, 1);
+        assert!(t.get(a.nodeid).is_none());
+        assert!(t.find(sa.st_dev, sa.st_ino).is_none());
+        t.forget(ROOT_ID, 100);
+        assert!(t.get(ROOT_ID).is_some(), "the root is pinned");
+        assert_eq!(t.dirent_ino(rst.st_ino), ROOT_ID);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_full_table_refuses_new_inodes_but_counts_known_ones() {
+        let d = std::env::temp_dir().join(format!("farcache-inode-full-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("a"), b"x").unwrap();
+        std::fs::write(d.join("b"), b"x").unwrap();
+        let (rfd, rst) = open_path(&d);
+        let t = InodeTable::new(rfd, &rst, 2);
+        let (fa, sa) = open_path(&d.join("a"));
+        t.lookup(fa, &sa).unwrap();
+        let (fb, sb) = open_path(&d.join("b"));
+        assert_eq!(
+            t.lookup(fb, &sb).unwrap_err().raw_os_error(),
+            Some(libc::ENFILE)
+        );
+        let (fa2, sa2) = open_path(&d.join("a"));
+        assert!(t.lookup(fa2, &sa2).is_ok());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

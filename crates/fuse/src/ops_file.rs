@@ -1,0 +1,58 @@
+//! Open files: open, read, write, fallocate. Every byte goes through the data path
+//! (`farcache_engine::DataPath`); this file only finds the handle and checks access.
+
+use std::fs::File;
+use std::io;
+
+use farcache_engine::Bytes;
+use fuser::{FileHandle as Fh, INodeNo};
+
+use crate::fs::Passthrough;
+use crate::handles::FileHandle;
+use crate::ops_entry::backing_open_flags;
+use crate::sys;
+
+impl Passthrough {
+    pub(crate) fn do_open(&self, ino: INodeNo, flags: i32) -> io::Result<u64> {
+        let inode = self.inode(ino)?;
+        let accmode = flags & libc::O_ACCMODE;
+        let fd = sys::reopen(inode.fd(), backing_open_flags(flags))?;
+        let backing = self.backing(&inode, File::from(fd), accmode)?;
+        // With atomic O_TRUNC negotiated the kernel leaves truncation on open to us.
+        if flags & libc::O_TRUNC != 0 {
+            self.truncate(&inode, Some(&backing), 0)?;
+        }
+        self.files.insert(FileHandle { backing })
+    }
+
+    pub(crate) fn do_read(&self, fh: Fh, offset: u64, size: u32) -> io::Result<Bytes> {
+        let h = self.file(fh)?;
+        if !h.backing.readable() {
+            return Err(sys::err(libc::EBADF));
+        }
+        self.data.read(&h.backing, offset, size as usize)
+    }
+
+    pub(crate) fn do_write(&self, fh: Fh, offset: u64, data: &[u8]) -> io::Result<u32> {
+        let h = self.file(fh)?;
+        if !h.backing.writable() {
+            return Err(sys::err(libc::EBADF));
+        }
+        let n = self.data.write(&h.backing, offset, data)?;
+        Ok(u32::try_from(n).expect("a FUSE write is at most max_write bytes"))
+    }
+
+    pub(crate) fn do_fallocate(
+        &self,
+        fh: Fh,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> io::Result<()> {
+        let h = self.file(fh)?;
+        if !h.backing.writable() {
+            return Err(sys::err(libc::EBADF));
+        }
+        self.data.fallocate(&h.backing, mode, offset, length)
+    }
+}
