@@ -8,9 +8,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use farcache_wire::{
-    decode_response, encode_hello, encode_keys, encode_put, encode_raw, split_frame, ErrorFrame,
-    Hello, HelloOk, Key, Limits, Opcode, PutStatus, Response, HEADER_BYTES, PROTOCOL_VERSION_MAX,
-    PROTOCOL_VERSION_MIN,
+    decode_response, encode_hello, encode_keys, encode_put, encode_raw, split_frame, ErrorFrame, Hello, HelloOk, Key,
+    Limits, Opcode, PutStatus, Response, HEADER_BYTES, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
 };
 
 use crate::error::IoContext;
@@ -43,10 +42,8 @@ impl FcClient<TcpStream> {
     pub fn connect(addr: SocketAddr, tenant: &str) -> Result<Self> {
         let s = TcpStream::connect(addr).ctx(|| format!("connect to farcache server {addr}"))?;
         s.set_nodelay(true).ctx(|| "TCP_NODELAY".into())?;
-        s.set_read_timeout(Some(IO_TIMEOUT))
-            .ctx(|| "read timeout".into())?;
-        s.set_write_timeout(Some(IO_TIMEOUT))
-            .ctx(|| "write timeout".into())?;
+        s.set_read_timeout(Some(IO_TIMEOUT)).ctx(|| "read timeout".into())?;
+        s.set_write_timeout(Some(IO_TIMEOUT)).ctx(|| "write timeout".into())?;
         FcClient::handshake(s, tenant)
     }
 }
@@ -71,12 +68,7 @@ impl<S: Read + Write> FcClient<S> {
             next_id: 1,
         };
         let id = c.id();
-        let hello = Hello {
-            min_version: PROTOCOL_VERSION_MIN,
-            max_version: PROTOCOL_VERSION_MAX,
-            tenant,
-            secret: b"",
-        };
+        let hello = Hello { min_version: PROTOCOL_VERSION_MIN, max_version: PROTOCOL_VERSION_MAX, tenant, secret: b"" };
         encode_hello(&mut c.tx, id, &hello);
         c.send()?;
         let ok = c.recv(id, |r| match r {
@@ -99,10 +91,7 @@ impl<S: Read + Write> FcClient<S> {
     }
 
     fn send(&mut self) -> Result<()> {
-        let r = self
-            .stream
-            .write_all(&self.tx)
-            .ctx(|| "send to farcache server".into());
+        let r = self.stream.write_all(&self.tx).ctx(|| "send to farcache server".into());
         self.tx.clear();
         r
     }
@@ -114,25 +103,15 @@ impl<S: Read + Write> FcClient<S> {
                 break x;
             }
             let want =
-                farcache_wire::check_len_prefix(self.rx.data(), self.limits.max_frame_bytes)?
-                    .unwrap_or(HEADER_BYTES);
-            self.rx
-                .fill(&mut self.stream, want)
-                .ctx(|| "receive from farcache server".into())?;
+                farcache_wire::check_len_prefix(self.rx.data(), self.limits.max_frame_bytes)?.unwrap_or(HEADER_BYTES);
+            self.rx.fill(&mut self.stream, want).ctx(|| "receive from farcache server".into())?;
         };
         let body = &self.rx.data()[HEADER_BYTES..n];
         let resp = decode_response(&h, body, &self.limits)?;
         let out = match resp {
-            Response::Error(ErrorFrame {
-                code,
-                fatal,
-                message,
-            }) => Err(BenchError::Refused {
+            Response::Error(ErrorFrame { code, fatal, message }) => Err(BenchError::Refused {
                 system: SYSTEM,
-                msg: format!(
-                    "ERROR {code:?}{}: {message}",
-                    if fatal { " (fatal)" } else { "" }
-                ),
+                msg: format!("ERROR {code:?}{}: {message}", if fatal { " (fatal)" } else { "" }),
             }),
             _ if h.request_id != id => Err(BenchError::Protocol {
                 system: SYSTEM,
@@ -167,15 +146,8 @@ impl<S: Read + Write> FcClient<S> {
         self.send()?;
         self.recv(id, |r| match r {
             Response::PutOk(st) if st.len() == entries.len() => {
-                let stored = st
-                    .as_slice()
-                    .iter()
-                    .filter(|&&b| b == PutStatus::Stored as u8)
-                    .count() as u64;
-                Ok(PutCounts {
-                    stored,
-                    rejected: entries.len() as u64 - stored,
-                })
+                let stored = st.as_slice().iter().filter(|&&b| b == PutStatus::Stored as u8).count() as u64;
+                Ok(PutCounts { stored, rejected: entries.len() as u64 - stored })
             }
             other => Err(unexpected("PUT_OK with one status per entry", &other)),
         })
@@ -203,10 +175,7 @@ fn unexpected(wanted: &str, got: &Response<'_>) -> BenchError {
         Response::Pong(_) => "PONG".into(),
         Response::Error(e) => format!("ERROR {:?}", e.code),
     };
-    BenchError::Protocol {
-        system: SYSTEM,
-        msg: format!("expected {wanted}, got {got}"),
-    }
+    BenchError::Protocol { system: SYSTEM, msg: format!("expected {wanted}, got {got}") }
 }
 
 #[cfg(test)]
@@ -241,10 +210,7 @@ mod tests {
             ];
             assert_eq!(sent, want);
             let ok = c.hello_ok();
-            assert_eq!(
-                (ok.max_batch, ok.max_frame_bytes, ok.max_value_bytes),
-                (253, 1 << 20, 4096)
-            );
+            assert_eq!((ok.max_batch, ok.max_frame_bytes, ok.max_value_bytes), (253, 1 << 20, 4096));
             assert_eq!(ok.instance_id, 0x1122_3344_5566_7788);
         }
     }
@@ -264,15 +230,11 @@ mod tests {
         c.stream.output.clear();
         let keys = [Key::new(7, 1, 0), Key::new(7, 2, 3)];
         let mut got = Vec::new();
-        c.get(&keys, |i, v| got.push((i, v.map(|v| v.to_vec()))))
-            .unwrap();
+        c.get(&keys, |i, v| got.push((i, v.map(|v| v.to_vec())))).unwrap();
         assert_eq!(got, vec![(0, Some(b"abc".to_vec())), (1, None)]);
         let sent = &c.stream.output;
         assert_eq!(sent.len(), HEADER_BYTES + 4 + 2 * 32);
-        assert_eq!(
-            &sent[0..16],
-            &[80, 0, 0, 0, 0x02, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]
-        );
+        assert_eq!(&sent[0..16], &[80, 0, 0, 0, 0x02, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(&sent[16..20], &[2, 0, 0, 0]);
         assert_eq!(sent[20], 7, "file id, little-endian");
         assert_eq!(sent[20 + 16], 1, "block of the first key");
@@ -284,89 +246,15 @@ mod tests {
     fn put_statuses_and_server_errors() {
         let mut input = hello_ok_fixture();
         // PUT_OK for request 2: [Stored, NoSpace].
-        input.extend_from_slice(&[
-            12 + 4 + 2,
-            0,
-            0,
-            0,
-            0x83,
-            0,
-            0,
-            0,
-            2,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            2,
-            0,
-            0,
-            0,
-            0,
-            2,
-        ]);
+        input.extend_from_slice(&[12 + 4 + 2, 0, 0, 0, 0x83, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 2]);
         // ERROR for request 3: Busy (6), non-fatal, "no".
-        input.extend_from_slice(&[
-            12 + 6,
-            0,
-            0,
-            0,
-            0xFF,
-            0,
-            0,
-            0,
-            3,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            6,
-            0,
-            2,
-            0,
-            b'n',
-            b'o',
-        ]);
+        input.extend_from_slice(&[12 + 6, 0, 0, 0, 0xFF, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 6, 0, 2, 0, b'n', b'o']);
         // An answer to the wrong request id.
-        input.extend_from_slice(&[
-            12 + 4 + 1,
-            0,
-            0,
-            0,
-            0x83,
-            0,
-            0,
-            0,
-            9,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            1,
-            0,
-            0,
-            0,
-            0,
-        ]);
+        input.extend_from_slice(&[12 + 4 + 1, 0, 0, 0, 0x83, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0]);
         let mut c = FcClient::handshake(Mock::new(input, 3), "t").unwrap();
         let v = [1u8; 10];
         let k = Key::new(1, 1, 0);
-        assert_eq!(
-            c.put(&[(k, &v), (k, &v)]).unwrap(),
-            PutCounts {
-                stored: 1,
-                rejected: 1
-            }
-        );
+        assert_eq!(c.put(&[(k, &v), (k, &v)]).unwrap(), PutCounts { stored: 1, rejected: 1 });
         let e = c.put(&[(k, &v)]).unwrap_err().to_string();
         assert!(e.contains("Busy") && e.contains("no"), "{e}");
         let e = c.put(&[(k, &v)]).unwrap_err().to_string();
@@ -378,29 +266,7 @@ mod tests {
     #[test]
     fn a_values_frame_of_the_wrong_length_is_refused() {
         let mut input = hello_ok_fixture();
-        input.extend_from_slice(&[
-            12 + 4 + 1,
-            0,
-            0,
-            0,
-            0x82,
-            0,
-            0,
-            0,
-            2,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            1,
-            0,
-            0,
-            0,
-            0,
-        ]);
+        input.extend_from_slice(&[12 + 4 + 1, 0, 0, 0, 0x82, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0]);
         let mut c = FcClient::handshake(Mock::new(input, 64), "t").unwrap();
         let keys = [Key::new(1, 1, 0), Key::new(1, 2, 0)];
         let e = c.get(&keys, |_, _| {}).unwrap_err().to_string();

@@ -104,11 +104,8 @@ impl Conn for FcConn {
         for (&id, v) in ids.iter().zip(self.values.chunks_exact_mut(VALUE_BYTES)) {
             fill_value(id, v);
         }
-        let entries: Vec<(Key, &[u8])> = ids
-            .iter()
-            .zip(self.values.chunks_exact(VALUE_BYTES))
-            .map(|(&id, v)| (fc_key(id), v))
-            .collect();
+        let entries: Vec<(Key, &[u8])> =
+            ids.iter().zip(self.values.chunks_exact(VALUE_BYTES)).map(|(&id, v)| (fc_key(id), v)).collect();
         t.put(self.client.put(&entries)?);
         Ok(())
     }
@@ -129,11 +126,7 @@ impl Conn for McConn {
         for (&id, v) in ids.iter().zip(self.values.chunks_exact_mut(VALUE_BYTES)) {
             fill_value(id, v);
         }
-        let entries: Vec<(u64, &[u8])> = ids
-            .iter()
-            .copied()
-            .zip(self.values.chunks_exact(VALUE_BYTES))
-            .collect();
+        let entries: Vec<(u64, &[u8])> = ids.iter().copied().zip(self.values.chunks_exact(VALUE_BYTES)).collect();
         t.put(self.client.set(&entries)?);
         Ok(())
     }
@@ -144,16 +137,9 @@ pub fn connect(target: Target) -> Result<Box<dyn Conn>> {
     Ok(match target {
         Target::Farcache(addr) => {
             let client = FcClient::connect(addr, TENANT)?;
-            Box::new(FcConn {
-                client,
-                keys: Vec::new(),
-                values: Vec::new(),
-            })
+            Box::new(FcConn { client, keys: Vec::new(), values: Vec::new() })
         }
-        Target::Memcached(addr) => Box::new(McConn {
-            client: McClient::connect(addr)?,
-            values: Vec::new(),
-        }),
+        Target::Memcached(addr) => Box::new(McConn { client: McClient::connect(addr)?, values: Vec::new() }),
     })
 }
 
@@ -177,10 +163,7 @@ pub fn fill(target: Target, keys: u64, batch: usize, connections: usize) -> Resu
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("fill thread panicked"))
-            .collect()
+        handles.into_iter().map(|h| h.join().expect("fill thread panicked")).collect()
     });
     let mut total = Tally::default();
     for r in results {
@@ -238,18 +221,14 @@ pub fn run(target: Target, spec: &RunSpec) -> Result<RunResult> {
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("load thread panicked"))
-            .collect()
+        handles.into_iter().map(|h| h.join().expect("load thread panicked")).collect()
     });
     let mut hist = new_histogram();
     let mut requests = 0;
     let mut checked = Tally::default();
     for r in results {
         let (h, n, t) = r?;
-        hist.add(&h)
-            .map_err(|e| BenchError::Setup(format!("merging histograms: {e}")))?;
+        hist.add(&h).map_err(|e| BenchError::Setup(format!("merging histograms: {e}")))?;
         requests += n;
         checked.add(&t);
     }
@@ -274,11 +253,7 @@ fn new_histogram() -> Histogram<u64> {
 
 /// One connection's closed loop. Requests that complete inside the measured interval are
 /// counted; every answer is checked.
-fn worker(
-    mut conn: Box<dyn Conn>,
-    spec: &RunSpec,
-    index: u64,
-) -> Result<(Histogram<u64>, u64, Tally)> {
+fn worker(mut conn: Box<dyn Conn>, spec: &RunSpec, index: u64) -> Result<(Histogram<u64>, u64, Tally)> {
     let mut rng = Rng::new(spec.seed ^ mix64(index + 1));
     let mut hist = new_histogram();
     let mut tally = Tally::default();

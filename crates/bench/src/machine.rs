@@ -15,9 +15,7 @@ pub struct Machine {
 
 impl Machine {
     pub fn detect() -> Machine {
-        let cpus = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
+        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu_model = cpuinfo
             .lines()
@@ -32,16 +30,8 @@ impl Machine {
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|n| n.parse::<u64>().ok())
             .map_or(0, |kb| kb * 1024);
-        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-            .unwrap_or_default()
-            .trim()
-            .to_string();
-        Machine {
-            cpus,
-            cpu_model,
-            mem_total_bytes,
-            kernel,
-        }
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
+        Machine { cpus, cpu_model, mem_total_bytes, kernel }
     }
 
     /// One line: "2 CPUs (model), 23.4 GiB RAM, Linux 6.18".
@@ -85,19 +75,14 @@ impl CpuSnapshot {
                 if exclude.contains(&pid) {
                     continue;
                 }
-                if let Some(x) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .ok()
-                    .as_deref()
-                    .and_then(parse_stat)
+                if let Some(x) =
+                    std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().as_deref().and_then(parse_stat)
                 {
                     ticks.insert(pid, x);
                 }
             }
         }
-        CpuSnapshot {
-            at: Instant::now(),
-            ticks,
-        }
+        CpuSnapshot { at: Instant::now(), ticks }
     }
 
     /// What other processes used from `earlier` to this snapshot.
@@ -123,10 +108,7 @@ impl CpuSnapshot {
             .filter(|(_, &t)| t > 0)
             .map(|(n, &t)| format!("{n} {:.2}", t as f64 / hz / secs))
             .unwrap_or_default();
-        OtherCpu {
-            cpus: total as f64 / hz / secs,
-            top,
-        }
+        OtherCpu { cpus: total as f64 / hz / secs, top }
     }
 }
 
@@ -138,11 +120,7 @@ fn parse_stat(line: &str) -> Option<(u64, u64, String)> {
     let f: Vec<&str> = line.get(close + 1..)?.split_whitespace().collect();
     // After the command: state ppid pgrp session tty tpgid flags minflt cminflt majflt
     // cmajflt utime stime cutime cstime ...
-    let n = |i: usize| {
-        f.get(i)
-            .and_then(|x| x.parse::<i64>().ok())
-            .map(|x| x.max(0) as u64)
-    };
+    let n = |i: usize| f.get(i).and_then(|x| x.parse::<i64>().ok()).map(|x| x.max(0) as u64);
     let own = n(11)? + n(12)?;
     Some((own, own + n(13)? + n(14)?, comm))
 }
@@ -152,10 +130,7 @@ mod tests {
     #[test]
     fn stat_lines_and_other_cpu() {
         let line = "123 (my (odd) cmd) S 1 2 3 0 -1 4 5 6 7 8 100 20 3 4 20 0 1 0 5 6 7";
-        assert_eq!(
-            super::parse_stat(line),
-            Some((120, 127, "my (odd) cmd".to_string()))
-        );
+        assert_eq!(super::parse_stat(line), Some((120, 127, "my (odd) cmd".to_string())));
         assert_eq!(super::parse_stat("garbage"), None);
         let a = super::CpuSnapshot::take(&[std::process::id()]);
         let b = super::CpuSnapshot::take(&[std::process::id()]);
@@ -166,10 +141,7 @@ mod tests {
     #[test]
     fn detects_this_machine() {
         let m = super::Machine::detect();
-        assert!(
-            m.cpus >= 1 && m.mem_total_bytes > 0 && !m.kernel.is_empty(),
-            "{m:?}"
-        );
+        assert!(m.cpus >= 1 && m.mem_total_bytes > 0 && !m.kernel.is_empty(), "{m:?}");
         assert!(m.describe().contains("CPUs"));
     }
 }

@@ -36,10 +36,8 @@ impl McClient<TcpStream> {
     pub fn connect(addr: SocketAddr) -> Result<Self> {
         let s = TcpStream::connect(addr).ctx(|| format!("connect to memcached {addr}"))?;
         s.set_nodelay(true).ctx(|| "TCP_NODELAY".into())?;
-        s.set_read_timeout(Some(IO_TIMEOUT))
-            .ctx(|| "read timeout".into())?;
-        s.set_write_timeout(Some(IO_TIMEOUT))
-            .ctx(|| "write timeout".into())?;
+        s.set_read_timeout(Some(IO_TIMEOUT)).ctx(|| "read timeout".into())?;
+        s.set_write_timeout(Some(IO_TIMEOUT)).ctx(|| "write timeout".into())?;
         Ok(McClient::new(s))
     }
 }
@@ -67,17 +65,13 @@ pub fn parse_key_id(name: &[u8]) -> Option<u64> {
     if digits.is_empty() || digits.len() > 19 || (digits.len() > 1 && digits[0] == b'0') {
         return None;
     }
-    digits.iter().try_fold(0u64, |n, &d| {
-        d.is_ascii_digit().then(|| n * 10 + (d - b'0') as u64)
-    })
+    digits.iter().try_fold(0u64, |n, &d| d.is_ascii_digit().then(|| n * 10 + (d - b'0') as u64))
 }
 
 /// Parse `VALUE <key> <flags> <bytes> [<cas>]` (without CRLF): the key, flags and length.
 pub fn parse_value_line(line: &[u8]) -> Result<(&[u8], u32, usize)> {
-    let bad = || BenchError::Protocol {
-        system: SYSTEM,
-        msg: format!("bad VALUE line {:?}", String::from_utf8_lossy(line)),
-    };
+    let bad =
+        || BenchError::Protocol { system: SYSTEM, msg: format!("bad VALUE line {:?}", String::from_utf8_lossy(line)) };
     let mut parts = line.split(|&b| b == b' ');
     if parts.next() != Some(b"VALUE") {
         return Err(bad());
@@ -88,13 +82,9 @@ pub fn parse_value_line(line: &[u8]) -> Result<(&[u8], u32, usize)> {
         if p.is_empty() || p.len() > 19 {
             return None;
         }
-        p.iter().try_fold(0u64, |n, &d| {
-            d.is_ascii_digit().then(|| n * 10 + (d - b'0') as u64)
-        })
+        p.iter().try_fold(0u64, |n, &d| d.is_ascii_digit().then(|| n * 10 + (d - b'0') as u64))
     };
-    let flags = num(parts.next())
-        .and_then(|f| u32::try_from(f).ok())
-        .ok_or_else(bad)?;
+    let flags = num(parts.next()).and_then(|f| u32::try_from(f).ok()).ok_or_else(bad)?;
     let bytes = num(parts.next()).ok_or_else(bad)? as usize;
     // An optional CAS value (only with `gets`), then nothing.
     if let Some(cas) = parts.next() {
@@ -107,26 +97,16 @@ pub fn parse_value_line(line: &[u8]) -> Result<(&[u8], u32, usize)> {
 }
 
 fn refused(line: &[u8]) -> BenchError {
-    BenchError::Refused {
-        system: SYSTEM,
-        msg: String::from_utf8_lossy(line).into_owned(),
-    }
+    BenchError::Refused { system: SYSTEM, msg: String::from_utf8_lossy(line).into_owned() }
 }
 
 impl<S: Read + Write> McClient<S> {
     pub fn new(stream: S) -> Self {
-        McClient {
-            stream,
-            rx: RecvBuf::new(),
-            tx: Vec::with_capacity(128 << 10),
-        }
+        McClient { stream, rx: RecvBuf::new(), tx: Vec::with_capacity(128 << 10) }
     }
 
     fn send(&mut self) -> Result<()> {
-        let r = self
-            .stream
-            .write_all(&self.tx)
-            .ctx(|| "send to memcached".into());
+        let r = self.stream.write_all(&self.tx).ctx(|| "send to memcached".into());
         self.tx.clear();
         r
     }
@@ -139,10 +119,7 @@ impl<S: Read + Write> McClient<S> {
             if let Some(i) = d[searched..].iter().position(|&b| b == b'\n') {
                 let end = searched + i;
                 if end == 0 || d[end - 1] != b'\r' {
-                    return Err(BenchError::Protocol {
-                        system: SYSTEM,
-                        msg: "line not ended by CRLF".into(),
-                    });
+                    return Err(BenchError::Protocol { system: SYSTEM, msg: "line not ended by CRLF".into() });
                 }
                 return Ok(end - 1);
             }
@@ -153,9 +130,7 @@ impl<S: Read + Write> McClient<S> {
                     msg: format!("line longer than {MAX_LINE_BYTES} bytes"),
                 });
             }
-            self.rx
-                .fill(&mut self.stream, searched + 1)
-                .ctx(|| "receive from memcached".into())?;
+            self.rx.fill(&mut self.stream, searched + 1).ctx(|| "receive from memcached".into())?;
         }
     }
 
@@ -185,10 +160,7 @@ impl<S: Read + Write> McClient<S> {
             let (key, _flags, bytes) = parse_value_line(line)?;
             let id = parse_key_id(key).ok_or_else(|| BenchError::Protocol {
                 system: SYSTEM,
-                msg: format!(
-                    "VALUE for key {:?} that was not asked for",
-                    String::from_utf8_lossy(key)
-                ),
+                msg: format!("VALUE for key {:?} that was not asked for", String::from_utf8_lossy(key)),
             })?;
             while next < ids.len() && ids[next] != id {
                 f(next, None);
@@ -202,16 +174,11 @@ impl<S: Read + Write> McClient<S> {
             }
             self.rx.consume(n + 2);
             while self.rx.data().len() < bytes + 2 {
-                self.rx
-                    .fill(&mut self.stream, bytes + 2)
-                    .ctx(|| "receive from memcached".into())?;
+                self.rx.fill(&mut self.stream, bytes + 2).ctx(|| "receive from memcached".into())?;
             }
             let d = self.rx.data();
             if &d[bytes..bytes + 2] != b"\r\n" {
-                return Err(BenchError::Protocol {
-                    system: SYSTEM,
-                    msg: "data block not ended by CRLF".into(),
-                });
+                return Err(BenchError::Protocol { system: SYSTEM, msg: "data block not ended by CRLF".into() });
             }
             f(next, Some(&d[..bytes]));
             next += 1;
@@ -228,8 +195,7 @@ impl<S: Read + Write> McClient<S> {
         for &(id, v) in entries {
             self.tx.extend_from_slice(b"set ");
             key_name(id, &mut self.tx);
-            self.tx
-                .extend_from_slice(format!(" 0 0 {}\r\n", v.len()).as_bytes());
+            self.tx.extend_from_slice(format!(" 0 0 {}\r\n", v.len()).as_bytes());
             self.tx.extend_from_slice(v);
             self.tx.extend_from_slice(b"\r\n");
         }
@@ -286,33 +252,15 @@ mod tests {
             assert_eq!(k, format!("fc{id}").into_bytes());
             assert_eq!(parse_key_id(&k), Some(id));
         }
-        for bad in [
-            &b"fc"[..],
-            b"fc01",
-            b"fx1",
-            b"fc1a",
-            b"fc-1",
-            b"fc99999999999999999999",
-        ] {
-            assert_eq!(
-                parse_key_id(bad),
-                None,
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
+        for bad in [&b"fc"[..], b"fc01", b"fx1", b"fc1a", b"fc-1", b"fc99999999999999999999"] {
+            assert_eq!(parse_key_id(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
     }
 
     #[test]
     fn value_lines() {
-        assert_eq!(
-            parse_value_line(b"VALUE fc1 0 4096").unwrap(),
-            (&b"fc1"[..], 0, 4096)
-        );
-        assert_eq!(
-            parse_value_line(b"VALUE k 42 5 99").unwrap(),
-            (&b"k"[..], 42, 5)
-        );
+        assert_eq!(parse_value_line(b"VALUE fc1 0 4096").unwrap(), (&b"fc1"[..], 0, 4096));
+        assert_eq!(parse_value_line(b"VALUE k 42 5 99").unwrap(), (&b"k"[..], 42, 5));
         for bad in [
             &b"VALUE"[..],
             b"VALUE k",
@@ -324,11 +272,7 @@ mod tests {
             b"VALUE k 0 -5",
             b"VALUE k 4294967296 5",
         ] {
-            assert!(
-                parse_value_line(bad).is_err(),
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
+            assert!(parse_value_line(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
         }
     }
 
@@ -338,16 +282,10 @@ mod tests {
         for chunk in [1, 2, 3, 5, 64] {
             let mut c = McClient::new(Mock::new(answer.clone(), chunk));
             let mut got = Vec::new();
-            c.get(&[1, 2, 30, 4], |i, v| got.push((i, v.map(|v| v.to_vec()))))
-                .unwrap();
+            c.get(&[1, 2, 30, 4], |i, v| got.push((i, v.map(|v| v.to_vec())))).unwrap();
             assert_eq!(
                 got,
-                vec![
-                    (0, Some(b"hello".to_vec())),
-                    (1, None),
-                    (2, Some(b"a\r\n".to_vec())),
-                    (3, None)
-                ],
+                vec![(0, Some(b"hello".to_vec())), (1, None), (2, Some(b"a\r\n".to_vec())), (3, None)],
                 "chunk {chunk}"
             );
             assert_eq!(c.stream.output, b"get fc1 fc2 fc30 fc4\r\n");
@@ -361,29 +299,19 @@ mod tests {
         c.get(&[5, 6], |_, v| misses += v.is_none() as u32).unwrap();
         assert_eq!(misses, 2);
         // fc2 after fc3 although fc2 was asked first: memcached never does this.
-        let mut c = McClient::new(Mock::new(
-            b"VALUE fc3 0 1\r\nx\r\nVALUE fc2 0 1\r\ny\r\nEND\r\n".to_vec(),
-            64,
-        ));
+        let mut c = McClient::new(Mock::new(b"VALUE fc3 0 1\r\nx\r\nVALUE fc2 0 1\r\ny\r\nEND\r\n".to_vec(), 64));
         let e = c.get(&[2, 3], |_, _| {}).unwrap_err().to_string();
         assert!(e.contains("out of order"), "{e}");
         // A data block that is not followed by CRLF.
         let mut c = McClient::new(Mock::new(b"VALUE fc3 0 1\r\nxy\r\nEND\r\n".to_vec(), 64));
-        assert!(c
-            .get(&[3], |_, _| {})
-            .unwrap_err()
-            .to_string()
-            .contains("CRLF"));
+        assert!(c.get(&[3], |_, _| {}).unwrap_err().to_string().contains("CRLF"));
         // Errors are reported as refusals with memcached's words.
         let mut c = McClient::new(Mock::new(b"SERVER_ERROR out of memory\r\n".to_vec(), 64));
         let e = c.get(&[3], |_, _| {}).unwrap_err().to_string();
         assert!(e.contains("SERVER_ERROR out of memory"), "{e}");
         // A stream that ends mid-answer.
         let mut c = McClient::new(Mock::new(b"VALUE fc3 0 10\r\nxy".to_vec(), 64));
-        assert!(matches!(
-            c.get(&[3], |_, _| {}).unwrap_err(),
-            BenchError::Io { .. }
-        ));
+        assert!(matches!(c.get(&[3], |_, _| {}).unwrap_err(), BenchError::Io { .. }));
     }
 
     #[test]
@@ -391,22 +319,10 @@ mod tests {
         let answer = b"STORED\r\nSERVER_ERROR out of memory storing object\r\nSTORED\r\n".to_vec();
         let mut c = McClient::new(Mock::new(answer, 3));
         let counts = c.set(&[(1, b"ab"), (2, b"c"), (3, b"")]).unwrap();
-        assert_eq!(
-            counts,
-            PutCounts {
-                stored: 2,
-                rejected: 1
-            }
-        );
-        assert_eq!(
-            c.stream.output,
-            b"set fc1 0 0 2\r\nab\r\nset fc2 0 0 1\r\nc\r\nset fc3 0 0 0\r\n\r\n"
-        );
+        assert_eq!(counts, PutCounts { stored: 2, rejected: 1 });
+        assert_eq!(c.stream.output, b"set fc1 0 0 2\r\nab\r\nset fc2 0 0 1\r\nc\r\nset fc3 0 0 0\r\n\r\n");
         let mut c = McClient::new(Mock::new(b"ERROR\r\n".to_vec(), 3));
-        assert!(matches!(
-            c.set(&[(1, b"x")]).unwrap_err(),
-            BenchError::Refused { .. }
-        ));
+        assert!(matches!(c.set(&[(1, b"x")]).unwrap_err(), BenchError::Refused { .. }));
     }
 
     #[test]
@@ -425,10 +341,6 @@ mod tests {
         let mut c = McClient::new(Mock::new(b"END\n".to_vec(), 64));
         assert!(c.get(&[1], |_, _| {}).is_err());
         let mut c = McClient::new(Mock::new(vec![b'x'; 10_000], 64));
-        assert!(c
-            .get(&[1], |_, _| {})
-            .unwrap_err()
-            .to_string()
-            .contains("longer than"));
+        assert!(c.get(&[1], |_, _| {}).unwrap_err().to_string().contains("longer than"));
     }
 }

@@ -64,11 +64,7 @@ impl PolicyBenchOptions {
 
     /// 16 MiB server, 100 k requests per trace.
     pub fn quick(exe: PathBuf) -> Self {
-        PolicyBenchOptions {
-            server_blocks: (16 * MIB) / VALUE_BYTES as u64,
-            requests: 100_000,
-            ..Self::full(exe)
-        }
+        PolicyBenchOptions { server_blocks: (16 * MIB) / VALUE_BYTES as u64, requests: 100_000, ..Self::full(exe) }
     }
 
     /// The workloads, scaled to the server's size `c`: Zipf over 10·c keys; and bursts on
@@ -77,14 +73,8 @@ impl PolicyBenchOptions {
     fn workloads(&self) -> Vec<(String, Vec<u64>)> {
         let c = self.server_blocks;
         vec![
-            (
-                format!("zipf {THETA}"),
-                zipf_trace(10 * c, THETA, self.requests, self.seed),
-            ),
-            (
-                "scan mix".into(),
-                scan_mix_trace(10 * c, 2 * c, self.requests, self.seed),
-            ),
+            (format!("zipf {THETA}"), zipf_trace(10 * c, THETA, self.requests, self.seed)),
+            ("scan mix".into(), scan_mix_trace(10 * c, 2 * c, self.requests, self.seed)),
         ]
     }
 }
@@ -134,9 +124,7 @@ impl PolicyReport {
 
 pub fn run(o: &PolicyBenchOptions) -> Result<PolicyReport> {
     if o.server_blocks == 0 || o.requests == 0 || o.sim_sizes.iter().any(|&s| s <= 0.0) {
-        return Err(BenchError::Setup(
-            "policy bench: sizes and request count must be positive".into(),
-        ));
+        return Err(BenchError::Setup("policy bench: sizes and request count must be positive".into()));
     }
     let machine = Machine::detect();
     let workloads = o.workloads();
@@ -144,15 +132,11 @@ pub fn run(o: &PolicyBenchOptions) -> Result<PolicyReport> {
     for (name, trace) in &workloads {
         for &f in &o.sim_sizes {
             let blocks = (o.server_blocks as f64 * f).round() as u64;
-            let slots = u32::try_from(blocks).map_err(|_| {
-                BenchError::Setup(format!("{blocks} blocks is too many to simulate"))
-            })?;
+            let slots = u32::try_from(blocks)
+                .map_err(|_| BenchError::Setup(format!("{blocks} blocks is too many to simulate")))?;
             let lru = simulate(PolicyKind::Lru, slots, trace);
             let s3 = simulate(PolicyKind::S3Fifo, slots, trace);
-            eprintln!(
-                "sim {name:<10} {blocks:>7} blocks: LRU {:.4}  S3-FIFO {:.4}",
-                lru.hit_ratio, s3.hit_ratio
-            );
+            eprintln!("sim {name:<10} {blocks:>7} blocks: LRU {:.4}  S3-FIFO {:.4}", lru.hit_ratio, s3.hit_ratio);
             sim.push(SimRow {
                 workload: name.clone(),
                 cache_blocks: blocks,
@@ -176,13 +160,7 @@ pub fn run(o: &PolicyBenchOptions) -> Result<PolicyReport> {
             }
         }
     }
-    Ok(PolicyReport {
-        machine,
-        requests: o.requests,
-        server_blocks: o.server_blocks,
-        sim,
-        server,
-    })
+    Ok(PolicyReport { machine, requests: o.requests, server_blocks: o.server_blocks, sim, server })
 }
 
 /// Split `trace` into batches of at most `max` keys with no key twice in a batch, so that
@@ -243,11 +221,8 @@ fn server_run(
             for (&id, v) in missed.iter().zip(values.chunks_exact_mut(VALUE_BYTES)) {
                 fill_value(id, v);
             }
-            let entries: Vec<(Key, &[u8])> = missed
-                .iter()
-                .zip(values.chunks_exact(VALUE_BYTES))
-                .map(|(&id, v)| (fc_key(id), v))
-                .collect();
+            let entries: Vec<(Key, &[u8])> =
+                missed.iter().zip(values.chunks_exact(VALUE_BYTES)).map(|(&id, v)| (fc_key(id), v)).collect();
             let p = c.put(&entries)?;
             tally.put_stored += p.stored;
             tally.put_rejected += p.rejected;
@@ -260,10 +235,8 @@ fn server_run(
     })?;
     let secs = t0.elapsed().as_secs_f64();
     guard.stop();
-    let v: serde_json::Value = serde_json::from_str(&stats).map_err(|e| BenchError::Protocol {
-        system: "farcache",
-        msg: format!("STATS is not JSON: {e}"),
-    })?;
+    let v: serde_json::Value = serde_json::from_str(&stats)
+        .map_err(|e| BenchError::Protocol { system: "farcache", msg: format!("STATS is not JSON: {e}") })?;
     let field = |k: &str| v.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
     let gets = tally.hits + tally.misses + tally.mismatches;
     Ok(ServerRow {
@@ -304,10 +277,7 @@ pub fn render(r: &PolicyReport) -> String {
     );
     let _ = writeln!(o);
     let _ = writeln!(o, "Simulation (one cache; hit ratio over the whole trace)");
-    let head = format!(
-        "{:<10} {:>13} {:>9} {:>9} {:>9}",
-        "workload", "cache", "LRU", "S3-FIFO", "S3 − LRU"
-    );
+    let head = format!("{:<10} {:>13} {:>9} {:>9} {:>9}", "workload", "cache", "LRU", "S3-FIFO", "S3 − LRU");
     let _ = writeln!(o, "{head}\n{}", "-".repeat(head.chars().count()));
     for s in &r.sim {
         let _ = writeln!(
@@ -330,14 +300,7 @@ pub fn render(r: &PolicyReport) -> String {
         );
         let head = format!(
             "{:<10} {:<8} {:>9} {:>10} {:>11} {:>10} {:>10} {:>7}",
-            "workload",
-            "policy",
-            "hit ratio",
-            "simulated",
-            "evictions",
-            "mismatch",
-            "rejected",
-            "secs"
+            "workload", "policy", "hit ratio", "simulated", "evictions", "mismatch", "rejected", "secs"
         );
         let _ = writeln!(o, "{head}\n{}", "-".repeat(head.chars().count()));
         for s in &r.server {

@@ -48,11 +48,9 @@ impl ChildGuard {
     pub fn check_alive(&mut self) -> Result<()> {
         match self.child.try_wait() {
             Ok(None) => Ok(()),
-            Ok(Some(st)) => Err(BenchError::Setup(format!(
-                "{} exited ({st}); its log ends:\n{}",
-                self.name,
-                self.log_tail()
-            ))),
+            Ok(Some(st)) => {
+                Err(BenchError::Setup(format!("{} exited ({st}); its log ends:\n{}", self.name, self.log_tail())))
+            }
             Err(e) => Err(BenchError::io(format!("wait for {}", self.name), e)),
         }
     }
@@ -153,51 +151,30 @@ pub struct FarcacheSpec {
 }
 
 /// Start `farcache server` on 127.0.0.1, port 0, and wait for its address line.
-pub fn spawn_farcache(
-    spec: &FarcacheSpec,
-    dir: &WorkDir,
-    tag: &str,
-) -> Result<(ChildGuard, SocketAddr)> {
+pub fn spawn_farcache(spec: &FarcacheSpec, dir: &WorkDir, tag: &str) -> Result<(ChildGuard, SocketAddr)> {
     let cfg = dir.path().join(format!("farcache-{tag}.toml"));
-    std::fs::write(
-        &cfg,
-        format!("[server]\nworker_threads = {}\n", spec.worker_threads),
-    )
-    .ctx(|| format!("write {}", cfg.display()))?;
+    std::fs::write(&cfg, format!("[server]\nworker_threads = {}\n", spec.worker_threads))
+        .ctx(|| format!("write {}", cfg.display()))?;
     let log = dir.path().join(format!("farcache-{tag}.log"));
     let log_file = std::fs::File::create(&log).ctx(|| format!("create {}", log.display()))?;
     let capacity_mib = spec.capacity_bytes.div_ceil(1 << 20);
     let mut cmd = Command::new(&spec.exe);
-    cmd.args([
-        "server",
-        "--listen",
-        "127.0.0.1:0",
-        "--policy",
-        &spec.policy,
-    ])
-    .arg("--capacity")
-    .arg(format!("{capacity_mib}MiB"))
-    .arg("--config")
-    .arg(&cfg)
-    .env("FARCACHE_LOG", "warn")
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(log_file);
+    cmd.args(["server", "--listen", "127.0.0.1:0", "--policy", &spec.policy])
+        .arg("--capacity")
+        .arg(format!("{capacity_mib}MiB"))
+        .arg("--config")
+        .arg(&cfg)
+        .env("FARCACHE_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log_file);
     harden(&mut cmd);
-    let child = cmd
-        .spawn()
-        .ctx(|| format!("start {} server", spec.exe.display()))?;
-    let mut guard = ChildGuard {
-        name: format!("farcache server ({tag})"),
-        child,
-        log,
-        _stdout: None,
-    };
+    let child = cmd.spawn().ctx(|| format!("start {} server", spec.exe.display()))?;
+    let mut guard = ChildGuard { name: format!("farcache server ({tag})"), child, log, _stdout: None };
     let mut out = BufReader::new(guard.child.stdout.take().expect("piped"));
     let mut line = String::new();
     // The server prints its address once it listens, or exits: either ends this read.
-    out.read_line(&mut line)
-        .ctx(|| "read the farcache server's address".into())?;
+    out.read_line(&mut line).ctx(|| "read the farcache server's address".into())?;
     let addr = line
         .trim()
         .strip_prefix("farcache server listening on ")
@@ -216,11 +193,7 @@ pub fn spawn_farcache(
 /// The memcached binary: on PATH or in /usr/bin.
 pub fn find_memcached() -> Result<PathBuf> {
     let on_path = std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("memcached"))
-                .collect::<Vec<_>>()
-        })
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("memcached")).collect::<Vec<_>>())
         .unwrap_or_default();
     on_path
         .into_iter()
@@ -237,16 +210,8 @@ pub fn find_memcached() -> Result<PathBuf> {
 
 /// The first line of `memcached -V`, e.g. "memcached 1.6.18".
 pub fn memcached_version(exe: &Path) -> Result<String> {
-    let out = Command::new(exe)
-        .arg("-V")
-        .output()
-        .ctx(|| format!("run {} -V", exe.display()))?;
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .unwrap_or("memcached (unknown version)")
-        .trim()
-        .to_string())
+    let out = Command::new(exe).arg("-V").output().ctx(|| format!("run {} -V", exe.display()))?;
+    Ok(String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("memcached (unknown version)").trim().to_string())
 }
 
 /// How to start memcached.
@@ -298,22 +263,10 @@ pub fn spawn_memcached(spec: &MemcachedSpec, dir: &WorkDir) -> Result<(ChildGuar
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let log_file = std::fs::File::create(&log).ctx(|| format!("create {}", log.display()))?;
     let mut cmd = Command::new(&spec.exe);
-    cmd.args(spec.args())
-        .arg("-p")
-        .arg(port.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log_file);
+    cmd.args(spec.args()).arg("-p").arg(port.to_string()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(log_file);
     harden(&mut cmd);
-    let child = cmd
-        .spawn()
-        .ctx(|| format!("start {}", spec.exe.display()))?;
-    let mut guard = ChildGuard {
-        name: "memcached".into(),
-        child,
-        log,
-        _stdout: None,
-    };
+    let child = cmd.spawn().ctx(|| format!("start {}", spec.exe.display()))?;
+    let mut guard = ChildGuard { name: "memcached".into(), child, log, _stdout: None };
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
         guard.check_alive()?;
@@ -321,9 +274,7 @@ pub fn spawn_memcached(spec: &MemcachedSpec, dir: &WorkDir) -> Result<(ChildGuar
             return Ok((guard, addr));
         }
         if Instant::now() > deadline {
-            return Err(BenchError::Setup(format!(
-                "memcached did not listen on {addr} within {START_TIMEOUT:?}"
-            )));
+            return Err(BenchError::Setup(format!("memcached did not listen on {addr} within {START_TIMEOUT:?}")));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -343,26 +294,7 @@ mod tests {
 
     #[test]
     fn memcached_arguments() {
-        let a = MemcachedSpec {
-            exe: "memcached".into(),
-            memory_mib: 1088,
-            threads: 2,
-        }
-        .args();
-        assert_eq!(
-            &a[..10],
-            &[
-                "-m",
-                "1088",
-                "-t",
-                "2",
-                "-c",
-                "1024",
-                "-U",
-                "0",
-                "-l",
-                "127.0.0.1"
-            ]
-        );
+        let a = MemcachedSpec { exe: "memcached".into(), memory_mib: 1088, threads: 2 }.args();
+        assert_eq!(&a[..10], &["-m", "1088", "-t", "2", "-c", "1024", "-U", "0", "-l", "127.0.0.1"]);
     }
 }

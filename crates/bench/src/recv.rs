@@ -19,11 +19,7 @@ pub(crate) struct RecvBuf {
 
 impl RecvBuf {
     pub(crate) fn new() -> Self {
-        RecvBuf {
-            buf: vec![0; INITIAL_BYTES],
-            start: 0,
-            end: 0,
-        }
+        RecvBuf { buf: vec![0; INITIAL_BYTES], start: 0, end: 0 }
     }
 
     /// Bytes received and not yet consumed.
@@ -68,12 +64,7 @@ impl RecvBuf {
         }
         loop {
             match r.read(&mut self.buf[self.end..]) {
-                Ok(0) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "server closed the connection",
-                    ))
-                }
+                Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "server closed the connection")),
                 Ok(n) => {
                     self.end += n;
                     return Ok(());
@@ -100,12 +91,7 @@ pub(crate) mod tests {
 
     impl Mock {
         pub(crate) fn new(input: Vec<u8>, chunk: usize) -> Self {
-            Mock {
-                input,
-                pos: 0,
-                chunk,
-                output: Vec::new(),
-            }
+            Mock { input, pos: 0, chunk, output: Vec::new() }
         }
     }
 
@@ -139,11 +125,7 @@ pub(crate) mod tests {
             // Consume all but 7 bytes, so compaction has to move a remainder.
             let d = rb.data();
             assert_eq!(d, &input[seen..seen + d.len()]);
-            let take = if m.pos == input.len() {
-                d.len()
-            } else {
-                d.len().saturating_sub(7)
-            };
+            let take = if m.pos == input.len() { d.len() } else { d.len().saturating_sub(7) };
             seen += take;
             rb.consume(take);
         }

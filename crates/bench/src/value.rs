@@ -36,8 +36,7 @@ pub fn check_value(id: u64, v: &[u8]) -> bool {
     let s = seed(id);
     let mut diff = 0u64;
     for (j, w) in v.chunks_exact(8).enumerate().take(WORDS) {
-        diff |=
-            u64::from_le_bytes(w.try_into().unwrap()) ^ s.wrapping_add((j as u64).wrapping_mul(G));
+        diff |= u64::from_le_bytes(w.try_into().unwrap()) ^ s.wrapping_add((j as u64).wrapping_mul(G));
     }
     diff == 0
 }

@@ -13,6 +13,7 @@ pub const TEMPLATE: &str = include_str!("../../../etc/farcache.toml");
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub server: ServerConfig,
+    pub mount: farcache_fuse::MountConfig,
 }
 
 impl Config {
@@ -34,19 +35,25 @@ mod tests {
         let parsed: Config = farcache_config::parse_toml("etc/farcache.toml", TEMPLATE).unwrap();
         assert_eq!(parsed, Config::default(), "etc/farcache.toml and the code's defaults differ");
         parsed.server.validate().unwrap();
+        parsed.mount.validate().unwrap();
     }
 
     #[test]
     fn template_mentions_every_key() {
         // Serialising the defaults lists every key; each must appear in the template.
         let value = toml::Value::try_from(Config::default()).unwrap();
-        let server = value.get("server").unwrap().as_table().unwrap();
-        for key in server.keys() {
-            assert!(
-                TEMPLATE.lines().any(|l| l.trim_start().trim_start_matches('#').trim_start().starts_with(&format!("{key} ="))),
-                "etc/farcache.toml lacks server.{key}"
-            );
+        for (table, keys) in value.as_table().unwrap() {
+            for key in keys.as_table().unwrap().keys() {
+                assert!(
+                    TEMPLATE
+                        .lines()
+                        .any(|l| l.trim_start().trim_start_matches('#').trim_start().starts_with(&format!("{key} ="))),
+                    "etc/farcache.toml lacks {table}.{key}"
+                );
+            }
         }
+        // The [mount] table is the fuse crate's own template, word for word.
+        assert!(TEMPLATE.contains(farcache_fuse::TEMPLATE), "etc/farcache.toml's [mount] differs from farcache_fuse::TEMPLATE");
     }
 
     #[test]

@@ -16,9 +16,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{
-    symlink, FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt,
-};
+use std::os::unix::fs::{symlink, FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,19 +38,13 @@ fn require_fuse() {
         Path::new("/dev/fuse").exists(),
         "/dev/fuse is missing: these tests need FUSE (modprobe fuse, or --device /dev/fuse in a container)"
     );
-    assert!(
-        Command::new("fusermount3").arg("-V").output().is_ok(),
-        "fusermount3 is missing: apt-get install fuse3"
-    );
+    assert!(Command::new("fusermount3").arg("-V").output().is_ok(), "fusermount3 is missing: apt-get install fuse3");
 }
 
 fn require_root(what: &str) {
     // SAFETY: no arguments, cannot fail.
     let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
-        "{what} needs root (CI and developer machines run as root)"
-    );
+    assert_eq!(euid, 0, "{what} needs root (CI and developer machines run as root)");
 }
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -76,9 +68,7 @@ fn fuse_mounted(mnt: &Path) -> bool {
     info.lines().any(|l| {
         let f: Vec<&str> = l.split(' ').collect();
         let sep = f.iter().position(|x| *x == "-");
-        f.len() > 4
-            && f[4] == want
-            && sep.is_some_and(|i| f.get(i + 1).is_some_and(|t| t.starts_with("fuse")))
+        f.len() > 4 && f[4] == want && sep.is_some_and(|i| f.get(i + 1).is_some_and(|t| t.starts_with("fuse")))
     })
 }
 
@@ -95,11 +85,7 @@ impl Mounted {
     fn start(tag: &str, config: Option<&str>) -> Mounted {
         require_fuse();
         let root = test_root(tag);
-        let (backing, mnt, log) = (
-            root.join("backing"),
-            root.join("mnt"),
-            root.join("daemon.log"),
-        );
+        let (backing, mnt, log) = (root.join("backing"), root.join("mnt"), root.join("daemon.log"));
         fs::create_dir(&backing).unwrap();
         fs::create_dir(&mnt).unwrap();
         let mut cmd = Command::new(bin());
@@ -109,17 +95,9 @@ impl Mounted {
             fs::write(&p, c).unwrap();
             cmd.arg("--config").arg(p);
         }
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(File::create(&log).unwrap());
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(File::create(&log).unwrap());
         let child = cmd.spawn().expect("spawn farcache mount");
-        let m = Mounted {
-            root,
-            backing,
-            mnt,
-            log,
-            child: Mutex::new(child),
-        };
+        let m = Mounted { root, backing, mnt, log, child: Mutex::new(child) };
         m.wait_live();
         m
     }
@@ -128,28 +106,16 @@ impl Mounted {
         let t0 = Instant::now();
         while !fuse_mounted(&self.mnt) {
             if let Some(st) = self.child.lock().unwrap().try_wait().unwrap() {
-                panic!(
-                    "farcache mount exited ({st}) before mounting:\n{}",
-                    self.log_text()
-                );
+                panic!("farcache mount exited ({st}) before mounting:\n{}", self.log_text());
             }
-            assert!(
-                t0.elapsed() < MOUNT_WAIT,
-                "not mounted after {MOUNT_WAIT:?}:\n{}",
-                self.log_text()
-            );
+            assert!(t0.elapsed() < MOUNT_WAIT, "not mounted after {MOUNT_WAIT:?}:\n{}", self.log_text());
             std::thread::sleep(Duration::from_millis(10));
         }
         // The daemon prints one line once the mount is live.
         let mut line = String::new();
         let mut child = self.child.lock().unwrap();
-        io::BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(
-            line.starts_with("farcache mounted "),
-            "unexpected first line {line:?}"
-        );
+        io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        assert!(line.starts_with("farcache mounted "), "unexpected first line {line:?}");
     }
 
     fn log_text(&self) -> String {
@@ -177,11 +143,7 @@ impl Mounted {
             if let Some(st) = self.child.lock().unwrap().try_wait().unwrap() {
                 return st.code().unwrap_or(-1);
             }
-            assert!(
-                t0.elapsed() < EXIT_WAIT,
-                "daemon still running after {EXIT_WAIT:?}:\n{}",
-                self.log_text()
-            );
+            assert!(t0.elapsed() < EXIT_WAIT, "daemon still running after {EXIT_WAIT:?}:\n{}", self.log_text());
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -190,17 +152,9 @@ impl Mounted {
 impl Drop for Mounted {
     fn drop(&mut self) {
         if fuse_mounted(&self.mnt) {
-            let ok = Command::new("fusermount3")
-                .arg("-u")
-                .arg(&self.mnt)
-                .status()
-                .is_ok_and(|s| s.success());
+            let ok = Command::new("fusermount3").arg("-u").arg(&self.mnt).status().is_ok_and(|s| s.success());
             if !ok {
-                let _ = Command::new("fusermount3")
-                    .arg("-u")
-                    .arg("-z")
-                    .arg(&self.mnt)
-                    .status();
+                let _ = Command::new("fusermount3").arg("-u").arg("-z").arg(&self.mnt).status();
             }
         }
         let mut child = self.child.lock().unwrap();
@@ -213,11 +167,7 @@ impl Drop for Mounted {
             let _ = child.wait();
         }
         if std::thread::panicking() {
-            eprintln!(
-                "--- daemon log ({}) ---\n{}",
-                self.log.display(),
-                self.log_text()
-            );
+            eprintln!("--- daemon log ({}) ---\n{}", self.log.display(), self.log_text());
         } else {
             let _ = fs::remove_dir_all(&self.root);
         }
@@ -229,8 +179,10 @@ fn with_mount(tag: &str, config: Option<&str>, body: impl FnOnce(&Mounted) + Sen
     let m = Mounted::start(tag, config);
     let (tx, rx) = mpsc::channel::<()>();
     std::thread::scope(|s| {
-        let h = s.spawn(|| {
-            body(&m);
+        let mref = &m;
+        // `tx` moves into the thread: a panicking body drops it, which ends the wait below.
+        let h = s.spawn(move || {
+            body(mref);
             let _ = tx.send(());
         });
         if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(TEST_BOUND) {
@@ -248,9 +200,7 @@ fn with_mount(tag: &str, config: Option<&str>, body: impl FnOnce(&Mounted) + Sen
 fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
     match r {
         Ok(v) => panic!("expected an error, got Ok({v:?})"),
-        Err(e) => e
-            .raw_os_error()
-            .unwrap_or_else(|| panic!("error without errno: {e}")),
+        Err(e) => e.raw_os_error().unwrap_or_else(|| panic!("error without errno: {e}")),
     }
 }
 
@@ -293,19 +243,11 @@ fn checksum(h: &mut u64, data: &[u8]) {
 fn data_written_on_either_side_is_seen_on_the_other() {
     with_mount("data", None, |m| {
         fs::write(m.m("a"), b"through the mount").unwrap();
-        assert_eq!(
-            fs::read(m.b("a")).unwrap(),
-            b"through the mount",
-            "write-through to the backing file"
-        );
+        assert_eq!(fs::read(m.b("a")).unwrap(), b"through the mount", "write-through to the backing file");
         fs::write(m.b("b"), b"behind the mount").unwrap();
         assert_eq!(fs::read(m.m("b")).unwrap(), b"behind the mount");
         // Overwrite in the middle, append, read at offsets.
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(m.m("a"))
-            .unwrap();
+        let f = OpenOptions::new().read(true).write(true).open(m.m("a")).unwrap();
         f.write_all_at(b"THROUGH", 0).unwrap();
         let mut app = OpenOptions::new().append(true).open(m.m("a")).unwrap();
         app.write_all(b"!").unwrap();
@@ -322,14 +264,7 @@ fn data_written_on_either_side_is_seen_on_the_other() {
         // mmap through the mount sees the file.
         // SAFETY: mapping 18 bytes of an open file read-only and reading them back.
         unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                18,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            );
+            let p = libc::mmap(std::ptr::null_mut(), 18, libc::PROT_READ, libc::MAP_SHARED, f.as_raw_fd(), 0);
             assert_ne!(p, libc::MAP_FAILED);
             assert_eq!(std::slice::from_raw_parts(p as *const u8, 7), b"THROUGH");
             libc::munmap(p, 18);
@@ -365,23 +300,12 @@ fn names_and_their_errors() {
         assert_eq!(errno(File::open(m.m("missing"))), libc::ENOENT);
         assert_eq!(errno(fs::metadata(m.m("missing/deeper"))), libc::ENOENT);
         fs::write(m.m("f"), b"x").unwrap();
-        assert_eq!(
-            errno(
-                OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(m.m("f"))
-            ),
-            libc::EEXIST
-        );
+        assert_eq!(errno(OpenOptions::new().write(true).create_new(true).open(m.m("f"))), libc::EEXIST);
         fs::create_dir(m.m("d")).unwrap();
         assert!(m.b("d").is_dir());
         assert_eq!(errno(fs::create_dir(m.m("d"))), libc::EEXIST);
         assert_eq!(errno(fs::create_dir(m.m("f"))), libc::EEXIST);
-        assert_eq!(
-            errno(OpenOptions::new().write(true).open(m.m("d"))),
-            libc::EISDIR
-        );
+        assert_eq!(errno(OpenOptions::new().write(true).open(m.m("d"))), libc::EISDIR);
         assert_eq!(errno(File::open(m.m("f/x"))), libc::ENOTDIR);
         assert_eq!(errno(fs::create_dir(m.m("f/x"))), libc::ENOTDIR);
         fs::write(m.m("d/inner"), b"y").unwrap();
@@ -395,11 +319,7 @@ fn names_and_their_errors() {
         fs::remove_dir(m.m("d")).unwrap();
         assert!(!m.b("d").exists());
         // A file unlinked while open keeps its data for the open descriptor.
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(m.m("f"))
-            .unwrap();
+        let f = OpenOptions::new().read(true).write(true).open(m.m("f")).unwrap();
         fs::remove_file(m.m("f")).unwrap();
         assert!(!m.b("f").exists());
         f.write_all_at(b"still here", 0).unwrap();
@@ -413,15 +333,7 @@ fn names_and_their_errors() {
 fn renameat2(from: &Path, to: &Path, flags: u32) -> io::Result<i64> {
     let (a, b) = (cpath(from), cpath(to));
     // SAFETY: NUL-terminated paths.
-    cvt(unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            flags,
-        )
-    } as i64)
+    cvt(unsafe { libc::renameat2(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), flags) } as i64)
 }
 
 #[test]
@@ -441,11 +353,7 @@ fn rename_over_files_dirs_and_open_files_with_flags() {
         // Directories move with their contents; a file open inside stays usable.
         fs::create_dir_all(m.m("d1/sub")).unwrap();
         fs::write(m.m("d1/sub/f"), b"deep").unwrap();
-        let inside = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(m.m("d1/sub/f"))
-            .unwrap();
+        let inside = OpenOptions::new().read(true).write(true).open(m.m("d1/sub/f")).unwrap();
         fs::rename(m.m("d1"), m.m("d2")).unwrap();
         inside.write_all_at(b"DEEP", 0).unwrap();
         assert_eq!(fs::read(m.m("d2/sub/f")).unwrap(), b"DEEP");
@@ -453,15 +361,13 @@ fn rename_over_files_dirs_and_open_files_with_flags() {
         // RENAME_NOREPLACE refuses an existing target; RENAME_EXCHANGE swaps.
         fs::write(m.m("x"), b"x").unwrap();
         fs::write(m.m("y"), b"y").unwrap();
-        assert_eq!(
-            errno(renameat2(&m.m("x"), &m.m("y"), libc::RENAME_NOREPLACE)),
-            libc::EEXIST
-        );
+        assert_eq!(errno(renameat2(&m.m("x"), &m.m("y"), libc::RENAME_NOREPLACE)), libc::EEXIST);
         renameat2(&m.m("x"), &m.m("z"), libc::RENAME_NOREPLACE).unwrap();
         renameat2(&m.m("z"), &m.m("y"), libc::RENAME_EXCHANGE).unwrap();
         assert_eq!(fs::read(m.m("y")).unwrap(), b"x");
         assert_eq!(fs::read(m.m("z")).unwrap(), b"y");
         assert_eq!(fs::read(m.b("y")).unwrap(), b"x");
+        assert_eq!(fs::read(m.b("z")).unwrap(), b"y", "exchanged on the backing file system");
         // Kind mismatches and non-empty targets.
         fs::create_dir(m.m("empty")).unwrap();
         assert_eq!(errno(fs::rename(m.m("y"), m.m("d2"))), libc::EISDIR);
@@ -474,26 +380,34 @@ fn rename_over_files_dirs_and_open_files_with_flags() {
 }
 
 #[test]
+fn files_losing_their_last_name_are_reported_to_the_data_path() {
+    let m = Mounted::start("forget", None);
+    for n in ["a", "b", "d", "e", "f"] {
+        fs::write(m.m(n), n).unwrap();
+    }
+    fs::hard_link(m.m("a"), m.m("c")).unwrap();
+    fs::remove_file(m.m("a")).unwrap(); // "c" still names it: not dead
+    fs::remove_file(m.m("c")).unwrap(); // dead (1)
+    fs::rename(m.m("b"), m.m("d")).unwrap(); // the old "d" is dead (2)
+    renameat2(&m.m("d"), &m.m("e"), libc::RENAME_EXCHANGE).unwrap(); // nobody dies
+    fs::rename(m.m("e"), m.m("g")).unwrap(); // no target: nobody dies
+    let out = Command::new("fusermount3").arg("-u").arg(&m.mnt).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(m.wait_exit(), 0);
+    let log = m.log_text();
+    assert!(log.contains("; 2 files lost their last name"), "{log}");
+}
+
+#[test]
 fn hard_links_are_one_inode() {
     with_mount("links", None, |m| {
         fs::write(m.m("a"), b"shared").unwrap();
         fs::hard_link(m.m("a"), m.m("b")).unwrap();
-        let (ma, mb) = (
-            fs::metadata(m.m("a")).unwrap(),
-            fs::metadata(m.m("b")).unwrap(),
-        );
+        let (ma, mb) = (fs::metadata(m.m("a")).unwrap(), fs::metadata(m.m("b")).unwrap());
         assert_eq!(ma.ino(), mb.ino());
         assert_eq!(ma.nlink(), 2);
-        assert_eq!(
-            fs::metadata(m.b("a")).unwrap().ino(),
-            fs::metadata(m.b("b")).unwrap().ino()
-        );
-        OpenOptions::new()
-            .write(true)
-            .open(m.m("b"))
-            .unwrap()
-            .write_all_at(b"SHARED", 0)
-            .unwrap();
+        assert_eq!(fs::metadata(m.b("a")).unwrap().ino(), fs::metadata(m.b("b")).unwrap().ino());
+        OpenOptions::new().write(true).open(m.m("b")).unwrap().write_all_at(b"SHARED", 0).unwrap();
         assert_eq!(fs::read(m.m("a")).unwrap(), b"SHARED");
         assert_eq!(fs::read(m.b("a")).unwrap(), b"SHARED");
         fs::remove_file(m.m("a")).unwrap();
@@ -521,10 +435,7 @@ fn symlinks_resolve_dangle_and_loop() {
         assert_eq!(fs::read_link(m.b("rel")).unwrap(), Path::new("dir/target"));
         assert_eq!(fs::read(m.m("rel")).unwrap(), b"t");
         assert_eq!(fs::read(m.m("abs")).unwrap(), b"t");
-        assert!(fs::symlink_metadata(m.m("rel"))
-            .unwrap()
-            .file_type()
-            .is_symlink());
+        assert!(fs::symlink_metadata(m.m("rel")).unwrap().file_type().is_symlink());
         symlink("nowhere", m.m("dangling")).unwrap();
         assert_eq!(errno(File::open(m.m("dangling"))), libc::ENOENT);
         symlink("loop2", m.m("loop1")).unwrap();
@@ -533,15 +444,7 @@ fn symlinks_resolve_dangle_and_loop() {
         assert_eq!(errno(symlink("x", m.m("rel"))), libc::EEXIST);
         assert_eq!(errno(fs::read_link(m.m("dir/target"))), libc::EINVAL);
         // O_NOFOLLOW on a symlink.
-        assert_eq!(
-            errno(
-                OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(m.m("rel"))
-            ),
-            libc::ELOOP
-        );
+        assert_eq!(errno(OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(m.m("rel"))), libc::ELOOP);
     });
 }
 
@@ -564,42 +467,23 @@ fn setattr_mode_owner_times_and_size() {
         // Specific times, then UTIME_NOW.
         let p = cpath(&m.m("f"));
         let ts = [
-            libc::timespec {
-                tv_sec: 1_000_000_000,
-                tv_nsec: 5,
-            },
-            libc::timespec {
-                tv_sec: 1_100_000_000,
-                tv_nsec: 7,
-            },
+            libc::timespec { tv_sec: 1_000_000_000, tv_nsec: 5 },
+            libc::timespec { tv_sec: 1_100_000_000, tv_nsec: 7 },
         ];
         // SAFETY: NUL-terminated path, two timespecs.
         cvt(unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), ts.as_ptr(), 0) } as i64).unwrap();
         let md = fs::metadata(m.b("f")).unwrap();
-        assert_eq!(
-            (md.atime(), md.atime_nsec(), md.mtime(), md.mtime_nsec()),
-            (1_000_000_000, 5, 1_100_000_000, 7)
-        );
+        assert_eq!((md.atime(), md.atime_nsec(), md.mtime(), md.mtime_nsec()), (1_000_000_000, 5, 1_100_000_000, 7));
         assert_eq!(fs::metadata(m.m("f")).unwrap().mtime(), 1_100_000_000);
         let now = [
-            libc::timespec {
-                tv_sec: 0,
-                tv_nsec: libc::UTIME_OMIT,
-            },
-            libc::timespec {
-                tv_sec: 0,
-                tv_nsec: libc::UTIME_NOW,
-            },
+            libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
+            libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_NOW },
         ];
         // SAFETY: as above.
-        cvt(unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), now.as_ptr(), 0) } as i64)
-            .unwrap();
+        cvt(unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), now.as_ptr(), 0) } as i64).unwrap();
         let md = fs::metadata(m.b("f")).unwrap();
         assert_eq!(md.atime(), 1_000_000_000, "UTIME_OMIT left atime alone");
-        let wall = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs() as i64;
+        let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
         assert!((md.mtime() - wall).abs() < 60, "UTIME_NOW set mtime to now");
         // truncate(2) by path: shrink, then extend with zeros.
         let p = cpath(&m.m("f"));
@@ -611,58 +495,33 @@ fn setattr_mode_owner_times_and_size() {
         assert_eq!(fs::read(m.m("f")).unwrap(), b"0123\0\0\0\0");
         assert_eq!(fs::read(m.b("f")).unwrap(), b"0123\0\0\0\0");
         // ftruncate through an open handle, and O_TRUNC on open.
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(m.m("f"))
-            .unwrap();
+        let f = OpenOptions::new().read(true).write(true).open(m.m("f")).unwrap();
         f.set_len(2).unwrap();
         let mut s = String::new();
         (&f).read_to_string(&mut s).unwrap();
         assert_eq!(s, "01");
         fs::write(m.m("f"), b"abc").unwrap();
-        OpenOptions::new()
-            .write(true)
-            .truncate(true)
-            .open(m.m("f"))
-            .unwrap();
+        OpenOptions::new().write(true).truncate(true).open(m.m("f")).unwrap();
         assert_eq!(fs::metadata(m.b("f")).unwrap().len(), 0);
         fs::create_dir(m.m("d")).unwrap();
         let d = cpath(&m.m("d"));
         // SAFETY: NUL-terminated path.
-        assert_eq!(
-            errno(cvt(unsafe { libc::truncate(d.as_ptr(), 0) } as i64)),
-            libc::EISDIR
-        );
+        assert_eq!(errno(cvt(unsafe { libc::truncate(d.as_ptr(), 0) } as i64)), libc::EISDIR);
     });
 }
 
 #[test]
 fn fallocate_punch_holes_and_sparse_files() {
     with_mount("sparse", None, |m| {
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(m.m("f"))
-            .unwrap();
+        let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(m.m("f")).unwrap();
         let fd = f.as_raw_fd();
         // SAFETY: plain syscalls on an open descriptor.
         cvt(unsafe { libc::fallocate(fd, 0, 0, 1 << 20) } as i64).unwrap();
         assert_eq!(f.metadata().unwrap().len(), 1 << 20);
-        assert!(
-            fs::metadata(m.b("f")).unwrap().blocks() * 512 >= 1 << 20,
-            "space allocated"
-        );
+        assert!(fs::metadata(m.b("f")).unwrap().blocks() * 512 >= 1 << 20, "space allocated");
         // SAFETY: as above.
-        cvt(unsafe { libc::fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, 1 << 20, 1 << 20) } as i64)
-            .unwrap();
-        assert_eq!(
-            f.metadata().unwrap().len(),
-            1 << 20,
-            "KEEP_SIZE keeps the size"
-        );
+        cvt(unsafe { libc::fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, 1 << 20, 1 << 20) } as i64).unwrap();
+        assert_eq!(f.metadata().unwrap().len(), 1 << 20, "KEEP_SIZE keeps the size");
         f.write_all_at(&vec![7u8; 64 << 10], 0).unwrap();
         let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
         // SAFETY: as above.
@@ -670,51 +529,27 @@ fn fallocate_punch_holes_and_sparse_files() {
         let mut buf = vec![1u8; 16384];
         f.read_exact_at(&mut buf, 0).unwrap();
         assert!(buf[..4096].iter().all(|&b| b == 7));
-        assert!(
-            buf[4096..12288].iter().all(|&b| b == 0),
-            "punched range reads zeros"
-        );
+        assert!(buf[4096..12288].iter().all(|&b| b == 0), "punched range reads zeros");
         assert!(buf[12288..].iter().all(|&b| b == 7));
         // A sparse file: one block written 1 GiB in.
-        let s = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(m.m("sparse"))
-            .unwrap();
+        let s = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(m.m("sparse")).unwrap();
         s.write_all_at(b"end", 1 << 30).unwrap();
         let md = fs::metadata(m.m("sparse")).unwrap();
         assert_eq!(md.len(), (1 << 30) + 3);
-        assert!(
-            md.blocks() < 1024,
-            "sparse: {} blocks allocated",
-            md.blocks()
-        );
+        assert!(md.blocks() < 1024, "sparse: {} blocks allocated", md.blocks());
         let mut z = vec![9u8; 8192];
         s.read_exact_at(&mut z, 1 << 29).unwrap();
         assert!(z.iter().all(|&b| b == 0), "holes read as zeros");
         // SEEK_DATA / SEEK_HOLE go to the backing file.
         // SAFETY: plain syscall.
         let data = cvt(unsafe { libc::lseek(s.as_raw_fd(), 0, libc::SEEK_DATA) }).unwrap();
-        assert!(
-            ((1 << 30) - 4096..=1 << 30).contains(&data),
-            "SEEK_DATA found the data at {data}"
-        );
+        assert!(((1 << 30) - 4096..=1 << 30).contains(&data), "SEEK_DATA found the data at {data}");
         // SAFETY: plain syscall.
-        assert_eq!(
-            cvt(unsafe { libc::lseek(s.as_raw_fd(), 0, libc::SEEK_HOLE) }).unwrap(),
-            0
-        );
+        assert_eq!(cvt(unsafe { libc::lseek(s.as_raw_fd(), 0, libc::SEEK_HOLE) }).unwrap(), 0);
         // fallocate needs a writable descriptor.
         let ro = File::open(m.m("f")).unwrap();
         // SAFETY: plain syscall.
-        assert_eq!(
-            errno(cvt(
-                unsafe { libc::fallocate(ro.as_raw_fd(), 0, 0, 4096) } as i64
-            )),
-            libc::EBADF
-        );
+        assert_eq!(errno(cvt(unsafe { libc::fallocate(ro.as_raw_fd(), 0, 0, 4096) } as i64)), libc::EBADF);
     });
 }
 
@@ -740,12 +575,7 @@ fn large_file_64mib_sequential_checksum() {
                 f.read_exact(&mut buf).unwrap();
                 checksum(&mut h, &buf);
             }
-            assert_eq!(
-                f.read(&mut buf).unwrap(),
-                0,
-                "{} is longer than written",
-                p.display()
-            );
+            assert_eq!(f.read(&mut buf).unwrap(), 0, "{} is longer than written", p.display());
             h
         };
         assert_eq!(sum(&m.m("big")), written, "read back through the mount");
@@ -759,19 +589,12 @@ fn concurrent_readers_and_writers() {
         const REGION: usize = 256 << 10;
         const WRITERS: u64 = 4;
         const ROUNDS: u64 = 8;
-        File::create(m.m("shared"))
-            .unwrap()
-            .set_len(WRITERS * REGION as u64)
-            .unwrap();
+        File::create(m.m("shared")).unwrap().set_len(WRITERS * REGION as u64).unwrap();
         std::thread::scope(|s| {
             for w in 0..WRITERS {
                 let path = m.m("shared");
                 s.spawn(move || {
-                    let f = OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .open(&path)
-                        .unwrap();
+                    let f = OpenOptions::new().read(true).write(true).open(&path).unwrap();
                     let off = w * REGION as u64;
                     for round in 0..ROUNDS {
                         let data = pattern(w * 1000 + round, off, REGION);
@@ -798,8 +621,7 @@ fn concurrent_readers_and_writers() {
         for w in 0..WRITERS {
             let off = w * REGION as u64;
             assert!(
-                all[off as usize..off as usize + REGION]
-                    == pattern(w * 1000 + ROUNDS - 1, off, REGION),
+                all[off as usize..off as usize + REGION] == pattern(w * 1000 + ROUNDS - 1, off, REGION),
                 "region {w}"
             );
         }
@@ -814,10 +636,8 @@ fn readdir_of_10000_entries() {
         for i in 0..N {
             File::create(m.m(&format!("many/entry-{i:05}"))).unwrap();
         }
-        let mut names: Vec<String> = fs::read_dir(m.m("many"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
+        let mut names: Vec<String> =
+            fs::read_dir(m.m("many")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         assert_eq!(names.len(), N, "every entry exactly once");
         names.sort();
         names.dedup();
@@ -836,15 +656,10 @@ fn readdir_of_10000_entries() {
                 if e.is_null() {
                     break;
                 }
-                let name = std::ffi::CStr::from_ptr((*e).d_name.as_ptr())
-                    .to_str()
-                    .unwrap()
-                    .to_string();
+                let name = std::ffi::CStr::from_ptr((*e).d_name.as_ptr()).to_str().unwrap().to_string();
                 if name == "." || name == ".." {
                     dots += 1;
-                } else if name == "entry-00042"
-                    && (*e).d_ino == fs::metadata(m.m("many/entry-00042")).unwrap().ino()
-                {
+                } else if name == "entry-00042" && (*e).d_ino == fs::metadata(m.m("many/entry-00042")).unwrap().ino() {
                     ok += 1;
                 }
             }
@@ -868,9 +683,7 @@ fn xattr_get(p: &Path, name: &str, size: usize) -> io::Result<Vec<u8>> {
     let (cp, cn) = (cpath(p), CString::new(name).unwrap());
     let mut buf = vec![0u8; size];
     // SAFETY: NUL-terminated strings; the kernel writes at most size bytes into buf.
-    let n = cvt(
-        unsafe { libc::getxattr(cp.as_ptr(), cn.as_ptr(), buf.as_mut_ptr().cast(), size) } as i64,
-    )?;
+    let n = cvt(unsafe { libc::getxattr(cp.as_ptr(), cn.as_ptr(), buf.as_mut_ptr().cast(), size) } as i64)?;
     buf.truncate(if size == 0 { 0 } else { n as usize });
     if size == 0 {
         buf = vec![0; n as usize];
@@ -881,10 +694,7 @@ fn xattr_get(p: &Path, name: &str, size: usize) -> io::Result<Vec<u8>> {
 fn xattr_set(p: &Path, name: &str, v: &[u8], flags: i32) -> io::Result<i64> {
     let (cp, cn) = (cpath(p), CString::new(name).unwrap());
     // SAFETY: NUL-terminated strings; v read for v.len() bytes.
-    cvt(
-        unsafe { libc::setxattr(cp.as_ptr(), cn.as_ptr(), v.as_ptr().cast(), v.len(), flags) }
-            as i64,
-    )
+    cvt(unsafe { libc::setxattr(cp.as_ptr(), cn.as_ptr(), v.as_ptr().cast(), v.len(), flags) } as i64)
 }
 
 #[test]
@@ -893,64 +703,26 @@ fn extended_attributes() {
         fs::write(m.m("f"), b"").unwrap();
         xattr_set(&m.m("f"), "user.color", b"blue", 0).unwrap();
         assert_eq!(xattr_get(&m.m("f"), "user.color", 64).unwrap(), b"blue");
-        assert_eq!(
-            xattr_get(&m.b("f"), "user.color", 64).unwrap(),
-            b"blue",
-            "stored on the backing file"
-        );
-        assert_eq!(
-            xattr_get(&m.m("f"), "user.color", 0).unwrap().len(),
-            4,
-            "size query"
-        );
+        assert_eq!(xattr_get(&m.b("f"), "user.color", 64).unwrap(), b"blue", "stored on the backing file");
+        assert_eq!(xattr_get(&m.m("f"), "user.color", 0).unwrap().len(), 4, "size query");
         assert_eq!(errno(xattr_get(&m.m("f"), "user.color", 2)), libc::ERANGE);
         assert_eq!(errno(xattr_get(&m.m("f"), "user.none", 64)), libc::ENODATA);
-        assert_eq!(
-            errno(xattr_set(
-                &m.m("f"),
-                "user.color",
-                b"red",
-                libc::XATTR_CREATE
-            )),
-            libc::EEXIST
-        );
-        assert_eq!(
-            errno(xattr_set(
-                &m.m("f"),
-                "user.size",
-                b"big",
-                libc::XATTR_REPLACE
-            )),
-            libc::ENODATA
-        );
+        assert_eq!(errno(xattr_set(&m.m("f"), "user.color", b"red", libc::XATTR_CREATE)), libc::EEXIST);
+        assert_eq!(errno(xattr_set(&m.m("f"), "user.size", b"big", libc::XATTR_REPLACE)), libc::ENODATA);
         xattr_set(&m.m("f"), "user.color", b"red", libc::XATTR_REPLACE).unwrap();
         xattr_set(&m.m("f"), "user.shape", b"round", 0).unwrap();
         let cp = cpath(&m.m("f"));
         let mut list = vec![0u8; 256];
         // SAFETY: NUL-terminated path; at most 256 bytes written.
-        let n = cvt(
-            unsafe { libc::listxattr(cp.as_ptr(), list.as_mut_ptr().cast(), list.len()) } as i64,
-        )
-        .unwrap();
-        let names: Vec<&[u8]> = list[..n as usize]
-            .split(|&b| b == 0)
-            .filter(|s| !s.is_empty())
-            .collect();
-        assert!(
-            names.contains(&&b"user.color"[..]) && names.contains(&&b"user.shape"[..]),
-            "{names:?}"
-        );
+        let n = cvt(unsafe { libc::listxattr(cp.as_ptr(), list.as_mut_ptr().cast(), list.len()) } as i64).unwrap();
+        let names: Vec<&[u8]> = list[..n as usize].split(|&b| b == 0).filter(|s| !s.is_empty()).collect();
+        assert!(names.contains(&&b"user.color"[..]) && names.contains(&&b"user.shape"[..]), "{names:?}");
         let rm = CString::new("user.color").unwrap();
         // SAFETY: NUL-terminated strings.
         cvt(unsafe { libc::removexattr(cp.as_ptr(), rm.as_ptr()) } as i64).unwrap();
         assert_eq!(errno(xattr_get(&m.b("f"), "user.color", 64)), libc::ENODATA);
         // SAFETY: as above.
-        assert_eq!(
-            errno(cvt(
-                unsafe { libc::removexattr(cp.as_ptr(), rm.as_ptr()) } as i64
-            )),
-            libc::ENODATA
-        );
+        assert_eq!(errno(cvt(unsafe { libc::removexattr(cp.as_ptr(), rm.as_ptr()) } as i64)), libc::ENODATA);
         fs::create_dir(m.m("d")).unwrap();
         xattr_set(&m.m("d"), "user.dir", b"1", 0).unwrap();
         assert_eq!(xattr_get(&m.b("d"), "user.dir", 8).unwrap(), b"1");
@@ -966,10 +738,7 @@ fn fifos_statfs_fsync_and_access() {
         assert!(fs::metadata(m.b("fifo")).unwrap().file_type().is_fifo());
         assert!(fs::metadata(m.m("fifo")).unwrap().file_type().is_fifo());
         // SAFETY: NUL-terminated path.
-        assert_eq!(
-            errno(cvt(unsafe { libc::mkfifo(p.as_ptr(), 0o600) } as i64)),
-            libc::EEXIST
-        );
+        assert_eq!(errno(cvt(unsafe { libc::mkfifo(p.as_ptr(), 0o600) } as i64)), libc::EEXIST);
         // statfs: the backing file system's numbers.
         let sv = |path: &Path| {
             let c = cpath(path);
@@ -979,10 +748,7 @@ fn fifos_statfs_fsync_and_access() {
             s
         };
         let (a, b) = (sv(&m.mnt), sv(&m.backing));
-        assert_eq!(
-            (a.f_bsize, a.f_blocks, a.f_files, a.f_namemax),
-            (b.f_bsize, b.f_blocks, b.f_files, b.f_namemax)
-        );
+        assert_eq!((a.f_bsize, a.f_blocks, a.f_files, a.f_namemax), (b.f_bsize, b.f_blocks, b.f_files, b.f_namemax));
         // fsync, fdatasync, and fsync of a directory.
         let f = File::create(m.m("durable")).unwrap();
         (&f).write_all(b"data").unwrap();
@@ -996,10 +762,7 @@ fn fifos_statfs_fsync_and_access() {
         // SAFETY: NUL-terminated path.
         cvt(unsafe { libc::access(c.as_ptr(), libc::R_OK | libc::W_OK) } as i64).unwrap();
         // SAFETY: as above.
-        assert_eq!(
-            errno(cvt(unsafe { libc::access(c.as_ptr(), libc::X_OK) } as i64)),
-            libc::EACCES
-        );
+        assert_eq!(errno(cvt(unsafe { libc::access(c.as_ptr(), libc::X_OK) } as i64)), libc::EACCES);
     });
 }
 
@@ -1025,35 +788,18 @@ fn other_users_get_kernel_permission_checks_and_own_what_they_create() {
         fs::set_permissions(m.m("shared"), fs::Permissions::from_mode(0o777)).unwrap();
         let mnt = |rel: &str| m.m(rel).to_str().unwrap().to_string();
         let out = as_nobody(&["cat", &mnt("private/secret")]);
-        assert!(
-            !out.status.success()
-                && String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
-            "{out:?}"
-        );
+        assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("Permission denied"), "{out:?}");
         let out = as_nobody(&["ls", &mnt("private")]);
-        assert!(
-            !out.status.success()
-                && String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
-            "{out:?}"
-        );
+        assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("Permission denied"), "{out:?}");
         let out = as_nobody(&["sh", "-c", &format!("echo x >> {}", mnt("readonly"))]);
-        assert!(
-            !out.status.success()
-                && String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
-            "{out:?}"
-        );
+        assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("Permission denied"), "{out:?}");
         let out = as_nobody(&["cat", &mnt("readonly")]);
         assert!(out.status.success() && out.stdout == b"r", "{out:?}");
         // What another user creates is theirs, on the backing file system too.
         let out = as_nobody(&[
             "sh",
             "-c",
-            &format!(
-                "echo mine > {0} && mkdir {1} && ln -s x {2}",
-                mnt("shared/f"),
-                mnt("shared/d"),
-                mnt("shared/l")
-            ),
+            &format!("echo mine > {0} && mkdir {1} && ln -s x {2}", mnt("shared/f"), mnt("shared/d"), mnt("shared/l")),
         ]);
         assert!(out.status.success(), "{out:?}");
         for name in ["shared/f", "shared/d", "shared/l"] {
@@ -1079,14 +825,7 @@ fn resident_pages(path: &Path) -> (usize, usize) {
     // SAFETY: a read-only shared mapping of len bytes of an open file, unmapped below;
     // mincore writes one byte per page into vec.
     unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
+        let p = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, f.as_raw_fd(), 0);
         assert_ne!(p, libc::MAP_FAILED);
         let mut vec = vec![0u8; pages];
         assert_eq!(libc::mincore(p, len, vec.as_mut_ptr()), 0);
@@ -1101,10 +840,7 @@ fn cold_backing_file(path: &Path, len: usize) {
     f.write_all_at(&pattern(7, 0, len), 0).unwrap();
     f.sync_all().unwrap();
     // SAFETY: plain syscall on an open descriptor.
-    assert_eq!(
-        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) },
-        0
-    );
+    assert_eq!(unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
     let (res, _) = resident_pages(path);
     assert!(res < 16, "setup: {res} pages still cached");
 }
@@ -1117,25 +853,15 @@ fn direct_backing_reads_leave_the_backing_file_out_of_the_page_cache() {
         let data = fs::read(m.m("cold")).unwrap();
         assert!(data == pattern(7, 0, LEN), "content through the mount");
         let (res, pages) = resident_pages(&m.b("cold"));
-        assert!(
-            res * 20 < pages,
-            "direct_io_backing: {res} of {pages} backing pages cached (want < 5%)"
-        );
+        assert!(res * 20 < pages, "direct_io_backing: {res} of {pages} backing pages cached (want < 5%)");
     });
     // The check can fail: with buffered backing reads the same read caches the backing file.
-    with_mount(
-        "direct-off",
-        Some("[mount]\ndirect_io_backing = false\n"),
-        |m| {
-            cold_backing_file(&m.b("cold"), LEN);
-            fs::read(m.m("cold")).unwrap();
-            let (res, pages) = resident_pages(&m.b("cold"));
-            assert!(
-                res * 2 > pages,
-                "buffered backing reads: only {res} of {pages} pages cached"
-            );
-        },
-    );
+    with_mount("direct-off", Some("[mount]\ndirect_io_backing = false\n"), |m| {
+        cold_backing_file(&m.b("cold"), LEN);
+        fs::read(m.m("cold")).unwrap();
+        let (res, pages) = resident_pages(&m.b("cold"));
+        assert!(res * 2 > pages, "buffered backing reads: only {res} of {pages} pages cached");
+    });
 }
 
 #[test]
@@ -1156,12 +882,7 @@ fn sigterm_unmounts_and_exits_zero() {
     let m = Mounted::start("sigterm", None);
     fs::write(m.m("f"), b"x").unwrap();
     m.signal(libc::SIGTERM);
-    assert_eq!(
-        m.wait_exit(),
-        0,
-        "exit code after SIGTERM:\n{}",
-        m.log_text()
-    );
+    assert_eq!(m.wait_exit(), 0, "exit code after SIGTERM:\n{}", m.log_text());
     assert!(!fuse_mounted(&m.mnt), "still mounted after SIGTERM");
     assert_eq!(fs::read(m.b("f")).unwrap(), b"x");
 }
@@ -1171,12 +892,7 @@ fn sigint_while_busy_detaches_then_exits_zero() {
     let m = Mounted::start("busy", Some("[mount]\nshutdown_grace = \"1s\"\n"));
     let held = File::create(m.m("held")).unwrap();
     m.signal(libc::SIGINT);
-    assert_eq!(
-        m.wait_exit(),
-        0,
-        "exit code after SIGINT:\n{}",
-        m.log_text()
-    );
+    assert_eq!(m.wait_exit(), 0, "exit code after SIGINT:\n{}", m.log_text());
     assert!(!fuse_mounted(&m.mnt), "still mounted after SIGINT");
     drop(held);
 }
@@ -1184,37 +900,19 @@ fn sigint_while_busy_detaches_then_exits_zero() {
 #[test]
 fn fusermount_u_ends_the_daemon_cleanly() {
     let m = Mounted::start("fusermount", None);
-    let out = Command::new("fusermount3")
-        .arg("-u")
-        .arg(&m.mnt)
-        .output()
-        .unwrap();
+    let out = Command::new("fusermount3").arg("-u").arg(&m.mnt).output().unwrap();
     assert!(out.status.success(), "fusermount3 -u: {out:?}");
-    assert_eq!(
-        m.wait_exit(),
-        0,
-        "exit code after fusermount3 -u:\n{}",
-        m.log_text()
-    );
+    assert_eq!(m.wait_exit(), 0, "exit code after fusermount3 -u:\n{}", m.log_text());
     assert!(!fuse_mounted(&m.mnt));
 }
 
 /// Run `farcache mount` expecting it to refuse; its stderr.
 fn refused(args: &[&std::ffi::OsStr], wrap: &[&str]) -> String {
-    let mut cmd = if wrap.is_empty() {
-        Command::new(bin())
-    } else {
-        Command::new(wrap[0])
-    };
+    let mut cmd = if wrap.is_empty() { Command::new(bin()) } else { Command::new(wrap[0]) };
     if !wrap.is_empty() {
         cmd.args(&wrap[1..]).arg(bin());
     }
-    let out = cmd
-        .arg("mount")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = cmd.arg("mount").args(args).stdin(Stdio::null()).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -1229,17 +927,11 @@ fn startup_errors_name_the_problem() {
     fs::write(&file, b"").unwrap();
     let o = |p: &Path| p.as_os_str().to_owned();
     let e = refused(&[&o(&root.join("nope")), &o(&mnt)], &[]);
-    assert!(
-        e.contains("does not exist") && e.contains("backing directory"),
-        "{e}"
-    );
+    assert!(e.contains("does not exist") && e.contains("backing directory"), "{e}");
     let e = refused(&[&o(&file), &o(&mnt)], &[]);
     assert!(e.contains("is not a directory"), "{e}");
     let e = refused(&[&o(&dir), &o(&root.join("nomnt"))], &[]);
-    assert!(
-        e.contains("mount point") && e.contains("does not exist"),
-        "{e}"
-    );
+    assert!(e.contains("mount point") && e.contains("does not exist"), "{e}");
     fs::create_dir(dir.join("inner")).unwrap();
     let e = refused(&[&o(&dir), &o(&dir.join("inner"))], &[]);
     assert!(e.contains("inside backing directory"), "{e}");
@@ -1252,42 +944,18 @@ fn startup_errors_name_the_problem() {
     assert!(e.contains("mount.threads"), "{e}");
     // /dev/fuse missing: hide /dev in a private mount namespace.
     require_root("unshare -m");
-    let script = format!(
-        "mount -t tmpfs none /dev && exec \"$0\" mount {} {}",
-        dir.display(),
-        mnt.display()
-    );
-    let e = refused(
-        &[],
-        &[
-            "unshare",
-            "-m",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            &script,
-        ],
-    );
+    let script = format!("mount -t tmpfs none /dev && exec \"$0\" mount {} {}", dir.display(), mnt.display());
+    let e = refused(&[], &["unshare", "-m", "--propagation", "private", "sh", "-c", &script]);
     assert!(e.contains("/dev/fuse is not available"), "{e}");
     // fusermount3 missing for a non-root user.
     let out = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "env",
-            "PATH=/nonexistent",
-        ])
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "env", "PATH=/nonexistent"])
         .arg(bin())
         .args(["mount", "/usr", "/tmp"])
         .output()
         .unwrap();
     let e = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.code() == Some(1) && e.contains("fusermount3 not found"),
-        "{out:?}"
-    );
+    assert!(out.status.code() == Some(1) && e.contains("fusermount3 not found"), "{out:?}");
     assert!(!fuse_mounted(&mnt));
     fs::remove_dir_all(&root).unwrap();
 }

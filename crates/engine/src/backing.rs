@@ -158,9 +158,7 @@ impl BackingFile {
 fn open_direct(file: &File, id: &FileId) -> Option<DirectFd> {
     let path = format!("/proc/self/fd/{}\0", file.as_raw_fd());
     // SAFETY: path is NUL-terminated; open returns a new descriptor we own, or -1.
-    let fd = unsafe {
-        libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_DIRECT | libc::O_CLOEXEC)
-    };
+    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_DIRECT | libc::O_CLOEXEC) };
     if fd < 0 {
         let e = io::Error::last_os_error();
         tracing::debug!("no O_DIRECT for {id:?}: {e}; buffered reads");
@@ -188,13 +186,7 @@ fn dio_align(file: &File) -> Option<(u32, u32)> {
     let mut stx = std::mem::MaybeUninit::<libc::statx>::zeroed();
     // SAFETY: empty path with AT_EMPTY_PATH names the descriptor; statx fills stx.
     let r = unsafe {
-        libc::statx(
-            file.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            libc::STATX_DIOALIGN,
-            stx.as_mut_ptr(),
-        )
+        libc::statx(file.as_raw_fd(), c"".as_ptr(), libc::AT_EMPTY_PATH, libc::STATX_DIOALIGN, stx.as_mut_ptr())
     };
     if r != 0 {
         return None;
@@ -290,8 +282,16 @@ mod tests {
         let id = ids.identify(&f).unwrap();
         let bf = BackingFile::new(id, f, libc::O_RDONLY, &BackingOptions { direct_io: true });
         let direct = bf.reads_direct();
-        eprintln!("direct reads: {direct}");
-        for (off, len) in [(0, 4096), (1, 10), (4095, 2), (4096, 8192), (5000, 100_000), (12_300, 50), (20_000, 10), (0, 0)] {
+        // The target directory is on a disk file system here; only tmpfs lacks O_DIRECT.
+        // SAFETY: statfs is plain old data; all zeroes is a valid value.
+        let mut sfs: libc::statfs = unsafe { std::mem::zeroed() };
+        let c = std::ffi::CString::new(d.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: NUL-terminated path; statfs fills sfs.
+        assert_eq!(unsafe { libc::statfs(c.as_ptr(), &mut sfs) }, 0);
+        assert!(direct || sfs.f_type == libc::TMPFS_MAGIC, "O_DIRECT backing reads unavailable on a disk file system");
+        for (off, len) in
+            [(0, 4096), (1, 10), (4095, 2), (4096, 8192), (5000, 100_000), (12_300, 50), (20_000, 10), (0, 0)]
+        {
             let (got, mode) = bf.read_at(off, len).unwrap();
             let lo = (off as usize).min(data.len());
             let hi = (off as usize + len).min(data.len());

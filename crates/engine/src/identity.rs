@@ -106,10 +106,8 @@ fn random_u64() -> u64 {
     }
     // getrandom(2) cannot fail for 8 bytes on Linux >= 3.17 once the pool is ready; if it
     // somehow does, time and pid still make a collision with an earlier run unlikely.
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
+    let t =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
     t ^ (u64::from(std::process::id()) << 32)
 }
 

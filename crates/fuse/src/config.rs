@@ -98,25 +98,13 @@ impl MountConfig {
             ));
         }
         if self.max_background == 0 {
-            return Err(ConfigError::invalid(
-                "mount.max_background",
-                "0 stalls readahead",
-                "set at least 1",
-            ));
+            return Err(ConfigError::invalid("mount.max_background", "0 stalls readahead", "set at least 1"));
         }
         if self.max_inodes < 16 {
-            return Err(ConfigError::invalid(
-                "mount.max_inodes",
-                "too small to be useful",
-                "set at least 16",
-            ));
+            return Err(ConfigError::invalid("mount.max_inodes", "too small to be useful", "set at least 16"));
         }
         if self.max_open_handles < 16 {
-            return Err(ConfigError::invalid(
-                "mount.max_open_handles",
-                "too small to be useful",
-                "set at least 16",
-            ));
+            return Err(ConfigError::invalid("mount.max_open_handles", "too small to be useful", "set at least 16"));
         }
         Ok(())
     }
@@ -139,35 +127,18 @@ mod tests {
         f.mount.validate().unwrap();
         let v = toml::Value::try_from(MountConfig::default()).unwrap();
         for key in v.as_table().unwrap().keys() {
-            assert!(
-                TEMPLATE.lines().any(|l| l.starts_with(&format!("{key} ="))),
-                "template lacks mount.{key}"
-            );
+            assert!(TEMPLATE.lines().any(|l| l.starts_with(&format!("{key} ="))), "template lacks mount.{key}");
         }
     }
 
     #[test]
     fn bad_values_are_refused_by_name() {
-        let mut c = MountConfig {
-            threads: 0,
-            ..MountConfig::default()
-        };
-        assert!(c
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("mount.threads"));
+        let mut c = MountConfig { threads: 0, ..MountConfig::default() };
+        assert!(c.validate().unwrap_err().to_string().contains("mount.threads"));
         c.threads = 4;
         c.max_write = farcache_config::ByteSize::mib(2);
-        assert!(c
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("mount.max_write"));
-        let e = toml::from_str::<File>("[mount]\nthreds = 3")
-            .err()
-            .unwrap()
-            .to_string();
+        assert!(c.validate().unwrap_err().to_string().contains("mount.max_write"));
+        let e = toml::from_str::<File>("[mount]\nthreds = 3").err().unwrap().to_string();
         assert!(e.contains("threds"), "{e}");
     }
 }

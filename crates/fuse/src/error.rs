@@ -10,10 +10,7 @@ pub enum MountError {
     #[error("backing directory {0} is not a directory")]
     BackingNotDir(PathBuf),
     #[error("cannot open backing directory {path}: {source}")]
-    BackingOpen {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    BackingOpen { path: PathBuf, source: std::io::Error },
     #[error("mount point {0} does not exist (create an empty directory first)")]
     MountpointMissing(PathBuf),
     #[error("mount point {0} is not a directory")]
@@ -22,10 +19,7 @@ pub enum MountError {
         "mount point {mountpoint} is inside backing directory {backing}: the mount would serve \
          itself and deadlock; choose a mount point outside it"
     )]
-    MountpointInsideBacking {
-        mountpoint: PathBuf,
-        backing: PathBuf,
-    },
+    MountpointInsideBacking { mountpoint: PathBuf, backing: PathBuf },
     #[error(
         "/dev/fuse is not available ({0}): load the fuse module (modprobe fuse), or in a \
          container pass the device (--device /dev/fuse)"
@@ -41,13 +35,7 @@ pub enum MountError {
     #[error(transparent)]
     Config(#[from] farcache_config::ConfigError),
     #[error("mount {mountpoint} failed: {source}")]
-    Mount {
-        mountpoint: PathBuf,
-        source: std::io::Error,
-    },
+    Mount { mountpoint: PathBuf, source: std::io::Error },
     #[error("FUSE session on {mountpoint} ended with an error: {source}")]
-    Session {
-        mountpoint: PathBuf,
-        source: std::io::Error,
-    },
+    Session { mountpoint: PathBuf, source: std::io::Error },
 }

@@ -11,14 +11,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use farcache_engine::{
-    BackingFile, BackingOptions, DataPath, FileId, Generation as DataGeneration, Identities,
-};
+use farcache_engine::{BackingFile, BackingOptions, DataPath, FileId, Generation as DataGeneration, Identities};
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle as Fh, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileAttr, FileHandle as Fh, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
 };
 
 use crate::config::MountConfig;
@@ -59,28 +57,18 @@ fn errno(e: io::Error) -> Errno {
 }
 
 impl Passthrough {
-    pub(crate) fn new(
-        root: &Path,
-        cfg: &MountConfig,
-        data: Arc<dyn DataPath>,
-    ) -> io::Result<Passthrough> {
+    pub(crate) fn new(root: &Path, cfg: &MountConfig, data: Arc<dyn DataPath>) -> io::Result<Passthrough> {
         let c = sys::cname(root.as_os_str())?;
         let at_cwd = unsafe_at_fdcwd();
         let fd = sys::openat(at_cwd, &c, libc::O_PATH | libc::O_DIRECTORY, 0)?;
         let st = sys::fstat(fd.as_fd())?;
         Ok(Passthrough {
-            inodes: InodeTable::new(
-                fd,
-                &st,
-                usize::try_from(cfg.max_inodes).unwrap_or(usize::MAX),
-            ),
+            inodes: InodeTable::new(fd, &st, usize::try_from(cfg.max_inodes).unwrap_or(usize::MAX)),
             files: Handles::new(usize::try_from(cfg.max_open_handles).unwrap_or(usize::MAX)),
             dirs: Handles::new(usize::try_from(cfg.max_open_handles).unwrap_or(usize::MAX)),
             data,
             ids: Identities::new(),
-            backing_opts: BackingOptions {
-                direct_io: cfg.direct_io_backing,
-            },
+            backing_opts: BackingOptions { direct_io: cfg.direct_io_backing },
             attr_ttl: cfg.attr_timeout.get(),
             entry_ttl: cfg.entry_timeout.get(),
             keep_cache: cfg.keep_cache,
@@ -125,11 +113,7 @@ impl Passthrough {
     }
 
     /// Look `name` up in `parent` and count one kernel reference to it.
-    pub(crate) fn entry_of(
-        &self,
-        parent: &Inode,
-        name: &CStr,
-    ) -> io::Result<(Arc<Inode>, FileAttr)> {
+    pub(crate) fn entry_of(&self, parent: &Inode, name: &CStr) -> io::Result<(Arc<Inode>, FileAttr)> {
         let fd = sys::openat(parent.fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
         let st = sys::fstat(fd.as_fd())?;
         let inode = self.inodes.lookup(fd, &st)?;
@@ -140,31 +124,17 @@ impl Passthrough {
     /// Give a just-created inode (`fd`, in `parent`) to the calling user, as the kernel does
     /// for a local file system. The group is the caller's unless the parent directory is
     /// set-group-id (then the backing file system already gave it the directory's group).
-    pub(crate) fn give_to_caller(
-        &self,
-        req: &Request,
-        parent: &Inode,
-        fd: BorrowedFd<'_>,
-    ) -> io::Result<()> {
+    pub(crate) fn give_to_caller(&self, req: &Request, parent: &Inode, fd: BorrowedFd<'_>) -> io::Result<()> {
         if !self.chown_new || (req.uid() == 0 && req.gid() == 0) {
             return Ok(());
         }
         let pst = sys::fstat(parent.fd())?;
-        let gid = if pst.st_mode & libc::S_ISGID != 0 {
-            u32::MAX
-        } else {
-            req.gid()
-        };
+        let gid = if pst.st_mode & libc::S_ISGID != 0 { u32::MAX } else { req.gid() };
         sys::fchown(fd, req.uid(), gid)
     }
 
     /// Wrap `file`, opened on `inode` with access mode `accmode`, for the data path.
-    pub(crate) fn backing(
-        &self,
-        inode: &Inode,
-        file: File,
-        accmode: i32,
-    ) -> io::Result<BackingFile> {
+    pub(crate) fn backing(&self, inode: &Inode, file: File, accmode: i32) -> io::Result<BackingFile> {
         let id = match inode.file_id.get() {
             Some(id) => *id,
             None => {
@@ -176,28 +146,15 @@ impl Passthrough {
     }
 
     /// The identity of a regular file that has just lost its last name, for `forget`.
-    pub(crate) fn identity_of_unlinked(
-        &self,
-        dev: u64,
-        ino: u64,
-        fd: BorrowedFd<'_>,
-    ) -> Option<FileId> {
-        if let Some(id) = self
-            .inodes
-            .find(dev, ino)
-            .and_then(|i| i.file_id.get().copied())
-        {
+    pub(crate) fn identity_of_unlinked(&self, dev: u64, ino: u64, fd: BorrowedFd<'_>) -> Option<FileId> {
+        if let Some(id) = self.inodes.find(dev, ino).and_then(|i| i.file_id.get().copied()) {
             return Some(id);
         }
         // Never opened through this mount (or forgotten since): only a file-system generation
         // can name blocks cached under it; a process-local one died with its inode record.
         let f = sys::reopen(fd, libc::O_RDONLY | libc::O_NONBLOCK).ok()?;
         let g = farcache_engine::identity::fs_generation(f.as_fd())?;
-        Some(FileId {
-            dev,
-            ino,
-            generation: DataGeneration::Fs(g),
-        })
+        Some(FileId { dev, ino, generation: DataGeneration::Fs(g) })
     }
 }
 
@@ -231,19 +188,10 @@ pub(crate) fn kind(mode: u32) -> FileType {
 
 pub(crate) fn timespec(t: Option<TimeOrNow>) -> libc::timespec {
     match t {
-        None => libc::timespec {
-            tv_sec: 0,
-            tv_nsec: libc::UTIME_OMIT,
-        },
-        Some(TimeOrNow::Now) => libc::timespec {
-            tv_sec: 0,
-            tv_nsec: libc::UTIME_NOW,
-        },
+        None => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
+        Some(TimeOrNow::Now) => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_NOW },
         Some(TimeOrNow::SpecificTime(t)) => match t.duration_since(UNIX_EPOCH) {
-            Ok(d) => libc::timespec {
-                tv_sec: d.as_secs() as i64,
-                tv_nsec: i64::from(d.subsec_nanos()),
-            },
+            Ok(d) => libc::timespec { tv_sec: d.as_secs() as i64, tv_nsec: i64::from(d.subsec_nanos()) },
             Err(e) => {
                 let d = e.duration();
                 let mut s = -(d.as_secs() as i64);
@@ -252,10 +200,7 @@ pub(crate) fn timespec(t: Option<TimeOrNow>) -> libc::timespec {
                     s -= 1;
                     ns += 1_000_000_000;
                 }
-                libc::timespec {
-                    tv_sec: s,
-                    tv_nsec: ns,
-                }
+                libc::timespec { tv_sec: s, tv_nsec: ns }
             }
         },
     }
@@ -276,8 +221,7 @@ impl Filesystem for Passthrough {
             let _ = config.set_max_write(n);
         }
         let _ = config.set_max_background(self.max_background);
-        let _ =
-            config.set_congestion_threshold((u32::from(self.max_background) * 3 / 4).max(1) as u16);
+        let _ = config.set_congestion_threshold((u32::from(self.max_background) * 3 / 4).max(1) as u16);
         let mut want = vec![
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_CACHE_SYMLINKS,
@@ -305,13 +249,12 @@ impl Filesystem for Passthrough {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        answer!(reply, self.do_lookup(parent, name), |(_, a)| reply
-            .entry_with_ttls(
-                &self.attr_ttl,
-                &self.entry_ttl,
-                &a,
-                Generation(0)
-            ))
+        answer!(reply, self.do_lookup(parent, name), |(_, a)| reply.entry_with_ttls(
+            &self.attr_ttl,
+            &self.entry_ttl,
+            &a,
+            Generation(0)
+        ))
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -319,8 +262,7 @@ impl Filesystem for Passthrough {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<Fh>, reply: ReplyAttr) {
-        answer!(reply, self.do_getattr(ino, fh), |a| reply
-            .attr(&self.attr_ttl, &a))
+        answer!(reply, self.do_getattr(ino, fh), |a| reply.attr(&self.attr_ttl, &a))
     }
 
     fn setattr(
@@ -341,24 +283,12 @@ impl Filesystem for Passthrough {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let set = crate::ops_attr::SetAttr {
-            mode,
-            uid,
-            gid,
-            size,
-            atime,
-            mtime,
-        };
-        answer!(reply, self.do_setattr(ino, fh, &set), |a| reply
-            .attr(&self.attr_ttl, &a))
+        let set = crate::ops_attr::SetAttr { mode, uid, gid, size, atime, mtime };
+        answer!(reply, self.do_setattr(ino, fh, &set), |a| reply.attr(&self.attr_ttl, &a))
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        answer!(
-            reply,
-            self.inode(ino).and_then(|i| sys::readlink(i.fd())),
-            |t| reply.data(&t)
-        )
+        answer!(reply, self.inode(ino).and_then(|i| sys::readlink(i.fd())), |t| reply.data(&t))
     }
 
     fn mknod(
@@ -371,22 +301,11 @@ impl Filesystem for Passthrough {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        answer!(reply, self.do_mknod(req, parent, name, mode, rdev), |a| {
-            self.entry(reply, &a)
-        })
+        answer!(reply, self.do_mknod(req, parent, name, mode, rdev), |a| { self.entry(reply, &a) })
     }
 
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        _umask: u32,
-        reply: ReplyEntry,
-    ) {
-        answer!(reply, self.do_mkdir(req, parent, name, mode), |a| self
-            .entry(reply, &a))
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        answer!(reply, self.do_mkdir(req, parent, name, mode), |a| self.entry(reply, &a))
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -397,19 +316,8 @@ impl Filesystem for Passthrough {
         answer!(reply, self.do_rmdir(parent, name), |()| reply.ok())
     }
 
-    fn symlink(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        link_name: &OsStr,
-        target: &Path,
-        reply: ReplyEntry,
-    ) {
-        answer!(
-            reply,
-            self.do_symlink(req, parent, link_name, target),
-            |a| self.entry(reply, &a)
-        )
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        answer!(reply, self.do_symlink(req, parent, link_name, target), |a| self.entry(reply, &a))
     }
 
     fn rename(
@@ -422,28 +330,15 @@ impl Filesystem for Passthrough {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        answer!(
-            reply,
-            self.do_rename(parent, name, newparent, newname, flags.bits()),
-            |()| reply.ok()
-        )
+        answer!(reply, self.do_rename(parent, name, newparent, newname, flags.bits()), |()| reply.ok())
     }
 
-    fn link(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        newparent: INodeNo,
-        newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
-        answer!(reply, self.do_link(ino, newparent, newname), |a| self
-            .entry(reply, &a))
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        answer!(reply, self.do_link(ino, newparent, newname), |a| self.entry(reply, &a))
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        answer!(reply, self.do_open(ino, flags.0), |fh| reply
-            .opened(Fh(fh), self.fopen_flags()))
+        answer!(reply, self.do_open(ino, flags.0), |fh| reply.opened(Fh(fh), self.fopen_flags()))
     }
 
     fn read(
@@ -475,14 +370,7 @@ impl Filesystem for Passthrough {
         answer!(reply, self.do_write(fh, offset, data), |n| reply.written(n))
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: Fh,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
+    fn flush(&self, _req: &Request, _ino: INodeNo, fh: Fh, _lock_owner: LockOwner, reply: ReplyEmpty) {
         // Writes are already on the backing file when they are acknowledged; locks are the
         // kernel's (no POSIX lock capability is negotiated). Nothing to flush.
         answer!(reply, self.file(fh), |_| reply.ok())
@@ -503,83 +391,47 @@ impl Filesystem for Passthrough {
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: Fh, datasync: bool, reply: ReplyEmpty) {
-        answer!(
-            reply,
-            self.file(fh)
-                .and_then(|h| self.data.fsync(&h.backing, datasync)),
-            |()| reply.ok()
-        )
+        answer!(reply, self.file(fh).and_then(|h| self.data.fsync(&h.backing, datasync)), |()| reply.ok())
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        answer!(reply, self.do_opendir(ino), |fh| reply
-            .opened(Fh(fh), FopenFlags::empty()))
+        answer!(reply, self.do_opendir(ino), |fh| reply.opened(Fh(fh), FopenFlags::empty()))
     }
 
-    fn readdir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: Fh,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
+    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: Fh, offset: u64, mut reply: ReplyDirectory) {
         match self.do_readdir(fh, offset, &mut reply) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn readdirplus(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: Fh,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
+    fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: Fh, offset: u64, mut reply: ReplyDirectoryPlus) {
         match self.do_readdirplus(fh, offset, &mut reply) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: Fh,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: Fh, _flags: OpenFlags, reply: ReplyEmpty) {
         self.dirs.remove(fh.0);
         reply.ok();
     }
 
     fn fsyncdir(&self, _req: &Request, _ino: INodeNo, fh: Fh, datasync: bool, reply: ReplyEmpty) {
-        answer!(
-            reply,
-            self.dir(fh)
-                .and_then(|d| sys::fsync_fd(d.fd.lock().as_fd(), datasync)),
-            |()| reply.ok()
-        )
+        answer!(reply, self.dir(fh).and_then(|d| sys::fsync_fd(d.fd.lock().as_fd(), datasync)), |()| reply.ok())
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        answer!(
-            reply,
-            self.inode(ino).and_then(|i| sys::fstatvfs(i.fd())),
-            |s| reply.statfs(
-                s.f_blocks,
-                s.f_bfree,
-                s.f_bavail,
-                s.f_files,
-                s.f_ffree,
-                s.f_bsize as u32,
-                s.f_namemax as u32,
-                s.f_frsize as u32,
-            )
-        )
+        answer!(reply, self.inode(ino).and_then(|i| sys::fstatvfs(i.fd())), |s| reply.statfs(
+            s.f_blocks,
+            s.f_bfree,
+            s.f_bavail,
+            s.f_files,
+            s.f_ffree,
+            s.f_bsize as u32,
+            s.f_namemax as u32,
+            s.f_frsize as u32,
+        ))
     }
 
     fn setxattr(
@@ -592,8 +444,7 @@ impl Filesystem for Passthrough {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        answer!(reply, self.do_setxattr(ino, name, value, flags), |()| reply
-            .ok())
+        answer!(reply, self.do_setxattr(ino, name, value, flags), |()| reply.ok())
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -615,12 +466,7 @@ impl Filesystem for Passthrough {
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        answer!(
-            reply,
-            self.inode(ino)
-                .and_then(|i| sys::faccess(i.fd(), mask.bits())),
-            |()| reply.ok()
-        )
+        answer!(reply, self.inode(ino).and_then(|i| sys::faccess(i.fd(), mask.bits())), |()| reply.ok())
     }
 
     fn create(
@@ -633,49 +479,22 @@ impl Filesystem for Passthrough {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        answer!(
-            reply,
-            self.do_create(req, parent, name, mode, flags),
-            |(a, fh)| reply.created(
-                &self.attr_ttl,
-                &a,
-                Generation(0),
-                Fh(fh),
-                self.fopen_flags()
-            )
-        )
+        answer!(reply, self.do_create(req, parent, name, mode, flags), |(a, fh)| reply.created(
+            &self.attr_ttl,
+            &a,
+            Generation(0),
+            Fh(fh),
+            self.fopen_flags()
+        ))
     }
 
-    fn fallocate(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: Fh,
-        offset: u64,
-        length: u64,
-        mode: i32,
-        reply: ReplyEmpty,
-    ) {
-        answer!(reply, self.do_fallocate(fh, offset, length, mode), |()| {
-            reply.ok()
-        })
+    fn fallocate(&self, _req: &Request, _ino: INodeNo, fh: Fh, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        answer!(reply, self.do_fallocate(fh, offset, length, mode), |()| { reply.ok() })
     }
 
-    fn lseek(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: Fh,
-        offset: i64,
-        whence: i32,
-        reply: ReplyLseek,
-    ) {
-        answer!(
-            reply,
-            self.file(fh)
-                .and_then(|h| sys::lseek(h.backing.file().as_fd(), offset, whence)),
-            |o| reply.offset(o)
-        )
+    fn lseek(&self, _req: &Request, _ino: INodeNo, fh: Fh, offset: i64, whence: i32, reply: ReplyLseek) {
+        answer!(reply, self.file(fh).and_then(|h| sys::lseek(h.backing.file().as_fd(), offset, whence)), |o| reply
+            .offset(o))
     }
 }
 

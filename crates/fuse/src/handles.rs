@@ -33,11 +33,7 @@ pub(crate) struct Handles<T> {
 
 impl<T> Handles<T> {
     pub(crate) fn new(max: usize) -> Handles<T> {
-        Handles {
-            map: Mutex::new(HashMap::new()),
-            next: AtomicU64::new(1),
-            max,
-        }
+        Handles { map: Mutex::new(HashMap::new()), next: AtomicU64::new(1), max }
     }
 
     pub(crate) fn insert(&self, h: T) -> std::io::Result<u64> {

@@ -91,41 +91,20 @@ impl InodeTable {
             fmt: st.st_mode & libc::S_IFMT,
             file_id: OnceLock::new(),
         });
-        let mut maps = Maps {
-            next_synthetic: SYNTHETIC_BASE,
-            ..Maps::default()
-        };
+        let mut maps = Maps { next_synthetic: SYNTHETIC_BASE, ..Maps::default() };
         maps.by_key.insert((st.st_dev, st.st_ino), ROOT_ID);
-        maps.by_node.insert(
-            ROOT_ID,
-            Entry {
-                inode: root,
-                nlookup: 1,
-            },
-        );
-        InodeTable {
-            maps: RwLock::new(maps),
-            root_dev: st.st_dev,
-            root_ino: st.st_ino,
-            max_inodes,
-        }
+        maps.by_node.insert(ROOT_ID, Entry { inode: root, nlookup: 1 });
+        InodeTable { maps: RwLock::new(maps), root_dev: st.st_dev, root_ino: st.st_ino, max_inodes }
     }
 
     pub(crate) fn get(&self, nodeid: u64) -> Option<Arc<Inode>> {
-        self.maps
-            .read()
-            .by_node
-            .get(&nodeid)
-            .map(|e| e.inode.clone())
+        self.maps.read().by_node.get(&nodeid).map(|e| e.inode.clone())
     }
 
     /// The inode known for backing `(dev, ino)`, if any.
     pub(crate) fn find(&self, dev: u64, ino: u64) -> Option<Arc<Inode>> {
         let m = self.maps.read();
-        m.by_key
-            .get(&(dev, ino))
-            .and_then(|n| m.by_node.get(n))
-            .map(|e| e.inode.clone())
+        m.by_key.get(&(dev, ino)).and_then(|n| m.by_node.get(n)).map(|e| e.inode.clone())
     }
 
     /// Count one lookup of the inode `fd` (an `O_PATH` descriptor with stat `st`) refers to:
@@ -160,13 +139,7 @@ impl InodeTable {
             file_id: OnceLock::new(),
         });
         m.by_key.insert(key, nodeid);
-        m.by_node.insert(
-            nodeid,
-            Entry {
-                inode: inode.clone(),
-                nlookup: 1,
-            },
-        );
+        m.by_node.insert(nodeid, Entry { inode: inode.clone(), nlookup: 1 });
         Ok(inode)
     }
 
@@ -195,13 +168,7 @@ impl InodeTable {
         }
         match self.direct_nodeid(self.root_dev, ino) {
             Some(n) => n,
-            None => self
-                .maps
-                .read()
-                .by_key
-                .get(&(self.root_dev, ino))
-                .copied()
-                .unwrap_or(ino),
+            None => self.maps.read().by_key.get(&(self.root_dev, ino)).copied().unwrap_or(ino),
         }
     }
 
@@ -248,10 +215,7 @@ mod tests {
         let a = t.lookup(fa, &sa).unwrap();
         let b = t.lookup(fb, &sb).unwrap();
         assert_eq!(a.nodeid, b.nodeid);
-        assert_eq!(
-            a.nodeid, sa.st_ino,
-            "same-device inodes keep their inode number"
-        );
+        assert_eq!(a.nodeid, sa.st_ino, "same-device inodes keep their inode number");
         assert_eq!(t.len(), 2);
         t.forget(a.nodeid, 1);
         assert!(t.get(a.nodeid).is_some(), "one lookup left");
@@ -275,10 +239,7 @@ mod tests {
         let (fa, sa) = open_path(&d.join("a"));
         t.lookup(fa, &sa).unwrap();
         let (fb, sb) = open_path(&d.join("b"));
-        assert_eq!(
-            t.lookup(fb, &sb).unwrap_err().raw_os_error(),
-            Some(libc::ENFILE)
-        );
+        assert_eq!(t.lookup(fb, &sb).unwrap_err().raw_os_error(), Some(libc::ENFILE));
         let (fa2, sa2) = open_path(&d.join("a"));
         assert!(t.lookup(fa2, &sa2).is_ok());
         std::fs::remove_dir_all(&d).unwrap();

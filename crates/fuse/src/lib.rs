@@ -54,8 +54,10 @@ pub struct Mount {
 }
 
 /// Unmounts a [`Mount`] from another thread (a signal handler's).
-#[derive(Clone, Debug)]
 pub struct Unmounter {
+    /// fuser's own handle: unmounting through it also tells the session not to unmount
+    /// again by path when it ends (fuser 0.18.0 would otherwise try, see `run`).
+    inner: fuser::SessionUnmounter,
     mountpoint: PathBuf,
     dev: u64,
 }
@@ -85,21 +87,10 @@ impl Mount {
         data: Arc<dyn DataPath>,
     ) -> Result<Mount, MountError> {
         cfg.validate()?;
-        let backing = check_dir(
-            backing,
-            MountError::BackingMissing,
-            MountError::BackingNotDir,
-        )?;
-        let mountpoint = check_dir(
-            mountpoint,
-            MountError::MountpointMissing,
-            MountError::MountpointNotDir,
-        )?;
+        let backing = check_dir(backing, MountError::BackingMissing, MountError::BackingNotDir)?;
+        let mountpoint = check_dir(mountpoint, MountError::MountpointMissing, MountError::MountpointNotDir)?;
         if mountpoint != backing && mountpoint.starts_with(&backing) {
-            return Err(MountError::MountpointInsideBacking {
-                mountpoint,
-                backing,
-            });
+            return Err(MountError::MountpointInsideBacking { mountpoint, backing });
         }
         if !Path::new("/proc/self/fd").is_dir() {
             return Err(MountError::NoProc);
@@ -108,31 +99,22 @@ impl Mount {
         if !root && find_in_path("fusermount3").is_none() {
             return Err(MountError::FusermountMissing);
         }
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/fuse")
-            .map_err(MountError::NoDevFuse)?;
+        std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").map_err(MountError::NoDevFuse)?;
         if root && find_in_path("fusermount3").is_none() {
-            tracing::warn!("fusermount3 not found: mounting directly as root, but `fusermount3 -u` will not be available");
+            tracing::warn!(
+                "fusermount3 not found: mounting directly as root, but `fusermount3 -u` will not be available"
+            );
         }
 
         sys::set_umask(0);
-        let want_fds = cfg
-            .max_inodes
-            .saturating_add(cfg.max_open_handles.saturating_mul(3))
-            .saturating_add(1024);
+        let want_fds = cfg.max_inodes.saturating_add(cfg.max_open_handles.saturating_mul(3)).saturating_add(1024);
         let nofile = sys::raise_nofile(want_fds);
         tracing::debug!("open descriptor limit {nofile}");
 
         // The backing root is opened before mounting, so even a mount on top of the backing
         // directory itself reaches the files underneath.
-        let fs = fs::Passthrough::new(&backing, cfg, data).map_err(|source| {
-            MountError::BackingOpen {
-                path: backing.clone(),
-                source,
-            }
-        })?;
+        let fs = fs::Passthrough::new(&backing, cfg, data)
+            .map_err(|source| MountError::BackingOpen { path: backing.clone(), source })?;
 
         let mut fc = fuser::Config::default();
         fc.mount_options = vec![
@@ -145,11 +127,8 @@ impl Mount {
         }
         fc.n_threads = Some(cfg.threads as usize);
         fc.clone_fd = true;
-        let session =
-            fuser::Session::new(fs, &mountpoint, &fc).map_err(|source| MountError::Mount {
-                mountpoint: mountpoint.clone(),
-                source,
-            })?;
+        let session = fuser::Session::new(fs, &mountpoint, &fc)
+            .map_err(|source| MountError::Mount { mountpoint: mountpoint.clone(), source })?;
         // Not stat(2): that would ask the file system, which serves nothing before `run`.
         let dev = mounted_dev(&mountpoint).ok_or_else(|| MountError::Mount {
             mountpoint: mountpoint.clone(),
@@ -160,36 +139,30 @@ impl Mount {
             backing.display(),
             mountpoint.display(),
             cfg.threads,
-            if cfg.direct_io_backing {
-                "direct (O_DIRECT where supported)"
-            } else {
-                "buffered"
-            }
+            if cfg.direct_io_backing { "direct (O_DIRECT where supported)" } else { "buffered" }
         );
-        Ok(Mount {
-            session,
-            mountpoint,
-            dev,
-        })
+        Ok(Mount { session, mountpoint, dev })
     }
 
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
     }
 
-    pub fn unmounter(&self) -> Unmounter {
-        Unmounter {
-            mountpoint: self.mountpoint.clone(),
-            dev: self.dev,
-        }
+    pub fn unmounter(&mut self) -> Unmounter {
+        Unmounter { inner: self.session.unmount_callable(), mountpoint: self.mountpoint.clone(), dev: self.dev }
     }
 
     /// Serve requests until the file system is unmounted.
+    ///
+    /// Known fuser 0.18.0 issue: when someone else unmounts (`fusermount3 -u`), the session's
+    /// teardown still calls umount(2) on the mount point (its is-still-mounted check is
+    /// inverted; fixed upstream in fuser PR #703, not yet released). That fails with EINVAL
+    /// and logs a harmless warning — unless a new file system was mounted on the same path
+    /// in the microseconds in between. Restart scripts should wait for the old daemon to exit
+    /// before mounting again. Unmounting through [`Unmounter`] avoids it.
     pub fn run(self) -> Result<(), MountError> {
         let mountpoint = self.mountpoint.clone();
-        self.session
-            .run()
-            .map_err(|source| MountError::Session { mountpoint, source })?;
+        self.session.run().map_err(|source| MountError::Session { mountpoint, source })?;
         tracing::info!("unmounted {}", self.mountpoint.display());
         Ok(())
     }
@@ -197,45 +170,23 @@ impl Mount {
 
 impl Unmounter {
     /// Unmount; if the mount is busy, detach it (lazy unmount).
-    pub fn unmount(&self) -> io::Result<Unmounted> {
+    pub fn unmount(&mut self) -> io::Result<Unmounted> {
         // Only what is still ours: the top-most mount on the mount point must be this one.
         if mounted_dev(&self.mountpoint) != Some(self.dev) {
             return Ok(Unmounted::NotMounted);
         }
-        let c = CString::new(self.mountpoint.as_os_str().as_bytes())
-            .map_err(|_| sys::err(libc::EINVAL))?;
-        // SAFETY: plain syscall with a NUL-terminated path.
-        if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
-            return Ok(Unmounted::Done);
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EBUSY) => {
-                // SAFETY: as above.
+        match self.inner.unmount() {
+            Ok(()) => Ok(Unmounted::Done),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                let c = CString::new(self.mountpoint.as_os_str().as_bytes()).map_err(|_| sys::err(libc::EINVAL))?;
+                // SAFETY: plain syscall with a NUL-terminated path.
                 if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
                     Ok(Unmounted::Detached)
                 } else {
                     Err(io::Error::last_os_error())
                 }
             }
-            Some(libc::EINVAL) => Ok(Unmounted::NotMounted),
-            // Not root: the setuid helper may unmount what the user mounted.
-            Some(libc::EPERM) => {
-                let st = std::process::Command::new("fusermount3")
-                    .arg("-u")
-                    .arg("-z")
-                    .arg(&self.mountpoint)
-                    .status()?;
-                if st.success() {
-                    Ok(Unmounted::Detached)
-                } else {
-                    Err(io::Error::other(format!(
-                        "fusermount3 -u -z {} failed: {st}",
-                        self.mountpoint.display()
-                    )))
-                }
-            }
-            _ => Err(e),
+            Err(e) => Err(e),
         }
     }
 }
@@ -271,8 +222,7 @@ pub fn mounted_dev(mountpoint: &Path) -> Option<u64> {
     for line in info.lines() {
         // id parent major:minor root mount-point options ... - fstype source super-options
         let mut f = line.split(' ');
-        let (Some(_), Some(_), Some(dev), Some(_), Some(mp)) =
-            (f.next(), f.next(), f.next(), f.next(), f.next())
+        let (Some(_), Some(_), Some(dev), Some(_), Some(mp)) = (f.next(), f.next(), f.next(), f.next(), f.next())
         else {
             continue;
         };
@@ -290,10 +240,7 @@ fn unescape_mountinfo(s: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
             out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
             i += 4;
         } else {
@@ -306,9 +253,7 @@ fn unescape_mountinfo(s: &str) -> Vec<u8> {
 
 fn find_in_path(bin: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(bin))
-        .find(|p| p.is_file())
+    std::env::split_paths(&path).map(|d| d.join(bin)).find(|p| p.is_file())
 }
 
 #[cfg(test)]

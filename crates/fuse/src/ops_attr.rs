@@ -47,12 +47,7 @@ impl Passthrough {
         Ok(self.attr(inode.nodeid, &st))
     }
 
-    pub(crate) fn do_setattr(
-        &self,
-        ino: INodeNo,
-        fh: Option<Fh>,
-        set: &SetAttr,
-    ) -> io::Result<FileAttr> {
+    pub(crate) fn do_setattr(&self, ino: INodeNo, fh: Option<Fh>, set: &SetAttr) -> io::Result<FileAttr> {
         let inode = self.inode(ino)?;
         let handle: Option<std::sync::Arc<FileHandle>> = fh.and_then(|fh| self.files.get(fh.0));
         if let Some(mode) = set.mode {
@@ -64,11 +59,7 @@ impl Passthrough {
             }
         }
         if set.uid.is_some() || set.gid.is_some() {
-            sys::fchown(
-                inode.fd(),
-                set.uid.unwrap_or(u32::MAX),
-                set.gid.unwrap_or(u32::MAX),
-            )?;
+            sys::fchown(inode.fd(), set.uid.unwrap_or(u32::MAX), set.gid.unwrap_or(u32::MAX))?;
         }
         if let Some(size) = set.size {
             self.truncate(&inode, handle.as_ref().map(|h| &h.backing), size)?;
@@ -90,12 +81,7 @@ impl Passthrough {
     /// Set the size of `inode`'s data, through the data path (so cached blocks past the new
     /// end die with it). Uses `open` when it was opened for writing, else a short-lived
     /// write descriptor (truncate(2) by path, or `open(O_RDONLY | O_TRUNC)`).
-    pub(crate) fn truncate(
-        &self,
-        inode: &Inode,
-        open: Option<&BackingFile>,
-        size: u64,
-    ) -> io::Result<()> {
+    pub(crate) fn truncate(&self, inode: &Inode, open: Option<&BackingFile>, size: u64) -> io::Result<()> {
         if inode.is_dir() {
             return Err(sys::err(libc::EISDIR));
         }
@@ -121,18 +107,11 @@ impl Passthrough {
         Ok(inode)
     }
 
-    pub(crate) fn do_getxattr(
-        &self,
-        ino: INodeNo,
-        name: &OsStr,
-        size: u32,
-    ) -> io::Result<XattrAnswer> {
+    pub(crate) fn do_getxattr(&self, ino: INodeNo, name: &OsStr, size: u32) -> io::Result<XattrAnswer> {
         let inode = self.xattr_inode(ino)?;
         let c = sys::cname(name)?;
         if size == 0 {
-            return Ok(XattrAnswer::Size(
-                sys::getxattr(inode.fd(), &c, &mut [])? as u32
-            ));
+            return Ok(XattrAnswer::Size(sys::getxattr(inode.fd(), &c, &mut [])? as u32));
         }
         let mut buf = vec![0u8; size.min(XATTR_MAX_BYTES) as usize];
         let n = sys::getxattr(inode.fd(), &c, &mut buf)?;
@@ -143,9 +122,7 @@ impl Passthrough {
     pub(crate) fn do_listxattr(&self, ino: INodeNo, size: u32) -> io::Result<XattrAnswer> {
         let inode = self.xattr_inode(ino)?;
         if size == 0 {
-            return Ok(XattrAnswer::Size(
-                sys::listxattr(inode.fd(), &mut [])? as u32
-            ));
+            return Ok(XattrAnswer::Size(sys::listxattr(inode.fd(), &mut [])? as u32));
         }
         let mut buf = vec![0u8; size.min(XATTR_MAX_BYTES) as usize];
         let n = sys::listxattr(inode.fd(), &mut buf)?;
@@ -153,13 +130,7 @@ impl Passthrough {
         Ok(XattrAnswer::Data(buf))
     }
 
-    pub(crate) fn do_setxattr(
-        &self,
-        ino: INodeNo,
-        name: &OsStr,
-        value: &[u8],
-        flags: i32,
-    ) -> io::Result<()> {
+    pub(crate) fn do_setxattr(&self, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
         let inode = self.xattr_inode(ino)?;
         sys::setxattr(inode.fd(), &sys::cname(name)?, value, flags)
     }

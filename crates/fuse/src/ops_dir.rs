@@ -12,9 +12,7 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::time::UNIX_EPOCH;
 
-use fuser::{
-    FileAttr, FileHandle as Fh, FileType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus,
-};
+use fuser::{FileAttr, FileHandle as Fh, FileType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
 use parking_lot::Mutex;
 
 use crate::fs::Passthrough;
@@ -43,10 +41,7 @@ impl Passthrough {
     pub(crate) fn do_opendir(&self, ino: INodeNo) -> io::Result<u64> {
         let inode = self.inode(ino)?;
         let fd = sys::openat(inode.fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
-        self.dirs.insert(DirHandle {
-            inode,
-            fd: Mutex::new(fd),
-        })
+        self.dirs.insert(DirHandle { inode, fd: Mutex::new(fd) })
     }
 
     /// Feed the entries from `offset` on to `add` until it reports the reply full (true) or
@@ -75,12 +70,7 @@ impl Passthrough {
         }
     }
 
-    pub(crate) fn do_readdir(
-        &self,
-        fh: Fh,
-        offset: u64,
-        reply: &mut ReplyDirectory,
-    ) -> io::Result<()> {
+    pub(crate) fn do_readdir(&self, fh: Fh, offset: u64, reply: &mut ReplyDirectory) -> io::Result<()> {
         self.each_entry(fh, offset, |d, e| {
             let kind = match dtype_kind(e.dtype) {
                 Some(k) => k,
@@ -90,53 +80,26 @@ impl Passthrough {
                     Err(_) => return Ok(false), // gone since: skip it
                 },
             };
-            let ino = if e.name == b"." {
-                d.inode.nodeid
-            } else {
-                self.inodes.dirent_ino(e.ino)
-            };
+            let ino = if e.name == b"." { d.inode.nodeid } else { self.inodes.dirent_ino(e.ino) };
             Ok(reply.add(INodeNo(ino), e.next_off, kind, OsStr::from_bytes(e.name)))
         })
     }
 
-    pub(crate) fn do_readdirplus(
-        &self,
-        fh: Fh,
-        offset: u64,
-        reply: &mut ReplyDirectoryPlus,
-    ) -> io::Result<()> {
+    pub(crate) fn do_readdirplus(&self, fh: Fh, offset: u64, reply: &mut ReplyDirectoryPlus) -> io::Result<()> {
         self.each_entry(fh, offset, |d, e| {
             let name = OsStr::from_bytes(e.name);
             if e.name == b"." || e.name == b".." {
                 // The kernel takes no reference for these; their attributes are not used.
-                let ino = if e.name == b"." {
-                    d.inode.nodeid
-                } else {
-                    self.inodes.dirent_ino(e.ino)
-                };
+                let ino = if e.name == b"." { d.inode.nodeid } else { self.inodes.dirent_ino(e.ino) };
                 let attr = dir_placeholder(ino);
-                return Ok(reply.add(
-                    INodeNo(ino),
-                    e.next_off,
-                    name,
-                    &self.entry_ttl,
-                    &attr,
-                    Generation(0),
-                ));
+                return Ok(reply.add(INodeNo(ino), e.next_off, name, &self.entry_ttl, &attr, Generation(0)));
             }
             let (inode, attr) = match name_cstr(e.name).and_then(|c| self.entry_of(&d.inode, &c)) {
                 Ok(x) => x,
                 Err(err) if err.raw_os_error() == Some(libc::ENOENT) => return Ok(false), // gone since
                 Err(err) => return Err(err),
             };
-            let full = reply.add(
-                INodeNo(inode.nodeid),
-                e.next_off,
-                name,
-                &self.entry_ttl,
-                &attr,
-                Generation(0),
-            );
+            let full = reply.add(INodeNo(inode.nodeid), e.next_off, name, &self.entry_ttl, &attr, Generation(0));
             if full {
                 // Not sent: the kernel will not count this lookup.
                 self.inodes.forget(inode.nodeid, 1);

@@ -46,11 +46,7 @@ pub(crate) fn backing_open_flags(flags: i32) -> i32 {
 }
 
 impl Passthrough {
-    pub(crate) fn do_lookup(
-        &self,
-        parent: INodeNo,
-        name: &OsStr,
-    ) -> io::Result<(std::sync::Arc<Inode>, FileAttr)> {
+    pub(crate) fn do_lookup(&self, parent: INodeNo, name: &OsStr) -> io::Result<(std::sync::Arc<Inode>, FileAttr)> {
         let p = self.inode(parent)?;
         // The kernel resolves "." and ".." itself; refuse them rather than let ".." at the
         // root step out of the backing directory.
@@ -74,13 +70,7 @@ impl Passthrough {
         self.finish_new(req, &p, &c)
     }
 
-    pub(crate) fn do_mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-    ) -> io::Result<FileAttr> {
+    pub(crate) fn do_mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32) -> io::Result<FileAttr> {
         let p = self.inode(parent)?;
         let c = sys::cname(name)?;
         sys::mkdirat(p.fd(), &c, mode)?;
@@ -103,12 +93,7 @@ impl Passthrough {
 
     /// After creating `parent/name`: give it to the caller and count the kernel's reference.
     /// If that fails the new name is removed again, so a failed call leaves nothing behind.
-    fn finish_new(
-        &self,
-        req: &Request,
-        parent: &Inode,
-        name: &std::ffi::CStr,
-    ) -> io::Result<FileAttr> {
+    fn finish_new(&self, req: &Request, parent: &Inode, name: &std::ffi::CStr) -> io::Result<FileAttr> {
         let res = (|| {
             let fd = sys::openat(parent.fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
             self.give_to_caller(req, parent, fd.as_fd())?;
@@ -117,24 +102,14 @@ impl Passthrough {
             Ok(self.attr(inode.nodeid, &st))
         })();
         if res.is_err() {
-            let is_dir =
-                sys::statat(parent.fd(), name).map(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR);
-            let flag = if is_dir.unwrap_or(false) {
-                libc::AT_REMOVEDIR
-            } else {
-                0
-            };
+            let is_dir = sys::statat(parent.fd(), name).map(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR);
+            let flag = if is_dir.unwrap_or(false) { libc::AT_REMOVEDIR } else { 0 };
             let _ = sys::unlinkat(parent.fd(), name, flag);
         }
         res
     }
 
-    pub(crate) fn do_link(
-        &self,
-        ino: INodeNo,
-        newparent: INodeNo,
-        newname: &OsStr,
-    ) -> io::Result<FileAttr> {
+    pub(crate) fn do_link(&self, ino: INodeNo, newparent: INodeNo, newname: &OsStr) -> io::Result<FileAttr> {
         let inode = self.inode(ino)?;
         let p = self.inode(newparent)?;
         let c = sys::cname(newname)?;
@@ -168,11 +143,8 @@ impl Passthrough {
         let np = self.inode(newparent)?;
         let (c, nc) = (sys::cname(name)?, sys::cname(newname)?);
         // An exchange or a no-replace rename removes no name.
-        let victim = if flags & (libc::RENAME_EXCHANGE | libc::RENAME_NOREPLACE) == 0 {
-            self.victim(&np, &nc)
-        } else {
-            None
-        };
+        let victim =
+            if flags & (libc::RENAME_EXCHANGE | libc::RENAME_NOREPLACE) == 0 { self.victim(&np, &nc) } else { None };
         sys::renameat2(p.fd(), &c, np.fd(), &nc, flags)?;
         self.bury(victim);
         Ok(())
@@ -194,14 +166,13 @@ impl Passthrough {
         // Create exclusively first, so that we know whether this call made the file: only
         // then does it become the caller's. Without O_EXCL an existing name (made behind the
         // mount's back) is opened instead.
-        let (fd, created) =
-            match sys::openat(p.fd(), &c, oflags | libc::O_CREAT | libc::O_EXCL, mode) {
-                Ok(fd) => (fd, true),
-                Err(e) if e.raw_os_error() == Some(libc::EEXIST) && flags & libc::O_EXCL == 0 => {
-                    (sys::openat(p.fd(), &c, oflags, 0)?, false)
-                }
-                Err(e) => return Err(e),
-            };
+        let (fd, created) = match sys::openat(p.fd(), &c, oflags | libc::O_CREAT | libc::O_EXCL, mode) {
+            Ok(fd) => (fd, true),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) && flags & libc::O_EXCL == 0 => {
+                (sys::openat(p.fd(), &c, oflags, 0)?, false)
+            }
+            Err(e) => return Err(e),
+        };
         if created {
             if let Err(e) = self.give_to_caller(req, &p, fd.as_fd()) {
                 let _ = sys::unlinkat(p.fd(), &c, 0);
@@ -232,11 +203,7 @@ impl Passthrough {
     fn victim(&self, dir: &Inode, name: &std::ffi::CStr) -> Option<Victim> {
         let fd = sys::openat(dir.fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0).ok()?;
         let st = sys::fstat(fd.as_fd()).ok()?;
-        (st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(Victim {
-            fd,
-            dev: st.st_dev,
-            ino: st.st_ino,
-        })
+        (st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(Victim { fd, dev: st.st_dev, ino: st.st_ino })
     }
 
     /// After the operation: if the victim has no name left, its data identity is dead.
@@ -259,9 +226,7 @@ mod tests {
 
     #[test]
     fn open_flags_keep_access_and_sync_but_drop_what_the_kernel_or_data_path_owns() {
-        let f = backing_open_flags(
-            libc::O_RDWR | libc::O_APPEND | libc::O_TRUNC | libc::O_DSYNC | libc::O_DIRECT,
-        );
+        let f = backing_open_flags(libc::O_RDWR | libc::O_APPEND | libc::O_TRUNC | libc::O_DSYNC | libc::O_DIRECT);
         assert_eq!(f & libc::O_ACCMODE, libc::O_RDWR);
         assert_ne!(f & libc::O_DSYNC, 0);
         assert_eq!(f & (libc::O_APPEND | libc::O_TRUNC | libc::O_DIRECT), 0);

@@ -42,13 +42,7 @@ impl Passthrough {
         Ok(u32::try_from(n).expect("a FUSE write is at most max_write bytes"))
     }
 
-    pub(crate) fn do_fallocate(
-        &self,
-        fh: Fh,
-        offset: u64,
-        length: u64,
-        mode: i32,
-    ) -> io::Result<()> {
+    pub(crate) fn do_fallocate(&self, fh: Fh, offset: u64, length: u64, mode: i32) -> io::Result<()> {
         let h = self.file(fh)?;
         if !h.backing.writable() {
             return Err(sys::err(libc::EBADF));

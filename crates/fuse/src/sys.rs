@@ -37,22 +37,10 @@ pub(crate) fn proc_path(fd: RawFd) -> CString {
     CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL in a number")
 }
 
-pub(crate) fn openat(
-    dir: BorrowedFd<'_>,
-    name: &CStr,
-    flags: i32,
-    mode: u32,
-) -> io::Result<OwnedFd> {
+pub(crate) fn openat(dir: BorrowedFd<'_>, name: &CStr, flags: i32, mode: u32) -> io::Result<OwnedFd> {
     let fd = retry(|| {
         // SAFETY: name is NUL-terminated; returns a new descriptor or -1.
-        unsafe {
-            libc::openat(
-                dir.as_raw_fd(),
-                name.as_ptr(),
-                flags | libc::O_CLOEXEC,
-                mode,
-            )
-        }
+        unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags | libc::O_CLOEXEC, mode) }
     })?;
     // SAFETY: a fresh descriptor that nobody else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -72,12 +60,7 @@ pub(crate) fn reopen(fd: BorrowedFd<'_>, flags: i32) -> io::Result<OwnedFd> {
 /// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`; an empty name stats `dir` itself.
 pub(crate) fn statat(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<libc::stat> {
     let mut st = MaybeUninit::<libc::stat>::uninit();
-    let flags = libc::AT_SYMLINK_NOFOLLOW
-        | if name.is_empty() {
-            libc::AT_EMPTY_PATH
-        } else {
-            0
-        };
+    let flags = libc::AT_SYMLINK_NOFOLLOW | if name.is_empty() { libc::AT_EMPTY_PATH } else { 0 };
     // SAFETY: fstatat fills st on success; we read it only then.
     retry(|| unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), st.as_mut_ptr(), flags) })?;
     // SAFETY: initialised by the successful fstatat.
@@ -106,24 +89,13 @@ pub(crate) fn fchmod(fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
 pub(crate) fn fchown(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> io::Result<()> {
     // SAFETY: plain syscall with an empty NUL-terminated path.
     retry(|| unsafe {
-        libc::fchownat(
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            uid,
-            gid,
-            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-        )
+        libc::fchownat(fd.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW)
     })?;
     Ok(())
 }
 
 /// Set times through an open descriptor (`Some`) or the `O_PATH` one of the inode.
-pub(crate) fn utimens(
-    fd: BorrowedFd<'_>,
-    times: &[libc::timespec; 2],
-    open: bool,
-    symlink: bool,
-) -> io::Result<()> {
+pub(crate) fn utimens(fd: BorrowedFd<'_>, times: &[libc::timespec; 2], open: bool, symlink: bool) -> io::Result<()> {
     if open {
         // SAFETY: times points to two timespecs.
         retry(|| unsafe { libc::futimens(fd.as_raw_fd(), times.as_ptr()) })?;
@@ -164,23 +136,13 @@ pub(crate) fn symlinkat(target: &CStr, dir: BorrowedFd<'_>, name: &CStr) -> io::
 }
 
 /// Give the inode of `fd` one more name: `newdir/newname`.
-pub(crate) fn link_proc(
-    fd: BorrowedFd<'_>,
-    newdir: BorrowedFd<'_>,
-    newname: &CStr,
-) -> io::Result<()> {
+pub(crate) fn link_proc(fd: BorrowedFd<'_>, newdir: BorrowedFd<'_>, newname: &CStr) -> io::Result<()> {
     let p = proc_path(fd.as_raw_fd());
     // AT_SYMLINK_FOLLOW follows the /proc magic link to the inode itself (a symlink stays a
     // symlink: the magic link is not a textual link). Needs no CAP_DAC_READ_SEARCH.
     // SAFETY: plain syscall with NUL-terminated strings.
     retry(|| unsafe {
-        libc::linkat(
-            libc::AT_FDCWD,
-            p.as_ptr(),
-            newdir.as_raw_fd(),
-            newname.as_ptr(),
-            libc::AT_SYMLINK_FOLLOW,
-        )
+        libc::linkat(libc::AT_FDCWD, p.as_ptr(), newdir.as_raw_fd(), newname.as_ptr(), libc::AT_SYMLINK_FOLLOW)
     })?;
     Ok(())
 }
@@ -200,13 +162,7 @@ pub(crate) fn renameat2(
 ) -> io::Result<()> {
     // SAFETY: plain syscall with NUL-terminated names.
     retry(|| unsafe {
-        libc::renameat2(
-            olddir.as_raw_fd(),
-            oldname.as_ptr(),
-            newdir.as_raw_fd(),
-            newname.as_ptr(),
-            flags,
-        )
+        libc::renameat2(olddir.as_raw_fd(), oldname.as_ptr(), newdir.as_raw_fd(), newname.as_ptr(), flags)
     })?;
     Ok(())
 }
@@ -214,14 +170,7 @@ pub(crate) fn renameat2(
 pub(crate) fn readlink(fd: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
     // SAFETY: buf has buf.len() bytes; an empty path names the O_PATH symlink itself.
-    let n = retry(|| unsafe {
-        libc::readlinkat(
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    })?;
+    let n = retry(|| unsafe { libc::readlinkat(fd.as_raw_fd(), c"".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) })?;
     buf.truncate(n as usize);
     Ok(buf)
 }
@@ -261,14 +210,7 @@ pub(crate) fn lseek(fd: BorrowedFd<'_>, offset: i64, whence: i32) -> io::Result<
 /// One `getdents64` into `buf`; returns the bytes filled (0 at the end of the directory).
 pub(crate) fn getdents(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: the kernel writes at most buf.len() bytes into buf.
-    let n = retry(|| unsafe {
-        libc::syscall(
-            libc::SYS_getdents64,
-            fd.as_raw_fd(),
-            buf.as_mut_ptr(),
-            buf.len(),
-        )
-    })?;
+    let n = retry(|| unsafe { libc::syscall(libc::SYS_getdents64, fd.as_raw_fd(), buf.as_mut_ptr(), buf.len()) })?;
     Ok(n as usize)
 }
 
@@ -299,27 +241,15 @@ pub(crate) fn parse_dirents(buf: &[u8]) -> impl Iterator<Item = Dirent<'_>> {
         }
         let dtype = rec[18];
         let name_area = &rec[HDR..reclen];
-        let name_len = name_area
-            .iter()
-            .position(|&b| b == 0)
-            .unwrap_or(name_area.len());
+        let name_len = name_area.iter().position(|&b| b == 0).unwrap_or(name_area.len());
         pos += reclen;
-        Some(Dirent {
-            ino,
-            next_off: off,
-            dtype,
-            name: &name_area[..name_len],
-        })
+        Some(Dirent { ino, next_off: off, dtype, name: &name_area[..name_len] })
     })
 }
 
 pub(crate) fn getxattr(fd: BorrowedFd<'_>, name: &CStr, buf: &mut [u8]) -> io::Result<usize> {
     let p = proc_path(fd.as_raw_fd());
-    let (ptr, len) = if buf.is_empty() {
-        (std::ptr::null_mut(), 0)
-    } else {
-        (buf.as_mut_ptr(), buf.len())
-    };
+    let (ptr, len) = if buf.is_empty() { (std::ptr::null_mut(), 0) } else { (buf.as_mut_ptr(), buf.len()) };
     // SAFETY: NUL-terminated strings; the kernel writes at most len bytes to ptr.
     let n = retry(|| unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), ptr.cast(), len) })?;
     Ok(n as usize)
@@ -327,33 +257,16 @@ pub(crate) fn getxattr(fd: BorrowedFd<'_>, name: &CStr, buf: &mut [u8]) -> io::R
 
 pub(crate) fn listxattr(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     let p = proc_path(fd.as_raw_fd());
-    let (ptr, len) = if buf.is_empty() {
-        (std::ptr::null_mut(), 0)
-    } else {
-        (buf.as_mut_ptr(), buf.len())
-    };
+    let (ptr, len) = if buf.is_empty() { (std::ptr::null_mut(), 0) } else { (buf.as_mut_ptr(), buf.len()) };
     // SAFETY: NUL-terminated path; the kernel writes at most len bytes to ptr.
     let n = retry(|| unsafe { libc::listxattr(p.as_ptr(), ptr.cast(), len) })?;
     Ok(n as usize)
 }
 
-pub(crate) fn setxattr(
-    fd: BorrowedFd<'_>,
-    name: &CStr,
-    value: &[u8],
-    flags: i32,
-) -> io::Result<()> {
+pub(crate) fn setxattr(fd: BorrowedFd<'_>, name: &CStr, value: &[u8], flags: i32) -> io::Result<()> {
     let p = proc_path(fd.as_raw_fd());
     // SAFETY: NUL-terminated strings; value is read for value.len() bytes.
-    retry(|| unsafe {
-        libc::setxattr(
-            p.as_ptr(),
-            name.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            flags,
-        )
-    })?;
+    retry(|| unsafe { libc::setxattr(p.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), flags) })?;
     Ok(())
 }
 
@@ -367,10 +280,7 @@ pub(crate) fn removexattr(fd: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
 /// Raise the soft limit on open descriptors to the hard one (and, as root, both as far as
 /// `fs.nr_open` allows, up to `want`): every inode the kernel knows holds one descriptor.
 pub(crate) fn raise_nofile(want: u64) -> u64 {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: fills lim.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return 0;
@@ -381,19 +291,13 @@ pub(crate) fn raise_nofile(want: u64) -> u64 {
         .unwrap_or(lim.rlim_max);
     let target = want.min(nr_open);
     if target > lim.rlim_max {
-        let raised = libc::rlimit {
-            rlim_cur: target,
-            rlim_max: target,
-        };
+        let raised = libc::rlimit { rlim_cur: target, rlim_max: target };
         // SAFETY: plain syscall; fails without CAP_SYS_RESOURCE, and then we keep the hard limit.
         if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
             return target;
         }
     }
-    let soft = libc::rlimit {
-        rlim_cur: lim.rlim_max.min(want.max(lim.rlim_cur)),
-        rlim_max: lim.rlim_max,
-    };
+    let soft = libc::rlimit { rlim_cur: lim.rlim_max.min(want.max(lim.rlim_cur)), rlim_max: lim.rlim_max };
     // SAFETY: plain syscall.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &soft) } == 0 {
         soft.rlim_cur

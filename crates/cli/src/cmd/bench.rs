@@ -61,6 +61,10 @@ struct ServerArgs {
     /// Threads of each server (farcache worker_threads, memcached -t).
     #[arg(long)]
     server_threads: Option<u32>,
+    /// Run a configuration again, up to this many times, when other processes used the CPUs
+    /// during it (default 3; --quick 0).
+    #[arg(long)]
+    retries: Option<u32>,
 }
 
 #[derive(clap::Args)]
@@ -113,6 +117,9 @@ fn run_server(a: ServerArgs) -> anyhow::Result<()> {
     }
     if let Some(t) = a.server_threads {
         o.server_threads = t;
+    }
+    if let Some(r) = a.retries {
+        o.retries = r;
     }
     o.memcached = !a.no_memcached;
     o.memcached_memory_mib = a.memcached_memory_mib;

@@ -17,6 +17,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         Some(path) => {
             let cfg = Config::load(Some(&path))?;
             cfg.server.validate()?;
+            cfg.mount.validate()?;
             print!("{}", toml::to_string(&cfg)?);
         }
     }

@@ -21,25 +21,13 @@ pub struct Args {
     /// No remote tier: a plain passthrough, the baseline every benchmark compares against.
     #[arg(long)]
     no_remote: bool,
-    /// Configuration file (TOML); its [mount] table applies, other tables are ignored here.
+    /// Configuration file (TOML); its [mount] table applies.
     #[arg(long)]
     config: Option<PathBuf>,
 }
 
-/// The part of the configuration file the mount reads.
-#[derive(Deserialize)]
-struct MountFile {
-    #[serde(default)]
-    mount: MountConfig,
-    #[serde(flatten)]
-    _other_tables: toml::Table,
-}
-
 fn load(path: Option<&Path>) -> anyhow::Result<MountConfig> {
-    let cfg = match path {
-        Some(p) => farcache_config::load_toml::<MountFile>(p)?.mount,
-        None => MountConfig::default(),
-    };
+    let cfg = crate::config::Config::load(path)?.mount;
     cfg.validate()?;
     Ok(cfg)
 }
@@ -49,17 +37,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if a.no_remote {
         tracing::info!("no remote tier (--no-remote): plain passthrough");
     } else {
-        tracing::info!(
-            "remote tiers arrive with the cache engine; serving as a plain passthrough for now"
-        );
+        tracing::info!("remote tiers arrive with the cache engine; serving as a plain passthrough for now");
     }
     let data = Arc::new(DirectPath::new());
 
     // Signal handlers go in before the mount: a SIGTERM between the mount going live and a
     // handler being installed would kill the daemon and leave a dead mount behind.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let (mut term, mut int) = {
         use tokio::signal::unix::{signal, SignalKind};
         let _in_rt = rt.enter();
@@ -69,14 +53,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         )
     };
 
-    let mount = Mount::new(&a.backing_dir, &a.mountpoint, &cfg, data.clone())?;
-    let unmounter = mount.unmounter();
+    let mut mount = Mount::new(&a.backing_dir, &a.mountpoint, &cfg, data.clone())?;
+    let mut unmounter = mount.unmounter();
     // The one line on stdout, once the mount is live: scripts and tests wait for it.
-    println!(
-        "farcache mounted {} on {}",
-        a.backing_dir.display(),
-        mount.mountpoint().display()
-    );
+    println!("farcache mounted {} on {}", a.backing_dir.display(), mount.mountpoint().display());
     std::io::stdout().flush()?;
 
     let grace = cfg.shutdown_grace.get();
@@ -113,13 +93,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     mount.run()?;
     let c = data.counters().snapshot();
     tracing::info!(
-        "backing I/O: {} direct and {} buffered reads ({} bytes), {} writes ({} bytes), {} fsyncs",
+        "backing I/O: {} direct and {} buffered reads ({} bytes), {} writes ({} bytes), \
+         {} fsyncs; {} files lost their last name",
         c.reads_direct,
         c.reads_buffered,
         c.read_bytes,
         c.writes,
         c.write_bytes,
-        c.fsyncs
+        c.fsyncs,
+        c.forgets
     );
     Ok(())
 }
