@@ -45,22 +45,29 @@ mod tests {
         for (table, keys) in value.as_table().unwrap() {
             for key in keys.as_table().unwrap().keys() {
                 assert!(
-                    TEMPLATE
-                        .lines()
-                        .any(|l| l.trim_start().trim_start_matches('#').trim_start().starts_with(&format!("{key} ="))),
+                    TEMPLATE.lines().any(|l| l
+                        .trim_start()
+                        .trim_start_matches('#')
+                        .trim_start()
+                        .starts_with(&format!("{key} ="))),
                     "etc/farcache.toml lacks {table}.{key}"
                 );
             }
         }
         // The [mount] table is the fuse crate's own template, word for word.
-        assert!(TEMPLATE.contains(farcache_fuse::TEMPLATE), "etc/farcache.toml's [mount] differs from farcache_fuse::TEMPLATE");
+        assert!(
+            TEMPLATE.contains(farcache_fuse::TEMPLATE),
+            "etc/farcache.toml's [mount] differs from farcache_fuse::TEMPLATE"
+        );
     }
 
     #[test]
     fn unknown_keys_and_bad_values_are_refused_by_name() {
         let e = farcache_config::parse_toml::<Config>("t", "[server]\ncapasity = \"1GiB\"").unwrap_err().to_string();
         assert!(e.contains("capasity"), "{e}");
-        let e = farcache_config::parse_toml::<Config>("t", "[server]\ncapacity = \"1 gigglebyte\"").unwrap_err().to_string();
+        let e = farcache_config::parse_toml::<Config>("t", "[server]\ncapacity = \"1 gigglebyte\"")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("capacity") && e.contains("unknown unit"), "{e}");
         let c: Config = farcache_config::parse_toml("t", "[server]\ncapacity = \"4KiB\"").unwrap();
         let e = c.server.validate().unwrap_err().to_string();

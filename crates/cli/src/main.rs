@@ -49,9 +49,8 @@ fn main() {
 /// Logs go to stderr; `FARCACHE_LOG` (or `RUST_LOG`) sets the filter, default `info`.
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
-    let filter = std::env::var("FARCACHE_LOG")
-        .or_else(|_| std::env::var("RUST_LOG"))
-        .unwrap_or_else(|_| "info".to_string());
+    let filter =
+        std::env::var("FARCACHE_LOG").or_else(|_| std::env::var("RUST_LOG")).unwrap_or_else(|_| "info".to_string());
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info")))
         .with_writer(std::io::stderr)

@@ -49,7 +49,10 @@ fn farcache(dir: &Scratch, args: &[&str], limit: Duration) -> (String, String) {
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("farcache {args:?} ran over {limit:?}; stderr:\n{}", std::fs::read_to_string(&err_path).unwrap_or_default());
+            panic!(
+                "farcache {args:?} ran over {limit:?}; stderr:\n{}",
+                std::fs::read_to_string(&err_path).unwrap_or_default()
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -103,10 +106,18 @@ fn check_server_report(json: &Value, systems: &[&str], stdout: &str) {
 fn bench_server_quick_without_memcached() {
     let dir = Scratch::new("server");
     let json_path = dir.0.join("out.json");
-    let (stdout, _) = farcache(&dir, &["bench", "server", "--quick", "--no-memcached", "--json", json_path.to_str().unwrap()], Duration::from_secs(120));
+    let (stdout, _) = farcache(
+        &dir,
+        &["bench", "server", "--quick", "--no-memcached", "--json", json_path.to_str().unwrap()],
+        Duration::from_secs(120),
+    );
     let json: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
     check_server_report(&json, &["farcache"], &stdout);
-    assert!(json["targets"].as_array().unwrap().iter().all(|t| !t["target"].as_str().unwrap().contains("memcached at")));
+    assert!(json["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| !t["target"].as_str().unwrap().contains("memcached at")));
     assert!(stdout.contains("memcached not run"), "{stdout}");
 }
 
@@ -124,13 +135,21 @@ fn bench_server_quick_against_memcached_when_installed() {
     }
     let dir = Scratch::new("memcached");
     let json_path = dir.0.join("out.json");
-    let (stdout, _) = farcache(&dir, &["bench", "server", "--quick", "--json", json_path.to_str().unwrap()], Duration::from_secs(180));
+    let (stdout, _) = farcache(
+        &dir,
+        &["bench", "server", "--quick", "--json", json_path.to_str().unwrap()],
+        Duration::from_secs(180),
+    );
     let json: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
     check_server_report(&json, &["farcache", "memcached"], &stdout);
     assert!(json["settings"]["memcached_version"].as_str().unwrap().starts_with("memcached 1."), "{json}");
     // Both GET targets are evaluated, met or not.
-    let targets: Vec<&str> = json["targets"].as_array().unwrap().iter().map(|t| t["target"].as_str().unwrap()).collect();
-    assert!(targets.iter().any(|t| t.contains("batch 16")) && targets.iter().any(|t| t.contains("batch 1")), "{targets:?}");
+    let targets: Vec<&str> =
+        json["targets"].as_array().unwrap().iter().map(|t| t["target"].as_str().unwrap()).collect();
+    assert!(
+        targets.iter().any(|t| t.contains("batch 16")) && targets.iter().any(|t| t.contains("batch 1")),
+        "{targets:?}"
+    );
     assert!(stdout.contains("ratio"), "{stdout}");
 }
 
@@ -138,7 +157,11 @@ fn bench_server_quick_against_memcached_when_installed() {
 fn bench_policy_quick() {
     let dir = Scratch::new("policy");
     let json_path = dir.0.join("out.json");
-    let (stdout, _) = farcache(&dir, &["bench", "policy", "--quick", "--json", json_path.to_str().unwrap()], Duration::from_secs(120));
+    let (stdout, _) = farcache(
+        &dir,
+        &["bench", "policy", "--quick", "--json", json_path.to_str().unwrap()],
+        Duration::from_secs(120),
+    );
     let json: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
     let sim = json["sim"].as_array().unwrap();
     assert_eq!(sim.len(), 2 * 4, "two workloads at four sizes: {json}");

@@ -25,9 +25,7 @@ fn bin() -> &'static Path {
 }
 
 async fn bounded<F: std::future::Future>(f: F) -> F::Output {
-    tokio::time::timeout(TEST_BOUND, f)
-        .await
-        .expect("test exceeded its time bound")
+    tokio::time::timeout(TEST_BOUND, f).await.expect("test exceeded its time bound")
 }
 
 async fn try_connect(addr: SocketAddr, tenant: &str, secret: &str) -> Result<Client, ClientError> {
@@ -40,9 +38,7 @@ async fn try_connect(addr: SocketAddr, tenant: &str, secret: &str) -> Result<Cli
 }
 
 async fn connect(addr: SocketAddr, tenant: &str, secret: &str) -> Client {
-    try_connect(addr, tenant, secret)
-        .await
-        .unwrap_or_else(|e| panic!("connect as {tenant}: {e}"))
+    try_connect(addr, tenant, secret).await.unwrap_or_else(|e| panic!("connect as {tenant}: {e}"))
 }
 
 async fn stats(c: &Client) -> Value {
@@ -50,9 +46,7 @@ async fn stats(c: &Client) -> Value {
 }
 
 fn u(v: &Value, field: &str) -> u64 {
-    v[field]
-        .as_u64()
-        .unwrap_or_else(|| panic!("stats field {field:?} missing or not a number in {v}"))
+    v[field].as_u64().unwrap_or_else(|| panic!("stats field {field:?} missing or not a number in {v}"))
 }
 
 /// The entry of `name` in the stats' tenant list.
@@ -82,27 +76,17 @@ fn key(space: u128, i: u64) -> Key {
 
 /// The bytes stored under `k` by these tests: derived from the key, so any mix-up shows.
 fn value_for(k: &Key, len: usize) -> Vec<u8> {
-    let mut rng = Rng::new(
-        (k.file as u64) ^ (k.block.rotate_left(17)) ^ k.epoch.rotate_left(41) ^ len as u64,
-    );
+    let mut rng = Rng::new((k.file as u64) ^ (k.block.rotate_left(17)) ^ k.epoch.rotate_left(41) ^ len as u64);
     rng.bytes(len)
 }
 
 /// PUT `keys` with values from [`value_for`] of `len` bytes; require every one stored.
 async fn put_all(c: &Client, keys: &[Key], len: usize) {
     let values: Vec<Vec<u8>> = keys.iter().map(|k| value_for(k, len)).collect();
-    let entries: Vec<(Key, &[u8])> = keys
-        .iter()
-        .zip(&values)
-        .map(|(k, v)| (*k, &v[..]))
-        .collect();
+    let entries: Vec<(Key, &[u8])> = keys.iter().zip(&values).map(|(k, v)| (*k, &v[..])).collect();
     let st = c.put(&entries).await.expect("PUT");
     assert_eq!(st.len(), keys.len());
-    assert!(
-        st.iter().all(|s| *s == PutStatus::Stored),
-        "not all stored: {:?}",
-        &st[..st.len().min(10)]
-    );
+    assert!(st.iter().all(|s| *s == PutStatus::Stored), "not all stored: {:?}", &st[..st.len().min(10)]);
 }
 
 /// GET `keys`; require every hit to be exactly its value. Returns the number of hits.
@@ -126,55 +110,26 @@ async fn put_get_del_round_trip_exact_bytes() {
         let c = connect(srv.addr(), "t1", "").await;
         let lens = [0usize, 1, 7, 100, 4095, 4096];
         let keys: Vec<Key> = (0..lens.len() as u64).map(|i| key(1, i)).collect();
-        let values: Vec<Vec<u8>> = keys
-            .iter()
-            .zip(lens)
-            .map(|(k, l)| value_for(k, l))
-            .collect();
-        assert_eq!(
-            c.get(&keys).await.unwrap(),
-            vec![None; keys.len()],
-            "fresh server has nothing"
-        );
+        let values: Vec<Vec<u8>> = keys.iter().zip(lens).map(|(k, l)| value_for(k, l)).collect();
+        assert_eq!(c.get(&keys).await.unwrap(), vec![None; keys.len()], "fresh server has nothing");
 
-        let entries: Vec<(Key, &[u8])> = keys
-            .iter()
-            .zip(&values)
-            .map(|(k, v)| (*k, &v[..]))
-            .collect();
-        assert_eq!(
-            c.put(&entries).await.unwrap(),
-            vec![PutStatus::Stored; keys.len()]
-        );
+        let entries: Vec<(Key, &[u8])> = keys.iter().zip(&values).map(|(k, v)| (*k, &v[..])).collect();
+        assert_eq!(c.put(&entries).await.unwrap(), vec![PutStatus::Stored; keys.len()]);
         let got = c.get(&keys).await.unwrap();
         for ((k, want), got) in keys.iter().zip(&values).zip(&got) {
-            assert_eq!(
-                got.as_deref(),
-                Some(&want[..]),
-                "value of {k:?} ({} bytes)",
-                want.len()
-            );
+            assert_eq!(got.as_deref(), Some(&want[..]), "value of {k:?} ({} bytes)", want.len());
         }
 
         // Overwrite: the new bytes, never the old ones.
         let newer = vec![0x5Au8; 3000];
-        assert_eq!(
-            c.put(&[(keys[4], &newer)]).await.unwrap(),
-            vec![PutStatus::Stored]
-        );
-        assert_eq!(
-            c.get(&[keys[4]]).await.unwrap()[0].as_deref(),
-            Some(&newer[..])
-        );
+        assert_eq!(c.put(&[(keys[4], &newer)]).await.unwrap(), vec![PutStatus::Stored]);
+        assert_eq!(c.get(&[keys[4]]).await.unwrap()[0].as_deref(), Some(&newer[..]));
 
         // Another epoch of the same block is another key.
         let other_epoch = Key::new(keys[5].file, keys[5].block, keys[5].epoch + 1);
         assert_eq!(c.get(&[other_epoch]).await.unwrap(), vec![None]);
 
-        assert_eq!(
-            c.del(&[keys[0], keys[1]]).await.unwrap(),
-            vec![DelStatus::Removed; 2]
-        );
+        assert_eq!(c.del(&[keys[0], keys[1]]).await.unwrap(), vec![DelStatus::Removed; 2]);
         assert_eq!(c.del(&[keys[0]]).await.unwrap(), vec![DelStatus::Absent]);
         let got = c.get(&keys).await.unwrap();
         assert_eq!((got[0].as_deref(), got[1].as_deref()), (None, None));
@@ -182,10 +137,7 @@ async fn put_get_del_round_trip_exact_bytes() {
 
         // Larger than a slot: refused, not truncated.
         let big = vec![1u8; SLOT + 1];
-        assert_eq!(
-            c.put(&[(key(1, 99), &big)]).await.unwrap(),
-            vec![PutStatus::TooLarge]
-        );
+        assert_eq!(c.put(&[(key(1, 99), &big)]).await.unwrap(), vec![PutStatus::TooLarge]);
         assert_eq!(c.get(&[key(1, 99)]).await.unwrap(), vec![None]);
         c.ping().await.unwrap();
 
@@ -194,11 +146,7 @@ async fn put_get_del_round_trip_exact_bytes() {
         assert_eq!(u(&s, "dels"), 2, "{s}");
         // Scripts read the address from stdout: it must be the only thing there.
         let out = srv.stdout_text();
-        assert_eq!(
-            out,
-            format!("farcache server listening on {}\n", srv.addr()),
-            "stdout: {out:?}"
-        );
+        assert_eq!(out, format!("farcache server listening on {}\n", srv.addr()), "stdout: {out:?}");
     })
     .await
 }
@@ -219,10 +167,7 @@ async fn batch_of_200_keys() {
         let st = c.del(&keys[..100]).await.unwrap();
         assert_eq!(st, vec![DelStatus::Removed; 100]);
         let got = c.get(&keys).await.unwrap();
-        assert!(
-            got[..100].iter().all(Option::is_none),
-            "deleted keys still answer"
-        );
+        assert!(got[..100].iter().all(Option::is_none), "deleted keys still answer");
         for (k, v) in keys[100..].iter().zip(&got[100..]) {
             assert_eq!(v.as_deref(), Some(&value_for(k, SLOT)[..]), "{k:?}");
         }
@@ -282,11 +227,7 @@ async fn hot_set_after_scan(policy: &str) -> (f64, Value) {
     let hot: Vec<Key> = (0..slots / 4).map(|i| key(4, i)).collect();
     put_all(&c, &hot, SLOT).await;
     for _ in 0..2 {
-        assert_eq!(
-            get_verified(&c, &hot, SLOT).await,
-            hot.len(),
-            "{policy}: hot set fits and must hit"
-        );
+        assert_eq!(get_verified(&c, &hot, SLOT).await, hot.len(), "{policy}: hot set fits and must hit");
     }
     let scan: Vec<Key> = (0..2 * slots).map(|i| key(5, i)).collect();
     for chunk in scan.chunks(2048) {
@@ -295,33 +236,20 @@ async fn hot_set_after_scan(policy: &str) -> (f64, Value) {
     let hits = get_verified(&c, &hot, SLOT).await;
     let s = stats(&c).await;
     assert_eq!(s["policy"], policy, "{s}");
-    assert!(
-        u(&s, "evictions") > 0,
-        "{policy}: no eviction after writing 2.25x capacity: {s}"
-    );
-    assert!(
-        u(&s, "used_bytes") <= u(&s, "capacity_bytes"),
-        "{policy}: {s}"
-    );
+    assert!(u(&s, "evictions") > 0, "{policy}: no eviction after writing 2.25x capacity: {s}");
+    assert!(u(&s, "used_bytes") <= u(&s, "capacity_bytes"), "{policy}: {s}");
     (hits as f64 / hot.len() as f64, s)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lru_and_s3fifo_both_evict_and_s3fifo_resists_a_scan() {
     bounded(async {
-        let ((lru, _), (s3, _)) =
-            tokio::join!(hot_set_after_scan("lru"), hot_set_after_scan("s3fifo"));
+        let ((lru, _), (s3, _)) = tokio::join!(hot_set_after_scan("lru"), hot_set_after_scan("s3fifo"));
         eprintln!("hot set kept after a 2x-capacity scan: lru {lru:.3}, s3fifo {s3:.3}");
         // LRU orders by last transfer: a scan newer than every hot read pushes the hot set out.
-        assert!(
-            lru <= 0.10,
-            "lru kept {lru} of the hot set through a scan of 2x capacity"
-        );
+        assert!(lru <= 0.10, "lru kept {lru} of the hot set through a scan of 2x capacity");
         // S3-FIFO: the scan's one-hit wonders leave through the small queue; re-read blocks stay.
-        assert!(
-            s3 >= 0.90,
-            "s3fifo kept only {s3} of a re-read hot set through a scan"
-        );
+        assert!(s3 >= 0.90, "s3fifo kept only {s3} of a re-read hot set through a scan");
     })
     .await
 }
@@ -359,40 +287,19 @@ async fn tenants_are_isolated_and_authenticated() {
         let addr = srv.addr();
         let a = connect(addr, "a", "sa").await;
         let b = connect(addr, "b", "sb").await;
-        assert_eq!(
-            a.hello().flags & farcache_wire::HELLO_OK_FLAG_ADMIN,
-            0,
-            "a is not admin"
-        );
+        assert_eq!(a.hello().flags & farcache_wire::HELLO_OK_FLAG_ADMIN, 0, "a is not admin");
 
         let keys: Vec<Key> = (0..50).map(|i| key(6, i)).collect();
         put_all(&a, &keys, 1000).await;
         // Same keys, other tenant: nothing to see, nothing to delete.
-        assert_eq!(
-            b.get(&keys).await.unwrap(),
-            vec![None; 50],
-            "b sees a's blocks"
-        );
-        assert_eq!(
-            b.del(&keys).await.unwrap(),
-            vec![DelStatus::Absent; 50],
-            "b deleted a's blocks"
-        );
+        assert_eq!(b.get(&keys).await.unwrap(), vec![None; 50], "b sees a's blocks");
+        assert_eq!(b.del(&keys).await.unwrap(), vec![DelStatus::Absent; 50], "b deleted a's blocks");
         // b's writes under the same keys land in b's space only.
         let theirs = vec![0xBBu8; 1000];
         let entries: Vec<(Key, &[u8])> = keys.iter().map(|k| (*k, &theirs[..])).collect();
         assert_eq!(b.put(&entries).await.unwrap(), vec![PutStatus::Stored; 50]);
-        assert_eq!(
-            get_verified(&a, &keys, 1000).await,
-            50,
-            "a's blocks changed or vanished"
-        );
-        assert!(b
-            .get(&keys)
-            .await
-            .unwrap()
-            .iter()
-            .all(|v| v.as_deref() == Some(&theirs[..])));
+        assert_eq!(get_verified(&a, &keys, 1000).await, 50, "a's blocks changed or vanished");
+        assert!(b.get(&keys).await.unwrap().iter().all(|v| v.as_deref() == Some(&theirs[..])));
 
         // Credentials.
         match try_connect(addr, "a", "wrong").await {
@@ -415,17 +322,11 @@ async fn tenants_are_isolated_and_authenticated() {
         let sb = stats(&b).await;
         assert_eq!(tenant_names(&sb), ["b"], "{sb}");
         let ops = connect(addr, "ops", "so").await;
-        assert_ne!(
-            ops.hello().flags & farcache_wire::HELLO_OK_FLAG_ADMIN,
-            0,
-            "ops is admin"
-        );
+        assert_ne!(ops.hello().flags & farcache_wire::HELLO_OK_FLAG_ADMIN, 0, "ops is admin");
         let so = stats(&ops).await;
         assert_eq!(tenant_names(&so), ["a", "b", "ops"], "{so}");
         assert_eq!(u(tenant(&so, "b"), "blocks"), 50);
-        assert!(srv
-            .wait_for_stderr(Duration::from_secs(3), |l| l.contains("closing connection"))
-            .is_some());
+        assert!(srv.wait_for_stderr(Duration::from_secs(3), |l| l.contains("closing connection")).is_some());
     })
     .await
 }
@@ -444,11 +345,7 @@ async fn tenant_limit_is_enforced() {
         let shards = 64;
         let bound = (1 << 20) + shards * SLOT as u64;
         assert_eq!(u(ta, "limit_bytes"), 1 << 20, "{s}");
-        assert!(
-            u(ta, "used_bytes") <= bound,
-            "a holds {} > {bound}: {s}",
-            u(ta, "used_bytes")
-        );
+        assert!(u(ta, "used_bytes") <= bound, "a holds {} > {bound}: {s}", u(ta, "used_bytes"));
         assert!(u(ta, "evictions") >= 1024 - bound / SLOT as u64, "{s}");
         let hits = get_verified(&a, &keys, SLOT).await as u64;
         assert!(hits * SLOT as u64 <= bound, "{hits} blocks readable");
@@ -465,11 +362,7 @@ async fn tenant_limit_is_enforced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_mode_admits_at_most_max_tenants() {
-    let srv = ServerProcess::start(
-        bin(),
-        &["--capacity", "16MiB"],
-        Some("[server]\nmax_tenants = 2\n"),
-    );
+    let srv = ServerProcess::start(bin(), &["--capacity", "16MiB"], Some("[server]\nmax_tenants = 2\n"));
     bounded(async {
         let addr = srv.addr();
         let t1 = connect(addr, "t1", "").await;
@@ -481,11 +374,7 @@ async fn open_mode_admits_at_most_max_tenants() {
         // Known names still come in, on new connections too.
         let again = connect(addr, "t1", "").await;
         put_all(&again, &[key(9, 1)], 10).await;
-        assert_eq!(
-            get_verified(&t1, &[key(9, 1)], 10).await,
-            1,
-            "same tenant, same blocks"
-        );
+        assert_eq!(get_verified(&t1, &[key(9, 1)], 10).await, 1, "same tenant, same blocks");
         let s = stats(&t1).await;
         assert_eq!(tenant_names(&s), ["t1", "t2"], "{s}");
     })
@@ -533,17 +422,11 @@ async fn sigterm_stops_the_server_with_clients_connected() {
         assert_eq!(goodbye.request_id, 0, "{goodbye:?}");
         assert_eq!(status.code(), Some(0), "exit status {status}");
         for b in busy {
-            let done = tokio::time::timeout(Duration::from_secs(5), b)
-                .await
-                .expect("client hung")
-                .unwrap();
+            let done = tokio::time::timeout(Duration::from_secs(5), b).await.expect("client hung").unwrap();
             assert!(done > 0, "the busy client never got an answer");
         }
         for c in &clients {
-            assert!(
-                c.ping().await.is_err(),
-                "a client still works after the server stopped"
-            );
+            assert!(c.ping().await.is_err(), "a client still works after the server stopped");
         }
         let err = srv.stderr_text();
         assert!(err.contains("SIGTERM"), "{err}");
@@ -563,10 +446,7 @@ async fn stats_command_prints_counters_that_match() {
         assert_eq!(get_verified(&c, &keys, 500).await, 10);
         let absent: Vec<Key> = (100..105).map(|i| key(11, i)).collect();
         assert_eq!(get_verified(&c, &absent, 500).await, 0);
-        assert_eq!(
-            c.del(&keys[..3]).await.unwrap(),
-            vec![DelStatus::Removed; 3]
-        );
+        assert_eq!(c.del(&keys[..3]).await.unwrap(), vec![DelStatus::Removed; 3]);
 
         let addr = srv.addr().to_string();
         let run = |args: Vec<String>| {
@@ -574,53 +454,22 @@ async fn stats_command_prints_counters_that_match() {
                 let mut cmd = Command::new(bin());
                 cmd.args(&args);
                 let out = run_with_timeout(cmd, Duration::from_secs(20)).unwrap();
-                assert!(
-                    out.status.success(),
-                    "{args:?}: {:?}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                assert!(out.status.success(), "{args:?}: {:?}", String::from_utf8_lossy(&out.stderr));
                 String::from_utf8(out.stdout).unwrap()
             })
         };
         // As the open-mode default tenant ("default"), which sees every tenant.
-        let json = run(vec![
-            "stats".into(),
-            "--server".into(),
-            addr.clone(),
-            "--json".into(),
-        ])
-        .await
-        .unwrap();
-        let s: Value = serde_json::from_str(json.trim())
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {json:?}"));
+        let json = run(vec!["stats".into(), "--server".into(), addr.clone(), "--json".into()]).await.unwrap();
+        let s: Value = serde_json::from_str(json.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {json:?}"));
         assert_eq!((u(&s, "hits"), u(&s, "misses")), (10, 5), "{s}");
-        assert_eq!(
-            (u(&s, "puts"), u(&s, "dels"), u(&s, "blocks")),
-            (10, 3, 7),
-            "{s}"
-        );
+        assert_eq!((u(&s, "puts"), u(&s, "dels"), u(&s, "blocks")), (10, 3, 7), "{s}");
         let t = tenant(&s, "cli-t");
-        assert_eq!(
-            (u(t, "hits"), u(t, "misses"), u(t, "blocks")),
-            (10, 5, 7),
-            "{s}"
-        );
+        assert_eq!((u(t, "hits"), u(t, "misses"), u(t, "blocks")), (10, 5, 7), "{s}");
         assert_eq!(u(&s, "used_bytes"), 7 * SLOT as u64, "{s}");
 
         // As the tenant itself, in the table form.
-        let text = run(vec![
-            "stats".into(),
-            "--server".into(),
-            addr,
-            "--tenant".into(),
-            "cli-t".into(),
-        ])
-        .await
-        .unwrap();
-        let line = text
-            .lines()
-            .find(|l| l.starts_with("hits"))
-            .unwrap_or_else(|| panic!("{text}"));
+        let text = run(vec!["stats".into(), "--server".into(), addr, "--tenant".into(), "cli-t".into()]).await.unwrap();
+        let line = text.lines().find(|l| l.starts_with("hits")).unwrap_or_else(|| panic!("{text}"));
         let words: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(&words[..4], ["hits", "10", "misses", "5"], "{text}");
     })
@@ -631,42 +480,14 @@ async fn stats_command_prints_counters_that_match() {
 fn bad_configuration_is_refused_naming_the_key() {
     let cases: &[(&[&str], Option<&str>, &[&str])] = &[
         (&[], Some("[server]\ncapasity = \"1GiB\"\n"), &["capasity"]),
-        (
-            &[],
-            Some("[server]\ncapacity = \"1 gigglebyte\"\n"),
-            &["capacity", "unknown unit"],
-        ),
-        (
-            &[],
-            Some("[server]\ncapacity = \"4KiB\"\n"),
-            &["server.capacity", "set at least"],
-        ),
-        (
-            &[],
-            Some("[server]\nidle_timeout = \"5\"\n"),
-            &["idle_timeout", "unit"],
-        ),
-        (
-            &[],
-            Some("[server]\npolicy = \"mru\"\n"),
-            &["server.policy"],
-        ),
-        (
-            &[],
-            Some("[server]\nmax_connections = 0\n"),
-            &["server.max_connections"],
-        ),
-        (
-            &[],
-            Some("[[server.tenant]]\nname = \"a\"\n"),
-            &["server.tenant.secret"],
-        ),
+        (&[], Some("[server]\ncapacity = \"1 gigglebyte\"\n"), &["capacity", "unknown unit"]),
+        (&[], Some("[server]\ncapacity = \"4KiB\"\n"), &["server.capacity", "set at least"]),
+        (&[], Some("[server]\nidle_timeout = \"5\"\n"), &["idle_timeout", "unit"]),
+        (&[], Some("[server]\npolicy = \"mru\"\n"), &["server.policy"]),
+        (&[], Some("[server]\nmax_connections = 0\n"), &["server.max_connections"]),
+        (&[], Some("[[server.tenant]]\nname = \"a\"\n"), &["server.tenant.secret"]),
         (&["--capacity", "4KiB"], None, &["server.capacity"]),
-        (
-            &["--config", "/nonexistent/farcache.toml"],
-            None,
-            &["/nonexistent/farcache.toml"],
-        ),
+        (&["--config", "/nonexistent/farcache.toml"], None, &["/nonexistent/farcache.toml"]),
     ];
     for (args, toml, needles) in cases {
         let err = match ServerProcess::try_start(bin(), args, *toml, &[]) {
@@ -674,18 +495,11 @@ fn bad_configuration_is_refused_naming_the_key() {
             Err(e) => e,
         };
         match err {
-            StartError::Exited {
-                status,
-                stdout,
-                stderr,
-            } => {
+            StartError::Exited { status, stdout, stderr } => {
                 assert!(!status.success(), "{toml:?}: exit status {status}");
                 assert!(stdout.is_empty(), "{toml:?}: printed {stdout:?}");
                 for n in *needles {
-                    assert!(
-                        stderr.contains(n),
-                        "{toml:?}: stderr does not name {n:?}: {stderr}"
-                    );
+                    assert!(stderr.contains(n), "{toml:?}: stderr does not name {n:?}: {stderr}");
                 }
             }
             other => panic!("{toml:?}: {other}"),
@@ -716,32 +530,17 @@ async fn many_concurrent_clients_get_correct_data() {
                         0..=3 => {
                             let len = rng.below(SLOT as u64 + 1) as usize;
                             let v = rng.bytes(len);
-                            assert_eq!(
-                                c.put(&[(k, &v[..])]).await.unwrap(),
-                                vec![PutStatus::Stored]
-                            );
+                            assert_eq!(c.put(&[(k, &v[..])]).await.unwrap(), vec![PutStatus::Stored]);
                             model.insert(i, v);
                         }
                         4..=7 => {
                             let got = c.get(&[k]).await.unwrap();
-                            assert_eq!(
-                                got[0].as_deref(),
-                                model.get(&i).map(|v| &v[..]),
-                                "task {t} op {op} key {i}"
-                            );
+                            assert_eq!(got[0].as_deref(), model.get(&i).map(|v| &v[..]), "task {t} op {op} key {i}");
                             verified += 1;
                         }
                         _ => {
-                            let want = if model.remove(&i).is_some() {
-                                DelStatus::Removed
-                            } else {
-                                DelStatus::Absent
-                            };
-                            assert_eq!(
-                                c.del(&[k]).await.unwrap(),
-                                vec![want],
-                                "task {t} op {op} key {i}"
-                            );
+                            let want = if model.remove(&i).is_some() { DelStatus::Removed } else { DelStatus::Absent };
+                            assert_eq!(c.del(&[k]).await.unwrap(), vec![want], "task {t} op {op} key {i}");
                         }
                     }
                 }
@@ -755,11 +554,7 @@ async fn many_concurrent_clients_get_correct_data() {
         assert!(verified > TASKS * OPS / 4, "only {verified} verified reads");
         let c = connect(addr, "many", "").await;
         let s = stats(&c).await;
-        assert_eq!(
-            u(&s, "evictions"),
-            0,
-            "the model assumes nothing was evicted: {s}"
-        );
+        assert_eq!(u(&s, "evictions"), 0, "the model assumes nothing was evicted: {s}");
         assert!(u(&s, "connections_total") >= TASKS, "{s}");
     })
     .await
@@ -789,11 +584,7 @@ async fn a_frozen_server_times_out_requests_and_recovers_on_sigcont() {
         assert_eq!(get_verified(&c, &[key(12, 1)], 100).await, 1);
 
         let status = srv.kill();
-        assert_eq!(
-            std::os::unix::process::ExitStatusExt::signal(&status),
-            Some(libc_sigkill()),
-            "{status}"
-        );
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc_sigkill()), "{status}");
         assert!(c.ping().await.is_err(), "a killed server still answers");
     })
     .await

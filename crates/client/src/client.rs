@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use farcache_wire::{
-    encode_keys, encode_put, encode_raw, DelStatus, HelloOk, Key, Opcode, PutStatus,
-    BATCH_PREFIX_BYTES, HEADER_BYTES, KEY_BYTES,
+    encode_keys, encode_put, encode_raw, DelStatus, HelloOk, Key, Opcode, PutStatus, BATCH_PREFIX_BYTES, HEADER_BYTES,
+    KEY_BYTES,
 };
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -70,32 +70,24 @@ impl Client {
     pub async fn connect(cfg: ClientConfig) -> Result<Client, ClientError> {
         cfg.validate()?;
         let setup = async {
-            let mut stream = TcpStream::connect(cfg.addr)
-                .await
-                .map_err(ClientError::Connect)?;
+            let mut stream = TcpStream::connect(cfg.addr).await.map_err(ClientError::Connect)?;
             stream.set_nodelay(true).map_err(ClientError::Connect)?;
             let (hello, leftover) = handshake(&mut stream, &cfg).await?;
             Ok::<_, ClientError>((stream, hello, leftover))
         };
-        let (stream, hello, leftover) = timeout(cfg.connect_timeout, setup)
-            .await
-            .map_err(|_| ClientError::Timeout)??;
+        let (stream, hello, leftover) =
+            timeout(cfg.connect_timeout, setup).await.map_err(|_| ClientError::Timeout)??;
 
         let inflight_limit = cfg.max_inflight.min(hello.max_inflight) as usize;
-        let shared = Arc::new(Shared::new(
-            inflight_limit,
-            FIRST_REQUEST_ID,
-            hello.limits(),
-        ));
+        let shared = Arc::new(Shared::new(inflight_limit, FIRST_REQUEST_ID, hello.limits()));
         let (frames_tx, frames_rx) = mpsc::channel(inflight_limit);
         let (rd, wr) = stream.into_split();
         spawn_tasks(&shared, rd, leftover, wr, frames_rx);
 
         let room = hello.max_frame_bytes as usize - BATCH_FRAME_BYTES;
         let max_batch = hello.max_batch as usize;
-        let get_batch = max_batch
-            .min(room / KEY_BYTES)
-            .min(room / (VALUE_ENTRY_BYTES + hello.max_value_bytes as usize));
+        let get_batch =
+            max_batch.min(room / KEY_BYTES).min(room / (VALUE_ENTRY_BYTES + hello.max_value_bytes as usize));
         let del_batch = max_batch.min(room / KEY_BYTES);
         // check_hello_ok guaranteed room for one PUT of the largest value.
         debug_assert!(get_batch >= 1 && del_batch >= 1);
@@ -133,11 +125,9 @@ impl Client {
         let mut pending = Vec::new();
         for chunk in keys.chunks(inner.get_batch) {
             let p = inner
-                .start(
-                    Expect::Values(chunk.len()),
-                    BATCH_FRAME_BYTES + chunk.len() * KEY_BYTES,
-                    |out, id| encode_keys(out, Opcode::Get, id, chunk),
-                )
+                .start(Expect::Values(chunk.len()), BATCH_FRAME_BYTES + chunk.len() * KEY_BYTES, |out, id| {
+                    encode_keys(out, Opcode::Get, id, chunk)
+                })
                 .await?;
             pending.push(p);
         }
@@ -169,9 +159,7 @@ impl Client {
                 continue;
             }
             let entry_bytes = PUT_ENTRY_BYTES + value.len();
-            if !chunk.is_empty()
-                && (chunk.len() == max_batch || chunk_bytes + entry_bytes > max_frame)
-            {
+            if !chunk.is_empty() && (chunk.len() == max_batch || chunk_bytes + entry_bytes > max_frame) {
                 chunks.push(std::mem::take(&mut chunk));
                 chunk_bytes = BATCH_FRAME_BYTES;
             }
@@ -187,17 +175,9 @@ impl Client {
         for idx in &chunks {
             batch.clear();
             batch.extend(idx.iter().map(|&i| entries[i]));
-            let bytes = BATCH_FRAME_BYTES
-                + batch
-                    .iter()
-                    .map(|(_, v)| PUT_ENTRY_BYTES + v.len())
-                    .sum::<usize>();
+            let bytes = BATCH_FRAME_BYTES + batch.iter().map(|(_, v)| PUT_ENTRY_BYTES + v.len()).sum::<usize>();
             debug_assert!(bytes <= max_frame);
-            let p = inner
-                .start(Expect::PutOk(idx.len()), bytes, |out, id| {
-                    encode_put(out, id, &batch)
-                })
-                .await?;
+            let p = inner.start(Expect::PutOk(idx.len()), bytes, |out, id| encode_put(out, id, &batch)).await?;
             pending.push(p);
         }
         for (idx, p) in chunks.iter().zip(pending) {
@@ -219,11 +199,9 @@ impl Client {
         let mut pending = Vec::new();
         for chunk in keys.chunks(inner.del_batch) {
             let p = inner
-                .start(
-                    Expect::DelOk(chunk.len()),
-                    BATCH_FRAME_BYTES + chunk.len() * KEY_BYTES,
-                    |out, id| encode_keys(out, Opcode::Del, id, chunk),
-                )
+                .start(Expect::DelOk(chunk.len()), BATCH_FRAME_BYTES + chunk.len() * KEY_BYTES, |out, id| {
+                    encode_keys(out, Opcode::Del, id, chunk)
+                })
                 .await?;
             pending.push(p);
         }
@@ -243,12 +221,8 @@ impl Client {
     /// The server's statistics as JSON text: server totals and this tenant, or every tenant
     /// when HELLO_OK carried the ADMIN flag.
     pub async fn stats(&self) -> Result<String, ClientError> {
-        let p = self
-            .inner
-            .start(Expect::Stats, HEADER_BYTES, |out, id| {
-                encode_raw(out, Opcode::Stats, id, b"")
-            })
-            .await?;
+        let p =
+            self.inner.start(Expect::Stats, HEADER_BYTES, |out, id| encode_raw(out, Opcode::Stats, id, b"")).await?;
         match p.wait().await? {
             Reply::Stats(json) => Ok(json),
             other => unreachable!("checked by the reader: {other:?}"),
@@ -324,13 +298,7 @@ impl Inner {
             if self.shared.is_closed() {
                 return Err(ClientError::Closed);
             }
-            let slot = self
-                .shared
-                .slots
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|_| ClientError::Closed)?;
+            let slot = self.shared.slots.clone().acquire_owned().await.map_err(|_| ClientError::Closed)?;
             let id = self.shared.next_id();
             let mut frame = Vec::with_capacity(frame_bytes);
             let made = encode(&mut frame, id);
@@ -339,22 +307,11 @@ impl Inner {
             self.shared.register(id, tx, expect(made), slot)?;
             // From here on, dropping `pending` (an error, a timeout, a cancelled caller) takes
             // the waiter out again.
-            let pending = Pending {
-                shared: &self.shared,
-                id,
-                rx,
-                deadline,
-                armed: true,
-            };
-            self.frames
-                .send(frame)
-                .await
-                .map_err(|_| ClientError::Closed)?;
+            let pending = Pending { shared: &self.shared, id, rx, deadline, armed: true };
+            self.frames.send(frame).await.map_err(|_| ClientError::Closed)?;
             Ok(pending)
         };
-        timeout_at(deadline, send)
-            .await
-            .unwrap_or(Err(ClientError::Timeout))
+        timeout_at(deadline, send).await.unwrap_or(Err(ClientError::Timeout))
     }
 }
 

@@ -63,14 +63,10 @@ impl ClientConfig {
             )));
         }
         if self.max_inflight == 0 {
-            return Err(ClientError::Config(
-                "max_inflight must be at least 1".into(),
-            ));
+            return Err(ClientError::Config("max_inflight must be at least 1".into()));
         }
         if self.connect_timeout.is_zero() || self.request_timeout.is_zero() {
-            return Err(ClientError::Config(
-                "connect_timeout and request_timeout must be longer than zero".into(),
-            ));
+            return Err(ClientError::Config("connect_timeout and request_timeout must be longer than zero".into()));
         }
         Ok(())
     }
@@ -121,9 +117,7 @@ mod tests {
         assert!(matches!(c.validate(), Err(ClientError::Config(m)) if m.contains("max_inflight")));
         let mut c = cfg();
         c.request_timeout = Duration::ZERO;
-        assert!(
-            matches!(c.validate(), Err(ClientError::Config(m)) if m.contains("request_timeout"))
-        );
+        assert!(matches!(c.validate(), Err(ClientError::Config(m)) if m.contains("request_timeout")));
     }
 
     #[test]

@@ -13,8 +13,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use farcache_wire::{
-    check_len_prefix, decode_response, split_frame, Header, Limits, Response, FLAG_FATAL,
-    HEADER_BYTES,
+    check_len_prefix, decode_response, split_frame, Header, Limits, Response, FLAG_FATAL, HEADER_BYTES,
 };
 use hashbrown::HashMap;
 use parking_lot::Mutex;
@@ -87,10 +86,7 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn new(slots: usize, first_id: u64, limits: Limits) -> Shared {
         Shared {
-            state: Mutex::new(State {
-                waiters: HashMap::new(),
-                closed: false,
-            }),
+            state: Mutex::new(State { waiters: HashMap::new(), closed: false }),
             closed: AtomicBool::new(false),
             closed_tx: watch::Sender::new(false),
             live_tasks: watch::Sender::new(0),
@@ -121,14 +117,7 @@ impl Shared {
         if st.closed {
             return Err(ClientError::Closed);
         }
-        let old = st.waiters.insert(
-            id,
-            Waiter {
-                tx,
-                expect,
-                _slot: slot,
-            },
-        );
+        let old = st.waiters.insert(id, Waiter { tx, expect, _slot: slot });
         debug_assert!(old.is_none(), "request id {id} reused");
         Ok(())
     }
@@ -177,10 +166,7 @@ impl Shared {
             .map_err(|e| ClientError::Protocol(format!("response to request {id}: {e}")))?;
         if let Response::Error(err) = resp {
             if header.flags & !FLAG_FATAL != 0 {
-                return Err(ClientError::Protocol(format!(
-                    "ERROR frame with unknown flags 0x{:02x}",
-                    header.flags
-                )));
+                return Err(ClientError::Protocol(format!("ERROR frame with unknown flags 0x{:02x}", header.flags)));
             }
             let cause = ClientError::from_server(err.code, err.message);
             if err.fatal {
@@ -231,9 +217,7 @@ impl Shared {
             return Ok(Some(w));
         }
         if id == 0 || id >= self.next_id.load(Ordering::Relaxed) {
-            return Err(ClientError::Protocol(format!(
-                "response to request {id}, which was never sent"
-            )));
+            return Err(ClientError::Protocol(format!("response to request {id}, which was never sent")));
         }
         tracing::trace!(id, "dropping a late response");
         Ok(None)
@@ -242,17 +226,14 @@ impl Shared {
 
 /// Turn a decoded response into the reply its request expects, or say why it does not fit.
 fn check_reply(resp: Response<'_>, expect: &Expect, body: &Bytes) -> Result<Reply, String> {
-    let count_mismatch = |what: &str, got: usize, want: usize| {
-        format!("{what} has {got} entries for a request of {want}")
-    };
+    let count_mismatch =
+        |what: &str, got: usize, want: usize| format!("{what} has {got} entries for a request of {want}");
     match (resp, expect) {
         (Response::Values(v), Expect::Values(n)) => {
             if v.len() != *n {
                 return Err(count_mismatch("VALUES", v.len(), *n));
             }
-            Ok(Reply::Values(
-                v.iter().map(|hit| hit.map(|b| body.slice_ref(b))).collect(),
-            ))
+            Ok(Reply::Values(v.iter().map(|hit| hit.map(|b| body.slice_ref(b))).collect()))
         }
         (Response::PutOk(s), Expect::PutOk(n)) => {
             if s.len() != *n {
@@ -273,10 +254,7 @@ fn check_reply(resp: Response<'_>, expect: &Expect, body: &Bytes) -> Result<Repl
             }
             Ok(Reply::Pong)
         }
-        (resp, expect) => Err(format!(
-            "answer {} does not fit a request expecting {expect:?}",
-            name(&resp)
-        )),
+        (resp, expect) => Err(format!("answer {} does not fit a request expecting {expect:?}", name(&resp))),
     }
 }
 
@@ -306,28 +284,19 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
             return Ok(Some((h, buf.split_to(n).freeze())));
         }
         // Less than one frame is buffered, and that frame is within the limit.
-        let frame_bytes = check_len_prefix(buf, max_frame_bytes)
-            .map_err(protocol)?
-            .unwrap_or(HEADER_BYTES);
+        let frame_bytes = check_len_prefix(buf, max_frame_bytes).map_err(protocol)?.unwrap_or(HEADER_BYTES);
         let room = max_frame_bytes as usize - buf.len();
         let want = (frame_bytes - buf.len()).max(READ_CHUNK_BYTES).min(room);
         debug_assert!(want > 0);
         buf.reserve(want);
-        let n = (&mut *rd)
-            .take(want as u64)
-            .read_buf(buf)
-            .await
-            .map_err(ClientError::Io)?;
+        let n = (&mut *rd).take(want as u64).read_buf(buf).await.map_err(ClientError::Io)?;
         if n == 0 {
             if buf.is_empty() {
                 return Ok(None);
             }
             return Err(ClientError::Io(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                format!(
-                    "server closed the connection {} bytes into a frame",
-                    buf.len()
-                ),
+                format!("server closed the connection {} bytes into a frame", buf.len()),
             )));
         }
     }
@@ -347,8 +316,7 @@ impl TaskGuard {
 impl Drop for TaskGuard {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            self.0
-                .fail(ClientError::Protocol("client task panicked (a bug)".into()));
+            self.0.fail(ClientError::Protocol("client task panicked (a bug)".into()));
         } else {
             self.0.fail(ClientError::Closed);
         }
@@ -357,13 +325,8 @@ impl Drop for TaskGuard {
 }
 
 /// Start the reader and the writer. `buf` holds whatever arrived after HELLO_OK.
-pub(crate) fn spawn_tasks<R, W>(
-    shared: &Arc<Shared>,
-    rd: R,
-    buf: BytesMut,
-    wr: W,
-    frames: mpsc::Receiver<Vec<u8>>,
-) where
+pub(crate) fn spawn_tasks<R, W>(shared: &Arc<Shared>, rd: R, buf: BytesMut, wr: W, frames: mpsc::Receiver<Vec<u8>>)
+where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
@@ -395,11 +358,7 @@ async fn reader<R: AsyncRead + Unpin>(guard: TaskGuard, mut rd: R, mut buf: Byte
     shared.fail(cause);
 }
 
-async fn writer<W: AsyncWrite + Unpin>(
-    guard: TaskGuard,
-    mut wr: W,
-    mut frames: mpsc::Receiver<Vec<u8>>,
-) {
+async fn writer<W: AsyncWrite + Unpin>(guard: TaskGuard, mut wr: W, mut frames: mpsc::Receiver<Vec<u8>>) {
     let shared = &guard.0;
     let mut closed = shared.closed_rx();
     let mut out = Vec::with_capacity(COALESCE_BYTES);
@@ -472,10 +431,7 @@ mod tests {
         let (h, _) = read_frame(&mut rd, &mut buf, 64).await.unwrap().unwrap();
         assert_eq!(h.request_id, 4);
         let err = read_frame(&mut rd, &mut buf, 64).await.unwrap_err();
-        assert!(
-            matches!(&err, ClientError::Protocol(m) if m.contains("exceeds")),
-            "{err:?}"
-        );
+        assert!(matches!(&err, ClientError::Protocol(m) if m.contains("exceeds")), "{err:?}");
         assert!(buf.len() <= 64);
     }
 
@@ -491,10 +447,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let mut empty: &[u8] = &[];
-        assert!(read_frame(&mut empty, &mut BytesMut::new(), 4096)
-            .await
-            .unwrap()
-            .is_none());
+        assert!(read_frame(&mut empty, &mut BytesMut::new(), 4096).await.unwrap().is_none());
     }
 
     /// Counts write calls, to tell one coalesced write from many small ones.
@@ -537,9 +490,7 @@ mod tests {
         let first = rx.recv().await.unwrap();
         let mut sink = CountingSink::default();
         let mut out = Vec::new();
-        write_coalesced(&mut sink, first, &mut rx, &mut out)
-            .await
-            .unwrap();
+        write_coalesced(&mut sink, first, &mut rx, &mut out).await.unwrap();
         assert_eq!(sink.writes, 1, "all queued frames went out in one write");
         let want: Vec<u8> = (0..5u8).flat_map(|i| [i; 10]).collect();
         assert_eq!(sink.bytes, want, "in queue order");
@@ -555,16 +506,11 @@ mod tests {
         let first = vec![0; 10];
         let mut sink = CountingSink::default();
         let mut out = Vec::new();
-        write_coalesced(&mut sink, first, &mut rx, &mut out)
-            .await
-            .unwrap();
+        write_coalesced(&mut sink, first, &mut rx, &mut out).await.unwrap();
         // [0;10] flushed before the big frame, the big frame alone, then [2;10] and [3; ..]
         // do not fit one buffer together.
         assert_eq!(sink.writes, 4);
-        assert_eq!(
-            sink.bytes.len(),
-            10 + COALESCE_BYTES + 10 + COALESCE_BYTES - 5
-        );
+        assert_eq!(sink.bytes.len(), 10 + COALESCE_BYTES + 10 + COALESCE_BYTES - 5);
         assert_eq!(&sink.bytes[..10], &[0; 10]);
         assert_eq!(sink.bytes[10], 1);
         assert_eq!(sink.bytes[10 + COALESCE_BYTES], 2);

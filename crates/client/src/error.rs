@@ -60,17 +60,12 @@ impl ClientError {
     /// A copy for each of the waiters a connection failure reaches (`io::Error` is not `Clone`).
     pub(crate) fn duplicate(&self) -> ClientError {
         match self {
-            ClientError::Connect(e) => {
-                ClientError::Connect(io::Error::new(e.kind(), e.to_string()))
-            }
+            ClientError::Connect(e) => ClientError::Connect(io::Error::new(e.kind(), e.to_string())),
             ClientError::Io(e) => ClientError::Io(io::Error::new(e.kind(), e.to_string())),
             ClientError::Timeout => ClientError::Timeout,
             ClientError::Closed => ClientError::Closed,
             ClientError::Protocol(m) => ClientError::Protocol(m.clone()),
-            ClientError::Server { code, message } => ClientError::Server {
-                code: *code,
-                message: message.clone(),
-            },
+            ClientError::Server { code, message } => ClientError::Server { code: *code, message: message.clone() },
             ClientError::AuthFailed(m) => ClientError::AuthFailed(m.clone()),
             ClientError::UnsupportedVersion(m) => ClientError::UnsupportedVersion(m.clone()),
             ClientError::Busy(m) => ClientError::Busy(m.clone()),
@@ -85,23 +80,15 @@ mod tests {
 
     #[test]
     fn server_codes_map_to_distinct_variants() {
-        assert!(
-            matches!(ClientError::from_server(ErrorCode::Busy, "x"), ClientError::Busy(m) if m == "x")
-        );
-        assert!(matches!(
-            ClientError::from_server(ErrorCode::AuthFailed, "x"),
-            ClientError::AuthFailed(_)
-        ));
+        assert!(matches!(ClientError::from_server(ErrorCode::Busy, "x"), ClientError::Busy(m) if m == "x"));
+        assert!(matches!(ClientError::from_server(ErrorCode::AuthFailed, "x"), ClientError::AuthFailed(_)));
         assert!(matches!(
             ClientError::from_server(ErrorCode::UnsupportedVersion, "x"),
             ClientError::UnsupportedVersion(_)
         ));
         assert!(matches!(
             ClientError::from_server(ErrorCode::Other(77), "x"),
-            ClientError::Server {
-                code: ErrorCode::Other(77),
-                ..
-            }
+            ClientError::Server { code: ErrorCode::Other(77), .. }
         ));
     }
 

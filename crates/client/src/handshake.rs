@@ -4,9 +4,8 @@ use std::io;
 
 use bytes::BytesMut;
 use farcache_wire::{
-    decode_response, encode_hello, Hello, HelloOk, Limits, Response, BATCH_PREFIX_BYTES,
-    HANDSHAKE_MAX_FRAME_BYTES, HEADER_BYTES, HELLO_OK_FLAG_ADMIN, KEY_BYTES,
-    MAX_FRAME_BYTES_CEILING, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+    decode_response, encode_hello, Hello, HelloOk, Limits, Response, BATCH_PREFIX_BYTES, HANDSHAKE_MAX_FRAME_BYTES,
+    HEADER_BYTES, HELLO_OK_FLAG_ADMIN, KEY_BYTES, MAX_FRAME_BYTES_CEILING, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
 };
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
@@ -86,10 +85,7 @@ pub(crate) fn check_hello_ok(ok: &HelloOk) -> Result<(), ClientError> {
         return bad(format!("unknown flags 0x{:04x}", ok.flags));
     }
     if ok.max_frame_bytes > MAX_FRAME_BYTES_CEILING {
-        return bad(format!(
-            "max_frame_bytes {} exceeds the ceiling {MAX_FRAME_BYTES_CEILING}",
-            ok.max_frame_bytes
-        ));
+        return bad(format!("max_frame_bytes {} exceeds the ceiling {MAX_FRAME_BYTES_CEILING}", ok.max_frame_bytes));
     }
     if ok.max_batch == 0 || ok.max_inflight == 0 {
         return bad("max_batch and max_inflight must be at least 1".into());
@@ -122,56 +118,24 @@ mod tests {
     #[test]
     fn sane_limits_pass() {
         check_hello_ok(&ok()).unwrap();
-        check_hello_ok(&HelloOk {
-            flags: HELLO_OK_FLAG_ADMIN,
-            ..ok()
-        })
-        .unwrap();
+        check_hello_ok(&HelloOk { flags: HELLO_OK_FLAG_ADMIN, ..ok() }).unwrap();
         // The smallest frame that holds one PUT of the largest value.
-        check_hello_ok(&HelloOk {
-            max_frame_bytes: 56 + 4096,
-            ..ok()
-        })
-        .unwrap();
+        check_hello_ok(&HelloOk { max_frame_bytes: 56 + 4096, ..ok() }).unwrap();
     }
 
     #[test]
     fn unusable_limits_are_refused() {
         for bad in [
             HelloOk { version: 0, ..ok() },
-            HelloOk {
-                version: PROTOCOL_VERSION_MAX + 1,
-                ..ok()
-            },
-            HelloOk {
-                flags: 0x8000,
-                ..ok()
-            },
-            HelloOk {
-                max_frame_bytes: MAX_FRAME_BYTES_CEILING + 1,
-                ..ok()
-            },
-            HelloOk {
-                max_batch: 0,
-                ..ok()
-            },
-            HelloOk {
-                max_inflight: 0,
-                ..ok()
-            },
-            HelloOk {
-                max_frame_bytes: 55 + 4096,
-                ..ok()
-            },
-            HelloOk {
-                max_value_bytes: u32::MAX,
-                ..ok()
-            },
+            HelloOk { version: PROTOCOL_VERSION_MAX + 1, ..ok() },
+            HelloOk { flags: 0x8000, ..ok() },
+            HelloOk { max_frame_bytes: MAX_FRAME_BYTES_CEILING + 1, ..ok() },
+            HelloOk { max_batch: 0, ..ok() },
+            HelloOk { max_inflight: 0, ..ok() },
+            HelloOk { max_frame_bytes: 55 + 4096, ..ok() },
+            HelloOk { max_value_bytes: u32::MAX, ..ok() },
         ] {
-            assert!(
-                matches!(check_hello_ok(&bad), Err(ClientError::Protocol(_))),
-                "{bad:?}"
-            );
+            assert!(matches!(check_hello_ok(&bad), Err(ClientError::Protocol(_))), "{bad:?}");
         }
     }
 }

@@ -57,12 +57,8 @@ fn hostile_reply(rng: &mut Rng, id: u64) -> Vec<u8> {
     match rng.below(4) {
         3 => {
             const OPS: [u8; 8] = [0x81, 0x82, 0x83, 0x84, 0x85, 0x86, 0xff, 0x42];
-            let body: Vec<u8> = (0..rng.below(24))
-                .map(|_| [0, 1, 2, rng.next() as u8][rng.below(4)])
-                .collect();
-            let mut f = ((HEADER_BYTES - 4 + body.len()) as u32)
-                .to_le_bytes()
-                .to_vec();
+            let body: Vec<u8> = (0..rng.below(24)).map(|_| [0, 1, 2, rng.next() as u8][rng.below(4)]).collect();
+            let mut f = ((HEADER_BYTES - 4 + body.len()) as u32).to_le_bytes().to_vec();
             f.extend_from_slice(&[OPS[rng.below(OPS.len())], [0, 1][rng.below(2)], 0, 0]);
             f.extend_from_slice(&id.to_le_bytes());
             f.extend_from_slice(&body);
@@ -94,20 +90,11 @@ async fn random_and_mutated_answers_never_panic_or_hang() {
             let mut case_rng = Rng(rng.next() | 1);
             let hang_up = rng.below(2) == 0;
             let (addr, _) = serve_one(move |mut s| async move {
-                accept_hello(
-                    &mut s,
-                    &HelloOk {
-                        max_frame_bytes: 64 << 10,
-                        ..hello_ok()
-                    },
-                )
-                .await;
+                accept_hello(&mut s, &HelloOk { max_frame_bytes: 64 << 10, ..hello_ok() }).await;
                 let Some((h, _)) = read_frame(&mut s, 1 << 20).await else {
                     return;
                 };
-                let _ = s
-                    .write_all(&hostile_reply(&mut case_rng, h.request_id))
-                    .await;
+                let _ = s.write_all(&hostile_reply(&mut case_rng, h.request_id)).await;
                 if !hang_up {
                     tokio::time::sleep(Duration::from_secs(5)).await;
                 }
@@ -136,10 +123,7 @@ async fn random_and_mutated_answers_never_panic_or_hang() {
             client.close();
             client.wait_closed().await;
         }
-        assert!(
-            errors > 150,
-            "most hostile answers are errors ({values} values, {errors} errors)"
-        );
+        assert!(errors > 150, "most hostile answers are errors ({values} values, {errors} errors)");
     })
     .await;
     assert_eq!(PANICS.load(Ordering::SeqCst), 0, "a client task panicked");

@@ -45,15 +45,9 @@ async fn values_with_the_wrong_entry_count_close_the_connection() {
         })
         .await;
         let client = Client::connect(config(addr)).await.unwrap();
-        protocol_error_containing(
-            client.get(&[key(1), key(2)]).await,
-            "1 entries for a request of 2",
-        );
+        protocol_error_containing(client.get(&[key(1), key(2)]).await, "1 entries for a request of 2");
         assert!(client.is_closed());
-        assert!(matches!(
-            client.get(&[key(1)]).await,
-            Err(ClientError::Closed)
-        ));
+        assert!(matches!(client.get(&[key(1)]).await, Err(ClientError::Closed)));
         client.wait_closed().await;
     })
     .await
@@ -132,10 +126,7 @@ async fn an_oversized_length_prefix_is_refused_before_its_body() {
         let client = Client::connect(cfg).await.unwrap();
         let started = tokio::time::Instant::now();
         protocol_error_containing(client.ping().await, "exceeds the limit");
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "failed at the prefix, not the timeout"
-        );
+        assert!(started.elapsed() < Duration::from_secs(5), "failed at the prefix, not the timeout");
         assert!(client.is_closed());
     })
     .await
@@ -148,20 +139,10 @@ async fn a_server_that_never_answers_times_out_and_frees_the_slot() {
         // up on it, then answers the second one properly: the late answer must be dropped and
         // the second request must get its own value.
         let (addr, _) = serve_one(|mut s| async move {
-            accept_hello(
-                &mut s,
-                &HelloOk {
-                    max_inflight: 1,
-                    ..hello_ok()
-                },
-            )
-            .await;
+            accept_hello(&mut s, &HelloOk { max_inflight: 1, ..hello_ok() }).await;
             let (first, _) = read_frame(&mut s, 1 << 20).await.unwrap();
             let (second, _) = read_frame(&mut s, 1 << 20).await.unwrap();
-            for (id, v) in [
-                (first.request_id, &b"late"[..]),
-                (second.request_id, &b"fresh"[..]),
-            ] {
+            for (id, v) in [(first.request_id, &b"late"[..]), (second.request_id, &b"fresh"[..])] {
                 let mut out = Vec::new();
                 let mut w = ValuesWriter::begin(&mut out, id, 1);
                 w.hit(&mut out, v);
@@ -176,10 +157,7 @@ async fn a_server_that_never_answers_times_out_and_frees_the_slot() {
         let client = Client::connect(cfg).await.unwrap();
         assert_eq!(client.inflight_limit(), 1);
         let started = tokio::time::Instant::now();
-        assert!(matches!(
-            client.get(&[key(1)]).await,
-            Err(ClientError::Timeout)
-        ));
+        assert!(matches!(client.get(&[key(1)]).await, Err(ClientError::Timeout)));
         assert!(started.elapsed() >= Duration::from_millis(200));
         assert!(!client.is_closed(), "a timeout is not a broken connection");
         // The slot is free again, or this would time out waiting for it.
@@ -234,10 +212,7 @@ async fn a_fatal_error_reaches_every_waiter() {
         let (a, b) = tokio::join!(client.get(&keys), client.ping());
         for r in [a.map(|_| ()), b.map(|_| ())] {
             match r {
-                Err(ClientError::Server {
-                    code: ErrorCode::ShuttingDown,
-                    message,
-                }) => assert_eq!(message, "bye"),
+                Err(ClientError::Server { code: ErrorCode::ShuttingDown, message }) => assert_eq!(message, "bye"),
                 other => panic!("{other:?}"),
             }
         }
@@ -255,20 +230,8 @@ async fn a_non_fatal_error_fails_one_request_only() {
             let (h, _) = read_frame(&mut s, 1 << 20).await.unwrap();
             let mut out = Vec::new();
             encode_error(&mut out, h.request_id, ErrorCode::BadFrame, false, "odd");
-            encode_error(
-                &mut out,
-                0,
-                ErrorCode::Internal,
-                false,
-                "connection-level note",
-            );
-            encode_error(
-                &mut out,
-                1,
-                ErrorCode::Internal,
-                false,
-                "late, for HELLO's id",
-            );
+            encode_error(&mut out, 0, ErrorCode::Internal, false, "connection-level note");
+            encode_error(&mut out, 1, ErrorCode::Internal, false, "late, for HELLO's id");
             s.write_all(&out).await.unwrap();
             let (h, body) = read_frame(&mut s, 1 << 20).await.unwrap();
             out.clear();
@@ -276,23 +239,14 @@ async fn a_non_fatal_error_fails_one_request_only() {
             s.write_all(&out).await.unwrap();
             let (h, _) = read_frame(&mut s, 1 << 20).await.unwrap();
             out.clear();
-            encode_error(
-                &mut out,
-                h.request_id,
-                ErrorCode::Busy,
-                false,
-                "tenant full",
-            );
+            encode_error(&mut out, h.request_id, ErrorCode::Busy, false, "tenant full");
             s.write_all(&out).await.unwrap();
             while read_frame(&mut s, 1 << 20).await.is_some() {}
         })
         .await;
         let client = Client::connect(config(addr)).await.unwrap();
         match client.get(&[key(1)]).await {
-            Err(ClientError::Server {
-                code: ErrorCode::BadFrame,
-                message,
-            }) => assert_eq!(message, "odd"),
+            Err(ClientError::Server { code: ErrorCode::BadFrame, message }) => assert_eq!(message, "odd"),
             other => panic!("{other:?}"),
         }
         client.ping().await.unwrap();
@@ -358,10 +312,7 @@ async fn eof_fails_waiters_with_closed() {
         })
         .await;
         let client = Client::connect(config(addr)).await.unwrap();
-        assert!(matches!(
-            client.get(&[key(1)]).await,
-            Err(ClientError::Closed)
-        ));
+        assert!(matches!(client.get(&[key(1)]).await, Err(ClientError::Closed)));
         assert!(client.is_closed());
         client.wait_closed().await;
     })
@@ -405,13 +356,8 @@ async fn handshake_refusals_are_distinct_errors() {
 #[tokio::test]
 async fn handshake_with_unusable_limits_is_refused() {
     bounded(async {
-        let ok = HelloOk {
-            max_frame_bytes: 1000,
-            max_value_bytes: 4096,
-            ..hello_ok()
-        };
-        let (addr, _) =
-            serve_one(move |mut s| async move { accept_hello(&mut s, &ok).await }).await;
+        let ok = HelloOk { max_frame_bytes: 1000, max_value_bytes: 4096, ..hello_ok() };
+        let (addr, _) = serve_one(move |mut s| async move { accept_hello(&mut s, &ok).await }).await;
         protocol_error_containing(Client::connect(config(addr)).await, "cannot hold");
     })
     .await
@@ -442,10 +388,7 @@ async fn a_server_silent_at_handshake_hits_the_connect_timeout() {
         .await;
         let mut cfg = config(addr);
         cfg.connect_timeout = Duration::from_millis(200);
-        assert!(matches!(
-            Client::connect(cfg).await,
-            Err(ClientError::Timeout)
-        ));
+        assert!(matches!(Client::connect(cfg).await, Err(ClientError::Timeout)));
     })
     .await
 }
@@ -454,10 +397,7 @@ async fn a_server_silent_at_handshake_hits_the_connect_timeout() {
 async fn a_server_that_hangs_up_at_handshake_is_a_connect_error() {
     bounded(async {
         let (addr, _) = serve_one(|s: TcpStream| async move { drop(s) }).await;
-        assert!(matches!(
-            Client::connect(config(addr)).await,
-            Err(ClientError::Connect(_))
-        ));
+        assert!(matches!(Client::connect(config(addr)).await, Err(ClientError::Connect(_))));
     })
     .await
 }
@@ -468,10 +408,7 @@ async fn nobody_listening_is_a_connect_error() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         drop(listener);
-        assert!(matches!(
-            Client::connect(config(addr)).await,
-            Err(ClientError::Connect(_))
-        ));
+        assert!(matches!(Client::connect(config(addr)).await, Err(ClientError::Connect(_))));
     })
     .await
 }
@@ -482,10 +419,7 @@ async fn an_invalid_config_fails_before_connecting() {
         let (addr, server) = serve_one(|_s: TcpStream| async move {}).await;
         let mut cfg = config(addr);
         cfg.tenant = "no spaces allowed".into();
-        assert!(matches!(
-            Client::connect(cfg).await,
-            Err(ClientError::Config(_))
-        ));
+        assert!(matches!(Client::connect(cfg).await, Err(ClientError::Config(_))));
         assert!(!server.is_finished(), "no connection was made");
     })
     .await

@@ -83,7 +83,7 @@ impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const UNITS: [(&str, u32); 4] = [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)];
         for (name, shift) in UNITS {
-            if self.0 >= 1 << shift && self.0 % (1 << shift) == 0 {
+            if self.0 >= 1 << shift && self.0.is_multiple_of(1 << shift) {
                 return write!(f, "{}{}", self.0 >> shift, name);
             }
         }
@@ -170,13 +170,13 @@ impl fmt::Display for HumanDuration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let d = self.0;
         let ms = d.as_millis();
-        if d.subsec_nanos() % 1_000_000 != 0 {
+        if !d.subsec_nanos().is_multiple_of(1_000_000) {
             write!(f, "{}us", d.as_micros())
-        } else if ms % 1000 != 0 {
+        } else if !ms.is_multiple_of(1000) {
             write!(f, "{ms}ms")
-        } else if ms % 3_600_000 == 0 && ms > 0 {
+        } else if ms.is_multiple_of(3_600_000) && ms > 0 {
             write!(f, "{}h", ms / 3_600_000)
-        } else if ms % 60_000 == 0 && ms > 0 {
+        } else if ms.is_multiple_of(60_000) && ms > 0 {
             write!(f, "{}min", ms / 60_000)
         } else {
             write!(f, "{}s", ms / 1000)

@@ -19,11 +19,12 @@
 //!   is stored under the old version too, and its bit is not set: [`BlockIndex::fill_done`]
 //!   sets a bit only if the chunk's version is still the one the fill started under.
 //! - a chunk dropped and created again gets a version never used before in this file.
+//!
 //! File keys are a keyed hash of the file's identity with a secret drawn per mount run, so a
 //! restarted mount, or another borrower of the same tenant, can never name this run's blocks.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
@@ -148,11 +149,7 @@ impl BlockIndex {
     }
 
     fn file_key(&self, id: &FileId, rotation: u64) -> u128 {
-        let mut a = self.secret.build_hasher();
-        (id, rotation, 0u8).hash(&mut a);
-        let mut b = self.secret.build_hasher();
-        (id, rotation, 1u8).hash(&mut b);
-        ((a.finish() as u128) << 64) | b.finish() as u128
+        ((self.secret.hash_one((id, rotation, 0u8)) as u128) << 64) | self.secret.hash_one((id, rotation, 1u8)) as u128
     }
 
     /// The index entry of `id`, created on first use.
@@ -162,7 +159,11 @@ impl BlockIndex {
             .or_insert_with(|| {
                 Arc::new(FileIndex {
                     id: *id,
-                    state: Mutex::new(FileState { key: self.file_key(id, 0), next_version: 1, chunks: Default::default() }),
+                    state: Mutex::new(FileState {
+                        key: self.file_key(id, 0),
+                        next_version: 1,
+                        chunks: Default::default(),
+                    }),
                 })
             })
             .clone()

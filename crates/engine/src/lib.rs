@@ -19,9 +19,9 @@ pub mod identity;
 pub mod index;
 pub mod remote;
 
+pub use backing::{BackingFile, BackingOptions, ReadMode, MAX_READ_BYTES};
 /// Reads answer with `bytes::Bytes`, re-exported so callers need not depend on `bytes`.
 pub use bytes::Bytes;
-pub use backing::{BackingFile, BackingOptions, ReadMode, MAX_READ_BYTES};
 pub use data_path::DataPath;
 pub use direct::{BackingCounters, BackingCountersSnapshot, DirectPath};
 pub use identity::{FileId, Generation, Identities};

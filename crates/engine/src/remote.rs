@@ -123,7 +123,9 @@ impl Remote {
         let lenders: Vec<Arc<Lender>> = cfg
             .servers
             .iter()
-            .map(|a| Arc::new(Lender { addr: *a, seed: seed_of(a), client: RwLock::new(None), instance: AtomicU64::new(0) }))
+            .map(|a| {
+                Arc::new(Lender { addr: *a, seed: seed_of(a), client: RwLock::new(None), instance: AtomicU64::new(0) })
+            })
             .collect();
         for l in &lenders {
             rt.spawn(keep_connected(l.clone(), cfg.clone(), counters.clone()));

@@ -20,9 +20,8 @@ struct Lender {
 
 impl Lender {
     fn start(capacity: &str) -> Lender {
-        let mut cfg = farcache_server::ServerConfig::default();
-        cfg.capacity = capacity.parse().unwrap();
-        cfg.shards = 4;
+        let cfg =
+            farcache_server::ServerConfig { capacity: capacity.parse().unwrap(), shards: 4, ..Default::default() };
         let server = farcache_server::Server::new(cfg).unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let (atx, arx) = std::sync::mpsc::channel();

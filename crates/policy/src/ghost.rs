@@ -93,11 +93,7 @@ impl Ghost {
         let h = mix(f);
         let i = self.probe(self.home(h), |entry| entry == 0);
         self.table[i] = self.tag(h) | (pos + 1);
-        self.next = if pos + 1 == self.ring.len() as u32 {
-            0
-        } else {
-            pos + 1
-        };
+        self.next = if pos + 1 == self.ring.len() as u32 { 0 } else { pos + 1 };
     }
 
     /// If the folded fingerprint `f` is in the ghost, consumes one occurrence and returns
@@ -179,10 +175,7 @@ impl Ghost {
         let mask = self.pos_mask();
         let start = self.home(mix(self.ring[pos as usize]));
         let i = self.probe(start, |entry| entry == 0 || entry & mask == pos + 1);
-        assert!(
-            self.table[i] != 0,
-            "ghost table lost the entry of ring position {pos}"
-        );
+        assert!(self.table[i] != 0, "ghost table lost the entry of ring position {pos}");
         i
     }
 
@@ -224,16 +217,9 @@ impl Ghost {
             let pos = (entry & self.pos_mask()) - 1;
             let f = self.ring[pos as usize];
             assert!(f != 0, "table entry {i} names the dead ring position {pos}");
-            assert!(
-                !seen[pos as usize],
-                "two table entries name ring position {pos}"
-            );
+            assert!(!seen[pos as usize], "two table entries name ring position {pos}");
             seen[pos as usize] = true;
-            assert_eq!(
-                entry & !self.pos_mask(),
-                self.tag(mix(f)),
-                "wrong tag at {i}"
-            );
+            assert_eq!(entry & !self.pos_mask(), self.tag(mix(f)), "wrong tag at {i}");
             let mut k = self.home(mix(f));
             while k != i {
                 assert!(self.table[k] != 0, "entry {i} unreachable from its home");
@@ -242,10 +228,7 @@ impl Ghost {
         }
         let live = self.ring.iter().filter(|&&f| f != 0).count();
         assert_eq!(entries, live, "table entries vs live ring positions");
-        assert!(
-            entries < self.table.len(),
-            "the table must keep an empty entry"
-        );
+        assert!(entries < self.table.len(), "the table must keep an empty entry");
     }
 }
 
@@ -256,14 +239,7 @@ mod tests {
 
     #[test]
     fn fold_is_nonzero_and_fits() {
-        for fp in [
-            0,
-            1,
-            u64::MAX,
-            1 << 28,
-            0x1000_0000_1000_0000,
-            0xdead_beef_cafe_f00d,
-        ] {
+        for fp in [0, 1, u64::MAX, 1 << 28, 0x1000_0000_1000_0000, 0xdead_beef_cafe_f00d] {
             let f = fold(fp);
             assert!(f != 0 && f <= FOLD_MASK, "{fp:#x} -> {f:#x}");
         }

@@ -82,9 +82,7 @@ impl std::str::FromStr for PolicyKind {
         match s {
             "lru" => Ok(PolicyKind::Lru),
             "s3fifo" => Ok(PolicyKind::S3Fifo),
-            other => Err(format!(
-                "unknown eviction policy {other:?}: expected \"lru\" or \"s3fifo\""
-            )),
+            other => Err(format!("unknown eviction policy {other:?}: expected \"lru\" or \"s3fifo\"")),
         }
     }
 }
@@ -165,21 +163,10 @@ mod tests {
         for (kind, budget) in [(PolicyKind::Lru, 10.01), (PolicyKind::S3Fifo, 24.0)] {
             let p = AnyPolicy::new(kind, SLOTS, CLASSES);
             let per_slot = p.memory_bytes() as f64 / f64::from(SLOTS);
-            println!(
-                "{}: {per_slot:.4} bytes per slot ({SLOTS} slots, {CLASSES} classes)",
-                kind.name()
-            );
-            assert!(
-                per_slot <= budget,
-                "{}: {per_slot} bytes per slot",
-                kind.name()
-            );
+            println!("{}: {per_slot:.4} bytes per slot ({SLOTS} slots, {CLASSES} classes)", kind.name());
+            assert!(per_slot <= budget, "{}: {per_slot} bytes per slot", kind.name());
             // The report is of real allocations: at least the per-slot links.
-            assert!(
-                per_slot >= 8.0,
-                "{}: {per_slot} bytes per slot",
-                kind.name()
-            );
+            assert!(per_slot >= 8.0, "{}: {per_slot} bytes per slot", kind.name());
         }
     }
 
@@ -224,11 +211,7 @@ mod tests {
         };
         for op in ops {
             match op {
-                Op::Insert {
-                    slot,
-                    class,
-                    fingerprint,
-                } => {
+                Op::Insert { slot, class, fingerprint } => {
                     if model.iter().any(|set| set.contains(&slot)) {
                         continue; // the store never inserts a resident slot
                     }

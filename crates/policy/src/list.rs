@@ -18,10 +18,7 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    pub(crate) const UNLINKED: Link = Link {
-        prev: NIL,
-        next: NIL,
-    };
+    pub(crate) const UNLINKED: Link = Link { prev: NIL, next: NIL };
 }
 
 /// The header of one list: new entries enter at the head, the oldest one is at the tail.
@@ -33,11 +30,7 @@ pub(crate) struct List {
 }
 
 impl List {
-    pub(crate) const EMPTY: List = List {
-        head: NIL,
-        tail: NIL,
-        len: 0,
-    };
+    pub(crate) const EMPTY: List = List { head: NIL, tail: NIL, len: 0 };
 
     #[inline]
     pub(crate) fn len(&self) -> u32 {
@@ -53,15 +46,8 @@ impl List {
     /// Links `slot`, which must be on no list, in at the head.
     #[inline]
     pub(crate) fn push_head(&mut self, links: &mut [Link], slot: u32) {
-        debug_assert_eq!(
-            links[slot as usize],
-            Link::UNLINKED,
-            "slot {slot} is already linked"
-        );
-        links[slot as usize] = Link {
-            prev: NIL,
-            next: self.head,
-        };
+        debug_assert_eq!(links[slot as usize], Link::UNLINKED, "slot {slot} is already linked");
+        links[slot as usize] = Link { prev: NIL, next: self.head };
         if self.head == NIL {
             self.tail = slot;
         } else {
@@ -100,15 +86,8 @@ impl List {
         let mut prev = NIL;
         let mut at = self.head;
         while at != NIL {
-            assert!(
-                out.len() < self.len as usize,
-                "list is longer than its len {}",
-                self.len
-            );
-            assert_eq!(
-                links[at as usize].prev, prev,
-                "broken prev link at slot {at}"
-            );
+            assert!(out.len() < self.len as usize, "list is longer than its len {}", self.len);
+            assert_eq!(links[at as usize].prev, prev, "broken prev link at slot {at}");
             out.push(at);
             prev = at;
             at = links[at as usize].next;

@@ -33,11 +33,7 @@ impl Eviction for Lru {
     }
 
     fn insert(&mut self, slot: SlotId, class: ClassId, _fingerprint: u64) {
-        assert!(
-            usize::from(class) < self.lists.len(),
-            "class {class} out of range 0..{}",
-            self.lists.len()
-        );
+        assert!(usize::from(class) < self.lists.len(), "class {class} out of range 0..{}", self.lists.len());
         if self.class_of[slot as usize] != NO_CLASS {
             debug_assert!(false, "insert of resident slot {slot}");
             // In release builds, keep the lists consistent: the old entry is gone.
@@ -94,10 +90,7 @@ impl Lru {
         let mut v = self.lists[usize::from(class)].slots(&self.links);
         v.reverse();
         for &slot in &v {
-            assert_eq!(
-                self.class_of[slot as usize], class,
-                "slot {slot} on the wrong list"
-            );
+            assert_eq!(self.class_of[slot as usize], class, "slot {slot} on the wrong list");
         }
         v
     }

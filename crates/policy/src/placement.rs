@@ -29,11 +29,7 @@ pub fn score(server_seed: u64, key_hash: u64) -> u64 {
 /// no servers. `servers` are the servers' seeds (stable identities, e.g. a hash of the
 /// configured address), not their positions, so reordering the list moves nothing.
 pub fn rendezvous(key_hash: u64, servers: &[u64]) -> Option<usize> {
-    servers
-        .iter()
-        .enumerate()
-        .max_by_key(|&(_, &seed)| (score(seed, key_hash), seed))
-        .map(|(i, _)| i)
+    servers.iter().enumerate().max_by_key(|&(_, &seed)| (score(seed, key_hash), seed)).map(|(i, _)| i)
 }
 
 #[cfg(test)]

@@ -29,7 +29,8 @@ impl Stream {
     /// Record a read and return the length of the sequential run it belongs to, in bytes
     /// (its own length if it does not continue the previous read).
     pub fn observe(&mut self, offset: u64, len: u64) -> u64 {
-        self.run_bytes = if offset == self.next && self.run_bytes > 0 { self.run_bytes.saturating_add(len) } else { len };
+        self.run_bytes =
+            if offset == self.next && self.run_bytes > 0 { self.run_bytes.saturating_add(len) } else { len };
         self.next = offset.saturating_add(len);
         self.run_bytes
     }

@@ -109,10 +109,7 @@ impl S3Fifo {
 
 impl Eviction for S3Fifo {
     fn new(slots: u32, classes: u16) -> Self {
-        let empty = Queues {
-            small: List::EMPTY,
-            main: List::EMPTY,
-        };
+        let empty = Queues { small: List::EMPTY, main: List::EMPTY };
         S3Fifo {
             links: vec![Link::UNLINKED; slots as usize].into_boxed_slice(),
             class_of: vec![0; slots as usize].into_boxed_slice(),
@@ -123,11 +120,7 @@ impl Eviction for S3Fifo {
     }
 
     fn insert(&mut self, slot: SlotId, class: ClassId, fingerprint: u64) {
-        assert!(
-            usize::from(class) < self.queues.len(),
-            "class {class} out of range 0..{}",
-            self.queues.len()
-        );
+        assert!(usize::from(class) < self.queues.len(), "class {class} out of range 0..{}", self.queues.len());
         if queue_of(self.state[slot as usize]) != Queue::None {
             debug_assert!(false, "insert of resident slot {slot}");
             // In release builds, keep the queues consistent: the old entry is gone.
@@ -177,8 +170,8 @@ impl Eviction for S3Fifo {
         let max_steps = u64::from(resident) * u64::from(MAX_FREQ + 1) + 1;
         for _ in 0..max_steps {
             let (small, main) = (queues.small.len(), queues.main.len());
-            let from_small = small > 0
-                && (main == 0 || u64::from(small) * SMALL_SHARE_INVERSE > u64::from(small + main));
+            let from_small =
+                small > 0 && (main == 0 || u64::from(small) * SMALL_SHARE_INVERSE > u64::from(small + main));
             if from_small {
                 let slot = queues.small.tail().expect("small is not empty");
                 queues.small.unlink(&mut self.links, slot);
@@ -251,11 +244,7 @@ impl S3Fifo {
             let (small, main) = self.queues(class as ClassId);
             queued += small.len() + main.len();
         }
-        let resident = self
-            .state
-            .iter()
-            .filter(|&&s| queue_of(s) != Queue::None)
-            .count();
+        let resident = self.state.iter().filter(|&&s| queue_of(s) != Queue::None).count();
         assert_eq!(queued, resident, "resident slots missing from their queues");
         self.ghost.check();
     }
@@ -425,16 +414,12 @@ mod tests {
             }
             let slot = self.free.pop().unwrap_or_else(|| {
                 let victim = self.policy.evict(0).expect("a full store has a victim");
-                assert_eq!(
-                    self.slot_of.remove(&self.key_of[victim as usize]),
-                    Some(victim)
-                );
+                assert_eq!(self.slot_of.remove(&self.key_of[victim as usize]), Some(victim));
                 victim
             });
             self.key_of[slot as usize] = key;
             self.slot_of.insert(key, slot);
-            self.policy
-                .insert(slot, 0, key.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            self.policy.insert(slot, 0, key.wrapping_mul(0x9e37_79b9_7f4a_7c15));
             false
         }
     }
@@ -519,10 +504,7 @@ mod tests {
         }
 
         fn evict(&mut self, class: ClassId) -> Option<SlotId> {
-            let (small, main) = (
-                &mut self.small[usize::from(class)],
-                &mut self.main[usize::from(class)],
-            );
+            let (small, main) = (&mut self.small[usize::from(class)], &mut self.main[usize::from(class)]);
             loop {
                 let resident = small.len() + main.len();
                 if resident == 0 {

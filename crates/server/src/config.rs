@@ -116,13 +116,25 @@ impl ServerConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         use ConfigError as E;
         if !(512..=MAX_SLOT_BYTES).contains(&self.slot_bytes) {
-            return Err(E::invalid("server.slot_bytes", format!("{} is out of range", self.slot_bytes), "use 4096 (or 512..=65536)"));
+            return Err(E::invalid(
+                "server.slot_bytes",
+                format!("{} is out of range", self.slot_bytes),
+                "use 4096 (or 512..=65536)",
+            ));
         }
         if self.policy.parse::<PolicyKind>().is_err() {
-            return Err(E::invalid("server.policy", format!("unknown policy {:?}", self.policy), "use \"s3fifo\" or \"lru\""));
+            return Err(E::invalid(
+                "server.policy",
+                format!("unknown policy {:?}", self.policy),
+                "use \"s3fifo\" or \"lru\"",
+            ));
         }
         if !self.shards.is_power_of_two() || self.shards > 4096 {
-            return Err(E::invalid("server.shards", format!("{} is not a power of two in 1..=4096", self.shards), "use 64"));
+            return Err(E::invalid(
+                "server.shards",
+                format!("{} is not a power of two in 1..=4096", self.shards),
+                "use 64",
+            ));
         }
         let min_capacity = self.shards as u64 * MIN_SLOTS_PER_SHARD * self.slot_bytes as u64;
         if self.capacity.bytes() < min_capacity {
@@ -133,7 +145,11 @@ impl ServerConfig {
             ));
         }
         if self.slots() / self.shards as u64 >= u32::MAX as u64 / 2 {
-            return Err(E::invalid("server.capacity", format!("{} holds too many slots per shard", self.capacity), "use more shards"));
+            return Err(E::invalid(
+                "server.capacity",
+                format!("{} holds too many slots per shard", self.capacity),
+                "use more shards",
+            ));
         }
         let max_frame = self.max_frame_bytes.bytes();
         let need = (farcache_wire::HEADER_BYTES + 4 + 5 + self.slot_bytes as usize + 32) as u64;
@@ -147,7 +163,10 @@ impl ServerConfig {
         if self.max_buffer_bytes.bytes() < 2 * max_frame || self.max_buffer_bytes.bytes() > (u32::MAX as u64) << 10 {
             return Err(E::invalid(
                 "server.max_buffer_bytes",
-                format!("{} is less than two frames of server.max_frame_bytes ({})", self.max_buffer_bytes, self.max_frame_bytes),
+                format!(
+                    "{} is less than two frames of server.max_frame_bytes ({})",
+                    self.max_buffer_bytes, self.max_frame_bytes
+                ),
                 format!("set at least {}", ByteSize(2 * max_frame)),
             ));
         }
@@ -161,7 +180,11 @@ impl ServerConfig {
             return Err(E::invalid("server.max_connections", "0 allows no client", "use 1024"));
         }
         if self.max_tenants == 0 || self.max_tenants > 4096 {
-            return Err(E::invalid("server.max_tenants", format!("{} is out of range", self.max_tenants), "use 1..=4096 (default 64)"));
+            return Err(E::invalid(
+                "server.max_tenants",
+                format!("{} is out of range", self.max_tenants),
+                "use 1..=4096 (default 64)",
+            ));
         }
         if self.default_tenant_share_percent > 100 {
             return Err(E::invalid("server.default_tenant_share_percent", "over 100", "use 1..=100"));
@@ -177,24 +200,52 @@ impl ServerConfig {
             }
         }
         if self.tenants.len() > self.max_tenants as usize {
-            return Err(E::invalid("server.tenant", format!("{} tenants configured", self.tenants.len()), "raise server.max_tenants"));
+            return Err(E::invalid(
+                "server.tenant",
+                format!("{} tenants configured", self.tenants.len()),
+                "raise server.max_tenants",
+            ));
         }
         let mut seen = std::collections::HashSet::new();
         for t in &self.tenants {
             if !farcache_wire::is_valid_tenant_name(&t.name) {
-                return Err(E::invalid("server.tenant.name", format!("{:?} is not a valid tenant name", t.name), "use 1..=64 characters of A-Z a-z 0-9 . _ -"));
+                return Err(E::invalid(
+                    "server.tenant.name",
+                    format!("{:?} is not a valid tenant name", t.name),
+                    "use 1..=64 characters of A-Z a-z 0-9 . _ -",
+                ));
             }
             if !seen.insert(&t.name) {
-                return Err(E::invalid("server.tenant.name", format!("tenant {:?} is configured twice", t.name), "remove one"));
+                return Err(E::invalid(
+                    "server.tenant.name",
+                    format!("tenant {:?} is configured twice", t.name),
+                    "remove one",
+                ));
             }
             match (&t.secret, &t.secret_file) {
-                (Some(_), Some(_)) => return Err(E::invalid("server.tenant.secret", format!("tenant {:?} has both secret and secret_file", t.name), "keep one")),
-                (None, None) => return Err(E::invalid("server.tenant.secret", format!("tenant {:?} has no secret", t.name), "set secret or secret_file")),
+                (Some(_), Some(_)) => {
+                    return Err(E::invalid(
+                        "server.tenant.secret",
+                        format!("tenant {:?} has both secret and secret_file", t.name),
+                        "keep one",
+                    ))
+                }
+                (None, None) => {
+                    return Err(E::invalid(
+                        "server.tenant.secret",
+                        format!("tenant {:?} has no secret", t.name),
+                        "set secret or secret_file",
+                    ))
+                }
                 _ => {}
             }
             if let Some(s) = &t.secret {
                 if s.is_empty() || s.len() > farcache_wire::MAX_SECRET_BYTES {
-                    return Err(E::invalid("server.tenant.secret", format!("tenant {:?}: secret must be 1..=128 bytes", t.name), "use a longer or shorter secret"));
+                    return Err(E::invalid(
+                        "server.tenant.secret",
+                        format!("tenant {:?}: secret must be 1..=128 bytes", t.name),
+                        "use a longer or shorter secret",
+                    ));
                 }
             }
         }
@@ -209,11 +260,19 @@ pub fn tenant_secret(t: &TenantConfig) -> Result<Vec<u8>, ConfigError> {
     }
     let path = t.secret_file.as_ref().expect("validated");
     let text = std::fs::read_to_string(path).map_err(|e| {
-        ConfigError::invalid("server.tenant.secret_file", format!("cannot read {}: {e}", path.display()), "point it at a readable file")
+        ConfigError::invalid(
+            "server.tenant.secret_file",
+            format!("cannot read {}: {e}", path.display()),
+            "point it at a readable file",
+        )
     })?;
     let secret = text.lines().next().unwrap_or("").trim().as_bytes().to_vec();
     if secret.is_empty() || secret.len() > farcache_wire::MAX_SECRET_BYTES {
-        return Err(ConfigError::invalid("server.tenant.secret_file", format!("{}: secret must be 1..=128 bytes on the first line", path.display()), "write the secret on the first line"));
+        return Err(ConfigError::invalid(
+            "server.tenant.secret_file",
+            format!("{}: secret must be 1..=128 bytes on the first line", path.display()),
+            "write the secret on the first line",
+        ));
     }
     Ok(secret)
 }

@@ -12,9 +12,8 @@ use std::sync::atomic::Ordering;
 
 use farcache_wire::{
     check_len_prefix, decode_request, encode_error, encode_hello_ok, encode_raw, encode_statuses,
-    max_values_frame_bytes, split_frame, ErrorCode, Header, HelloOk, Limits, Opcode, Request, ValuesWriter,
-    WireError, HEADER_BYTES, HELLO_OK_FLAG_ADMIN, MAX_ERROR_MESSAGE_BYTES, PROTOCOL_VERSION_MAX,
-    PROTOCOL_VERSION_MIN,
+    max_values_frame_bytes, split_frame, ErrorCode, Header, HelloOk, Limits, Opcode, Request, ValuesWriter, WireError,
+    HEADER_BYTES, HELLO_OK_FLAG_ADMIN, MAX_ERROR_MESSAGE_BYTES, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -145,7 +144,11 @@ impl Conn<'_> {
                         }
                     }
                     Err(e) => {
-                        let code = if matches!(e, WireError::TooLarge { .. }) { ErrorCode::TooLarge } else { ErrorCode::BadFrame };
+                        let code = if matches!(e, WireError::TooLarge { .. }) {
+                            ErrorCode::TooLarge
+                        } else {
+                            ErrorCode::BadFrame
+                        };
                         encode_error(&mut self.out, 0, code, true, &e.to_string());
                         let _ = self.flush().await;
                         return Close::Protocol(format!("bad frame: {e}"));
@@ -167,16 +170,21 @@ impl Conn<'_> {
             let handshake = (accepted + cfg.handshake_timeout.get(), "no HELLO within server.handshake_timeout");
             let (deadline, what) = match (self.state, frame_started) {
                 (ConnState::AwaitHello, Some(t)) if t + cfg.frame_timeout.get() >= handshake.0 => handshake,
-                (_, Some(t)) => (t + cfg.frame_timeout.get(), "a frame did not arrive whole within server.frame_timeout"),
+                (_, Some(t)) => {
+                    (t + cfg.frame_timeout.get(), "a frame did not arrive whole within server.frame_timeout")
+                }
                 (ConnState::AwaitHello, None) => handshake,
-                (ConnState::Ready { .. }, None) => (Instant::now() + cfg.idle_timeout.get(), "idle for server.idle_timeout"),
+                (ConnState::Ready { .. }, None) => {
+                    (Instant::now() + cfg.idle_timeout.get(), "idle for server.idle_timeout")
+                }
             };
             // Room for the rest of the frame that has begun (known from its length prefix), or
             // a chunk; a frame larger than the base buffer draws on the server-wide budget.
             let frame_len = check_len_prefix(&self.inbuf, self.frame_limit()).ok().flatten().unwrap_or(0);
             let want = frame_len.max(self.inbuf.len() + BASE_BUF);
             if want > self.inbuf.capacity() {
-                if let Err(why) = self.reserve(want, self.out.capacity(), frame_started.or(Some(Instant::now()))).await {
+                if let Err(why) = self.reserve(want, self.out.capacity(), frame_started.or(Some(Instant::now()))).await
+                {
                     return why;
                 }
                 self.inbuf.reserve_exact(want - self.inbuf.len());
@@ -197,7 +205,12 @@ impl Conn<'_> {
                 }
                 Ok(Err(e)) => return Close::Io(e),
                 Ok(Ok(0)) if self.inbuf.is_empty() => return Close::Eof,
-                Ok(Ok(0)) => return Close::Protocol(format!("connection closed mid-frame ({} bytes of a frame)", self.inbuf.len())),
+                Ok(Ok(0)) => {
+                    return Close::Protocol(format!(
+                        "connection closed mid-frame ({} bytes of a frame)",
+                        self.inbuf.len()
+                    ))
+                }
                 Ok(Ok(_)) => {
                     if frame_started.is_none() {
                         frame_started = Some(Instant::now());

@@ -120,7 +120,11 @@ pub fn effective_max_batch(cfg: &ServerConfig) -> u16 {
 
 /// Serve `listener` until `shutdown` resolves, then close every connection (waiting up to a
 /// short grace period) and return.
-pub async fn run(listener: TcpListener, server: Arc<Server>, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+pub async fn run(
+    listener: TcpListener,
+    server: Arc<Server>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
     let conn_slots = Arc::new(Semaphore::new(server.cfg.max_connections as usize));
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     let (close_tx, close_rx) = watch::channel(false);

@@ -39,7 +39,8 @@ pub struct Tenants {
 impl Tenants {
     /// Build the table from configuration and give each tenant its limit in `store`.
     pub fn from_config(cfg: &ServerConfig, store: &Store) -> Result<Tenants, ConfigError> {
-        let default_limit_bytes = (cfg.capacity.bytes() as u128 * cfg.default_tenant_share_percent as u128 / 100) as u64;
+        let default_limit_bytes =
+            (cfg.capacity.bytes() as u128 * cfg.default_tenant_share_percent as u128 / 100) as u64;
         let mut list = Vec::with_capacity(cfg.max_tenants as usize);
         for t in &cfg.tenants {
             let limit_bytes = t.limit.map_or(default_limit_bytes, |l| l.bytes());

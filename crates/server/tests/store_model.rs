@@ -42,7 +42,13 @@ fn value(tenant: u16, k: u8, version: u32, len: u8) -> Vec<u8> {
     v
 }
 
-fn run(policy: PolicyKind, shards: u32, slots_per_shard: u32, limits: [u64; 3], ops: Vec<Op>) -> Result<(), TestCaseError> {
+fn run(
+    policy: PolicyKind,
+    shards: u32,
+    slots_per_shard: u32,
+    limits: [u64; 3],
+    ops: Vec<Op>,
+) -> Result<(), TestCaseError> {
     let store = Store::new(StoreConfig { shards, slots_per_shard, slot_bytes: SLOT, policy, max_tenants: 4 });
     for (t, l) in limits.iter().enumerate() {
         store.set_tenant_limit(t as u16, *l);
@@ -136,7 +142,13 @@ proptest! {
 
 #[test]
 fn too_large_values_are_refused() {
-    let store = Store::new(StoreConfig { shards: 1, slots_per_shard: 4, slot_bytes: SLOT, policy: PolicyKind::Lru, max_tenants: 1 });
+    let store = Store::new(StoreConfig {
+        shards: 1,
+        slots_per_shard: 4,
+        slot_bytes: SLOT,
+        policy: PolicyKind::Lru,
+        max_tenants: 1,
+    });
     store.set_tenant_limit(0, 1 << 20);
     assert_eq!(store.put(0, &key(1), &[0; SLOT as usize + 1]), PutStatus::TooLarge);
     assert_eq!(store.put(0, &key(1), &[7; SLOT as usize]), PutStatus::Stored);
@@ -144,7 +156,13 @@ fn too_large_values_are_refused() {
 
 #[test]
 fn lru_evicts_least_recently_transferred() {
-    let store = Store::new(StoreConfig { shards: 1, slots_per_shard: 3, slot_bytes: SLOT, policy: PolicyKind::Lru, max_tenants: 1 });
+    let store = Store::new(StoreConfig {
+        shards: 1,
+        slots_per_shard: 3,
+        slot_bytes: SLOT,
+        policy: PolicyKind::Lru,
+        max_tenants: 1,
+    });
     store.set_tenant_limit(0, 1 << 20);
     for k in 0..3 {
         store.put(0, &key(k), &[k]);
@@ -159,7 +177,13 @@ fn lru_evicts_least_recently_transferred() {
 
 #[test]
 fn full_shard_evicts_from_the_tenant_furthest_over_its_share() {
-    let store = Store::new(StoreConfig { shards: 1, slots_per_shard: 8, slot_bytes: SLOT, policy: PolicyKind::Lru, max_tenants: 2 });
+    let store = Store::new(StoreConfig {
+        shards: 1,
+        slots_per_shard: 8,
+        slot_bytes: SLOT,
+        policy: PolicyKind::Lru,
+        max_tenants: 2,
+    });
     store.set_tenant_limit(0, 8 * SLOT as u64);
     store.set_tenant_limit(1, 4 * SLOT as u64);
     for k in 0..6 {
@@ -191,7 +215,13 @@ fn full_shard_evicts_from_the_tenant_furthest_over_its_share() {
 fn overhead_is_within_two_percent_of_payload() {
     let slots: u64 = (1 << 30) / 4096;
     for policy in [PolicyKind::Lru, PolicyKind::S3Fifo] {
-        let store = Store::new(StoreConfig { shards: 64, slots_per_shard: (slots / 64) as u32, slot_bytes: 4096, policy, max_tenants: 64 });
+        let store = Store::new(StoreConfig {
+            shards: 64,
+            slots_per_shard: (slots / 64) as u32,
+            slot_bytes: 4096,
+            policy,
+            max_tenants: 64,
+        });
         let per_slot = store.overhead_bytes() as f64 / slots as f64;
         let pct = 100.0 * per_slot / 4096.0;
         println!("{policy:?}: {per_slot:.1} bytes per slot = {pct:.2}% of a 4 KiB block");

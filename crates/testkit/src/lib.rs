@@ -18,8 +18,7 @@ mod rng;
 
 pub use process::{run_with_timeout, ServerProcess, StartError, START_TIMEOUT};
 pub use raw::{
-    check_round_trip, frame, frame_with_reserved, hello_body, hello_bytes, hello_bytes_versions,
-    ErrorReply, RawConn,
+    check_round_trip, frame, frame_with_reserved, hello_body, hello_bytes, hello_bytes_versions, ErrorReply, RawConn,
 };
 pub use rng::Rng;
 

@@ -52,21 +52,13 @@ pub enum StartError {
 impl fmt::Display for StartError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StartError::Exited {
-                status,
-                stdout,
-                stderr,
-            } => {
+            StartError::Exited { status, stdout, stderr } => {
                 write!(f, "server exited before listening ({status}); stdout: {stdout:?}; stderr:\n{stderr}")
             }
-            StartError::Timeout { stderr } => write!(
-                f,
-                "server did not print its address in time; stderr:\n{stderr}"
-            ),
-            StartError::BadLine { line, stderr } => write!(
-                f,
-                "unexpected first stdout line {line:?}; stderr:\n{stderr}"
-            ),
+            StartError::Timeout { stderr } => write!(f, "server did not print its address in time; stderr:\n{stderr}"),
+            StartError::BadLine { line, stderr } => {
+                write!(f, "unexpected first stdout line {line:?}; stderr:\n{stderr}")
+            }
             StartError::Spawn(e) => write!(f, "cannot spawn the server: {e}"),
         }
     }
@@ -97,12 +89,7 @@ impl ServerProcess {
     }
 
     /// [`ServerProcess::start`] with extra environment variables (e.g. `FARCACHE_LOG`).
-    pub fn start_env(
-        bin: &Path,
-        args: &[&str],
-        config_toml: Option<&str>,
-        env: &[(&str, &str)],
-    ) -> ServerProcess {
+    pub fn start_env(bin: &Path, args: &[&str], config_toml: Option<&str>, env: &[(&str, &str)]) -> ServerProcess {
         match Self::try_start(bin, args, config_toml, env) {
             Ok(s) => s,
             Err(e) => panic!("{e}"),
@@ -117,14 +104,9 @@ impl ServerProcess {
         config_toml: Option<&str>,
         env: &[(&str, &str)],
     ) -> Result<ServerProcess, StartError> {
-        let dir = tempfile::Builder::new()
-            .prefix("farcache-test-")
-            .tempdir()
-            .map_err(StartError::Spawn)?;
+        let dir = tempfile::Builder::new().prefix("farcache-test-").tempdir().map_err(StartError::Spawn)?;
         let mut cmd = Command::new(bin);
-        cmd.arg("server")
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args);
+        cmd.arg("server").args(["--listen", "127.0.0.1:0"]).args(args);
         let config_path = match config_toml {
             Some(text) => {
                 let p = dir.path().join("farcache.toml");
@@ -134,10 +116,7 @@ impl ServerProcess {
             }
             None => None,
         };
-        cmd.envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        cmd.envs(env.iter().copied()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().map_err(StartError::Spawn)?;
 
         let stderr = Arc::new(Mutex::new(Captured::default()));
@@ -168,34 +147,25 @@ impl ServerProcess {
             }));
         }
 
-        let text = |c: &Arc<Mutex<Captured>>| {
-            String::from_utf8_lossy(&c.lock().unwrap().bytes).into_owned()
-        };
+        let text = |c: &Arc<Mutex<Captured>>| String::from_utf8_lossy(&c.lock().unwrap().bytes).into_owned();
         let line = match line_rx.recv_timeout(START_TIMEOUT) {
             Ok(line) => line,
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 // stdout closed without a line: the server is exiting. Reap it, then let
                 // the stderr reader finish so the message is complete.
-                let status =
-                    wait_timeout(&mut child, Duration::from_secs(10)).unwrap_or_else(|| {
-                        let _ = child.kill();
-                        child.wait().expect("wait for killed server")
-                    });
+                let status = wait_timeout(&mut child, Duration::from_secs(10)).unwrap_or_else(|| {
+                    let _ = child.kill();
+                    child.wait().expect("wait for killed server")
+                });
                 for r in readers {
                     let _ = r.join();
                 }
-                return Err(StartError::Exited {
-                    status,
-                    stdout: text(&stdout),
-                    stderr: text(&stderr),
-                });
+                return Err(StartError::Exited { status, stdout: text(&stdout), stderr: text(&stderr) });
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(StartError::Timeout {
-                    stderr: text(&stderr),
-                });
+                return Err(StartError::Timeout { stderr: text(&stderr) });
             }
         };
         let addr = match line.strip_prefix(LISTENING).and_then(|a| a.parse().ok()) {
@@ -203,22 +173,10 @@ impl ServerProcess {
             None => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(StartError::BadLine {
-                    line,
-                    stderr: text(&stderr),
-                });
+                return Err(StartError::BadLine { line, stderr: text(&stderr) });
             }
         };
-        Ok(ServerProcess {
-            child,
-            addr,
-            stdout,
-            stderr,
-            readers,
-            dir,
-            config_path,
-            exit: None,
-        })
+        Ok(ServerProcess { child, addr, stdout, stderr, readers, dir, config_path, exit: None })
     }
 
     /// The address the server listens on (127.0.0.1 and the port it was given).
@@ -262,10 +220,7 @@ impl ServerProcess {
         let c = self.stderr.lock().unwrap();
         let mut s = String::from_utf8_lossy(&c.bytes).into_owned();
         if c.dropped > 0 {
-            s.push_str(&format!(
-                "\n[testkit: {} more stderr bytes not kept]\n",
-                c.dropped
-            ));
+            s.push_str(&format!("\n[testkit: {} more stderr bytes not kept]\n", c.dropped));
         }
         s
     }
@@ -276,18 +231,11 @@ impl ServerProcess {
     }
 
     /// Wait until a stderr line satisfies `pred`; return it, or `None` after `timeout`.
-    pub fn wait_for_stderr(
-        &self,
-        timeout: Duration,
-        pred: impl Fn(&str) -> bool,
-    ) -> Option<String> {
+    pub fn wait_for_stderr(&self, timeout: Duration, pred: impl Fn(&str) -> bool) -> Option<String> {
         let mut found = None;
         crate::wait_until(timeout, Duration::from_millis(20), || {
             let c = self.stderr.lock().unwrap();
-            found = String::from_utf8_lossy(&c.bytes)
-                .lines()
-                .find(|l| pred(l))
-                .map(str::to_string);
+            found = String::from_utf8_lossy(&c.bytes).lines().find(|l| pred(l)).map(str::to_string);
             found.is_some()
         });
         found
@@ -296,10 +244,7 @@ impl ServerProcess {
     /// Stderr lines that satisfy `pred`.
     pub fn count_stderr_lines(&self, pred: impl Fn(&str) -> bool) -> usize {
         let c = self.stderr.lock().unwrap();
-        String::from_utf8_lossy(&c.bytes)
-            .lines()
-            .filter(|l| pred(l))
-            .count()
+        String::from_utf8_lossy(&c.bytes).lines().filter(|l| pred(l)).count()
     }
 
     /// Whether the process is still running (a stopped process is running).
@@ -327,13 +272,7 @@ impl ServerProcess {
         // SAFETY: kill(2) with our own child's pid; it has not been reaped (we reap only in
         // methods that take &mut self and record the exit), so the pid is not reused.
         let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
-        assert_eq!(
-            rc,
-            0,
-            "kill({}, {sig}): {}",
-            self.pid(),
-            std::io::Error::last_os_error()
-        );
+        assert_eq!(rc, 0, "kill({}, {sig}): {}", self.pid(), std::io::Error::last_os_error());
     }
 
     /// SIGKILL, then reap. Returns the exit status.
@@ -352,14 +291,9 @@ impl ServerProcess {
     pub fn stop(&mut self) {
         assert!(self.is_alive(), "stop(): server has exited");
         self.signal(libc::SIGSTOP);
-        let stopped = crate::wait_until(Duration::from_secs(5), Duration::from_millis(1), || {
-            self.all_threads_stopped()
-        });
-        assert!(
-            stopped,
-            "server {} not stopped 5 s after SIGSTOP",
-            self.pid()
-        );
+        let stopped =
+            crate::wait_until(Duration::from_secs(5), Duration::from_millis(1), || self.all_threads_stopped());
+        assert!(stopped, "server {} not stopped 5 s after SIGSTOP", self.pid());
     }
 
     /// Whether every thread's state in /proc/PID/task/*/stat is "stopped" (T).
@@ -373,9 +307,7 @@ impl ServerProcess {
                 continue;
             };
             // "pid (comm) S ...": the state follows the last ')', as comm may hold anything.
-            let state = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next());
+            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
             if !matches!(state, Some("T") | Some("t")) {
                 return false;
             }
@@ -427,14 +359,8 @@ impl Drop for ServerProcess {
             // The failing test's most useful clue is often what the server said.
             let text = self.stderr_text();
             let tail_start = text.len().saturating_sub(8 << 10);
-            let tail_start = (tail_start..text.len())
-                .find(|&i| text.is_char_boundary(i))
-                .unwrap_or(text.len());
-            eprintln!(
-                "--- farcache server {} stderr (last 8 KiB) ---\n{}",
-                self.addr,
-                &text[tail_start..]
-            );
+            let tail_start = (tail_start..text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
+            eprintln!("--- farcache server {} stderr (last 8 KiB) ---\n{}", self.addr, &text[tail_start..]);
         }
     }
 }
@@ -447,10 +373,7 @@ fn append(c: &Mutex<Captured>, data: &[u8]) {
     c.dropped += data.len() - keep;
 }
 
-fn spawn_capture(
-    mut pipe: impl Read + Send + 'static,
-    into: Arc<Mutex<Captured>>,
-) -> JoinHandle<()> {
+fn spawn_capture(mut pipe: impl Read + Send + 'static, into: Arc<Mutex<Captured>>) -> JoinHandle<()> {
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 16 << 10];
         // Ends when the child closes the pipe (it exits or is killed).
@@ -479,9 +402,7 @@ fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
 /// Run a command to completion with captured output, killing it after `timeout`.
 /// `Err` (with what it printed) if it had to be killed.
 pub fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Result<Output, String> {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| format!("spawn {cmd:?}: {e}"))?;
     let out = Arc::new(Mutex::new(Captured::default()));
     let err = Arc::new(Mutex::new(Captured::default()));
@@ -496,11 +417,7 @@ pub fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Result<Output, S
     let _ = r2.join();
     let take = |c: &Arc<Mutex<Captured>>| std::mem::take(&mut c.lock().unwrap().bytes);
     match status {
-        Some(status) => Ok(Output {
-            status,
-            stdout: take(&out),
-            stderr: take(&err),
-        }),
+        Some(status) => Ok(Output { status, stdout: take(&out), stderr: take(&err) }),
         None => Err(format!(
             "{cmd:?} did not finish within {timeout:?}; stdout: {:?}; stderr: {:?}",
             String::from_utf8_lossy(&take(&out)),

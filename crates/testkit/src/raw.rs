@@ -5,9 +5,8 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use farcache_wire::{
-    decode_response, encode_hello, encode_keys, encode_put, encode_raw, ErrorCode, Header, Hello,
-    HelloOk, Key, Limits, Opcode, Response, HEADER_BYTES, HELLO_MAGIC, MAX_FRAME_BYTES_CEILING,
-    PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
+    decode_response, encode_hello, encode_keys, encode_put, encode_raw, ErrorCode, Header, Hello, HelloOk, Key, Limits,
+    Opcode, Response, HEADER_BYTES, HELLO_MAGIC, MAX_FRAME_BYTES_CEILING, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
 };
 
 /// How long `connect` waits for TCP.
@@ -15,11 +14,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one `send` may block on a server that does not read.
 const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Limits for decoding whatever a server sends: the protocol's ceilings.
-const ANY: Limits = Limits {
-    max_frame_bytes: MAX_FRAME_BYTES_CEILING,
-    max_batch: u16::MAX,
-    max_value_bytes: u32::MAX,
-};
+const ANY: Limits = Limits { max_frame_bytes: MAX_FRAME_BYTES_CEILING, max_batch: u16::MAX, max_value_bytes: u32::MAX };
 
 /// An ERROR frame, owned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,11 +53,7 @@ impl RawConn {
         sock.set_nodelay(true)?;
         sock.set_write_timeout(Some(SEND_TIMEOUT))?;
         let local = sock.local_addr()?;
-        Ok(RawConn {
-            sock,
-            local,
-            buf: Vec::new(),
-        })
+        Ok(RawConn { sock, local, buf: Vec::new() })
     }
 
     /// This end's address: the `peer` the server names in its log lines.
@@ -95,10 +86,7 @@ impl RawConn {
         loop {
             match Header::decode(&self.buf, MAX_FRAME_BYTES_CEILING) {
                 Err(e) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("server sent a bad header: {e}"),
-                    ))
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, format!("server sent a bad header: {e}")))
                 }
                 Ok(Some(h)) if self.buf.len() >= h.frame_bytes() => {
                     let body = self.buf[HEADER_BYTES..h.frame_bytes()].to_vec();
@@ -109,13 +97,9 @@ impl RawConn {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("no whole frame within {timeout:?}"),
-                ));
+                return Err(io::Error::new(io::ErrorKind::TimedOut, format!("no whole frame within {timeout:?}")));
             }
-            self.sock
-                .set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
+            self.sock.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
             match self.sock.read(&mut chunk) {
                 Ok(0) if self.buf.is_empty() => return Ok(None),
                 Ok(0) => {
@@ -125,15 +109,9 @@ impl RawConn {
                     ))
                 }
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) => {}
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::ConnectionReset && self.buf.is_empty() => {
-                    return Ok(None)
-                }
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset && self.buf.is_empty() => return Ok(None),
                 Err(e) => return Err(e),
             }
         }
@@ -153,10 +131,7 @@ impl RawConn {
                 Err(e) if e.kind() == io::ErrorKind::TimedOut => {
                     return Err(io::Error::new(
                         io::ErrorKind::TimedOut,
-                        format!(
-                            "connection still open after {timeout:?} ({} frames read)",
-                            frames.len()
-                        ),
+                        format!("connection still open after {timeout:?} ({} frames read)", frames.len()),
                     ))
                 }
                 Err(e) => return Err(e),
@@ -167,15 +142,9 @@ impl RawConn {
     /// Read one frame and require it to be an ERROR.
     pub fn read_error(&mut self, timeout: Duration) -> io::Result<ErrorReply> {
         match self.read_frame(timeout)? {
-            None => Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "closed without an ERROR",
-            )),
+            None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "closed without an ERROR")),
             Some((h, body)) => ErrorReply::parse(&h, &body).ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("expected ERROR, got opcode 0x{:02x}", h.opcode),
-                )
+                io::Error::new(io::ErrorKind::InvalidData, format!("expected ERROR, got opcode 0x{:02x}", h.opcode))
             }),
         }
     }
@@ -185,10 +154,7 @@ impl RawConn {
         let deadline = Instant::now() + timeout;
         let e = self.read_error(timeout)?;
         if e.code != code || !e.fatal {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("expected fatal {code:?}, got {e:?}"),
-            ));
+            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("expected fatal {code:?}, got {e:?}")));
         }
         let rest = self.expect_closed(deadline.saturating_duration_since(Instant::now()))?;
         if !rest.is_empty() {
@@ -203,37 +169,29 @@ impl RawConn {
     /// Send HELLO (request id 1, this build's versions) and require HELLO_OK.
     pub fn hello(&mut self, tenant: &str, secret: &[u8], timeout: Duration) -> io::Result<HelloOk> {
         self.send(&hello_bytes(tenant, secret))?;
-        let (h, body) = self.read_frame(timeout)?.ok_or_else(|| {
-            io::Error::new(io::ErrorKind::UnexpectedEof, "closed instead of HELLO_OK")
-        })?;
+        let (h, body) = self
+            .read_frame(timeout)?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "closed instead of HELLO_OK"))?;
         match decode_response(&h, &body, &Limits::HANDSHAKE) {
             Ok(Response::HelloOk(ok)) if h.request_id == 1 => Ok(ok),
-            other => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("expected HELLO_OK for id 1, got {other:?}"),
-            )),
+            other => {
+                Err(io::Error::new(io::ErrorKind::InvalidData, format!("expected HELLO_OK for id 1, got {other:?}")))
+            }
         }
     }
 
     /// Send one request frame and read one frame back; require the answer's request id to
     /// be the request's.
-    pub fn request(
-        &mut self,
-        frame_bytes: &[u8],
-        timeout: Duration,
-    ) -> io::Result<(Header, Vec<u8>)> {
+    pub fn request(&mut self, frame_bytes: &[u8], timeout: Duration) -> io::Result<(Header, Vec<u8>)> {
         let id = u64::from_le_bytes(frame_bytes[8..16].try_into().unwrap());
         self.send(frame_bytes)?;
-        let (h, body) = self.read_frame(timeout)?.ok_or_else(|| {
-            io::Error::new(io::ErrorKind::UnexpectedEof, "closed instead of answering")
-        })?;
+        let (h, body) = self
+            .read_frame(timeout)?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "closed instead of answering"))?;
         if h.request_id != id {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!(
-                    "answer for request {} to request {id} (opcode 0x{:02x})",
-                    h.request_id, h.opcode
-                ),
+                format!("answer for request {} to request {id} (opcode 0x{:02x})", h.request_id, h.opcode),
             ));
         }
         Ok((h, body))
@@ -247,10 +205,7 @@ impl RawConn {
         if h.opcode != Opcode::Pong as u8 || body != payload {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!(
-                    "expected PONG echoing {payload:?}, got opcode 0x{:02x} body {body:?}",
-                    h.opcode
-                ),
+                format!("expected PONG echoing {payload:?}, got opcode 0x{:02x} body {body:?}", h.opcode),
             ));
         }
         Ok(())
@@ -263,13 +218,7 @@ pub fn frame(opcode: u8, flags: u8, request_id: u64, body: &[u8]) -> Vec<u8> {
 }
 
 /// [`frame`] with the reserved header field set to `reserved`.
-pub fn frame_with_reserved(
-    opcode: u8,
-    flags: u8,
-    reserved: u16,
-    request_id: u64,
-    body: &[u8],
-) -> Vec<u8> {
+pub fn frame_with_reserved(opcode: u8, flags: u8, reserved: u16, request_id: u64, body: &[u8]) -> Vec<u8> {
     let mut f = Vec::with_capacity(HEADER_BYTES + body.len());
     f.extend_from_slice(&((HEADER_BYTES - 4 + body.len()) as u32).to_le_bytes());
     f.push(opcode);
@@ -281,13 +230,7 @@ pub fn frame_with_reserved(
 }
 
 /// A HELLO body with every field chosen by the caller, valid or not.
-pub fn hello_body(
-    magic: [u8; 4],
-    min_version: u16,
-    max_version: u16,
-    tenant: &[u8],
-    secret: &[u8],
-) -> Vec<u8> {
+pub fn hello_body(magic: [u8; 4], min_version: u16, max_version: u16, tenant: &[u8], secret: &[u8]) -> Vec<u8> {
     let mut b = Vec::new();
     b.extend_from_slice(&magic);
     b.extend_from_slice(&min_version.to_le_bytes());
@@ -309,35 +252,16 @@ pub fn hello_bytes_versions(tenant: &str, secret: &[u8], min: u16, max: u16) -> 
     if min <= max && min == PROTOCOL_VERSION_MIN && max == PROTOCOL_VERSION_MAX {
         // The real encoder, so the common case is exactly what clients send.
         let mut out = Vec::new();
-        encode_hello(
-            &mut out,
-            1,
-            &Hello {
-                min_version: min,
-                max_version: max,
-                tenant,
-                secret,
-            },
-        );
+        encode_hello(&mut out, 1, &Hello { min_version: min, max_version: max, tenant, secret });
         return out;
     }
-    frame(
-        Opcode::Hello as u8,
-        0,
-        1,
-        &hello_body(HELLO_MAGIC, min, max, tenant.as_bytes(), secret),
-    )
+    frame(Opcode::Hello as u8, 0, 1, &hello_body(HELLO_MAGIC, min, max, tenant.as_bytes(), secret))
 }
 
 /// A well-behaved client in miniature: connect, HELLO, PUT a block derived from `seed`, GET it
 /// back, compare every byte, DEL it, PING. All within a few seconds. `Err` says which step
 /// failed; tests use it to show a server still serves after something hostile.
-pub fn check_round_trip(
-    addr: SocketAddr,
-    tenant: &str,
-    secret: &[u8],
-    seed: u64,
-) -> Result<(), String> {
+pub fn check_round_trip(addr: SocketAddr, tenant: &str, secret: &[u8], seed: u64) -> Result<(), String> {
     let t = Duration::from_secs(5);
     let step = |what: &str, e: io::Error| format!("round trip {seed} to {addr}: {what}: {e}");
     let mut c = RawConn::connect(addr).map_err(|e| step("connect", e))?;
@@ -361,10 +285,7 @@ pub fn check_round_trip(
         Ok(Response::Values(v)) => {
             let got: Vec<Option<&[u8]>> = v.iter().collect();
             if got != [Some(&value[..])] {
-                return Err(format!(
-                    "round trip {seed}: GET returned {} entries, not the value put",
-                    got.len()
-                ));
+                return Err(format!("round trip {seed}: GET returned {} entries, not the value put", got.len()));
             }
         }
         other => return Err(format!("round trip {seed}: GET answered {other:?}")),
@@ -376,7 +297,6 @@ pub fn check_round_trip(
         Ok(Response::DelOk(s)) if s.as_slice() == [1] => {}
         other => return Err(format!("round trip {seed}: DEL answered {other:?}")),
     }
-    c.ping(5, &seed.to_le_bytes(), t)
-        .map_err(|e| step("PING", e))?;
+    c.ping(5, &seed.to_le_bytes(), t).map_err(|e| step("PING", e))?;
     Ok(())
 }

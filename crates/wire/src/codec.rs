@@ -43,7 +43,11 @@ pub struct HelloOk {
 impl HelloOk {
     /// The limits a client decodes this server's responses with.
     pub fn limits(&self) -> Limits {
-        Limits { max_frame_bytes: self.max_frame_bytes, max_batch: self.max_batch, max_value_bytes: self.max_value_bytes }
+        Limits {
+            max_frame_bytes: self.max_frame_bytes,
+            max_batch: self.max_batch,
+            max_value_bytes: self.max_value_bytes,
+        }
     }
 }
 
@@ -651,7 +655,10 @@ pub fn encode_statuses(out: &mut Vec<u8>, opcode: Opcode, request_id: u64, statu
 /// A frame with a raw body: STATS (empty), STATS_OK (JSON), PING and PONG (payload).
 pub fn encode_raw(out: &mut Vec<u8>, opcode: Opcode, request_id: u64, body: &[u8]) {
     assert!(matches!(opcode, Opcode::Stats | Opcode::StatsOk | Opcode::Ping | Opcode::Pong));
-    assert!(!matches!(opcode, Opcode::Ping | Opcode::Pong) || body.len() <= MAX_PING_BYTES, "PING payload over 256 bytes");
+    assert!(
+        !matches!(opcode, Opcode::Ping | Opcode::Pong) || body.len() <= MAX_PING_BYTES,
+        "PING payload over 256 bytes"
+    );
     let w = FrameWriter::begin(out, opcode, 0, request_id);
     out.extend_from_slice(body);
     w.finish(out);

@@ -84,5 +84,6 @@ pub struct Limits {
 
 impl Limits {
     /// The limits in force before the handshake completes.
-    pub const HANDSHAKE: Limits = Limits { max_frame_bytes: HANDSHAKE_MAX_FRAME_BYTES, max_batch: 0, max_value_bytes: 0 };
+    pub const HANDSHAKE: Limits =
+        Limits { max_frame_bytes: HANDSHAKE_MAX_FRAME_BYTES, max_batch: 0, max_value_bytes: 0 };
 }

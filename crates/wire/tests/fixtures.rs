@@ -20,10 +20,8 @@ fn one_frame(buf: &[u8]) -> (Header, &[u8]) {
 fn hello_bytes() {
     let mut out = Vec::new();
     encode_hello(&mut out, 7, &Hello { min_version: 1, max_version: 2, tenant: "db1", secret: b"pw" });
-    let want = hex(
-        "1b000000 01 00 0000 0700000000000000 \
-         46415243 0100 0200 03 646231 02 7077",
-    );
+    let want = hex("1b000000 01 00 0000 0700000000000000 \
+         46415243 0100 0200 03 646231 02 7077");
     assert_eq!(out, want);
     let (h, body) = one_frame(&out);
     assert_eq!(h.request_id, 7);
@@ -46,10 +44,8 @@ fn hello_ok_bytes() {
     };
     let mut out = Vec::new();
     encode_hello_ok(&mut out, 7, &ok);
-    let want = hex(
-        "24000000 81 00 0000 0700000000000000 \
-         0100 0100 00001000 0001 8000 00100000 8877665544332211",
-    );
+    let want = hex("24000000 81 00 0000 0700000000000000 \
+         0100 0100 00001000 0001 8000 00100000 8877665544332211");
     assert_eq!(out, want);
     let (h, body) = one_frame(&out);
     assert_eq!(decode_response(&h, body, &LIMITS).unwrap(), Response::HelloOk(ok));
@@ -60,11 +56,9 @@ fn get_bytes() {
     let key = Key::new(0x0102, 3, 4);
     let mut out = Vec::new();
     encode_keys(&mut out, Opcode::Get, 0x99, &[key]);
-    let want = hex(
-        "30000000 02 00 0000 9900000000000000 \
+    let want = hex("30000000 02 00 0000 9900000000000000 \
          0100 0000 \
-         02010000000000000000000000000000 0300000000000000 0400000000000000",
-    );
+         02010000000000000000000000000000 0300000000000000 0400000000000000");
     assert_eq!(out, want);
     let (h, body) = one_frame(&out);
     match decode_request(&h, body, &LIMITS).unwrap() {
@@ -78,12 +72,10 @@ fn put_bytes() {
     let key = Key::new(1, 2, 3);
     let mut out = Vec::new();
     encode_put(&mut out, 1, &[(key, b"abc")]);
-    let want = hex(
-        "37000000 03 00 0000 0100000000000000 \
+    let want = hex("37000000 03 00 0000 0100000000000000 \
          0100 0000 \
          01000000000000000000000000000000 0200000000000000 0300000000000000 \
-         03000000 616263",
-    );
+         03000000 616263");
     assert_eq!(out, want);
     let (h, body) = one_frame(&out);
     match decode_request(&h, body, &LIMITS).unwrap() {
@@ -168,10 +160,7 @@ fn malformed_bodies_name_the_problem() {
     let mut body = hex("0100 0000");
     body.extend_from_slice(&[0; 32]);
     body.extend_from_slice(&4097u32.to_le_bytes());
-    assert_eq!(
-        decode_request(&h(3, &body), &body, &LIMITS),
-        Err(WireError::ValueTooLarge { len: 4097, max: 4096 })
-    );
+    assert_eq!(decode_request(&h(3, &body), &body, &LIMITS), Err(WireError::ValueTooLarge { len: 4097, max: 4096 }));
     assert_eq!(decode_request(&h(0x42, &[]), &[], &LIMITS), Err(WireError::UnknownOpcode(0x42)));
     let body = hex("58585858 0100 0100 01 61 00");
     assert_eq!(decode_request(&h(1, &body), &body, &LIMITS), Err(WireError::BadMagic(*b"XXXX")));

@@ -88,7 +88,7 @@ proptest! {
         for _ in 0..100 {
             match split_frame(rest, 1024) {
                 Ok(Some((h, n))) => {
-                    prop_assert!(n <= 1024 && n >= HEADER_BYTES);
+                    prop_assert!((HEADER_BYTES..=1024).contains(&n));
                     let _ = decode_request(&h, &rest[HEADER_BYTES..n], &LIMITS);
                     rest = &rest[n..];
                 }

@@ -63,12 +63,19 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let mut cfg = ClientConfig::new(a.server, a.tenant.clone());
         cfg.secret = secret;
         cfg.request_timeout = Duration::from_secs(10);
-        let client = Client::connect(cfg).await.with_context(|| format!("cannot reach farcache server {}", a.server))?;
+        let client =
+            Client::connect(cfg).await.with_context(|| format!("cannot reach farcache server {}", a.server))?;
         // A fresh epoch per run, so two checks never read each other's blocks.
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let run_id = (now.as_nanos() as u64) ^ ((std::process::id() as u64) << 40);
         let key = move |n: u64| Key::new(CHECK_FILE, n, run_id);
-        println!("checking {} ({} blocks of 4 KiB) against {} as tenant {:?}", a.size.approx(), blocks, a.server, a.tenant);
+        println!(
+            "checking {} ({} blocks of 4 KiB) against {} as tenant {:?}",
+            a.size.approx(),
+            blocks,
+            a.server,
+            a.tenant
+        );
 
         // Write.
         let t = Instant::now();
@@ -128,9 +135,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 }
 
 /// Await a batch of futures concurrently, keeping their order.
-async fn futures_join<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output>
+async fn futures_join<F>(futs: impl Iterator<Item = F>) -> Vec<F::Output>
 where
-    F: Send + 'static,
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let handles: Vec<_> = futs.map(tokio::spawn).collect();

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use anyhow::Context;
 use farcache_engine::DirectPath;
 use farcache_fuse::{Mount, MountConfig, Unmounted};
-use serde::Deserialize;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -90,14 +90,19 @@ fn render(s: &ServerStats) -> String {
         ByteSize(s.overhead_bytes).approx()
     );
     let _ = writeln!(out, "hits       {}  misses {}  hit ratio {}", t.hits, t.misses, ratio(t.hits, t.misses));
-    let _ = writeln!(out, "puts       {}  rejected {}  dels {}  evictions {}", t.puts, t.put_rejects, t.dels, t.evictions);
+    let _ =
+        writeln!(out, "puts       {}  rejected {}  dels {}  evictions {}", t.puts, t.put_rejects, t.dels, t.evictions);
     let _ = writeln!(out, "bytes      in {}  out {}", t.bytes_in, t.bytes_out);
     let _ = writeln!(
         out,
         "conns      {} open, {} total, {} refused, {} protocol errors, {} timeouts",
         s.connections, s.connections_total, s.connections_refused, s.protocol_errors, s.timeouts
     );
-    let _ = writeln!(out, "{:<20} {:>12} {:>12} {:>10} {:>12} {:>12} {:>9} {:>10}", "tenant", "limit", "used", "blocks", "hits", "misses", "ratio", "evictions");
+    let _ = writeln!(
+        out,
+        "{:<20} {:>12} {:>12} {:>10} {:>12} {:>12} {:>9} {:>10}",
+        "tenant", "limit", "used", "blocks", "hits", "misses", "ratio", "evictions"
+    );
     for x in &s.tenants {
         let c = &x.counters;
         let _ = writeln!(

@@ -21,9 +21,7 @@ use tokio::sync::mpsc;
 pub const TEST_BOUND: Duration = Duration::from_secs(20);
 
 pub async fn bounded<F: Future>(f: F) -> F::Output {
-    tokio::time::timeout(TEST_BOUND, f)
-        .await
-        .expect("test hung")
+    tokio::time::timeout(TEST_BOUND, f).await.expect("test hung")
 }
 
 pub fn hello_ok() -> HelloOk {
@@ -59,29 +57,20 @@ pub async fn read_frame(s: &mut TcpStream, max_frame_bytes: u32) -> Option<(Head
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return None,
         Err(e) => panic!("fake server read: {e}"),
     }
-    let h = Header::decode(&head, max_frame_bytes)
-        .expect("client sent a bad header")
-        .unwrap();
+    let h = Header::decode(&head, max_frame_bytes).expect("client sent a bad header").unwrap();
     let mut body = vec![0u8; h.body_len as usize];
-    s.read_exact(&mut body)
-        .await
-        .expect("client sent a truncated frame");
+    s.read_exact(&mut body).await.expect("client sent a truncated frame");
     Some((h, body))
 }
 
 /// Expect HELLO and answer `ok`. Returns the HELLO's tenant and secret.
 pub async fn accept_hello(s: &mut TcpStream, ok: &HelloOk) -> (String, Vec<u8>) {
-    let (h, body) = read_frame(s, HANDSHAKE_MAX_FRAME_BYTES)
-        .await
-        .expect("HELLO");
+    let (h, body) = read_frame(s, HANDSHAKE_MAX_FRAME_BYTES).await.expect("HELLO");
     let hello = match decode_request(&h, &body, &Limits::HANDSHAKE).expect("valid HELLO") {
         Request::Hello(hello) => hello,
         other => panic!("expected HELLO, got {other:?}"),
     };
-    assert_eq!(
-        (hello.min_version, hello.max_version),
-        (PROTOCOL_VERSION_MIN, PROTOCOL_VERSION_MAX)
-    );
+    assert_eq!((hello.min_version, hello.max_version), (PROTOCOL_VERSION_MIN, PROTOCOL_VERSION_MAX));
     let mut out = Vec::new();
     encode_hello_ok(&mut out, h.request_id, ok);
     s.write_all(&out).await.unwrap();
@@ -192,9 +181,7 @@ async fn serve_map(mut s: TcpStream, ok: HelloOk, mode: Mode, seen: Arc<Seen>, s
         if rd.read_exact(&mut head).await.is_err() {
             break;
         }
-        let h = Header::decode(&head, limits.max_frame_bytes)
-            .expect("client header")
-            .unwrap();
+        let h = Header::decode(&head, limits.max_frame_bytes).expect("client header").unwrap();
         let mut body = vec![0u8; h.body_len as usize];
         rd.read_exact(&mut body).await.expect("client body");
         let now = seen.inflight.fetch_add(1, Ordering::SeqCst) + 1;
@@ -251,13 +238,7 @@ fn answer(store: &Store, seen: &Seen, id: u64, req: Request<'_>) -> Vec<u8> {
             seen.batch_sizes.lock().unwrap().push(keys.len());
             let statuses: Vec<u8> = keys
                 .iter()
-                .map(|k| {
-                    if map.remove(&k).is_some() {
-                        DelStatus::Removed as u8
-                    } else {
-                        DelStatus::Absent as u8
-                    }
-                })
+                .map(|k| if map.remove(&k).is_some() { DelStatus::Removed as u8 } else { DelStatus::Absent as u8 })
                 .collect();
             encode_statuses(&mut out, Opcode::DelOk, id, &statuses);
         }
@@ -266,13 +247,7 @@ fn answer(store: &Store, seen: &Seen, id: u64, req: Request<'_>) -> Vec<u8> {
             encode_raw(&mut out, Opcode::StatsOk, id, json.as_bytes());
         }
         Request::Ping(payload) => encode_raw(&mut out, Opcode::Pong, id, payload),
-        Request::Hello(_) => encode_error(
-            &mut out,
-            id,
-            ErrorCode::HandshakeRequired,
-            true,
-            "second HELLO",
-        ),
+        Request::Hello(_) => encode_error(&mut out, id, ErrorCode::HandshakeRequired, true, "second HELLO"),
     }
     out
 }
