@@ -7,8 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
-use farcache_engine::DirectPath;
+use farcache_engine::cached::CachedPath;
+use farcache_engine::remote::{Remote, RemoteConfig};
+use farcache_engine::{BackingCountersSnapshot, DataPath, DirectPath};
 use farcache_fuse::{Mount, MountConfig, Unmounted};
+use farcache_policy::route::Threshold;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -18,8 +21,15 @@ pub struct Args {
     /// directory itself).
     mountpoint: PathBuf,
     /// No remote tier: a plain passthrough, the baseline every benchmark compares against.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "servers")]
     no_remote: bool,
+    /// A lender to borrow from (repeat for several; blocks are spread by rendezvous hashing).
+    /// With none, a lender runs inside this process with the [server] capacity.
+    #[arg(long = "server", value_name = "HOST:PORT")]
+    servers: Vec<std::net::SocketAddr>,
+    /// Tenant to borrow as.
+    #[arg(long, default_value = "default")]
+    tenant: String,
     /// Configuration file (TOML); its [mount] table applies.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -32,13 +42,31 @@ fn load(path: Option<&Path>) -> anyhow::Result<MountConfig> {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
+    let file_cfg = crate::config::Config::load(a.config.as_deref())?;
     let cfg = load(a.config.as_deref())?;
-    if a.no_remote {
+    // The embedded lender's runtime must outlive the mount: kept here until `run` returns.
+    let mut _embedded: Option<tokio::runtime::Runtime> = None;
+    let mut direct: Option<Arc<DirectPath>> = None;
+    let (data, cached): (Arc<dyn DataPath>, Option<Arc<CachedPath<DirectPath>>>) = if a.no_remote {
         tracing::info!("no remote tier (--no-remote): plain passthrough");
+        let d = Arc::new(DirectPath::new());
+        direct = Some(d.clone());
+        (d, None)
     } else {
-        tracing::info!("remote tiers arrive with the cache engine; serving as a plain passthrough for now");
-    }
-    let data = Arc::new(DirectPath::new());
+        let servers = if a.servers.is_empty() {
+            let (rt, addr) = embedded_lender(file_cfg.server.clone())?;
+            _embedded = Some(rt);
+            tracing::info!("no --server: lending {} from this process on {addr}", file_cfg.server.capacity);
+            vec![addr]
+        } else {
+            a.servers.clone()
+        };
+        let mut rc = RemoteConfig::new(servers);
+        rc.tenant = a.tenant.clone();
+        let remote = Remote::start(rc).context("starting the remote tier")?;
+        let c = Arc::new(CachedPath::new(DirectPath::new(), remote, Threshold::PAPER));
+        (c.clone(), Some(c))
+    };
 
     // Signal handlers go in before the mount: a SIGTERM between the mount going live and a
     // handler being installed would kill the daemon and leave a dead mount behind.
@@ -90,7 +118,32 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     })?;
 
     mount.run()?;
-    let c = data.counters().snapshot();
+    if let Some(c) = &cached {
+        let r = c.remote().counters();
+        let e = c.counters();
+        let l = |x: &std::sync::atomic::AtomicU64| x.load(std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(
+            "remote tier: {} hits, {} misses, {} bytes from lenders, {} bytes to lenders, {} invalidations, \
+             {} fallbacks; {} reads from lenders, {} small reads from disk, {} sequential bypasses; \
+             index {} bytes for {} blocks",
+            l(&r.hits),
+            l(&r.misses),
+            l(&r.bytes_from_servers),
+            l(&r.bytes_to_servers),
+            l(&r.invalidations),
+            l(&r.fallbacks),
+            l(&e.remote_reads),
+            l(&e.disk_reads),
+            l(&e.sequential_bypasses),
+            c.index().memory_bytes(),
+            c.index().remote_blocks()
+        );
+    }
+    let c = match (&cached, &direct) {
+        (Some(c), _) => c.disk().counters().snapshot(),
+        (None, Some(d)) => d.counters().snapshot(),
+        (None, None) => BackingCountersSnapshot::default(),
+    };
     tracing::info!(
         "backing I/O: {} direct and {} buffered reads ({} bytes), {} writes ({} bytes), \
          {} fsyncs; {} files lost their last name",
@@ -103,4 +156,24 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         c.forgets
     );
     Ok(())
+}
+
+/// Start a lender inside this process on a loopback port: `farcache mount` on one machine.
+fn embedded_lender(
+    cfg: farcache_server::ServerConfig,
+) -> anyhow::Result<(tokio::runtime::Runtime, std::net::SocketAddr)> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("farcache-lender")
+        .enable_all()
+        .build()?;
+    let server = farcache_server::Server::new(cfg)?;
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+    let addr = listener.local_addr()?;
+    rt.spawn(async move {
+        if let Err(e) = farcache_server::run(listener, server, std::future::pending::<()>()).await {
+            tracing::error!("embedded lender failed: {e}");
+        }
+    });
+    Ok((rt, addr))
 }

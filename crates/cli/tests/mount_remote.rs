@@ -1,0 +1,190 @@
+//! `farcache mount --server` end to end: the real binary mounts with a real lender process;
+//! random O_DIRECT reads (which bypass the kernel page cache, so every one reaches the daemon)
+//! are served by the lender on the second pass, writes through the mount are never answered
+//! with old copies, and a lender killed with SIGKILL costs only misses.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use farcache_testkit::ServerProcess;
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_farcache"))
+}
+
+fn fuse_mounted(mnt: &Path) -> bool {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let want = mnt.to_str().unwrap();
+    info.lines().any(|l| l.split(' ').nth(4) == Some(want) && l.contains(" - fuse"))
+}
+
+/// A `farcache mount` daemon; unmounted and reaped on drop, also when a test fails.
+struct Mount {
+    child: Child,
+    mnt: PathBuf,
+    log: PathBuf,
+}
+
+impl Mount {
+    fn start(backing: &Path, mnt: &Path, log: &Path, extra: &[&str]) -> Mount {
+        let mut cmd = Command::new(bin());
+        cmd.arg("mount").arg(backing).arg(mnt).args(extra);
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(File::create(log).unwrap());
+        let mut child = cmd.spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        assert!(line.starts_with("farcache mounted"), "{line:?}: {}", fs::read_to_string(log).unwrap_or_default());
+        assert!(fuse_mounted(mnt));
+        Mount { child, mnt: mnt.to_path_buf(), log: log.to_path_buf() }
+    }
+
+    fn stop(&mut self) -> String {
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let end = Instant::now() + Duration::from_secs(20);
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < end, "mount daemon did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        fs::read_to_string(&self.log).unwrap()
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = Command::new("fusermount3").arg("-uz").arg(&self.mnt).status();
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// 4 KiB reads with O_DIRECT through the mount, into an aligned buffer.
+struct DirectReader {
+    file: File,
+    buf: Vec<u8>,
+    off: usize,
+}
+
+impl DirectReader {
+    fn open(p: &Path) -> DirectReader {
+        let file = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(p).unwrap();
+        let buf = vec![0u8; 8192];
+        let off = buf.as_ptr().align_offset(4096);
+        DirectReader { file, buf, off }
+    }
+    fn read(&mut self, offset: u64) -> &[u8] {
+        let b = &mut self.buf[self.off..self.off + 4096];
+        let n = self.file.read_at(b, offset).unwrap();
+        &b[..n]
+    }
+}
+
+fn hits(addr: &str) -> u64 {
+    let out = Command::new(bin()).args(["stats", "--server", addr, "--json"]).output().unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["hits"].as_u64().unwrap()
+}
+
+#[test]
+fn reads_come_from_the_lender_and_are_always_current() {
+    let mut srv = ServerProcess::start(bin(), &["--capacity", "64MiB"], None);
+    let addr = srv.addr().to_string();
+    let root = tempfile::tempdir().unwrap();
+    let (backing, mnt) = (root.path().join("b"), root.path().join("m"));
+    fs::create_dir(&backing).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    let mut data = pattern(8 << 20, 7);
+    fs::write(backing.join("f"), &data).unwrap();
+    let mut m = Mount::start(&backing, &mnt, &root.path().join("log"), &["--server", &addr]);
+
+    let blocks: Vec<u64> = (0..2048u64).map(|i| (i * 613) % 2048).collect();
+    let mut r = DirectReader::open(&mnt.join("f"));
+    for pass in 0..2 {
+        for &b in &blocks {
+            let o = (b * 4096) as usize;
+            assert_eq!(r.read(b * 4096), &data[o..o + 4096], "pass {pass} block {b}");
+        }
+        if pass == 0 {
+            // Fills are asynchronous: give them a moment to land.
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+    let h = hits(&addr);
+    assert!(h >= 1800, "second pass should be served by the lender: {h} hits of 2048");
+
+    // Writes through the mount, then reads: never an old copy.
+    let w = OpenOptions::new().write(true).open(mnt.join("f")).unwrap();
+    for round in 0..50u64 {
+        let b = (round * 37) % 2048;
+        let new = vec![round as u8; 512];
+        let at = b * 4096 + 1000;
+        w.write_at(&new, at).unwrap();
+        data[at as usize..at as usize + 512].copy_from_slice(&new);
+        let o = (b * 4096) as usize;
+        assert_eq!(r.read(b * 4096), &data[o..o + 4096], "after write {round}");
+    }
+    w.sync_all().unwrap();
+    assert_eq!(fs::read(backing.join("f")).unwrap(), data, "the disk has every write");
+
+    // The lender dies: reads go on, from the disk, correct.
+    srv.kill();
+    let t = Instant::now();
+    for &b in blocks.iter().take(500) {
+        let o = (b * 4096) as usize;
+        assert_eq!(r.read(b * 4096), &data[o..o + 4096]);
+    }
+    assert!(t.elapsed() < Duration::from_secs(20), "fallback too slow: {:?}", t.elapsed());
+    drop(r);
+    drop(w);
+    let log = m.stop();
+    assert!(log.contains("remote tier:"), "{log}");
+}
+
+#[test]
+fn without_a_server_the_mount_lends_from_its_own_process() {
+    let root = tempfile::tempdir().unwrap();
+    let (backing, mnt) = (root.path().join("b"), root.path().join("m"));
+    fs::create_dir(&backing).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    let data = pattern(1 << 20, 9);
+    fs::write(backing.join("f"), &data).unwrap();
+    let mut m = Mount::start(&backing, &mnt, &root.path().join("log"), &[]);
+    let mut r = DirectReader::open(&mnt.join("f"));
+    for _ in 0..2 {
+        for b in 0..256u64 {
+            let o = (b * 4096) as usize;
+            assert_eq!(r.read(b * 4096), &data[o..o + 4096]);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(r);
+    let log = m.stop();
+    assert!(log.contains("lending") && log.contains("from this process"), "{log}");
+    let hits: u64 = log
+        .lines()
+        .find(|l| l.contains("remote tier:"))
+        .and_then(|l| l.split("remote tier: ").nth(1))
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no counters in {log}"));
+    assert!(hits >= 200, "{hits} hits: {log}");
+}
