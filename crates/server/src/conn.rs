@@ -28,6 +28,8 @@ use crate::Server;
 const BASE_BUF: usize = 16 << 10;
 /// Budget permits are counted in KiB.
 const PERMIT_BYTES: usize = 1024;
+/// A connection quiet this long gives back buffer memory beyond its base size.
+const SHRINK_AFTER: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Where a connection is in its life.
 #[derive(Clone, Copy, Debug)]
@@ -136,6 +138,8 @@ impl Conn<'_> {
                             if let Err(why) = self.reserve(self.inbuf.capacity(), answer, frame_started).await {
                                 return why;
                             }
+                            // Exactly the budgeted size, not a doubling of it.
+                            self.out.reserve_exact(answer);
                         }
                         let next = self.handle(&h, start + HEADER_BYTES, start + n);
                         if let Next::Close(why) = next {
@@ -162,7 +166,6 @@ impl Conn<'_> {
             if let Err(why) = self.flush().await {
                 return why;
             }
-            self.shrink();
 
             // Read more, within the deadline that applies now.
             // An unauthenticated connection lives at most handshake_timeout, however its
@@ -180,8 +183,10 @@ impl Conn<'_> {
             };
             // Room for the rest of the frame that has begun (known from its length prefix), or
             // a chunk; a frame larger than the base buffer draws on the server-wide budget.
+            // (A buffer holding a partial frame with no room left means the frame is larger
+            // than the buffer: whole frames were handled above.)
             let frame_len = check_len_prefix(&self.inbuf, self.frame_limit()).ok().flatten().unwrap_or(0);
-            let want = frame_len.max(self.inbuf.len() + BASE_BUF);
+            let want = frame_len.max(BASE_BUF);
             if want > self.inbuf.capacity() {
                 if let Err(why) = self.reserve(want, self.out.capacity(), frame_started.or(Some(Instant::now()))).await
                 {
@@ -189,8 +194,13 @@ impl Conn<'_> {
                 }
                 self.inbuf.reserve_exact(want - self.inbuf.len());
             }
+            // Buffers grown for large frames stay while the client keeps sending (growing
+            // and shrinking them per request costs more than the requests); they shrink, and
+            // their budget returns, once the connection has been quiet for SHRINK_AFTER.
+            let shrink_first = self.inbuf.is_empty() && self.holds_extra();
+            let first_deadline = if shrink_first { deadline.min(Instant::now() + SHRINK_AFTER) } else { deadline };
             let read = tokio::select! {
-                r = tokio::time::timeout_at(deadline, self.sock.read_buf(&mut self.inbuf)) => r,
+                r = tokio::time::timeout_at(first_deadline, self.sock.read_buf(&mut self.inbuf)) => r,
                 _ = async { let _ = close_rx.wait_for(|&closing| closing).await; } => {
                     encode_error(&mut self.out, 0, ErrorCode::ShuttingDown, true, "server shutting down");
                     let _ = self.flush().await;
@@ -198,6 +208,10 @@ impl Conn<'_> {
                 }
             };
             match read {
+                Err(_) if first_deadline < deadline => {
+                    self.shrink();
+                    continue;
+                }
                 Err(_) => {
                     encode_error(&mut self.out, 0, ErrorCode::Timeout, true, what);
                     let _ = self.flush().await;
@@ -261,6 +275,11 @@ impl Conn<'_> {
                 Err(Close::Timeout(msg.into()))
             }
         }
+    }
+
+    /// Whether the buffers hold more than their base size (and so, budget).
+    fn holds_extra(&self) -> bool {
+        self.grant.is_some() || self.inbuf.capacity() > BASE_BUF || self.out.capacity() > BASE_BUF
     }
 
     /// Between frames: give back buffer memory beyond the base size, and its budget.
