@@ -47,17 +47,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if blocks == 0 || a.concurrency == 0 {
         bail!("--size must be at least 4KiB and --concurrency at least 1");
     }
-    let secret = match &a.secret_file {
-        Some(p) => std::fs::read_to_string(p)
-            .with_context(|| format!("cannot read --secret-file {}", p.display()))?
-            .lines()
-            .next()
-            .unwrap_or("")
-            .trim()
-            .as_bytes()
-            .to_vec(),
-        None => Vec::new(),
-    };
+    let secret = super::read_secret_file(a.secret_file.as_deref())?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async move {
         let mut cfg = ClientConfig::new(a.server, a.tenant.clone());

@@ -27,17 +27,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let addr: SocketAddr = resolve(&a.server)?;
-    let secret = match &a.secret_file {
-        Some(p) => std::fs::read_to_string(p)
-            .with_context(|| format!("cannot read --secret-file {}", p.display()))?
-            .lines()
-            .next()
-            .unwrap_or("")
-            .trim()
-            .as_bytes()
-            .to_vec(),
-        None => Vec::new(),
-    };
+    let secret = super::read_secret_file(a.secret_file.as_deref())?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let json = rt.block_on(async {
         let mut cfg = ClientConfig::new(addr, a.tenant.clone());
