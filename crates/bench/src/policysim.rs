@@ -50,16 +50,8 @@ pub fn simulate(kind: PolicyKind, slots: u32, trace: &[u64]) -> SimResult {
         policy.insert(slot, 0, fingerprint(key));
     }
     let total = hits + misses;
-    let hit_ratio = if total == 0 {
-        0.0
-    } else {
-        hits as f64 / total as f64
-    };
-    SimResult {
-        hits,
-        misses,
-        hit_ratio,
-    }
+    let hit_ratio = if total == 0 { 0.0 } else { hits as f64 / total as f64 };
+    SimResult { hits, misses, hit_ratio }
 }
 
 /// A well-mixed 64-bit hash of a key (SplitMix64's finaliser), as the store's fingerprints
@@ -95,10 +87,7 @@ struct Zipf {
 impl Zipf {
     fn new(keys: u64, theta: f64) -> Self {
         assert!(keys > 0, "Zipf needs at least one key");
-        assert!(
-            theta >= 0.0 && theta.is_finite(),
-            "Zipf theta must be >= 0, got {theta}"
-        );
+        assert!(theta >= 0.0 && theta.is_finite(), "Zipf theta must be >= 0, got {theta}");
         let mut total = 0.0;
         let cdf = (0..keys)
             .map(|i| {
@@ -175,11 +164,7 @@ mod tests {
             counts[k as usize] += 1;
         }
         // Rank 0 has weight 1 / H(1000, 0.99), about 13% of the accesses; rank 9 about 1.4%.
-        assert!(
-            counts[0] > 5_500 && counts[0] < 7_500,
-            "rank 0: {}",
-            counts[0]
-        );
+        assert!(counts[0] > 5_500 && counts[0] < 7_500, "rank 0: {}", counts[0]);
         assert!(counts[0] > 5 * counts[9], "{} vs {}", counts[0], counts[9]);
         // theta = 0 is uniform: every key appears.
         let uniform = zipf_trace(100, 0.0, 10_000, 1);
@@ -249,10 +234,7 @@ mod tests {
         assert!(lru.hit_ratio > 0.6, "LRU {lru:?}");
         assert!(s3.hit_ratio > 0.6, "S3-FIFO {s3:?}");
         // Zipf is frequency-driven, where S3-FIFO beats LRU (as in the paper).
-        assert!(
-            s3.hit_ratio > lru.hit_ratio,
-            "S3-FIFO {s3:?} vs LRU {lru:?}"
-        );
+        assert!(s3.hit_ratio > lru.hit_ratio, "S3-FIFO {s3:?} vs LRU {lru:?}");
     }
 
     #[test]
@@ -264,9 +246,6 @@ mod tests {
         // At most half the accesses (the hot ones) can hit.
         assert!(s3.hit_ratio < 0.5 && lru.hit_ratio < 0.5);
         // Measured: LRU 0.31, S3-FIFO 0.36.
-        assert!(
-            s3.hit_ratio > lru.hit_ratio + 0.03,
-            "S3-FIFO {s3:?} vs LRU {lru:?}"
-        );
+        assert!(s3.hit_ratio > lru.hit_ratio + 0.03, "S3-FIFO {s3:?} vs LRU {lru:?}");
     }
 }
