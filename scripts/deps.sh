@@ -9,7 +9,7 @@ command -v memcached >/dev/null 2>&1 || [ -x /usr/bin/memcached ] || need_apt+=(
 command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 
 if ! command -v cargo >/dev/null 2>&1; then
-  echo "deps: cargo is missing. Install a Rust toolchain (rustup, stable >= 1.80) and retry." >&2
+  echo "deps: cargo is missing. Install a Rust toolchain (rustup, stable >= 1.85) and retry." >&2
   exit 1
 fi
 
