@@ -11,6 +11,7 @@ use farcache_engine::cached::CachedPath;
 use farcache_engine::remote::{Remote, RemoteConfig};
 use farcache_engine::{BackingFile, BackingOptions, DataPath, DirectPath, Identities};
 use farcache_policy::route::Threshold;
+use farcache_testkit::pattern;
 
 struct Lender {
     addr: SocketAddr,
@@ -70,18 +71,6 @@ fn backing(dir: &tempfile::TempDir, data: &[u8]) -> BackingFile {
     let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
     let id = Identities::new().identify(&f).unwrap();
     BackingFile::new(id, f, libc::O_RDWR, &BackingOptions { direct_io: true })
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn engine(servers: Vec<SocketAddr>) -> CachedPath<DirectPath> {

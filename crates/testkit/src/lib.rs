@@ -37,3 +37,17 @@ pub fn wait_until(timeout: Duration, every: Duration, mut f: impl FnMut() -> boo
         std::thread::sleep(every);
     }
 }
+
+/// `len` pseudo-random bytes from `seed` (xorshift64): file contents that differ at every
+/// offset and between seeds, so a block read from the wrong place or file cannot match.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
