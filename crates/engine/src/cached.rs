@@ -25,7 +25,7 @@ use farcache_policy::route::{Route, Threshold};
 use crate::backing::BackingFile;
 use crate::data_path::DataPath;
 use crate::identity::FileId;
-use crate::index::{BlockIndex, BLOCK_BYTES};
+use crate::index::{BlockIndex, FileIndex, BLOCK_BYTES};
 use crate::remote::Remote;
 
 /// Counters of the cache engine beyond the remote tier's own.
@@ -84,10 +84,17 @@ impl<D: DataPath> CachedPath<D> {
 
     /// Read whole blocks `first..=last` from the disk, answer `offset..offset+len` of them,
     /// and fill the lenders with the whole blocks read.
-    fn read_and_fill(&self, file: &BackingFile, offset: u64, len: usize, first: u64, last: u64) -> io::Result<Bytes> {
-        let f = self.index.file(file.id());
+    fn read_and_fill(
+        &self,
+        file: &BackingFile,
+        f: &Arc<FileIndex>,
+        offset: u64,
+        len: usize,
+        first: u64,
+        last: u64,
+    ) -> io::Result<Bytes> {
         // Tickets before the disk read: a write landing after this point voids them.
-        let tickets: Vec<_> = (first..=last).map(|b| self.index.fill_start(&f, b)).collect();
+        let tickets: Vec<_> = (first..=last).map(|b| self.index.fill_start(f, b)).collect();
         let start = first * BLOCK_BYTES;
         let data = self.disk.read(file, start, ((last - first + 1) * BLOCK_BYTES) as usize)?;
         for t in tickets {
@@ -95,7 +102,7 @@ impl<D: DataPath> CachedPath<D> {
             if data.len() < from + BLOCK_BYTES as usize {
                 break; // end of file: never cache a short block
             }
-            if self.index.lookup(&f, t.key.block) == Some(t.key) {
+            if self.index.lookup(f, t.key.block) == Some(t.key) {
                 continue; // already there
             }
             let block = data.slice(from..from + BLOCK_BYTES as usize);
@@ -146,7 +153,7 @@ impl<D: DataPath> DataPath for CachedPath<D> {
             }
         }
         add(&self.counters.disk_reads, 1);
-        self.read_and_fill(file, offset, len, first, last)
+        self.read_and_fill(file, &f, offset, len, first, last)
     }
 
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {
