@@ -4,64 +4,15 @@
 //! with old copies, and a lender killed with SIGKILL costs only misses.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use farcache_testkit::{pattern, ServerProcess};
+use farcache_testkit::{pattern, MountProcess, ServerProcess};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
-}
-
-fn fuse_mounted(mnt: &Path) -> bool {
-    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let want = mnt.to_str().unwrap();
-    info.lines().any(|l| l.split(' ').nth(4) == Some(want) && l.contains(" - fuse"))
-}
-
-/// A `farcache mount` daemon; unmounted and reaped on drop, also when a test fails.
-struct Mount {
-    child: Child,
-    mnt: PathBuf,
-    log: PathBuf,
-}
-
-impl Mount {
-    fn start(backing: &Path, mnt: &Path, log: &Path, extra: &[&str]) -> Mount {
-        let mut cmd = Command::new(bin());
-        cmd.arg("mount").arg(backing).arg(mnt).args(extra);
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(File::create(log).unwrap());
-        let mut child = cmd.spawn().unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-        assert!(line.starts_with("farcache mounted"), "{line:?}: {}", fs::read_to_string(log).unwrap_or_default());
-        assert!(fuse_mounted(mnt));
-        Mount { child, mnt: mnt.to_path_buf(), log: log.to_path_buf() }
-    }
-
-    fn stop(&mut self) -> String {
-        // SAFETY: a signal to our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let end = Instant::now() + Duration::from_secs(20);
-        while self.child.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < end, "mount daemon did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        fs::read_to_string(&self.log).unwrap()
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = Command::new("fusermount3").arg("-uz").arg(&self.mnt).status();
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
 }
 
 /// 4 KiB reads with O_DIRECT through the mount, into an aligned buffer.
@@ -102,7 +53,7 @@ fn reads_come_from_the_lender_and_are_always_current() {
     fs::create_dir(&mnt).unwrap();
     let mut data = pattern(8 << 20, 7);
     fs::write(backing.join("f"), &data).unwrap();
-    let mut m = Mount::start(&backing, &mnt, &root.path().join("log"), &["--server", &addr]);
+    let m = MountProcess::start(bin(), &backing, &mnt, &["--server", &addr], &root.path().join("log"));
 
     let blocks: Vec<u64> = (0..2048u64).map(|i| (i * 613) % 2048).collect();
     let mut r = DirectReader::open(&mnt.join("f"));
@@ -155,7 +106,7 @@ fn without_a_server_the_mount_lends_from_its_own_process() {
     fs::create_dir(&mnt).unwrap();
     let data = pattern(1 << 20, 9);
     fs::write(backing.join("f"), &data).unwrap();
-    let mut m = Mount::start(&backing, &mnt, &root.path().join("log"), &[]);
+    let m = MountProcess::start(bin(), &backing, &mnt, &[], &root.path().join("log"));
     let mut r = DirectReader::open(&mnt.join("f"));
     for _ in 0..2 {
         for b in 0..256u64 {

@@ -13,38 +13,24 @@
 
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufRead, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{symlink, FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use farcache_testkit::{fuse_mounted, require_fuse, require_root, MountProcess};
 
 /// Every test body runs under this bound; past it the daemon is killed (which fails every
 /// pending file operation) and the test fails.
 const TEST_BOUND: Duration = Duration::from_secs(180);
-const MOUNT_WAIT: Duration = Duration::from_secs(20);
-const EXIT_WAIT: Duration = Duration::from_secs(20);
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
-}
-
-fn require_fuse() {
-    assert!(
-        Path::new("/dev/fuse").exists(),
-        "/dev/fuse is missing: these tests need FUSE (modprobe fuse, or --device /dev/fuse in a container)"
-    );
-    assert!(Command::new("fusermount3").arg("-V").output().is_ok(), "fusermount3 is missing: apt-get install fuse3");
-}
-
-fn require_root(what: &str) {
-    // SAFETY: no arguments, cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(euid, 0, "{what} needs root (CI and developer machines run as root)");
 }
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -61,114 +47,62 @@ fn test_root(tag: &str) -> PathBuf {
     d
 }
 
-/// Whether `mnt` is the mount point of a FUSE mount, per /proc/self/mountinfo.
-fn fuse_mounted(mnt: &Path) -> bool {
-    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let want = mnt.to_str().unwrap().replace(' ', "\\040");
-    info.lines().any(|l| {
-        let f: Vec<&str> = l.split(' ').collect();
-        let sep = f.iter().position(|x| *x == "-");
-        f.len() > 4 && f[4] == want && sep.is_some_and(|i| f.get(i + 1).is_some_and(|t| t.starts_with("fuse")))
-    })
-}
-
-/// A running `farcache mount` of `backing` on `mnt`. Dropping it unmounts and reaps.
+/// A running `farcache mount --no-remote` of a fresh backing directory, in a fresh test
+/// directory that is removed afterwards unless the test failed.
 struct Mounted {
     root: PathBuf,
-    backing: PathBuf,
     mnt: PathBuf,
-    log: PathBuf,
-    child: Mutex<Child>,
+    proc: MountProcess,
 }
 
 impl Mounted {
     fn start(tag: &str, config: Option<&str>) -> Mounted {
-        require_fuse();
         let root = test_root(tag);
-        let (backing, mnt, log) = (root.join("backing"), root.join("mnt"), root.join("daemon.log"));
+        let (backing, mnt) = (root.join("backing"), root.join("mnt"));
         fs::create_dir(&backing).unwrap();
         fs::create_dir(&mnt).unwrap();
-        let mut cmd = Command::new(bin());
-        cmd.arg("mount").arg(&backing).arg(&mnt).arg("--no-remote");
+        let mut args = vec!["--no-remote".to_string()];
         if let Some(c) = config {
             let p = root.join("farcache.toml");
             fs::write(&p, c).unwrap();
-            cmd.arg("--config").arg(p);
+            args.extend(["--config".to_string(), p.to_str().unwrap().to_string()]);
         }
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(File::create(&log).unwrap());
-        let child = cmd.spawn().expect("spawn farcache mount");
-        let m = Mounted { root, backing, mnt, log, child: Mutex::new(child) };
-        m.wait_live();
-        m
-    }
-
-    fn wait_live(&self) {
-        let t0 = Instant::now();
-        while !fuse_mounted(&self.mnt) {
-            if let Some(st) = self.child.lock().unwrap().try_wait().unwrap() {
-                panic!("farcache mount exited ({st}) before mounting:\n{}", self.log_text());
-            }
-            assert!(t0.elapsed() < MOUNT_WAIT, "not mounted after {MOUNT_WAIT:?}:\n{}", self.log_text());
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        // The daemon prints one line once the mount is live.
-        let mut line = String::new();
-        let mut child = self.child.lock().unwrap();
-        io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-        assert!(line.starts_with("farcache mounted "), "unexpected first line {line:?}");
+        let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let proc = MountProcess::start(bin(), &backing, &mnt, &args, &root.join("daemon.log"));
+        Mounted { root, mnt, proc }
     }
 
     fn log_text(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
+        self.proc.log_text()
     }
 
     fn m(&self, rel: &str) -> PathBuf {
-        self.mnt.join(rel)
+        self.proc.m(rel)
     }
 
     fn b(&self, rel: &str) -> PathBuf {
-        self.backing.join(rel)
+        self.proc.b(rel)
     }
 
     fn signal(&self, sig: i32) {
-        let pid = self.child.lock().unwrap().id() as i32;
-        // SAFETY: plain syscall on our own child.
-        unsafe { libc::kill(pid, sig) };
+        self.proc.signal(sig)
     }
 
     /// Wait (bounded) for the daemon to exit; its exit code.
     fn wait_exit(&self) -> i32 {
-        let t0 = Instant::now();
-        loop {
-            if let Some(st) = self.child.lock().unwrap().try_wait().unwrap() {
-                return st.code().unwrap_or(-1);
-            }
-            assert!(t0.elapsed() < EXIT_WAIT, "daemon still running after {EXIT_WAIT:?}:\n{}", self.log_text());
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        self.proc.wait_exit()
     }
 }
 
 impl Drop for Mounted {
     fn drop(&mut self) {
-        if fuse_mounted(&self.mnt) {
-            let ok = Command::new("fusermount3").arg("-u").arg(&self.mnt).status().is_ok_and(|s| s.success());
-            if !ok {
-                let _ = Command::new("fusermount3").arg("-u").arg("-z").arg(&self.mnt).status();
+        if !std::thread::panicking() {
+            // The mount process guard (dropped after this) unmounts first; the directory
+            // goes once nothing is mounted on it.
+            if fuse_mounted(&self.mnt) {
+                let _ = Command::new("fusermount3").arg("-u").arg(&self.mnt).status();
             }
-        }
-        let mut child = self.child.lock().unwrap();
-        let t0 = Instant::now();
-        while child.try_wait().ok().flatten().is_none() && t0.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        if child.try_wait().ok().flatten().is_none() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if std::thread::panicking() {
-            eprintln!("--- daemon log ({}) ---\n{}", self.log.display(), self.log_text());
-        } else {
+            let _ = self.proc.wait_exit_timeout(Duration::from_secs(5));
             let _ = fs::remove_dir_all(&self.root);
         }
     }
@@ -747,7 +681,7 @@ fn fifos_statfs_fsync_and_access() {
             cvt(unsafe { libc::statvfs(c.as_ptr(), &mut s) } as i64).unwrap();
             s
         };
-        let (a, b) = (sv(&m.mnt), sv(&m.backing));
+        let (a, b) = (sv(&m.mnt), sv(m.proc.backing()));
         assert_eq!((a.f_bsize, a.f_blocks, a.f_files, a.f_namemax), (b.f_bsize, b.f_blocks, b.f_files, b.f_namemax));
         // fsync, fdatasync, and fsync of a directory.
         let f = File::create(m.m("durable")).unwrap();

@@ -5,6 +5,8 @@
 //! * [`RawConn`]: a plain blocking socket that sends arbitrary bytes and reads frames with a
 //!   deadline, for tests that break the protocol on purpose; [`hello_bytes`] and [`frame`]
 //!   build what it sends.
+//! * [`MountProcess`]: the real `farcache mount` daemon, waited for until the mount is live,
+//!   always unmounted and reaped on drop.
 //! * [`check_round_trip`]: a well-behaved client in a few lines, to show that a server
 //!   still serves after something hostile happened.
 //!
@@ -12,10 +14,12 @@
 //! tests use `farcache-client` against the same [`ServerProcess`]. Every wait has a deadline:
 //! a hang is reported as a failure, never as a stuck test run.
 
+pub mod mount;
 mod process;
 mod raw;
 mod rng;
 
+pub use mount::{fuse_mounted, require_fuse, require_root, MountProcess};
 pub use process::{run_with_timeout, ServerProcess, StartError, START_TIMEOUT};
 pub use raw::{
     check_round_trip, frame, frame_with_reserved, hello_body, hello_bytes, hello_bytes_versions, ErrorReply, RawConn,

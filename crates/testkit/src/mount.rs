@@ -1,0 +1,194 @@
+//! The real `farcache mount` daemon in a test: started on a backing directory and a mount
+//! point, waited for until the kernel shows the FUSE mount, and always unmounted and reaped
+//! on drop — also when the test fails — so that a failing test leaves no mount behind.
+
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long a mount may take to go live.
+pub const MOUNT_WAIT: Duration = Duration::from_secs(20);
+/// How long a daemon may take to exit after SIGTERM/SIGINT or an unmount.
+pub const EXIT_WAIT: Duration = Duration::from_secs(20);
+
+/// Fail (with what to install) when this machine cannot mount FUSE: a machine that cannot
+/// mount cannot pass the mount tests.
+pub fn require_fuse() {
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "/dev/fuse is missing: these tests need FUSE (modprobe fuse, or --device /dev/fuse in a container)"
+    );
+    assert!(Command::new("fusermount3").arg("-V").output().is_ok(), "fusermount3 is missing: apt-get install fuse3");
+}
+
+/// Fail unless running as root (CI and developer machines run as root).
+pub fn require_root(what: &str) {
+    // SAFETY: no arguments, cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "{what} needs root (CI and developer machines run as root)");
+}
+
+/// Whether `mnt` is the mount point of a FUSE mount, per /proc/self/mountinfo.
+pub fn fuse_mounted(mnt: &Path) -> bool {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let want = mnt.to_str().unwrap_or_default().replace(' ', "\\040");
+    info.lines().any(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        let sep = f.iter().position(|x| *x == "-");
+        f.len() > 4 && f[4] == want && sep.is_some_and(|i| f.get(i + 1).is_some_and(|t| t.starts_with("fuse")))
+    })
+}
+
+/// A running `farcache mount BACKING MNT ARGS...`, its stderr in a log file. Dropping it
+/// unmounts (lazily if busy), kills the daemon if it lingers, reaps it, and prints the log
+/// if the test is failing.
+pub struct MountProcess {
+    backing: PathBuf,
+    mnt: PathBuf,
+    log: PathBuf,
+    child: Mutex<Child>,
+}
+
+impl MountProcess {
+    /// Start the daemon and wait until the mount is live and its one stdout line
+    /// (`farcache mounted ...`) has come. Panics with the daemon's log if it does not.
+    pub fn start(bin: &Path, backing: &Path, mnt: &Path, args: &[&str], log: &Path) -> MountProcess {
+        match Self::try_start(bin, backing, mnt, args, log) {
+            Ok(m) => m,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Like [`MountProcess::start`], but a daemon that exits before mounting is an `Err`
+    /// with its exit status and log (for tests of refused configurations).
+    pub fn try_start(
+        bin: &Path,
+        backing: &Path,
+        mnt: &Path,
+        args: &[&str],
+        log: &Path,
+    ) -> Result<MountProcess, String> {
+        require_fuse();
+        let mut cmd = Command::new(bin);
+        cmd.arg("mount").arg(backing).arg(mnt).args(args);
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(File::create(log).map_err(|e| format!("{e}"))?);
+        let child = cmd.spawn().map_err(|e| format!("cannot spawn farcache mount: {e}"))?;
+        let m = MountProcess {
+            backing: backing.to_path_buf(),
+            mnt: mnt.to_path_buf(),
+            log: log.to_path_buf(),
+            child: Mutex::new(child),
+        };
+        let t0 = Instant::now();
+        while !fuse_mounted(mnt) {
+            if let Some(st) = m.child.lock().unwrap().try_wait().unwrap() {
+                return Err(format!("farcache mount exited ({st}) before mounting:\n{}", m.log_text()));
+            }
+            if t0.elapsed() > MOUNT_WAIT {
+                return Err(format!("not mounted after {MOUNT_WAIT:?}:\n{}", m.log_text()));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // The daemon prints one line once the mount is live.
+        let mut line = String::new();
+        {
+            let mut child = m.child.lock().unwrap();
+            BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        }
+        if !line.starts_with("farcache mounted ") {
+            return Err(format!("unexpected first line {line:?}:\n{}", m.log_text()));
+        }
+        Ok(m)
+    }
+
+    pub fn mnt(&self) -> &Path {
+        &self.mnt
+    }
+    pub fn backing(&self) -> &Path {
+        &self.backing
+    }
+    /// A path under the mount point.
+    pub fn m(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+    /// A path under the backing directory.
+    pub fn b(&self, rel: &str) -> PathBuf {
+        self.backing.join(rel)
+    }
+    pub fn pid(&self) -> u32 {
+        self.child.lock().unwrap().id()
+    }
+    /// The daemon's stderr so far.
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Send `sig` to the daemon.
+    pub fn signal(&self, sig: libc::c_int) {
+        let mut child = self.child.lock().unwrap();
+        if child.try_wait().ok().flatten().is_none() {
+            // SAFETY: kill(2) on our own child, not reaped (we hold the lock that reaping needs).
+            unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+        }
+    }
+
+    /// Wait up to [`EXIT_WAIT`] for the daemon to exit; its exit code (-1 if killed by a
+    /// signal). Panics with the log if it does not exit.
+    pub fn wait_exit(&self) -> i32 {
+        match self.wait_exit_timeout(EXIT_WAIT) {
+            Some(code) => code,
+            None => panic!("daemon still running after {EXIT_WAIT:?}:\n{}", self.log_text()),
+        }
+    }
+
+    /// Wait up to `timeout` for the daemon to exit; its exit code (-1 if killed by a
+    /// signal), or `None` if it is still running.
+    pub fn wait_exit_timeout(&self, timeout: Duration) -> Option<i32> {
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = self.child.lock().unwrap_or_else(|e| e.into_inner()).try_wait().ok().flatten() {
+                return Some(st.code().unwrap_or(-1));
+            }
+            if t0.elapsed() >= timeout {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGTERM, wait for a clean exit (code 0), and return the daemon's log.
+    pub fn stop(&self) -> String {
+        self.signal(libc::SIGTERM);
+        let code = self.wait_exit();
+        let log = self.log_text();
+        assert_eq!(code, 0, "farcache mount exited with {code} after SIGTERM:\n{log}");
+        assert!(!fuse_mounted(&self.mnt), "still mounted after the daemon exited");
+        log
+    }
+}
+
+impl Drop for MountProcess {
+    fn drop(&mut self) {
+        if fuse_mounted(&self.mnt) {
+            let ok = Command::new("fusermount3").arg("-u").arg(&self.mnt).status().is_ok_and(|s| s.success());
+            if !ok {
+                let _ = Command::new("fusermount3").arg("-u").arg("-z").arg(&self.mnt).status();
+            }
+        }
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        let t0 = Instant::now();
+        while child.try_wait().ok().flatten().is_none() && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if child.try_wait().ok().flatten().is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("--- farcache mount log ({}) ---\n{}", self.log.display(), self.log_text());
+        }
+    }
+}
