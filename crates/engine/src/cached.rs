@@ -1,16 +1,22 @@
 //! [`CachedPath`]: the data path with lenders' RAM in front of the disk (paper 000's DC
 //! client, in user space).
 //!
-//! - A read smaller than the routing threshold (random, single-block) asks the index; when
-//!   every block it covers is on a lender, it is answered from there. Otherwise it reads the
-//!   whole-block range from the disk, answers, and sends the full blocks it read to their
-//!   lenders in the background (a *fill*).
-//! - A larger read (a sequential stream's readahead) goes straight to the disk.
+//! - Each read is routed by the [`Router`] the path was built with: paper 000's fixed
+//!   threshold (reads of fewer than n = 32 blocks to the lenders, larger ones — a sequential
+//!   stream's readahead — to the disk), or the adaptive rule, which sends each read where the
+//!   measured costs say it finishes sooner (see `routing.rs`; every disk read and every fetch
+//!   is timed for it).
+//! - A read routed to the lenders asks the index; when every block it covers is on a lender,
+//!   it is answered from there. Otherwise it reads the whole-block range from the disk,
+//!   answers, and sends the full blocks it read to their lenders in the background (a
+//!   *fill*). A read routed to the disk goes straight there and fills nothing.
 //! - Writes, truncates and fallocates go to the disk first; then the blocks they touched get
 //!   new versions in the index (old copies become unreachable) and the old copies are deleted
 //!   in the background. Nothing waits on a lender.
 //! - Whatever a lender does — no answer, a late answer, a wrong-length answer, a dead
-//!   connection — the read falls back to the disk within `fetch_timeout`.
+//!   connection, leaving the set — the read falls back to the disk within `fetch_timeout`.
+//! - [`CachedPath::stats`] is the operator's view: every counter of the engine, the remote
+//!   tier and the disk, the index's size, the routing rule and the lender set.
 //!
 //! Only whole 4 KiB blocks are cached: a short block at the end of a file never is, so a file
 //! that grows can never be answered with its old, shorter tail.
@@ -18,34 +24,78 @@
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use farcache_policy::route::{Route, Threshold};
+use farcache_policy::route::Route;
+use serde::{Deserialize, Serialize};
 
 use crate::backing::BackingFile;
 use crate::data_path::DataPath;
 use crate::identity::FileId;
-use crate::index::{BlockIndex, FileIndex, BLOCK_BYTES};
+use crate::index::{BlockIndex, FileIndex, Stamp, BLOCK_BYTES};
 use crate::remote::Remote;
+use crate::routing::{Router, RouterState};
+use crate::stats::{CacheStats, IndexStats, RoutingStats};
 
 /// Counters of the cache engine beyond the remote tier's own.
 #[derive(Debug, Default)]
 pub struct EngineCounters {
     /// Reads answered wholly from lenders.
     pub remote_reads: AtomicU64,
-    /// Reads sent to the disk because they were large (a sequential stream).
+    /// Reads the threshold rule sent to the disk because they were large (a sequential
+    /// stream).
     pub sequential_bypasses: AtomicU64,
-    /// Small reads that went to the disk (something missing or not delivered).
+    /// Reads routed to the lenders that went to the disk (something missing or not
+    /// delivered).
     pub disk_reads: AtomicU64,
     /// Blocks sent to lenders after a disk read.
     pub fills: AtomicU64,
+    /// Reads the adaptive rule routed to the lenders.
+    pub adaptive_remote: AtomicU64,
+    /// Reads the adaptive rule routed to the disk (probes included).
+    pub adaptive_disk: AtomicU64,
+    /// Of `adaptive_disk`: reads fetched from the lenders anyway, to measure them.
+    pub adaptive_probes: AtomicU64,
+    /// Opens that found a file changed behind the mount (its cached blocks were dropped).
+    pub changed_behind: AtomicU64,
 }
 
+/// A point-in-time copy of [`EngineCounters`], field for field.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineCountersSnapshot {
+    pub remote_reads: u64,
+    pub sequential_bypasses: u64,
+    pub disk_reads: u64,
+    pub fills: u64,
+    pub adaptive_remote: u64,
+    pub adaptive_disk: u64,
+    pub adaptive_probes: u64,
+    pub changed_behind: u64,
+}
+
+impl EngineCounters {
+    pub fn snapshot(&self) -> EngineCountersSnapshot {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        EngineCountersSnapshot {
+            remote_reads: l(&self.remote_reads),
+            sequential_bypasses: l(&self.sequential_bypasses),
+            disk_reads: l(&self.disk_reads),
+            fills: l(&self.fills),
+            adaptive_remote: l(&self.adaptive_remote),
+            adaptive_disk: l(&self.adaptive_disk),
+            adaptive_probes: l(&self.adaptive_probes),
+            changed_behind: l(&self.changed_behind),
+        }
+    }
+}
+
+/// Lenders' RAM in front of `disk`.
 pub struct CachedPath<D: DataPath> {
     disk: D,
     remote: Remote,
     index: Arc<BlockIndex>,
-    threshold: Threshold,
+    routing: RouterState,
     counters: EngineCounters,
 }
 
@@ -54,8 +104,17 @@ fn add(c: &AtomicU64, n: u64) {
 }
 
 impl<D: DataPath> CachedPath<D> {
-    pub fn new(disk: D, remote: Remote, threshold: Threshold) -> CachedPath<D> {
-        CachedPath { disk, remote, index: Arc::new(BlockIndex::new()), threshold, counters: EngineCounters::default() }
+    /// Lenders reached through `remote` in front of `disk`, reads routed by `router`
+    /// (a [`farcache_policy::route::Threshold`], a [`farcache_policy::route::Adaptive`], or
+    /// a [`Router`]).
+    pub fn new(disk: D, remote: Remote, router: impl Into<Router>) -> CachedPath<D> {
+        CachedPath {
+            disk,
+            remote,
+            index: Arc::new(BlockIndex::new()),
+            routing: RouterState::new(router.into()),
+            counters: EngineCounters::default(),
+        }
     }
 
     pub fn disk(&self) -> &D {
@@ -71,32 +130,68 @@ impl<D: DataPath> CachedPath<D> {
         &self.counters
     }
 
+    /// Everything an operator may want to see, as one serializable document. Walks the
+    /// index (see [`BlockIndex::memory_bytes`]): for stats, not for the data path.
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            remote: self.remote.counters().snapshot(),
+            engine: self.counters.snapshot(),
+            index: IndexStats::new(self.index.memory_bytes(), self.index.remote_blocks()),
+            routing: RoutingStats {
+                mode: self.routing.mode().to_string(),
+                threshold_bytes: self.routing.threshold_bytes(),
+                adaptive: self.routing.estimates(),
+            },
+            lenders: self.remote.lenders(),
+            backing: self.disk.backing_counters().unwrap_or_default(),
+        }
+    }
+
     /// After the disk changed bytes `offset..offset + len` of `file`.
-    fn changed(&self, id: &FileId, offset: u64, len: u64) {
+    /// Also records the file's new change stamp, so that the next open knows the change was
+    /// the mount's own.
+    fn changed(&self, file: &BackingFile, offset: u64, len: u64) {
         if len == 0 {
             return;
         }
-        let f = self.index.file(id);
+        let f = self.index.file(file.id());
         let last = offset.saturating_add(len - 1) / BLOCK_BYTES;
         let gone = self.index.invalidate(&f, offset / BLOCK_BYTES, last);
         self.remote.del_async(gone);
+        if let Ok(now) = Stamp::of(file.file()) {
+            self.index.restamp(&f, now);
+        }
     }
 
-    /// Read whole blocks `first..=last` from the disk, answer `offset..offset+len` of them,
-    /// and fill the lenders with the whole blocks read.
+    /// A disk read, timed for the adaptive rule.
+    fn disk_read(&self, file: &BackingFile, offset: u64, len: usize, sequential: bool) -> io::Result<Bytes> {
+        if !self.routing.measures() {
+            return self.disk.read(file, offset, len);
+        }
+        let t = Instant::now();
+        let data = self.disk.read(file, offset, len)?;
+        if !data.is_empty() {
+            self.routing.disk_read(data.len() as u64, sequential, t.elapsed());
+        }
+        Ok(data)
+    }
+
+    /// Read the whole blocks covering `offset..offset + len` (`len > 0`) from the disk,
+    /// answer the range, and fill the lenders with the whole blocks read.
     fn read_and_fill(
         &self,
         file: &BackingFile,
         f: &Arc<FileIndex>,
         offset: u64,
         len: usize,
-        first: u64,
-        last: u64,
+        sequential: bool,
     ) -> io::Result<Bytes> {
+        let first = offset / BLOCK_BYTES;
+        let last = (offset + len as u64 - 1) / BLOCK_BYTES;
         // Tickets before the disk read: a write landing after this point voids them.
         let tickets: Vec<_> = (first..=last).map(|b| self.index.fill_start(f, b)).collect();
         let start = first * BLOCK_BYTES;
-        let data = self.disk.read(file, start, ((last - first + 1) * BLOCK_BYTES) as usize)?;
+        let data = self.disk_read(file, start, ((last - first + 1) * BLOCK_BYTES) as usize, sequential)?;
         for t in tickets {
             let from = ((t.key.block - first) * BLOCK_BYTES) as usize;
             if data.len() < from + BLOCK_BYTES as usize {
@@ -122,50 +217,70 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         if len == 0 {
             return Ok(Bytes::new());
         }
-        if self.threshold.route(len as u64) == Route::Disk {
-            add(&self.counters.sequential_bypasses, 1);
-            return self.disk.read(file, offset, len);
+        let d = self.routing.decide(file.id(), offset, len as u64);
+        if d.adaptive {
+            let routed_remote = d.route == Route::Remote && !d.probe;
+            add(if routed_remote { &self.counters.adaptive_remote } else { &self.counters.adaptive_disk }, 1);
+        }
+        if d.route == Route::Disk {
+            if !d.adaptive {
+                add(&self.counters.sequential_bypasses, 1);
+            }
+            return self.disk_read(file, offset, len, d.sequential);
         }
         let first = offset / BLOCK_BYTES;
         let last = (offset + len as u64 - 1) / BLOCK_BYTES;
         let f = self.index.file(file.id());
         let keys: Option<Vec<_>> = (first..=last).map(|b| self.index.lookup(&f, b)).collect();
-        if let Some(keys) = keys {
-            let values = self.remote.get(&keys, BLOCK_BYTES as usize);
-            if values.iter().all(|v| v.is_some()) {
-                add(&self.counters.remote_reads, 1);
-                let skip = (offset - first * BLOCK_BYTES) as usize;
-                if values.len() == 1 {
-                    let v = values.into_iter().next().flatten().expect("checked");
-                    return Ok(v.slice(skip..skip + len));
+        match keys {
+            Some(keys) => {
+                if d.probe {
+                    add(&self.counters.adaptive_probes, 1);
                 }
-                let mut buf = BytesMut::with_capacity(values.len() * BLOCK_BYTES as usize);
-                for v in values.into_iter().flatten() {
-                    buf.extend_from_slice(&v);
+                let t = Instant::now();
+                let fetched = self.remote.fetch(&keys, BLOCK_BYTES as usize);
+                if fetched.asked > 0 && self.routing.measures() {
+                    self.routing.remote_fetch(fetched.asked as u64 * BLOCK_BYTES, t.elapsed());
                 }
-                return Ok(buf.freeze().slice(skip..skip + len));
+                let values = fetched.values;
+                if values.iter().all(|v| v.is_some()) {
+                    add(&self.counters.remote_reads, 1);
+                    let skip = (offset - first * BLOCK_BYTES) as usize;
+                    if values.len() == 1 {
+                        let v = values.into_iter().next().flatten().expect("checked");
+                        return Ok(v.slice(skip..skip + len));
+                    }
+                    let mut buf = BytesMut::with_capacity(values.len() * BLOCK_BYTES as usize);
+                    for v in values.into_iter().flatten() {
+                        buf.extend_from_slice(&v);
+                    }
+                    return Ok(buf.freeze().slice(skip..skip + len));
+                }
+                // Forget what the lenders no longer have, so the next read refills at once.
+                for (k, v) in keys.iter().zip(&values) {
+                    if v.is_none() {
+                        self.index.mark_missing(&f, *k);
+                    }
+                }
             }
-            // Forget what the lenders no longer have, so the next read refills at once.
-            for (k, v) in keys.iter().zip(&values) {
-                if v.is_none() {
-                    self.index.mark_missing(&f, *k);
-                }
-            }
+            // A probe with nothing to measure goes where the rule sent it.
+            None if d.probe => return self.disk_read(file, offset, len, d.sequential),
+            None => {}
         }
         add(&self.counters.disk_reads, 1);
-        self.read_and_fill(file, &f, offset, len, first, last)
+        self.read_and_fill(file, &f, offset, len, d.sequential)
     }
 
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {
         let r = self.disk.write(file, offset, data);
-        self.changed(file.id(), offset, data.len() as u64);
+        self.changed(file, offset, data.len() as u64);
         r
     }
 
     fn set_len(&self, file: &BackingFile, size: u64) -> io::Result<()> {
         let r = self.disk.set_len(file, size);
         // Everything from the block holding the new end on may have changed.
-        self.changed(file.id(), size / BLOCK_BYTES * BLOCK_BYTES, u64::MAX / 2);
+        self.changed(file, size / BLOCK_BYTES * BLOCK_BYTES, u64::MAX / 2);
         r
     }
 
@@ -173,7 +288,7 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         let r = self.disk.fallocate(file, mode, offset, len);
         // Collapse and insert range shift everything after `offset`.
         let shifts = mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0;
-        self.changed(file.id(), offset, if shifts { u64::MAX / 2 } else { len });
+        self.changed(file, offset, if shifts { u64::MAX / 2 } else { len });
         r
     }
 
@@ -181,9 +296,27 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         self.disk.fsync(file, datasync)
     }
 
+    fn opened(&self, file: &BackingFile) {
+        // A file whose stamp cannot be read is left as it is: its next change through the
+        // mount still invalidates what it touched.
+        if let Ok(now) = Stamp::of(file.file()) {
+            let gone = self.index.revalidate(file.id(), now);
+            if !gone.is_empty() {
+                add(&self.counters.changed_behind, 1);
+                tracing::info!(file = ?file.id(), "changed behind the mount since it was last open: {} cached blocks dropped", gone.len());
+            }
+            self.remote.del_async(gone);
+        }
+        self.disk.opened(file);
+    }
+
     fn forget(&self, id: &FileId) {
         let gone = self.index.forget(id);
         self.remote.del_async(gone);
         self.disk.forget(id);
+    }
+
+    fn backing_counters(&self) -> Option<crate::BackingCountersSnapshot> {
+        self.disk.backing_counters()
     }
 }

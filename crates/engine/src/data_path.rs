@@ -1,16 +1,17 @@
 //! The seam between the FUSE layer and the cache engine: every byte of file data that goes
 //! through the mount passes through one [`DataPath`].
 //!
-//! Today there is one implementation, [`crate::DirectPath`] (backing I/O only, the
-//! `--no-remote` baseline). The remote tier will be another `DataPath` that answers small
-//! random reads from lenders' RAM and falls back to a `DirectPath` — the same shape as
-//! mountpoint-s3's `DataCache` implementations layered over one another.
+//! Two implementations: [`crate::DirectPath`] (backing I/O only, the `--no-remote` baseline)
+//! and [`crate::cached::CachedPath`], which answers reads from lenders' RAM where it can and
+//! falls back to a `DataPath` underneath — the same shape as mountpoint-s3's `DataCache`
+//! implementations layered over one another.
 
 use std::io;
 
 use bytes::Bytes;
 
 use crate::backing::BackingFile;
+use crate::direct::BackingCountersSnapshot;
 use crate::identity::FileId;
 
 /// What the FUSE layer asks of the data path.
@@ -48,4 +49,17 @@ pub trait DataPath: Send + Sync + 'static {
     /// new open can reach it. Handles still open may read it until they close, and must get
     /// its real contents. Called after the change, at most once per name lost.
     fn forget(&self, id: &FileId);
+
+    /// `file` was just opened through the mount (open or create). A tier that caches may
+    /// check here whether the file changed behind the mount since it last saw it (close-to-
+    /// open consistency for changes made directly on the backing directory).
+    fn opened(&self, file: &BackingFile) {
+        let _ = file;
+    }
+
+    /// The counters of the backing I/O underneath, if this path (or the path it wraps) keeps
+    /// them. For stats; cheap (a few atomic loads).
+    fn backing_counters(&self) -> Option<BackingCountersSnapshot> {
+        None
+    }
 }

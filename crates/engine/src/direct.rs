@@ -7,6 +7,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 
 use crate::backing::{BackingFile, ReadMode};
 use crate::data_path::DataPath;
@@ -25,7 +26,7 @@ pub struct BackingCounters {
 }
 
 /// A point-in-time copy of [`BackingCounters`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackingCountersSnapshot {
     pub reads_direct: u64,
     pub reads_buffered: u64,
@@ -122,5 +123,9 @@ impl DataPath for DirectPath {
     fn forget(&self, _id: &FileId) {
         // Nothing is cached here; counted so tests can see the FUSE layer reports deletions.
         add(&self.counters.forgets, 1);
+    }
+
+    fn backing_counters(&self) -> Option<BackingCountersSnapshot> {
+        Some(self.counters.snapshot())
     }
 }

@@ -111,8 +111,29 @@ pub struct FileIndex {
 struct FileState {
     /// Opaque wire identity; rotated if `next_version` ever wraps.
     key: u128,
+    /// The backing file's change stamp when the mount last knew its contents (at an open, or
+    /// after a change made through the mount). `None` until first seen.
+    stamp: Option<Stamp>,
     next_version: u32,
     chunks: Chunks,
+}
+
+/// What says a backing file changed: its inode change time (which every write, truncate and
+/// metadata change moves) and its size, from `fstat`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    pub ctime_sec: i64,
+    pub ctime_nsec: i64,
+    pub size: u64,
+}
+
+impl Stamp {
+    /// The stamp of an open file now.
+    pub fn of(file: &std::fs::File) -> std::io::Result<Stamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = file.metadata()?;
+        Ok(Stamp { ctime_sec: m.ctime(), ctime_nsec: m.ctime_nsec(), size: m.size() })
+    }
 }
 
 /// A fill in progress: a block read from the disk that is being stored on its lender.
@@ -161,6 +182,7 @@ impl BlockIndex {
                     id: *id,
                     state: Mutex::new(FileState {
                         key: self.file_key(id, 0),
+                        stamp: None,
                         next_version: 1,
                         chunks: Default::default(),
                     }),
@@ -182,6 +204,32 @@ impl BlockIndex {
         self.chunks.fetch_sub(st.chunks.len() as i64, Ordering::Relaxed);
         st.chunks.clear();
         keys
+    }
+
+    /// A backing file was opened and has stamp `now`. If the index knew it with another
+    /// stamp, it changed behind the mount's back (written by another program on the backing
+    /// directory while it was not open here): every chunk gets a new version, so no copy
+    /// of the old contents can be read again. Returns the keys that were cached, for
+    /// best-effort deletion. Files the index has never seen need nothing.
+    pub fn revalidate(&self, id: &FileId, now: Stamp) -> Vec<BlockKey> {
+        let Some(f) = self.shard(id).lock().get(id).cloned() else { return Vec::new() };
+        let mut st = f.state.lock();
+        let before = st.stamp.replace(now);
+        let mut keys = Vec::new();
+        if before.is_some_and(|b| b != now) {
+            let all: Vec<u32> = st.chunks.iter().map(|c| c.no).collect();
+            for c in all {
+                self.bump(&mut st, &f.id, c, &mut keys);
+            }
+        }
+        keys
+    }
+
+    /// Record the stamp of a file after the mount itself changed it (a write, truncate or
+    /// fallocate, after [`Self::invalidate`]), so the next open does not take the mount's own
+    /// change for a change behind its back.
+    pub fn restamp(&self, f: &FileIndex, now: Stamp) {
+        f.state.lock().stamp = Some(now);
     }
 
     /// The key of `block` if a lender holds it.

@@ -2,26 +2,39 @@
 //!
 //! - [`DataPath`] (`data_path.rs`) is the seam: read, write, set_len, fallocate, fsync and
 //!   forget, for one open backing file. The FUSE layer sees nothing else of the engine.
-//! - [`DirectPath`] (`direct.rs`) is its one implementation today: backing I/O only.
+//! - [`DirectPath`] (`direct.rs`): backing I/O only, the `--no-remote` baseline.
+//! - [`cached::CachedPath`] (`cached.rs`): lenders' RAM in front of a `DataPath`, with the
+//!   client-side [`index::BlockIndex`] (`index.rs`), the lender set [`remote::Remote`]
+//!   (`remote.rs`, lenders can join and leave while running) and the routing rule
+//!   [`routing::Router`] (`routing.rs`: paper 000's threshold, or adaptive from measured
+//!   costs).
 //! - [`BackingFile`] (`backing.rs`) is an open backing file with direct (`O_DIRECT`) reads.
 //! - [`FileId`] (`identity.rs`) names a file's data for the life of its inode —
 //!   `(dev, ino, generation)` — so that a reused inode number can never alias cached blocks.
+//! - [`config::CacheConfig`] (`config.rs`) is the `[cache]` table of farcache.toml;
+//!   [`stats::CacheStats`] (`stats.rs`) the operator's snapshot of every counter.
 //!
-//! No FUSE types here, and no wire types yet: the remote tier will live in this crate and
-//! speak to lenders through `farcache-client`.
+//! No FUSE types and no wire types here: lenders are reached through `farcache-client`.
 
 mod aligned;
 pub mod backing;
 pub mod cached;
+pub mod config;
 pub mod data_path;
 pub mod direct;
 pub mod identity;
 pub mod index;
 pub mod remote;
+pub mod routing;
+pub mod stats;
 
 pub use backing::{BackingFile, BackingOptions, ReadMode, MAX_READ_BYTES};
 /// Reads answer with `bytes::Bytes`, re-exported so callers need not depend on `bytes`.
 pub use bytes::Bytes;
+pub use config::{CacheConfig, Routing};
 pub use data_path::DataPath;
 pub use direct::{BackingCounters, BackingCountersSnapshot, DirectPath};
 pub use identity::{FileId, Generation, Identities};
+pub use remote::{LenderError, LenderStatus};
+pub use routing::Router;
+pub use stats::CacheStats;

@@ -6,23 +6,50 @@
 //! (`Handle::block_on` from outside the runtime). Stores (fills) and deletions
 //! (invalidations) are fire-and-forget, bounded by semaphores: when too many are pending,
 //! new ones are dropped and counted — the disk still has the data.
+//!
+//! # A lender set that changes at run time
+//! The set of lenders is an immutable `LenderSet` behind a lock held only long enough to
+//! clone an `Arc`: every operation takes one snapshot and places all its keys over it, so
+//! a read never sees half a change. [`Remote::add_lender`] and [`Remote::remove_lender`]
+//! build a new set and swap it in; at most `max_lenders` lenders at once. Placement is
+//! rendezvous hashing over per-address seeds, so a change moves only the changed lender's
+//! share of the blocks.
+//!
+//! Why a change can never serve stale data: a block is named by its versioned key (file key,
+//! block, chunk version), and a write retires every key it touched for good (see
+//! `index.rs`). A copy stored under a key is therefore right for as long as anyone can name
+//! it, on whichever lender it sits. After a change, a block the index marks remote may be
+//! looked up on a lender that never had it: that is a miss, the bit is cleared, and the read
+//! refills the block to its new lender. Copies left on a lender that no longer owns them are
+//! asked for again only if the set changes back — and are still right then — or age out of
+//! its memory.
+//!
+//! Removing a lender swaps it out of the set, stops its connection keeper and closes its
+//! connection, which also fails at once the requests still in flight to it (a hung lender
+//! releases its waiting readers then, not at `fetch_timeout`).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use farcache_client::{Client, ClientConfig, Key, PutStatus};
 use farcache_policy::placement;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
 use crate::index::BlockKey;
 
+/// Default for [`RemoteConfig::max_lenders`].
+pub const DEFAULT_MAX_LENDERS: usize = 64;
+
 /// How the borrower reaches its lenders.
 #[derive(Clone, Debug)]
 pub struct RemoteConfig {
+    /// The lenders to start with; [`Remote::add_lender`] and [`Remote::remove_lender`] change
+    /// the set later.
     pub servers: Vec<SocketAddr>,
     pub tenant: String,
     pub secret: Vec<u8>,
@@ -38,6 +65,8 @@ pub struct RemoteConfig {
     pub max_pending_dels: usize,
     /// Runtime threads for the lender connections.
     pub threads: usize,
+    /// Most lenders in the set at once (each has a connection and a keeper task).
+    pub max_lenders: usize,
 }
 
 impl RemoteConfig {
@@ -53,8 +82,39 @@ impl RemoteConfig {
             max_pending_puts: 256,
             max_pending_dels: 64,
             threads: 2,
+            max_lenders: DEFAULT_MAX_LENDERS,
         }
     }
+}
+
+/// Why the lender set was not changed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LenderError {
+    #[error("lender {0} is already in the set")]
+    AlreadyPresent(SocketAddr),
+    #[error("lender {addr} not added: the set already has {max} lenders (raise cache.max_lenders)")]
+    TooMany { addr: SocketAddr, max: usize },
+    #[error("lender {0} is not in the set")]
+    NotPresent(SocketAddr),
+}
+
+/// One lender as the borrower sees it now (for operators: `CachedPath::stats`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LenderStatus {
+    pub addr: SocketAddr,
+    /// A live connection now.
+    pub connected: bool,
+    /// The lender's instance id at the last connection; 0 = never connected. A new value
+    /// after a reconnection means the lender restarted (its memory is new).
+    pub instance_id: u64,
+    /// Connections made since it joined the set.
+    pub connects: u64,
+    /// Blocks it delivered.
+    pub hits: u64,
+    /// Blocks asked of it (or placed on it while it was not connected) and not delivered.
+    pub misses: u64,
+    /// Blocks it stored (fills).
+    pub puts: u64,
 }
 
 /// Counters of the remote tier (paper 000's Table 9 and more).
@@ -78,22 +138,154 @@ pub struct RemoteCounters {
     pub connect_failures: AtomicU64,
 }
 
+/// A point-in-time copy of [`RemoteCounters`], field for field.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteCountersSnapshot {
+    pub gets: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub bytes_from_servers: u64,
+    pub puts: u64,
+    pub puts_dropped: u64,
+    pub puts_failed: u64,
+    pub bytes_to_servers: u64,
+    pub invalidations: u64,
+    pub invalidations_dropped: u64,
+    pub fallbacks: u64,
+    pub rejected: u64,
+    pub connects: u64,
+    pub connect_failures: u64,
+}
+
+impl RemoteCounters {
+    pub fn snapshot(&self) -> RemoteCountersSnapshot {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        RemoteCountersSnapshot {
+            gets: l(&self.gets),
+            hits: l(&self.hits),
+            misses: l(&self.misses),
+            bytes_from_servers: l(&self.bytes_from_servers),
+            puts: l(&self.puts),
+            puts_dropped: l(&self.puts_dropped),
+            puts_failed: l(&self.puts_failed),
+            bytes_to_servers: l(&self.bytes_to_servers),
+            invalidations: l(&self.invalidations),
+            invalidations_dropped: l(&self.invalidations_dropped),
+            fallbacks: l(&self.fallbacks),
+            rejected: l(&self.rejected),
+            connects: l(&self.connects),
+            connect_failures: l(&self.connect_failures),
+        }
+    }
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
 struct Lender {
     addr: SocketAddr,
     seed: u64,
     client: RwLock<Option<Client>>,
     /// The lender's instance id at the last connection (0 = never connected).
     instance: AtomicU64,
+    connects: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    puts: AtomicU64,
+    /// Set (under the `client` lock) when the lender leaves the set: its keeper stores no
+    /// new connection after that.
+    removed: AtomicBool,
+    /// The connection keeper, aborted on removal.
+    keeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
+impl Lender {
+    fn new(addr: SocketAddr) -> Lender {
+        Lender {
+            addr,
+            seed: seed_of(&addr),
+            client: RwLock::new(None),
+            instance: AtomicU64::new(0),
+            connects: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            puts: AtomicU64::new(0),
+            removed: AtomicBool::new(false),
+            keeper: Mutex::new(None),
+        }
+    }
+
+    fn live_client(&self) -> Option<Client> {
+        self.client.read().as_ref().filter(|c| !c.is_closed()).cloned()
+    }
+
+    /// Out of the set: close the connection (failing requests in flight at once) and stop
+    /// the keeper. Never blocks.
+    fn retire(&self) {
+        {
+            let mut c = self.client.write();
+            self.removed.store(true, Ordering::Release);
+            if let Some(c) = c.take() {
+                c.close();
+            }
+        }
+        if let Some(k) = self.keeper.lock().take() {
+            k.abort();
+        }
+    }
+
+    fn status(&self) -> LenderStatus {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        LenderStatus {
+            addr: self.addr,
+            connected: self.live_client().is_some(),
+            instance_id: l(&self.instance),
+            connects: l(&self.connects),
+            hits: l(&self.hits),
+            misses: l(&self.misses),
+            puts: l(&self.puts),
+        }
+    }
+}
+
+/// The lenders at one moment. Immutable: a change builds a new set.
+struct LenderSet {
+    lenders: Vec<Arc<Lender>>,
+    /// `lenders[i].seed`, contiguous for placement.
+    seeds: Vec<u64>,
+}
+
+impl LenderSet {
+    fn new(lenders: Vec<Arc<Lender>>) -> LenderSet {
+        LenderSet { seeds: lenders.iter().map(|l| l.seed).collect(), lenders }
+    }
+
+    /// Which lender of this set holds `k`.
+    fn lender_of(&self, k: &BlockKey) -> Option<usize> {
+        let h = placement::mix64((k.file as u64) ^ ((k.file >> 64) as u64).rotate_left(17) ^ k.block.rotate_left(41));
+        placement::rendezvous(h, &self.seeds)
+    }
+}
+
+/// The remote tier: the lender set, its connections, and the runtime they live on.
 pub struct Remote {
     rt: tokio::runtime::Runtime,
-    lenders: Vec<Arc<Lender>>,
-    seeds: Vec<u64>,
-    cfg: RemoteConfig,
+    /// Swapped whole on a change; operations clone the `Arc` once and work on that snapshot.
+    set: RwLock<Arc<LenderSet>>,
+    cfg: Arc<RemoteConfig>,
     puts: Arc<Semaphore>,
     dels: Arc<Semaphore>,
     counters: Arc<RemoteCounters>,
+}
+
+/// What one fetch did (for the engine's measurements).
+pub(crate) struct Fetched {
+    /// One entry per key asked, in order.
+    pub values: Vec<Option<Bytes>>,
+    /// Keys sent to a connected lender: 0 means no lender was asked (the fetch took no time
+    /// on the network and measures nothing).
+    pub asked: usize,
 }
 
 fn to_key(k: &BlockKey) -> Key {
@@ -110,124 +302,197 @@ fn seed_of(addr: &SocketAddr) -> u64 {
     placement::mix64(h)
 }
 
+fn invalid(msg: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, msg)
+}
+
 impl Remote {
-    /// Start the runtime and one connection keeper per lender. Returns at once: lenders that
-    /// are not up yet are retried in the background.
+    /// Start the runtime and one connection keeper per lender in `cfg.servers`. Returns at
+    /// once: lenders that are not up yet are retried in the background. Fails if
+    /// `cfg.servers` names a lender twice or more than `cfg.max_lenders` lenders.
     pub fn start(cfg: RemoteConfig) -> std::io::Result<Remote> {
+        if cfg.servers.len() > cfg.max_lenders {
+            return Err(invalid(format!(
+                "{} lenders given, at most {} allowed (max_lenders)",
+                cfg.servers.len(),
+                cfg.max_lenders
+            )));
+        }
+        for (i, a) in cfg.servers.iter().enumerate() {
+            if cfg.servers[..i].contains(a) {
+                return Err(invalid(format!("lender {a} is named twice")));
+            }
+        }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(cfg.threads.max(1))
             .thread_name("farcache-remote")
             .enable_all()
             .build()?;
-        let counters = Arc::new(RemoteCounters::default());
-        let lenders: Vec<Arc<Lender>> = cfg
-            .servers
-            .iter()
-            .map(|a| {
-                Arc::new(Lender { addr: *a, seed: seed_of(a), client: RwLock::new(None), instance: AtomicU64::new(0) })
-            })
-            .collect();
-        for l in &lenders {
-            rt.spawn(keep_connected(l.clone(), cfg.clone(), counters.clone()));
-        }
-        Ok(Remote {
-            seeds: lenders.iter().map(|l| l.seed).collect(),
-            lenders,
+        let remote = Remote {
+            rt,
+            set: RwLock::new(Arc::new(LenderSet::new(Vec::new()))),
             puts: Arc::new(Semaphore::new(cfg.max_pending_puts)),
             dels: Arc::new(Semaphore::new(cfg.max_pending_dels)),
-            cfg,
-            rt,
-            counters,
-        })
+            counters: Arc::new(RemoteCounters::default()),
+            cfg: Arc::new(cfg),
+        };
+        let lenders: Vec<Arc<Lender>> = remote.cfg.servers.iter().map(|a| remote.spawn_lender(*a)).collect();
+        *remote.set.write() = Arc::new(LenderSet::new(lenders));
+        Ok(remote)
     }
 
     pub fn counters(&self) -> &RemoteCounters {
         &self.counters
     }
 
+    /// The configuration the tier was started with (`servers` is the initial set).
+    pub fn config(&self) -> &RemoteConfig {
+        &self.cfg
+    }
+
+    fn snapshot(&self) -> Arc<LenderSet> {
+        self.set.read().clone()
+    }
+
+    /// A lender record with its keeper running.
+    fn spawn_lender(&self, addr: SocketAddr) -> Arc<Lender> {
+        let l = Arc::new(Lender::new(addr));
+        let keeper = self.rt.spawn(keep_connected(l.clone(), self.cfg.clone(), self.counters.clone()));
+        *l.keeper.lock() = Some(keeper);
+        l
+    }
+
+    /// Add a lender to the set. Returns at once; it is connected in the background, and
+    /// takes its share of new placements from now on (blocks that move to it are misses
+    /// until refilled there).
+    pub fn add_lender(&self, addr: SocketAddr) -> Result<(), LenderError> {
+        let mut set = self.set.write();
+        if set.lenders.iter().any(|l| l.addr == addr) {
+            return Err(LenderError::AlreadyPresent(addr));
+        }
+        if set.lenders.len() >= self.cfg.max_lenders {
+            return Err(LenderError::TooMany { addr, max: self.cfg.max_lenders });
+        }
+        let mut lenders = set.lenders.clone();
+        lenders.push(self.spawn_lender(addr));
+        *set = Arc::new(LenderSet::new(lenders));
+        drop(set);
+        tracing::info!(lender = %addr, "lender added to the set");
+        Ok(())
+    }
+
+    /// Remove a lender from the set: its keeper stops and its connection closes (requests in
+    /// flight to it fail at once and their reads go to the disk). Returns at once, also for
+    /// a hung lender. Its blocks are placed on the remaining lenders from now on.
+    pub fn remove_lender(&self, addr: SocketAddr) -> Result<(), LenderError> {
+        let mut set = self.set.write();
+        let Some(pos) = set.lenders.iter().position(|l| l.addr == addr) else {
+            return Err(LenderError::NotPresent(addr));
+        };
+        let mut lenders = set.lenders.clone();
+        let gone = lenders.remove(pos);
+        *set = Arc::new(LenderSet::new(lenders));
+        drop(set);
+        gone.retire();
+        tracing::info!(lender = %addr, "lender removed from the set");
+        Ok(())
+    }
+
+    /// The lenders in the set now, in the order they joined.
+    pub fn lenders(&self) -> Vec<LenderStatus> {
+        self.snapshot().lenders.iter().map(|l| l.status()).collect()
+    }
+
     /// Lenders with a live connection now.
     pub fn connected(&self) -> usize {
-        self.lenders.iter().filter(|l| l.client.read().as_ref().is_some_and(|c| !c.is_closed())).count()
-    }
-
-    fn lender_of(&self, k: &BlockKey) -> Option<usize> {
-        let h = placement::mix64((k.file as u64) ^ ((k.file >> 64) as u64).rotate_left(17) ^ k.block.rotate_left(41));
-        placement::rendezvous(h, &self.seeds)
-    }
-
-    fn client(&self, i: usize) -> Option<Client> {
-        self.lenders[i].client.read().as_ref().filter(|c| !c.is_closed()).cloned()
+        self.snapshot().lenders.iter().filter(|l| l.live_client().is_some()).count()
     }
 
     /// Fetch `keys` (all of `block_len` bytes), in order; `None` for anything not delivered
     /// correctly within `fetch_timeout`. Never fails. Call from outside the runtime.
     pub fn get(&self, keys: &[BlockKey], block_len: usize) -> Vec<Option<Bytes>> {
+        self.fetch(keys, block_len).values
+    }
+
+    /// [`Remote::get`], also saying whether any lender was asked.
+    pub(crate) fn fetch(&self, keys: &[BlockKey], block_len: usize) -> Fetched {
         let mut out = vec![None; keys.len()];
-        if self.lenders.is_empty() || keys.is_empty() {
-            return out;
+        let set = self.snapshot();
+        if set.lenders.is_empty() || keys.is_empty() {
+            return Fetched { values: out, asked: 0 };
         }
-        self.counters.gets.fetch_add(keys.len() as u64, Ordering::Relaxed);
+        add(&self.counters.gets, keys.len() as u64);
         // Group by lender; a lender without a connection answers nothing.
-        let mut by_lender: Vec<Vec<usize>> = vec![Vec::new(); self.lenders.len()];
+        let mut by_lender: Vec<Vec<usize>> = vec![Vec::new(); set.lenders.len()];
         for (i, k) in keys.iter().enumerate() {
-            if let Some(l) = self.lender_of(k) {
+            if let Some(l) = set.lender_of(k) {
                 by_lender[l].push(i);
             }
         }
-        let groups: Vec<(Client, Vec<usize>)> = by_lender
-            .into_iter()
-            .enumerate()
-            .filter(|(_, idx)| !idx.is_empty())
-            .filter_map(|(l, idx)| self.client(l).map(|c| (c, idx)))
-            .collect();
+        let mut groups: Vec<(usize, Client, Vec<usize>)> = Vec::new();
+        for (l, idx) in by_lender.into_iter().enumerate() {
+            if idx.is_empty() {
+                continue;
+            }
+            match set.lenders[l].live_client() {
+                Some(c) => groups.push((l, c, idx)),
+                None => add(&set.lenders[l].misses, idx.len() as u64),
+            }
+        }
+        let asked = groups.iter().map(|(_, _, idx)| idx.len()).sum();
         let deadline = Instant::now() + self.cfg.fetch_timeout;
         let results = self.rt.handle().block_on(async {
-            let futs = groups.into_iter().map(|(client, idx)| {
+            let futs = groups.into_iter().map(|(l, client, idx)| {
                 let ks: Vec<Key> = idx.iter().map(|&i| to_key(&keys[i])).collect();
                 async move {
                     let r = tokio::time::timeout_at(deadline.into(), client.get(&ks)).await;
-                    (idx, r)
+                    (l, idx, r)
                 }
             });
             join_all(futs).await
         });
-        for (idx, r) in results {
+        for (l, idx, r) in results {
+            let lender = &set.lenders[l];
+            let mut hits = 0;
+            let asked_here = idx.len() as u64;
             match r {
                 Ok(Ok(values)) => {
                     for (i, v) in idx.into_iter().zip(values) {
                         match v {
                             Some(v) if v.len() == block_len => {
-                                self.counters.bytes_from_servers.fetch_add(v.len() as u64, Ordering::Relaxed);
+                                add(&self.counters.bytes_from_servers, v.len() as u64);
                                 out[i] = Some(v);
+                                hits += 1;
                             }
-                            Some(_) => {
-                                self.counters.rejected.fetch_add(1, Ordering::Relaxed);
-                            }
+                            Some(_) => add(&self.counters.rejected, 1),
                             None => {}
                         }
                     }
                 }
-                Ok(Err(_)) | Err(_) => {
-                    self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
-                }
+                Ok(Err(_)) | Err(_) => add(&self.counters.fallbacks, 1),
             }
+            add(&lender.hits, hits);
+            add(&lender.misses, asked_here - hits);
         }
         let hits = out.iter().filter(|v| v.is_some()).count() as u64;
-        self.counters.hits.fetch_add(hits, Ordering::Relaxed);
-        self.counters.misses.fetch_add(keys.len() as u64 - hits, Ordering::Relaxed);
-        out
+        add(&self.counters.hits, hits);
+        add(&self.counters.misses, keys.len() as u64 - hits);
+        Fetched { values: out, asked }
     }
 
-    /// Store `value` under `key` in the background; `done(true)` runs once its lender has
-    /// it. Dropped (and `done` never runs) when too many stores are pending or no lender is
+    /// Store `value` under `key` in the background; `done()` runs once its lender has it.
+    /// Dropped (and `done` never runs) when too many stores are pending or its lender is not
     /// connected.
     pub fn put_async(&self, key: BlockKey, value: Bytes, done: impl FnOnce() + Send + 'static) {
-        let Some(client) = self.lender_of(&key).and_then(|l| self.client(l)) else {
-            self.counters.puts_dropped.fetch_add(1, Ordering::Relaxed);
+        let set = self.snapshot();
+        let Some((lender, client)) =
+            set.lender_of(&key).and_then(|l| set.lenders[l].live_client().map(|c| (set.lenders[l].clone(), c)))
+        else {
+            add(&self.counters.puts_dropped, 1);
             return;
         };
         let Ok(permit) = self.puts.clone().try_acquire_owned() else {
-            self.counters.puts_dropped.fetch_add(1, Ordering::Relaxed);
+            add(&self.counters.puts_dropped, 1);
             return;
         };
         let counters = self.counters.clone();
@@ -236,31 +501,32 @@ impl Remote {
             let r = tokio::time::timeout(timeout, client.put(&[(to_key(&key), &value[..])])).await;
             match r {
                 Ok(Ok(s)) if s.first() == Some(&PutStatus::Stored) => {
-                    counters.puts.fetch_add(1, Ordering::Relaxed);
-                    counters.bytes_to_servers.fetch_add(value.len() as u64, Ordering::Relaxed);
+                    add(&counters.puts, 1);
+                    add(&lender.puts, 1);
+                    add(&counters.bytes_to_servers, value.len() as u64);
                     done();
                 }
-                _ => {
-                    counters.puts_failed.fetch_add(1, Ordering::Relaxed);
-                }
+                _ => add(&counters.puts_failed, 1),
             }
             drop(permit);
         });
     }
 
-    /// Delete copies that can no longer be named (to free lenders' memory). Best effort.
+    /// Delete copies that can no longer be named (to free lenders' memory). Best effort:
+    /// sent to each key's lender in the current set.
     pub fn del_async(&self, keys: Vec<BlockKey>) {
-        if keys.is_empty() || self.lenders.is_empty() {
+        let set = self.snapshot();
+        if keys.is_empty() || set.lenders.is_empty() {
             return;
         }
-        self.counters.invalidations.fetch_add(keys.len() as u64, Ordering::Relaxed);
+        add(&self.counters.invalidations, keys.len() as u64);
         let Ok(permit) = self.dels.clone().try_acquire_owned() else {
-            self.counters.invalidations_dropped.fetch_add(keys.len() as u64, Ordering::Relaxed);
+            add(&self.counters.invalidations_dropped, keys.len() as u64);
             return;
         };
-        let mut by_lender: Vec<Vec<Key>> = vec![Vec::new(); self.lenders.len()];
+        let mut by_lender: Vec<Vec<Key>> = vec![Vec::new(); set.lenders.len()];
         for k in &keys {
-            if let Some(l) = self.lender_of(k) {
+            if let Some(l) = set.lender_of(k) {
                 by_lender[l].push(to_key(k));
             }
         }
@@ -268,7 +534,7 @@ impl Remote {
             .into_iter()
             .enumerate()
             .filter(|(_, ks)| !ks.is_empty())
-            .filter_map(|(l, ks)| self.client(l).map(|c| (c, ks)))
+            .filter_map(|(l, ks)| set.lenders[l].live_client().map(|c| (c, ks)))
             .collect();
         let timeout = self.cfg.fetch_timeout.max(Duration::from_millis(500));
         self.rt.spawn(async move {
@@ -280,42 +546,63 @@ impl Remote {
     }
 }
 
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote").field("lenders", &self.lenders()).field("tenant", &self.cfg.tenant).finish()
+    }
+}
+
 impl Drop for Remote {
     fn drop(&mut self) {
-        for l in &self.lenders {
-            if let Some(c) = l.client.write().take() {
-                c.close();
-            }
+        for l in &self.snapshot().lenders {
+            l.retire();
         }
     }
 }
 
-/// Keep one lender connected: connect, wait for the connection to end, back off, repeat.
-async fn keep_connected(l: Arc<Lender>, cfg: RemoteConfig, counters: Arc<RemoteCounters>) {
+/// Keep one lender connected: connect, wait for the connection to end, back off, repeat —
+/// until the lender leaves the set.
+async fn keep_connected(l: Arc<Lender>, cfg: Arc<RemoteConfig>, counters: Arc<RemoteCounters>) {
     let mut backoff = cfg.reconnect_min;
-    loop {
+    while !l.removed.load(Ordering::Acquire) {
         let mut c = ClientConfig::new(l.addr, cfg.tenant.clone());
         c.secret = cfg.secret.clone();
         c.connect_timeout = cfg.connect_timeout;
         c.request_timeout = cfg.fetch_timeout.max(Duration::from_millis(500));
         match Client::connect(c).await {
             Ok(client) => {
-                counters.connects.fetch_add(1, Ordering::Relaxed);
                 let instance = client.hello().instance_id;
+                {
+                    let mut slot = l.client.write();
+                    // Checked under the lock `retire` takes: a lender removed while this
+                    // connection was being made never gets it stored.
+                    if l.removed.load(Ordering::Acquire) {
+                        client.close();
+                        return;
+                    }
+                    *slot = Some(client.clone());
+                }
+                add(&counters.connects, 1);
+                add(&l.connects, 1);
                 let before = l.instance.swap(instance, Ordering::Relaxed);
                 if before != 0 && before != instance {
                     tracing::info!(lender = %l.addr, "lender restarted: its memory is new");
                 } else {
                     tracing::info!(lender = %l.addr, "connected to lender");
                 }
-                *l.client.write() = Some(client.clone());
                 backoff = cfg.reconnect_min;
                 client.wait_closed().await;
-                l.client.write().take();
+                {
+                    let mut slot = l.client.write();
+                    if l.removed.load(Ordering::Acquire) {
+                        return;
+                    }
+                    slot.take();
+                }
                 tracing::warn!(lender = %l.addr, "lost the lender; reads of its blocks go to the disk");
             }
             Err(e) => {
-                counters.connect_failures.fetch_add(1, Ordering::Relaxed);
+                add(&counters.connect_failures, 1);
                 tracing::debug!(lender = %l.addr, "cannot connect: {e}");
             }
         }

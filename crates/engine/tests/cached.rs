@@ -2,82 +2,22 @@
 //! reads are served from the lender after a fill, every read returns the disk's bytes, writes
 //! make old copies unreachable, and a stopped lender only costs misses.
 
-use std::io::Write;
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use farcache_engine::cached::CachedPath;
-use farcache_engine::remote::{Remote, RemoteConfig};
-use farcache_engine::{BackingFile, BackingOptions, DataPath, DirectPath, Identities};
+use common::{backing, wait, Lender};
+use farcache_engine::cached::{CachedPath, EngineCountersSnapshot};
+use farcache_engine::remote::{LenderStatus, RemoteCountersSnapshot};
+use farcache_engine::stats::IndexStats;
+use farcache_engine::{CacheStats, DataPath, DirectPath};
 use farcache_policy::route::Threshold;
 use farcache_testkit::pattern;
 
-struct Lender {
-    addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Lender {
-    fn start(capacity: &str) -> Lender {
-        let cfg =
-            farcache_server::ServerConfig { capacity: capacity.parse().unwrap(), shards: 4, ..Default::default() };
-        let server = farcache_server::Server::new(cfg).unwrap();
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let (atx, arx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-            rt.block_on(async move {
-                let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                atx.send(l.local_addr().unwrap()).unwrap();
-                farcache_server::run(l, server, async {
-                    let _ = rx.await;
-                })
-                .await
-                .unwrap();
-            });
-        });
-        Lender { addr: arx.recv().unwrap(), stop: Some(tx), thread: Some(thread) }
-    }
-
-    fn stop(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            t.join().unwrap();
-        }
-    }
-}
-
-impl Drop for Lender {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn wait(what: &str, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + Duration::from_secs(10);
-    while !f() {
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn backing(dir: &tempfile::TempDir, data: &[u8]) -> BackingFile {
-    let p = dir.path().join("f");
-    std::fs::File::create(&p).unwrap().write_all(data).unwrap();
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
-    let id = Identities::new().identify(&f).unwrap();
-    BackingFile::new(id, f, libc::O_RDWR, &BackingOptions { direct_io: true })
-}
-
 fn engine(servers: Vec<SocketAddr>) -> CachedPath<DirectPath> {
-    let mut cfg = RemoteConfig::new(servers);
-    cfg.fetch_timeout = Duration::from_millis(200);
-    let remote = Remote::start(cfg).unwrap();
-    CachedPath::new(DirectPath::new(), remote, Threshold::PAPER)
+    common::engine(DirectPath::new(), servers, Threshold::PAPER)
 }
 
 #[test]
@@ -174,4 +114,140 @@ fn no_lender_at_all_is_a_plain_passthrough() {
         assert_eq!(&e.read(&file, b * 4096, 4096).unwrap()[..], &data[(b * 4096) as usize..((b + 1) * 4096) as usize]);
     }
     assert_eq!(e.remote().counters().puts.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn stats_count_a_known_sequence_exactly() {
+    let lender = Lender::start("16MiB");
+    let dir = tempfile::tempdir().unwrap();
+    let mut data = pattern(64 << 10, 5);
+    let file = backing(&dir, &data);
+    let e = engine(vec![lender.addr]);
+    wait("connection", || e.remote().connected() == 1);
+    let puts = || e.remote().counters().puts.load(Ordering::Relaxed);
+    let block = |b: usize| data[b * 4096..(b + 1) * 4096].to_vec();
+
+    // 1. Eight cold single-block reads: the disk, and eight fills.
+    for b in 0..8 {
+        assert_eq!(&e.read(&file, b as u64 * 4096, 4096).unwrap()[..], &block(b)[..]);
+    }
+    wait("8 fills", || puts() == 8 && e.index().remote_blocks() == 8);
+    // 2. The same eight again: all from the lender.
+    for b in 0..8 {
+        assert_eq!(&e.read(&file, b as u64 * 4096, 4096).unwrap()[..], &block(b)[..]);
+    }
+    // 3. A 128 KiB read (32 blocks: the paper's n) bypasses the lender; the file has 64 KiB.
+    assert_eq!(&e.read(&file, 0, 128 << 10).unwrap()[..], &data[..]);
+    // 4. Two cold blocks in one read: one disk read, two fills.
+    assert_eq!(&e.read(&file, 8 * 4096, 8192).unwrap()[..], &data[8 * 4096..10 * 4096]);
+    wait("10 fills", || puts() == 10 && e.index().remote_blocks() == 10);
+    // 5. A write into block 0 retires chunk 0 (blocks 0..=63): ten cached keys.
+    e.write(&file, 10, &[0xAB; 100]).unwrap();
+    data[10..110].fill(0xAB);
+    assert_eq!(e.index().remote_blocks(), 0);
+    // 6. Block 0 again: the disk, and one fill.
+    assert_eq!(&e.read(&file, 0, 4096).unwrap()[..], &data[..4096]);
+    wait("11 fills", || puts() == 11 && e.index().remote_blocks() == 1);
+
+    let s = e.stats();
+    assert_eq!(
+        s.remote,
+        RemoteCountersSnapshot {
+            gets: 8,
+            hits: 8,
+            misses: 0,
+            bytes_from_servers: 8 * 4096,
+            puts: 11,
+            puts_dropped: 0,
+            puts_failed: 0,
+            bytes_to_servers: 11 * 4096,
+            invalidations: 10,
+            invalidations_dropped: 0,
+            fallbacks: 0,
+            rejected: 0,
+            connects: 1,
+            connect_failures: 0,
+        }
+    );
+    assert_eq!(
+        s.engine,
+        EngineCountersSnapshot {
+            remote_reads: 8,
+            sequential_bypasses: 1,
+            disk_reads: 10,
+            fills: 11,
+            adaptive_remote: 0,
+            adaptive_disk: 0,
+            adaptive_probes: 0,
+            changed_behind: 0,
+        }
+    );
+    assert_eq!(s.index.remote_blocks, 1);
+    assert!(s.index.memory_bytes > 0);
+    assert_eq!(s.index, IndexStats::new(s.index.memory_bytes, 1));
+    assert_eq!(s.index.bytes_per_gib_cached, s.index.memory_bytes * 262_144);
+    assert_eq!((s.routing.mode.as_str(), s.routing.threshold_bytes), ("threshold", 128 << 10));
+    assert!(s.routing.adaptive.is_none());
+    assert_eq!(s.lenders.len(), 1);
+    let l = &s.lenders[0];
+    assert_ne!(l.instance_id, 0);
+    assert_eq!(
+        l,
+        &LenderStatus {
+            addr: lender.addr,
+            connected: true,
+            instance_id: l.instance_id,
+            connects: 1,
+            hits: 8,
+            misses: 0,
+            puts: 11
+        }
+    );
+    // Disk reads: 8 single blocks, the 64 KiB the large read found, 2 blocks, 1 block.
+    assert_eq!(s.backing.reads_direct + s.backing.reads_buffered, 11);
+    assert_eq!(s.backing.read_bytes, (8 + 16 + 2 + 1) * 4096);
+    assert_eq!((s.backing.writes, s.backing.write_bytes, s.backing.fsyncs, s.backing.forgets), (1, 100, 0, 0));
+
+    // An operator's tool reads the document back as it was written.
+    let json = serde_json::to_string_pretty(&s).unwrap();
+    assert_eq!(serde_json::from_str::<CacheStats>(&json).unwrap(), s);
+    assert!(json.contains("\"bytes_per_gib_cached\"") && json.contains("\"sequential_bypasses\": 1"), "{json}");
+}
+
+#[test]
+fn a_file_changed_behind_the_mount_is_noticed_at_the_next_open() {
+    use std::os::unix::fs::FileExt;
+    let lender = Lender::start("16MiB");
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(64 << 10, 7);
+    let file = backing(&dir, &data);
+    let e = engine(vec![lender.addr]);
+    wait("connection", || e.remote().connected() == 1);
+    e.opened(&file);
+    for b in 0..16u64 {
+        e.read(&file, b * 4096, 4096).unwrap();
+    }
+    wait("fills", || e.index().remote_blocks() == 16);
+    // The mount's own write is not a change behind its back: reopening keeps the cache.
+    e.write(&file, 0, &data[..100]).unwrap();
+    // (The write gave its whole 64-block chunk a new version: read it all back in.)
+    wait("refill", || {
+        for b in 0..16u64 {
+            e.read(&file, b * 4096, 4096).unwrap();
+        }
+        e.index().remote_blocks() == 16
+    });
+    e.opened(&file);
+    assert_eq!(e.counters().changed_behind.load(Ordering::Relaxed), 0);
+    assert_eq!(e.index().remote_blocks(), 16);
+    // Another program rewrites block 3 in place (same inode) while the file is not open here.
+    let other = std::fs::OpenOptions::new().write(true).open(dir.path().join("f")).unwrap();
+    other.write_all_at(&[0xAB; 4096], 3 * 4096).unwrap();
+    drop(other);
+    // Until it is opened again the mount may not know; after the open it must.
+    e.opened(&file);
+    assert_eq!(e.counters().changed_behind.load(Ordering::Relaxed), 1);
+    assert_eq!(e.index().remote_blocks(), 0, "every cached block dropped");
+    assert_eq!(&e.read(&file, 3 * 4096, 4096).unwrap()[..], &[0xAB; 4096][..]);
+    assert_eq!(&e.read(&file, 4 * 4096, 4096).unwrap()[..], &data[4 * 4096..5 * 4096]);
 }

@@ -142,7 +142,9 @@ impl Passthrough {
                 *inode.file_id.get_or_init(|| id)
             }
         };
-        Ok(BackingFile::new(id, file, accmode, &self.backing_opts))
+        let b = BackingFile::new(id, file, accmode, &self.backing_opts);
+        self.data.opened(&b);
+        Ok(b)
     }
 
     /// The identity of a regular file that has just lost its last name, for `forget`.

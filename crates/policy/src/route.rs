@@ -89,6 +89,11 @@ impl Ewma {
 /// - disk: access time of a non-sequential read, and throughput of sequential reads (a read
 ///   that continues a stream pays no access time);
 /// - lenders: round-trip time of a one-block fetch, and throughput of batched fetches.
+///
+/// The engine feeds every timed disk read to [`Adaptive::observe_disk`] and every timed fetch
+/// to [`Adaptive::observe_remote`]. Each sample moves its average by a tenth of the
+/// difference: one fetch that waits out a 50 ms `fetch_timeout` raises the lenders' round
+/// trip by 5 ms, so against an 8 ms disk the second such fetch sends reads to the disk.
 #[derive(Clone, Copy, Debug)]
 pub struct Adaptive {
     pub disk_access_us: Ewma,
@@ -121,6 +126,8 @@ impl Adaptive {
         self.remote_access_us.get() + len as f64 / self.remote_bytes_per_us.get().max(1e-3)
     }
 
+    /// Where a read of `len` bytes goes: wherever it is expected to finish sooner (the disk
+    /// on a tie). `sequential`: it continues a stream, so the disk pays no access time.
     pub fn route(&self, len: u64, sequential: bool) -> Route {
         if self.remote_us(len) < self.disk_us(len, sequential) {
             Route::Remote
@@ -128,7 +135,47 @@ impl Adaptive {
             Route::Disk
         }
     }
+
+    /// A disk read of `len` bytes took `us` microseconds. A sequential read (one that
+    /// continues a stream) pays no access time, so it measures the throughput; any other read
+    /// measures the access time: what it took beyond moving its bytes at the current rate.
+    pub fn observe_disk(&mut self, len: u64, sequential: bool, us: f64) {
+        if len == 0 || !us.is_finite() || us < 0.0 {
+            return;
+        }
+        if sequential {
+            self.disk_bytes_per_us.add(len as f64 / us.max(MIN_SAMPLE_US));
+        } else {
+            let transfer = len as f64 / self.disk_bytes_per_us.get().max(1e-3);
+            self.disk_access_us.add((us - transfer).max(0.0));
+        }
+    }
+
+    /// A fetch of `len` bytes from the lenders took `us` microseconds (a fetch that gave up
+    /// at its timeout counts with the time it waited: a hung lender is a slow lender). Small
+    /// fetches (up to [`ACCESS_SAMPLE_MAX_BYTES`]) measure the round trip; larger ones the
+    /// throughput beyond it.
+    pub fn observe_remote(&mut self, len: u64, us: f64) {
+        if len == 0 || !us.is_finite() || us < 0.0 {
+            return;
+        }
+        if len <= ACCESS_SAMPLE_MAX_BYTES {
+            let transfer = len as f64 / self.remote_bytes_per_us.get().max(1e-3);
+            self.remote_access_us.add((us - transfer).max(0.0));
+        } else {
+            // What is left after the round trip moved the bytes; at least a quarter of the
+            // whole, so that a noisy round-trip estimate cannot make the rate explode.
+            let transfer = (us - self.remote_access_us.get()).max(us / 4.0).max(MIN_SAMPLE_US);
+            self.remote_bytes_per_us.add(len as f64 / transfer);
+        }
+    }
 }
+
+/// Fetches of at most this many bytes measure the lenders' round trip, larger ones their
+/// throughput (two blocks: a fetch that small is all round trip on any link).
+pub const ACCESS_SAMPLE_MAX_BYTES: u64 = 8192;
+/// Shortest duration a throughput sample is divided by (clock granularity).
+const MIN_SAMPLE_US: f64 = 1.0;
 
 impl Default for Adaptive {
     fn default() -> Self {
@@ -180,6 +227,46 @@ mod tests {
         }
         assert_eq!(a.route(256 << 10, false), Route::Remote);
         assert_eq!(a.route(4 << 20, true), Route::Remote, "10 Gbit beats a 125 MB/s disk even sequentially");
+    }
+
+    #[test]
+    fn measurements_move_the_estimates() {
+        let mut a = Adaptive::new();
+        // One sequential 1 MiB disk read in 2 ms: 524 bytes/µs.
+        a.observe_disk(1 << 20, true, 2000.0);
+        assert!((a.disk_bytes_per_us.get() - 524.288).abs() < 1e-6);
+        // A random 4 KiB read in 100 µs: access is what is left after the transfer.
+        a.observe_disk(4096, false, 100.0);
+        assert!((a.disk_access_us.get() - (100.0 - 4096.0 / 524.288)).abs() < 1e-6);
+        // A one-block fetch in 250 µs: round trip beyond 4 KiB at the prior 100 bytes/µs.
+        a.observe_remote(4096, 250.0);
+        assert!((a.remote_access_us.get() - (250.0 - 40.96)).abs() < 1e-6);
+        // A 256 KiB fetch in 1209.04 µs: 1000 µs of transfer after the round trip.
+        a.observe_remote(256 << 10, 1000.0 + a.remote_access_us.get());
+        assert!((a.remote_bytes_per_us.get() - 262.144).abs() < 1e-6);
+        // Nonsense is ignored.
+        let before = (a.disk_access_us.get(), a.remote_bytes_per_us.get());
+        a.observe_disk(4096, false, f64::NAN);
+        a.observe_remote(1 << 20, -5.0);
+        a.observe_disk(0, true, 10.0);
+        assert_eq!(before, (a.disk_access_us.get(), a.remote_bytes_per_us.get()));
+    }
+
+    #[test]
+    fn a_hung_lender_sends_reads_to_the_disk_and_a_slow_disk_sends_them_remote() {
+        // A fast disk (200 µs) against lenders that time out at 50 ms.
+        let mut a = Adaptive::new();
+        a.observe_disk(4096, false, 200.0);
+        assert_eq!(a.route(4096, false), Route::Remote, "the prior lender is still faster");
+        a.observe_remote(4096, 50_000.0);
+        assert_eq!(a.route(4096, false), Route::Disk);
+        // A disk throttled to 20 ms per access against a healthy lender (300 µs): reads of
+        // 192 KiB — past paper 000's n — still go remote.
+        let mut a = Adaptive::new();
+        a.observe_disk(192 << 10, false, 20_000.0);
+        a.observe_remote(4096, 300.0);
+        assert_eq!(Threshold::PAPER.route(192 << 10), Route::Disk);
+        assert_eq!(a.route(192 << 10, false), Route::Remote);
     }
 
     #[test]

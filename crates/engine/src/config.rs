@@ -1,0 +1,497 @@
+//! `[cache]`: how the mount borrows lenders' RAM. Every default is written out in
+//! [`TEMPLATE`]; a test keeps the two in step.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+use farcache_client::ClientConfig;
+use farcache_config::{ByteSize, ConfigError, HumanDuration};
+use farcache_policy::route::{Adaptive, Threshold};
+use serde::{Deserialize, Serialize};
+
+use crate::index::BLOCK_BYTES;
+use crate::remote::RemoteConfig;
+use crate::routing::Router;
+
+/// The `[cache]` table with every default, as it belongs in etc/farcache.toml.
+pub const TEMPLATE: &str = r#"[cache]
+# Lenders to borrow RAM from, as "host:port" (IPv6 in brackets: "[::1]:7411"). Blocks are
+# spread over them by rendezvous hashing. Empty: the mount runs a lender in its own process.
+servers = []
+# Tenant to borrow as (1 to 64 characters of A-Z a-z 0-9 . _ -).
+tenant = "default"
+# A file holding the tenant's secret on its first line; "" for none (lenders in open mode).
+# It must be a regular file that only its owner can read (chmod 600).
+secret_file = ""
+# The most a read waits for the lenders before it goes to the disk.
+fetch_timeout = "50ms"
+# Bound on connecting to a lender, handshake included.
+connect_timeout = "500ms"
+# Waits between reconnection attempts to a lost lender: the first, doubling up to the last.
+reconnect_min = "100ms"
+reconnect_max = "5s"
+# Blocks being stored on lenders at once (fills); more are dropped, the disk has them.
+max_pending_puts = 256
+# Batches of deletions of retired blocks in flight at once; more are dropped (a retired
+# block can never be read again; its lender evicts it in time).
+max_pending_dels = 64
+# Threads for the lender connections.
+threads = 2
+# Where reads go: "threshold" (paper 000: reads of `threshold` bytes or more to the disk,
+# smaller ones to the lenders) or "adaptive" (each read where measured disk and lender
+# costs say it finishes sooner).
+routing = "threshold"
+# Reads this large or larger go to the disk under "threshold" routing. A multiple of 4KiB,
+# 4KiB to 1MiB.
+threshold = "128KiB"
+# Most lenders in the set at once, including those added while running.
+max_lenders = 64
+"#;
+
+/// How reads are routed between lenders and the disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Routing {
+    /// Paper 000's fixed threshold (`cache.threshold`).
+    #[default]
+    Threshold,
+    /// Per read, from measured costs.
+    Adaptive,
+}
+
+/// `[cache]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// Lenders as "host:port"; empty: the mount runs an embedded lender.
+    pub servers: Vec<String>,
+    pub tenant: String,
+    /// Path of the tenant secret; "" for none.
+    pub secret_file: String,
+    pub fetch_timeout: HumanDuration,
+    pub connect_timeout: HumanDuration,
+    pub reconnect_min: HumanDuration,
+    pub reconnect_max: HumanDuration,
+    pub max_pending_puts: u32,
+    pub max_pending_dels: u32,
+    pub threads: u32,
+    pub routing: Routing,
+    pub threshold: ByteSize,
+    pub max_lenders: u32,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            servers: Vec::new(),
+            tenant: "default".into(),
+            secret_file: String::new(),
+            fetch_timeout: HumanDuration::ms(50),
+            connect_timeout: HumanDuration::ms(500),
+            reconnect_min: HumanDuration::ms(100),
+            reconnect_max: HumanDuration::secs(5),
+            max_pending_puts: 256,
+            max_pending_dels: 64,
+            threads: 2,
+            routing: Routing::Threshold,
+            threshold: ByteSize::kib(128),
+            max_lenders: 64,
+        }
+    }
+}
+
+/// Longest `fetch_timeout`: a read can wait this long for a lender before the disk.
+pub const MAX_FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest `connect_timeout` and `reconnect_max`.
+pub const MAX_CONNECT_WAIT: Duration = Duration::from_secs(600);
+/// Most pending stores or deletions.
+pub const MAX_PENDING: u32 = 65_536;
+/// Most connection threads.
+pub const MAX_THREADS: u32 = 64;
+/// Most lenders in a set.
+pub const MAX_LENDERS: u32 = 1024;
+/// Largest routing threshold: the largest read the kernel sends through FUSE.
+pub const MAX_THRESHOLD_BYTES: u64 = 1 << 20;
+const _: () = assert!(MAX_THRESHOLD_BYTES.is_multiple_of(BLOCK_BYTES));
+const _: () = assert!(MAX_THRESHOLD_BYTES <= crate::backing::MAX_READ_BYTES as u64);
+
+impl CacheConfig {
+    /// Refuse values that cannot work, naming the key and the fix. Also checks that
+    /// `secret_file`, when set, is a regular file only its owner can read, holding a secret.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        use ConfigError as E;
+        if self.max_lenders == 0 || self.max_lenders > MAX_LENDERS {
+            return Err(E::invalid(
+                "cache.max_lenders",
+                format!("{} is out of range", self.max_lenders),
+                format!("set 1 to {MAX_LENDERS} (default 64)"),
+            ));
+        }
+        if self.servers.len() > self.max_lenders as usize {
+            return Err(E::invalid(
+                "cache.servers",
+                format!("{} lenders listed, cache.max_lenders is {}", self.servers.len(), self.max_lenders),
+                "list fewer lenders or raise cache.max_lenders",
+            ));
+        }
+        for (i, s) in self.servers.iter().enumerate() {
+            check_host_port(s)?;
+            if self.servers[..i].contains(s) {
+                return Err(E::invalid("cache.servers", format!("{s:?} is listed twice"), "remove one"));
+            }
+        }
+        // The client's own rule for tenant names (checked with no secret, see below).
+        let probe = ClientConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), self.tenant.clone());
+        if probe.validate().is_err() {
+            return Err(E::invalid(
+                "cache.tenant",
+                format!("{:?} is not a valid tenant name", self.tenant),
+                "use 1 to 64 characters of A-Z a-z 0-9 . _ -",
+            ));
+        }
+        let ms = |d: HumanDuration| d.get();
+        if ms(self.fetch_timeout).is_zero() || ms(self.fetch_timeout) > MAX_FETCH_TIMEOUT {
+            return Err(E::invalid(
+                "cache.fetch_timeout",
+                format!("{} is out of range", self.fetch_timeout),
+                "set 1ms to 5s (default 50ms)",
+            ));
+        }
+        if ms(self.connect_timeout).is_zero() || ms(self.connect_timeout) > MAX_CONNECT_WAIT {
+            return Err(E::invalid(
+                "cache.connect_timeout",
+                format!("{} is out of range", self.connect_timeout),
+                "set 1ms to 10min (default 500ms)",
+            ));
+        }
+        if ms(self.reconnect_min).is_zero() {
+            return Err(E::invalid(
+                "cache.reconnect_min",
+                "0 would retry a lost lender in a busy loop",
+                "set a positive duration (default 100ms)",
+            ));
+        }
+        if ms(self.reconnect_max) < ms(self.reconnect_min) || ms(self.reconnect_max) > MAX_CONNECT_WAIT {
+            return Err(E::invalid(
+                "cache.reconnect_max",
+                format!("{} is below cache.reconnect_min ({}) or above 10min", self.reconnect_max, self.reconnect_min),
+                "set it between cache.reconnect_min and 10min (default 5s)",
+            ));
+        }
+        for (key, n) in
+            [("cache.max_pending_puts", self.max_pending_puts), ("cache.max_pending_dels", self.max_pending_dels)]
+        {
+            if n == 0 || n > MAX_PENDING {
+                return Err(E::invalid(key, format!("{n} is out of range"), format!("set 1 to {MAX_PENDING}")));
+            }
+        }
+        if self.threads == 0 || self.threads > MAX_THREADS {
+            return Err(E::invalid(
+                "cache.threads",
+                format!("{} is out of range", self.threads),
+                format!("set 1 to {MAX_THREADS} (default 2)"),
+            ));
+        }
+        let t = self.threshold.bytes();
+        if !t.is_multiple_of(BLOCK_BYTES) || !(BLOCK_BYTES..=MAX_THRESHOLD_BYTES).contains(&t) {
+            return Err(E::invalid(
+                "cache.threshold",
+                format!("{} is not a multiple of 4KiB from 4KiB to 1MiB", self.threshold),
+                "set e.g. 128KiB (paper 000's 32 blocks)",
+            ));
+        }
+        self.secret()?;
+        Ok(())
+    }
+
+    /// The tenant secret: the first line of `secret_file` (trimmed), or empty when there is
+    /// none. Refuses a file that is missing, not a regular file, readable or writable by
+    /// group or others, empty, or holding more than the protocol allows.
+    pub fn secret(&self) -> Result<Vec<u8>, ConfigError> {
+        if self.secret_file.is_empty() {
+            return Ok(Vec::new());
+        }
+        let key = "cache.secret_file";
+        let path = Path::new(&self.secret_file);
+        let shown = path.display();
+        let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => ConfigError::invalid(
+                key,
+                format!("{shown} does not exist"),
+                format!("write the tenant secret on the first line of {shown} and run `chmod 600 {shown}`, or set secret_file = \"\""),
+            ),
+            _ => ConfigError::invalid(key, format!("cannot stat {shown}: {e}"), "point it at a readable file"),
+        })?;
+        if !meta.is_file() {
+            return Err(ConfigError::invalid(
+                key,
+                format!("{shown} is not a regular file"),
+                "point it at a file holding the secret on its first line",
+            ));
+        }
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(ConfigError::invalid(
+                key,
+                format!("{shown} is open to group or others (mode {mode:03o}): the tenant secret would leak"),
+                format!("run `chmod 600 {shown}`"),
+            ));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::invalid(key, format!("cannot read {shown}: {e}"), "make it readable by the mount's user")
+        })?;
+        let secret = text.lines().next().unwrap_or("").trim().as_bytes().to_vec();
+        let probe = ClientConfig { secret, ..ClientConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), "t") };
+        if probe.secret.is_empty() || probe.validate().is_err() {
+            return Err(ConfigError::invalid(
+                key,
+                format!("{shown}: the secret must be 1 to 128 bytes on the first line"),
+                "write the secret on the first line",
+            ));
+        }
+        Ok(probe.secret)
+    }
+
+    /// `servers` resolved to addresses (the first address of each name), in order. Fails,
+    /// naming the entry, if a name does not resolve or two entries are the same lender.
+    pub fn resolve_servers(&self) -> Result<Vec<SocketAddr>, ConfigError> {
+        let mut out: Vec<SocketAddr> = Vec::with_capacity(self.servers.len());
+        for s in &self.servers {
+            check_host_port(s)?;
+            let addr = s.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| {
+                ConfigError::invalid("cache.servers", format!("{s:?} does not resolve"), "check the host name")
+            })?;
+            if out.contains(&addr) {
+                return Err(ConfigError::invalid(
+                    "cache.servers",
+                    format!("{s:?} is {addr}, which is listed already"),
+                    "list each lender once",
+                ));
+            }
+            out.push(addr);
+        }
+        Ok(out)
+    }
+
+    /// The remote tier's configuration for lenders `servers` (from [`Self::resolve_servers`],
+    /// or the embedded lender's address). Validates, and reads the secret file.
+    pub fn remote_config(&self, servers: Vec<SocketAddr>) -> Result<RemoteConfig, ConfigError> {
+        self.validate()?;
+        if servers.len() > self.max_lenders as usize {
+            return Err(ConfigError::invalid(
+                "cache.servers",
+                format!("{} lenders, cache.max_lenders is {}", servers.len(), self.max_lenders),
+                "use fewer lenders or raise cache.max_lenders",
+            ));
+        }
+        Ok(RemoteConfig {
+            servers,
+            tenant: self.tenant.clone(),
+            secret: self.secret()?,
+            fetch_timeout: self.fetch_timeout.get(),
+            connect_timeout: self.connect_timeout.get(),
+            reconnect_min: self.reconnect_min.get(),
+            reconnect_max: self.reconnect_max.get(),
+            max_pending_puts: self.max_pending_puts as usize,
+            max_pending_dels: self.max_pending_dels as usize,
+            threads: self.threads as usize,
+            max_lenders: self.max_lenders as usize,
+        })
+    }
+
+    /// The routing rule this configuration asks for (assumes [`Self::validate`] passed).
+    pub fn router(&self) -> Router {
+        match self.routing {
+            Routing::Threshold => Router::Threshold(Threshold {
+                blocks: (self.threshold.bytes() / BLOCK_BYTES) as u32,
+                block_bytes: BLOCK_BYTES as u32,
+            }),
+            Routing::Adaptive => Router::Adaptive(Adaptive::new()),
+        }
+    }
+}
+
+/// "host:port" with a host and a nonzero port (IPv6 addresses in brackets).
+fn check_host_port(s: &str) -> Result<(), ConfigError> {
+    if s.parse::<SocketAddr>().is_ok() {
+        return Ok(());
+    }
+    let bad = |why: &str| {
+        ConfigError::invalid("cache.servers", format!("{s:?} {why}"), "write \"host:port\", e.g. \"lender1:7411\"")
+    };
+    let Some((host, port)) = s.rsplit_once(':') else { return Err(bad("has no port")) };
+    if host.is_empty() || host.contains(|c: char| c.is_whitespace() || c == '/') {
+        return Err(bad("has no valid host"));
+    }
+    if host.contains(':') || host.starts_with('[') {
+        return Err(ConfigError::invalid(
+            "cache.servers",
+            format!("{s:?} is not a valid address"),
+            "write IPv6 addresses in brackets, e.g. \"[::1]:7411\"",
+        ));
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(()),
+        _ => Err(bad("has no valid port (1 to 65535)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct File {
+        cache: CacheConfig,
+    }
+
+    fn refused(c: &CacheConfig) -> String {
+        c.validate().expect_err("accepted a bad value").to_string()
+    }
+
+    #[test]
+    fn template_is_the_defaults_and_mentions_every_key() {
+        let f: File = toml::from_str(TEMPLATE).unwrap();
+        assert_eq!(f.cache, CacheConfig::default());
+        f.cache.validate().unwrap();
+        let v = toml::Value::try_from(CacheConfig::default()).unwrap();
+        let keys = v.as_table().unwrap().keys().collect::<Vec<_>>();
+        assert_eq!(keys.len(), 13);
+        for key in keys {
+            assert!(TEMPLATE.lines().any(|l| l.starts_with(&format!("{key} ="))), "template lacks cache.{key}");
+        }
+        // Every key has a comment: the line before each key (or key pair) is a comment.
+        let lines: Vec<&str> = TEMPLATE.lines().collect();
+        for (i, l) in lines.iter().enumerate().skip(1) {
+            if l.contains(" = ") {
+                let prev = lines[i - 1];
+                assert!(prev.starts_with('#') || prev.contains(" = "), "no comment above {l:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_full_table_parses_with_human_units() {
+        let f: File = toml::from_str(
+            "[cache]\nservers = [\"10.0.0.1:7411\", \"lender2:7411\"]\nrouting = \"adaptive\"\n\
+             threshold = \"256KiB\"\nfetch_timeout = \"20ms\"\n",
+        )
+        .unwrap();
+        let c = f.cache;
+        c.validate().unwrap();
+        assert_eq!(c.routing, Routing::Adaptive);
+        assert_eq!(c.fetch_timeout, HumanDuration::ms(20));
+        assert!(matches!(c.router(), Router::Adaptive(_)));
+        let c = CacheConfig { threshold: ByteSize::kib(64), ..CacheConfig::default() };
+        match c.router() {
+            Router::Threshold(t) => assert_eq!((t.blocks, t.block_bytes), (16, 4096)),
+            r => panic!("{r:?}"),
+        }
+        let rc = c.remote_config(vec!["127.0.0.1:7411".parse().unwrap()]).unwrap();
+        assert_eq!(rc.fetch_timeout, Duration::from_millis(50));
+        assert_eq!((rc.max_pending_puts, rc.max_pending_dels, rc.threads, rc.max_lenders), (256, 64, 2, 64));
+        assert!(rc.secret.is_empty());
+        let e = toml::from_str::<File>("[cache]\nroutting = \"adaptive\"").err().unwrap().to_string();
+        assert!(e.contains("routting"), "{e}");
+        let e = toml::from_str::<File>("[cache]\nrouting = \"fastest\"").err().unwrap().to_string();
+        assert!(e.contains("fastest"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_refused_by_name() {
+        let d = CacheConfig::default;
+        let cases: Vec<(CacheConfig, &str)> = vec![
+            (CacheConfig { threshold: ByteSize(5000), ..d() }, "cache.threshold"),
+            (CacheConfig { threshold: ByteSize(0), ..d() }, "cache.threshold"),
+            (CacheConfig { threshold: ByteSize::mib(2), ..d() }, "cache.threshold"),
+            (CacheConfig { fetch_timeout: HumanDuration::ms(0), ..d() }, "cache.fetch_timeout"),
+            (CacheConfig { fetch_timeout: HumanDuration::secs(6), ..d() }, "cache.fetch_timeout"),
+            (CacheConfig { connect_timeout: HumanDuration::ms(0), ..d() }, "cache.connect_timeout"),
+            (CacheConfig { reconnect_min: HumanDuration::ms(0), ..d() }, "cache.reconnect_min"),
+            (
+                CacheConfig { reconnect_min: HumanDuration::secs(10), reconnect_max: HumanDuration::secs(5), ..d() },
+                "cache.reconnect_max",
+            ),
+            (CacheConfig { max_pending_puts: 0, ..d() }, "cache.max_pending_puts"),
+            (CacheConfig { max_pending_dels: 0, ..d() }, "cache.max_pending_dels"),
+            (CacheConfig { max_pending_dels: MAX_PENDING + 1, ..d() }, "cache.max_pending_dels"),
+            (CacheConfig { threads: 0, ..d() }, "cache.threads"),
+            (CacheConfig { max_lenders: 0, ..d() }, "cache.max_lenders"),
+            (CacheConfig { tenant: "".into(), ..d() }, "cache.tenant"),
+            (CacheConfig { tenant: "no spaces".into(), ..d() }, "cache.tenant"),
+            (CacheConfig { servers: vec!["lender1".into()], ..d() }, "cache.servers"),
+            (CacheConfig { servers: vec!["lender1:0".into()], ..d() }, "cache.servers"),
+            (CacheConfig { servers: vec![":7411".into()], ..d() }, "cache.servers"),
+            (CacheConfig { servers: vec!["::1:7411".into()], ..d() }, "cache.servers"),
+            (CacheConfig { servers: vec!["a:1".into(), "a:1".into()], ..d() }, "cache.servers"),
+            (CacheConfig { servers: vec!["a:1".into(), "b:1".into()], max_lenders: 1, ..d() }, "cache.servers"),
+            (CacheConfig { secret_file: "/nonexistent/farcache.secret".into(), ..d() }, "cache.secret_file"),
+        ];
+        for (c, key) in cases {
+            let e = refused(&c);
+            assert!(e.starts_with(&format!("{key}: ")), "{key}: {e}");
+        }
+        CacheConfig { servers: vec!["[::1]:7411".into(), "lender-2.example:7411".into()], ..d() }.validate().unwrap();
+    }
+
+    #[test]
+    fn servers_resolve_and_duplicates_are_refused() {
+        let c = CacheConfig { servers: vec!["127.0.0.1:7411".into(), "[::1]:7412".into()], ..CacheConfig::default() };
+        assert_eq!(
+            c.resolve_servers().unwrap(),
+            vec!["127.0.0.1:7411".parse::<SocketAddr>().unwrap(), "[::1]:7412".parse().unwrap()]
+        );
+        let c =
+            CacheConfig { servers: vec!["127.0.0.1:7411".into(), "localhost:7411".into()], ..CacheConfig::default() };
+        // localhost may resolve to ::1 first; only if it is 127.0.0.1 is it a duplicate.
+        if let Err(e) = c.resolve_servers() {
+            assert!(e.to_string().contains("listed already"), "{e}");
+        }
+        let c = CacheConfig { servers: vec!["a:1".into(), "b:1".into()], max_lenders: 1, ..CacheConfig::default() };
+        let e = CacheConfig::default().remote_config(vec!["127.0.0.1:1".parse().unwrap(); 65]).unwrap_err();
+        assert!(e.to_string().starts_with("cache.servers:"), "{e}");
+        assert!(c.remote_config(Vec::new()).unwrap_err().to_string().starts_with("cache.servers:"));
+    }
+
+    fn secret_file(dir: &tempfile::TempDir, content: &str, mode: u32) -> String {
+        let p = dir.path().join("tenant.secret");
+        let _ = std::fs::remove_file(&p);
+        std::fs::File::create(&p).unwrap().write_all(content.as_bytes()).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        p.display().to_string()
+    }
+
+    #[test]
+    fn secret_file_must_be_private_regular_and_hold_a_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let with = |path: String| CacheConfig { secret_file: path, ..CacheConfig::default() };
+
+        let c = with(secret_file(&dir, "s3cret\nignored\n", 0o600));
+        c.validate().unwrap();
+        assert_eq!(c.remote_config(Vec::new()).unwrap().secret, b"s3cret");
+        with(secret_file(&dir, "s3cret", 0o400)).validate().unwrap();
+
+        for mode in [0o644, 0o640, 0o604, 0o660] {
+            let path = secret_file(&dir, "s3cret\n", mode);
+            let e = with(path.clone()).remote_config(Vec::new()).unwrap_err().to_string();
+            assert!(e.starts_with("cache.secret_file: "), "{e}");
+            assert!(e.contains(&path) && e.contains(&format!("chmod 600 {path}")), "{mode:o}: {e}");
+        }
+
+        let e = with(dir.path().display().to_string()).validate().unwrap_err().to_string();
+        assert!(e.starts_with("cache.secret_file: ") && e.contains("not a regular file"), "{e}");
+
+        let missing = dir.path().join("nope").display().to_string();
+        let e = with(missing.clone()).validate().unwrap_err().to_string();
+        assert!(e.contains(&missing) && e.contains("does not exist") && e.contains("chmod 600"), "{e}");
+
+        let e = with(secret_file(&dir, "\n", 0o600)).validate().unwrap_err().to_string();
+        assert!(e.starts_with("cache.secret_file: ") && e.contains("1 to 128 bytes"), "{e}");
+        let e = with(secret_file(&dir, &"x".repeat(129), 0o600)).validate().unwrap_err().to_string();
+        assert!(e.contains("1 to 128 bytes"), "{e}");
+    }
+}

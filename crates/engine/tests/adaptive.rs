@@ -1,0 +1,95 @@
+//! The adaptive routing rule fed with real measurements: a slow disk sends reads larger than
+//! paper 000's n to the lenders; a hung lender sends reads to the disk.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{backing, fill_all, wait, Lender, Proxy, SlowDisk};
+use farcache_engine::cached::CachedPath;
+use farcache_engine::DataPath;
+use farcache_policy::route::{Adaptive, Route, Threshold};
+use farcache_testkit::pattern;
+
+#[test]
+fn a_slow_disk_sends_mid_size_reads_to_the_lenders() {
+    const READ: usize = 192 << 10; // 48 blocks: paper 000's rule sends this to the disk
+    assert_eq!(Threshold::PAPER.route(READ as u64), Route::Disk);
+    let lender = Lender::start("32MiB");
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(8 * READ, 21);
+    let file = backing(&dir, &data);
+    let remote = common::remote(vec![lender.addr], |c| {
+        c.max_pending_puts = 1024;
+        c.fetch_timeout = Duration::from_secs(1);
+    });
+    let e = CachedPath::new(SlowDisk::new(Duration::from_millis(40)), remote, Adaptive::new());
+    wait("connection", || e.remote().connected() == 1);
+    // Scattered, so no read continues the one before it.
+    let order = [0usize, 5, 2, 7, 1, 4, 6, 3];
+    let pass = || {
+        for i in order {
+            let got = e.read(&file, (i * READ) as u64, READ).unwrap();
+            assert_eq!(&got[..], &data[i * READ..(i + 1) * READ], "read {i}");
+        }
+    };
+    // Cold: routed to the lenders, missing there, read from the disk and filled.
+    pass();
+    wait("fills", || common::fills_settled(&e));
+    let s = e.stats();
+    assert_eq!((s.engine.adaptive_remote, s.engine.adaptive_disk, s.engine.sequential_bypasses), (8, 0, 0));
+    assert_eq!(s.engine.disk_reads, 8);
+    assert_eq!(e.index().remote_blocks(), 8 * 48, "fills dropped: {:?}", s.remote);
+    // Warm: every read from the lenders.
+    pass();
+    let s = e.stats();
+    assert_eq!((s.engine.adaptive_remote, s.engine.adaptive_disk, s.engine.adaptive_probes), (16, 0, 0));
+    assert_eq!(s.engine.remote_reads, 8);
+    assert_eq!(s.routing.mode, "adaptive");
+    let est = s.routing.adaptive.expect("adaptive estimates");
+    assert_eq!((est.disk_samples, est.remote_samples), (8, 8));
+    assert!(est.disk_access_us > 20_000.0, "{est:?}");
+    assert!(est.remote_access_us + READ as f64 / est.remote_bytes_per_us < est.disk_access_us, "{est:?}");
+}
+
+#[test]
+fn a_hung_lender_sends_reads_to_a_fast_disk() {
+    const BLOCKS: usize = 32;
+    let fetch_timeout = Duration::from_millis(150);
+    let lender = Lender::start("16MiB");
+    let proxy = Proxy::start(lender.addr);
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(BLOCKS * 4096, 22);
+    let file = backing(&dir, &data);
+    let remote = common::remote(vec![proxy.addr], |c| c.fetch_timeout = fetch_timeout);
+    // 8 ms per disk read (paper 000's disk): slower than a healthy lender on loopback, far
+    // faster than a hung one. One fetch that waits out its 150 ms moves the lenders' estimate
+    // by a tenth of that: past the disk's.
+    let e = CachedPath::new(SlowDisk::new(Duration::from_millis(8)), remote, Adaptive::new());
+    wait("connection", || e.remote().connected() == 1);
+    fill_all(&e, &file, &data);
+    // A healthy lender: random single blocks come from it.
+    let before = e.stats().engine;
+    common::read_all(&e, &file, &data);
+    let s = e.stats().engine;
+    assert_eq!(s.adaptive_remote - before.adaptive_remote, BLOCKS as u64, "{s:?}");
+    assert_eq!(s.remote_reads - before.remote_reads, BLOCKS as u64);
+
+    // The lender hangs. The first read waits out fetch_timeout and teaches the rule; the rest
+    // go to the disk without asking.
+    proxy.freeze(true);
+    let before = e.stats().engine;
+    let t = Instant::now();
+    common::read_all(&e, &file, &data);
+    let took = t.elapsed();
+    let s = e.stats();
+    let remote = s.engine.adaptive_remote - before.adaptive_remote;
+    let disk = s.engine.adaptive_disk - before.adaptive_disk;
+    assert_eq!(remote + disk, BLOCKS as u64);
+    assert!(remote <= 2, "{remote} reads still routed to the hung lender: {s:?}");
+    assert!(took < fetch_timeout * 4 + Duration::from_millis(8) * BLOCKS as u32 * 3, "the pass took {took:?}");
+    let est = s.routing.adaptive.unwrap();
+    assert!(est.remote_access_us > est.disk_access_us, "{est:?}");
+    assert!(s.remote.fallbacks >= 1);
+    proxy.freeze(false);
+}

@@ -1,0 +1,272 @@
+//! Helpers shared by the engine's integration tests: an in-process lender, a TCP proxy that
+//! can freeze (a lender hung as if by SIGSTOP, its connections open), a listener that accepts
+//! and never answers, and a disk made slow by a `DataPath` wrapper.
+#![allow(dead_code)] // each test binary uses its own part
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use farcache_engine::cached::CachedPath;
+use farcache_engine::remote::{Remote, RemoteConfig};
+use farcache_engine::{
+    BackingCountersSnapshot, BackingFile, BackingOptions, Bytes, DataPath, DirectPath, FileId, Identities, Router,
+};
+
+/// A lender: the server library on a loopback port, on a runtime of its own.
+pub struct Lender {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Lender {
+    pub fn start(capacity: &str) -> Lender {
+        let cfg =
+            farcache_server::ServerConfig { capacity: capacity.parse().unwrap(), shards: 4, ..Default::default() };
+        let server = farcache_server::Server::new(cfg).unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (atx, arx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+            rt.block_on(async move {
+                let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                atx.send(l.local_addr().unwrap()).unwrap();
+                farcache_server::run(l, server, async {
+                    let _ = rx.await;
+                })
+                .await
+                .unwrap();
+            });
+        });
+        Lender { addr: arx.recv().unwrap(), stop: Some(tx), thread: Some(thread) }
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+impl Drop for Lender {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+pub fn wait(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A backing file with `data`, open read-write, in `dir`.
+pub fn backing(dir: &tempfile::TempDir, data: &[u8]) -> BackingFile {
+    let p = dir.path().join("f");
+    std::fs::File::create(&p).unwrap().write_all(data).unwrap();
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    let id = Identities::new().identify(&f).unwrap();
+    BackingFile::new(id, f, libc::O_RDWR, &BackingOptions { direct_io: true })
+}
+
+pub fn remote(servers: Vec<SocketAddr>, tweak: impl FnOnce(&mut RemoteConfig)) -> Remote {
+    let mut cfg = RemoteConfig::new(servers);
+    cfg.fetch_timeout = Duration::from_millis(200);
+    tweak(&mut cfg);
+    Remote::start(cfg).unwrap()
+}
+
+pub fn engine<D: DataPath>(disk: D, servers: Vec<SocketAddr>, router: impl Into<Router>) -> CachedPath<D> {
+    CachedPath::new(disk, remote(servers, |_| {}), router)
+}
+
+/// Every fill handed to the remote tier has been stored, failed or dropped.
+pub fn fills_settled<D: DataPath>(e: &CachedPath<D>) -> bool {
+    let r = e.remote().counters().snapshot();
+    r.puts + r.puts_failed + r.puts_dropped == e.counters().snapshot().fills
+}
+
+/// Read every whole block of `data` through `e` (in a scattered order) and check it.
+pub fn read_all<D: DataPath>(e: &CachedPath<D>, file: &BackingFile, data: &[u8]) {
+    let n = (data.len() / 4096) as u64;
+    for i in 0..n {
+        let b = (i * 37) % n; // 37 is prime to the block counts the tests use
+        let got = e.read(file, b * 4096, 4096).unwrap();
+        assert_eq!(&got[..], &data[(b * 4096) as usize..((b + 1) * 4096) as usize], "block {b}");
+    }
+}
+
+/// Read until every block of `data` is on a lender (fills can be dropped under load; a pass
+/// refills what is missing).
+pub fn fill_all<D: DataPath>(e: &CachedPath<D>, file: &BackingFile, data: &[u8]) {
+    let n = (data.len() / 4096) as u64;
+    for _ in 0..20 {
+        read_all(e, file, data);
+        wait("fills", || fills_settled(e));
+        if e.index().remote_blocks() == n {
+            return;
+        }
+    }
+    panic!("only {} of {n} blocks on lenders after 20 passes", e.index().remote_blocks());
+}
+
+/// A TCP proxy in front of a lender. Frozen, it forwards nothing in either direction and
+/// reads nothing, with its connections left open: the lender looks hung, as under SIGSTOP.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    frozen: Arc<AtomicBool>,
+    live: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    pub fn start(upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (frozen, live, stop) =
+            (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+        let (f, l, s) = (frozen.clone(), live.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if s.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Ok(client) = conn else { continue };
+                let Ok(up) = TcpStream::connect(upstream) else { continue };
+                l.fetch_add(1, Ordering::SeqCst);
+                let (c2, u2) = (client.try_clone().unwrap(), up.try_clone().unwrap());
+                let (f1, f2, s1, s2, l1) = (f.clone(), f.clone(), s.clone(), s.clone(), l.clone());
+                std::thread::spawn(move || {
+                    pump(client, up, &f1, &s1);
+                    l1.fetch_sub(1, Ordering::SeqCst);
+                });
+                std::thread::spawn(move || pump(u2, c2, &f2, &s2));
+            }
+        });
+        Proxy { addr, frozen, live, stop }
+    }
+
+    pub fn freeze(&self, on: bool) {
+        self.frozen.store(on, Ordering::SeqCst);
+    }
+
+    /// Client connections open through the proxy.
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.frozen.store(false, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.addr); // wake the accept loop
+    }
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream, frozen: &AtomicBool, stop: &AtomicBool) {
+    from.set_read_timeout(Some(Duration::from_millis(5))).unwrap();
+    let mut buf = vec![0u8; 64 << 10];
+    while !stop.load(Ordering::Relaxed) {
+        if frozen.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(2));
+            continue;
+        }
+        match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = to.shutdown(Shutdown::Both);
+    let _ = from.shutdown(Shutdown::Both);
+}
+
+/// Accepts connections and never answers (not even the handshake); counts connections
+/// accepted and connections the other side closed.
+pub struct SilentListener {
+    pub addr: SocketAddr,
+    accepted: Arc<AtomicUsize>,
+    closed: Arc<AtomicUsize>,
+}
+
+impl SilentListener {
+    pub fn start() -> SilentListener {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (accepted, closed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (a, c) = (accepted.clone(), closed.clone());
+        std::thread::spawn(move || {
+            for mut conn in listener.incoming().flatten() {
+                a.fetch_add(1, Ordering::SeqCst);
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    while matches!(conn.read(&mut buf), Ok(n) if n > 0) {}
+                    c.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        });
+        SilentListener { addr, accepted, closed }
+    }
+
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    pub fn closed(&self) -> usize {
+        self.closed.load(Ordering::SeqCst)
+    }
+}
+
+/// A disk that sleeps `delay` before every read (a throttled or busy device).
+pub struct SlowDisk {
+    inner: DirectPath,
+    delay: Duration,
+    pub reads: AtomicU64,
+}
+
+impl SlowDisk {
+    pub fn new(delay: Duration) -> SlowDisk {
+        SlowDisk { inner: DirectPath::new(), delay, reads: AtomicU64::new(0) }
+    }
+}
+
+impl DataPath for SlowDisk {
+    fn read(&self, file: &BackingFile, offset: u64, len: usize) -> std::io::Result<Bytes> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        std::thread::sleep(self.delay);
+        self.inner.read(file, offset, len)
+    }
+    fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> std::io::Result<usize> {
+        self.inner.write(file, offset, data)
+    }
+    fn set_len(&self, file: &BackingFile, size: u64) -> std::io::Result<()> {
+        self.inner.set_len(file, size)
+    }
+    fn fallocate(&self, file: &BackingFile, mode: i32, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.fallocate(file, mode, offset, len)
+    }
+    fn fsync(&self, file: &BackingFile, datasync: bool) -> std::io::Result<()> {
+        self.inner.fsync(file, datasync)
+    }
+    fn forget(&self, id: &FileId) {
+        self.inner.forget(id)
+    }
+    fn backing_counters(&self) -> Option<BackingCountersSnapshot> {
+        self.inner.backing_counters()
+    }
+}

@@ -1,0 +1,170 @@
+//! The lender set changes while the mount runs: lenders join and leave, blocks follow
+//! rendezvous placement, every read returns the disk's bytes, and a lender removed while hung
+//! holds nothing up.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{backing, fill_all, read_all, wait, Lender, Proxy, SilentListener};
+use farcache_engine::cached::CachedPath;
+use farcache_engine::remote::{LenderError, LenderStatus, Remote};
+use farcache_engine::{DataPath, DirectPath};
+use farcache_policy::route::Threshold;
+use farcache_testkit::pattern;
+
+fn status(e: &CachedPath<DirectPath>, addr: SocketAddr) -> LenderStatus {
+    e.remote().lenders().into_iter().find(|l| l.addr == addr).expect("lender in the set")
+}
+
+/// Nobody listens on this port.
+fn unused_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+#[test]
+fn lenders_join_and_leave_and_reads_stay_exact() {
+    const BLOCKS: usize = 512;
+    let a = Lender::start("32MiB");
+    let b = Lender::start("32MiB");
+    // B behind a proxy, to see its connection close when it leaves.
+    let b_proxy = Proxy::start(b.addr);
+    let dir = tempfile::tempdir().unwrap();
+    let mut data = pattern(BLOCKS * 4096, 11);
+    let file = backing(&dir, &data);
+    let e = common::engine(DirectPath::new(), vec![a.addr], Threshold::PAPER);
+    wait("connection", || e.remote().connected() == 1);
+
+    // One lender: every block lands on A.
+    fill_all(&e, &file, &data);
+    // (At least: a block refilled after a dropped fill may be stored twice.)
+    assert!(status(&e, a.addr).puts >= BLOCKS as u64);
+
+    // B joins. Rewrite the file, so that every block is cached anew under new keys and
+    // placement over {A, B} decides where each lands.
+    e.remote().add_lender(b_proxy.addr).unwrap();
+    assert_eq!(e.remote().add_lender(b_proxy.addr), Err(LenderError::AlreadyPresent(b_proxy.addr)));
+    wait("B connected", || e.remote().connected() == 2);
+    assert_eq!(b_proxy.live(), 1);
+    data = pattern(BLOCKS * 4096, 12);
+    e.write(&file, 0, &data).unwrap();
+    let a_before = status(&e, a.addr).puts;
+    fill_all(&e, &file, &data);
+    let on_b = status(&e, b_proxy.addr).puts;
+    let on_a = status(&e, a.addr).puts - a_before;
+    assert!((BLOCKS as u64 / 4..=3 * BLOCKS as u64 / 4).contains(&on_b), "B stored {on_b} of {BLOCKS}");
+    assert!(on_a + on_b >= BLOCKS as u64, "A {on_a} + B {on_b}");
+
+    // Both serve: a whole pass from the lenders.
+    let before = e.stats();
+    read_all(&e, &file, &data);
+    let after = e.stats();
+    assert_eq!(after.engine.remote_reads - before.engine.remote_reads, BLOCKS as u64);
+    let b_hits = status(&e, b_proxy.addr).hits;
+    assert!(b_hits >= on_b.min(BLOCKS as u64 / 4), "B served {b_hits}");
+
+    // B leaves: its share misses once on A, is refilled there, and is served from A.
+    e.remote().remove_lender(b_proxy.addr).unwrap();
+    assert_eq!(e.remote().remove_lender(b_proxy.addr), Err(LenderError::NotPresent(b_proxy.addr)));
+    assert_eq!(e.remote().lenders().iter().map(|l| l.addr).collect::<Vec<_>>(), vec![a.addr]);
+    wait("B's connection closed", || b_proxy.live() == 0);
+    let before = e.stats();
+    read_all(&e, &file, &data);
+    let after = e.stats();
+    let misses = after.remote.misses - before.remote.misses;
+    assert!(misses > 0 && misses <= on_b, "{misses} misses after B left ({on_b} blocks were on B)");
+    assert_eq!(after.engine.remote_reads - before.engine.remote_reads, BLOCKS as u64 - misses);
+    fill_all(&e, &file, &data);
+    let before = e.stats();
+    read_all(&e, &file, &data);
+    assert_eq!(e.stats().engine.remote_reads - before.engine.remote_reads, BLOCKS as u64);
+    assert_eq!(e.stats().remote.rejected, 0);
+}
+
+#[test]
+fn set_changes_are_checked_and_bounded() {
+    let (x, y, z) = (unused_addr(), unused_addr(), unused_addr());
+    let r = common::remote(vec![x], |c| c.max_lenders = 2);
+    assert_eq!(r.add_lender(x), Err(LenderError::AlreadyPresent(x)));
+    r.add_lender(y).unwrap();
+    assert_eq!(r.add_lender(z), Err(LenderError::TooMany { addr: z, max: 2 }));
+    assert_eq!(r.remove_lender(z), Err(LenderError::NotPresent(z)));
+    r.remove_lender(x).unwrap();
+    r.add_lender(z).unwrap();
+    let set: Vec<_> = r.lenders().into_iter().map(|l| (l.addr, l.connected, l.instance_id)).collect();
+    assert_eq!(set, vec![(y, false, 0), (z, false, 0)]);
+    let e = LenderError::TooMany { addr: z, max: 2 }.to_string();
+    assert!(e.contains("max_lenders"), "{e}");
+
+    // The initial set is checked the same way.
+    let mut cfg = farcache_engine::remote::RemoteConfig::new(vec![x, y, x]);
+    assert!(Remote::start(cfg.clone()).unwrap_err().to_string().contains("twice"));
+    cfg.servers = vec![x, y, z];
+    cfg.max_lenders = 2;
+    assert!(Remote::start(cfg).unwrap_err().to_string().contains("max_lenders"));
+}
+
+#[test]
+fn a_hung_lender_removed_holds_nothing_up() {
+    const BLOCKS: usize = 64;
+    let fetch_timeout = Duration::from_secs(2);
+    let a = Lender::start("16MiB");
+    let b = Lender::start("16MiB");
+    let hung = Proxy::start(b.addr);
+    let silent = SilentListener::start();
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(BLOCKS * 4096, 13);
+    let file = Arc::new(backing(&dir, &data));
+    let remote = common::remote(vec![a.addr, hung.addr], |c| {
+        c.fetch_timeout = fetch_timeout;
+        c.connect_timeout = Duration::from_secs(30);
+    });
+    let e = Arc::new(CachedPath::new(DirectPath::new(), remote, Threshold::PAPER));
+    wait("connections", || e.remote().connected() == 2);
+    fill_all(&e, &file, &data);
+    assert!(status(&e, hung.addr).puts > 0, "no block landed on the second lender");
+
+    // A lender that accepts and never answers joins: its keeper waits in the handshake.
+    // Its share of blocks are misses, at once (it is not connected).
+    e.remote().add_lender(silent.addr).unwrap();
+    wait("the silent lender's connection", || silent.accepted() == 1);
+    let t = Instant::now();
+    read_all(&e, &file, &data);
+    assert!(t.elapsed() < fetch_timeout, "a pass with a silent lender took {:?}", t.elapsed());
+
+    // B hangs with requests in flight; a reader waits on it.
+    hung.freeze(true);
+    let reader = {
+        let (e, file, data) = (e.clone(), file.clone(), data.clone());
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            read_all(&e, &file, &data);
+            t.elapsed()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    e.remote().remove_lender(hung.addr).unwrap();
+    e.remote().remove_lender(silent.addr).unwrap();
+    let took = t.elapsed();
+    assert!(took < Duration::from_millis(100), "removing took {took:?}");
+    // The waiting reader is released when the connection closes, not at fetch_timeout; every
+    // read after that goes to A or the disk.
+    let pass = reader.join().unwrap();
+    assert!(pass < fetch_timeout, "the pass that met the hung lender took {pass:?}");
+    assert!(e.remote().counters().snapshot().fallbacks >= 1, "the reader never waited on the hung lender");
+    let t = Instant::now();
+    read_all(&e, &file, &data);
+    assert!(t.elapsed() < fetch_timeout, "a pass after the removal took {:?}", t.elapsed());
+    assert_eq!(e.remote().lenders().len(), 1);
+
+    // Both removed lenders' connections are closed: the silent one's at once, the hung one's
+    // as soon as its lender reads again.
+    wait("the silent lender's connection closed", || silent.closed() == 1);
+    hung.freeze(false);
+    wait("the hung lender's connection closed", || hung.live() == 0);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(silent.accepted(), 1, "the removed lender's keeper reconnected");
+}
