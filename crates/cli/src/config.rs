@@ -14,6 +14,7 @@ pub const TEMPLATE: &str = include_str!("../../../etc/farcache.toml");
 pub struct Config {
     pub server: ServerConfig,
     pub mount: farcache_fuse::MountConfig,
+    pub cache: farcache_engine::config::CacheConfig,
 }
 
 impl Config {
@@ -36,6 +37,7 @@ mod tests {
         assert_eq!(parsed, Config::default(), "etc/farcache.toml and the code's defaults differ");
         parsed.server.validate().unwrap();
         parsed.mount.validate().unwrap();
+        parsed.cache.validate().unwrap();
     }
 
     #[test]
@@ -54,10 +56,14 @@ mod tests {
                 );
             }
         }
-        // The [mount] table is the fuse crate's own template, word for word.
+        // The [mount] and [cache] tables are their crates' own templates, word for word.
         assert!(
             TEMPLATE.contains(farcache_fuse::TEMPLATE),
             "etc/farcache.toml's [mount] differs from farcache_fuse::TEMPLATE"
+        );
+        assert!(
+            TEMPLATE.contains(farcache_engine::config::TEMPLATE),
+            "etc/farcache.toml's [cache] differs from farcache_engine::config::TEMPLATE"
         );
     }
 
@@ -76,5 +82,13 @@ mod tests {
         assert!(c.server.validate().unwrap_err().to_string().starts_with("server.policy:"));
         let c: Config = farcache_config::parse_toml("t", "[[server.tenant]]\nname = \"a\"").unwrap();
         assert!(c.server.validate().unwrap_err().to_string().contains("has no secret"));
+        let e = farcache_config::parse_toml::<Config>("t", "[cache]\nrouting = \"fastest\"").unwrap_err().to_string();
+        assert!(e.contains("routing") && e.contains("fastest"), "{e}");
+        let c: Config = farcache_config::parse_toml("t", "[cache]\nthreshold = \"5000B\"").unwrap();
+        assert!(c.cache.validate().unwrap_err().to_string().starts_with("cache.threshold:"));
+        let c: Config =
+            farcache_config::parse_toml("t", "[cache]\nservers = [\"10.0.0.1:7411\"]\nrouting = \"adaptive\"").unwrap();
+        c.cache.validate().unwrap();
+        assert_eq!(c.cache.routing, farcache_engine::config::Routing::Adaptive);
     }
 }

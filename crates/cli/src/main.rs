@@ -3,6 +3,7 @@
 
 mod cmd;
 mod config;
+mod control;
 
 use clap::{Parser, Subcommand};
 
@@ -17,8 +18,10 @@ struct Cli {
 enum Command {
     /// Lend memory: serve a block cache over TCP until SIGINT/SIGTERM.
     Server(cmd::server::Args),
-    /// Show a server's counters.
+    /// Show the counters of a running mount (MOUNTPOINT) or of a lender (--server).
     Stats(cmd::stats::Args),
+    /// List, add or remove the lenders of a running mount.
+    Lenders(cmd::lenders::Args),
     /// Check a server end to end: write blocks, read them back twice, verify every byte.
     Check(cmd::check::Args),
     /// Show a backing directory through FUSE (passthrough) until SIGINT/SIGTERM or unmount.
@@ -35,6 +38,7 @@ fn main() {
     let res = match cli.command {
         Command::Server(a) => cmd::server::run(a),
         Command::Stats(a) => cmd::stats::run(a),
+        Command::Lenders(a) => cmd::lenders::run(a),
         Command::Check(a) => cmd::check::run(a),
         Command::Mount(a) => cmd::mount::run(a),
         Command::Config(a) => cmd::config::run(a),

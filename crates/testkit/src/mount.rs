@@ -72,6 +72,11 @@ impl MountProcess {
         log: &Path,
     ) -> Result<MountProcess, String> {
         require_fuse();
+        if fuse_mounted(mnt) {
+            // Waiting below would take the existing mount for ours, and dropping the guard
+            // would unmount it.
+            return Err(format!("{} is already a FUSE mount point", mnt.display()));
+        }
         let mut cmd = Command::new(bin);
         cmd.arg("mount").arg(backing).arg(mnt).args(args);
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(File::create(log).map_err(|e| format!("{e}"))?);

@@ -18,6 +18,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             let cfg = Config::load(Some(&path))?;
             cfg.server.validate()?;
             cfg.mount.validate()?;
+            cfg.cache.validate()?;
             print!("{}", toml::to_string(&cfg)?);
         }
     }

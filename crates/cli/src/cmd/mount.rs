@@ -1,17 +1,48 @@
 //! `farcache mount BACKING_DIR MOUNTPOINT`: show the backing directory through FUSE, in the
 //! foreground, until SIGINT/SIGTERM (then unmount and exit 0) or until someone else unmounts
 //! it (`fusermount3 -u MOUNTPOINT`, `umount`).
+//!
+//! While it runs, the daemon answers on its control socket (`crate::control`):
+//! `farcache stats MOUNTPOINT` and `farcache lenders MOUNTPOINT` talk to it. The socket is
+//! bound before anything else starts, so a second daemon for the same mount point stops at
+//! once, and removed on exit.
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::Context;
 use farcache_engine::cached::CachedPath;
-use farcache_engine::remote::{Remote, RemoteConfig};
-use farcache_engine::{BackingCountersSnapshot, DataPath, DirectPath};
-use farcache_fuse::{Mount, MountConfig, Unmounted};
-use farcache_policy::route::Threshold;
+use farcache_engine::config::Routing;
+use farcache_engine::remote::Remote;
+use farcache_engine::stats::CacheStats;
+use farcache_engine::{DataPath, DirectPath};
+use farcache_fuse::{Mount, Unmounted};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::control::server::BoundSocket;
+use crate::control::{path as ctl_path, Control};
+
+/// `--routing`: where reads go.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum RoutingArg {
+    /// Paper 000: reads of `cache.threshold` bytes or more to the disk, smaller ones to lenders.
+    Threshold,
+    /// Each read where measured disk and lender costs say it finishes sooner.
+    Adaptive,
+}
+
+impl From<RoutingArg> for Routing {
+    fn from(r: RoutingArg) -> Routing {
+        match r {
+            RoutingArg::Threshold => Routing::Threshold,
+            RoutingArg::Adaptive => Routing::Adaptive,
+        }
+    }
+}
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -21,52 +52,189 @@ pub struct Args {
     /// directory itself).
     mountpoint: PathBuf,
     /// No remote tier: a plain passthrough, the baseline every benchmark compares against.
-    #[arg(long, conflicts_with = "servers")]
+    #[arg(long, conflicts_with_all = ["servers", "tenant", "routing"])]
     no_remote: bool,
     /// A lender to borrow from (repeat for several; blocks are spread by rendezvous hashing).
-    /// With none, a lender runs inside this process with the [server] capacity.
+    /// Replaces cache.servers. With none here or there, a lender runs inside this process
+    /// with the [server] capacity.
     #[arg(long = "server", value_name = "HOST:PORT")]
-    servers: Vec<std::net::SocketAddr>,
-    /// Tenant to borrow as.
-    #[arg(long, default_value = "default")]
-    tenant: String,
-    /// Configuration file (TOML); its [mount] table applies.
+    servers: Vec<String>,
+    /// Tenant to borrow as (overrides cache.tenant).
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Where reads go (overrides cache.routing).
+    #[arg(long, value_enum)]
+    routing: Option<RoutingArg>,
+    /// Control socket to answer on, instead of the default one derived from the mount
+    /// point (see `farcache stats --help`).
+    #[arg(long, value_name = "PATH")]
+    control_socket: Option<PathBuf>,
+    /// Configuration file (TOML); its [mount], [cache] and (for the lender inside this
+    /// process) [server] tables apply. Flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
 }
 
-fn load(path: Option<&Path>) -> anyhow::Result<MountConfig> {
-    let cfg = crate::config::Config::load(path)?.mount;
-    cfg.validate()?;
-    Ok(cfg)
+/// What `{"cmd":"stats"}` answers: who the mount is, then the engine's counters
+/// ([`CacheStats`], docs/METRICS.md).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MountStats {
+    pub version: String,
+    pub pid: u32,
+    pub mountpoint: String,
+    pub backing_dir: String,
+    pub uptime_secs: u64,
+    /// "lenders" (`--server` or cache.servers), "embedded" (a lender inside the mount
+    /// process) or "none" (`--no-remote`).
+    pub remote_tier: String,
+    #[serde(flatten)]
+    pub cache: CacheStats,
+}
+
+/// The data path behind the mount, as the control channel sees it.
+enum Engine {
+    Cached(Arc<CachedPath<DirectPath>>),
+    Passthrough(Arc<DirectPath>),
+}
+
+/// [`Control`] over a running mount.
+struct MountControl {
+    engine: Engine,
+    mountpoint: String,
+    backing_dir: String,
+    remote_tier: &'static str,
+    started: Instant,
+}
+
+const NO_REMOTE: &str = "this mount has no remote tier (--no-remote); remount without it to borrow from lenders";
+
+impl MountControl {
+    fn cache_stats(&self) -> CacheStats {
+        match &self.engine {
+            Engine::Cached(c) => c.stats(),
+            Engine::Passthrough(d) => CacheStats::passthrough(d.counters().snapshot()),
+        }
+    }
+
+    fn mount_stats(&self) -> MountStats {
+        MountStats {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            pid: std::process::id(),
+            mountpoint: self.mountpoint.clone(),
+            backing_dir: self.backing_dir.clone(),
+            uptime_secs: self.started.elapsed().as_secs(),
+            remote_tier: self.remote_tier.to_string(),
+            cache: self.cache_stats(),
+        }
+    }
+
+    fn remote(&self) -> Result<&Remote, String> {
+        match &self.engine {
+            Engine::Cached(c) => Ok(c.remote()),
+            Engine::Passthrough(_) => Err(NO_REMOTE.into()),
+        }
+    }
+}
+
+impl Control for MountControl {
+    fn stats(&self) -> Value {
+        serde_json::to_value(self.mount_stats()).unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }))
+    }
+    fn lenders(&self) -> Vec<Value> {
+        let Ok(remote) = self.remote() else { return Vec::new() };
+        remote.lenders().iter().filter_map(|l| serde_json::to_value(l).ok()).collect()
+    }
+    fn add_lender(&self, addr: SocketAddr) -> Result<(), String> {
+        self.remote()?.add_lender(addr).map_err(|e| e.to_string())
+    }
+    fn remove_lender(&self, addr: SocketAddr) -> Result<(), String> {
+        self.remote()?.remove_lender(addr).map_err(|e| e.to_string())
+    }
+}
+
+/// The control socket this mount answers on: `--control-socket`, or the default path for
+/// its canonical mount point (in a private directory, created if need be).
+fn control_socket_path(explicit: Option<&Path>, canonical_mountpoint: &Path) -> anyhow::Result<PathBuf> {
+    if let Some(p) = explicit {
+        return std::path::absolute(p).with_context(|| format!("--control-socket {}", p.display()));
+    }
+    let dir = ctl_path::runtime_dir();
+    ctl_path::ensure_private_dir(&dir)?;
+    Ok(ctl_path::default_socket_path(canonical_mountpoint)?)
+}
+
+/// The configuration in force: the file's (or the defaults), flags over it, validated.
+/// With `--no-remote` the [cache] table is not used, so not checked.
+fn settings(a: &Args) -> anyhow::Result<crate::config::Config> {
+    let mut c = crate::config::Config::load(a.config.as_deref())?;
+    c.mount.validate()?;
+    if !a.servers.is_empty() {
+        c.cache.servers = a.servers.clone();
+    }
+    if let Some(t) = &a.tenant {
+        c.cache.tenant = t.clone();
+    }
+    if let Some(r) = a.routing {
+        c.cache.routing = r.into();
+    }
+    if !a.no_remote {
+        c.cache.validate()?;
+    }
+    Ok(c)
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let file_cfg = crate::config::Config::load(a.config.as_deref())?;
-    let cfg = load(a.config.as_deref())?;
+    let file_cfg = settings(&a)?;
+    let cfg = file_cfg.mount.clone();
+    let cache = file_cfg.cache.clone();
+
+    // The control socket first: if another daemon serves this mount point, stop before
+    // starting anything. (A mount point that does not resolve fails in `Mount::new` below,
+    // with the right message.)
+    let canonical = std::fs::canonicalize(&a.mountpoint).unwrap_or_else(|_| a.mountpoint.clone());
+    let socket_path = control_socket_path(a.control_socket.as_deref(), &canonical)?;
+    let bound = BoundSocket::bind(&socket_path).context("the control socket")?;
+
     // The embedded lender's runtime must outlive the mount: kept here until `run` returns.
     let mut _embedded: Option<tokio::runtime::Runtime> = None;
-    let mut direct: Option<Arc<DirectPath>> = None;
-    let (data, cached): (Arc<dyn DataPath>, Option<Arc<CachedPath<DirectPath>>>) = if a.no_remote {
+    let (data, engine, remote_tier): (Arc<dyn DataPath>, Engine, &'static str) = if a.no_remote {
         tracing::info!("no remote tier (--no-remote): plain passthrough");
         let d = Arc::new(DirectPath::new());
-        direct = Some(d.clone());
-        (d, None)
+        (d.clone(), Engine::Passthrough(d), "none")
     } else {
-        let servers = if a.servers.is_empty() {
+        let (servers, tier) = if cache.servers.is_empty() {
             let (rt, addr) = embedded_lender(file_cfg.server.clone())?;
             _embedded = Some(rt);
-            tracing::info!("no --server: lending {} from this process on {addr}", file_cfg.server.capacity);
-            vec![addr]
+            tracing::info!("no lenders configured: lending {} from this process on {addr}", file_cfg.server.capacity);
+            (vec![addr], "embedded")
         } else {
-            a.servers.clone()
+            (cache.resolve_servers()?, "lenders")
         };
-        let mut rc = RemoteConfig::new(servers);
-        rc.tenant = a.tenant.clone();
+        let rc = cache.remote_config(servers)?;
         let remote = Remote::start(rc).context("starting the remote tier")?;
-        let c = Arc::new(CachedPath::new(DirectPath::new(), remote, Threshold::PAPER));
-        (c.clone(), Some(c))
+        tracing::info!(
+            "routing {}",
+            match cache.routing {
+                Routing::Threshold => format!("threshold: reads of {} or more go to the disk", cache.threshold),
+                Routing::Adaptive => "adaptive: each read where measured costs say it finishes sooner".to_string(),
+            }
+        );
+        let c = Arc::new(CachedPath::new(DirectPath::new(), remote, cache.router()));
+        (c.clone(), Engine::Cached(c), tier)
     };
+    let control = Arc::new(MountControl {
+        engine,
+        mountpoint: canonical.display().to_string(),
+        backing_dir: std::fs::canonicalize(&a.backing_dir)
+            .unwrap_or_else(|_| a.backing_dir.clone())
+            .display()
+            .to_string(),
+        remote_tier,
+        started: Instant::now(),
+    });
+    let control_server = bound.serve(control.clone()).context("starting the control socket")?;
+    tracing::info!("control socket {}", control_server.path().display());
+    let socket_file = control_server.socket_file();
 
     // Signal handlers go in before the mount: a SIGTERM between the mount going live and a
     // handler being installed would kill the daemon and leave a dead mount behind.
@@ -105,6 +273,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     1
                 }
             };
+            // The mount point is no longer this daemon's (even if detached users remain):
+            // its socket must not keep a new mount there from starting.
+            if code == 0 {
+                socket_file.remove();
+            }
             // `Mount::run` returns (and the process exits) as soon as the kernel ends the
             // session. If users still hold files after the grace period, or a second signal
             // comes, exit anyway: closing /dev/fuse aborts the connection.
@@ -113,37 +286,34 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 _ = term.recv() => tracing::warn!("second signal: exiting now"),
                 _ = int.recv() => tracing::warn!("second signal: exiting now"),
             }
+            // Exiting without unwinding: the control socket goes first.
+            socket_file.remove();
             std::process::exit(code);
         })
     })?;
 
     mount.run()?;
-    if let Some(c) = &cached {
-        let r = c.remote().counters();
-        let e = c.counters();
-        let l = |x: &std::sync::atomic::AtomicU64| x.load(std::sync::atomic::Ordering::Relaxed);
+    let s = control.cache_stats();
+    if matches!(control.engine, Engine::Cached(_)) {
+        let (r, e) = (&s.remote, &s.engine);
         tracing::info!(
             "remote tier: {} hits, {} misses, {} bytes from lenders, {} bytes to lenders, {} invalidations, \
              {} fallbacks; {} reads from lenders, {} small reads from disk, {} sequential bypasses; \
              index {} bytes for {} blocks",
-            l(&r.hits),
-            l(&r.misses),
-            l(&r.bytes_from_servers),
-            l(&r.bytes_to_servers),
-            l(&r.invalidations),
-            l(&r.fallbacks),
-            l(&e.remote_reads),
-            l(&e.disk_reads),
-            l(&e.sequential_bypasses),
-            c.index().memory_bytes(),
-            c.index().remote_blocks()
+            r.hits,
+            r.misses,
+            r.bytes_from_servers,
+            r.bytes_to_servers,
+            r.invalidations,
+            r.fallbacks,
+            e.remote_reads,
+            e.disk_reads,
+            e.sequential_bypasses,
+            s.index.memory_bytes,
+            s.index.remote_blocks
         );
     }
-    let c = match (&cached, &direct) {
-        (Some(c), _) => c.disk().counters().snapshot(),
-        (None, Some(d)) => d.counters().snapshot(),
-        (None, None) => BackingCountersSnapshot::default(),
-    };
+    let c = &s.backing;
     tracing::info!(
         "backing I/O: {} direct and {} buffered reads ({} bytes), {} writes ({} bytes), \
          {} fsyncs; {} files lost their last name",
@@ -155,6 +325,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         c.fsyncs,
         c.forgets
     );
+    drop(control_server);
     Ok(())
 }
 
@@ -176,4 +347,61 @@ fn embedded_lender(
         }
     });
     Ok((rt, addr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(extra: &[&str]) -> Result<Args, clap::Error> {
+        Cli::try_parse_from(["mount", "/b", "/m"].iter().chain(extra)).map(|c| c.args)
+    }
+
+    #[test]
+    fn flags_override_the_cache_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f.toml");
+        std::fs::write(
+            &file,
+            "[cache]\nservers = [\"10.0.0.1:7411\", \"10.0.0.2:7411\"]\ntenant = \"db1\"\nrouting = \"adaptive\"\n",
+        )
+        .unwrap();
+        let f = file.to_str().unwrap();
+
+        let c = settings(&parse(&["--config", f]).unwrap()).unwrap();
+        assert_eq!(c.cache.servers, ["10.0.0.1:7411", "10.0.0.2:7411"]);
+        assert_eq!((c.cache.tenant.as_str(), c.cache.routing), ("db1", Routing::Adaptive));
+
+        let c = settings(
+            &parse(&["--config", f, "--server", "127.0.0.1:1", "--tenant", "db2", "--routing", "threshold"]).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(c.cache.servers, ["127.0.0.1:1"], "--server replaces cache.servers");
+        assert_eq!((c.cache.tenant.as_str(), c.cache.routing), ("db2", Routing::Threshold));
+
+        // Without a file: the defaults (an embedded lender, threshold routing).
+        let c = settings(&parse(&[]).unwrap()).unwrap();
+        assert!(c.cache.servers.is_empty());
+        assert_eq!(c.cache.routing, Routing::Threshold);
+
+        // Bad values are refused by key, flags included.
+        let e = settings(&parse(&["--tenant", "no spaces"]).unwrap()).unwrap_err().to_string();
+        assert!(e.starts_with("cache.tenant:"), "{e}");
+        let e = settings(&parse(&["--server", "nohost"]).unwrap()).unwrap_err().to_string();
+        assert!(e.starts_with("cache.servers:"), "{e}");
+        assert!(parse(&["--routing", "fastest"]).is_err());
+        assert!(parse(&["--no-remote", "--server", "127.0.0.1:1"]).is_err());
+        assert!(parse(&["--no-remote", "--routing", "adaptive"]).is_err());
+        // --no-remote does not use [cache], so a bad one there does not stop it.
+        std::fs::write(&file, "[cache]\nthreshold = \"5000B\"\n").unwrap();
+        assert!(settings(&parse(&["--config", f]).unwrap()).is_err());
+        settings(&parse(&["--config", f, "--no-remote"]).unwrap()).unwrap();
+    }
 }

@@ -1,4 +1,5 @@
-//! `farcache stats --server HOST:PORT`: a server's counters, as a table or JSON.
+//! `farcache stats`: counters as a table or JSON — of a lender (`--server HOST:PORT`, its
+//! STATS document) or of a running mount (`MOUNTPOINT`, through its control socket).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,29 +9,63 @@ use anyhow::Context;
 use farcache_client::{Client, ClientConfig};
 use farcache_config::ByteSize;
 use farcache_server::ServerStats;
+use serde_json::json;
+
+use super::mount::MountStats;
 
 #[derive(clap::Args)]
+#[command(after_help = "A mount's control socket is, unless --control-socket says otherwise, \
+/run/farcache/ (root), else $XDG_RUNTIME_DIR/farcache/, else /tmp/farcache-UID/, \
+named after the mount point.")]
 pub struct Args {
-    /// The server to ask.
-    #[arg(long)]
-    server: String,
+    /// Mount point of a running `farcache mount` whose counters to show.
+    #[arg(required_unless_present_any = ["server", "control_socket"], conflicts_with = "server")]
+    mountpoint: Option<PathBuf>,
+    /// A lender (`farcache server`) whose counters to show, instead of a mount's.
+    #[arg(long, value_name = "HOST:PORT")]
+    server: Option<String>,
     /// Print the raw JSON.
     #[arg(long)]
     json: bool,
-    /// Tenant to connect as (STATS show this tenant, or all for an admin tenant).
-    #[arg(long, default_value = "default")]
-    tenant: String,
-    /// File whose first line is the tenant's secret.
-    #[arg(long)]
+    /// With --server: tenant to connect as (STATS show this tenant, or all for an admin tenant).
+    #[arg(long, conflicts_with_all = ["mountpoint", "control_socket"])]
+    tenant: Option<String>,
+    /// With --server: file whose first line is the tenant's secret.
+    #[arg(long, conflicts_with_all = ["mountpoint", "control_socket"])]
     secret_file: Option<PathBuf>,
+    /// The mount's control socket, if not the default one for MOUNTPOINT.
+    #[arg(long, value_name = "PATH", conflicts_with = "server")]
+    control_socket: Option<PathBuf>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let addr: SocketAddr = resolve(&a.server)?;
+    match &a.server {
+        Some(server) => run_server(&a, server),
+        None => run_mount(&a),
+    }
+}
+
+fn run_mount(a: &Args) -> anyhow::Result<()> {
+    let (mnt, socket) = super::lenders::target(a.mountpoint.as_deref(), a.control_socket.as_deref())?;
+    let resp = crate::control::client::call_mount(&mnt, &socket, &json!({ "cmd": "stats" }))?;
+    let stats = resp.get("stats").context("the daemon's answer has no stats")?;
+    if a.json {
+        println!("{stats}");
+        return Ok(());
+    }
+    let s: MountStats =
+        serde_json::from_value(stats.clone()).context("the mount sent stats this version cannot read")?;
+    print!("{}", render_mount(&s));
+    Ok(())
+}
+
+fn run_server(a: &Args, server: &str) -> anyhow::Result<()> {
+    let addr: SocketAddr = resolve(server)?;
     let secret = super::read_secret_file(a.secret_file.as_deref())?;
+    let tenant = a.tenant.clone().unwrap_or_else(|| "default".to_string());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let json = rt.block_on(async {
-        let mut cfg = ClientConfig::new(addr, a.tenant.clone());
+        let mut cfg = ClientConfig::new(addr, tenant);
         cfg.secret = secret;
         cfg.connect_timeout = Duration::from_secs(3);
         cfg.request_timeout = Duration::from_secs(5);
@@ -56,7 +91,7 @@ fn resolve(s: &str) -> anyhow::Result<SocketAddr> {
         .with_context(|| format!("--server {s:?}: no address"))
 }
 
-fn ratio(hits: u64, misses: u64) -> String {
+pub fn ratio(hits: u64, misses: u64) -> String {
     if hits + misses == 0 {
         "-".into()
     } else {
@@ -109,4 +144,138 @@ fn render(s: &ServerStats) -> String {
         );
     }
     out
+}
+
+/// A mount's counters as a table: what each line means is in docs/METRICS.md ("Mount").
+fn render_mount(s: &MountStats) -> String {
+    use std::fmt::Write;
+    let (r, e, c, b) = (&s.cache.remote, &s.cache.engine, &s.cache, &s.cache.backing);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "farcache mount {} (backing {}), version {}, pid {}, up {}s",
+        s.mountpoint, s.backing_dir, s.version, s.pid, s.uptime_secs
+    );
+    let routing = match c.routing.mode.as_str() {
+        "threshold" => format!("threshold: reads of {} or more go to the disk", ByteSize(c.routing.threshold_bytes)),
+        "adaptive" => match &c.routing.adaptive {
+            Some(a) => format!(
+                "adaptive: {} to lenders, {} to the disk, {} probes; disk {:.0}us + {:.0} MB/s ({} samples), \
+                 lenders {:.0}us + {:.0} MB/s ({} samples)",
+                e.adaptive_remote,
+                e.adaptive_disk,
+                e.adaptive_probes,
+                a.disk_access_us,
+                a.disk_bytes_per_us,
+                a.disk_samples,
+                a.remote_access_us,
+                a.remote_bytes_per_us,
+                a.remote_samples
+            ),
+            None => "adaptive".to_string(),
+        },
+        other => other.to_string(),
+    };
+    let tier = match s.remote_tier.as_str() {
+        "none" => "none (--no-remote: plain passthrough)".to_string(),
+        "embedded" => "a lender inside the mount process".to_string(),
+        _ => format!("{} lender(s)", c.lenders.len()),
+    };
+    let _ = writeln!(out, "remote     {tier}; routing {routing}");
+    let _ = writeln!(out, "{:<10} {:>12} {:>12} {:>9}", "tier", "hits", "misses", "ratio");
+    let _ = writeln!(out, "{:<10} {:>12} {:>12} {:>9}", "lenders", r.hits, r.misses, ratio(r.hits, r.misses));
+    let disk = b.reads_direct + b.reads_buffered;
+    let _ = writeln!(out, "{:<10} {:>12} {:>12} {:>9}", "disk", disk, "-", "-");
+    let _ = writeln!(
+        out,
+        "hit ratio  {} of blocks asked of lenders; reads: {} from lenders, {} small from disk, {} sequential bypasses",
+        ratio(r.hits, r.misses),
+        e.remote_reads,
+        e.disk_reads,
+        e.sequential_bypasses
+    );
+    let _ = writeln!(
+        out,
+        "bytes      {} from lenders, {} to lenders; {} fills ({} dropped, {} failed)",
+        ByteSize(r.bytes_from_servers).approx(),
+        ByteSize(r.bytes_to_servers).approx(),
+        r.puts,
+        r.puts_dropped,
+        r.puts_failed
+    );
+    let _ = writeln!(
+        out,
+        "faults     {} invalidations ({} dropped), {} fallbacks, {} answers rejected, {} connects ({} failed)",
+        r.invalidations, r.invalidations_dropped, r.fallbacks, r.rejected, r.connects, r.connect_failures
+    );
+    let _ = writeln!(
+        out,
+        "index      {} for {} blocks cached ({} per GiB cached)",
+        ByteSize(c.index.memory_bytes).approx(),
+        c.index.remote_blocks,
+        ByteSize(c.index.bytes_per_gib_cached).approx()
+    );
+    let _ = writeln!(
+        out,
+        "backing    {} direct + {} buffered reads ({}), {} writes ({}), {} fsyncs",
+        b.reads_direct,
+        b.reads_buffered,
+        ByteSize(b.read_bytes).approx(),
+        b.writes,
+        ByteSize(b.write_bytes).approx(),
+        b.fsyncs
+    );
+    if s.remote_tier != "none" {
+        let _ = writeln!(out, "lenders");
+        out.push_str(&super::lenders::render(&c.lenders));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use farcache_engine::stats::CacheStats;
+
+    #[test]
+    fn a_mount_table_shows_every_group() {
+        let mut cache = CacheStats::default();
+        cache.remote.hits = 900;
+        cache.remote.misses = 100;
+        cache.remote.bytes_from_servers = 900 * 4096;
+        cache.engine.sequential_bypasses = 7;
+        cache.index = farcache_engine::stats::IndexStats::new(150 << 10, 262_144);
+        cache.routing.mode = "threshold".into();
+        cache.routing.threshold_bytes = 128 << 10;
+        let s = MountStats {
+            version: "0.1.0".into(),
+            pid: 42,
+            mountpoint: "/mnt/data".into(),
+            backing_dir: "/srv/data".into(),
+            uptime_secs: 5,
+            remote_tier: "lenders".into(),
+            cache,
+        };
+        let t = render_mount(&s);
+        for want in [
+            "/mnt/data",
+            "hit ratio  90.0%",
+            "128KiB or more",
+            "7 sequential bypasses",
+            "per GiB cached",
+            "no lenders",
+            "invalidations",
+            "fallbacks",
+        ] {
+            assert!(t.contains(want), "no {want:?} in\n{t}");
+        }
+        // It reads back from the JSON the daemon sends (flattened engine stats).
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["remote"]["hits"], 900);
+        assert_eq!(v["mountpoint"], "/mnt/data");
+        let back: MountStats = serde_json::from_value(v).unwrap();
+        assert_eq!(back.cache, s.cache);
+        let none = MountStats { remote_tier: "none".into(), ..s };
+        assert!(!render_mount(&none).contains("lenders\n"));
+    }
 }
