@@ -5,7 +5,7 @@ BIN := target/release/farcache
 
 .PHONY: run test bench deps build fuzz lint clean
 
-## make run: build, then start a lender on embedded defaults and exercise it.
+## make run: build, then mount a directory on embedded defaults, read it at random twice, show the counters.
 run: deps build
 	./scripts/run-demo.sh
 

@@ -24,6 +24,8 @@ enum Command {
     Lenders(cmd::lenders::Args),
     /// Check a server end to end: write blocks, read them back twice, verify every byte.
     Check(cmd::check::Args),
+    /// Read a file at random 4 KiB offsets, the same sequence each pass, timed per pass.
+    Randread(cmd::randread::Args),
     /// Show a backing directory through FUSE (passthrough) until SIGINT/SIGTERM or unmount.
     Mount(cmd::mount::Args),
     /// Print the configuration template with every default.
@@ -41,6 +43,7 @@ fn main() {
         Command::Lenders(a) => cmd::lenders::run(a),
         Command::Check(a) => cmd::check::run(a),
         Command::Mount(a) => cmd::mount::run(a),
+        Command::Randread(a) => cmd::randread::run(a),
         Command::Config(a) => cmd::config::run(a),
         Command::Bench(a) => cmd::bench::run(a),
     };

@@ -3,6 +3,7 @@ pub mod check;
 pub mod config;
 pub mod lenders;
 pub mod mount;
+pub mod randread;
 pub mod server;
 pub mod stats;
 
