@@ -53,13 +53,20 @@ fn main() {
     }
 }
 
-/// Logs go to stderr; `FARCACHE_LOG` (or `RUST_LOG`) sets the filter, default `info`.
+/// The default log filter. fuser 0.18 answers every FUSE_INTERRUPT with ENOSYS; when the
+/// interrupted request was already answered, the kernel refuses that reply (ENOENT) and
+/// fuser logs it as an error: under PostgreSQL, several per second of noise that means
+/// nothing (the request was answered). Its reply errors are off unless asked for.
+const DEFAULT_LOG: &str = "info,fuser::reply=off";
+
+/// Logs go to stderr; `FARCACHE_LOG` (or `RUST_LOG`) sets the filter, default [`DEFAULT_LOG`].
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
-    let filter =
-        std::env::var("FARCACHE_LOG").or_else(|_| std::env::var("RUST_LOG")).unwrap_or_else(|_| "info".to_string());
+    let filter = std::env::var("FARCACHE_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .unwrap_or_else(|_| DEFAULT_LOG.to_string());
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_env_filter(EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG)))
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)

@@ -147,20 +147,27 @@ impl<D: DataPath> CachedPath<D> {
         }
     }
 
-    /// After the disk changed bytes `offset..offset + len` of `file`.
-    /// Also records the file's new change stamp, so that the next open knows the change was
-    /// the mount's own.
-    fn changed(&self, file: &BackingFile, offset: u64, len: u64) {
-        if len == 0 {
-            return;
-        }
+    /// Run `change` (which changes bytes `offset..offset + len` of `file` on the disk), then
+    /// give what it touched new versions and record the file's new change stamp, so that the
+    /// next open knows the change was the mount's own. Runs the bookkeeping also when the
+    /// change failed part-way.
+    fn changing<T>(
+        &self,
+        file: &BackingFile,
+        offset: u64,
+        len: u64,
+        change: impl FnOnce() -> io::Result<T>,
+    ) -> io::Result<T> {
         let f = self.index.file(file.id());
-        let last = offset.saturating_add(len - 1) / BLOCK_BYTES;
-        let gone = self.index.invalidate(&f, offset / BLOCK_BYTES, last);
-        self.remote.del_async(gone);
-        if let Ok(now) = Stamp::of(file.file()) {
-            self.index.restamp(&f, now);
+        self.index.begin_change(&f);
+        let r = change();
+        if len > 0 {
+            let last = offset.saturating_add(len - 1) / BLOCK_BYTES;
+            let gone = self.index.invalidate(&f, offset / BLOCK_BYTES, last);
+            self.remote.del_async(gone);
         }
+        self.index.end_change(&f, || Stamp::of(file.file()));
+        r
     }
 
     /// A disk read, timed for the adaptive rule.
@@ -272,24 +279,20 @@ impl<D: DataPath> DataPath for CachedPath<D> {
     }
 
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {
-        let r = self.disk.write(file, offset, data);
-        self.changed(file, offset, data.len() as u64);
-        r
+        self.changing(file, offset, data.len() as u64, || self.disk.write(file, offset, data))
     }
 
     fn set_len(&self, file: &BackingFile, size: u64) -> io::Result<()> {
-        let r = self.disk.set_len(file, size);
         // Everything from the block holding the new end on may have changed.
-        self.changed(file, size / BLOCK_BYTES * BLOCK_BYTES, u64::MAX / 2);
-        r
+        self.changing(file, size / BLOCK_BYTES * BLOCK_BYTES, u64::MAX / 2, || self.disk.set_len(file, size))
     }
 
     fn fallocate(&self, file: &BackingFile, mode: i32, offset: u64, len: u64) -> io::Result<()> {
-        let r = self.disk.fallocate(file, mode, offset, len);
         // Collapse and insert range shift everything after `offset`.
         let shifts = mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0;
-        self.changed(file, offset, if shifts { u64::MAX / 2 } else { len });
-        r
+        self.changing(file, offset, if shifts { u64::MAX / 2 } else { len }, || {
+            self.disk.fallocate(file, mode, offset, len)
+        })
     }
 
     fn fsync(&self, file: &BackingFile, datasync: bool) -> io::Result<()> {
@@ -299,14 +302,12 @@ impl<D: DataPath> DataPath for CachedPath<D> {
     fn opened(&self, file: &BackingFile) {
         // A file whose stamp cannot be read is left as it is: its next change through the
         // mount still invalidates what it touched.
-        if let Ok(now) = Stamp::of(file.file()) {
-            let gone = self.index.revalidate(file.id(), now);
-            if !gone.is_empty() {
-                add(&self.counters.changed_behind, 1);
-                tracing::info!(file = ?file.id(), "changed behind the mount since it was last open: {} cached blocks dropped", gone.len());
-            }
-            self.remote.del_async(gone);
+        let gone = self.index.revalidate(file.id(), || Stamp::of(file.file()));
+        if !gone.is_empty() {
+            add(&self.counters.changed_behind, 1);
+            tracing::info!(file = ?file.id(), "changed behind the mount since it was last open: {} cached blocks dropped", gone.len());
         }
+        self.remote.del_async(gone);
         self.disk.opened(file);
     }
 

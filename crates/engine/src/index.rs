@@ -114,6 +114,10 @@ struct FileState {
     /// The backing file's change stamp when the mount last knew its contents (at an open, or
     /// after a change made through the mount). `None` until first seen.
     stamp: Option<Stamp>,
+    /// Changes through the mount in progress (between [`BlockIndex::begin_change`] and
+    /// [`BlockIndex::end_change`]): while any is, the stamp may move for the mount's own
+    /// reasons, so an open does not judge it.
+    changing: u32,
     next_version: u32,
     chunks: Chunks,
 }
@@ -183,6 +187,7 @@ impl BlockIndex {
                     state: Mutex::new(FileState {
                         key: self.file_key(id, 0),
                         stamp: None,
+                        changing: 0,
                         next_version: 1,
                         chunks: Default::default(),
                     }),
@@ -206,14 +211,22 @@ impl BlockIndex {
         keys
     }
 
-    /// A backing file was opened and has stamp `now`. If the index knew it with another
-    /// stamp, it changed behind the mount's back (written by another program on the backing
-    /// directory while it was not open here): every chunk gets a new version, so no copy
-    /// of the old contents can be read again. Returns the keys that were cached, for
+    /// A backing file was opened; `stamp` reads its stamp now. If the index knew it with
+    /// another stamp, it changed behind the mount's back (written by another program on the
+    /// backing directory while it was not open here): every chunk gets a new version, so no
+    /// copy of the old contents can be read again. Returns the keys that were cached, for
     /// best-effort deletion. Files the index has never seen need nothing.
-    pub fn revalidate(&self, id: &FileId, now: Stamp) -> Vec<BlockKey> {
+    ///
+    /// The stamp is read under the file's lock, and not at all while a change through the
+    /// mount is in progress, so the mount's own writes on other handles are never taken for
+    /// changes behind its back (in either order).
+    pub fn revalidate(&self, id: &FileId, stamp: impl FnOnce() -> std::io::Result<Stamp>) -> Vec<BlockKey> {
         let Some(f) = self.shard(id).lock().get(id).cloned() else { return Vec::new() };
         let mut st = f.state.lock();
+        if st.changing > 0 {
+            return Vec::new();
+        }
+        let Ok(now) = stamp() else { return Vec::new() };
         let before = st.stamp.replace(now);
         let mut keys = Vec::new();
         if before.is_some_and(|b| b != now) {
@@ -225,11 +238,19 @@ impl BlockIndex {
         keys
     }
 
-    /// Record the stamp of a file after the mount itself changed it (a write, truncate or
-    /// fallocate, after [`Self::invalidate`]), so the next open does not take the mount's own
-    /// change for a change behind its back.
-    pub fn restamp(&self, f: &FileIndex, now: Stamp) {
-        f.state.lock().stamp = Some(now);
+    /// A change through the mount (write, truncate, fallocate) is about to reach the disk.
+    /// Pair with [`Self::end_change`].
+    pub fn begin_change(&self, f: &FileIndex) {
+        f.state.lock().changing += 1;
+    }
+
+    /// The change is on the disk and [`Self::invalidate`]d: record the file's stamp (read by
+    /// `stamp` under the file's lock, so the last change to end records the newest), so the
+    /// next open does not take the mount's own change for a change behind its back.
+    pub fn end_change(&self, f: &FileIndex, stamp: impl FnOnce() -> std::io::Result<Stamp>) {
+        let mut st = f.state.lock();
+        st.changing = st.changing.saturating_sub(1);
+        st.stamp = stamp().ok();
     }
 
     /// The key of `block` if a lender holds it.

@@ -251,3 +251,40 @@ fn a_file_changed_behind_the_mount_is_noticed_at_the_next_open() {
     assert_eq!(&e.read(&file, 3 * 4096, 4096).unwrap()[..], &[0xAB; 4096][..]);
     assert_eq!(&e.read(&file, 4 * 4096, 4096).unwrap()[..], &data[4 * 4096..5 * 4096]);
 }
+
+#[test]
+fn the_mounts_own_writes_on_other_handles_are_never_taken_for_changes_behind_its_back() {
+    use farcache_engine::{BackingFile, BackingOptions, Identities};
+    let lender = Lender::start("16MiB");
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(1 << 20, 9);
+    let writer = backing(&dir, &data);
+    let e = engine(vec![lender.addr]);
+    wait("connection", || e.remote().connected() == 1);
+    e.opened(&writer);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut x = 1u64;
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_millis(1500) {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let off = (x >> 33) % ((1 << 20) - 8192);
+                e.write(&writer, off, &[x as u8; 8192]).unwrap();
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        s.spawn(|| {
+            let mut opens = 0;
+            while !stop.load(Ordering::Relaxed) || opens < 100 {
+                let f = std::fs::File::open(dir.path().join("f")).unwrap();
+                let id = Identities::new().identify(&f).unwrap();
+                let b = BackingFile::new(id, f, libc::O_RDONLY, &BackingOptions { direct_io: true });
+                e.opened(&b);
+                e.read(&b, (opens % 256) * 4096, 4096).unwrap();
+                opens += 1;
+            }
+        });
+    });
+    assert_eq!(e.counters().changed_behind.load(Ordering::Relaxed), 0, "own writes taken for foreign changes");
+}
