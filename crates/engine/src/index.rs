@@ -393,9 +393,11 @@ impl BlockIndex {
 }
 
 fn chunk_of(block: u64) -> u32 {
-    // Files of more than 2^32 chunks (1 PiB) share chunk numbers modulo 2^32: they would
-    // only invalidate more than needed, never less, since invalidation walks by chunk.
-    (block / CHUNK_BLOCKS) as u32
+    // Saturating, so that the chunk numbers of a range stay in order (`invalidate` of
+    // "everything from here on" passes a huge last block). Blocks past 2^32 chunks (1 PiB)
+    // share the last chunk number: that only invalidates more than needed, never less, and
+    // a wrong bit there costs a miss, since keys carry the real block number.
+    u32::try_from(block / CHUNK_BLOCKS).unwrap_or(u32::MAX)
 }
 
 fn bit_of(block: u64) -> u64 {
@@ -431,6 +433,30 @@ mod tests {
         assert_eq!(ix.lookup(&f, 5), Some(t.key));
         assert_eq!(ix.lookup(&f, 6), None);
         assert_eq!(ix.remote_blocks(), 1);
+    }
+
+    /// A truncate invalidates "from the new end on" with a huge last block: every chunk
+    /// past the new end must lose its bits, whether the end is mid-chunk or on a boundary.
+    #[test]
+    fn invalidating_to_the_end_of_a_huge_range_reaches_every_chunk() {
+        for first in [0u64, 1, 63, 64, 65, 100, 128, 255] {
+            let ix = BlockIndex::new();
+            let f = ix.file(&id(1));
+            for b in 0..256 {
+                let t = ix.fill_start(&f, b);
+                assert!(ix.fill_done(&f, t));
+            }
+            // As `CachedPath::set_len` computes it: bytes from the new end, u64::MAX / 2 long.
+            let last = (first * BLOCK_BYTES).saturating_add(u64::MAX / 2 - 1) / BLOCK_BYTES;
+            let gone = ix.invalidate(&f, first, last);
+            let first_chunk = first / CHUNK_BLOCKS * CHUNK_BLOCKS;
+            for b in 0..256 {
+                assert_eq!(ix.lookup(&f, b).is_none(), b >= first_chunk, "first {first}, block {b}");
+            }
+            assert_eq!(gone.len() as u64, 256 - first_chunk, "first {first}");
+        }
+        assert_eq!(chunk_of(u64::MAX), u32::MAX);
+        assert!(chunk_of(u64::MAX / 2) >= chunk_of(1 << 40));
     }
 
     #[test]

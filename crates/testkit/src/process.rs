@@ -104,9 +104,33 @@ impl ServerProcess {
         config_toml: Option<&str>,
         env: &[(&str, &str)],
     ) -> Result<ServerProcess, StartError> {
+        Self::try_start_on(bin, SocketAddr::from(([127, 0, 0, 1], 0)), args, config_toml, env)
+    }
+
+    /// [`ServerProcess::start`] listening on `listen` rather than on a free port: to restart
+    /// a lender where its borrowers already look for it (after [`ServerProcess::kill`] the
+    /// address is free again; the server binds with `SO_REUSEADDR`, so connections of the
+    /// dead process in TIME_WAIT do not stand in the way), or to start one mid-test on an
+    /// address a borrower was given before it existed.
+    pub fn start_on(bin: &Path, listen: SocketAddr, args: &[&str], config_toml: Option<&str>) -> ServerProcess {
+        match Self::try_start_on(bin, listen, args, config_toml, &[]) {
+            Ok(s) => s,
+            Err(e) => panic!("server on {listen}: {e}"),
+        }
+    }
+
+    /// Like [`ServerProcess::start_on`] with extra environment variables, but a server that
+    /// does not start (the address is taken, for instance) is an `Err`.
+    pub fn try_start_on(
+        bin: &Path,
+        listen: SocketAddr,
+        args: &[&str],
+        config_toml: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Result<ServerProcess, StartError> {
         let dir = tempfile::Builder::new().prefix("farcache-test-").tempdir().map_err(StartError::Spawn)?;
         let mut cmd = Command::new(bin);
-        cmd.arg("server").args(["--listen", "127.0.0.1:0"]).args(args);
+        cmd.arg("server").arg("--listen").arg(listen.to_string()).args(args);
         let config_path = match config_toml {
             Some(text) => {
                 let p = dir.path().join("farcache.toml");
