@@ -255,6 +255,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     std::io::stdout().flush()?;
 
     let grace = cfg.shutdown_grace.get();
+    let summary = control.clone();
     std::thread::Builder::new().name("farcache-signals".into()).spawn(move || {
         rt.block_on(async move {
             let which = tokio::select! {
@@ -280,19 +281,38 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
             // `Mount::run` returns (and the process exits) as soon as the kernel ends the
             // session. If users still hold files after the grace period, or a second signal
-            // comes, exit anyway: closing /dev/fuse aborts the connection.
+            // comes, exit anyway: closing /dev/fuse aborts the connection. A session that
+            // outlives a clean unmount is held by a copy of the mount in another mount
+            // namespace (a process that ran `unshare -m` meanwhile): say so.
+            let held = async {
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                tracing::warn!(
+                    "unmounted here, but the session goes on: a copy of the mount lives in another mount \
+                     namespace; waiting up to {grace:?} for it"
+                );
+                std::future::pending::<()>().await
+            };
             tokio::select! {
                 _ = tokio::time::sleep(grace) => tracing::warn!("still in use after {grace:?}; exiting"),
+                _ = held, if code == 0 => {}
                 _ = term.recv() => tracing::warn!("second signal: exiting now"),
                 _ = int.recv() => tracing::warn!("second signal: exiting now"),
             }
-            // Exiting without unwinding: the control socket goes first.
+            // Exiting without unwinding: the counters and the control socket go first.
+            log_summary(&summary);
             socket_file.remove();
             std::process::exit(code);
         })
     })?;
 
     mount.run()?;
+    log_summary(&control);
+    drop(control_server);
+    Ok(())
+}
+
+/// The counters, logged once as the daemon ends (on every exit path).
+fn log_summary(control: &MountControl) {
     let s = control.cache_stats();
     if matches!(control.engine, Engine::Cached(_)) {
         let (r, e) = (&s.remote, &s.engine);
@@ -325,8 +345,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         c.fsyncs,
         c.forgets
     );
-    drop(control_server);
-    Ok(())
 }
 
 /// Start a lender inside this process on a loopback port: `farcache mount` on one machine.
