@@ -30,6 +30,8 @@ enum Command {
     Mount(cmd::mount::Args),
     /// Print the configuration template with every default.
     Config(cmd::config::Args),
+    /// Write a fresh block key (for `mount --key-file`) to a new file, mode 600.
+    Keygen(cmd::keygen::Args),
     /// Run a benchmark: the server against memcached, or LRU against S3-FIFO.
     Bench(cmd::bench::Args),
 }
@@ -45,6 +47,7 @@ fn main() {
         Command::Mount(a) => cmd::mount::run(a),
         Command::Randread(a) => cmd::randread::run(a),
         Command::Config(a) => cmd::config::run(a),
+        Command::Keygen(a) => cmd::keygen::run(a),
         Command::Bench(a) => cmd::bench::run(a),
     };
     if let Err(e) = res {

@@ -4,6 +4,7 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use farcache_client::ClientConfig;
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::index::BLOCK_BYTES;
 use crate::remote::RemoteConfig;
 use crate::routing::Router;
+use crate::seal::{BlockKeyBytes, BlockSeal, Plaintext, XChaCha};
 
 /// The `[cache]` table with every default, as it belongs in etc/farcache.toml.
 pub const TEMPLATE: &str = r#"[cache]
@@ -25,6 +27,11 @@ tenant = "default"
 # A file holding the tenant's secret on its first line; "" for none (lenders in open mode).
 # It must be a regular file that only its owner can read (chmod 600).
 secret_file = ""
+# Block encryption: a file holding a 256-bit key as 64 hex digits on one line (create one
+# with `farcache keygen --out FILE`; only its owner may read it, chmod 600). Every block is
+# then encrypted and authenticated (XChaCha20-Poly1305) before it leaves, and a block a
+# lender alters or swaps is a miss. Lenders need server.slot_bytes >= 4136. "" for none.
+key_file = ""
 # The most a read waits for the lenders before it goes to the disk.
 fetch_timeout = "50ms"
 # Bound on connecting to a lender, handshake included.
@@ -70,6 +77,8 @@ pub struct CacheConfig {
     pub tenant: String,
     /// Path of the tenant secret; "" for none.
     pub secret_file: String,
+    /// Path of the block key (64 hex digits); "" for no block encryption.
+    pub key_file: String,
     pub fetch_timeout: HumanDuration,
     pub connect_timeout: HumanDuration,
     pub reconnect_min: HumanDuration,
@@ -88,6 +97,7 @@ impl Default for CacheConfig {
             servers: Vec::new(),
             tenant: "default".into(),
             secret_file: String::new(),
+            key_file: String::new(),
             fetch_timeout: HumanDuration::ms(50),
             connect_timeout: HumanDuration::ms(500),
             reconnect_min: HumanDuration::ms(100),
@@ -203,7 +213,43 @@ impl CacheConfig {
             ));
         }
         self.secret()?;
+        self.block_key()?;
         Ok(())
+    }
+
+    /// The block key from `key_file`, or `None` when there is none (no block encryption).
+    /// Refuses a file that is missing, not a regular file, readable or writable by group or
+    /// others, or not exactly one line of 64 hex digits; each error names the file and the
+    /// fix.
+    pub fn block_key(&self) -> Result<Option<BlockKeyBytes>, ConfigError> {
+        if self.key_file.is_empty() {
+            return Ok(None);
+        }
+        let key = "cache.key_file";
+        let path = Path::new(&self.key_file);
+        let shown = path.display();
+        let create = format!(
+            "create a key with `farcache keygen --out {shown}` (32 random bytes as 64 hex digits on one line, \
+             mode 600), or set key_file = \"\" for no block encryption"
+        );
+        let text = private_file(key, path, "the block key", &create)?;
+        let k = BlockKeyBytes::from_hex(&text).map_err(|why| {
+            ConfigError::invalid(
+                key,
+                format!("{shown} does not hold a block key: {why}"),
+                format!("it must hold 32 random bytes as 64 hex digits on one line; {create}"),
+            )
+        })?;
+        Ok(Some(k))
+    }
+
+    /// How blocks are sealed on the lenders: [`XChaCha`] under the block key and the tenant
+    /// when `key_file` is set, [`Plaintext`] otherwise.
+    pub fn block_seal(&self) -> Result<Arc<dyn BlockSeal>, ConfigError> {
+        Ok(match self.block_key()? {
+            Some(k) => Arc::new(XChaCha::new(&k, &self.tenant)),
+            None => Arc::new(Plaintext),
+        })
     }
 
     /// The tenant secret: the first line of `secret_file` (trimmed), or empty when there is
@@ -216,32 +262,10 @@ impl CacheConfig {
         let key = "cache.secret_file";
         let path = Path::new(&self.secret_file);
         let shown = path.display();
-        let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => ConfigError::invalid(
-                key,
-                format!("{shown} does not exist"),
-                format!("write the tenant secret on the first line of {shown} and run `chmod 600 {shown}`, or set secret_file = \"\""),
-            ),
-            _ => ConfigError::invalid(key, format!("cannot stat {shown}: {e}"), "point it at a readable file"),
-        })?;
-        if !meta.is_file() {
-            return Err(ConfigError::invalid(
-                key,
-                format!("{shown} is not a regular file"),
-                "point it at a file holding the secret on its first line",
-            ));
-        }
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            return Err(ConfigError::invalid(
-                key,
-                format!("{shown} is open to group or others (mode {mode:03o}): the tenant secret would leak"),
-                format!("run `chmod 600 {shown}`"),
-            ));
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            ConfigError::invalid(key, format!("cannot read {shown}: {e}"), "make it readable by the mount's user")
-        })?;
+        let create = format!(
+            "write the tenant secret on the first line of {shown} and run `chmod 600 {shown}`, or set secret_file = \"\""
+        );
+        let text = private_file(key, path, "the tenant secret", &create)?;
         let secret = text.lines().next().unwrap_or("").trim().as_bytes().to_vec();
         let probe = ClientConfig { secret, ..ClientConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), "t") };
         if probe.secret.is_empty() || probe.validate().is_err() {
@@ -298,6 +322,7 @@ impl CacheConfig {
             max_pending_dels: self.max_pending_dels as usize,
             threads: self.threads as usize,
             max_lenders: self.max_lenders as usize,
+            seal: self.block_seal()?,
         })
     }
 
@@ -311,6 +336,34 @@ impl CacheConfig {
             Routing::Adaptive => Router::Adaptive(Adaptive::new()),
         }
     }
+}
+
+/// The text of `path`, a regular file that only its owner can read or write, holding
+/// `what`; errors name `key`, the file and the fix (`create` when it does not exist).
+fn private_file(key: &'static str, path: &Path, what: &str, create: &str) -> Result<String, ConfigError> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => ConfigError::invalid(key, format!("{shown} does not exist"), create),
+        _ => ConfigError::invalid(key, format!("cannot stat {shown}: {e}"), "point it at a readable file"),
+    })?;
+    if !meta.is_file() {
+        return Err(ConfigError::invalid(
+            key,
+            format!("{shown} is not a regular file"),
+            format!("point it at a file holding {what}"),
+        ));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(ConfigError::invalid(
+            key,
+            format!("{shown} is open to group or others (mode {mode:03o}): {what} would leak"),
+            format!("run `chmod 600 {shown}`"),
+        ));
+    }
+    std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::invalid(key, format!("cannot read {shown}: {e}"), "make it readable by the mount's user")
+    })
 }
 
 /// "host:port" with a host and a nonzero port (IPv6 addresses in brackets).
@@ -360,7 +413,7 @@ mod tests {
         f.cache.validate().unwrap();
         let v = toml::Value::try_from(CacheConfig::default()).unwrap();
         let keys = v.as_table().unwrap().keys().collect::<Vec<_>>();
-        assert_eq!(keys.len(), 13);
+        assert_eq!(keys.len(), 14);
         for key in keys {
             assert!(TEMPLATE.lines().any(|l| l.starts_with(&format!("{key} ="))), "template lacks cache.{key}");
         }
@@ -493,5 +546,41 @@ mod tests {
         assert!(e.starts_with("cache.secret_file: ") && e.contains("1 to 128 bytes"), "{e}");
         let e = with(secret_file(&dir, &"x".repeat(129), 0o600)).validate().unwrap_err().to_string();
         assert!(e.contains("1 to 128 bytes"), "{e}");
+    }
+
+    #[test]
+    fn key_file_must_be_private_and_hold_64_hex_digits() {
+        let dir = tempfile::tempdir().unwrap();
+        let with = |path: String| CacheConfig { key_file: path, ..CacheConfig::default() };
+        assert_eq!(CacheConfig::default().block_seal().unwrap().name(), "plaintext");
+        assert_eq!(CacheConfig::default().remote_config(Vec::new()).unwrap().seal.name(), "plaintext");
+
+        let hex = crate::seal::BlockKeyBytes::generate().to_hex_line();
+        let c = with(secret_file(&dir, &hex, 0o600));
+        c.validate().unwrap();
+        assert!(c.block_key().unwrap().is_some());
+        assert_eq!(c.remote_config(Vec::new()).unwrap().seal.name(), "xchacha20poly1305");
+        with(secret_file(&dir, &hex, 0o400)).validate().unwrap();
+
+        for mode in [0o644, 0o640, 0o604, 0o620] {
+            let path = secret_file(&dir, &hex, mode);
+            let e = with(path.clone()).validate().unwrap_err().to_string();
+            assert!(e.starts_with("cache.key_file: ") && e.contains(&format!("chmod 600 {path}")), "{mode:o}: {e}");
+            assert!(e.contains("block key would leak"), "{e}");
+        }
+        let missing = dir.path().join("nope").display().to_string();
+        let e = with(missing.clone()).validate().unwrap_err().to_string();
+        assert!(e.contains(&missing) && e.contains("does not exist"), "{e}");
+        assert!(e.contains(&format!("farcache keygen --out {missing}")), "{e}");
+        let two = format!("{hex}{hex}");
+        let bad = "z".repeat(64);
+        for (text, why) in [("", "empty"), ("abcd\n", "not 64"), (bad.as_str(), "hex digit"), (&two, "one line")] {
+            let e = with(secret_file(&dir, text, 0o600)).validate().unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+            assert!(e.starts_with("cache.key_file: ") && e.contains("does not hold a block key"), "{e}");
+            assert!(e.contains("64 hex digits") && e.contains("farcache keygen"), "{e}");
+        }
+        let e = with(dir.path().display().to_string()).validate().unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
     }
 }

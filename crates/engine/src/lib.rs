@@ -8,6 +8,9 @@
 //!   (`remote.rs`, lenders can join and leave while running) and the routing rule
 //!   [`routing::Router`] (`routing.rs`: paper 000's threshold, or adaptive from measured
 //!   costs).
+//! - [`seal::BlockSeal`] (`seal.rs`): what a block looks like on a lender — the identity,
+//!   or encrypted and authenticated (XChaCha20-Poly1305) so a lender can cost a miss, never
+//!   wrong data.
 //! - [`BackingFile`] (`backing.rs`) is an open backing file with direct (`O_DIRECT`) reads.
 //! - [`FileId`] (`identity.rs`) names a file's data for the life of its inode —
 //!   `(dev, ino, generation)` — so that a reused inode number can never alias cached blocks.
@@ -26,6 +29,7 @@ pub mod identity;
 pub mod index;
 pub mod remote;
 pub mod routing;
+pub mod seal;
 pub mod stats;
 
 pub use backing::{BackingFile, BackingOptions, ReadMode, MAX_READ_BYTES};
@@ -37,4 +41,5 @@ pub use direct::{BackingCounters, BackingCountersSnapshot, DirectPath};
 pub use identity::{FileId, Generation, Identities};
 pub use remote::{LenderError, LenderStatus};
 pub use routing::Router;
+pub use seal::{BlockSeal, Plaintext, SealError, XChaCha};
 pub use stats::CacheStats;

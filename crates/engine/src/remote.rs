@@ -41,6 +41,11 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
 use crate::index::BlockKey;
+use crate::seal::{BlockSeal, Plaintext};
+
+/// At most one authentication-failure warning per lender per this interval.
+pub const AUTH_WARN_INTERVAL: Duration = Duration::from_secs(10);
+const NEVER: u64 = u64::MAX;
 
 /// Default for [`RemoteConfig::max_lenders`].
 pub const DEFAULT_MAX_LENDERS: usize = 64;
@@ -67,6 +72,10 @@ pub struct RemoteConfig {
     pub threads: usize,
     /// Most lenders in the set at once (each has a connection and a keeper task).
     pub max_lenders: usize,
+    /// How blocks look on the lenders: [`Plaintext`], or sealed (encrypted and
+    /// authenticated) so that a lying lender costs a miss. Fills are sealed before they
+    /// leave; every answer is opened before anyone sees it.
+    pub seal: Arc<dyn BlockSeal>,
 }
 
 impl RemoteConfig {
@@ -83,6 +92,7 @@ impl RemoteConfig {
             max_pending_dels: 64,
             threads: 2,
             max_lenders: DEFAULT_MAX_LENDERS,
+            seal: Arc::new(Plaintext),
         }
     }
 }
@@ -136,6 +146,9 @@ pub struct RemoteCounters {
     pub rejected: AtomicU64,
     pub connects: AtomicU64,
     pub connect_failures: AtomicU64,
+    /// Answers of the right length that failed [`BlockSeal::open`]: a lender (or the
+    /// network) returned something other than the block asked for. Each is a miss.
+    pub auth_failures: AtomicU64,
 }
 
 /// A point-in-time copy of [`RemoteCounters`], field for field.
@@ -155,6 +168,8 @@ pub struct RemoteCountersSnapshot {
     pub rejected: u64,
     pub connects: u64,
     pub connect_failures: u64,
+    #[serde(default)]
+    pub auth_failures: u64,
 }
 
 impl RemoteCounters {
@@ -175,6 +190,7 @@ impl RemoteCounters {
             rejected: l(&self.rejected),
             connects: l(&self.connects),
             connect_failures: l(&self.connect_failures),
+            auth_failures: l(&self.auth_failures),
         }
     }
 }
@@ -193,6 +209,16 @@ struct Lender {
     hits: AtomicU64,
     misses: AtomicU64,
     puts: AtomicU64,
+    /// Answers from it that failed authentication.
+    auth_failures: AtomicU64,
+    /// When the last authentication failure was logged, in ms after `born`
+    /// ([`NEVER`]: not yet): at most one warning per [`AUTH_WARN_INTERVAL`].
+    auth_warned_ms: AtomicU64,
+    /// Auth failures already counted in a warning.
+    auth_warned_count: AtomicU64,
+    /// Whether "its slots are too small for sealed blocks" was logged (once per lender).
+    too_small_logged: AtomicBool,
+    born: Instant,
     /// Set (under the `client` lock) when the lender leaves the set: its keeper stores no
     /// new connection after that.
     removed: AtomicBool,
@@ -211,8 +237,48 @@ impl Lender {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             puts: AtomicU64::new(0),
+            auth_failures: AtomicU64::new(0),
+            auth_warned_ms: AtomicU64::new(NEVER),
+            auth_warned_count: AtomicU64::new(0),
+            too_small_logged: AtomicBool::new(false),
+            born: Instant::now(),
             removed: AtomicBool::new(false),
             keeper: Mutex::new(None),
+        }
+    }
+
+    /// Count an answer that failed authentication; warn, naming the lender, at most once
+    /// per [`AUTH_WARN_INTERVAL`].
+    fn auth_failed(&self, seal: &str) {
+        let total = self.auth_failures.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = self.born.elapsed().as_millis() as u64;
+        let last = self.auth_warned_ms.load(Ordering::Relaxed);
+        if last != NEVER && now.saturating_sub(last) < AUTH_WARN_INTERVAL.as_millis() as u64 {
+            return;
+        }
+        if self.auth_warned_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+            return; // another thread warns for this interval
+        }
+        let before = self.auth_warned_count.swap(total, Ordering::Relaxed);
+        tracing::warn!(
+            lender = %self.addr,
+            "lender {} answered {} block(s) that failed authentication ({seal}) since the last warning, {total} in all: \
+             another block, an old version, or altered bytes; served from the disk instead",
+            self.addr,
+            total - before
+        );
+    }
+
+    /// Say once per lender that it cannot hold sealed blocks, and what to set.
+    fn slots_too_small(&self, max_value_bytes: u32, sealed_bytes: usize) {
+        if !self.too_small_logged.swap(true, Ordering::Relaxed) {
+            tracing::error!(
+                lender = %self.addr,
+                "lender {} stores values of at most {max_value_bytes} bytes, but sealed blocks are {sealed_bytes} bytes: \
+                 it can cache nothing for this mount; set server.slot_bytes >= {sealed_bytes} on it (or turn block \
+                 encryption off with cache.key_file = \"\")",
+                self.addr
+            );
         }
     }
 
@@ -408,8 +474,10 @@ impl Remote {
         self.snapshot().lenders.iter().filter(|l| l.live_client().is_some()).count()
     }
 
-    /// Fetch `keys` (all of `block_len` bytes), in order; `None` for anything not delivered
-    /// correctly within `fetch_timeout`. Never fails. Call from outside the runtime.
+    /// Fetch `keys` (blocks of `block_len` bytes), in order, opened with the configured
+    /// [`BlockSeal`]; `None` for anything not delivered within `fetch_timeout`, of another
+    /// length than a sealed block of `block_len` bytes, or failing authentication. Never
+    /// fails. Call from outside the runtime.
     pub fn get(&self, keys: &[BlockKey], block_len: usize) -> Vec<Option<Bytes>> {
         self.fetch(keys, block_len).values
     }
@@ -440,6 +508,8 @@ impl Remote {
             }
         }
         let asked = groups.iter().map(|(_, _, idx)| idx.len()).sum();
+        let seal = &self.cfg.seal;
+        let sealed_len = seal.sealed_len(block_len);
         let deadline = Instant::now() + self.cfg.fetch_timeout;
         let results = self.rt.handle().block_on(async {
             let futs = groups.into_iter().map(|(l, client, idx)| {
@@ -459,10 +529,18 @@ impl Remote {
                 Ok(Ok(values)) => {
                     for (i, v) in idx.into_iter().zip(values) {
                         match v {
-                            Some(v) if v.len() == block_len => {
+                            Some(v) if v.len() == sealed_len => {
                                 add(&self.counters.bytes_from_servers, v.len() as u64);
-                                out[i] = Some(v);
-                                hits += 1;
+                                match seal.open_bytes(&keys[i], v) {
+                                    Ok(plain) if plain.len() == block_len => {
+                                        out[i] = Some(plain);
+                                        hits += 1;
+                                    }
+                                    _ => {
+                                        add(&self.counters.auth_failures, 1);
+                                        lender.auth_failed(seal.name());
+                                    }
+                                }
                             }
                             Some(_) => add(&self.counters.rejected, 1),
                             None => {}
@@ -480,9 +558,10 @@ impl Remote {
         Fetched { values: out, asked }
     }
 
-    /// Store `value` under `key` in the background; `done()` runs once its lender has it.
+    /// Store `value` under `key` in the background, sealed (on the runtime, off the caller's
+    /// thread) with the configured [`BlockSeal`]; `done()` runs once its lender has it.
     /// Dropped (and `done` never runs) when too many stores are pending or its lender is not
-    /// connected.
+    /// connected. A lender whose slots are too small for a sealed block gets one error line.
     pub fn put_async(&self, key: BlockKey, value: Bytes, done: impl FnOnce() + Send + 'static) {
         let set = self.snapshot();
         let Some((lender, client)) =
@@ -496,8 +575,10 @@ impl Remote {
             return;
         };
         let counters = self.counters.clone();
+        let seal = self.cfg.seal.clone();
         let timeout = self.cfg.fetch_timeout.max(Duration::from_millis(500));
         self.rt.spawn(async move {
+            let value = seal.seal_bytes(&key, value);
             let r = tokio::time::timeout(timeout, client.put(&[(to_key(&key), &value[..])])).await;
             match r {
                 Ok(Ok(s)) if s.first() == Some(&PutStatus::Stored) => {
@@ -505,6 +586,10 @@ impl Remote {
                     add(&lender.puts, 1);
                     add(&counters.bytes_to_servers, value.len() as u64);
                     done();
+                }
+                Ok(Ok(s)) if s.first() == Some(&PutStatus::TooLarge) => {
+                    add(&counters.puts_failed, 1);
+                    lender.slots_too_small(client.hello().max_value_bytes, value.len());
                 }
                 _ => add(&counters.puts_failed, 1),
             }
@@ -584,6 +669,10 @@ async fn keep_connected(l: Arc<Lender>, cfg: Arc<RemoteConfig>, counters: Arc<Re
                 }
                 add(&counters.connects, 1);
                 add(&l.connects, 1);
+                let sealed = cfg.seal.sealed_len(crate::index::BLOCK_BYTES as usize);
+                if (client.hello().max_value_bytes as usize) < sealed {
+                    l.slots_too_small(client.hello().max_value_bytes, sealed);
+                }
                 let before = l.instance.swap(instance, Ordering::Relaxed);
                 if before != 0 && before != instance {
                     tracing::info!(lender = %l.addr, "lender restarted: its memory is new");

@@ -167,6 +167,7 @@ fn stats_count_a_known_sequence_exactly() {
             rejected: 0,
             connects: 1,
             connect_failures: 0,
+            auth_failures: 0,
         }
     );
     assert_eq!(

@@ -1,6 +1,7 @@
 pub mod bench;
 pub mod check;
 pub mod config;
+pub mod keygen;
 pub mod lenders;
 pub mod mount;
 pub mod randread;

@@ -52,13 +52,18 @@ pub struct Args {
     /// directory itself).
     mountpoint: PathBuf,
     /// No remote tier: a plain passthrough, the baseline every benchmark compares against.
-    #[arg(long, conflicts_with_all = ["servers", "tenant", "routing"])]
+    #[arg(long, conflicts_with_all = ["servers", "tenant", "routing", "key_file"])]
     no_remote: bool,
     /// A lender to borrow from (repeat for several; blocks are spread by rendezvous hashing).
     /// Replaces cache.servers. With none here or there, a lender runs inside this process
     /// with the [server] capacity.
     #[arg(long = "server", value_name = "HOST:PORT")]
     servers: Vec<String>,
+    /// Encrypt and authenticate every block before it leaves, with the key in FILE: 32
+    /// random bytes as 64 hex digits on one line, mode 600 (`farcache keygen --out FILE`
+    /// makes one). Overrides cache.key_file. Lenders need server.slot_bytes >= 4136.
+    #[arg(long, value_name = "FILE")]
+    key_file: Option<PathBuf>,
     /// Tenant to borrow as (overrides cache.tenant).
     #[arg(long)]
     tenant: Option<String>,
@@ -177,6 +182,9 @@ fn settings(a: &Args) -> anyhow::Result<crate::config::Config> {
     if let Some(r) = a.routing {
         c.cache.routing = r.into();
     }
+    if let Some(k) = &a.key_file {
+        c.cache.key_file = k.display().to_string();
+    }
     if !a.no_remote {
         c.cache.validate()?;
     }
@@ -202,8 +210,17 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let d = Arc::new(DirectPath::new());
         (d.clone(), Engine::Passthrough(d), "none")
     } else {
+        let seal = cache.block_seal()?;
+        let sealed_bytes = seal.sealed_len(farcache_engine::index::BLOCK_BYTES as usize);
         let (servers, tier) = if cache.servers.is_empty() {
-            let (rt, addr) = embedded_lender(file_cfg.server.clone())?;
+            let mut server_cfg = file_cfg.server.clone();
+            // Sealed blocks are larger than a block: the lender inside this process gets
+            // slots that hold them (separate lenders are told in the log if theirs do not).
+            if (server_cfg.slot_bytes as usize) < sealed_bytes {
+                server_cfg.slot_bytes = sealed_bytes as u32;
+                server_cfg.validate().context("the lender inside this process, with slots for sealed blocks")?;
+            }
+            let (rt, addr) = embedded_lender(server_cfg)?;
             _embedded = Some(rt);
             tracing::info!("no lenders configured: lending {} from this process on {addr}", file_cfg.server.capacity);
             (vec![addr], "embedded")
@@ -211,6 +228,18 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             (cache.resolve_servers()?, "lenders")
         };
         let rc = cache.remote_config(servers)?;
+        if cache.key_file.is_empty() {
+            tracing::info!(
+                "blocks go to lenders in plaintext (no cache.key_file / --key-file): trust them and the network"
+            );
+        } else {
+            tracing::info!(
+                "block encryption on ({}, key from {}): blocks are {sealed_bytes} bytes on lenders, which need \
+                 server.slot_bytes >= {sealed_bytes}",
+                rc.seal.name(),
+                cache.key_file
+            );
+        }
         let remote = Remote::start(rc).context("starting the remote tier")?;
         tracing::info!(
             "routing {}",
@@ -417,6 +446,9 @@ mod tests {
         assert!(parse(&["--routing", "fastest"]).is_err());
         assert!(parse(&["--no-remote", "--server", "127.0.0.1:1"]).is_err());
         assert!(parse(&["--no-remote", "--routing", "adaptive"]).is_err());
+        assert!(parse(&["--no-remote", "--key-file", "/k"]).is_err());
+        let e = settings(&parse(&["--key-file", "/nonexistent/k"]).unwrap()).unwrap_err().to_string();
+        assert!(e.starts_with("cache.key_file:") && e.contains("/nonexistent/k"), "{e}");
         // --no-remote does not use [cache], so a bad one there does not stop it.
         std::fs::write(&file, "[cache]\nthreshold = \"5000B\"\n").unwrap();
         assert!(settings(&parse(&["--config", f]).unwrap()).is_err());

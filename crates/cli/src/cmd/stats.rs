@@ -205,8 +205,15 @@ fn render_mount(s: &MountStats) -> String {
     );
     let _ = writeln!(
         out,
-        "faults     {} invalidations ({} dropped), {} fallbacks, {} answers rejected, {} connects ({} failed)",
-        r.invalidations, r.invalidations_dropped, r.fallbacks, r.rejected, r.connects, r.connect_failures
+        "faults     {} invalidations ({} dropped), {} fallbacks, {} answers rejected, {} failed authentication, \
+         {} connects ({} failed)",
+        r.invalidations,
+        r.invalidations_dropped,
+        r.fallbacks,
+        r.rejected,
+        r.auth_failures,
+        r.connects,
+        r.connect_failures
     );
     let _ = writeln!(
         out,

@@ -24,8 +24,17 @@ pub struct Lender {
 
 impl Lender {
     pub fn start(capacity: &str) -> Lender {
-        let cfg =
-            farcache_server::ServerConfig { capacity: capacity.parse().unwrap(), shards: 4, ..Default::default() };
+        Lender::with_slots(capacity, 4096)
+    }
+
+    /// A lender whose slots hold values of up to `slot_bytes` (sealed blocks need 4136).
+    pub fn with_slots(capacity: &str, slot_bytes: u32) -> Lender {
+        let cfg = farcache_server::ServerConfig {
+            capacity: capacity.parse().unwrap(),
+            shards: 4,
+            slot_bytes,
+            ..Default::default()
+        };
         let server = farcache_server::Server::new(cfg).unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let (atx, arx) = std::sync::mpsc::channel();
