@@ -17,10 +17,12 @@ test: deps
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
 
 ## make bench: the full benchmarks; results go to BENCHMARKS.md by hand, raw JSON to bench/results/.
+## The paper reproduction (root; ~30 min) also writes bench/results/paper-cloud.{json,md} and plots.
 bench: deps build
 	mkdir -p bench/results
 	$(BIN) bench server --json bench/results/server.json
 	$(BIN) bench policy
+	BIN=$(BIN) ./scripts/bench-paper.sh
 
 deps:
 	@./scripts/deps.sh

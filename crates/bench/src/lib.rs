@@ -5,6 +5,9 @@
 //!   after a fill, then throughput and latency per (mix, batch, connections).
 //! * [`policy`]: `farcache bench policy`, LRU against S3-FIFO, in trace simulation
 //!   ([`simulate`]) and against the real server started once per policy.
+//! * [`paper`]: `farcache bench paper`, paper 000's evaluation on a testbed of real kernel
+//!   mechanisms (loop device, blkio throttling, memory cgroup, network namespaces), every
+//!   configuration side by side.
 //!
 //! Both systems run as real child processes ([`proc`]); the clients here are small and
 //! synchronous on purpose ([`fc_client`], [`mc_client`]), so that the two systems see
@@ -15,6 +18,7 @@ pub mod fc_client;
 pub mod load;
 pub mod machine;
 pub mod mc_client;
+pub mod paper;
 pub mod policy;
 mod policysim;
 pub mod proc;

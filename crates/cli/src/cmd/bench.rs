@@ -4,9 +4,10 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use farcache_bench::paper::{self, ConfigKind, DiskProfile, Experiment, PaperOptions};
 use farcache_bench::policy::{self, PolicyBenchOptions};
 use farcache_bench::server::{self, Mix, ServerBenchOptions};
-use farcache_config::HumanDuration;
+use farcache_config::{ByteSize, HumanDuration};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -21,6 +22,83 @@ enum What {
     Server(ServerArgs),
     /// LRU against S3-FIFO: trace simulation, then the real server once per policy.
     Policy(PolicyArgs),
+    /// Paper 000's evaluation (Tables 4-6, 9) on a testbed built here (root only): a
+    /// throttled loop-device disk, a memory-limited client, lenders in network namespaces;
+    /// native, passthrough, farcache and ideal side by side.
+    Paper(PaperArgs),
+    /// The load generator of `bench paper`, started by it inside the client's cgroups.
+    #[command(hide = true)]
+    PaperWorker(PaperWorkerArgs),
+}
+
+#[derive(clap::Args)]
+struct PaperArgs {
+    /// One small size per experiment (128 MiB file, 96 MiB client, 256 MiB lender): all four
+    /// configurations end to end in a minute or two, then sanity checks.
+    #[arg(long)]
+    quick: bool,
+    /// Remove what earlier runs left (mounts, loop devices, cgroups, namespaces), and exit.
+    #[arg(long)]
+    cleanup: bool,
+    /// Print the tables of an earlier run's JSON again (and rewrite its .md beside it).
+    #[arg(long, value_name = "JSON")]
+    render: Option<PathBuf>,
+    /// Experiments: seqread, randread, pgbench (transfers, Table 9, comes with each).
+    /// Default: all (--quick: seqread, randread).
+    /// `transfers` alone means seqread and randread.
+    #[arg(long = "experiment", value_delimiter = ',')]
+    experiments: Option<Vec<String>>,
+    /// Access sizes (= file sizes), e.g. 64MiB,1GiB. Default 64MiB … 2GiB (--quick 128MiB).
+    #[arg(long, value_delimiter = ',')]
+    sizes: Option<Vec<ByteSize>>,
+    /// Configurations: native, passthrough, farcache, ideal. Default: all four.
+    #[arg(long, value_delimiter = ',')]
+    configs: Option<Vec<ConfigKind>>,
+    /// Disk profile: cloud (3000 IOPS, 125 MB/s), hdd (200 IOPS, 150 MB/s) or raw.
+    #[arg(long, default_value = "cloud")]
+    profile: DiskProfile,
+    /// The client's memory (application + mount daemon). Default 512MiB (--quick 96MiB).
+    #[arg(long)]
+    memory: Option<ByteSize>,
+    /// Number of lenders, each in its own network namespace.
+    #[arg(long)]
+    lenders: Option<usize>,
+    /// Memory each lender lends. Default 1228MiB (1.2 GiB; --quick 256MiB).
+    #[arg(long)]
+    lender_capacity: Option<ByteSize>,
+    /// Rate of each lender's link (tc TBF), e.g. 1gbit, 10gbit, or "none".
+    #[arg(long, default_value = "1gbit")]
+    link: String,
+    /// The lenders' eviction policy (default: the server's).
+    #[arg(long)]
+    policy: Option<String>,
+    /// O_DIRECT 4 KiB probe reads per randread configuration (0: no probes).
+    #[arg(long)]
+    probe_reads: Option<u64>,
+    /// Seed of the random read sequence.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Seconds of each pgbench run (default 30; --quick 5).
+    #[arg(long)]
+    pgbench_secs: Option<u64>,
+    /// pgbench client counts, e.g. 1,4,16.
+    #[arg(long, value_delimiter = ',')]
+    pgbench_clients: Option<Vec<u32>>,
+    /// Directory for paper-*.json and paper-*.md.
+    #[arg(long, default_value = "bench/results")]
+    out: PathBuf,
+}
+
+#[derive(clap::Args)]
+struct PaperWorkerArgs {
+    #[arg(long)]
+    op: farcache_bench::paper::worker::Op,
+    #[arg(long)]
+    file: PathBuf,
+    #[arg(long)]
+    size: u64,
+    #[arg(long)]
+    seed: u64,
 }
 
 #[derive(clap::Args)]
@@ -84,6 +162,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     match a.what {
         What::Server(a) => run_server(a),
         What::Policy(a) => run_policy(a),
+        What::Paper(a) => run_paper(a),
+        What::PaperWorker(a) => {
+            let w = paper::worker::WorkerArgs { op: a.op, file: a.file, size: a.size, seed: a.seed };
+            Ok(paper::worker::run(&w)?)
+        }
     }
 }
 
@@ -144,6 +227,109 @@ fn run_policy(a: PolicyArgs) -> anyhow::Result<()> {
     }
     let bad = report.mismatches();
     anyhow::ensure!(bad == 0, "{bad} GET answers carried the wrong value");
+    Ok(())
+}
+
+fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
+    if a.cleanup {
+        let done = paper::cleanup::cleanup();
+        if done.is_empty() {
+            println!("paper: nothing left over from earlier runs");
+        }
+        for l in &done {
+            println!("paper: {l}");
+        }
+        anyhow::ensure!(
+            !done.iter().any(|l| l.starts_with("could not") || l.contains("needs root")),
+            "cleanup incomplete"
+        );
+        return Ok(());
+    }
+    if let Some(path) = &a.render {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let mut report: paper::PaperReport =
+            serde_json::from_str(&text).with_context(|| format!("{} is not a bench paper report", path.display()))?;
+        report.evaluate();
+        let md = paper::render(&report);
+        print!("{md}");
+        std::fs::write(path.with_extension("md"), &md)?;
+        return Ok(());
+    }
+    let exe = this_binary()?;
+    let mut o = if a.quick { PaperOptions::quick(exe) } else { PaperOptions::full(exe) };
+    if let Some(names) = a.experiments {
+        let mut list: Vec<Experiment> = Vec::new();
+        for n in names {
+            let add: Vec<Experiment> = if n == "transfers" {
+                vec![Experiment::Seqread, Experiment::Randread]
+            } else {
+                vec![n.parse().map_err(|e: String| anyhow::anyhow!("--experiment: {e}"))?]
+            };
+            for e in add {
+                if !list.contains(&e) {
+                    list.push(e);
+                }
+            }
+        }
+        o.experiments = list;
+    }
+    if let Some(s) = a.sizes {
+        o.sizes_bytes = s.iter().map(|b| b.bytes()).collect();
+    }
+    if let Some(c) = a.configs {
+        o.configs = c;
+    }
+    o.profile = a.profile;
+    if let Some(m) = a.memory {
+        o.memory_bytes = m.bytes();
+    }
+    if let Some(n) = a.lenders {
+        o.lenders = n;
+    }
+    if let Some(c) = a.lender_capacity {
+        o.lender_capacity_bytes = c.bytes();
+    }
+    o.link_rate = (a.link != "none").then_some(a.link);
+    o.policy = a.policy;
+    if let Some(n) = a.probe_reads {
+        o.probe_reads = n;
+    }
+    if let Some(s) = a.seed {
+        o.seed = s;
+    }
+    if let Some(s) = a.pgbench_secs {
+        o.pgbench_secs = s.max(1);
+    }
+    if let Some(c) = a.pgbench_clients {
+        o.pgbench_clients = c;
+    }
+    anyhow::ensure!(
+        o.sizes_bytes.iter().all(|s| *s >= 1 << 20 && s.trailing_zeros() >= 12),
+        "--sizes: whole 4 KiB blocks, at least 1MiB"
+    );
+    anyhow::ensure!(o.lenders >= 1 && o.lenders <= 32, "--lenders: 1 to 32");
+    std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create --out {}", a.out.display()))?;
+    let stem = if o.quick { "paper-quick".to_string() } else { format!("paper-{}", o.profile.name()) };
+    let json = a.out.join(format!("{stem}.json"));
+    let md = a.out.join(format!("{stem}.md"));
+    let mut save = |r: &paper::PaperReport| {
+        if let Err(e) = write_json(&json, r) {
+            eprintln!("paper: warning: {e:#}");
+        }
+    };
+    let report = paper::run(&o, &mut save)?;
+    save(&report);
+    let text = paper::render(&report);
+    print!("{text}");
+    std::fs::write(&md, &text).with_context(|| format!("cannot write {}", md.display()))?;
+    println!("\nResults: {} and {}", json.display(), md.display());
+    let failed = report.checks_failed();
+    anyhow::ensure!(
+        failed.is_empty(),
+        "{} sanity check(s) failed: {}",
+        failed.len(),
+        failed.iter().map(|c| format!("{} ({})", c.what, c.measured)).collect::<Vec<_>>().join("; ")
+    );
     Ok(())
 }
 

@@ -1,0 +1,222 @@
+//! `farcache bench paper`: paper 000's evaluation (../shared/seeds/, Tables 4–10) reproduced
+//! on one machine, every configuration in the same run, side by side.
+//!
+//! - [`testbed`]: the slow disk (loop device, ext4, blkio throttling), the lenders' network
+//!   namespaces and links; torn down in reverse order however the run ends. [`cleanup`]
+//!   removes what a killed run left behind (`--cleanup`).
+//! - [`run`]: each experiment × access size × configuration: `native` (ext4 directly),
+//!   `passthrough` (`farcache mount --no-remote`), `farcache` (mount + lenders), `ideal`
+//!   (ext4 directly, no memory limit). Client processes (the load generator [`worker`] and
+//!   the mount daemon) run inside one memory cgroup per configuration and the throttled
+//!   blkio cgroup; every pass starts from a cold local cache and fresh lenders.
+//! - [`report`]: JSON, markdown tables with ratios, sanity checks, the issue's targets.
+
+pub mod cgroup;
+pub mod child;
+pub mod cleanup;
+pub mod counters;
+pub mod mount;
+pub mod pgbench;
+pub mod report;
+pub mod run;
+pub mod sys;
+pub mod testbed;
+pub mod worker;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub use report::{render, PaperReport};
+pub use run::run;
+pub use testbed::DiskProfile;
+
+pub const MIB: u64 = 1 << 20;
+pub const GIB: u64 = 1 << 30;
+
+/// The paper's experiments (`transfers`, Table 9, is a view of the others' counters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Experiment {
+    /// Table 4: the whole file read sequentially, twice.
+    Seqread,
+    /// Tables 5/6: random 4 KiB reads until the access size is read, twice, same sequence.
+    Randread,
+    /// PostgreSQL 15, pgbench select-only and TPC-B-like, on a database about twice the
+    /// client's memory (no table in the paper; issue 4).
+    Pgbench,
+}
+
+impl Experiment {
+    pub fn name(self) -> &'static str {
+        match self {
+            Experiment::Seqread => "seqread",
+            Experiment::Randread => "randread",
+            Experiment::Pgbench => "pgbench",
+        }
+    }
+
+    pub fn table(self) -> &'static str {
+        match self {
+            Experiment::Seqread => "Table 4",
+            Experiment::Randread => "Tables 5/6",
+            Experiment::Pgbench => "issue 4",
+        }
+    }
+
+    /// Whether it runs once per access size (seqread, randread) rather than once.
+    pub fn per_size(self) -> bool {
+        matches!(self, Experiment::Seqread | Experiment::Randread)
+    }
+}
+
+/// What sits between the application and the slow disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConfigKind {
+    /// ext4 directly, in the same memory cgroup.
+    Native,
+    /// `farcache mount --no-remote`: the FUSE passthrough, no lenders.
+    Passthrough,
+    /// `farcache mount --server ...`: lenders' RAM below the page cache.
+    Farcache,
+    /// ext4 directly with no memory limit: everything fits in local RAM (the ceiling).
+    Ideal,
+}
+
+impl ConfigKind {
+    pub const ALL: [ConfigKind; 4] =
+        [ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::Farcache, ConfigKind::Ideal];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ConfigKind::Native => "native",
+            ConfigKind::Passthrough => "passthrough",
+            ConfigKind::Farcache => "farcache",
+            ConfigKind::Ideal => "ideal",
+        }
+    }
+
+    pub fn through_mount(self) -> bool {
+        matches!(self, ConfigKind::Passthrough | ConfigKind::Farcache)
+    }
+}
+
+impl std::str::FromStr for ConfigKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        ConfigKind::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| format!("unknown configuration {s:?}: native, passthrough, farcache or ideal"))
+    }
+}
+
+impl std::str::FromStr for Experiment {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "seqread" => Ok(Experiment::Seqread),
+            "randread" => Ok(Experiment::Randread),
+            "pgbench" => Ok(Experiment::Pgbench),
+            _ => Err(format!("unknown experiment {s:?}: seqread, randread, pgbench (transfers comes with each)")),
+        }
+    }
+}
+
+/// Everything a run needs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PaperOptions {
+    /// The `farcache` binary (mount, server, and the load generator `bench paper-worker`).
+    #[serde(skip)]
+    pub exe: PathBuf,
+    pub quick: bool,
+    pub experiments: Vec<Experiment>,
+    /// Access sizes (= file sizes), the same for every experiment.
+    pub sizes_bytes: Vec<u64>,
+    pub configs: Vec<ConfigKind>,
+    pub profile: DiskProfile,
+    /// The client's memory cgroup limit (application + mount daemon).
+    pub memory_bytes: u64,
+    pub lenders: usize,
+    /// What each lender lends.
+    pub lender_capacity_bytes: u64,
+    /// TBF rate of each lender's link ("1gbit", "10gbit"), or none.
+    pub link_rate: Option<String>,
+    /// The lenders' eviction policy (default: the server's default).
+    pub policy: Option<String>,
+    pub seed: u64,
+    /// O_DIRECT 4 KiB reads per probe (the disk's and a remote hit's read time); 0 = none.
+    pub probe_reads: u64,
+    /// Seconds of each pgbench run.
+    #[serde(default)]
+    pub pgbench_secs: u64,
+    /// Client counts of the pgbench runs.
+    #[serde(default)]
+    pub pgbench_clients: Vec<u32>,
+}
+
+impl PaperOptions {
+    /// The paper's environment B on the `cloud` disk: 512 MiB client, one lender of
+    /// 1.2 GiB over 1 Gbit/s, access sizes 64 MiB … 2 GiB.
+    pub fn full(exe: PathBuf) -> PaperOptions {
+        PaperOptions {
+            exe,
+            quick: false,
+            experiments: vec![Experiment::Seqread, Experiment::Randread, Experiment::Pgbench],
+            sizes_bytes: vec![64 * MIB, 128 * MIB, 256 * MIB, 512 * MIB, GIB, 2 * GIB],
+            configs: ConfigKind::ALL.to_vec(),
+            profile: DiskProfile::Cloud,
+            memory_bytes: 512 * MIB,
+            lenders: 1,
+            lender_capacity_bytes: 1228 * MIB,
+            link_rate: Some("1gbit".into()),
+            policy: None,
+            seed: 0x000D_C5EE,
+            probe_reads: 3000,
+            pgbench_secs: 30,
+            pgbench_clients: vec![1, 4, 16],
+        }
+    }
+
+    /// One size per experiment, small enough to run all four configurations end to end in
+    /// about a minute: a 128 MiB file (81 MiB of distinct blocks touched by a random pass)
+    /// against a 96 MiB client, so the local cache overflows and lenders get hits. (Less
+    /// memory does not work: the mount daemon alone holds ~75 MiB of anonymous memory after
+    /// sequential reads, and was OOM-killed in 48 and 64 MiB clients.)
+    pub fn quick(exe: PathBuf) -> PaperOptions {
+        PaperOptions {
+            quick: true,
+            sizes_bytes: vec![128 * MIB],
+            memory_bytes: 96 * MIB,
+            lender_capacity_bytes: 256 * MIB,
+            probe_reads: 1000,
+            experiments: vec![Experiment::Seqread, Experiment::Randread],
+            pgbench_secs: 5,
+            ..PaperOptions::full(exe)
+        }
+    }
+
+    /// Room for every test file, ext4's own needs and slack (and for pgbench: the pristine
+    /// database, a working copy and WAL).
+    pub fn disk_bytes(&self) -> u64 {
+        let files: u64 = if self.experiments.iter().any(|e| e.per_size()) { self.sizes_bytes.iter().sum() } else { 0 };
+        let pg = if self.experiments.contains(&Experiment::Pgbench) {
+            3 * pgbench::scale_for(self) as u64 * 15 * MIB + 2 * GIB
+        } else {
+            0
+        };
+        files + files / 8 + pg + 512 * MIB
+    }
+}
+
+/// Sizes as the paper writes them: "64MiB", "1GiB".
+pub fn human(bytes: u64) -> String {
+    if bytes >= GIB && bytes.trailing_zeros() >= 30 {
+        format!("{}GiB", bytes / GIB)
+    } else if bytes.trailing_zeros() >= 20 {
+        format!("{}MiB", bytes / MIB)
+    } else {
+        format!("{bytes}B")
+    }
+}

@@ -1,0 +1,252 @@
+//! The `farcache mount` daemon of a configuration, inside the client's cgroups, and its
+//! counters: from `farcache stats MNT --json` when that command works (the mount's control
+//! socket), else from the one-line summary the daemon logs when it exits.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::cgroup::Cgroup;
+use super::child::Child;
+use super::sys;
+use crate::{BenchError, Result};
+
+/// The mount's remote-tier counters, whichever way they were read.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MountCounters {
+    /// "stats" (`farcache stats MNT --json`) or "exit-log" (the daemon's last lines).
+    pub source: String,
+    pub hits: Option<u64>,
+    pub misses: Option<u64>,
+    pub bytes_from_servers: Option<u64>,
+    pub bytes_to_servers: Option<u64>,
+    pub invalidations: Option<u64>,
+    pub fallbacks: Option<u64>,
+    pub remote_reads: Option<u64>,
+    pub disk_reads: Option<u64>,
+    pub sequential_bypasses: Option<u64>,
+    pub index_bytes: Option<u64>,
+    pub index_blocks: Option<u64>,
+    /// Reads the daemon made of its backing files (direct + buffered): requests that went
+    /// to the disk, whatever the configuration.
+    pub backing_reads: Option<u64>,
+}
+
+pub struct MountDaemon {
+    child: Child,
+    mnt: PathBuf,
+    exe: PathBuf,
+    /// Whether `farcache stats MNT --json` answered (None: not tried yet).
+    stats_works: Option<bool>,
+}
+
+impl MountDaemon {
+    /// `farcache mount BACKING MNT` (with `--server` per lender, or `--no-remote`), joined to
+    /// `cgroups` before it starts; returns once the mount is live.
+    pub fn start(
+        exe: &Path,
+        backing: &Path,
+        mnt: &Path,
+        lenders: Option<&[std::net::SocketAddr]>,
+        cgroups: &[&Cgroup],
+        log: &Path,
+    ) -> Result<MountDaemon> {
+        let mut cmd = Command::new(exe);
+        cmd.arg("mount").arg(backing).arg(mnt).env("FARCACHE_LOG", "info");
+        match lenders {
+            None => {
+                cmd.arg("--no-remote");
+            }
+            Some(addrs) => {
+                for a in addrs {
+                    cmd.arg("--server").arg(a.to_string());
+                }
+            }
+        }
+        let procs: Vec<PathBuf> = cgroups.iter().map(|c| c.procs()).collect();
+        let refs: Vec<&Path> = procs.iter().map(|p| p.as_path()).collect();
+        sys::confine(&mut cmd, &refs);
+        let mut child = Child::spawn("mount daemon", cmd, log, false)?;
+        child.stop_timeout = Duration::from_secs(30);
+        let line = child.next_line(Duration::from_secs(30))?;
+        if !line.starts_with("farcache mounted") {
+            return Err(BenchError::Setup(format!("farcache mount said {line:?}; log:\n{}", child.log_tail())));
+        }
+        Ok(MountDaemon { child, mnt: mnt.to_path_buf(), exe: exe.to_path_buf(), stats_works: None })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.pid()
+    }
+
+    /// The counters now, if `farcache stats MNT --json` works (tried once per mount).
+    pub fn stats_now(&mut self) -> Option<(MountCounters, Value)> {
+        if self.stats_works == Some(false) {
+            return None;
+        }
+        let mnt = self.mnt.to_string_lossy().to_string();
+        let exe = self.exe.to_string_lossy().to_string();
+        let got = sys::run_with_timeout(&exe, &["stats", &mnt, "--json"], Duration::from_secs(5))
+            .ok()
+            .and_then(|out| serde_json::from_str::<Value>(out.trim()).ok())
+            .filter(|v| v.is_object());
+        self.stats_works = Some(got.is_some());
+        got.map(|v| (from_stats_json(&v), v))
+    }
+
+    /// Unmount (SIGTERM; the daemon unmounts and exits) and the exit summary from its log.
+    pub fn stop(&mut self) -> Option<MountCounters> {
+        let clean = self.child.stop().is_some();
+        if !clean || sys::mounts_under(&self.mnt).iter().any(|(p, _)| Path::new(p) == self.mnt) {
+            let m = self.mnt.to_string_lossy().to_string();
+            let _ = sys::run_quiet("fusermount3", &["-uz", &m]);
+        }
+        from_exit_log(&self.child.log())
+    }
+
+    pub fn log_tail(&self) -> String {
+        self.child.log_tail()
+    }
+}
+
+impl Drop for MountDaemon {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The number right before `phrase` in `line` ("12 hits" → 12 for " hits").
+fn number_before(line: &str, phrase: &str) -> Option<u64> {
+    let at = line.find(phrase)?;
+    let head = line[..at].trim_end();
+    let digits: String = head.chars().rev().take_while(|c| c.is_ascii_digit()).collect();
+    digits.chars().rev().collect::<String>().parse().ok()
+}
+
+/// Parse the daemon's exit summary ("remote tier: N hits, N misses, N bytes from lenders, N
+/// bytes to lenders, N invalidations, N fallbacks; N reads from lenders, N small reads from
+/// disk, N sequential bypasses; index N bytes for N blocks"). Phrases it lacks stay None.
+pub fn from_exit_log(log: &str) -> Option<MountCounters> {
+    let Some(line) = log.lines().rev().find(|l| l.contains("remote tier:")) else {
+        // A passthrough logs only its backing I/O.
+        return backing_reads_from_log(log).map(|n| MountCounters {
+            source: "exit-log".into(),
+            backing_reads: Some(n),
+            ..MountCounters::default()
+        });
+    };
+    let tail = &line[line.find("remote tier:")?..];
+    Some(MountCounters {
+        source: "exit-log".into(),
+        hits: number_before(tail, " hits"),
+        misses: number_before(tail, " misses"),
+        bytes_from_servers: number_before(tail, " bytes from lenders"),
+        bytes_to_servers: number_before(tail, " bytes to lenders"),
+        invalidations: number_before(tail, " invalidations"),
+        fallbacks: number_before(tail, " fallbacks"),
+        remote_reads: number_before(tail, " reads from lenders"),
+        disk_reads: number_before(tail, " small reads from disk"),
+        sequential_bypasses: number_before(tail, " sequential bypasses"),
+        index_bytes: tail.find("index ").and_then(|i| number_before(&tail[i..], " bytes for")),
+        index_blocks: number_before(tail, " blocks"),
+        backing_reads: backing_reads_from_log(log),
+    })
+}
+
+/// "backing I/O: N direct and M buffered reads" → N + M.
+fn backing_reads_from_log(log: &str) -> Option<u64> {
+    let line = log.lines().rev().find(|l| l.contains("backing I/O:"))?;
+    Some(number_before(line, " direct and")? + number_before(line, " buffered reads")?)
+}
+
+/// Every numeric leaf of `v`, with its dotted path.
+fn flatten(v: &Value, path: &str, out: &mut Vec<(String, u64)>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                flatten(x, &p, out);
+            }
+        }
+        Value::Number(n) => {
+            if let Some(x) = n.as_u64() {
+                out.push((path.to_string(), x));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Read the counters out of the mount's stats document without knowing its exact shape:
+/// the first dotted path that ends with one of the names given, in order of preference.
+pub fn from_stats_json(v: &Value) -> MountCounters {
+    let mut flat = Vec::new();
+    flatten(v, "", &mut flat);
+    let find = |names: &[&str]| {
+        names.iter().find_map(|n| flat.iter().find(|(p, _)| p == n || p.ends_with(&format!(".{n}"))).map(|(_, x)| *x))
+    };
+    MountCounters {
+        source: "stats".into(),
+        hits: find(&["remote.hits", "remote_hits", "lenders.hits"]),
+        misses: find(&["remote.misses", "remote_misses", "lenders.misses"]),
+        bytes_from_servers: find(&["bytes_from_servers", "bytes_from_lenders"]),
+        bytes_to_servers: find(&["bytes_to_servers", "bytes_to_lenders"]),
+        invalidations: find(&["invalidations"]),
+        fallbacks: find(&["fallbacks"]),
+        remote_reads: find(&["remote_reads"]),
+        disk_reads: find(&["disk_reads"]),
+        sequential_bypasses: find(&["sequential_bypasses"]),
+        index_bytes: find(&["index.memory_bytes", "index_memory_bytes", "index_bytes", "index.bytes"]),
+        index_blocks: find(&["index.remote_blocks", "index_blocks", "index.blocks", "remote_blocks"]),
+        backing_reads: find(&["backing.reads_direct", "reads_direct"])
+            .map(|d| d + find(&["backing.reads_buffered", "reads_buffered"]).unwrap_or(0)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_exit_summary() {
+        let log = "2025-11-22T04:00:00Z  INFO farcache mounted\n\
+            2025-11-22T04:01:00Z  INFO remote tier: 10 hits, 2 misses, 40960 bytes from lenders, 81920 bytes to \
+            lenders, 3 invalidations, 0 fallbacks; 10 reads from lenders, 5 small reads from disk, 7 sequential \
+            bypasses; index 1234 bytes for 20 blocks\n\
+            2025-11-22T04:01:00Z  INFO backing I/O: 12 direct and 0 buffered reads (1 bytes)\n";
+        let c = from_exit_log(log).unwrap();
+        assert_eq!(c.hits, Some(10));
+        assert_eq!(c.misses, Some(2));
+        assert_eq!(c.bytes_from_servers, Some(40960));
+        assert_eq!(c.bytes_to_servers, Some(81920));
+        assert_eq!(c.invalidations, Some(3));
+        assert_eq!(c.remote_reads, Some(10));
+        assert_eq!(c.disk_reads, Some(5));
+        assert_eq!(c.sequential_bypasses, Some(7));
+        assert_eq!((c.index_bytes, c.index_blocks), (Some(1234), Some(20)));
+        assert_eq!(c.backing_reads, Some(12));
+        assert!(from_exit_log("INFO backing I/O: nothing").is_none());
+        let passthrough = "INFO backing I/O: 7 direct and 2 buffered reads (1 bytes), 0 writes (0 bytes)";
+        assert_eq!(from_exit_log(passthrough).unwrap().backing_reads, Some(9));
+    }
+
+    #[test]
+    fn reads_a_stats_document_of_unknown_shape() {
+        let v: Value = serde_json::json!({
+            "remote": {"hits": 5, "misses": 1, "bytes_from_servers": 20480, "bytes_to_servers": 4096,
+                       "invalidations": 2},
+            "index": {"memory_bytes": 99, "remote_blocks": 4},
+            "tiers": {"disk_reads": 3},
+            "backing": {"reads_direct": 7, "reads_buffered": 1}
+        });
+        let c = from_stats_json(&v);
+        assert_eq!((c.hits, c.misses, c.invalidations), (Some(5), Some(1), Some(2)));
+        assert_eq!((c.bytes_from_servers, c.bytes_to_servers), (Some(20480), Some(4096)));
+        assert_eq!((c.index_bytes, c.index_blocks, c.disk_reads), (Some(99), Some(4), Some(3)));
+        assert_eq!(c.backing_reads, Some(8));
+        assert_eq!(c.source, "stats");
+    }
+}

@@ -1,0 +1,194 @@
+//! Small system helpers for the testbed: commands with a time limit, the interrupt flag that
+//! SIGINT/SIGTERM/SIGHUP set, children started inside cgroups and their own process group.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::error::IoContext;
+use crate::{BenchError, Result};
+
+/// How long any one setup or teardown command (losetup, mkfs.ext4, ip, tc, mount) may take.
+pub const CMD_TIMEOUT: Duration = Duration::from_secs(120);
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_sig: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Turn SIGINT, SIGTERM and SIGHUP into a flag that every wait of the run checks, so that an
+/// interrupted run unwinds through its guards and tears the testbed down in order.
+pub fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: a zeroed sigaction with a handler that only stores to an atomic.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigemptyset(&mut sa.sa_mask);
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// Fail with "interrupted" once a signal came.
+pub fn check_interrupt() -> Result<()> {
+    if interrupted() {
+        return Err(BenchError::Setup("interrupted by a signal: tearing the testbed down".into()));
+    }
+    Ok(())
+}
+
+/// Sleep `d`, waking early (with an error) on a signal.
+pub fn sleep_checked(d: Duration) -> Result<()> {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        check_interrupt()?;
+        std::thread::sleep((end - Instant::now()).min(Duration::from_millis(50)));
+    }
+    Ok(())
+}
+
+/// Run `prog args`, wait at most [`CMD_TIMEOUT`]; its stdout on success, an error with its
+/// stderr otherwise.
+pub fn run(prog: &str, args: &[&str]) -> Result<String> {
+    run_with_timeout(prog, args, CMD_TIMEOUT)
+}
+
+pub fn run_with_timeout(prog: &str, args: &[&str], limit: Duration) -> Result<String> {
+    let what = || format!("{prog} {}", args.join(" "));
+    let mut child = Command::new(prog)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ctx(|| format!("run `{}` (is it installed?)", what()))?;
+    let out = drain(child.stdout.take());
+    let err = drain(child.stderr.take());
+    let status = wait_bounded(&mut child, limit);
+    let out = out.join().unwrap_or_default();
+    let err = err.join().unwrap_or_default();
+    match status {
+        Some(st) if st.success() => Ok(out),
+        Some(st) => Err(BenchError::Setup(format!("`{}` failed ({st}): {}", what(), err.trim()))),
+        None => Err(BenchError::Setup(format!("`{}` did not finish within {limit:?}; killed", what()))),
+    }
+}
+
+/// Run a teardown command: errors are returned as text for a warning, never raised.
+pub fn run_quiet(prog: &str, args: &[&str]) -> std::result::Result<(), String> {
+    run_with_timeout(prog, args, Duration::from_secs(30)).map(|_| ()).map_err(|e| e.to_string())
+}
+
+fn drain<R: Read + Send + 'static>(r: Option<R>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(mut r) = r {
+            let _ = r.read_to_string(&mut s);
+        }
+        s
+    })
+}
+
+/// Wait for `child` up to `limit`; on timeout kill it (and reap it) and return None.
+pub fn wait_bounded(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let end = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) => return Some(st),
+            Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+}
+
+/// Write `value` to a sysfs/cgroupfs/procfs file.
+pub fn write_file(path: &Path, value: &str) -> Result<()> {
+    std::fs::write(path, value).ctx(|| format!("write {value:?} to {}", path.display()))
+}
+
+/// Prepare `cmd` so that, between fork and exec, the child: joins each cgroup whose
+/// `cgroup.procs` path is given (so it does all its work, and allocates all its memory,
+/// inside them); leaves the terminal's process group (a Ctrl-C reaches the harness only,
+/// which then stops children in order); and gets SIGTERM should the harness die without
+/// cleaning up (PR_SET_PDEATHSIG follows the spawning thread: the harness runs on one thread).
+pub fn confine(cmd: &mut Command, cgroup_procs: &[&Path]) {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::process::CommandExt;
+    let paths: Vec<std::ffi::CString> = cgroup_procs
+        .iter()
+        .map(|p| std::ffi::CString::new(p.as_os_str().as_bytes()).expect("cgroup path without NUL"))
+        .collect();
+    // SAFETY: only async-signal-safe calls (open, write, close, setpgid, prctl) between fork
+    // and exec, on memory prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            for p in &paths {
+                let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // "0" moves the writing process (cgroup v1 and v2).
+                let n = libc::write(fd, b"0".as_ptr().cast(), 1);
+                let err = std::io::Error::last_os_error();
+                libc::close(fd);
+                if n != 1 {
+                    return Err(err);
+                }
+            }
+            libc::setpgid(0, 0);
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong);
+            Ok(())
+        });
+    }
+}
+
+/// Signal one process we started (never a group, never by name).
+pub fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) on a pid we started or read from one of our own cgroups/namespaces.
+    unsafe {
+        libc::kill(pid as libc::pid_t, sig);
+    }
+}
+
+/// Whether `pid` names a live process.
+pub fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks existence.
+    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
+}
+
+/// Whether we run as root (the testbed needs loop devices, mounts, cgroups, namespaces).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Mount points (field 5 of /proc/self/mountinfo, unescaped) that start with `prefix`.
+pub fn mounts_under(prefix: &Path) -> Vec<(String, String)> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let want = prefix.to_string_lossy().to_string();
+    let mut out = Vec::new();
+    for l in info.lines() {
+        let mut f = l.split(' ');
+        let Some(mnt) = f.nth(4) else { continue };
+        let mnt = mnt.replace("\\040", " ");
+        let fstype = l.split(" - ").nth(1).and_then(|r| r.split(' ').next()).unwrap_or("").to_string();
+        if mnt.starts_with(&want) {
+            out.push((mnt, fstype));
+        }
+    }
+    out
+}

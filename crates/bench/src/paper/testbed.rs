@@ -1,0 +1,469 @@
+//! The testbed on one machine, out of real kernel mechanisms (../shared/TESTBED.md):
+//!
+//! - a slow disk: a sparse file under [`WORK_BASE`], attached to a loop device with
+//!   `losetup --direct-io=on` (the loop driver reads its file with O_DIRECT, so the host's
+//!   page cache is not a second cache), formatted ext4 (inode tables written up front, no
+//!   background `ext4lazyinit` writes) and mounted `noatime`; its IOPS and bandwidth capped
+//!   by blkio v1 throttling in a cgroup that every process of the client joins;
+//! - lenders' links: one network namespace per lender, a veth pair, TBF on both ends.
+//!
+//! Every name carries the run's prefix `fcb-<harness pid, hex>`. Each step pushes its undo
+//! onto a stack that [`Drop`] runs in reverse: on success, on error (`?` unwinds through
+//! here), on panic, and after SIGINT/SIGTERM (the waits see the flag and return errors).
+//! [`super::cleanup`] removes what a killed run left.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::cgroup::Cgroup;
+use super::child::Child;
+use super::sys;
+use super::worker::{fill_block, AlignedBuf, BLOCK};
+use crate::error::IoContext;
+use crate::{BenchError, Result};
+
+/// Where run directories (disk image, mount points, logs) live: on the real disk, not tmpfs.
+pub const WORK_BASE: &str = "/var/tmp/farcache-bench";
+/// Every name the harness creates starts with this.
+pub const PREFIX: &str = "fcb-";
+/// The port lenders listen on inside their namespaces.
+const LENDER_PORT: u16 = 7411;
+const MIB: u64 = 1 << 20;
+/// Runs whose logs are kept under `WORK_BASE/logs`.
+pub const LOG_RUNS_KEPT: usize = 5;
+
+/// How slow the emulated disk is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiskProfile {
+    /// A cloud block volume: 3000 IOPS, 125 MB/s (the default).
+    Cloud,
+    /// A 7200 rpm disk: 200 IOPS, 150 MB/s (the paper's environment B).
+    Hdd,
+    /// The loop device with no cap (the host caches the virtual disk: fast).
+    Raw,
+}
+
+impl DiskProfile {
+    /// (IOPS, bytes/s) for reads and writes alike, or none.
+    pub fn limits(self) -> Option<(u64, u64)> {
+        match self {
+            DiskProfile::Cloud => Some((3000, 125_000_000)),
+            DiskProfile::Hdd => Some((200, 150_000_000)),
+            DiskProfile::Raw => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DiskProfile::Cloud => "cloud",
+            DiskProfile::Hdd => "hdd",
+            DiskProfile::Raw => "raw",
+        }
+    }
+
+    pub fn describe(self) -> String {
+        match self.limits() {
+            Some((iops, bps)) => format!("{} ({iops} IOPS, {} MB/s)", self.name(), bps / 1_000_000),
+            None => "raw (no cap)".into(),
+        }
+    }
+}
+
+impl std::str::FromStr for DiskProfile {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "cloud" => Ok(DiskProfile::Cloud),
+            "hdd" => Ok(DiskProfile::Hdd),
+            "raw" => Ok(DiskProfile::Raw),
+            _ => Err(format!("unknown disk profile {s:?}: cloud, hdd or raw")),
+        }
+    }
+}
+
+/// What to build.
+#[derive(Clone, Debug)]
+pub struct TestbedSpec {
+    /// The `farcache` binary (lenders run it as `farcache server`).
+    pub exe: PathBuf,
+    /// Size of the ext4 file system on the loop device.
+    pub disk_bytes: u64,
+    pub profile: DiskProfile,
+    pub lenders: usize,
+    /// TBF rate of every lender's link, as tc writes it ("1gbit", "10gbit"), or none.
+    pub link_rate: Option<String>,
+}
+
+/// One lender's network: a namespace and the host end of its veth.
+#[derive(Clone, Debug)]
+pub struct LenderNet {
+    pub netns: String,
+    pub host_if: String,
+    pub addr: std::net::SocketAddr,
+}
+
+type UndoFn = Box<dyn FnOnce() -> std::result::Result<(), String>>;
+
+pub struct Testbed {
+    pub prefix: String,
+    pub dir: PathBuf,
+    pub loopdev: String,
+    /// "MAJ:MIN" of the loop device.
+    pub devno: String,
+    /// Where the ext4 file system is mounted (the backing directory).
+    pub ext4: PathBuf,
+    /// The FUSE mount point.
+    pub mnt: PathBuf,
+    pub blkio: Cgroup,
+    pub nets: Vec<LenderNet>,
+    pub spec: TestbedSpec,
+    /// Logs of every child, kept after the run (the newest [`LOG_RUNS_KEPT`] runs).
+    pub logs: PathBuf,
+    undo: Vec<(String, UndoFn)>,
+    cgroups_made: u32,
+}
+
+impl Testbed {
+    /// The prefix of this process's run.
+    pub fn own_prefix() -> String {
+        format!("{PREFIX}{:x}", std::process::id())
+    }
+
+    /// Build the whole testbed; on any error, what was built is torn down before returning.
+    pub fn create(spec: TestbedSpec) -> Result<Testbed> {
+        if !sys::is_root() {
+            return Err(BenchError::Setup(
+                "farcache bench paper needs root: it attaches loop devices, mounts file systems, creates \
+                 cgroups and network namespaces"
+                    .into(),
+            ));
+        }
+        let prefix = Self::own_prefix();
+        let dir = Path::new(WORK_BASE).join(&prefix);
+        // A partly built testbed: its Drop undoes what was done if a later step fails.
+        let mut tb = Testbed {
+            prefix: prefix.clone(),
+            dir: dir.clone(),
+            loopdev: String::new(),
+            devno: String::new(),
+            ext4: dir.join("ext4"),
+            mnt: dir.join("mnt"),
+            blkio: Cgroup::create("blkio", &prefix)?,
+            nets: Vec::new(),
+            spec: spec.clone(),
+            logs: Path::new(WORK_BASE).join("logs").join(&prefix),
+            undo: Vec::new(),
+            cgroups_made: 0,
+        };
+        std::fs::create_dir_all(&tb.ext4).ctx(|| format!("create {}", tb.ext4.display()))?;
+        std::fs::create_dir_all(&tb.mnt).ctx(|| format!("create {}", tb.mnt.display()))?;
+        prune_logs();
+        std::fs::create_dir_all(&tb.logs).ctx(|| format!("create {}", tb.logs.display()))?;
+        let d = dir.clone();
+        tb.push("remove the run directory", move || std::fs::remove_dir_all(&d).map_err(|e| e.to_string()));
+
+        // The slow disk.
+        let image = dir.join("disk.img");
+        let f = std::fs::File::create(&image).ctx(|| format!("create {}", image.display()))?;
+        f.set_len(spec.disk_bytes).ctx(|| format!("size {}", image.display()))?;
+        drop(f);
+        let img = image.to_string_lossy().to_string();
+        tb.loopdev = sys::run("losetup", &["--direct-io=on", "--show", "-f", &img])?.trim().to_string();
+        let dev = tb.loopdev.clone();
+        tb.push("detach the loop device", move || sys::run_quiet("losetup", &["-d", &dev]));
+        let name = tb.loopdev.trim_start_matches("/dev/").to_string();
+        let dio = std::fs::read_to_string(format!("/sys/block/{name}/loop/dio")).unwrap_or_default();
+        if dio.trim() != "1" {
+            return Err(BenchError::Setup(format!(
+                "{} did not switch to direct I/O (loop/dio = {dio:?}): its reads would hit the host's page cache",
+                tb.loopdev
+            )));
+        }
+        tb.devno = std::fs::read_to_string(format!("/sys/block/{name}/dev"))
+            .ctx(|| format!("read the device number of {}", tb.loopdev))?
+            .trim()
+            .to_string();
+        sys::run("mkfs.ext4", &["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", &tb.loopdev])?;
+        tb.mount_ext4()?;
+        let (dev, mnt) = (tb.loopdev.clone(), tb.ext4.clone());
+        tb.push("unmount ext4", move || unmount(&mnt, &dev));
+
+        // The throttle: every client process joins this cgroup.
+        if let Some((iops, bps)) = spec.profile.limits() {
+            for (file, v) in [
+                ("blkio.throttle.read_iops_device", iops),
+                ("blkio.throttle.write_iops_device", iops),
+                ("blkio.throttle.read_bps_device", bps),
+                ("blkio.throttle.write_bps_device", bps),
+            ] {
+                tb.blkio.set(file, &format!("{} {v}", tb.devno))?;
+            }
+        }
+
+        // Lenders' links.
+        let subnet = free_subnet()?;
+        for i in 0..spec.lenders {
+            tb.add_lender_net(i, subnet)?;
+        }
+        Ok(tb)
+    }
+
+    fn push(&mut self, what: &str, f: impl FnOnce() -> std::result::Result<(), String> + 'static) {
+        self.undo.push((what.to_string(), Box::new(f)));
+    }
+
+    fn mount_ext4(&self) -> Result<()> {
+        let target = self.ext4.to_string_lossy().to_string();
+        sys::run("mount", &["-t", "ext4", "-o", "noatime", &self.loopdev, &target]).map(|_| ())
+    }
+
+    /// Unmount and mount the ext4 file system again: every page of it leaves the page cache
+    /// (whoever it was charged to), so the next pass starts cold — scoped to this disk,
+    /// unlike the global `echo 3 > /proc/sys/vm/drop_caches`.
+    pub fn remount(&self) -> Result<()> {
+        let target = self.ext4.to_string_lossy().to_string();
+        sys::run("umount", &[&target])?;
+        self.mount_ext4()
+    }
+
+    fn add_lender_net(&mut self, i: usize, subnet: u8) -> Result<()> {
+        let netns = format!("{}-l{i}", self.prefix);
+        let compact = self.prefix.replace('-', "");
+        let host_if = format!("{compact}h{i}");
+        let ns_if = format!("{compact}n{i}");
+        let host_ip = format!("10.199.{subnet}.{}", 4 * i + 1);
+        let ns_ip = format!("10.199.{subnet}.{}", 4 * i + 2);
+        sys::run("ip", &["netns", "add", &netns])?;
+        let (n, h) = (netns.clone(), host_if.clone());
+        self.push("delete a lender's namespace and veth", move || {
+            let a = sys::run_quiet("ip", &["netns", "del", &n]);
+            // Deleting the namespace deletes its veth end and so the pair; this is a no-op
+            // unless the pair was made and never moved.
+            if std::path::Path::new(&format!("/sys/class/net/{h}")).exists() {
+                sys::run_quiet("ip", &["link", "del", &h])?;
+            }
+            a
+        });
+        sys::run("ip", &["link", "add", &host_if, "type", "veth", "peer", "name", &ns_if])?;
+        sys::run("ip", &["link", "set", &ns_if, "netns", &netns])?;
+        sys::run("ip", &["addr", "add", &format!("{host_ip}/30"), "dev", &host_if])?;
+        sys::run("ip", &["link", "set", &host_if, "up"])?;
+        sys::run("ip", &["-n", &netns, "addr", "add", &format!("{ns_ip}/30"), "dev", &ns_if])?;
+        sys::run("ip", &["-n", &netns, "link", "set", &ns_if, "up"])?;
+        sys::run("ip", &["-n", &netns, "link", "set", "lo", "up"])?;
+        if let Some(rate) = &self.spec.link_rate {
+            let burst = tbf_burst(rate);
+            let args =
+                ["qdisc", "replace", "dev", &host_if, "root", "tbf", "rate", rate, "burst", &burst, "latency", "1ms"];
+            sys::run("tc", &args)?;
+            let mut ns_args = vec!["netns", "exec", &netns, "tc"];
+            ns_args.extend_from_slice(&args);
+            ns_args[7] = &ns_if;
+            sys::run("ip", &ns_args)?;
+        }
+        let addr = format!("{ns_ip}:{LENDER_PORT}").parse().expect("valid address");
+        self.nets.push(LenderNet { netns, host_if, addr });
+        Ok(())
+    }
+
+    /// A new memory cgroup for one configuration's client: `limit` bytes, or none.
+    pub fn memory_cgroup(&mut self, limit: Option<u64>) -> Result<Cgroup> {
+        self.cgroups_made += 1;
+        let cg = Cgroup::create("memory", &format!("{}-c{}", self.prefix, self.cgroups_made))?;
+        if let Some(l) = limit {
+            cg.set("memory.limit_in_bytes", &l.to_string())?;
+        }
+        Ok(cg)
+    }
+
+    /// Start one `farcache server` per lender namespace, each lending `capacity` bytes.
+    pub fn start_lenders(&self, capacity: u64, policy: Option<&str>) -> Result<Lenders> {
+        let mut procs = Vec::new();
+        for (i, net) in self.nets.iter().enumerate() {
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "exec", &net.netns])
+                .arg(&self.spec.exe)
+                .args(["server", "--listen", &net.addr.to_string()])
+                .arg("--capacity")
+                .arg(format!("{}MiB", capacity / MIB))
+                .env("FARCACHE_LOG", "warn");
+            if let Some(p) = policy {
+                cmd.args(["--policy", p]);
+            }
+            sys::confine(&mut cmd, &[]);
+            let log = self.logs.join(format!("lender{i}-{}.log", self.cgroups_made));
+            let mut c = Child::spawn(&format!("lender {i}"), cmd, &log, false)?;
+            let line = c.next_line(Duration::from_secs(30))?;
+            if !line.starts_with("farcache server listening on") {
+                return Err(BenchError::Setup(format!("lender {i} said {line:?}; log:\n{}", c.log_tail())));
+            }
+            procs.push(c);
+        }
+        Ok(Lenders { procs, addrs: self.nets.iter().map(|n| n.addr).collect() })
+    }
+
+    /// The test file of `size` bytes in the ext4 file system, made on first use. Written
+    /// with O_DIRECT by the harness (outside the client's cgroups: not throttled, and none
+    /// of it left in the page cache). Block b's bytes are [`fill_block`]`(b)`, which the
+    /// load generator checks.
+    pub fn ensure_file(&self, size: u64) -> Result<String> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let name = format!("data-{}MiB.bin", size / MIB);
+        let path = self.ext4.join(&name);
+        if path.metadata().map(|m| m.len() == size).unwrap_or(false) {
+            return Ok(name);
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)
+            .ctx(|| format!("create {}", path.display()))?;
+        const CHUNK: usize = 1 << 20;
+        let mut buf = AlignedBuf::new(CHUNK);
+        let mut done = 0u64;
+        while done < size {
+            sys::check_interrupt()?;
+            let n = CHUNK.min((size - done) as usize);
+            for (i, blk) in buf.as_mut_slice()[..n].chunks_mut(BLOCK).enumerate() {
+                fill_block(done / BLOCK as u64 + i as u64, blk);
+            }
+            f.write_all(&buf.as_mut_slice()[..n]).ctx(|| format!("write {}", path.display()))?;
+            done += n as u64;
+        }
+        f.sync_all().ctx(|| format!("fsync {}", path.display()))?;
+        Ok(name)
+    }
+
+    /// Reads and writes the loop device has served so far.
+    pub fn disk_stat(&self) -> DiskStat {
+        let name = self.loopdev.trim_start_matches("/dev/");
+        let text = std::fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap_or_default();
+        let f: Vec<u64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        let g = |i: usize| f.get(i).copied().unwrap_or(0);
+        DiskStat { read_ios: g(0), read_bytes: g(2) * 512, write_ios: g(4), write_bytes: g(6) * 512 }
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        while let Some((what, f)) = self.undo.pop() {
+            if let Err(e) = f() {
+                eprintln!("paper: warning: could not {what}: {e}");
+            }
+        }
+        if let Err(e) = self.blkio.remove() {
+            eprintln!("paper: warning: {e}");
+        }
+    }
+}
+
+/// What the loop device served, from /sys/block/loopN/stat.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DiskStat {
+    pub read_ios: u64,
+    pub read_bytes: u64,
+    pub write_ios: u64,
+    pub write_bytes: u64,
+}
+
+impl DiskStat {
+    pub fn since(&self, e: &DiskStat) -> DiskStat {
+        DiskStat {
+            read_ios: self.read_ios.saturating_sub(e.read_ios),
+            read_bytes: self.read_bytes.saturating_sub(e.read_bytes),
+            write_ios: self.write_ios.saturating_sub(e.write_ios),
+            write_bytes: self.write_bytes.saturating_sub(e.write_bytes),
+        }
+    }
+}
+
+/// Running lenders; stopped when dropped.
+pub struct Lenders {
+    pub procs: Vec<Child>,
+    pub addrs: Vec<std::net::SocketAddr>,
+}
+
+impl Lenders {
+    pub fn stop(&mut self) {
+        for p in self.procs.iter_mut().rev() {
+            p.stop();
+        }
+    }
+}
+
+/// Unmount `mnt` (the ext4 of `dev`), lazily if it stays busy.
+pub fn unmount(mnt: &Path, dev: &str) -> std::result::Result<(), String> {
+    let m = mnt.to_string_lossy().to_string();
+    if !sys::mounts_under(mnt).iter().any(|(p, _)| p == &m) {
+        return Ok(());
+    }
+    for _ in 0..20 {
+        if sys::run_quiet("umount", &[&m]).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    sys::run_quiet("umount", &["-l", &m]).map_err(|e| format!("{e} (lazy unmount of {dev} failed too)"))
+}
+
+/// Keep the logs of the newest runs only.
+fn prune_logs() {
+    let base = Path::new(WORK_BASE).join("logs");
+    let mut runs: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(&base)
+        .map(|d| d.flatten().filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path()))).collect())
+        .unwrap_or_default();
+    runs.sort();
+    let excess = (runs.len() + 1).saturating_sub(LOG_RUNS_KEPT);
+    for (_, p) in runs.into_iter().take(excess) {
+        let _ = std::fs::remove_dir_all(p);
+    }
+}
+
+/// TBF's bucket: at least 256 KiB (what TESTBED.md measured at 1 Gbit/s), and 1 ms of the
+/// rate above that, so that fast links are not held back by timer granularity.
+fn tbf_burst(rate: &str) -> String {
+    let bits: f64 = {
+        let r = rate.to_ascii_lowercase();
+        let (num, mult) = if let Some(n) = r.strip_suffix("gbit") {
+            (n, 1e9)
+        } else if let Some(n) = r.strip_suffix("mbit") {
+            (n, 1e6)
+        } else if let Some(n) = r.strip_suffix("kbit") {
+            (n, 1e3)
+        } else {
+            (r.as_str(), 1.0)
+        };
+        num.parse::<f64>().unwrap_or(1.0) * mult
+    };
+    let one_ms = (bits / 8.0 / 1000.0) as u64;
+    format!("{}b", one_ms.max(256 << 10))
+}
+
+/// A /24 under 10.199.0.0/16 that no interface of the host uses, searched from one derived
+/// from this process's pid, so that two runs started at once rarely pick the same one.
+fn free_subnet() -> Result<u8> {
+    let addrs = sys::run("ip", &["-o", "-4", "addr", "show"])?;
+    let start = (std::process::id() % 256) as u16;
+    (0..256u16)
+        .map(|i| ((start + i) % 256) as u8)
+        .find(|k| !addrs.contains(&format!("10.199.{k}.")))
+        .ok_or_else(|| BenchError::Setup("no free /24 in 10.199.0.0/16 for the lenders' links".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn burst_scales_with_rate() {
+        assert_eq!(super::tbf_burst("1gbit"), format!("{}b", 256 << 10));
+        assert_eq!(super::tbf_burst("10gbit"), "1250000b");
+        assert_eq!("hdd".parse::<super::DiskProfile>().unwrap().limits(), Some((200, 150_000_000)));
+        assert!("ssd".parse::<super::DiskProfile>().is_err());
+    }
+}

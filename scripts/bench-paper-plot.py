@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Plots of `farcache bench paper` results in the style of paper 000's figures 2 and 3:
+farcache's performance ratio per access size, 1st and 2nd pass, against passthrough
+(= 1.00, the paper's "method disabled") and against ideal (no memory limit).
+
+usage: scripts/bench-paper-plot.py bench/results/paper-cloud.json [...]
+writes bench/results/paper-cloud-seqread.png, paper-cloud-randread.png, ... beside each JSON.
+"""
+import json
+import os
+import sys
+
+try:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError:
+    print("bench-paper-plot: matplotlib missing (scripts/bench-deps.sh installs it); no plots", file=sys.stderr)
+    sys.exit(0)
+
+TITLES = {
+    "seqread": "Sequential read (paper 000, Table 4 / Fig. 2)",
+    "randread": "Random 4 KiB read (paper 000, Tables 5-6 / Fig. 3)",
+}
+
+
+def human(n):
+    return f"{n >> 30}GiB" if n >= 1 << 30 and n % (1 << 30) == 0 else f"{n >> 20}MiB"
+
+
+def secs(report, exp, size, cfg, p):
+    for r in report["runs"]:
+        if r["experiment"] == exp and r["size_bytes"] == size and r["config"] == cfg and not r.get("error"):
+            for x in r["passes"]:
+                if x["pass"] == p and x["secs"] > 0:
+                    return x["secs"]
+    return None
+
+
+def ratio(report, exp, size, base, p):
+    f, b = secs(report, exp, size, "farcache", p), secs(report, exp, size, base, p)
+    return b / f if f and b else float("nan")
+
+
+def tps(report, cfg, mode, clients):
+    for x in report.get("pgbench", []):
+        if x["config"] == cfg and x["mode"] == mode and x["clients"] == clients and not x.get("error"):
+            return x["tps"] if x["tps"] > 0 else None
+    return None
+
+
+def plot_pgbench(report, png):
+    o = report["options"]
+    labels, vs_pt, vs_ideal = [], [], []
+    for mode in ["select-only", "tpc-b"]:
+        for c in o.get("pgbench_clients", []):
+            f = tps(report, "farcache", mode, c)
+            p = tps(report, "passthrough", mode, c)
+            i = tps(report, "ideal", mode, c)
+            labels.append(f"{mode}\n{c} clients")
+            vs_pt.append(f / p if f and p else float("nan"))
+            vs_ideal.append(f / i if f and i else float("nan"))
+    fig, ax = plt.subplots(figsize=(11, 4))
+    x = range(len(labels))
+    w = 0.38
+    for i, (ys, name) in enumerate([(vs_pt, "farcache / passthrough"), (vs_ideal, "farcache / ideal")]):
+        bars = ax.bar([v + (i - 0.5) * w for v in x], ys, w, label=name)
+        for b, y in zip(bars, ys):
+            if y == y:
+                ax.annotate(f"{y:.2f}", (b.get_x() + b.get_width() / 2, y), ha="center", va="bottom", fontsize=7)
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("tps ratio")
+    ax.legend(fontsize=8)
+    setup = report.get("pgbench_setup") or {}
+    fig.suptitle(
+        f"pgbench: scale {setup.get('scale', '?')}, client {human(o['memory_bytes'])}, disk {o['profile']}",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def plot(path):
+    report = json.load(open(path))
+    o = report["options"]
+    stem = os.path.splitext(path)[0]
+    sizes = o["sizes_bytes"]
+    out = []
+    for exp in o["experiments"]:
+        if exp == "pgbench":
+            if report.get("pgbench"):
+                plot_pgbench(report, f"{stem}-pgbench.png")
+                out.append(f"{stem}-pgbench.png")
+            continue
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=False)
+        x = range(len(sizes))
+        w = 0.38
+        for ax, base in zip(axes, ["passthrough", "ideal"]):
+            for i, p in enumerate([1, 2]):
+                ys = [ratio(report, exp, s, base, p) for s in sizes]
+                bars = ax.bar([v + (i - 0.5) * w for v in x], ys, w, label=f"{'1st' if p == 1 else '2nd'} access")
+                for b, y in zip(bars, ys):
+                    if y == y:  # not NaN
+                        ax.annotate(f"{y:.2f}", (b.get_x() + b.get_width() / 2, y), ha="center", va="bottom", fontsize=7)
+            ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+            ax.set_xticks(list(x))
+            ax.set_xticklabels([human(s) for s in sizes])
+            ax.set_xlabel("access size")
+            ax.set_ylabel(f"performance ratio (farcache vs {base} = 1.00)")
+            ax.set_title(f"farcache / {base}")
+            ax.legend(fontsize=8)
+        link = o.get("link_rate") or "unshaped"
+        fig.suptitle(
+            f"{TITLES.get(exp, exp)}: disk {o['profile']}, client {human(o['memory_bytes'])}, "
+            f"{o['lenders']} lender x {human(o['lender_capacity_bytes'])} over {link}",
+            fontsize=9,
+        )
+        fig.tight_layout()
+        png = f"{stem}-{exp}.png"
+        fig.savefig(png, dpi=110)
+        plt.close(fig)
+        out.append(png)
+    return out
+
+
+def main():
+    if len(sys.argv) < 2:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    for path in sys.argv[1:]:
+        for png in plot(path):
+            print(f"bench-paper-plot: wrote {png}")
+
+
+if __name__ == "__main__":
+    main()
