@@ -32,6 +32,8 @@ enum Command {
     Config(cmd::config::Args),
     /// Write a fresh block key (for `mount --key-file`) to a new file, mode 600.
     Keygen(cmd::keygen::Args),
+    /// Generate a small deployment's TLS files: a CA, server and client certificates and keys.
+    Certs(cmd::certs::Args),
     /// Run a benchmark: the server against memcached, or LRU against S3-FIFO.
     Bench(cmd::bench::Args),
 }
@@ -48,6 +50,7 @@ fn main() {
         Command::Randread(a) => cmd::randread::run(a),
         Command::Config(a) => cmd::config::run(a),
         Command::Keygen(a) => cmd::keygen::run(a),
+        Command::Certs(a) => cmd::certs::run(a),
         Command::Bench(a) => cmd::bench::run(a),
     };
     if let Err(e) = res {

@@ -15,7 +15,9 @@ use tokio::time::{timeout, timeout_at, Instant};
 
 use crate::conn::{spawn_tasks, Expect, Reply, Shared};
 use crate::handshake::{handshake, FIRST_REQUEST_ID};
-use crate::{ClientConfig, ClientError};
+use crate::{ClientConfig, ClientError, ClientTls};
+use farcache_tls::rustls::pki_types::ServerName;
+use farcache_tls::Stream;
 
 /// Bytes of a batched frame before its entries.
 const BATCH_FRAME_BYTES: usize = HEADER_BYTES + BATCH_PREFIX_BYTES;
@@ -70,8 +72,12 @@ impl Client {
     pub async fn connect(cfg: ClientConfig) -> Result<Client, ClientError> {
         cfg.validate()?;
         let setup = async {
-            let mut stream = TcpStream::connect(cfg.addr).await.map_err(ClientError::Connect)?;
-            stream.set_nodelay(true).map_err(ClientError::Connect)?;
+            let tcp = TcpStream::connect(cfg.addr).await.map_err(ClientError::Connect)?;
+            tcp.set_nodelay(true).map_err(ClientError::Connect)?;
+            let mut stream = match &cfg.tls {
+                None => Stream::Plain(tcp),
+                Some(tls) => Stream::Client(Box::new(connect_tls(tls, cfg.addr, tcp).await?)),
+            };
             let (hello, leftover) = handshake(&mut stream, &cfg).await?;
             Ok::<_, ClientError>((stream, hello, leftover))
         };
@@ -81,8 +87,16 @@ impl Client {
         let inflight_limit = cfg.max_inflight.min(hello.max_inflight) as usize;
         let shared = Arc::new(Shared::new(inflight_limit, FIRST_REQUEST_ID, hello.limits()));
         let (frames_tx, frames_rx) = mpsc::channel(inflight_limit);
-        let (rd, wr) = stream.into_split();
-        spawn_tasks(&shared, rd, leftover, wr, frames_rx);
+        match stream {
+            Stream::Plain(tcp) => {
+                let (rd, wr) = tcp.into_split();
+                spawn_tasks(&shared, rd, leftover, wr, frames_rx);
+            }
+            tls => {
+                let (rd, wr) = tokio::io::split(tls);
+                spawn_tasks(&shared, rd, leftover, wr, frames_rx);
+            }
+        }
 
         let room = hello.max_frame_bytes as usize - BATCH_FRAME_BYTES;
         let max_batch = hello.max_batch as usize;
@@ -265,6 +279,27 @@ impl Client {
     pub async fn wait_closed(&self) {
         self.inner.shared.wait_tasks_done().await
     }
+}
+
+/// The client side of the TLS handshake, checking the server's certificate against the
+/// configured CA and name.
+async fn connect_tls(
+    tls: &ClientTls,
+    addr: std::net::SocketAddr,
+    tcp: TcpStream,
+) -> Result<farcache_tls::tokio_rustls::client::TlsStream<TcpStream>, ClientError> {
+    let name = match &tls.server_name {
+        Some(n) => ServerName::try_from(n.clone())
+            .map_err(|_| ClientError::Config(format!("tls server name {n:?} is not a DNS name or IP address")))?,
+        None => ServerName::IpAddress(addr.ip().into()),
+    };
+    farcache_tls::TlsConnector::from(tls.config.clone()).connect(name, tcp).await.map_err(|e| {
+        let why = match e.get_ref().and_then(|i| i.downcast_ref::<farcache_tls::rustls::Error>()) {
+            Some(r) => r.to_string(),
+            None => e.to_string(),
+        };
+        ClientError::Tls(why)
+    })
 }
 
 impl Inner {

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use farcache_wire::{is_valid_tenant_name, MAX_SECRET_BYTES};
@@ -32,6 +33,23 @@ pub struct ClientConfig {
     /// Most requests in flight on the connection. The effective bound is the smaller of this
     /// and the server's `max_inflight` from HELLO_OK.
     pub max_inflight: u16,
+    /// TLS 1.3 with a client certificate; `None` for plain TCP.
+    pub tls: Option<ClientTls>,
+}
+
+/// How to speak TLS to the server.
+#[derive(Clone)]
+pub struct ClientTls {
+    /// Trusted CA, client certificate and key (see `farcache_tls::client_config`).
+    pub config: Arc<farcache_tls::rustls::ClientConfig>,
+    /// The name the server's certificate must carry; `None`: the address's IP.
+    pub server_name: Option<String>,
+}
+
+impl ClientTls {
+    pub fn new(config: Arc<farcache_tls::rustls::ClientConfig>) -> ClientTls {
+        ClientTls { config, server_name: None }
+    }
 }
 
 impl ClientConfig {
@@ -45,6 +63,7 @@ impl ClientConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_inflight: DEFAULT_MAX_INFLIGHT,
+            tls: None,
         }
     }
 
@@ -65,6 +84,11 @@ impl ClientConfig {
         if self.max_inflight == 0 {
             return Err(ClientError::Config("max_inflight must be at least 1".into()));
         }
+        if let Some(name) = self.tls.as_ref().and_then(|t| t.server_name.as_deref()) {
+            if farcache_tls::rustls::pki_types::ServerName::try_from(name).is_err() {
+                return Err(ClientError::Config(format!("tls server name {name:?} is not a DNS name or IP address")));
+            }
+        }
         if self.connect_timeout.is_zero() || self.request_timeout.is_zero() {
             return Err(ClientError::Config("connect_timeout and request_timeout must be longer than zero".into()));
         }
@@ -82,6 +106,10 @@ impl fmt::Debug for ClientConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("max_inflight", &self.max_inflight)
+            .field(
+                "tls",
+                &self.tls.as_ref().map(|t| t.server_name.clone().unwrap_or_else(|| self.addr.ip().to_string())),
+            )
             .finish()
     }
 }

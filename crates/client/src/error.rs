@@ -40,6 +40,10 @@ pub enum ClientError {
     /// The server is overloaded (too many connections or tenants); try later.
     #[error("server busy: {0}")]
     Busy(String),
+    /// The TLS handshake failed: certificates that do not check out on one side or the other,
+    /// or a server that does not speak TLS.
+    #[error("TLS handshake failed: {0}")]
+    Tls(String),
     /// The configuration cannot work; the message names the field.
     #[error("invalid client configuration: {0}")]
     Config(String),
@@ -70,6 +74,7 @@ impl ClientError {
             ClientError::UnsupportedVersion(m) => ClientError::UnsupportedVersion(m.clone()),
             ClientError::Busy(m) => ClientError::Busy(m.clone()),
             ClientError::Config(m) => ClientError::Config(m.clone()),
+            ClientError::Tls(m) => ClientError::Tls(m.clone()),
         }
     }
 }

@@ -33,6 +33,6 @@ mod error;
 mod handshake;
 
 pub use client::Client;
-pub use config::{ClientConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_INFLIGHT, DEFAULT_REQUEST_TIMEOUT};
+pub use config::{ClientConfig, ClientTls, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_INFLIGHT, DEFAULT_REQUEST_TIMEOUT};
 pub use error::ClientError;
 pub use farcache_wire::{DelStatus, ErrorCode, HelloOk, Key, PutStatus};

@@ -13,7 +13,7 @@ use farcache_policy::route::{Adaptive, Threshold};
 use serde::{Deserialize, Serialize};
 
 use crate::index::BLOCK_BYTES;
-use crate::remote::RemoteConfig;
+use crate::remote::{RemoteConfig, RemoteTls};
 use crate::routing::Router;
 use crate::seal::{BlockKeyBytes, BlockSeal, Plaintext, XChaCha};
 
@@ -32,6 +32,14 @@ secret_file = ""
 # then encrypted and authenticated (XChaCha20-Poly1305) before it leaves, and a block a
 # lender alters or swaps is a miss. Lenders need server.slot_bytes >= 4136. "" for none.
 key_file = ""
+# TLS 1.3 to the lenders, with this client's certificate: the CA (PEM) lender certificates
+# must be signed by, and this client's certificate and key (create them with
+# `farcache certs --out DIR`). Set all three, or "" for plain TCP (trusted networks only).
+tls_ca = ""
+tls_cert = ""
+tls_key = ""
+# The name lender certificates must carry; "" for the host part of each cache.servers entry.
+tls_server_name = ""
 # The most a read waits for the lenders before it goes to the disk.
 fetch_timeout = "50ms"
 # Bound on connecting to a lender, handshake included.
@@ -79,6 +87,13 @@ pub struct CacheConfig {
     pub secret_file: String,
     /// Path of the block key (64 hex digits); "" for no block encryption.
     pub key_file: String,
+    /// TLS: the CA lender certificates must be signed by, and this client's certificate and
+    /// key (PEM paths); all "" for plain TCP.
+    pub tls_ca: String,
+    pub tls_cert: String,
+    pub tls_key: String,
+    /// The name lender certificates must carry; "" for each server's host.
+    pub tls_server_name: String,
     pub fetch_timeout: HumanDuration,
     pub connect_timeout: HumanDuration,
     pub reconnect_min: HumanDuration,
@@ -98,6 +113,10 @@ impl Default for CacheConfig {
             tenant: "default".into(),
             secret_file: String::new(),
             key_file: String::new(),
+            tls_ca: String::new(),
+            tls_cert: String::new(),
+            tls_key: String::new(),
+            tls_server_name: String::new(),
             fetch_timeout: HumanDuration::ms(50),
             connect_timeout: HumanDuration::ms(500),
             reconnect_min: HumanDuration::ms(100),
@@ -214,7 +233,60 @@ impl CacheConfig {
         }
         self.secret()?;
         self.block_key()?;
+        self.tls()?;
         Ok(())
+    }
+
+    /// The TLS client configuration from `tls_ca`, `tls_cert` and `tls_key`, or `None` when
+    /// none is set. Fails, naming the key, the file and the fix, when only some are set, a
+    /// file is missing or not PEM, the key does not match the certificate, or a certificate
+    /// has expired.
+    pub fn tls(&self) -> Result<Option<Arc<farcache_tls::rustls::ClientConfig>>, ConfigError> {
+        let set = [&self.tls_ca, &self.tls_cert, &self.tls_key].iter().filter(|s| !s.is_empty()).count();
+        if set == 0 {
+            if !self.tls_server_name.is_empty() {
+                return Err(ConfigError::invalid(
+                    "cache.tls_server_name",
+                    "set without tls_ca, tls_cert and tls_key",
+                    "set those too, or tls_server_name = \"\"",
+                ));
+            }
+            return Ok(None);
+        }
+        if set != 3 {
+            return Err(ConfigError::invalid(
+                "cache.tls_cert",
+                "tls_ca, tls_cert and tls_key must be set together",
+                "set all three (create them with `farcache certs --out DIR`), or none for plain TCP",
+            ));
+        }
+        if !self.tls_server_name.is_empty()
+            && farcache_tls::rustls::pki_types::ServerName::try_from(self.tls_server_name.as_str()).is_err()
+        {
+            return Err(ConfigError::invalid(
+                "cache.tls_server_name",
+                format!("{:?} is not a DNS name or IP address", self.tls_server_name),
+                "use the name in the lenders' certificates, or \"\"",
+            ));
+        }
+        let (ca, cert, key) = (Path::new(&self.tls_ca), Path::new(&self.tls_cert), Path::new(&self.tls_key));
+        farcache_tls::client_config(ca, cert, key)
+            .map(Some)
+            .map_err(|e| ConfigError::invalid("cache.tls_cert", e.problem, e.fix))
+    }
+
+    /// The TLS name of each listed lender: `tls_server_name`, or the host part of its entry.
+    fn tls_names(&self) -> Vec<(SocketAddr, String)> {
+        self.servers
+            .iter()
+            .filter_map(|s| {
+                let addr = s.to_socket_addrs().ok()?.next()?;
+                let host = s.rsplit_once(':').map_or(s.as_str(), |(h, _)| h);
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                let name = if self.tls_server_name.is_empty() { host } else { &self.tls_server_name };
+                Some((addr, name.to_owned()))
+            })
+            .collect()
     }
 
     /// The block key from `key_file`, or `None` when there is none (no block encryption).
@@ -323,6 +395,11 @@ impl CacheConfig {
             threads: self.threads as usize,
             max_lenders: self.max_lenders as usize,
             seal: self.block_seal()?,
+            tls: self.tls()?.map(|config| RemoteTls {
+                config,
+                server_name: (!self.tls_server_name.is_empty()).then(|| self.tls_server_name.clone()),
+                names: self.tls_names(),
+            }),
         })
     }
 
@@ -413,7 +490,7 @@ mod tests {
         f.cache.validate().unwrap();
         let v = toml::Value::try_from(CacheConfig::default()).unwrap();
         let keys = v.as_table().unwrap().keys().collect::<Vec<_>>();
-        assert_eq!(keys.len(), 14);
+        assert_eq!(keys.len(), 18);
         for key in keys {
             assert!(TEMPLATE.lines().any(|l| l.starts_with(&format!("{key} ="))), "template lacks cache.{key}");
         }

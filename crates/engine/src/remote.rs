@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use farcache_client::{Client, ClientConfig, Key, PutStatus};
+use farcache_client::{Client, ClientConfig, ClientError, Key, PutStatus};
 use farcache_policy::placement;
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
@@ -76,6 +76,27 @@ pub struct RemoteConfig {
     /// authenticated) so that a lying lender costs a miss. Fills are sealed before they
     /// leave; every answer is opened before anyone sees it.
     pub seal: Arc<dyn BlockSeal>,
+    /// TLS 1.3 with a client certificate to every lender; `None` for plain TCP.
+    pub tls: Option<RemoteTls>,
+}
+
+/// How the borrower speaks TLS to its lenders.
+#[derive(Clone, Debug)]
+pub struct RemoteTls {
+    pub config: Arc<farcache_tls::rustls::ClientConfig>,
+    /// The name every lender's certificate must carry; `None`: its entry in `names`, or its IP.
+    pub server_name: Option<String>,
+    /// The host name each configured lender was listed under.
+    pub names: Vec<(SocketAddr, String)>,
+}
+
+impl RemoteTls {
+    /// The client's TLS settings for the lender at `addr`.
+    pub fn for_lender(&self, addr: SocketAddr) -> farcache_client::ClientTls {
+        let name =
+            self.server_name.clone().or_else(|| self.names.iter().find(|(a, _)| *a == addr).map(|(_, n)| n.clone()));
+        farcache_client::ClientTls { config: self.config.clone(), server_name: name }
+    }
 }
 
 impl RemoteConfig {
@@ -93,6 +114,7 @@ impl RemoteConfig {
             threads: 2,
             max_lenders: DEFAULT_MAX_LENDERS,
             seal: Arc::new(Plaintext),
+            tls: None,
         }
     }
 }
@@ -649,11 +671,13 @@ impl Drop for Remote {
 /// until the lender leaves the set.
 async fn keep_connected(l: Arc<Lender>, cfg: Arc<RemoteConfig>, counters: Arc<RemoteCounters>) {
     let mut backoff = cfg.reconnect_min;
+    let mut last_failure: Option<String> = None;
     while !l.removed.load(Ordering::Acquire) {
         let mut c = ClientConfig::new(l.addr, cfg.tenant.clone());
         c.secret = cfg.secret.clone();
         c.connect_timeout = cfg.connect_timeout;
         c.request_timeout = cfg.fetch_timeout.max(Duration::from_millis(500));
+        c.tls = cfg.tls.as_ref().map(|t| t.for_lender(l.addr));
         match Client::connect(c).await {
             Ok(client) => {
                 let instance = client.hello().instance_id;
@@ -680,6 +704,7 @@ async fn keep_connected(l: Arc<Lender>, cfg: Arc<RemoteConfig>, counters: Arc<Re
                     tracing::info!(lender = %l.addr, "connected to lender");
                 }
                 backoff = cfg.reconnect_min;
+                last_failure = None;
                 client.wait_closed().await;
                 {
                     let mut slot = l.client.write();
@@ -692,7 +717,17 @@ async fn keep_connected(l: Arc<Lender>, cfg: Arc<RemoteConfig>, counters: Arc<Re
             }
             Err(e) => {
                 add(&counters.connect_failures, 1);
-                tracing::debug!(lender = %l.addr, "cannot connect: {e}");
+                // A TLS failure is a configuration problem an operator must see; say it once
+                // per streak of the same failure, not at every retry.
+                let tls_failure = cfg.tls.is_some()
+                    && matches!(e, ClientError::Tls(_) | ClientError::Connect(_) | ClientError::AuthFailed(_));
+                let text = e.to_string();
+                if tls_failure && last_failure.as_deref() != Some(text.as_str()) {
+                    tracing::warn!(lender = %l.addr, "TLS connection to lender failed, reads of its blocks go to the disk: {text}");
+                } else {
+                    tracing::debug!(lender = %l.addr, "cannot connect: {e}");
+                }
+                last_failure = Some(text);
             }
         }
         tokio::time::sleep(backoff).await;

@@ -2,6 +2,8 @@
 //! written out in etc/farcache.toml, and a test keeps the two in step.
 
 use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
 
 use farcache_config::{ByteSize, ConfigError, HumanDuration};
 use farcache_policy::PolicyKind;
@@ -49,6 +51,14 @@ pub struct ServerConfig {
     pub default_tenant_share_percent: u8,
     /// Tenants and their credentials. None configured means open mode: any tenant name is
     /// accepted without a secret (trusted networks only; the server logs a warning).
+    /// TLS 1.3 with client certificates: the server's certificate chain (PEM). Set together
+    /// with `tls_key` and `tls_client_ca`; then every client must speak TLS and present a
+    /// certificate signed by `tls_client_ca`. "" for plain TCP.
+    pub tls_cert: String,
+    /// The server certificate's private key (PEM).
+    pub tls_key: String,
+    /// The CA (PEM) client certificates must be signed by.
+    pub tls_client_ca: String,
     #[serde(rename = "tenant")]
     pub tenants: Vec<TenantConfig>,
 }
@@ -92,6 +102,9 @@ impl Default for ServerConfig {
             write_timeout: HumanDuration::secs(10),
             max_tenants: 64,
             default_tenant_share_percent: 100,
+            tls_cert: String::new(),
+            tls_key: String::new(),
+            tls_client_ca: String::new(),
             tenants: Vec::new(),
         }
     }
@@ -112,9 +125,35 @@ impl ServerConfig {
         self.capacity.bytes() / self.slot_bytes as u64
     }
 
+    /// Whether TLS is configured (all three `tls_*` files set; `validate` refuses some).
+    pub fn tls_enabled(&self) -> bool {
+        !self.tls_cert.is_empty()
+    }
+
+    /// Load the TLS files: `None` for plain TCP. Fails, naming the key, the file and the fix,
+    /// on a missing or unreadable file, bad PEM, a key that does not match the certificate,
+    /// or an expired certificate.
+    pub fn tls_server_config(&self) -> Result<Option<Arc<farcache_tls::rustls::ServerConfig>>, ConfigError> {
+        if !self.tls_enabled() {
+            return Ok(None);
+        }
+        let (cert, key, ca) = (Path::new(&self.tls_cert), Path::new(&self.tls_key), Path::new(&self.tls_client_ca));
+        farcache_tls::server_config(cert, key, ca)
+            .map(Some)
+            .map_err(|e| ConfigError::invalid("server.tls_cert", e.problem, e.fix))
+    }
+
     /// Check every relation between settings; each error names the key and the fix.
     pub fn validate(&self) -> Result<(), ConfigError> {
         use ConfigError as E;
+        let tls_set = [&self.tls_cert, &self.tls_key, &self.tls_client_ca].iter().filter(|s| !s.is_empty()).count();
+        if tls_set != 0 && tls_set != 3 {
+            return Err(E::invalid(
+                "server.tls_cert",
+                "tls_cert, tls_key and tls_client_ca must be set together",
+                "set all three (create them with `farcache certs --out DIR`), or none for plain TCP",
+            ));
+        }
         if !(512..=MAX_SLOT_BYTES).contains(&self.slot_bytes) {
             return Err(E::invalid(
                 "server.slot_bytes",

@@ -10,6 +10,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
+use farcache_tls::Stream;
 use farcache_wire::{
     check_len_prefix, decode_request, encode_error, encode_hello_ok, encode_raw, encode_statuses,
     max_values_frame_bytes, split_frame, ErrorCode, Header, HelloOk, Limits, Opcode, Request, ValuesWriter, WireError,
@@ -60,7 +61,10 @@ enum Next {
 
 struct Conn<'a> {
     server: &'a Server,
-    sock: TcpStream,
+    sock: Stream,
+    /// When the TCP connection was accepted: HELLO (and the TLS handshake before it) must be
+    /// done within `handshake_timeout` of this.
+    accepted: Instant,
     peer: SocketAddr,
     state: ConnState,
     inbuf: Vec<u8>,
@@ -73,9 +77,30 @@ struct Conn<'a> {
 }
 
 pub(crate) async fn serve(server: &Server, sock: TcpStream, peer: SocketAddr, close_rx: watch::Receiver<bool>) {
+    let accepted = Instant::now();
+    let sock = match &server.tls {
+        None => Stream::Plain(sock),
+        Some(acceptor) => {
+            let deadline = accepted + server.cfg.handshake_timeout.get();
+            match tokio::time::timeout_at(deadline, accept_tls(acceptor, sock)).await {
+                Ok(Ok(s)) => Stream::Server(Box::new(s)),
+                Ok(Err(why)) => {
+                    server.conns.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%peer, "{why}");
+                    return;
+                }
+                Err(_) => {
+                    server.conns.timeouts.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%peer, "client refused: no TLS handshake within server.handshake_timeout");
+                    return;
+                }
+            }
+        }
+    };
     let mut conn = Conn {
         server,
         sock,
+        accepted,
         peer,
         state: ConnState::AwaitHello,
         inbuf: Vec::with_capacity(BASE_BUF),
@@ -99,6 +124,30 @@ pub(crate) async fn serve(server: &Server, sock: TcpStream, peer: SocketAddr, cl
     }
 }
 
+/// The server side of a TLS handshake. A connection whose first byte does not start a TLS
+/// handshake record is a plaintext client (its HELLO begins with a length prefix): it is
+/// told in its own protocol that TLS is required, and refused.
+async fn accept_tls(
+    acceptor: &farcache_tls::TlsAcceptor,
+    mut sock: TcpStream,
+) -> Result<farcache_tls::tokio_rustls::server::TlsStream<TcpStream>, String> {
+    let mut first = [0u8; 1];
+    match sock.peek(&mut first).await {
+        Ok(0) => return Err("client refused: closed before the TLS handshake".into()),
+        Ok(_) if first[0] != farcache_tls::TLS_HANDSHAKE_RECORD => {
+            let mut out = Vec::new();
+            let msg = "TLS required: connect with TLS and a client certificate (cache.tls_ca, tls_cert, tls_key)";
+            encode_error(&mut out, 0, ErrorCode::AuthFailed, true, msg);
+            let _ = sock.write_all(&out).await;
+            let _ = sock.shutdown().await;
+            return Err("plaintext client refused: TLS required".into());
+        }
+        Ok(_) => {}
+        Err(e) => return Err(format!("client refused: {e}")),
+    }
+    acceptor.accept(sock).await.map_err(|e| farcache_tls::describe_server_handshake_error(&e))
+}
+
 /// Tell a client over the connection limit why it is turned away.
 pub(crate) async fn refuse_busy(mut sock: TcpStream) {
     let mut out = Vec::new();
@@ -117,7 +166,7 @@ impl Conn<'_> {
 
     async fn run(&mut self, mut close_rx: watch::Receiver<bool>) -> Close {
         let cfg = &self.server.cfg;
-        let accepted = Instant::now();
+        let accepted = self.accepted;
         // When the frame now in `inbuf` began to arrive, if one has.
         let mut frame_started: Option<Instant> = None;
         loop {
@@ -240,7 +289,14 @@ impl Conn<'_> {
             return Ok(());
         }
         let timeout = self.server.cfg.write_timeout.get();
-        let res = tokio::time::timeout(timeout, self.sock.write_all(&self.out)).await;
+        let sock = &mut self.sock;
+        let out = &self.out;
+        let res = tokio::time::timeout(timeout, async {
+            sock.write_all(out).await?;
+            // TLS may hold the last record back until flushed; plain TCP flushes at once.
+            sock.flush().await
+        })
+        .await;
         self.out.clear();
         match res {
             Ok(Ok(())) => Ok(()),

@@ -56,6 +56,9 @@ pub struct Server {
     buffers: Arc<Semaphore>,
     instance_id: u64,
     started: Instant,
+    /// Set when `server.tls_*` are: every connection must then be TLS 1.3 with a client
+    /// certificate signed by `server.tls_client_ca`.
+    tls: Option<farcache_tls::TlsAcceptor>,
 }
 
 impl Server {
@@ -71,6 +74,7 @@ impl Server {
             max_tenants: cfg.max_tenants,
         });
         let tenants = Tenants::from_config(&cfg, &store)?;
+        let tls = cfg.tls_server_config()?.map(farcache_tls::TlsAcceptor::from);
         let mut id = [0u8; 8];
         getrandom::fill(&mut id).map_err(|e| ConfigError::invalid("(random)", e.to_string(), "check /dev/urandom"))?;
         let limits = Limits {
@@ -88,6 +92,7 @@ impl Server {
             buffers: Arc::new(Semaphore::new(buffer_permits)),
             instance_id: u64::from_le_bytes(id),
             started: Instant::now(),
+            tls,
         }))
     }
 
@@ -109,6 +114,11 @@ impl Server {
 
     pub fn instance_id(&self) -> u64 {
         self.instance_id
+    }
+
+    /// Whether clients must speak TLS.
+    pub fn tls_required(&self) -> bool {
+        self.tls.is_some()
     }
 }
 

@@ -24,6 +24,8 @@ pub struct Args {
     /// File whose first line is the tenant's secret.
     #[arg(long)]
     secret_file: Option<PathBuf>,
+    #[command(flatten)]
+    tls: super::TlsArgs,
     /// Requests in flight at once.
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
@@ -48,10 +50,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         bail!("--size must be at least 4KiB and --concurrency at least 1");
     }
     let secret = super::read_secret_file(a.secret_file.as_deref())?;
+    let tls = a.tls.client_tls(&a.server.to_string())?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async move {
         let mut cfg = ClientConfig::new(a.server, a.tenant.clone());
         cfg.secret = secret;
+        cfg.tls = tls;
         cfg.request_timeout = Duration::from_secs(10);
         let client =
             Client::connect(cfg).await.with_context(|| format!("cannot reach farcache server {}", a.server))?;

@@ -1,4 +1,5 @@
 pub mod bench;
+pub mod certs;
 pub mod check;
 pub mod config;
 pub mod keygen;
@@ -14,4 +15,50 @@ pub fn read_secret_file(path: Option<&std::path::Path>) -> anyhow::Result<Vec<u8
     let Some(p) = path else { return Ok(Vec::new()) };
     let text = std::fs::read_to_string(p).with_context(|| format!("cannot read --secret-file {}", p.display()))?;
     Ok(text.lines().next().unwrap_or("").trim().as_bytes().to_vec())
+}
+
+/// `--tls-ca`, `--tls-cert`, `--tls-key`, `--tls-server-name`: TLS 1.3 with a client
+/// certificate, for commands that connect to lenders.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct TlsArgs {
+    /// CA certificate (PEM) the lender's certificate must be signed by; with --tls-cert and
+    /// --tls-key, connect with TLS 1.3 (`farcache certs` makes all three).
+    #[arg(long, value_name = "FILE", requires_all = ["tls_cert", "tls_key"])]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// This client's certificate (PEM).
+    #[arg(long, value_name = "FILE", requires_all = ["tls_ca", "tls_key"])]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// This client's private key (PEM).
+    #[arg(long, value_name = "FILE", requires_all = ["tls_ca", "tls_cert"])]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// The name the lender's certificate must carry (default: the host given).
+    #[arg(long, value_name = "NAME", requires = "tls_ca")]
+    pub tls_server_name: Option<String>,
+}
+
+impl TlsArgs {
+    /// The client's TLS settings for a lender given as `host` (its name or address), or
+    /// none without `--tls-ca`. Bad files fail here, naming the file and the fix.
+    pub fn client_tls(&self, host: &str) -> anyhow::Result<Option<farcache_client::ClientTls>> {
+        let (Some(ca), Some(cert), Some(key)) = (&self.tls_ca, &self.tls_cert, &self.tls_key) else {
+            return Ok(None);
+        };
+        let config = farcache_tls::client_config(ca, cert, key)?;
+        let name = self.tls_server_name.clone().unwrap_or_else(|| {
+            let h = host.rsplit_once(':').map_or(host, |(h, _)| h);
+            h.trim_start_matches('[').trim_end_matches(']').to_owned()
+        });
+        Ok(Some(farcache_client::ClientTls { config, server_name: Some(name) }))
+    }
+
+    /// Put the flags given into the `[cache]` table (for `farcache mount`).
+    pub fn apply(&self, c: &mut farcache_engine::config::CacheConfig) {
+        let s = |p: &std::path::PathBuf| p.display().to_string();
+        if let (Some(ca), Some(cert), Some(key)) = (&self.tls_ca, &self.tls_cert, &self.tls_key) {
+            (c.tls_ca, c.tls_cert, c.tls_key) = (s(ca), s(cert), s(key));
+        }
+        if let Some(n) = &self.tls_server_name {
+            c.tls_server_name = n.clone();
+        }
+    }
 }

@@ -64,6 +64,9 @@ pub struct Args {
     /// makes one). Overrides cache.key_file. Lenders need server.slot_bytes >= 4136.
     #[arg(long, value_name = "FILE")]
     key_file: Option<PathBuf>,
+    /// TLS to the lenders (override cache.tls_ca, tls_cert, tls_key, tls_server_name).
+    #[command(flatten)]
+    tls: super::TlsArgs,
     /// Tenant to borrow as (overrides cache.tenant).
     #[arg(long)]
     tenant: Option<String>,
@@ -185,6 +188,7 @@ fn settings(a: &Args) -> anyhow::Result<crate::config::Config> {
     if let Some(k) = &a.key_file {
         c.cache.key_file = k.display().to_string();
     }
+    a.tls.apply(&mut c.cache);
     if !a.no_remote {
         c.cache.validate()?;
     }
@@ -228,6 +232,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             (cache.resolve_servers()?, "lenders")
         };
         let rc = cache.remote_config(servers)?;
+        if rc.tls.is_some() {
+            tracing::info!("TLS 1.3 to lenders, as the client certificate {}", cache.tls_cert);
+        }
         if cache.key_file.is_empty() {
             tracing::info!(
                 "blocks go to lenders in plaintext (no cache.key_file / --key-file): trust them and the network"

@@ -48,7 +48,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             .with_context(|| format!("cannot listen on {} (server.listen)", cfg.listen))?;
         let addr = listener.local_addr()?;
         tracing::info!(
-            "lending {} on {addr}: {} slots of {} bytes, policy {}, {}",
+            "lending {} on {addr}: {} slots of {} bytes, policy {}, {}, {}",
             cfg.capacity,
             cfg.slots(),
             cfg.slot_bytes,
@@ -57,6 +57,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 "open mode (no tenants configured: any client is trusted)".to_string()
             } else {
                 format!("{} tenants", cfg.tenants.len())
+            },
+            if server.tls_required() {
+                "TLS 1.3 required with client certificates"
+            } else {
+                "plain TCP (no server.tls_cert: trusted networks only)"
             }
         );
         // The one line on stdout: scripts and tests read the bound address from it.

@@ -33,6 +33,8 @@ pub struct Args {
     /// With --server: file whose first line is the tenant's secret.
     #[arg(long, conflicts_with_all = ["mountpoint", "control_socket"])]
     secret_file: Option<PathBuf>,
+    #[command(flatten)]
+    tls: super::TlsArgs,
     /// The mount's control socket, if not the default one for MOUNTPOINT.
     #[arg(long, value_name = "PATH", conflicts_with = "server")]
     control_socket: Option<PathBuf>,
@@ -63,10 +65,12 @@ fn run_server(a: &Args, server: &str) -> anyhow::Result<()> {
     let addr: SocketAddr = resolve(server)?;
     let secret = super::read_secret_file(a.secret_file.as_deref())?;
     let tenant = a.tenant.clone().unwrap_or_else(|| "default".to_string());
+    let tls = a.tls.client_tls(server)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let json = rt.block_on(async {
         let mut cfg = ClientConfig::new(addr, tenant);
         cfg.secret = secret;
+        cfg.tls = tls;
         cfg.connect_timeout = Duration::from_secs(3);
         cfg.request_timeout = Duration::from_secs(5);
         let client = Client::connect(cfg).await.with_context(|| format!("cannot reach farcache server {addr}"))?;

@@ -1,0 +1,386 @@
+//! TLS 1.3 with mutual authentication through the real binaries: `farcache certs` makes a
+//! deployment; a lender requiring TLS serves a mount with proper certificates (second-pass
+//! O_DIRECT reads are lender hits); plaintext clients and clients with another CA's
+//! certificate are refused with one log line each; expired certificates are refused at
+//! start; and a man-in-the-middle flipping one byte costs a dropped connection and disk
+//! reads — never a wrong byte or an I/O error — after which the mount reconnects.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use farcache_testkit::{fuse_mounted, pattern, run_with_timeout, MountProcess, ServerProcess};
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_farcache"))
+}
+
+fn farcache(args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new(bin());
+    cmd.args(args);
+    run_with_timeout(cmd, Duration::from_secs(30)).unwrap_or_else(|e| panic!("farcache {args:?}: {e}"))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A deployment from `farcache certs`, plus a second one whose client certificate no lender
+/// of the first trusts.
+struct Pki {
+    root: tempfile::TempDir,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let root = tempfile::tempdir().unwrap();
+        for (dir, client) in [("pki", "db1"), ("other", "db1")] {
+            let out = farcache(&["certs", "--out", root.path().join(dir).to_str().unwrap(), "--client", client]);
+            assert!(out.status.success(), "{}", text(&out.stderr));
+        }
+        Pki { root }
+    }
+    fn p(&self, rel: &str) -> String {
+        self.root.path().join(rel).to_str().unwrap().to_owned()
+    }
+    fn server_toml(&self) -> String {
+        format!(
+            "[server]\ncapacity = \"64MiB\"\ntls_cert = {:?}\ntls_key = {:?}\ntls_client_ca = {:?}\n",
+            self.p("pki/server.pem"),
+            self.p("pki/server.key"),
+            self.p("pki/ca.pem")
+        )
+    }
+    /// `--tls-ca/--tls-cert/--tls-key` with the client certificate in `dir`.
+    fn client_args(&self, dir: &str) -> Vec<String> {
+        vec![
+            "--tls-ca".into(),
+            self.p("pki/ca.pem"),
+            "--tls-cert".into(),
+            self.p(&format!("{dir}/client-db1.pem")),
+            "--tls-key".into(),
+            self.p(&format!("{dir}/client-db1.key")),
+        ]
+    }
+}
+
+/// 4 KiB reads with O_DIRECT through the mount, into an aligned buffer.
+struct DirectReader {
+    file: File,
+    buf: Vec<u8>,
+    off: usize,
+}
+
+impl DirectReader {
+    fn open(p: &Path) -> DirectReader {
+        let file = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(p).unwrap();
+        let buf = vec![0u8; 8192];
+        let off = buf.as_ptr().align_offset(4096);
+        DirectReader { file, buf, off }
+    }
+    fn read(&mut self, offset: u64) -> &[u8] {
+        let b = &mut self.buf[self.off..self.off + 4096];
+        let n = self.file.read_at(b, offset).expect("a read through the mount failed");
+        &b[..n]
+    }
+}
+
+fn mount_stats(mnt: &Path) -> serde_json::Value {
+    let out = farcache(&["stats", mnt.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+struct Dirs {
+    root: tempfile::TempDir,
+    backing: PathBuf,
+    mnt: PathBuf,
+}
+
+fn dirs(data: &[u8]) -> Dirs {
+    let root = tempfile::tempdir().unwrap();
+    let (backing, mnt) = (root.path().join("b"), root.path().join("m"));
+    fs::create_dir(&backing).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    fs::write(backing.join("f"), data).unwrap();
+    Dirs { root, backing, mnt }
+}
+
+const BLOCKS: u64 = 512;
+
+fn pass(r: &mut DirectReader, data: &[u8], n: usize) {
+    for i in 0..BLOCKS {
+        let b = (i * 37) % BLOCKS;
+        let o = (b * 4096) as usize;
+        assert_eq!(r.read(b * 4096), &data[o..o + 4096], "pass {n} block {b}");
+    }
+}
+
+/// Read passes until one is served by the lender (90% hits or more): fills are asynchronous
+/// and dropped past cache.max_pending_puts, so a loaded machine may need a pass more.
+fn warm(r: &mut DirectReader, data: &[u8], mnt: &Path) -> serde_json::Value {
+    pass(r, data, 0);
+    let mut before = mount_stats(mnt)["remote"]["hits"].as_u64().unwrap();
+    for n in 1..10 {
+        std::thread::sleep(Duration::from_millis(300));
+        pass(r, data, n);
+        let s = mount_stats(mnt);
+        let hits = s["remote"]["hits"].as_u64().unwrap();
+        if hits - before >= BLOCKS * 9 / 10 {
+            return s;
+        }
+        before = hits;
+    }
+    panic!("no pass was served by the lender: {}", mount_stats(mnt));
+}
+
+#[test]
+fn certs_writes_private_keys_and_never_overwrites() {
+    let pki = Pki::new();
+    for key in ["pki/ca.key", "pki/server.key", "pki/client-db1.key"] {
+        let mode = fs::metadata(pki.p(key)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{key}");
+    }
+    let before = fs::read(pki.p("pki/server.key")).unwrap();
+    let out = farcache(&["certs", "--out", &pki.p("pki")]);
+    assert!(!out.status.success());
+    let e = text(&out.stderr);
+    assert!(e.contains("already exists") && e.contains("never overwrites"), "{e}");
+    assert_eq!(fs::read(pki.p("pki/server.key")).unwrap(), before);
+}
+
+#[test]
+fn a_mount_with_proper_certificates_reads_from_a_tls_lender_and_others_are_refused() {
+    let pki = Pki::new();
+    let srv = ServerProcess::start(bin(), &[], Some(&pki.server_toml()));
+    let addr = srv.addr().to_string();
+    let data = pattern((BLOCKS * 4096) as usize, 3);
+    let d = dirs(&data);
+    let mut args = vec!["--server".to_string(), addr.clone()];
+    args.extend(pki.client_args("pki"));
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let m = MountProcess::start(bin(), &d.backing, &d.mnt, &args, &d.root.path().join("log"));
+    let mut r = DirectReader::open(&d.mnt.join("f"));
+    warm(&mut r, &data, &d.mnt);
+
+    // A plaintext client: refused, with one line naming it.
+    let out = farcache(&["stats", "--server", &addr, "--json"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("TLS required"), "{}", text(&out.stderr));
+    srv.wait_for_stderr(Duration::from_secs(5), |t| t.contains("plaintext client refused: TLS required"))
+        .unwrap_or_else(|| panic!("no refusal logged:\n{}", srv.stderr_text()));
+    let err = srv.stderr_text();
+    let line = err.lines().find(|l| l.contains("plaintext client refused")).unwrap();
+    assert!(line.contains("peer=127.0.0.1:"), "{line}");
+    assert_eq!(srv.count_stderr_lines(|l| l.contains("plaintext client refused")), 1);
+
+    // A client whose certificate another CA signed: refused by the server, which says why.
+    let mut check = vec!["check", "--server", &addr, "--size", "64KiB"];
+    let other = pki.client_args("other");
+    check.extend(other.iter().map(|s| s.as_str()));
+    let out = farcache(&check);
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    srv.wait_for_stderr(Duration::from_secs(5), |t| t.contains("client refused: its certificate is not acceptable"))
+        .unwrap_or_else(|| panic!("no refusal logged:\n{}", srv.stderr_text()));
+    assert_eq!(
+        srv.count_stderr_lines(|l| l.contains("client refused: its certificate") && l.contains("peer=")),
+        1,
+        "{}",
+        srv.stderr_text()
+    );
+
+    // The proper client's tools work too.
+    let mut stats = vec!["stats", "--server", &addr, "--json"];
+    let ok = pki.client_args("pki");
+    stats.extend(ok.iter().map(|s| s.as_str()));
+    let out = farcache(&stats);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    drop(r);
+    assert_eq!(fs::read(d.backing.join("f")).unwrap(), data);
+    let log = m.stop();
+    assert!(log.contains("TLS 1.3 to lenders"), "{log}");
+}
+
+#[test]
+fn a_mount_whose_certificate_the_lender_does_not_trust_serves_from_the_disk() {
+    let pki = Pki::new();
+    let srv = ServerProcess::start(bin(), &[], Some(&pki.server_toml()));
+    let addr = srv.addr().to_string();
+    let data = pattern((BLOCKS * 4096) as usize, 4);
+    let d = dirs(&data);
+    let mut args = vec!["--server".to_string(), addr.clone()];
+    args.extend(pki.client_args("other"));
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let m = MountProcess::start(bin(), &d.backing, &d.mnt, &args, &d.root.path().join("log"));
+    let mut r = DirectReader::open(&d.mnt.join("f"));
+    pass(&mut r, &data, 0);
+    pass(&mut r, &data, 1);
+    let s = mount_stats(&d.mnt);
+    assert_eq!(s["remote"]["hits"].as_u64(), Some(0), "{s}");
+    srv.wait_for_stderr(Duration::from_secs(5), |t| t.contains("client refused: its certificate is not acceptable"))
+        .unwrap_or_else(|| panic!("no refusal logged:\n{}", srv.stderr_text()));
+    drop(r);
+    let log = m.stop();
+    assert!(log.contains("TLS connection to lender failed"), "{log}");
+}
+
+#[test]
+fn expired_certificates_are_refused_at_start() {
+    let pki = Pki::new();
+    // farcache certs makes valid ones; an expired pair comes from the library it uses.
+    let ca_dir = pki.root.path().join("pki");
+    let ca_pem = fs::read_to_string(ca_dir.join("ca.pem")).unwrap();
+    assert!(ca_pem.contains("BEGIN CERTIFICATE"));
+    let old = farcache_tls::certs::Ca::generate("old CA", 30).unwrap().client("db1", -1).unwrap();
+    let dir = pki.root.path().join("old");
+    fs::create_dir(&dir).unwrap();
+    farcache_tls::certs::write_new(&dir, "client-db1.pem", &old.cert_pem, false).unwrap();
+    farcache_tls::certs::write_new(&dir, "client-db1.key", &old.key_pem, true).unwrap();
+    let expired = pki.p("old/client-db1.pem");
+
+    // The lender.
+    let toml = format!(
+        "[server]\ncapacity = \"64MiB\"\ntls_cert = {:?}\ntls_key = {:?}\ntls_client_ca = {:?}\n",
+        expired,
+        pki.p("old/client-db1.key"),
+        pki.p("pki/ca.pem")
+    );
+    let e = match ServerProcess::try_start(bin(), &[], Some(&toml), &[]) {
+        Ok(_) => panic!("a lender started with an expired certificate"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.contains(&format!("certificate {expired} expired on")) && e.contains("generate new ones with farcache certs"),
+        "{e}"
+    );
+
+    // The borrower: the mount, and the tools.
+    let d = dirs(&[0u8; 4096]);
+    let mut args = vec!["--server".to_string(), "127.0.0.1:9".into()];
+    args.extend(pki.client_args("old"));
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let e = match MountProcess::try_start(bin(), &d.backing, &d.mnt, &args, &d.root.path().join("log")) {
+        Ok(_) => panic!("a mount started with an expired certificate"),
+        Err(e) => e,
+    };
+    assert!(e.contains("cache.tls_cert") && e.contains("expired on") && e.contains("farcache certs"), "{e}");
+    let mut check = vec!["check", "--server", "127.0.0.1:9"];
+    let old_args = pki.client_args("old");
+    check.extend(old_args.iter().map(|s| s.as_str()));
+    let out = farcache(&check);
+    assert!(!out.status.success() && text(&out.stderr).contains("expired on"), "{}", text(&out.stderr));
+
+    // Missing and garbage files name themselves.
+    let toml = pki.server_toml().replace("server.key", "nonexistent.key");
+    let e = ServerProcess::try_start(bin(), &[], Some(&toml), &[]).err().expect("started").to_string();
+    assert!(e.contains("server.tls_cert") && e.contains("nonexistent.key") && e.contains("cannot read"), "{e}");
+    fs::write(pki.root.path().join("garbage.pem"), "hello\n").unwrap();
+    let toml = pki.server_toml().replace(&pki.p("pki/ca.pem"), &pki.p("garbage.pem"));
+    let e = ServerProcess::try_start(bin(), &[], Some(&toml), &[]).err().expect("started").to_string();
+    assert!(e.contains("garbage.pem") && e.contains("no CERTIFICATE"), "{e}");
+}
+
+/// A TCP proxy that, when `flip` is set, flips one byte of the next server→client chunk.
+struct Mitm {
+    addr: SocketAddr,
+    flip: Arc<AtomicBool>,
+    flipped: Arc<AtomicU64>,
+    conns: Arc<AtomicU64>,
+}
+
+fn mitm(upstream: SocketAddr) -> Mitm {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let flip = Arc::new(AtomicBool::new(false));
+    let flipped = Arc::new(AtomicU64::new(0));
+    let conns = Arc::new(AtomicU64::new(0));
+    let (f, fl, c) = (flip.clone(), flipped.clone(), conns.clone());
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            let Ok(server) = TcpStream::connect(upstream) else { continue };
+            c.fetch_add(1, Ordering::SeqCst);
+            let (c2s_in, c2s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || pump(c2s_in, c2s_out, None));
+            let (f, fl) = (f.clone(), fl.clone());
+            std::thread::spawn(move || pump(server, client, Some((f, fl))));
+        }
+    });
+    Mitm { addr, flip, flipped, conns }
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream, flip: Option<(Arc<AtomicBool>, Arc<AtomicU64>)>) {
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if let Some((f, fl)) = &flip {
+            if f.swap(false, Ordering::SeqCst) {
+                buf[n / 2] ^= 0x01;
+                fl.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Both);
+    let _ = from.shutdown(Shutdown::Both);
+}
+
+#[test]
+fn a_flipped_byte_on_the_wire_drops_the_connection_and_reads_stay_exact() {
+    let pki = Pki::new();
+    let srv = ServerProcess::start(bin(), &[], Some(&pki.server_toml()));
+    let proxy = mitm(srv.addr());
+    let data = pattern((BLOCKS * 4096) as usize, 5);
+    let d = dirs(&data);
+    let mut args = vec!["--server".to_string(), proxy.addr.to_string()];
+    args.extend(pki.client_args("pki"));
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let m = MountProcess::start(bin(), &d.backing, &d.mnt, &args, &d.root.path().join("log"));
+    let mut r = DirectReader::open(&d.mnt.join("f"));
+    let before = warm(&mut r, &data, &d.mnt);
+    let connects = before["remote"]["connects"].as_u64().unwrap();
+
+    // Corrupt the next answer: its record fails authentication, the connection drops, and
+    // the reads that needed it come from the disk.
+    proxy.flip.store(true, Ordering::SeqCst);
+    pass(&mut r, &data, 2);
+    assert_eq!(proxy.flipped.load(Ordering::SeqCst), 1, "the proxy never flipped a byte");
+    let log_has = |what: &str| fs::read_to_string(d.root.path().join("log")).unwrap().contains(what);
+    let t = Instant::now();
+    while !log_has("lost the lender") && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(log_has("lost the lender"), "the connection survived a corrupted record");
+
+    // The mount reconnects and is served by the lender again.
+    let t = Instant::now();
+    loop {
+        pass(&mut r, &data, 3);
+        let s = mount_stats(&d.mnt);
+        if s["remote"]["connects"].as_u64().unwrap() > connects
+            && s["remote"]["hits"].as_u64().unwrap() > before["remote"]["hits"].as_u64().unwrap() + BLOCKS
+        {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "no reconnection: {s}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(proxy.conns.load(Ordering::SeqCst) >= 2);
+    assert!(fuse_mounted(&d.mnt));
+    drop(r);
+    assert_eq!(fs::read(d.backing.join("f")).unwrap(), data);
+    m.stop();
+}
