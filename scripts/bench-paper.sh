@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Paper 000's evaluation, the full set (`make bench`): removes leftovers of killed runs, runs
-# seqread and randread on the cloud disk profile (about 30 minutes), then draws the plots.
+# seqread, randread and pgbench on the cloud disk profile (about 65 minutes), then draws the plots.
 #   FARCACHE_PAPER_HDD=1  also the paper's own point: randread at 1 GiB on the hdd profile
-#                         (200 IOPS; passthrough and farcache only; about 70 minutes more).
+#                         (200 IOPS; passthrough and farcache only; about 60 minutes more).
 #   FARCACHE_PAPER_ARGS   extra arguments for every `farcache bench paper` run.
 set -euo pipefail
 cd "$(dirname "$0")/.."

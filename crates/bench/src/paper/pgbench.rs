@@ -65,6 +65,9 @@ pub struct PgRecord {
     pub lenders: LenderTotals,
     /// The mount's counters after the run (cumulative since the mount started).
     pub mount: Option<MountCounters>,
+    /// Pages of the database in the page cache when the configuration started (0: cold).
+    #[serde(default)]
+    pub cached_pages_at_start: u64,
     pub error: Option<String>,
 }
 
@@ -83,6 +86,7 @@ impl PgRecord {
             disk: DiskStat::default(),
             lenders: LenderTotals::default(),
             mount: None,
+            cached_pages_at_start: 0,
             error: Some(error),
         }
     }
@@ -239,6 +243,21 @@ impl Drop for Server<'_> {
     }
 }
 
+/// Pages of every file under `p` in the page cache.
+fn cached_under(p: &Path) -> u64 {
+    let mut n = 0;
+    if let Ok(d) = std::fs::read_dir(p) {
+        for e in d.flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => n += cached_under(&e.path()),
+                Ok(t) if t.is_file() => n += super::testbed::cached_pages(&e.path()).unwrap_or(0),
+                _ => {}
+            }
+        }
+    }
+    n
+}
+
 fn du(p: &Path) -> u64 {
     let mut n = 0;
     if let Ok(d) = std::fs::read_dir(p) {
@@ -318,8 +337,8 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
     }
     let (src, dst) = (pg.join("pristine").to_string_lossy().to_string(), data.to_string_lossy().to_string());
     sys::run("cp", &["-a", &src, &dst])?;
-    sys::run("sync", &[])?;
     tb.remount()?;
+    let cached_at_start = cached_under(&data);
     let limit = (cfg != ConfigKind::Ideal).then_some(o.memory_bytes);
     let mem = tb.memory_cgroup(limit)?;
     let mut lenders = match cfg {
@@ -372,6 +391,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
                 disk: tb_ref.disk_stat().since(&d0),
                 lenders: l1.since(&l0),
                 mount: mount.as_mut().and_then(|m| m.stats_now()).map(|(c, _)| c),
+                cached_pages_at_start: cached_at_start,
                 error: None,
             };
             match res.map(|s| parse_pgbench(&s).ok_or(s)) {

@@ -101,6 +101,9 @@ pub struct RunRecord {
     /// The mount's whole stats document at the end, when `farcache stats MNT --json` works.
     pub mount_stats: Option<serde_json::Value>,
     pub daemon_rss_bytes: Option<u64>,
+    /// Pages of the test file in the page cache before the 1st pass (must be 0: cold).
+    #[serde(default)]
+    pub cached_pages_at_start: Option<u64>,
     pub memory_max_usage_bytes: Option<u64>,
     pub oom_kills: Option<u64>,
     /// CPUs used by other processes while this configuration ran (noise indicator).
@@ -122,6 +125,7 @@ impl RunRecord {
             mount: None,
             mount_stats: None,
             daemon_rss_bytes: None,
+            cached_pages_at_start: None,
             memory_max_usage_bytes: None,
             oom_kills: None,
             other_cpus: 0.0,
@@ -271,7 +275,13 @@ fn checks(r: &PaperReport) -> Vec<Verdict> {
                     let (measured, ok) = match x {
                         None => ("missing".to_string(), false),
                         Some(x) if x.error.is_some() => (x.error.clone().unwrap_or_default(), false),
-                        Some(x) => (format!("{:.0} tps, {} failed", x.tps, x.failed), x.tps > 0.0 && x.failed == 0),
+                        Some(x) => (
+                            format!(
+                                "{:.0} tps, {} failed, {} pages cached at the start",
+                                x.tps, x.failed, x.cached_pages_at_start
+                            ),
+                            x.tps > 0.0 && x.failed == 0 && x.cached_pages_at_start == 0,
+                        ),
                     };
                     v.push(Verdict {
                         what: format!(
@@ -314,6 +324,13 @@ fn checks(r: &PaperReport) -> Vec<Verdict> {
                     measured: format!("{bad} wrong"),
                     ok: bad == 0,
                 });
+                if let Some(n) = run.cached_pages_at_start {
+                    v.push(Verdict {
+                        what: format!("{} {} {}: the 1st pass started cold", exp.name(), human(size), cfg.name()),
+                        measured: format!("{n} pages of the file cached"),
+                        ok: n == 0,
+                    });
+                }
                 if run.oom_kills.unwrap_or(0) > 0 {
                     v.push(Verdict {
                         what: format!(

@@ -204,6 +204,7 @@ fn run_one(
     let label = format!("{} {} {}", exp.name(), human(size), cfg.name());
     let t0 = Instant::now();
     tb.remount()?;
+    let cached_at_start = super::testbed::cached_pages(&tb.ext4.join(file));
     let limit = (cfg != ConfigKind::Ideal).then_some(o.memory_bytes);
     let mem = tb.memory_cgroup(limit)?;
     let n = tb.logs.join(format!("{}-{}-{}", exp.name(), human(size), cfg.name()));
@@ -227,6 +228,7 @@ fn run_one(
     let cpu0 = CpuSnapshot::take(&own);
 
     let mut rec = RunRecord::new(exp, size, cfg, limit);
+    rec.cached_pages_at_start = cached_at_start;
     if let Err(e) = measure(tb, o, exp, size, &label, &mem, &addrs, mount.as_mut(), &mut w, &mut rec) {
         if sys::interrupted() {
             return Err(e);

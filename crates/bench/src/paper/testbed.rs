@@ -224,10 +224,18 @@ impl Testbed {
     /// Unmount and mount the ext4 file system again: every page of it leaves the page cache
     /// (whoever it was charged to), so the next pass starts cold — scoped to this disk,
     /// unlike the global `echo 3 > /proc/sys/vm/drop_caches`.
+    ///
+    /// Should anything else still hold the file system (a process in another mount namespace
+    /// that copied the mount), its pages would survive: so every file's clean pages are also
+    /// dropped with `POSIX_FADV_DONTNEED` after the remount, and [`cached_pages`] lets the
+    /// caller check the result.
     pub fn remount(&self) -> Result<()> {
         let target = self.ext4.to_string_lossy().to_string();
+        sys::run("sync", &[])?;
         sys::run("umount", &[&target])?;
-        self.mount_ext4()
+        self.mount_ext4()?;
+        drop_cached(&self.ext4);
+        Ok(())
     }
 
     fn add_lender_net(&mut self, i: usize, subnet: u8) -> Result<()> {
@@ -260,10 +268,11 @@ impl Testbed {
             let args =
                 ["qdisc", "replace", "dev", &host_if, "root", "tbf", "rate", rate, "burst", &burst, "latency", "1ms"];
             sys::run("tc", &args)?;
-            let mut ns_args = vec!["netns", "exec", &netns, "tc"];
+            // `tc -n`, not `ip netns exec`: see start_lenders.
+            let mut ns_args = vec!["-n", &netns];
             ns_args.extend_from_slice(&args);
-            ns_args[7] = &ns_if;
-            sys::run("ip", &ns_args)?;
+            ns_args[5] = &ns_if;
+            sys::run("tc", &ns_args)?;
         }
         let addr = format!("{ns_ip}:{LENDER_PORT}").parse().expect("valid address");
         self.nets.push(LenderNet { netns, host_if, addr });
@@ -284,8 +293,13 @@ impl Testbed {
     pub fn start_lenders(&self, capacity: u64, policy: Option<&str>) -> Result<Lenders> {
         let mut procs = Vec::new();
         for (i, net) in self.nets.iter().enumerate() {
-            let mut cmd = Command::new("ip");
-            cmd.args(["netns", "exec", &net.netns])
+            // nsenter --net, not `ip netns exec`: the latter also gives the process a private
+            // copy of every mount of the machine (/ is private here), which pins this run's —
+            // and any concurrent run's — ext4: its unmount would then not empty the page
+            // cache, and cold starts would silently be warm.
+            let mut cmd = Command::new("nsenter");
+            cmd.arg(format!("--net=/run/netns/{}", net.netns))
+                .arg("--")
                 .arg(&self.spec.exe)
                 .args(["server", "--listen", &net.addr.to_string()])
                 .arg("--capacity")
@@ -411,6 +425,47 @@ pub fn unmount(mnt: &Path, dev: &str) -> std::result::Result<(), String> {
         std::thread::sleep(Duration::from_millis(250));
     }
     sys::run_quiet("umount", &["-l", &m]).map_err(|e| format!("{e} (lazy unmount of {dev} failed too)"))
+}
+
+/// Drop the clean cached pages of every file under `dir` (posix_fadvise DONTNEED).
+fn drop_cached(dir: &Path) {
+    use std::os::fd::AsRawFd;
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        match e.file_type() {
+            Ok(t) if t.is_dir() => drop_cached(&e.path()),
+            Ok(t) if t.is_file() => {
+                if let Ok(f) = std::fs::File::open(e.path()) {
+                    // SAFETY: fadvise on a descriptor we own; it only drops clean cached pages.
+                    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// How many pages of `path` are in the page cache now (mincore over a mapping of it).
+pub fn cached_pages(path: &Path) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).ok()?;
+    let len = f.metadata().ok()?.len() as usize;
+    if len == 0 {
+        return Some(0);
+    }
+    // SAFETY: a read-only shared mapping of a file we hold open, unmapped below; mincore
+    // writes one byte per page into a vector of exactly that many bytes.
+    unsafe {
+        let addr = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, f.as_raw_fd(), 0);
+        if addr == libc::MAP_FAILED {
+            return None;
+        }
+        let pages = len.div_ceil(4096);
+        let mut v = vec![0u8; pages];
+        let rc = libc::mincore(addr, len, v.as_mut_ptr());
+        libc::munmap(addr, len);
+        (rc == 0).then(|| v.iter().filter(|b| **b & 1 == 1).count() as u64)
+    }
 }
 
 /// Keep the logs of the newest runs only.
