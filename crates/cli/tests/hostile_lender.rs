@@ -10,15 +10,15 @@
 //! `remote.auth_failures > 0`: the lies were served and caught, not merely avoided.
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::net::SocketAddr;
-use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use farcache_testkit::{fuse_mounted, pattern, run_with_timeout, MountProcess, Rng};
+use farcache_testkit::{fuse_mounted, pattern, run_with_timeout, DirectReader, MountProcess, Rng};
 use farcache_wire::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -219,28 +219,6 @@ async fn serve(mut s: TcpStream, mode: Mode, store: Store, mut rng: Rng) {
             let _ = w.shutdown().await;
             return;
         }
-    }
-}
-
-/// 4 KiB reads with O_DIRECT through the mount, into an aligned buffer. Any I/O error
-/// fails the test.
-struct DirectReader {
-    file: File,
-    buf: Vec<u8>,
-    off: usize,
-}
-
-impl DirectReader {
-    fn open(p: &Path) -> DirectReader {
-        let file = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(p).unwrap();
-        let buf = vec![0u8; 8192];
-        let off = buf.as_ptr().align_offset(4096);
-        DirectReader { file, buf, off }
-    }
-    fn read(&mut self, offset: u64) -> &[u8] {
-        let b = &mut self.buf[self.off..self.off + 4096];
-        let n = self.file.read_at(b, offset).unwrap_or_else(|e| panic!("read at {offset}: {e}"));
-        &b[..n]
     }
 }
 

@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use farcache_testkit::{pattern, require_root, run_with_timeout, wait_until, MountProcess, ServerProcess};
+use farcache_testkit::{
+    pattern, require_root, run_with_timeout, wait_until, DirectReader, MountProcess, ServerProcess,
+};
 use serde_json::Value;
 
 /// Every command a test runs must finish within this.
@@ -83,34 +85,6 @@ impl Dirs {
     }
     fn mount(&self, args: &[&str]) -> MountProcess {
         MountProcess::start(bin(), &self.backing, &self.mnt, args, &self.root.path().join("mount.log"))
-    }
-}
-
-/// 4 KiB reads with O_DIRECT through the mount (every one reaches the daemon).
-struct DirectReader {
-    file: File,
-    buf: Vec<u8>,
-    off: usize,
-}
-
-impl DirectReader {
-    fn open(p: &Path) -> DirectReader {
-        let file = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(p).unwrap();
-        let buf = vec![0u8; 8192];
-        let off = buf.as_ptr().align_offset(4096);
-        DirectReader { file, buf, off }
-    }
-    fn read(&mut self, offset: u64) -> &[u8] {
-        let b = &mut self.buf[self.off..self.off + 4096];
-        let n = self.file.read_at(b, offset).unwrap();
-        &b[..n]
-    }
-    /// Read every block in `order`, checking each against `data`.
-    fn pass(&mut self, order: &[u64], data: &[u8]) {
-        for &b in order {
-            let o = (b * 4096) as usize;
-            assert_eq!(self.read(b * 4096), &data[o..o + 4096], "block {b}");
-        }
     }
 }
 

@@ -3,37 +3,16 @@
 //! are served by the lender on the second pass, writes through the mount are never answered
 //! with old copies, and a lender killed with SIGKILL costs only misses.
 
-use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use farcache_testkit::{pattern, MountProcess, ServerProcess};
+use farcache_testkit::{pattern, DirectReader, MountProcess, ServerProcess};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
-}
-
-/// 4 KiB reads with O_DIRECT through the mount, into an aligned buffer.
-struct DirectReader {
-    file: File,
-    buf: Vec<u8>,
-    off: usize,
-}
-
-impl DirectReader {
-    fn open(p: &Path) -> DirectReader {
-        let file = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(p).unwrap();
-        let buf = vec![0u8; 8192];
-        let off = buf.as_ptr().align_offset(4096);
-        DirectReader { file, buf, off }
-    }
-    fn read(&mut self, offset: u64) -> &[u8] {
-        let b = &mut self.buf[self.off..self.off + 4096];
-        let n = self.file.read_at(b, offset).unwrap();
-        &b[..n]
-    }
 }
 
 fn hits(addr: &str) -> u64 {

@@ -5,18 +5,17 @@
 //! start; and a man-in-the-middle flipping one byte costs a dropped connection and disk
 //! reads — never a wrong byte or an I/O error — after which the mount reconnects.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::unix::fs::FileExt;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use farcache_testkit::{fuse_mounted, pattern, run_with_timeout, MountProcess, ServerProcess};
+use farcache_testkit::{fuse_mounted, pattern, run_with_timeout, DirectReader, MountProcess, ServerProcess};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
@@ -68,27 +67,6 @@ impl Pki {
             "--tls-key".into(),
             self.p(&format!("{dir}/client-db1.key")),
         ]
-    }
-}
-
-/// 4 KiB reads with O_DIRECT through the mount, into an aligned buffer.
-struct DirectReader {
-    file: File,
-    buf: Vec<u8>,
-    off: usize,
-}
-
-impl DirectReader {
-    fn open(p: &Path) -> DirectReader {
-        let file = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(p).unwrap();
-        let buf = vec![0u8; 8192];
-        let off = buf.as_ptr().align_offset(4096);
-        DirectReader { file, buf, off }
-    }
-    fn read(&mut self, offset: u64) -> &[u8] {
-        let b = &mut self.buf[self.off..self.off + 4096];
-        let n = self.file.read_at(b, offset).expect("a read through the mount failed");
-        &b[..n]
     }
 }
 

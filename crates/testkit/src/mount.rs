@@ -197,3 +197,41 @@ impl Drop for MountProcess {
         }
     }
 }
+
+/// 4 KiB reads with `O_DIRECT` through a mount, into an aligned buffer: every read reaches
+/// the daemon (none is answered by the local page cache). Any I/O error fails the test.
+pub struct DirectReader {
+    file: File,
+    buf: Vec<u8>,
+    off: usize,
+}
+
+impl DirectReader {
+    pub fn open(p: &Path) -> DirectReader {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(p)
+            .unwrap_or_else(|e| panic!("open {} with O_DIRECT: {e}", p.display()));
+        let buf = vec![0u8; 8192];
+        let off = buf.as_ptr().align_offset(4096);
+        DirectReader { file, buf, off }
+    }
+
+    /// The 4 KiB at `offset` (fewer at the end of the file).
+    pub fn read(&mut self, offset: u64) -> &[u8] {
+        use std::os::unix::fs::FileExt;
+        let b = &mut self.buf[self.off..self.off + 4096];
+        let n = self.file.read_at(b, offset).unwrap_or_else(|e| panic!("read at {offset} through the mount: {e}"));
+        &b[..n]
+    }
+
+    /// Read every block in `order`, checking each against `data` (the file's contents).
+    pub fn pass(&mut self, order: &[u64], data: &[u8]) {
+        for &b in order {
+            let o = (b * 4096) as usize;
+            assert_eq!(self.read(b * 4096), &data[o..o + 4096], "block {b}");
+        }
+    }
+}
