@@ -375,6 +375,19 @@ fn bounded(body: impl FnOnce(&Running) + Send) {
     });
 }
 
+/// Run 1, the same in every test: write the initial files, mount, cache every block on the
+/// lender, unmount with the lender keeping the copies. Returns the files' contents.
+fn first_run(dir: &TestDir, addr: SocketAddr, running: &Running) -> Expected {
+    let want = Expected::initial();
+    want.write_all(&dir.backing());
+    // Before any change there are no older contents for a stale read to show.
+    let initial = Expected::initial();
+    let m = mount(dir, addr, 1, running);
+    cache_everything(&m, addr, &want, &initial, "first mount");
+    unmount_keeping_copies(m, addr, full_blocks(), "after the first mount");
+    want
+}
+
 /// (i) Changes made behind the backing directory while nothing is mounted.
 #[test]
 fn remount_reads_changes_made_behind_the_backing_directory() {
@@ -382,14 +395,7 @@ fn remount_reads_changes_made_behind_the_backing_directory() {
     let addr = lender.addr();
     let dir = TestDir::new("behind");
     bounded(|running| {
-        let mut want = Expected::initial();
-        want.write_all(&dir.backing());
-        // Before any change there are no older contents for a stale read to show.
-        let initial = Expected::initial();
-
-        let m = mount(&dir, addr, 1, running);
-        cache_everything(&m, addr, &want, &initial, "first mount");
-        unmount_keeping_copies(m, addr, full_blocks(), "after the first mount");
+        let mut want = first_run(&dir, addr, running);
 
         let old = Expected(want.0.clone());
         // Nothing is mounted to read the changes back through.
@@ -412,18 +418,11 @@ fn remount_reads_changes_made_through_another_mount() {
     let addr = lender.addr();
     let dir = TestDir::new("through");
     bounded(|running| {
-        let mut want = Expected::initial();
-        want.write_all(&dir.backing());
-        // Before any change there are no older contents for a stale read to show.
-        let initial = Expected::initial();
-
-        let m = mount(&dir, addr, 1, running);
-        cache_everything(&m, addr, &want, &initial, "first mount");
-        unmount_keeping_copies(m, addr, full_blocks(), "after the first mount");
+        let mut want = first_run(&dir, addr, running);
 
         let m = mount(&dir, addr, 2, running);
         // This run caches the same (old) contents under its own keys, then changes them.
-        cache_everything(&m, addr, &want, &initial, "second mount, before the changes");
+        cache_everything(&m, addr, &want, &Expected::initial(), "second mount, before the changes");
         // Each change is read back at once through this mount, whose own old copies are
         // still on the lender too.
         let old = Expected(want.0.clone());

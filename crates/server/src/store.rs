@@ -88,7 +88,8 @@ pub struct TenantCounters {
 }
 
 impl TenantCounters {
-    fn add(&mut self, o: &TenantCounters) {
+    /// Add `o`'s counts (summing shards, tenants or lenders).
+    pub fn add(&mut self, o: &TenantCounters) {
         self.blocks += o.blocks;
         self.hits += o.hits;
         self.misses += o.misses;
@@ -98,6 +99,22 @@ impl TenantCounters {
         self.evictions += o.evictions;
         self.bytes_in += o.bytes_in;
         self.bytes_out += o.bytes_out;
+    }
+
+    /// The counts from `earlier` to now; `blocks` is a level, kept as now.
+    pub fn since(&self, earlier: &TenantCounters) -> TenantCounters {
+        let d = |now: u64, then: u64| now.saturating_sub(then);
+        TenantCounters {
+            blocks: self.blocks,
+            hits: d(self.hits, earlier.hits),
+            misses: d(self.misses, earlier.misses),
+            puts: d(self.puts, earlier.puts),
+            put_rejects: d(self.put_rejects, earlier.put_rejects),
+            dels: d(self.dels, earlier.dels),
+            evictions: d(self.evictions, earlier.evictions),
+            bytes_in: d(self.bytes_in, earlier.bytes_in),
+            bytes_out: d(self.bytes_out, earlier.bytes_out),
+        }
     }
 }
 

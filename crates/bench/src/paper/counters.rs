@@ -4,8 +4,6 @@
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::error::IoContext;
 use crate::fc_client::FcClient;
 use crate::{BenchError, Result};
@@ -13,36 +11,8 @@ use crate::{BenchError, Result};
 /// The tenant the mount borrows as (its default), so asking adds no tenant to the lender.
 const TENANT: &str = "default";
 
-/// Sums of the lenders' STATS totals.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct LenderTotals {
-    pub blocks: u64,
-    pub hits: u64,
-    pub misses: u64,
-    pub puts: u64,
-    pub put_rejects: u64,
-    pub dels: u64,
-    pub evictions: u64,
-    pub bytes_in: u64,
-    pub bytes_out: u64,
-}
-
-impl LenderTotals {
-    /// Counts from `earlier` to now (`blocks` is a level: kept as now).
-    pub fn since(&self, e: &LenderTotals) -> LenderTotals {
-        LenderTotals {
-            blocks: self.blocks,
-            hits: self.hits.saturating_sub(e.hits),
-            misses: self.misses.saturating_sub(e.misses),
-            puts: self.puts.saturating_sub(e.puts),
-            put_rejects: self.put_rejects.saturating_sub(e.put_rejects),
-            dels: self.dels.saturating_sub(e.dels),
-            evictions: self.evictions.saturating_sub(e.evictions),
-            bytes_in: self.bytes_in.saturating_sub(e.bytes_in),
-            bytes_out: self.bytes_out.saturating_sub(e.bytes_out),
-        }
-    }
-}
+/// Sums of the lenders' STATS totals: the server's own counter set, so the two cannot drift.
+pub type LenderTotals = farcache_server::TenantCounters;
 
 /// Ask every lender for its STATS and add them up.
 pub fn lender_totals(addrs: &[SocketAddr]) -> Result<LenderTotals> {
@@ -53,18 +23,9 @@ pub fn lender_totals(addrs: &[SocketAddr]) -> Result<LenderTotals> {
         s.set_write_timeout(Some(Duration::from_secs(5))).ctx(|| "write timeout".into())?;
         let mut c = FcClient::handshake(s, TENANT)?;
         let json = c.stats()?;
-        let v: serde_json::Value = serde_json::from_str(&json)
-            .map_err(|e| BenchError::Setup(format!("lender {a} sent STATS that are not JSON: {e}")))?;
-        let g = |k: &str| v[k].as_u64().unwrap_or(0);
-        t.blocks += g("blocks");
-        t.hits += g("hits");
-        t.misses += g("misses");
-        t.puts += g("puts");
-        t.put_rejects += g("put_rejects");
-        t.dels += g("dels");
-        t.evictions += g("evictions");
-        t.bytes_in += g("bytes_in");
-        t.bytes_out += g("bytes_out");
+        let stats: farcache_server::ServerStats = serde_json::from_str(&json)
+            .map_err(|e| BenchError::Setup(format!("lender {a} sent STATS that do not parse: {e}")))?;
+        t.add(&stats.totals);
     }
     Ok(t)
 }
