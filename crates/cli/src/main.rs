@@ -30,7 +30,7 @@ enum Command {
     Mount(cmd::mount::Args),
     /// Print the configuration template with every default.
     Config(cmd::config::Args),
-    /// Write a fresh block key (for `mount --key-file`) to a new file, mode 600.
+    /// Write a fresh 256-bit key (a block key for `mount --key-file`, or a TLS pre-shared key) to a new file, mode 600.
     Keygen(cmd::keygen::Args),
     /// Generate a small deployment's TLS files: a CA, server and client certificates and keys.
     Certs(cmd::certs::Args),

@@ -3,7 +3,9 @@
 //! O_DIRECT reads are lender hits); plaintext clients and clients with another CA's
 //! certificate are refused with one log line each; expired certificates are refused at
 //! start; and a man-in-the-middle flipping one byte costs a dropped connection and disk
-//! reads — never a wrong byte or an I/O error — after which the mount reconnects.
+//! reads — never a wrong byte or an I/O error — after which the mount reconnects. Without
+//! TLS but with block encryption, bytes flipped on the wire are caught as misses. The client
+//! certificate's common name is the mount's tenant.
 
 use std::fs::{self};
 use std::io::{Read, Write};
@@ -266,10 +268,12 @@ fn expired_certificates_are_refused_at_start() {
     assert!(e.contains("garbage.pem") && e.contains("no CERTIFICATE"), "{e}");
 }
 
-/// A TCP proxy that, when `flip` is set, flips one byte of the next server→client chunk.
+/// A TCP proxy that, when `flip` is set, flips one byte of the next server→client chunk
+/// (of every one while `keep_flipping` is set too).
 struct Mitm {
     addr: SocketAddr,
     flip: Arc<AtomicBool>,
+    keep_flipping: Arc<AtomicBool>,
     flipped: Arc<AtomicU64>,
     conns: Arc<AtomicU64>,
 }
@@ -278,9 +282,10 @@ fn mitm(upstream: SocketAddr) -> Mitm {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let flip = Arc::new(AtomicBool::new(false));
+    let keep_flipping = Arc::new(AtomicBool::new(false));
     let flipped = Arc::new(AtomicU64::new(0));
     let conns = Arc::new(AtomicU64::new(0));
-    let (f, fl, c) = (flip.clone(), flipped.clone(), conns.clone());
+    let (f, fl, c, k) = (flip.clone(), flipped.clone(), conns.clone(), keep_flipping.clone());
     std::thread::spawn(move || {
         for client in listener.incoming() {
             let Ok(client) = client else { return };
@@ -288,24 +293,31 @@ fn mitm(upstream: SocketAddr) -> Mitm {
             c.fetch_add(1, Ordering::SeqCst);
             let (c2s_in, c2s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
             std::thread::spawn(move || pump(c2s_in, c2s_out, None));
-            let (f, fl) = (f.clone(), fl.clone());
-            std::thread::spawn(move || pump(server, client, Some((f, fl))));
+            let flips = Flips { flip: f.clone(), keep: k.clone(), flipped: fl.clone() };
+            std::thread::spawn(move || pump(server, client, Some(flips)));
         }
     });
-    Mitm { addr, flip, flipped, conns }
+    Mitm { addr, flip, keep_flipping, flipped, conns }
 }
 
-fn pump(mut from: TcpStream, mut to: TcpStream, flip: Option<(Arc<AtomicBool>, Arc<AtomicU64>)>) {
+struct Flips {
+    flip: Arc<AtomicBool>,
+    keep: Arc<AtomicBool>,
+    flipped: Arc<AtomicU64>,
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream, flip: Option<Flips>) {
     let mut buf = vec![0u8; 64 << 10];
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if let Some((f, fl)) = &flip {
-            if f.swap(false, Ordering::SeqCst) {
+        if let Some(f) = &flip {
+            let keep = f.keep.load(Ordering::SeqCst);
+            if (keep && f.flip.load(Ordering::SeqCst)) || f.flip.swap(false, Ordering::SeqCst) {
                 buf[n / 2] ^= 0x01;
-                fl.fetch_add(1, Ordering::SeqCst);
+                f.flipped.fetch_add(1, Ordering::SeqCst);
             }
         }
         if to.write_all(&buf[..n]).is_err() {
@@ -361,4 +373,91 @@ fn a_flipped_byte_on_the_wire_drops_the_connection_and_reads_stay_exact() {
     drop(r);
     assert_eq!(fs::read(d.backing.join("f")).unwrap(), data);
     m.stop();
+}
+
+#[test]
+fn without_tls_block_encryption_turns_bytes_flipped_on_the_wire_into_misses() {
+    // Plain TCP to a lender with slots for sealed blocks, through a proxy that flips a byte in
+    // every chunk it forwards to the mount while it is on.
+    let srv = ServerProcess::start(bin(), &[], Some("[server]\ncapacity = \"64MiB\"\nslot_bytes = 4160\n"));
+    let proxy = mitm(srv.addr());
+    let data = pattern((BLOCKS * 4096) as usize, 6);
+    let d = dirs(&data);
+    let key = d.root.path().join("block.key");
+    let out = farcache(&["keygen", "--out", key.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let args = ["--server", &proxy.addr.to_string(), "--key-file", key.to_str().unwrap()];
+    let m = MountProcess::start(bin(), &d.backing, &d.mnt, &args, &d.root.path().join("log"));
+    let mut r = DirectReader::open(&d.mnt.join("f"));
+    let before = warm(&mut r, &data, &d.mnt);
+    assert_eq!(before["remote"]["auth_failures"].as_u64(), Some(0), "{before}");
+
+    // Most flips land inside sealed blocks (a flip in a frame header drops the connection
+    // instead): each is a miss, read from the disk — never a wrong byte.
+    proxy.keep_flipping.store(true, Ordering::SeqCst);
+    proxy.flip.store(true, Ordering::SeqCst);
+    let t = Instant::now();
+    let mut s = mount_stats(&d.mnt);
+    while s["remote"]["auth_failures"].as_u64().unwrap() == 0 {
+        assert!(t.elapsed() < Duration::from_secs(30), "no corrupted block was caught: {s}");
+        pass(&mut r, &data, 2);
+        s = mount_stats(&d.mnt);
+    }
+    proxy.flip.store(false, Ordering::SeqCst);
+    assert!(proxy.flipped.load(Ordering::SeqCst) > 0);
+    let auth = s["remote"]["auth_failures"].as_u64().unwrap();
+
+    // With the wire clean again the lender serves hits, and every read was exact.
+    let after = warm(&mut r, &data, &d.mnt);
+    assert!(after["remote"]["hits"].as_u64() > s["remote"]["hits"].as_u64(), "{after}");
+    assert!(fuse_mounted(&d.mnt));
+    drop(r);
+    let log = m.stop();
+    assert!(log.contains("failed authentication"), "{auth} auth failures, log:\n{log}");
+    assert_eq!(fs::read(d.backing.join("f")).unwrap(), data);
+}
+
+#[test]
+fn the_client_certificate_names_the_tenant() {
+    let pki = Pki::new();
+    let srv = ServerProcess::start(bin(), &[], Some(&pki.server_toml()));
+    let addr = srv.addr().to_string();
+    let data = pattern((BLOCKS * 4096) as usize, 7);
+    let d = dirs(&data);
+
+    // A mount told another tenant than its certificate's does not start, and says why.
+    let mut args = vec!["--server".to_string(), addr.clone(), "--tenant".into(), "db2".into()];
+    args.extend(pki.client_args("pki"));
+    let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let e = match MountProcess::try_start(bin(), &d.backing, &d.mnt, &a, &d.root.path().join("log0")) {
+        Ok(_) => panic!("a mount started as db2 with db1's certificate"),
+        Err(e) => e,
+    };
+    assert!(e.contains("cache.tenant") && e.contains("is for tenant \"db1\""), "{e}");
+    let mut check = vec!["check", "--server", &addr, "--size", "64KiB", "--tenant", "db2"];
+    let ok = pki.client_args("pki");
+    check.extend(ok.iter().map(|s| s.as_str()));
+    let out = farcache(&check);
+    assert!(!out.status.success() && text(&out.stderr).contains("is for tenant \"db1\""), "{}", text(&out.stderr));
+
+    // Left at its default, the mount borrows as the certificate's tenant: the lender (open
+    // mode, so the CLI's connection is an admin's) holds its blocks under db1.
+    let mut args = vec!["--server".to_string(), addr.clone()];
+    args.extend(pki.client_args("pki"));
+    let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let m = MountProcess::start(bin(), &d.backing, &d.mnt, &a, &d.root.path().join("log"));
+    let mut r = DirectReader::open(&d.mnt.join("f"));
+    warm(&mut r, &data, &d.mnt);
+    let mut stats = vec!["stats", "--server", &addr, "--json"];
+    stats.extend(ok.iter().map(|s| s.as_str()));
+    let out = farcache(&stats);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tenants = v["tenants"].as_array().unwrap();
+    let names: Vec<&str> = tenants.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["db1"], "{v}");
+    assert!(tenants[0]["blocks"].as_u64().unwrap() >= BLOCKS * 9 / 10, "{v}");
+    drop(r);
+    let log = m.stop();
+    assert!(log.contains("as tenant \"db1\""), "{log}");
 }

@@ -227,6 +227,39 @@ pub fn load_toml<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> Resu
     parse_toml(&shown, &text)
 }
 
+/// The text of `path`, a regular file that only its owner can read or write, holding
+/// `what`; errors name `key`, the file and the fix (`create` when it does not exist).
+pub fn read_private_file(
+    key: &'static str,
+    path: &std::path::Path,
+    what: &str,
+    create: &str,
+) -> Result<String, ConfigError> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => ConfigError::invalid(key, format!("{shown} does not exist"), create),
+        _ => ConfigError::invalid(key, format!("cannot stat {shown}: {e}"), "point it at a readable file"),
+    })?;
+    if !meta.is_file() {
+        return Err(ConfigError::invalid(
+            key,
+            format!("{shown} is not a regular file"),
+            format!("point it at a file holding {what}"),
+        ));
+    }
+    let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(ConfigError::invalid(
+            key,
+            format!("{shown} is open to group or others (mode {mode:03o}): {what} would leak"),
+            format!("run `chmod 600 {shown}`"),
+        ));
+    }
+    std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::invalid(key, format!("cannot read {shown}: {e}"), "make it readable by the mount's user")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

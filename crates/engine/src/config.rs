@@ -2,7 +2,6 @@
 //! [`TEMPLATE`]; a test keeps the two in step.
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,11 +34,18 @@ key_file = ""
 # TLS 1.3 to the lenders, with this client's certificate: the CA (PEM) lender certificates
 # must be signed by, and this client's certificate and key (create them with
 # `farcache certs --out DIR`). Set all three, or "" for plain TCP (trusted networks only).
+# The certificate's common name is the tenant: leave `tenant` as "default" to take it from
+# there, or set it to the same name.
 tls_ca = ""
 tls_cert = ""
 tls_key = ""
 # The name lender certificates must carry; "" for the host part of each cache.servers entry.
 tls_server_name = ""
+# TLS 1.3 without certificates: a file holding a pre-shared key (64 hex digits, chmod 600;
+# create it with `farcache keygen --out FILE`) that every lender (server.tls_psk_file) and
+# mount holds. Instead of tls_ca/tls_cert/tls_key; the tenant is then `tenant` with its
+# secret_file. "" for none.
+tls_psk_file = ""
 # The most a read waits for the lenders before it goes to the disk.
 fetch_timeout = "50ms"
 # Bound on connecting to a lender, handshake included.
@@ -94,6 +100,8 @@ pub struct CacheConfig {
     pub tls_key: String,
     /// The name lender certificates must carry; "" for each server's host.
     pub tls_server_name: String,
+    /// TLS from a pre-shared key (path of 64 hex digits); "" for none.
+    pub tls_psk_file: String,
     pub fetch_timeout: HumanDuration,
     pub connect_timeout: HumanDuration,
     pub reconnect_min: HumanDuration,
@@ -117,6 +125,7 @@ impl Default for CacheConfig {
             tls_cert: String::new(),
             tls_key: String::new(),
             tls_server_name: String::new(),
+            tls_psk_file: String::new(),
             fetch_timeout: HumanDuration::ms(50),
             connect_timeout: HumanDuration::ms(500),
             reconnect_min: HumanDuration::ms(100),
@@ -237,12 +246,26 @@ impl CacheConfig {
         Ok(())
     }
 
-    /// The TLS client configuration from `tls_ca`, `tls_cert` and `tls_key`, or `None` when
-    /// none is set. Fails, naming the key, the file and the fix, when only some are set, a
-    /// file is missing or not PEM, the key does not match the certificate, or a certificate
-    /// has expired.
+    /// The TLS client configuration from `tls_ca`, `tls_cert` and `tls_key`, or from
+    /// `tls_psk_file`, or `None` when none is set. Fails, naming the key, the file and the
+    /// fix, when only some are set or both kinds are, a file is missing or not PEM, the key
+    /// does not match the certificate, a certificate has expired or names another tenant, or
+    /// the PSK file is open to others or holds no key.
     pub fn tls(&self) -> Result<Option<Arc<farcache_tls::rustls::ClientConfig>>, ConfigError> {
         let set = [&self.tls_ca, &self.tls_cert, &self.tls_key].iter().filter(|s| !s.is_empty()).count();
+        if !self.tls_psk_file.is_empty() {
+            if set != 0 || !self.tls_server_name.is_empty() {
+                return Err(ConfigError::invalid(
+                    "cache.tls_psk_file",
+                    "set together with tls_ca, tls_cert, tls_key or tls_server_name",
+                    "use certificates or a pre-shared key, not both",
+                ));
+            }
+            let psk = farcache_tls::psk::read_file("cache.tls_psk_file", Path::new(&self.tls_psk_file))?;
+            return farcache_tls::psk::client_config(&psk, &self.tenant)
+                .map(Some)
+                .map_err(|e| ConfigError::invalid("cache.tls_psk_file", e.problem, e.fix));
+        }
         if set == 0 {
             if !self.tls_server_name.is_empty() {
                 return Err(ConfigError::invalid(
@@ -269,10 +292,43 @@ impl CacheConfig {
                 "use the name in the lenders' certificates, or \"\"",
             ));
         }
+        let cn = self.certificate_tenant()?;
+        if cn.as_deref() != Some(self.tenant.as_str()) {
+            return Err(ConfigError::invalid(
+                "cache.tenant",
+                format!(
+                    "{:?}, but the client certificate {} is for tenant {:?}: lenders take the tenant from the certificate",
+                    self.tenant,
+                    self.tls_cert,
+                    cn.unwrap_or_default()
+                ),
+                "leave tenant as \"default\" (or set it to the certificate's name), or use the tenant's certificate \
+                 (`farcache certs --client TENANT`)",
+            ));
+        }
         let (ca, cert, key) = (Path::new(&self.tls_ca), Path::new(&self.tls_cert), Path::new(&self.tls_key));
         farcache_tls::client_config(ca, cert, key)
             .map(Some)
             .map_err(|e| ConfigError::invalid("cache.tls_cert", e.problem, e.fix))
+    }
+
+    /// The common name of `tls_cert` (the tenant it is for), if the file has one.
+    fn certificate_tenant(&self) -> Result<Option<String>, ConfigError> {
+        let certs = farcache_tls::load_certs(Path::new(&self.tls_cert), "client certificate")
+            .map_err(|e| ConfigError::invalid("cache.tls_cert", e.problem, e.fix))?;
+        Ok(certs.first().and_then(farcache_tls::common_name))
+    }
+
+    /// With a client certificate and `tenant` left at "default", take the tenant from the
+    /// certificate's common name (lenders do). Run before [`Self::validate`].
+    pub fn tenant_from_certificate(&mut self) -> Result<(), ConfigError> {
+        if self.tls_cert.is_empty() || !self.tls_psk_file.is_empty() || self.tenant != "default" {
+            return Ok(());
+        }
+        if let Some(cn) = self.certificate_tenant()? {
+            self.tenant = cn;
+        }
+        Ok(())
     }
 
     /// The TLS name of each listed lender: `tls_server_name`, or the host part of its entry.
@@ -304,7 +360,7 @@ impl CacheConfig {
             "create a key with `farcache keygen --out {shown}` (32 random bytes as 64 hex digits on one line, \
              mode 600), or set key_file = \"\" for no block encryption"
         );
-        let text = private_file(key, path, "the block key", &create)?;
+        let text = farcache_config::read_private_file(key, path, "the block key", &create)?;
         let k = BlockKeyBytes::from_hex(&text).map_err(|why| {
             ConfigError::invalid(
                 key,
@@ -337,7 +393,7 @@ impl CacheConfig {
         let create = format!(
             "write the tenant secret on the first line of {shown} and run `chmod 600 {shown}`, or set secret_file = \"\""
         );
-        let text = private_file(key, path, "the tenant secret", &create)?;
+        let text = farcache_config::read_private_file(key, path, "the tenant secret", &create)?;
         let secret = text.lines().next().unwrap_or("").trim().as_bytes().to_vec();
         let probe = ClientConfig { secret, ..ClientConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), "t") };
         if probe.secret.is_empty() || probe.validate().is_err() {
@@ -397,7 +453,11 @@ impl CacheConfig {
             seal: self.block_seal()?,
             tls: self.tls()?.map(|config| RemoteTls {
                 config,
-                server_name: (!self.tls_server_name.is_empty()).then(|| self.tls_server_name.clone()),
+                server_name: if !self.tls_psk_file.is_empty() {
+                    Some(farcache_tls::psk::PSK_SERVER_NAME.to_string())
+                } else {
+                    (!self.tls_server_name.is_empty()).then(|| self.tls_server_name.clone())
+                },
                 names: self.tls_names(),
             }),
         })
@@ -413,34 +473,6 @@ impl CacheConfig {
             Routing::Adaptive => Router::Adaptive(Adaptive::new()),
         }
     }
-}
-
-/// The text of `path`, a regular file that only its owner can read or write, holding
-/// `what`; errors name `key`, the file and the fix (`create` when it does not exist).
-fn private_file(key: &'static str, path: &Path, what: &str, create: &str) -> Result<String, ConfigError> {
-    let shown = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => ConfigError::invalid(key, format!("{shown} does not exist"), create),
-        _ => ConfigError::invalid(key, format!("cannot stat {shown}: {e}"), "point it at a readable file"),
-    })?;
-    if !meta.is_file() {
-        return Err(ConfigError::invalid(
-            key,
-            format!("{shown} is not a regular file"),
-            format!("point it at a file holding {what}"),
-        ));
-    }
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(ConfigError::invalid(
-            key,
-            format!("{shown} is open to group or others (mode {mode:03o}): {what} would leak"),
-            format!("run `chmod 600 {shown}`"),
-        ));
-    }
-    std::fs::read_to_string(path).map_err(|e| {
-        ConfigError::invalid(key, format!("cannot read {shown}: {e}"), "make it readable by the mount's user")
-    })
 }
 
 /// "host:port" with a host and a nonzero port (IPv6 addresses in brackets).
@@ -472,6 +504,7 @@ fn check_host_port(s: &str) -> Result<(), ConfigError> {
 mod tests {
     use super::*;
     use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
 
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]

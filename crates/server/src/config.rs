@@ -57,8 +57,13 @@ pub struct ServerConfig {
     pub tls_cert: String,
     /// The server certificate's private key (PEM).
     pub tls_key: String,
-    /// The CA (PEM) client certificates must be signed by.
+    /// The CA (PEM) client certificates must be signed by. A client's tenant is then the
+    /// common name of its certificate.
     pub tls_client_ca: String,
+    /// TLS 1.3 without a PKI: a file holding a pre-shared key (64 hex digits, mode 600, as
+    /// `farcache keygen` writes). Instead of `tls_cert`/`tls_key`/`tls_client_ca`; every client
+    /// must hold the same key. Tenants still authenticate with their secrets. "" for none.
+    pub tls_psk_file: String,
     #[serde(rename = "tenant")]
     pub tenants: Vec<TenantConfig>,
 }
@@ -105,6 +110,7 @@ impl Default for ServerConfig {
             tls_cert: String::new(),
             tls_key: String::new(),
             tls_client_ca: String::new(),
+            tls_psk_file: String::new(),
             tenants: Vec::new(),
         }
     }
@@ -125,22 +131,42 @@ impl ServerConfig {
         self.capacity.bytes() / self.slot_bytes as u64
     }
 
-    /// Whether TLS is configured (all three `tls_*` files set; `validate` refuses some).
+    /// How clients must connect (`validate` refuses half-set TLS settings).
+    pub fn tls_mode(&self) -> TlsMode {
+        if !self.tls_psk_file.is_empty() {
+            TlsMode::Psk
+        } else if !self.tls_cert.is_empty() {
+            TlsMode::Certificates
+        } else {
+            TlsMode::Plain
+        }
+    }
+
+    /// Whether clients must speak TLS.
     pub fn tls_enabled(&self) -> bool {
-        !self.tls_cert.is_empty()
+        self.tls_mode() != TlsMode::Plain
     }
 
     /// Load the TLS files: `None` for plain TCP. Fails, naming the key, the file and the fix,
     /// on a missing or unreadable file, bad PEM, a key that does not match the certificate,
-    /// or an expired certificate.
+    /// an expired certificate, or a PSK file open to others or not holding a key.
     pub fn tls_server_config(&self) -> Result<Option<Arc<farcache_tls::rustls::ServerConfig>>, ConfigError> {
-        if !self.tls_enabled() {
-            return Ok(None);
+        match self.tls_mode() {
+            TlsMode::Plain => Ok(None),
+            TlsMode::Certificates => {
+                let (cert, key, ca) =
+                    (Path::new(&self.tls_cert), Path::new(&self.tls_key), Path::new(&self.tls_client_ca));
+                farcache_tls::server_config(cert, key, ca)
+                    .map(Some)
+                    .map_err(|e| ConfigError::invalid("server.tls_cert", e.problem, e.fix))
+            }
+            TlsMode::Psk => {
+                let psk = farcache_tls::psk::read_file("server.tls_psk_file", Path::new(&self.tls_psk_file))?;
+                farcache_tls::psk::server_config(&psk)
+                    .map(Some)
+                    .map_err(|e| ConfigError::invalid("server.tls_psk_file", e.problem, e.fix))
+            }
         }
-        let (cert, key, ca) = (Path::new(&self.tls_cert), Path::new(&self.tls_key), Path::new(&self.tls_client_ca));
-        farcache_tls::server_config(cert, key, ca)
-            .map(Some)
-            .map_err(|e| ConfigError::invalid("server.tls_cert", e.problem, e.fix))
     }
 
     /// Check every relation between settings; each error names the key and the fix.
@@ -152,6 +178,13 @@ impl ServerConfig {
                 "server.tls_cert",
                 "tls_cert, tls_key and tls_client_ca must be set together",
                 "set all three (create them with `farcache certs --out DIR`), or none for plain TCP",
+            ));
+        }
+        if tls_set != 0 && !self.tls_psk_file.is_empty() {
+            return Err(E::invalid(
+                "server.tls_psk_file",
+                "set together with tls_cert, tls_key and tls_client_ca",
+                "use certificates or a pre-shared key, not both",
             ));
         }
         if !(512..=MAX_SLOT_BYTES).contains(&self.slot_bytes) {
@@ -269,11 +302,12 @@ impl ServerConfig {
                         "keep one",
                     ))
                 }
-                (None, None) => {
+                // With client certificates, the certificate names the tenant.
+                (None, None) if self.tls_mode() != TlsMode::Certificates => {
                     return Err(E::invalid(
                         "server.tenant.secret",
                         format!("tenant {:?} has no secret", t.name),
-                        "set secret or secret_file",
+                        "set secret or secret_file (or use client certificates: tls_cert, tls_key, tls_client_ca)",
                     ))
                 }
                 _ => {}
@@ -292,12 +326,27 @@ impl ServerConfig {
     }
 }
 
-/// Read a tenant's secret, from the config or its file.
-pub fn tenant_secret(t: &TenantConfig) -> Result<Vec<u8>, ConfigError> {
+/// How clients connect to the lender.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlsMode {
+    /// Plain TCP (trusted networks only).
+    Plain,
+    /// TLS 1.3; clients present a certificate signed by `tls_client_ca`, whose common name is
+    /// their tenant.
+    Certificates,
+    /// TLS 1.3 with certificates derived from a pre-shared key (farcache_tls::psk).
+    Psk,
+}
+
+/// Read a tenant's secret, from the config or its file; `None` when it has none (allowed
+/// only with client certificates).
+pub fn tenant_secret(t: &TenantConfig) -> Result<Option<Vec<u8>>, ConfigError> {
     if let Some(s) = &t.secret {
-        return Ok(s.as_bytes().to_vec());
+        return Ok(Some(s.as_bytes().to_vec()));
     }
-    let path = t.secret_file.as_ref().expect("validated");
+    let Some(path) = t.secret_file.as_ref() else {
+        return Ok(None);
+    };
     let text = std::fs::read_to_string(path).map_err(|e| {
         ConfigError::invalid(
             "server.tenant.secret_file",
@@ -313,5 +362,5 @@ pub fn tenant_secret(t: &TenantConfig) -> Result<Vec<u8>, ConfigError> {
             "write the secret on the first line",
         ));
     }
-    Ok(secret)
+    Ok(Some(secret))
 }

@@ -66,6 +66,9 @@ struct Conn<'a> {
     /// done within `handshake_timeout` of this.
     accepted: Instant,
     peer: SocketAddr,
+    /// The common name of the client's certificate, when client certificates name tenants
+    /// (`server.tls_client_ca`): the only tenant this connection may be.
+    certified: Option<String>,
     state: ConnState,
     inbuf: Vec<u8>,
     out: Vec<u8>,
@@ -78,12 +81,29 @@ struct Conn<'a> {
 
 pub(crate) async fn serve(server: &Server, sock: TcpStream, peer: SocketAddr, close_rx: watch::Receiver<bool>) {
     let accepted = Instant::now();
+    let mut certified = None;
     let sock = match &server.tls {
         None => Stream::Plain(sock),
         Some(acceptor) => {
             let deadline = accepted + server.cfg.handshake_timeout.get();
             match tokio::time::timeout_at(deadline, accept_tls(acceptor, sock)).await {
-                Ok(Ok(s)) => Stream::Server(Box::new(s)),
+                Ok(Ok(s)) => {
+                    if server.cfg.tls_mode() == crate::config::TlsMode::Certificates {
+                        let cn = s
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .and_then(|c| c.first())
+                            .and_then(farcache_tls::common_name);
+                        let Some(cn) = cn else {
+                            server.conns.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(%peer, "client refused: its certificate has no common name (its tenant); make client certificates with farcache certs --client TENANT");
+                            return;
+                        };
+                        certified = Some(cn);
+                    }
+                    Stream::Server(Box::new(s))
+                }
                 Ok(Err(why)) => {
                     server.conns.protocol_errors.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(%peer, "{why}");
@@ -102,6 +122,7 @@ pub(crate) async fn serve(server: &Server, sock: TcpStream, peer: SocketAddr, cl
         sock,
         accepted,
         peer,
+        certified,
         state: ConnState::AwaitHello,
         inbuf: Vec::with_capacity(BASE_BUF),
         out: Vec::with_capacity(BASE_BUF),
@@ -470,7 +491,8 @@ impl Conn<'_> {
                 ),
             );
         }
-        let (tenant, admin) = match server.tenants.authenticate(hello.tenant, hello.secret, &server.store) {
+        let certified = self.certified.as_deref();
+        let (tenant, admin) = match server.tenants.authenticate(hello.tenant, hello.secret, certified, &server.store) {
             Ok(x) => x,
             Err(e @ crate::tenants::AuthError::TooMany(_)) => return self.fatal(id, ErrorCode::Busy, e.to_string()),
             Err(e) => return self.fatal(id, ErrorCode::AuthFailed, format!("tenant {:?}: {e}", hello.tenant)),

@@ -21,9 +21,12 @@ pub struct ServerStats {
     pub used_bytes: u64,
     /// Heap bytes of the index and bookkeeping, beside the arena.
     pub overhead_bytes: u64,
-    /// Sums over all tenants (`blocks`: blocks stored).
+    /// Sums over the tenants the caller may see: every tenant for an admin connection, its
+    /// own for any other (`blocks`: blocks stored). `used_bytes` likewise.
     #[serde(flatten)]
     pub totals: TenantCounters,
+    /// Server-wide connection counters: shown to admin connections only (0 for others, who
+    /// must not learn of other tenants' activity).
     pub connections: u64,
     pub connections_total: u64,
     pub connections_refused: u64,
@@ -73,20 +76,15 @@ pub fn collect(server: &Server, tenant: TenantId, admin: bool) -> ServerStats {
     let mut totals = TenantCounters::default();
     let mut tenants = Vec::new();
     for ((id, name, limit), c) in names.into_iter().zip(counters) {
-        totals.blocks += c.blocks;
-        totals.hits += c.hits;
-        totals.misses += c.misses;
-        totals.puts += c.puts;
-        totals.put_rejects += c.put_rejects;
-        totals.dels += c.dels;
-        totals.evictions += c.evictions;
-        totals.bytes_in += c.bytes_in;
-        totals.bytes_out += c.bytes_out;
+        // One tenant can neither read nor count another's blocks: totals are only of what
+        // the caller may see.
         if admin || id == tenant {
+            totals.add(&c);
             tenants.push(TenantStats { name, limit_bytes: limit, used_bytes: c.blocks * slot, counters: c });
         }
     }
     let cc = server.conn_counters();
+    let seen = |c: &std::sync::atomic::AtomicU64| if admin { c.load(Ordering::Relaxed) } else { 0 };
     ServerStats {
         version: env!("CARGO_PKG_VERSION").to_string(),
         instance_id: server.instance_id(),
@@ -98,11 +96,11 @@ pub fn collect(server: &Server, tenant: TenantId, admin: bool) -> ServerStats {
         used_bytes: totals.blocks * slot,
         overhead_bytes: store.overhead_bytes(),
         totals,
-        connections: cc.active.load(Ordering::Relaxed),
-        connections_total: cc.total.load(Ordering::Relaxed),
-        connections_refused: cc.refused.load(Ordering::Relaxed),
-        protocol_errors: cc.protocol_errors.load(Ordering::Relaxed),
-        timeouts: cc.timeouts.load(Ordering::Relaxed),
+        connections: seen(&cc.active),
+        connections_total: seen(&cc.total),
+        connections_refused: seen(&cc.refused),
+        protocol_errors: seen(&cc.protocol_errors),
+        timeouts: seen(&cc.timeouts),
         tenants,
         tenants_omitted: 0,
     }

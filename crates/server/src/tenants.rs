@@ -1,10 +1,13 @@
 //! Tenants: who a connection is, what it may hold.
 //!
-//! A connection's tenant is fixed by its HELLO credentials and never taken from a request,
+//! A connection's tenant is fixed by its credentials at HELLO and never taken from a request,
 //! so the store keys every block by the connection's tenant id and one tenant cannot name
-//! another's blocks. With tenants configured, a HELLO must name one of them with its secret
-//! (compared in constant time). With none configured the server is in open mode: any valid
-//! name is accepted, up to `max_tenants` names, for trusted networks only.
+//! another's blocks. With client certificates (`server.tls_client_ca`), the tenant is the
+//! certificate's common name: HELLO must name that tenant, and a configured secret must match
+//! too. Otherwise a HELLO must name a configured tenant with its secret (compared in constant
+//! time). With no tenants configured the server is in open mode: any valid name (or, with
+//! certificates, any certificate's name) is accepted, up to `max_tenants` names, for trusted
+//! networks only.
 
 use parking_lot::RwLock;
 use subtle::ConstantTimeEq;
@@ -27,6 +30,9 @@ pub enum AuthError {
     Denied,
     #[error("too many tenants (server.max_tenants = {0})")]
     TooMany(u16),
+    /// The client's certificate names another tenant than its HELLO.
+    #[error("the client certificate is for tenant {0:?}; a client's tenant is its certificate's common name")]
+    NotTheCertificates(String),
 }
 
 pub struct Tenants {
@@ -45,7 +51,7 @@ impl Tenants {
         for t in &cfg.tenants {
             let limit_bytes = t.limit.map_or(default_limit_bytes, |l| l.bytes());
             store.set_tenant_limit(list.len() as TenantId, limit_bytes);
-            list.push(Tenant { name: t.name.clone(), secret: Some(tenant_secret(t)?), limit_bytes, admin: t.admin });
+            list.push(Tenant { name: t.name.clone(), secret: tenant_secret(t)?, limit_bytes, admin: t.admin });
         }
         Ok(Tenants { open: cfg.tenants.is_empty(), max: cfg.max_tenants, default_limit_bytes, list: RwLock::new(list) })
     }
@@ -55,14 +61,28 @@ impl Tenants {
     }
 
     /// The tenant a HELLO's credentials name, and whether it sees every tenant's stats.
-    pub fn authenticate(&self, name: &str, secret: &[u8], store: &Store) -> Result<(TenantId, bool), AuthError> {
+    /// `certified`: the common name of the client's certificate, when the connection was
+    /// authenticated by one (it must equal `name`).
+    pub fn authenticate(
+        &self,
+        name: &str,
+        secret: &[u8],
+        certified: Option<&str>,
+        store: &Store,
+    ) -> Result<(TenantId, bool), AuthError> {
+        if let Some(cn) = certified {
+            if cn != name {
+                return Err(AuthError::NotTheCertificates(cn.to_string()));
+            }
+        }
         {
             let list = self.list.read();
             if let Some(id) = list.iter().position(|t| t.name == name) {
                 let t = &list[id];
                 let ok = match &t.secret {
                     Some(s) => bool::from(s.as_slice().ct_eq(secret)),
-                    None => true,
+                    // No secret: a tenant seen in open mode, or one named by certificates.
+                    None => self.open || certified.is_some(),
                 };
                 return if ok { Ok((id as TenantId, t.admin || self.open)) } else { Err(AuthError::Denied) };
             }

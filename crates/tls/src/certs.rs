@@ -31,7 +31,7 @@ fn gen_err(e: rcgen::Error) -> TlsError {
 }
 
 /// `not_before`/`not_after` for `valid_days` from now (or ending `-valid_days` ago).
-fn validity(p: &mut CertificateParams, valid_days: i64) {
+pub(crate) fn set_validity(p: &mut CertificateParams, valid_days: i64) {
     let now = crate::now_secs();
     let at = |secs: i64| {
         let t = crate::CertTime(secs).to_string(); // "YYYY-MM-DD HH:MM:SS UTC"
@@ -54,7 +54,7 @@ impl Ca {
         p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         p.distinguished_name.push(DnType::CommonName, name);
         p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
-        validity(&mut p, valid_days);
+        set_validity(&mut p, valid_days);
         let cert = p.self_signed(&key).map_err(gen_err)?;
         let pair = Pair { cert_pem: cert.pem(), key_pem: key.serialize_pem() };
         Ok(Ca { pair, cert, key })
@@ -87,7 +87,7 @@ impl Ca {
         p.distinguished_name.push(DnType::CommonName, cn);
         p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         p.extended_key_usages = vec![eku];
-        validity(&mut p, valid_days);
+        set_validity(&mut p, valid_days);
         let cert = p.signed_by(&key, &self.cert, &self.key).map_err(gen_err)?;
         Ok(Pair { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
     }

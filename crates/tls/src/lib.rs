@@ -7,9 +7,9 @@
 //! certificate, and a certificate past its `not_after` date. Only TLS 1.3 is offered, with
 //! the `ring` provider.
 
-#[cfg(feature = "certs")]
 pub mod certs;
 mod der;
+pub mod psk;
 mod stream;
 
 use std::path::Path;
@@ -147,6 +147,14 @@ pub fn describe_server_handshake_error(e: &std::io::Error) -> String {
         Some(rustls::Error::InvalidCertificate(c)) => {
             format!("client refused: its certificate is not acceptable ({c:?}); it must be signed by server.tls_client_ca and unexpired")
         }
+        Some(rustls::Error::AlertReceived(
+            a @ (rustls::AlertDescription::UnknownCA
+            | rustls::AlertDescription::BadCertificate
+            | rustls::AlertDescription::CertificateUnknown),
+        )) => format!(
+            "TLS handshake failed: the client rejected this lender's certificate ({a:?}): it trusts another CA, \
+             or holds another pre-shared key"
+        ),
         Some(other) => format!("TLS handshake failed: {other}"),
         None => format!("TLS handshake failed: {e}"),
     }

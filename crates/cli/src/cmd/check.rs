@@ -18,9 +18,9 @@ pub struct Args {
     /// Data to write and read back.
     #[arg(long, default_value = "64MiB")]
     size: ByteSize,
-    /// Tenant to connect as.
-    #[arg(long, default_value = "check")]
-    tenant: String,
+    /// Tenant to connect as (default: "check", or the client certificate's name).
+    #[arg(long)]
+    tenant: Option<String>,
     /// File whose first line is the tenant's secret.
     #[arg(long)]
     secret_file: Option<PathBuf>,
@@ -51,9 +51,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     let secret = super::read_secret_file(a.secret_file.as_deref())?;
     let tls = a.tls.client_tls(&a.server.to_string())?;
+    let tenant = a.tls.tenant(a.tenant.as_deref(), "check")?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async move {
-        let mut cfg = ClientConfig::new(a.server, a.tenant.clone());
+        let mut cfg = ClientConfig::new(a.server, tenant.clone());
         cfg.secret = secret;
         cfg.tls = tls;
         cfg.request_timeout = Duration::from_secs(10);
@@ -68,7 +69,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             a.size.approx(),
             blocks,
             a.server,
-            a.tenant
+            tenant
         );
 
         // Write.

@@ -1,5 +1,7 @@
-//! `farcache keygen --out FILE`: write a fresh block key for `farcache mount --key-file`
-//! (cache.key_file): 32 bytes from the operating system's random source, as 64 hex digits on
+//! `farcache keygen --out FILE`: write a fresh 256-bit key — a block key for `farcache mount
+//! --key-file` (cache.key_file), or a pre-shared key for TLS without certificates
+//! (server.tls_psk_file, cache.tls_psk_file, `--tls-psk-file`; use different keys for the two
+//! purposes): 32 bytes from the operating system's random source, as 64 hex digits on
 //! one line, in a new file only its owner can read or write (mode 600). Never overwrites: a
 //! key in use must not be replaced by accident.
 
@@ -30,6 +32,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let key = BlockKeyBytes::generate();
     f.write_all(key.to_hex_line().as_bytes()).with_context(|| format!("writing {shown}"))?;
     f.sync_all().with_context(|| format!("syncing {shown}"))?;
-    println!("wrote a new block key to {shown} (mode 600); use it with `farcache mount ... --key-file {shown}`");
+    println!(
+        "wrote a new 256-bit key to {shown} (mode 600); use it as a block key (`farcache mount ... --key-file {shown}`) \
+         or as a TLS pre-shared key (server.tls_psk_file and cache.tls_psk_file), not both"
+    );
     Ok(())
 }

@@ -34,12 +34,22 @@ pub struct TlsArgs {
     /// The name the lender's certificate must carry (default: the host given).
     #[arg(long, value_name = "NAME", requires = "tls_ca")]
     pub tls_server_name: Option<String>,
+    /// TLS 1.3 from a pre-shared key instead of certificates: a file of 64 hex digits, mode
+    /// 600, that the lenders hold too (`farcache keygen --out FILE` makes one).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["tls_ca", "tls_cert", "tls_key"])]
+    pub tls_psk_file: Option<std::path::PathBuf>,
 }
 
 impl TlsArgs {
     /// The client's TLS settings for a lender given as `host` (its name or address), or
     /// none without `--tls-ca`. Bad files fail here, naming the file and the fix.
     pub fn client_tls(&self, host: &str) -> anyhow::Result<Option<farcache_client::ClientTls>> {
+        if let Some(p) = &self.tls_psk_file {
+            let psk = farcache_tls::psk::read_file("--tls-psk-file", p)?;
+            let config = farcache_tls::psk::client_config(&psk, "farcache-cli")?;
+            let server_name = Some(farcache_tls::psk::PSK_SERVER_NAME.to_string());
+            return Ok(Some(farcache_client::ClientTls { config, server_name }));
+        }
         let (Some(ca), Some(cert), Some(key)) = (&self.tls_ca, &self.tls_cert, &self.tls_key) else {
             return Ok(None);
         };
@@ -51,6 +61,31 @@ impl TlsArgs {
         Ok(Some(farcache_client::ClientTls { config, server_name: Some(name) }))
     }
 
+    /// The tenant to connect as: with a client certificate, its common name (lenders take
+    /// the tenant from it), which `given` may repeat but not contradict; else `given`, or
+    /// `default`.
+    pub fn tenant(&self, given: Option<&str>, default: &str) -> anyhow::Result<String> {
+        let Some(cert) = &self.tls_cert else {
+            return Ok(given.unwrap_or(default).to_string());
+        };
+        let certs = farcache_tls::load_certs(cert, "client certificate")?;
+        let Some(cn) = certs.first().and_then(farcache_tls::common_name) else {
+            anyhow::bail!(
+                "client certificate {} has no common name, and lenders take the tenant from it; \
+                 make one with `farcache certs --client TENANT`",
+                cert.display()
+            );
+        };
+        match given {
+            Some(t) if t != cn => anyhow::bail!(
+                "--tenant {t:?}, but the client certificate {} is for tenant {cn:?}: lenders take the tenant from \
+                 the certificate; leave --tenant out or use that tenant's certificate",
+                cert.display()
+            ),
+            _ => Ok(cn),
+        }
+    }
+
     /// Put the flags given into the `[cache]` table (for `farcache mount`).
     pub fn apply(&self, c: &mut farcache_engine::config::CacheConfig) {
         let s = |p: &std::path::PathBuf| p.display().to_string();
@@ -59,6 +94,9 @@ impl TlsArgs {
         }
         if let Some(n) = &self.tls_server_name {
             c.tls_server_name = n.clone();
+        }
+        if let Some(p) = &self.tls_psk_file {
+            c.tls_psk_file = s(p);
         }
     }
 }

@@ -190,6 +190,7 @@ fn settings(a: &Args) -> anyhow::Result<crate::config::Config> {
     }
     a.tls.apply(&mut c.cache);
     if !a.no_remote {
+        c.cache.tenant_from_certificate()?;
         c.cache.validate()?;
     }
     Ok(c)
@@ -232,8 +233,19 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             (cache.resolve_servers()?, "lenders")
         };
         let rc = cache.remote_config(servers)?;
-        if rc.tls.is_some() {
-            tracing::info!("TLS 1.3 to lenders, as the client certificate {}", cache.tls_cert);
+        if rc.tls.is_some() && cache.tls_psk_file.is_empty() {
+            tracing::info!(
+                "TLS 1.3 to lenders as tenant {:?}, the client certificate {}",
+                cache.tenant,
+                cache.tls_cert
+            );
+        } else if rc.tls.is_some() {
+            let psk = farcache_tls::psk::read_file("cache.tls_psk_file", std::path::Path::new(&cache.tls_psk_file))?;
+            tracing::info!(
+                "TLS 1.3 to lenders with the pre-shared key {} (fingerprint {})",
+                cache.tls_psk_file,
+                farcache_tls::psk::fingerprint(&psk)
+            );
         }
         if cache.key_file.is_empty() {
             tracing::info!(

@@ -58,10 +58,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             } else {
                 format!("{} tenants", cfg.tenants.len())
             },
-            if server.tls_required() {
-                "TLS 1.3 required with client certificates"
-            } else {
-                "plain TCP (no server.tls_cert: trusted networks only)"
+            match cfg.tls_mode() {
+                farcache_server::config::TlsMode::Certificates => {
+                    "TLS 1.3 required with client certificates (tenant = certificate common name)"
+                }
+                farcache_server::config::TlsMode::Psk =>
+                    "TLS 1.3 required with the pre-shared key (server.tls_psk_file)",
+                farcache_server::config::TlsMode::Plain => "plain TCP (no server.tls_*: trusted networks only)",
             }
         );
         // The one line on stdout: scripts and tests read the bound address from it.

@@ -64,7 +64,7 @@ fn run_mount(a: &Args) -> anyhow::Result<()> {
 fn run_server(a: &Args, server: &str) -> anyhow::Result<()> {
     let addr: SocketAddr = resolve(server)?;
     let secret = super::read_secret_file(a.secret_file.as_deref())?;
-    let tenant = a.tenant.clone().unwrap_or_else(|| "default".to_string());
+    let tenant = a.tls.tenant(a.tenant.as_deref(), "default")?;
     let tls = a.tls.client_tls(server)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let json = rt.block_on(async {
