@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# The cost of TLS and block encryption on lender hits (issue 5), every mode side by side in
+# one run. Part of `make bench`; also `scripts/bench-security.sh` on its own.
+#
+# For each mode a real `farcache server` (slot_bytes 4160, room for sealed blocks) and a
+# `farcache mount` of one shared backing directory are started, all at once:
+#   plain      plain TCP, blocks in plaintext            (the baseline)
+#   key        plain TCP, block encryption (--key-file)
+#   tls        TLS 1.3 with certificates (farcache certs)
+#   tls-psk    TLS 1.3 from a pre-shared key (--tls-psk-file)
+#   tls+key    TLS 1.3 with certificates and block encryption
+# A warm-up pass fills each lender; then ROUNDS rounds of one `farcache randread` pass of
+# 4 KiB O_DIRECT reads per mode, in an order that rotates every round, so that a noisy
+# neighbour hurts every mode alike. Every read is a lender hit (checked in the mount's stats).
+# Reports the median reads/s and p50/p99 latency per mode and the ratio to `plain`, as
+# markdown (stdout and bench/results/security.md) and JSON (bench/results/security.json).
+# Cleans up after itself, also when interrupted.
+set -euo pipefail
+BIN=${BIN:-target/release/farcache}
+ROUNDS=${ROUNDS:-8}
+READ=${READ:-64MiB}
+OUT=${OUT:-bench/results}
+MODES=(plain key tls tls-psk tls+key)
+work=$(mktemp -d "${TMPDIR:-/tmp}/farcache-bench-security.XXXXXX")
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  for m in "$work"/mnt-*; do
+    if grep -qs " $m " /proc/self/mountinfo; then fusermount3 -u -z "$m" 2>/dev/null || true; fi
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+[ -x "$BIN" ] || { echo "bench-security: $BIN missing (cargo build --release -p farcache-cli)" >&2; exit 1; }
+mkdir -p "$work/backing" "$OUT"
+head -c 128M /dev/urandom >"$work/backing/f"
+"$BIN" certs --out "$work/pki" --client default >/dev/null
+"$BIN" keygen --out "$work/block.key" >/dev/null
+"$BIN" keygen --out "$work/psk.key" >/dev/null
+
+# Wait for `pattern` in `file`, at most 20 s, while `pid` lives.
+wait_for() {
+  local file=$1 pattern=$2 pid=$3
+  for _ in $(seq 200); do
+    grep -q "$pattern" "$file" 2>/dev/null && return 0
+    kill -0 "$pid" 2>/dev/null || { echo "bench-security: process exited early:" >&2; cat "${file%.out}.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "bench-security: no '$pattern' in $file after 20 s" >&2; exit 1
+}
+
+pki="$work/pki"
+for mode in "${MODES[@]}"; do
+  tag=${mode//+/-}
+  tls=""; mount_args=()
+  case $mode in
+    tls|tls+key)
+      tls="tls_cert = \"$pki/server.pem\"
+tls_key = \"$pki/server.key\"
+tls_client_ca = \"$pki/ca.pem\""
+      mount_args+=(--tls-ca "$pki/ca.pem" --tls-cert "$pki/client-default.pem" --tls-key "$pki/client-default.key") ;;
+    tls-psk)
+      tls="tls_psk_file = \"$work/psk.key\""
+      mount_args+=(--tls-psk-file "$work/psk.key") ;;
+  esac
+  case $mode in *key) mount_args+=(--key-file "$work/block.key") ;; esac
+  printf '[server]\nlisten = "127.0.0.1:0"\ncapacity = "256MiB"\nslot_bytes = 4160\n%s\n' "$tls" >"$work/server-$tag.toml"
+  "$BIN" server --config "$work/server-$tag.toml" >"$work/server-$tag.out" 2>"$work/server-$tag.log" &
+  pids+=($!)
+  wait_for "$work/server-$tag.out" "listening on" "$!"
+  addr=$(sed -n 's/.*listening on //p' "$work/server-$tag.out")
+  mkdir -p "$work/mnt-$tag"
+  "$BIN" mount "$work/backing" "$work/mnt-$tag" --server "$addr" "${mount_args[@]}" \
+    >"$work/mount-$tag.out" 2>"$work/mount-$tag.log" &
+  pids+=($!)
+  wait_for "$work/mount-$tag.out" "farcache mounted" "$!"
+done
+
+hits() { "$BIN" stats "$work/mnt-$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["remote"]["hits"])'; }
+echo "bench-security: ${#MODES[@]} modes up; warming each lender with two passes of $READ"
+for mode in "${MODES[@]}"; do
+  tag=${mode//+/-}
+  "$BIN" randread "$work/mnt-$tag/f" --size "$READ" --passes 2 >/dev/null
+done
+
+results="$work/results.tsv"
+: >"$results"
+for round in $(seq "$ROUNDS"); do
+  n=${#MODES[@]}
+  for i in $(seq 0 $((n - 1))); do
+    mode=${MODES[$(( (i + round) % n ))]}
+    tag=${mode//+/-}
+    before=$(hits "$tag")
+    line=$("$BIN" randread "$work/mnt-$tag/f" --size "$READ" --passes 1 --verify "$work/backing/f" | grep '^pass 1:')
+    after=$(hits "$tag")
+    # "pass 1: 1.23 s, 5678 reads/s, 22.2 MiB/s, latency p50 160 us, p99 900 us, ..."
+    rps=$(sed -E 's/.*, ([0-9]+) reads\/s.*/\1/' <<<"$line")
+    p50=$(sed -E 's/.*p50 ([0-9]+) us.*/\1/' <<<"$line")
+    p99=$(sed -E 's/.*p99 ([0-9]+) us.*/\1/' <<<"$line")
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$mode" "$rps" "$p50" "$p99" "$((after - before))" >>"$results"
+  done
+  echo "bench-security: round $round/$ROUNDS done"
+done
+
+python3 - "$results" "$OUT" "$READ" "$ROUNDS" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'EOF'
+import json, statistics, sys
+path, out, read, rounds, cpus, load = sys.argv[1:]
+rows = [l.split("\t") for l in open(path).read().splitlines()]
+modes = ["plain", "key", "tls", "tls-psk", "tls+key"]
+names = {"plain": "plaintext", "key": "block encryption", "tls": "TLS (certificates)",
+         "tls-psk": "TLS (pre-shared key)", "tls+key": "TLS + block encryption"}
+res = {}
+for m in modes:
+    r = [x for x in rows if x[1] == m]
+    res[m] = {"reads_per_s": [int(x[2]) for x in r], "p50_us": [int(x[3]) for x in r],
+              "p99_us": [int(x[4]) for x in r], "lender_hits": [int(x[5]) for x in r]}
+base = statistics.median(res["plain"]["reads_per_s"])
+lines = [f"Lender hits through the mount: 4 KiB O_DIRECT random reads, {read} per pass, {rounds} rounds in rotating order, "
+         f"all modes up at once; {cpus} CPUs, load average at the end {load}.", "",
+         "| mode | reads/s (median) | vs plaintext | p50 (median) | p99 (median) | lender hits per pass (min) |",
+         "|---|---:|---:|---:|---:|---:|"]
+for m in modes:
+    r = res[m]
+    med = statistics.median(r["reads_per_s"])
+    r["median_reads_per_s"] = med
+    r["vs_plain"] = med / base
+    lines.append(f"| {names[m]} | {med:,.0f} | {med / base:.2f} | {statistics.median(r['p50_us']):.0f} µs | "
+                 f"{statistics.median(r['p99_us']):.0f} µs | {min(r['lender_hits'])} |")
+target = res["tls+key"]["vs_plain"]
+lines += ["", f"Target TLS + block encryption ≥ 0.85× plaintext: {target:.2f}× — {'met' if target >= 0.85 else 'NOT met'}."]
+text = "\n".join(lines) + "\n"
+print(text)
+open(f"{out}/security.md", "w").write(text)
+json.dump({"read": read, "rounds": int(rounds), "cpus": int(cpus), "load": load, "modes": res}, open(f"{out}/security.json", "w"), indent=1)
+EOF
