@@ -1,8 +1,9 @@
 //! TLS 1.3 from a pre-shared key (no PKI), through the real binaries: a lender and a mount
 //! holding the same `farcache keygen` key speak TLS and the second pass is lender hits; a
 //! plaintext client and a client with another key are refused with one log line each; a
-//! mount with another key serves every read from the disk; bad key files stop the lender and
-//! the mount at start, naming the file and the fix.
+//! mount with another key stops at start, and one whose lender comes up later with another key
+//! serves every read from the disk; bad key files stop the lender and the mount at start,
+//! naming the file and the fix.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -116,25 +117,29 @@ fn a_mount_and_a_lender_sharing_a_psk_speak_tls_and_others_are_refused() {
 }
 
 #[test]
-fn a_mount_with_another_psk_serves_from_the_disk() {
+fn a_mount_with_another_psk_stops_at_start_and_a_later_lender_costs_only_misses() {
     let s = Setup::new(12);
     let srv = ServerProcess::start(bin(), &[], Some(&s.server_toml("psk")));
     let addr = srv.addr().to_string();
-    let m = MountProcess::start(
-        bin(),
-        &s.backing,
-        &s.mnt,
-        &["--server", &addr, "--tls-psk-file", &s.p("other")],
-        &s.root.path().join("log"),
-    );
+    let args = ["--server", &addr, "--tls-psk-file", &s.p("other")];
+    let e = match MountProcess::try_start(bin(), &s.backing, &s.mnt, &args, &s.root.path().join("log0")) {
+        Ok(_) => panic!("mounted with another pre-shared key"),
+        Err(e) => e,
+    };
+    assert!(e.contains(&format!("lender {addr}")) && e.contains("another pre-shared key"), "{e}");
+
+    // A lender down at start, then up with another key: logged, reads from the disk.
+    let later = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let args = ["--server", &later.to_string(), "--tls-psk-file", &s.p("other")];
+    let m = MountProcess::start(bin(), &s.backing, &s.mnt, &args, &s.root.path().join("log"));
+    let _srv2 = ServerProcess::start_on(bin(), later, &[], Some(&s.server_toml("psk")));
     let mut r = DirectReader::open(&s.mnt.join("f"));
     s.pass(&mut r);
+    std::thread::sleep(Duration::from_millis(500));
     s.pass(&mut r);
     assert_eq!(s.remote_hits(), 0);
     drop(r);
     let log = m.stop();
-    // The mount refuses the lender (its certificate is not from the mount's key), or the
-    // lender refuses the mount: either way a failed handshake is named.
     assert!(log.contains("TLS connection to lender failed"), "{log}");
 }
 

@@ -117,6 +117,16 @@ impl RemoteConfig {
             tls: None,
         }
     }
+
+    /// How to connect to the lender at `addr`: tenant, secret, timeouts, TLS.
+    pub fn client_config(&self, addr: SocketAddr) -> ClientConfig {
+        let mut c = ClientConfig::new(addr, self.tenant.clone());
+        c.secret = self.secret.clone();
+        c.connect_timeout = self.connect_timeout;
+        c.request_timeout = self.fetch_timeout.max(Duration::from_millis(500));
+        c.tls = self.tls.as_ref().map(|t| t.for_lender(addr));
+        c
+    }
 }
 
 /// Why the lender set was not changed.
@@ -673,12 +683,7 @@ async fn keep_connected(l: Arc<Lender>, cfg: Arc<RemoteConfig>, counters: Arc<Re
     let mut backoff = cfg.reconnect_min;
     let mut last_failure: Option<String> = None;
     while !l.removed.load(Ordering::Acquire) {
-        let mut c = ClientConfig::new(l.addr, cfg.tenant.clone());
-        c.secret = cfg.secret.clone();
-        c.connect_timeout = cfg.connect_timeout;
-        c.request_timeout = cfg.fetch_timeout.max(Duration::from_millis(500));
-        c.tls = cfg.tls.as_ref().map(|t| t.for_lender(l.addr));
-        match Client::connect(c).await {
+        match Client::connect(cfg.client_config(l.addr)).await {
             Ok(client) => {
                 let instance = client.hello().instance_id;
                 {

@@ -5,6 +5,7 @@ pub mod config;
 pub mod keygen;
 pub mod lenders;
 pub mod mount;
+pub mod preflight;
 pub mod randread;
 pub mod server;
 pub mod stats;

@@ -259,6 +259,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 cache.key_file
             );
         }
+        if tier == "lenders" {
+            super::preflight::check_lenders(&rc)?;
+        }
         let remote = Remote::start(rc).context("starting the remote tier")?;
         tracing::info!(
             "routing {}",
