@@ -227,6 +227,31 @@ pub fn load_toml<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> Resu
     parse_toml(&shown, &text)
 }
 
+/// A 256-bit key from a key file's text (`farcache keygen`): 64 hexadecimal digits (either
+/// case) on one line, surrounding white space and empty lines ignored. The error says what is
+/// wrong, as the end of a sentence starting with the file's name.
+pub fn parse_hex_key32(text: &str) -> Result<[u8; 32], String> {
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let Some(line) = lines.next() else {
+        return Err("it is empty".into());
+    };
+    if lines.next().is_some() {
+        return Err("it has more than one line".into());
+    }
+    if line.len() != 64 {
+        return Err(format!("its key is {} characters long, not 64 hex digits (32 bytes)", line.len()));
+    }
+    let mut out = [0u8; 32];
+    for (i, pair) in line.as_bytes().chunks(2).enumerate() {
+        let digit = |c: u8| (c as char).to_digit(16);
+        match (digit(pair[0]), digit(pair[1])) {
+            (Some(h), Some(l)) => out[i] = (h * 16 + l) as u8,
+            _ => return Err("its key has a character that is not a hex digit".into()),
+        }
+    }
+    Ok(out)
+}
+
 /// The text of `path`, a regular file that only its owner can read or write, holding
 /// `what`; errors name `key`, the file and the fix (`create` when it does not exist).
 pub fn read_private_file(
@@ -312,5 +337,21 @@ mod tests {
         assert!(e.contains("capacity") && e.contains("unknown unit"), "{e}");
         let e = parse_toml::<C>("x.toml", "capacity = 1\ncapacty = 2").unwrap_err().to_string();
         assert!(e.contains("capacty"), "{e}");
+    }
+
+    #[test]
+    fn hex_files_parse_and_bad_ones_say_why() {
+        let line = "00112233445566778899aabbccddeeff00112233445566778899AABBCCDDEEFF\n";
+        assert_eq!(parse_hex_key32(line).unwrap()[..3], [0x00, 0x11, 0x22]);
+        assert_eq!(parse_hex_key32(line).unwrap()[31], 0xff);
+        for (text, why) in [
+            ("", "empty"),
+            (&line[..63], "characters long"),
+            (&format!("{line}{line}"), "more than one line"),
+            (&format!("{}g", &line[..63]), "not a hex digit"),
+        ] {
+            let e = parse_hex_key32(text).unwrap_err();
+            assert!(e.contains(why), "{text:?}: {e}");
+        }
     }
 }

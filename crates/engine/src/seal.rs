@@ -123,29 +123,7 @@ impl BlockKeyBytes {
     /// The key file's text: the key as 64 hexadecimal digits (either case) on the first
     /// line, surrounding white space ignored; nothing else but empty lines after it.
     pub fn from_hex(text: &str) -> Result<BlockKeyBytes, String> {
-        let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-        let Some(line) = lines.next() else {
-            return Err("it is empty".into());
-        };
-        if lines.next().is_some() {
-            return Err("it has more than one line".into());
-        }
-        if line.len() != 2 * KEY_BYTES {
-            return Err(format!(
-                "its key is {} characters long, not {} hex digits (32 bytes)",
-                line.len(),
-                2 * KEY_BYTES
-            ));
-        }
-        let mut out = [0u8; KEY_BYTES];
-        for (i, pair) in line.as_bytes().chunks(2).enumerate() {
-            let digit = |c: u8| (c as char).to_digit(16);
-            match (digit(pair[0]), digit(pair[1])) {
-                (Some(h), Some(l)) => out[i] = (h * 16 + l) as u8,
-                _ => return Err("its key has a character that is not a hex digit".into()),
-            }
-        }
-        Ok(BlockKeyBytes(out))
+        farcache_config::parse_hex_key32(text).map(BlockKeyBytes)
     }
 
     /// The key file's text: 64 lowercase hex digits and a newline.

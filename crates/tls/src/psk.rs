@@ -145,32 +145,12 @@ pub fn client_config(psk: &[u8; PSK_BYTES], client_name: &str) -> Result<Arc<rus
     Ok(Arc::new(cfg))
 }
 
-/// A PSK from its file text: one line of 64 hex digits (as `farcache keygen` writes).
-pub fn parse_hex(text: &str) -> Result<[u8; PSK_BYTES], String> {
-    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-    let Some(line) = lines.next() else {
-        return Err("it is empty".into());
-    };
-    if lines.next().is_some() {
-        return Err("it has more than one line".into());
-    }
-    if line.len() != 2 * PSK_BYTES {
-        return Err(format!("its key is {} characters long, not {} hex digits (32 bytes)", line.len(), 2 * PSK_BYTES));
-    }
-    let mut out = [0u8; PSK_BYTES];
-    for (i, pair) in line.as_bytes().chunks(2).enumerate() {
-        let digit = |c: u8| (c as char).to_digit(16).ok_or_else(|| format!("{:?} is not a hex digit", c as char));
-        out[i] = (digit(pair[0])? << 4 | digit(pair[1])?) as u8;
-    }
-    Ok(out)
-}
-
 /// A pre-shared key from a private file (`farcache keygen`), errors naming `key` and the fix.
 pub fn read_file(key: &'static str, path: &std::path::Path) -> Result<[u8; PSK_BYTES], farcache_config::ConfigError> {
     let shown = path.display();
     let create = format!("create one with `farcache keygen --out {shown}` and copy it to every lender and mount");
     let text = farcache_config::read_private_file(key, path, "the pre-shared key", &create)?;
-    parse_hex(&text).map_err(|why| {
+    farcache_config::parse_hex_key32(&text).map_err(|why| {
         farcache_config::ConfigError::invalid(
             key,
             format!("{shown} does not hold a pre-shared key: {why}"),
@@ -192,21 +172,5 @@ mod tests {
         assert_eq!(fingerprint(&a), fingerprint(&a));
         assert_ne!(fingerprint(&a), fingerprint(&b));
         assert_eq!(fingerprint(&a).len(), 16);
-    }
-
-    #[test]
-    fn hex_files_parse_and_bad_ones_say_why() {
-        let line = "00112233445566778899aabbccddeeff00112233445566778899AABBCCDDEEFF\n";
-        assert_eq!(parse_hex(line).unwrap()[..3], [0x00, 0x11, 0x22]);
-        assert_eq!(parse_hex(line).unwrap()[31], 0xff);
-        for (text, why) in [
-            ("", "empty"),
-            (&line[..63], "characters long"),
-            (&format!("{line}{line}"), "more than one line"),
-            (&format!("{}g", &line[..63]), "not a hex digit"),
-        ] {
-            let e = parse_hex(text).unwrap_err();
-            assert!(e.contains(why), "{text:?}: {e}");
-        }
     }
 }
