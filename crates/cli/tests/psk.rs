@@ -8,24 +8,19 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
-use farcache_testkit::{pattern, run_with_timeout, DirectReader, MountProcess, ServerProcess};
+use farcache_testkit::{pattern, DirectReader, MountProcess, ServerProcess};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
 }
 
 fn farcache(args: &[&str]) -> std::process::Output {
-    let mut cmd = Command::new(bin());
-    cmd.args(args);
-    run_with_timeout(cmd, Duration::from_secs(30)).unwrap_or_else(|e| panic!("farcache {args:?}: {e}"))
+    farcache_testkit::run_bin(bin(), args)
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use farcache_testkit::text;
 
 const BLOCKS: u64 = 512;
 

@@ -12,26 +12,21 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use farcache_testkit::{fuse_mounted, pattern, run_with_timeout, DirectReader, MountProcess, ServerProcess};
+use farcache_testkit::{fuse_mounted, pattern, DirectReader, MountProcess, ServerProcess};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
 }
 
 fn farcache(args: &[&str]) -> std::process::Output {
-    let mut cmd = Command::new(bin());
-    cmd.args(args);
-    run_with_timeout(cmd, Duration::from_secs(30)).unwrap_or_else(|e| panic!("farcache {args:?}: {e}"))
+    farcache_testkit::run_bin(bin(), args)
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use farcache_testkit::text;
 
 /// A deployment from `farcache certs`, plus a second one whose client certificate no lender
 /// of the first trusts.

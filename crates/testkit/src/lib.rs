@@ -20,7 +20,7 @@ mod raw;
 mod rng;
 
 pub use mount::{fuse_mounted, require_fuse, require_root, DirectReader, MountProcess};
-pub use process::{run_with_timeout, ServerProcess, StartError, START_TIMEOUT};
+pub use process::{run_bin, run_with_timeout, text, ServerProcess, StartError, START_TIMEOUT};
 pub use raw::{
     check_round_trip, frame, frame_with_reserved, hello_body, hello_bytes, hello_bytes_versions, ErrorReply, RawConn,
 };

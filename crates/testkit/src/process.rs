@@ -423,6 +423,19 @@ fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     }
 }
 
+/// Run `bin args...` to completion (at most 30 s) with captured output; panics, naming the
+/// command, if it had to be killed. For the CLI's short commands in tests.
+pub fn run_bin(bin: &std::path::Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(bin);
+    cmd.args(args);
+    run_with_timeout(cmd, Duration::from_secs(30)).unwrap_or_else(|e| panic!("{} {args:?}: {e}", bin.display()))
+}
+
+/// Captured output as text.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
 /// Run a command to completion with captured output, killing it after `timeout`.
 /// `Err` (with what it printed) if it had to be killed.
 pub fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Result<Output, String> {
