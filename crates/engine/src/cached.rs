@@ -7,12 +7,17 @@
 //!   measured costs say it finishes sooner (see `routing.rs`; every disk read and every fetch
 //!   is timed for it).
 //! - A read routed to the lenders asks the index; when every block it covers is on a lender,
-//!   it is answered from there. Otherwise it reads the whole-block range from the disk,
-//!   answers, and sends the full blocks it read to their lenders in the background (a
-//!   *fill*). A read routed to the disk goes straight there and fills nothing.
+//!   it is answered from there. When some are, it fetches those and reads from the disk one
+//!   span, from the first block the lenders miss to the last (a *partial hit*; a block a
+//!   lender fails to deliver joins the span), and assembles the answer. When none are, or the
+//!   span is the whole read, it reads the whole-block range from the disk. Either way it sends
+//!   the full blocks it read from the disk that no lender holds to their lenders in the
+//!   background (a *fill*). A read routed to the disk goes straight there and fills nothing.
+//!   The adaptive rule times every fetch and every disk read, partial hits' included.
 //! - Writes, truncates and fallocates go to the disk first; then the blocks they touched get
-//!   new versions in the index (old copies become unreachable) and the old copies are deleted
-//!   in the background. Nothing waits on a lender.
+//!   new versions in the index (their old copies become unreachable; the other blocks of
+//!   their chunks stay reachable, see `index.rs`) and the old copies are deleted in the
+//!   background. Nothing waits on a lender.
 //! - Whatever a lender does — no answer, a late answer, a wrong-length answer, a dead
 //!   connection, leaving the set — the read falls back to the disk within `fetch_timeout`.
 //! - [`CachedPath::stats`] is the operator's view: every counter of the engine, the remote
@@ -33,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use crate::backing::BackingFile;
 use crate::data_path::DataPath;
 use crate::identity::FileId;
-use crate::index::{BlockIndex, FileIndex, Stamp, BLOCK_BYTES};
+use crate::index::{BlockIndex, BlockKey, FileIndex, Stamp, BLOCK_BYTES};
 use crate::remote::Remote;
 use crate::routing::{Router, RouterState};
 use crate::stats::{CacheStats, IndexStats, RoutingStats};
@@ -46,9 +51,17 @@ pub struct EngineCounters {
     /// Reads the threshold rule sent to the disk because they were large (a sequential
     /// stream).
     pub sequential_bypasses: AtomicU64,
-    /// Reads routed to the lenders that went to the disk (something missing or not
-    /// delivered).
+    /// Reads routed to the lenders that went wholly to the disk (nothing usable held, or
+    /// the blocks missing spanned the whole read).
     pub disk_reads: AtomicU64,
+    /// Reads routed to the lenders answered partly from lenders and partly from one disk
+    /// read of the blocks they miss.
+    pub partial_hits: AtomicU64,
+    /// Of `partial_hits`: blocks served from lenders.
+    pub partial_remote_blocks: AtomicU64,
+    /// Of `partial_hits`: blocks read from the disk (the span from the first missing block to
+    /// the last).
+    pub partial_disk_blocks: AtomicU64,
     /// Blocks sent to lenders after a disk read.
     pub fills: AtomicU64,
     /// Reads the adaptive rule routed to the lenders.
@@ -67,6 +80,12 @@ pub struct EngineCountersSnapshot {
     pub remote_reads: u64,
     pub sequential_bypasses: u64,
     pub disk_reads: u64,
+    #[serde(default)]
+    pub partial_hits: u64,
+    #[serde(default)]
+    pub partial_remote_blocks: u64,
+    #[serde(default)]
+    pub partial_disk_blocks: u64,
     pub fills: u64,
     pub adaptive_remote: u64,
     pub adaptive_disk: u64,
@@ -81,6 +100,9 @@ impl EngineCounters {
             remote_reads: l(&self.remote_reads),
             sequential_bypasses: l(&self.sequential_bypasses),
             disk_reads: l(&self.disk_reads),
+            partial_hits: l(&self.partial_hits),
+            partial_remote_blocks: l(&self.partial_remote_blocks),
+            partial_disk_blocks: l(&self.partial_disk_blocks),
             fills: l(&self.fills),
             adaptive_remote: l(&self.adaptive_remote),
             adaptive_disk: l(&self.adaptive_disk),
@@ -101,6 +123,11 @@ pub struct CachedPath<D: DataPath> {
 
 fn add(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// The smallest and largest of `positions`, or `None` if there are none.
+fn span_of(positions: impl Iterator<Item = usize>) -> Option<(usize, usize)> {
+    positions.fold(None, |s, i| Some(s.map_or((i, i), |(lo, hi): (usize, usize)| (lo.min(i), hi.max(i)))))
 }
 
 impl<D: DataPath> CachedPath<D> {
@@ -204,8 +231,8 @@ impl<D: DataPath> CachedPath<D> {
             if data.len() < from + BLOCK_BYTES as usize {
                 break; // end of file: never cache a short block
             }
-            if self.index.lookup(f, t.key.block) == Some(t.key) {
-                continue; // already there
+            if self.index.lookup(f, t.key.block).is_some() {
+                continue; // already there (under this key, or carried under an older one)
             }
             let block = data.slice(from..from + BLOCK_BYTES as usize);
             let (index, fi) = (self.index.clone(), f.clone());
@@ -238,44 +265,78 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         let first = offset / BLOCK_BYTES;
         let last = (offset + len as u64 - 1) / BLOCK_BYTES;
         let f = self.index.file(file.id());
-        let keys: Option<Vec<_>> = (first..=last).map(|b| self.index.lookup(&f, b)).collect();
-        match keys {
-            Some(keys) => {
-                if d.probe {
-                    add(&self.counters.adaptive_probes, 1);
-                }
-                let t = Instant::now();
-                let fetched = self.remote.fetch(&keys, BLOCK_BYTES as usize);
-                if fetched.asked > 0 && self.routing.measures() {
-                    self.routing.remote_fetch(fetched.asked as u64 * BLOCK_BYTES, t.elapsed());
-                }
-                let values = fetched.values;
-                if values.iter().all(|v| v.is_some()) {
-                    add(&self.counters.remote_reads, 1);
-                    let skip = (offset - first * BLOCK_BYTES) as usize;
-                    if values.len() == 1 {
-                        let v = values.into_iter().next().flatten().expect("checked");
-                        return Ok(v.slice(skip..skip + len));
-                    }
-                    let mut buf = BytesMut::with_capacity(values.len() * BLOCK_BYTES as usize);
-                    for v in values.into_iter().flatten() {
-                        buf.extend_from_slice(&v);
-                    }
-                    return Ok(buf.freeze().slice(skip..skip + len));
-                }
-                // Forget what the lenders no longer have, so the next read refills at once.
-                for (k, v) in keys.iter().zip(&values) {
-                    if v.is_none() {
-                        self.index.mark_missing(&f, *k);
-                    }
+        let keys: Vec<Option<BlockKey>> = (first..=last).map(|b| self.index.lookup(&f, b)).collect();
+        let held = keys.iter().filter(|k| k.is_some()).count();
+        if held == 0 || (d.probe && held < keys.len()) {
+            if d.probe {
+                // A probe with nothing (or not everything) to measure goes where the rule sent it.
+                return self.disk_read(file, offset, len, d.sequential);
+            }
+            add(&self.counters.disk_reads, 1);
+            return self.read_and_fill(file, &f, offset, len, d.sequential);
+        }
+        if d.probe {
+            add(&self.counters.adaptive_probes, 1);
+        }
+        // The blocks the disk must give: one span, from the first block the lenders do not
+        // hold to the last (one disk read however the held blocks are scattered; a held block
+        // inside it is read from the disk too, not fetched).
+        let mut span = span_of(keys.iter().enumerate().filter(|(_, k)| k.is_none()).map(|(i, _)| i));
+        let wanted: Vec<usize> =
+            (0..keys.len()).filter(|i| !span.is_some_and(|(lo, hi)| (lo..=hi).contains(i))).collect();
+        let asked: Vec<BlockKey> = wanted.iter().map(|&i| keys[i].expect("held outside the span")).collect();
+        let t = Instant::now();
+        let fetched = self.remote.fetch(&asked, BLOCK_BYTES as usize);
+        if fetched.asked > 0 && self.routing.measures() {
+            self.routing.remote_fetch(fetched.asked as u64 * BLOCK_BYTES, t.elapsed());
+        }
+        let mut values: Vec<Option<Bytes>> = vec![None; keys.len()];
+        for ((&i, k), v) in wanted.iter().zip(&asked).zip(fetched.values) {
+            match v {
+                Some(v) => values[i] = Some(v),
+                None => {
+                    // Forget what the lenders no longer have, so it is read (and refilled) now.
+                    self.index.mark_missing(&f, *k);
+                    span = Some(span.map_or((i, i), |(lo, hi)| (lo.min(i), hi.max(i))));
                 }
             }
-            // A probe with nothing to measure goes where the rule sent it.
-            None if d.probe => return self.disk_read(file, offset, len, d.sequential),
-            None => {}
         }
-        add(&self.counters.disk_reads, 1);
-        self.read_and_fill(file, &f, offset, len, d.sequential)
+        let skip = (offset - first * BLOCK_BYTES) as usize;
+        let Some((lo, hi)) = span else {
+            add(&self.counters.remote_reads, 1);
+            if values.len() == 1 {
+                let v = values.pop().flatten().expect("every block fetched");
+                return Ok(v.slice(skip..skip + len));
+            }
+            let mut buf = BytesMut::with_capacity(values.len() * BLOCK_BYTES as usize);
+            for v in values.into_iter().flatten() {
+                buf.extend_from_slice(&v);
+            }
+            return Ok(buf.freeze().slice(skip..skip + len));
+        };
+        if lo == 0 && hi == keys.len() - 1 {
+            // Nothing usable from the lenders: the whole range from the disk.
+            add(&self.counters.disk_reads, 1);
+            return self.read_and_fill(file, &f, offset, len, d.sequential);
+        }
+        // A partial hit: the lenders' blocks around one span read from the disk.
+        add(&self.counters.partial_hits, 1);
+        add(&self.counters.partial_remote_blocks, (keys.len() - (hi - lo + 1)) as u64);
+        add(&self.counters.partial_disk_blocks, (hi - lo + 1) as u64);
+        let span_bytes = ((hi - lo + 1) as u64 * BLOCK_BYTES) as usize;
+        let disk = self.read_and_fill(file, &f, (first + lo as u64) * BLOCK_BYTES, span_bytes, d.sequential)?;
+        let mut buf = BytesMut::with_capacity(keys.len() * BLOCK_BYTES as usize);
+        for v in values[..lo].iter().flatten() {
+            buf.extend_from_slice(v);
+        }
+        buf.extend_from_slice(&disk);
+        if disk.len() == span_bytes {
+            for v in values[hi + 1..].iter().flatten() {
+                buf.extend_from_slice(v);
+            }
+        } // else the file ends inside the span: so does the answer.
+        let buf = buf.freeze();
+        Ok(if buf.len() <= skip { Bytes::new() } else { buf.slice(skip..buf.len().min(skip + len)) })
     }
 
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {

@@ -523,7 +523,7 @@ mod tests {
         f.cache.validate().unwrap();
         let v = toml::Value::try_from(CacheConfig::default()).unwrap();
         let keys = v.as_table().unwrap().keys().collect::<Vec<_>>();
-        assert_eq!(keys.len(), 18);
+        assert_eq!(keys.len(), 19);
         for key in keys {
             assert!(TEMPLATE.lines().any(|l| l.starts_with(&format!("{key} ="))), "template lacks cache.{key}");
         }
@@ -593,6 +593,9 @@ mod tests {
             (CacheConfig { servers: vec!["a:1".into(), "a:1".into()], ..d() }, "cache.servers"),
             (CacheConfig { servers: vec!["a:1".into(), "b:1".into()], max_lenders: 1, ..d() }, "cache.servers"),
             (CacheConfig { secret_file: "/nonexistent/farcache.secret".into(), ..d() }, "cache.secret_file"),
+            (CacheConfig { tls_psk_file: "/nonexistent/farcache.psk".into(), ..d() }, "cache.tls_psk_file"),
+            (CacheConfig { tls_psk_file: "p".into(), tls_ca: "a".into(), ..d() }, "cache.tls_psk_file"),
+            (CacheConfig { tls_psk_file: "p".into(), tls_server_name: "n".into(), ..d() }, "cache.tls_psk_file"),
         ];
         for (c, key) in cases {
             let e = refused(&c);

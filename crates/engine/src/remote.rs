@@ -16,13 +16,14 @@
 //! share of the blocks.
 //!
 //! Why a change can never serve stale data: a block is named by its versioned key (file key,
-//! block, chunk version), and a write retires every key it touched for good (see
-//! `index.rs`). A copy stored under a key is therefore right for as long as anyone can name
-//! it, on whichever lender it sits. After a change, a block the index marks remote may be
-//! looked up on a lender that never had it: that is a miss, the bit is cleared, and the read
-//! refills the block to its new lender. Copies left on a lender that no longer owns them are
-//! asked for again only if the set changes back — and are still right then — or age out of
-//! its memory.
+//! block, version), and a write moves every block it touched to a version never used for it
+//! before, retiring all its older keys for good (see `index.rs`). A copy stored under a key
+//! that a lookup can return is therefore right, on whichever lender it sits. After a change,
+//! a block the index marks remote may be looked up on a lender that never had it: that is a
+//! miss, the bit is cleared, and the read refills the block to its new lender (under the
+//! key the index gives now). Copies left on a lender that no longer owns them are asked for
+//! again only if the set changes back — under keys that still name the disk's bytes, since a
+//! block written in between has a new key — or age out of its memory.
 //!
 //! Removing a lender swaps it out of the set, stops its connection keeper and closes its
 //! connection, which also fails at once the requests still in flight to it (a hung lender

@@ -141,27 +141,31 @@ fn stats_count_a_known_sequence_exactly() {
     // 4. Two cold blocks in one read: one disk read, two fills.
     assert_eq!(&e.read(&file, 8 * 4096, 8192).unwrap()[..], &data[8 * 4096..10 * 4096]);
     wait("10 fills", || puts() == 10 && e.index().remote_blocks() == 10);
-    // 5. A write into block 0 retires chunk 0 (blocks 0..=63): ten cached keys.
+    // 5. A write into block 0 retires block 0 alone: one cached key. Blocks 1..=9 stay.
     e.write(&file, 10, &[0xAB; 100]).unwrap();
     data[10..110].fill(0xAB);
-    assert_eq!(e.index().remote_blocks(), 0);
+    assert_eq!(e.index().remote_blocks(), 9);
     // 6. Block 0 again: the disk, and one fill.
     assert_eq!(&e.read(&file, 0, 4096).unwrap()[..], &data[..4096]);
-    wait("11 fills", || puts() == 11 && e.index().remote_blocks() == 1);
+    wait("11 fills", || puts() == 11 && e.index().remote_blocks() == 10);
+    // 7. Blocks 0..=11, unaligned: a partial hit. Ten blocks from the lender, blocks 10 and
+    //    11 in one disk read, two fills.
+    assert_eq!(&e.read(&file, 100, 12 * 4096 - 200).unwrap()[..], &data[100..12 * 4096 - 100]);
+    wait("13 fills", || puts() == 13 && e.index().remote_blocks() == 12);
 
     let s = e.stats();
     assert_eq!(
         s.remote,
         RemoteCountersSnapshot {
-            gets: 8,
-            hits: 8,
+            gets: 18,
+            hits: 18,
             misses: 0,
-            bytes_from_servers: 8 * 4096,
-            puts: 11,
+            bytes_from_servers: 18 * 4096,
+            puts: 13,
             puts_dropped: 0,
             puts_failed: 0,
-            bytes_to_servers: 11 * 4096,
-            invalidations: 10,
+            bytes_to_servers: 13 * 4096,
+            invalidations: 1,
             invalidations_dropped: 0,
             fallbacks: 0,
             rejected: 0,
@@ -176,17 +180,20 @@ fn stats_count_a_known_sequence_exactly() {
             remote_reads: 8,
             sequential_bypasses: 1,
             disk_reads: 10,
-            fills: 11,
+            partial_hits: 1,
+            partial_remote_blocks: 10,
+            partial_disk_blocks: 2,
+            fills: 13,
             adaptive_remote: 0,
             adaptive_disk: 0,
             adaptive_probes: 0,
             changed_behind: 0,
         }
     );
-    assert_eq!(s.index.remote_blocks, 1);
+    assert_eq!(s.index.remote_blocks, 12);
     assert!(s.index.memory_bytes > 0);
-    assert_eq!(s.index, IndexStats::new(s.index.memory_bytes, 1));
-    assert_eq!(s.index.bytes_per_gib_cached, s.index.memory_bytes * 262_144);
+    assert_eq!(s.index, IndexStats::new(s.index.memory_bytes, 12));
+    assert_eq!(s.index.bytes_per_gib_cached, s.index.memory_bytes * 262_144 / 12);
     assert_eq!((s.routing.mode.as_str(), s.routing.threshold_bytes), ("threshold", 128 << 10));
     assert!(s.routing.adaptive.is_none());
     assert_eq!(s.lenders.len(), 1);
@@ -199,14 +206,14 @@ fn stats_count_a_known_sequence_exactly() {
             connected: true,
             instance_id: l.instance_id,
             connects: 1,
-            hits: 8,
+            hits: 18,
             misses: 0,
-            puts: 11
+            puts: 13
         }
     );
-    // Disk reads: 8 single blocks, the 64 KiB the large read found, 2 blocks, 1 block.
-    assert_eq!(s.backing.reads_direct + s.backing.reads_buffered, 11);
-    assert_eq!(s.backing.read_bytes, (8 + 16 + 2 + 1) * 4096);
+    // Disk reads: 8 single blocks, the 64 KiB the large read found, 2 blocks, 1 block, 2.
+    assert_eq!(s.backing.reads_direct + s.backing.reads_buffered, 12);
+    assert_eq!(s.backing.read_bytes, (8 + 16 + 2 + 1 + 2) * 4096);
     assert_eq!((s.backing.writes, s.backing.write_bytes, s.backing.fsyncs, s.backing.forgets), (1, 100, 0, 0));
 
     // An operator's tool reads the document back as it was written.
@@ -231,7 +238,8 @@ fn a_file_changed_behind_the_mount_is_noticed_at_the_next_open() {
     wait("fills", || e.index().remote_blocks() == 16);
     // The mount's own write is not a change behind its back: reopening keeps the cache.
     e.write(&file, 0, &data[..100]).unwrap();
-    // (The write gave its whole 64-block chunk a new version: read it all back in.)
+    assert_eq!(e.index().remote_blocks(), 15, "only block 0 was written");
+    // (Block 0 has a new version: read it back in.)
     wait("refill", || {
         for b in 0..16u64 {
             e.read(&file, b * 4096, 4096).unwrap();
@@ -288,4 +296,118 @@ fn the_mounts_own_writes_on_other_handles_are_never_taken_for_changes_behind_its
         });
     });
     assert_eq!(e.counters().changed_behind.load(Ordering::Relaxed), 0, "own writes taken for foreign changes");
+}
+
+fn held(e: &CachedPath<DirectPath>, file: &farcache_engine::BackingFile, b: u64) -> bool {
+    e.index().lookup(&e.index().file(file.id()), b).is_some()
+}
+
+#[test]
+fn partial_hits_assemble_lender_blocks_and_one_disk_span_exactly() {
+    let lender = Lender::start("16MiB");
+    let dir = tempfile::tempdir().unwrap();
+    // 40 whole blocks and a 1000-byte tail.
+    let data = pattern(40 * 4096 + 1000, 8);
+    let file = backing(&dir, &data);
+    let e = engine(vec![lender.addr]);
+    wait("connection", || e.remote().connected() == 1);
+    let held_blocks: Vec<u64> = (0..40).filter(|b| b % 3 == 0).collect();
+    for &b in &held_blocks {
+        e.read(&file, b * 4096, 4096).unwrap();
+    }
+    wait("fills", || e.index().remote_blocks() == held_blocks.len() as u64);
+    let counters = || e.counters().snapshot();
+    let backing_bytes = || e.stats().backing.read_bytes;
+
+    // Blocks 0..=4, unaligned: block 0 from the lender, 1..=4 in one disk read (block 3,
+    // held, inside the span, is read from the disk rather than fetched).
+    let (c0, d0) = (counters(), backing_bytes());
+    assert_eq!(&e.read(&file, 100, 4 * 4096).unwrap()[..], &data[100..100 + 4 * 4096]);
+    let c = counters();
+    assert_eq!((c.partial_hits - c0.partial_hits, c.remote_reads - c0.remote_reads), (1, 0));
+    assert_eq!(
+        (c.partial_remote_blocks - c0.partial_remote_blocks, c.partial_disk_blocks - c0.partial_disk_blocks),
+        (1, 4)
+    );
+    assert_eq!(backing_bytes() - d0, 4 * 4096);
+    wait("fills of 1, 2, 4", || (1..=4).all(|b| held(&e, &file, b)));
+
+    // A read ending past the end of the file: block 39 from the lender, the 1000-byte tail
+    // from the disk (short: never cached).
+    let c0 = counters();
+    let got = e.read(&file, 39 * 4096 + 10, 100_000).unwrap();
+    assert_eq!(&got[..], &data[39 * 4096 + 10..]);
+    assert_eq!(counters().partial_hits - c0.partial_hits, 1);
+    wait("fills settled", || common::fills_settled(&e));
+    assert!(!held(&e, &file, 40), "a short block is never cached");
+
+    // A lender that no longer has one of the blocks (12): it joins the span.
+    let k12 = e.index().lookup(&e.index().file(file.id()), 12).unwrap();
+    e.remote().del_async(vec![k12]);
+    wait("block 12 deleted on the lender", || e.remote().get(&[k12], 4096)[0].is_none());
+    let (c0, r0, d0) = (counters(), e.remote().counters().snapshot(), backing_bytes());
+    assert_eq!(&e.read(&file, 9 * 4096 + 1, 4 * 4096 - 2).unwrap()[..], &data[9 * 4096 + 1..13 * 4096 - 1]);
+    let (c, r) = (counters(), e.remote().counters().snapshot());
+    assert_eq!((c.partial_hits - c0.partial_hits, c.partial_disk_blocks - c0.partial_disk_blocks), (1, 3));
+    assert_eq!((r.hits - r0.hits, r.misses - r0.misses), (1, 1), "9 served, 12 missed");
+    assert_eq!(backing_bytes() - d0, 3 * 4096);
+    // (Under the same key: nothing was written, so the key still names these bytes.)
+    wait("block 12 refilled", || e.index().lookup(&e.index().file(file.id()), 12) == Some(k12));
+
+    // When the span is the whole read, it is a plain disk read.
+    let k15 = e.index().lookup(&e.index().file(file.id()), 15).unwrap();
+    e.remote().del_async(vec![k15]);
+    wait("block 15 deleted on the lender", || e.remote().get(&[k15], 4096)[0].is_none());
+    let c0 = counters();
+    assert_eq!(&e.read(&file, 15 * 4096, 8192).unwrap()[..], &data[15 * 4096..17 * 4096]);
+    let c = counters();
+    assert_eq!((c.partial_hits - c0.partial_hits, c.disk_reads - c0.disk_reads), (0, 1));
+}
+
+/// Reads of every size and alignment, interleaved with page writes and lost copies, against
+/// the bytes on the disk: whole hits, partial hits and misses all assemble exactly.
+#[test]
+fn random_reads_and_writes_read_the_disks_bytes() {
+    let lender = Lender::start("16MiB");
+    let dir = tempfile::tempdir().unwrap();
+    let size = 200 * 4096 + 777;
+    let mut data = pattern(size, 9);
+    let file = backing(&dir, &data);
+    let e = engine(vec![lender.addr]);
+    wait("connection", || e.remote().connected() == 1);
+    let mut x = 11u64;
+    let mut next = || {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x >> 33
+    };
+    for step in 0..3000 {
+        match next() % 10 {
+            0 => {
+                let off = next() % (size as u64 - 100);
+                let len = (1 + next() % 9000).min(size as u64 - off) as usize;
+                let bytes: Vec<u8> = (0..len).map(|i| (step + i) as u8).collect();
+                e.write(&file, off, &bytes).unwrap();
+                data[off as usize..off as usize + len].copy_from_slice(&bytes);
+            }
+            1 => {
+                // A lender loses a copy.
+                let b = next() % 200;
+                if let Some(k) = e.index().lookup(&e.index().file(file.id()), b) {
+                    e.remote().del_async(vec![k]);
+                }
+            }
+            _ => {
+                let off = next() % (size as u64 + 100);
+                let len = 1 + (next() % (31 * 4096)) as usize;
+                let got = e.read(&file, off, len).unwrap();
+                let want = &data[(off as usize).min(size)..(off as usize + len).min(size)];
+                assert!(got[..] == *want, "step {step}: read of {len} at {off}");
+            }
+        }
+        if step % 500 == 0 {
+            wait("fills", || common::fills_settled(&e));
+        }
+    }
+    let c = e.counters().snapshot();
+    assert!(c.partial_hits > 0 && c.remote_reads > 0 && c.disk_reads > 0, "{c:?}");
 }

@@ -168,3 +168,55 @@ fn a_hung_lender_removed_holds_nothing_up() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(silent.accepted(), 1, "the removed lender's keeper reconnected");
 }
+
+/// The reverted first cut of per-block invalidation kept a written block's version: its
+/// refill was stored under the same key as the old bytes, on the block's owner in the set of
+/// the moment, while the old copy stayed on the lender that had left, and was named again
+/// when that lender came back. A write must give the block a key never used for it before;
+/// the blocks not written keep theirs (and are still served).
+#[test]
+fn a_written_block_refilled_elsewhere_is_never_named_on_its_old_lender() {
+    const BLOCKS: usize = 256; // four chunks
+    let a = Lender::start("32MiB");
+    let b = Lender::start("32MiB");
+    let dir = tempfile::tempdir().unwrap();
+    let mut data = pattern(BLOCKS * 4096, 14);
+    let file = backing(&dir, &data);
+    let e = common::engine(DirectPath::new(), vec![a.addr, b.addr], Threshold::PAPER);
+    wait("connections", || e.remote().connected() == 2);
+    fill_all(&e, &file, &data);
+    let on_b = status(&e, b.addr).puts;
+    assert!(on_b >= BLOCKS as u64 / 4, "B stored {on_b} of {BLOCKS}");
+
+    // B leaves, keeping the copies it holds (its memory is not touched, and deletions go to
+    // the set of the moment, which B is not in).
+    e.remote().remove_lender(b.addr).unwrap();
+    // Every even block written, one page write each: each retires its own block only.
+    let before = e.stats();
+    for blk in (0..BLOCKS).step_by(2) {
+        let new = pattern(4096, 1000 + blk as u64);
+        e.write(&file, (blk * 4096) as u64, &new).unwrap();
+        data[blk * 4096..(blk + 1) * 4096].copy_from_slice(&new);
+    }
+    assert_eq!(e.stats().remote.invalidations - before.remote.invalidations, BLOCKS as u64 / 2);
+    assert_eq!(e.index().remote_blocks(), BLOCKS as u64 / 2, "the odd blocks stay reachable");
+
+    // With B gone: the odd blocks A holds are hits under their old keys; everything else
+    // (the written blocks, the odd blocks B held) is read from the disk and refilled on A.
+    let before = e.stats();
+    read_all(&e, &file, &data);
+    let hits = e.stats().remote.hits - before.remote.hits;
+    assert!(hits >= BLOCKS as u64 / 8, "only {hits} odd blocks served after the writes");
+    fill_all(&e, &file, &data);
+
+    // B comes back with every old copy it held. No read may return one of them.
+    e.remote().add_lender(b.addr).unwrap();
+    wait("B connected again", || e.remote().connected() == 2);
+    read_all(&e, &file, &data);
+    fill_all(&e, &file, &data);
+    let before = e.stats();
+    read_all(&e, &file, &data);
+    let after = e.stats();
+    assert_eq!(after.engine.remote_reads - before.engine.remote_reads, BLOCKS as u64);
+    assert_eq!(after.remote.rejected, 0);
+}

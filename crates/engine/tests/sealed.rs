@@ -10,7 +10,7 @@ use common::{backing, fill_all, read_all, wait, Lender};
 use farcache_engine::cached::CachedPath;
 use farcache_engine::index::BlockKey;
 use farcache_engine::seal::{BlockKeyBytes, BlockSeal, XChaCha, SEAL_OVERHEAD};
-use farcache_engine::DirectPath;
+use farcache_engine::{DataPath, DirectPath};
 use farcache_policy::route::Threshold;
 use farcache_testkit::pattern;
 
@@ -66,4 +66,33 @@ fn values_stored_under_one_key_never_open_under_another() {
     let b = seal.seal(&k(2), &[1u8; 4096]); // same bytes, other block
     assert!(seal.open(&k(2), &a).is_err() && seal.open(&k(1), &b).is_err());
     assert!(seal.open(&k(1), &a).is_ok() && seal.open(&k(2), &b).is_ok());
+    // A written block's new key differs in the version only: the old copy must not open.
+    let newer = BlockKey { version: 2, ..k(1) };
+    assert!(seal.open(&newer, &a).is_err());
+}
+
+#[test]
+fn a_write_retires_its_block_and_the_neighbours_stay_sealed_hits() {
+    let lender = Lender::with_slots("16MiB", 4096 + SEAL_OVERHEAD as u32);
+    let dir = tempfile::tempdir().unwrap();
+    let mut data = pattern(64 * 4096, 5);
+    let file = backing(&dir, &data);
+    let e = sealed_engine(&lender);
+    wait("connection", || e.remote().connected() == 1);
+    fill_all(&e, &file, &data);
+    let old = e.index().lookup(&e.index().file(file.id()), 9).unwrap();
+    // One 8 KiB page: blocks 8 and 9.
+    let page = pattern(8192, 6);
+    e.write(&file, 8 * 4096, &page).unwrap();
+    data[8 * 4096..10 * 4096].copy_from_slice(&page);
+    assert_eq!(e.index().remote_blocks(), 62);
+    let before = e.remote().counters().snapshot();
+    read_all(&e, &file, &data);
+    let r = e.remote().counters().snapshot();
+    assert_eq!(r.hits - before.hits, 62, "the neighbours are served: {r:?}");
+    fill_all(&e, &file, &data);
+    let new = e.index().lookup(&e.index().file(file.id()), 9).unwrap();
+    assert!(new.version > old.version, "{new:?} after {old:?}");
+    read_all(&e, &file, &data);
+    assert_eq!(e.remote().counters().snapshot().auth_failures, 0);
 }
