@@ -4,7 +4,8 @@ farcache's performance ratio per access size, 1st and 2nd pass, against passthro
 (= 1.00, the paper's "method disabled") and against ideal (no memory limit).
 
 usage: scripts/bench-paper-plot.py bench/results/paper-cloud.json [...]
-writes bench/results/paper-cloud-seqread.png, paper-cloud-randread.png, ... beside each JSON.
+writes bench/results/paper-cloud-seqread.png, paper-cloud-randread.png, ... beside each JSON
+(pgbench: tps ratios; tpch: load/power/throughput ratios and the power test per query).
 """
 import json
 import os
@@ -84,6 +85,76 @@ def plot_pgbench(report, png):
     plt.close(fig)
 
 
+def tpch_rec(report, cfg):
+    for x in report.get("tpch", []):
+        if x.get("config") == cfg and not x.get("error"):
+            return x
+    return None
+
+
+def tpch_ratios(report, base):
+    f, b = tpch_rec(report, "farcache"), tpch_rec(report, base)
+    if not f or not b:
+        return [float("nan")] * 3
+
+    def div(a, c):
+        return a / c if a and c else float("nan")
+
+    return [
+        div(b.get("load_secs"), f.get("load_secs")),
+        div(b.get("power_secs"), f.get("power_secs")),
+        div(f.get("queries_per_hour"), b.get("queries_per_hour")),
+    ]
+
+
+def plot_tpch(report, png):
+    o = report["options"]
+    fig, (ax, axq) = plt.subplots(1, 2, figsize=(13, 4), gridspec_kw={"width_ratios": [1, 2.4]})
+    labels = ["load test\n(time)", "power test\n(time)", "throughput test\n(queries/h)"]
+    x = range(len(labels))
+    w = 0.38
+    for i, base in enumerate(["passthrough", "ideal"]):
+        ys = tpch_ratios(report, base)
+        bars = ax.bar([v + (i - 0.5) * w for v in x], ys, w, label=f"farcache / {base}")
+        for b, y in zip(bars, ys):
+            if y == y:
+                ax.annotate(f"{y:.2f}", (b.get_x() + b.get_width() / 2, y), ha="center", va="bottom", fontsize=7)
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("performance ratio (> 1: farcache better)")
+    ax.legend(fontsize=8)
+    # The power test query by query, in the stream's order: passthrough's time / farcache's.
+    f, p = tpch_rec(report, "farcache"), tpch_rec(report, "passthrough")
+    qs, ys = [], []
+    if f and p:
+        pt = {q["query"]: q for q in p["power"]}
+        for q in f["power"]:
+            b = pt.get(q["query"])
+            ok = q["status"] == "ok" and b and b["status"] == "ok" and q["secs"] > 0
+            qs.append(f"Q{q['query']}")
+            ys.append(b["secs"] / q["secs"] if ok else float("nan"))
+    bars = axq.bar(range(len(qs)), ys, 0.7, color="tab:green")
+    for b, y in zip(bars, ys):
+        if y == y:
+            axq.annotate(f"{y:.2f}", (b.get_x() + b.get_width() / 2, y), ha="center", va="bottom", fontsize=6)
+    axq.axhline(1.0, color="grey", lw=0.8, ls="--")
+    axq.set_xticks(range(len(qs)))
+    axq.set_xticklabels(qs, fontsize=7)
+    axq.set_ylabel("passthrough time / farcache time")
+    axq.set_title("power test, per query (stream 0 order)", fontsize=9)
+    setup = report.get("tpch_setup") or {}
+    db = max([x.get("database_bytes", 0) for x in report.get("tpch", [])] or [0])
+    fig.suptitle(
+        f"tpch (paper 000, Tables 8/10): SF {setup.get('scale_factor', '?')}, database {db / (1 << 20):.0f} MiB, "
+        f"client {human(o['memory_bytes'])}, lender {human(setup.get('lender_capacity_bytes', 0))}, disk {o['profile']}",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
 def plot(path):
     report = json.load(open(path))
     o = report["options"]
@@ -95,6 +166,11 @@ def plot(path):
             if report.get("pgbench"):
                 plot_pgbench(report, f"{stem}-pgbench.png")
                 out.append(f"{stem}-pgbench.png")
+            continue
+        if exp == "tpch":
+            if report.get("tpch"):
+                plot_tpch(report, f"{stem}-tpch.png")
+                out.append(f"{stem}-tpch.png")
             continue
         fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=False)
         x = range(len(sizes))

@@ -87,4 +87,7 @@ if ! id postgres >/dev/null 2>&1; then
   echo "deps: the 'postgres' user is missing (postgresql-common creates it); the PostgreSQL test runs as it" >&2
   exit 1
 fi
+# tpchgen-cli (PyPI): TPC-H data for the quick paper bench's tpch experiment, which
+# crates/cli/tests/bench_paper.rs runs as root (without root that test needs nothing).
+"$(dirname "$0")/bench-deps.sh" tpchgen || [ "$(id -u)" != 0 ]
 echo "deps: ok ($(cargo --version))"

@@ -1,9 +1,12 @@
 //! `farcache bench paper --quick` through the real binary, as root: it builds the testbed
 //! (loop device, ext4, blkio throttle, memory cgroup, a lender in a network namespace), runs
-//! seqread and randread in all four configurations, and tears everything down. The numbers
-//! must be sane — every configuration ran both passes, times are positive, every block read
-//! had the right contents, farcache's 2nd random pass got remote hits and only farcache
-//! talked to lenders — not fast: targets are for `make bench`.
+//! seqread, randread and tpch (PostgreSQL 15 on TPC-H data at scale factor 0.01) in all four
+//! configurations, and tears everything down. The numbers must be sane — every configuration
+//! ran both passes, times are positive, every block read had the right contents, farcache's
+//! 2nd random pass got remote hits and only farcache talked to lenders; every configuration
+//! loaded every TPC-H row and ran the 66 queries of its power and throughput tests, each
+//! query returning the same rows (count and checksum) in every configuration and stream —
+//! not fast: targets are for `make bench`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -141,8 +144,94 @@ fn bench_paper_quick_runs_every_configuration_and_cleans_up() {
     for c in json["checks"].as_array().unwrap() {
         assert_eq!(c["ok"], true, "{c}");
     }
+    check_tpch(&json);
     let md = std::fs::read_to_string(dir.0.join("paper-quick.md")).unwrap();
-    for want in ["## seqread (Table 4)", "## randread (Tables 5/6)", "farcache/passthrough", "## transfers (Table 9)"] {
+    for want in [
+        "## seqread (Table 4)",
+        "## randread (Tables 5/6)",
+        "## tpch (Tables 8/10)",
+        "| tpch load test |",
+        "farcache/passthrough",
+        "## transfers (Table 9)",
+    ] {
         assert!(md.contains(want) && stdout.contains(want), "{want:?} missing:\n{md}");
     }
+}
+
+/// tpch: the load test loaded every row the generator wrote, in every configuration; the power
+/// test ran the 22 queries and the throughput test 2 × 22, all to completion; and every query
+/// returned the same rows — row count and checksum of the sorted rows — in every
+/// configuration and stream (a wrong block anywhere below PostgreSQL would change an answer).
+fn check_tpch(json: &Value) {
+    let setup = &json["tpch_setup"];
+    assert!(setup.is_object(), "no tpch setup: {}", json["tpch_error"]);
+    let want: Vec<(String, u64)> = setup["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r[0].as_str().unwrap().to_string(), r[1].as_u64().unwrap()))
+        .collect();
+    assert_eq!(want.len(), 8, "{setup}");
+    assert!(want.iter().all(|(_, n)| *n > 0), "{setup}");
+    let recs = json["tpch"].as_array().unwrap();
+    let cfgs: Vec<&str> = recs.iter().map(|r| r["config"].as_str().unwrap()).collect();
+    assert_eq!(cfgs, ["native", "passthrough", "farcache", "ideal"]);
+    // query → (rows, checksum) of its first run; every other run must match.
+    let mut answers: std::collections::BTreeMap<u64, (u64, String, String)> = Default::default();
+    for r in recs {
+        let cfg = r["config"].as_str().unwrap();
+        assert!(r["error"].is_null(), "tpch {cfg}: {}", r["error"]);
+        assert!(num(r, &["load_secs"]) > 0.0, "{r}");
+        assert!(num(r, &["power_secs"]) > 0.0, "{r}");
+        assert!(num(r, &["throughput_secs"]) > 0.0, "{r}");
+        assert!(num(r, &["queries_per_hour"]) > 0.0, "{r}");
+        assert!(num(r, &["database_bytes"]) > 0.0, "{r}");
+        assert_eq!(num(r, &["cached_pages_at_start"]), 0.0, "tpch {cfg} did not start cold");
+        let loaded: Vec<(String, u64)> = r["load_steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| {
+                let t = s["what"].as_str()?.strip_prefix("create and copy ")?;
+                Some((t.to_string(), s["rows"].as_u64()?))
+            })
+            .collect();
+        assert_eq!(loaded, want, "tpch {cfg}: rows loaded");
+        // The load read its CSV files from the disk (cold): through the mount or not.
+        assert!(num(&r["load"], &["disk", "read_bytes"]) > 0.0, "tpch {cfg} load read no disk: {r}");
+        let power = r["power"].as_array().unwrap();
+        let tput = r["throughput"].as_array().unwrap();
+        assert_eq!(power.len(), 22, "{r}");
+        assert_eq!(tput.len(), 44, "{r}");
+        let mut per_stream = [0usize; 3];
+        for q in power.iter().chain(tput) {
+            let (n, stream) = (q["query"].as_u64().unwrap(), q["stream"].as_u64().unwrap() as usize);
+            per_stream[stream] += 1;
+            assert_eq!(q["status"], "ok", "tpch {cfg} stream {stream} q{n}: {q}");
+            assert!(num(q, &["secs"]) > 0.0, "{q}");
+            let got = (q["rows"].as_u64().unwrap(), q["checksum"].as_str().unwrap().to_string());
+            assert_eq!(got.1.len(), 16, "{q}");
+            let where_ = format!("{cfg} stream {stream}");
+            let first = answers.entry(n).or_insert_with(|| (got.0, got.1.clone(), where_.clone()));
+            assert_eq!(
+                (first.0, &first.1),
+                (got.0, &got.1),
+                "q{n} answered differently in {where_} than in {}",
+                first.2
+            );
+        }
+        assert_eq!(per_stream, [22, 22, 22], "{r}");
+        let lender_bytes: f64 = ["load", "power_phase", "throughput_phase"]
+            .iter()
+            .map(|p| num(&r[*p], &["lenders", "bytes_in"]) + num(&r[*p], &["lenders", "bytes_out"]))
+            .sum();
+        if cfg == "farcache" {
+            assert!(lender_bytes > 0.0, "tpch farcache never talked to its lender: {r}");
+        } else {
+            assert_eq!(lender_bytes, 0.0, "{r}");
+        }
+    }
+    assert_eq!(answers.len(), 22);
+    // Queries that return rows at SF 0.01 (most do): the answers are not trivially empty.
+    assert!(answers.values().filter(|a| a.0 > 0).count() >= 20, "{answers:?}");
 }

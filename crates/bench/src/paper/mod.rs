@@ -9,6 +9,8 @@
 //!   (ext4 directly, no memory limit). Client processes (the load generator [`worker`] and
 //!   the mount daemon) run inside one memory cgroup per configuration and the throttled
 //!   blkio cgroup; every pass starts from a cold local cache and fresh lenders.
+//! - [`pgbench`] and [`tpch`]: PostgreSQL 15 on each configuration (pgbench; the TPC-H-like
+//!   load, power and throughput tests of Tables 8/10).
 //! - [`report`]: JSON, markdown tables with ratios, sanity checks, the issue's targets.
 
 pub mod cgroup;
@@ -21,6 +23,7 @@ pub mod report;
 pub mod run;
 pub mod sys;
 pub mod testbed;
+pub mod tpch;
 pub mod worker;
 
 use std::path::PathBuf;
@@ -45,6 +48,9 @@ pub enum Experiment {
     /// PostgreSQL 15, pgbench select-only and TPC-B-like, on a database about twice the
     /// client's memory (no table in the paper; issue 4).
     Pgbench,
+    /// Tables 8/10 (DBT-3, TPC-H-like): PostgreSQL 15 on a TPC-H database of 2–4× the
+    /// client's memory (`tpchgen-cli` data): load test, power test, throughput test.
+    Tpch,
 }
 
 impl Experiment {
@@ -53,6 +59,7 @@ impl Experiment {
             Experiment::Seqread => "seqread",
             Experiment::Randread => "randread",
             Experiment::Pgbench => "pgbench",
+            Experiment::Tpch => "tpch",
         }
     }
 
@@ -61,6 +68,7 @@ impl Experiment {
             Experiment::Seqread => "Table 4",
             Experiment::Randread => "Tables 5/6",
             Experiment::Pgbench => "issue 4",
+            Experiment::Tpch => "Tables 8/10",
         }
     }
 
@@ -119,7 +127,8 @@ impl std::str::FromStr for Experiment {
             "seqread" => Ok(Experiment::Seqread),
             "randread" => Ok(Experiment::Randread),
             "pgbench" => Ok(Experiment::Pgbench),
-            _ => Err(format!("unknown experiment {s:?}: seqread, randread, pgbench (transfers comes with each)")),
+            "tpch" => Ok(Experiment::Tpch),
+            _ => Err(format!("unknown experiment {s:?}: seqread, randread, pgbench, tpch (transfers comes with each)")),
         }
     }
 }
@@ -154,6 +163,16 @@ pub struct PaperOptions {
     /// Client counts of the pgbench runs.
     #[serde(default)]
     pub pgbench_clients: Vec<u32>,
+    /// tpch: the TPC-H scale factor; none: about three times the client's memory
+    /// ([`tpch::scale_factor`]).
+    #[serde(default)]
+    pub tpch_scale_factor: Option<f64>,
+    /// tpch: every query's statement_timeout.
+    #[serde(default)]
+    pub tpch_statement_timeout_secs: u64,
+    /// tpch: the whole experiment's deadline, shared equally by the configurations.
+    #[serde(default)]
+    pub tpch_deadline_secs: u64,
 }
 
 impl PaperOptions {
@@ -163,7 +182,7 @@ impl PaperOptions {
         PaperOptions {
             exe,
             quick: false,
-            experiments: vec![Experiment::Seqread, Experiment::Randread, Experiment::Pgbench],
+            experiments: vec![Experiment::Seqread, Experiment::Randread, Experiment::Pgbench, Experiment::Tpch],
             sizes_bytes: vec![64 * MIB, 128 * MIB, 256 * MIB, 512 * MIB, GIB, 2 * GIB],
             configs: ConfigKind::ALL.to_vec(),
             profile: DiskProfile::Cloud,
@@ -176,6 +195,9 @@ impl PaperOptions {
             probe_reads: 3000,
             pgbench_secs: 30,
             pgbench_clients: vec![1, 4, 16],
+            tpch_scale_factor: None,
+            tpch_statement_timeout_secs: 600,
+            tpch_deadline_secs: 4 * 3600,
         }
     }
 
@@ -183,7 +205,8 @@ impl PaperOptions {
     /// about a minute: a 128 MiB file (81 MiB of distinct blocks touched by a random pass)
     /// against a 96 MiB client, so the local cache overflows and lenders get hits. (Less
     /// memory does not work: the mount daemon alone holds ~75 MiB of anonymous memory after
-    /// sequential reads, and was OOM-killed in 48 and 64 MiB clients.)
+    /// sequential reads, and was OOM-killed in 48 and 64 MiB clients.) tpch runs at scale
+    /// factor 0.01 (a 56 MiB cluster: a smoke test of every step and of the answers, ~20–30 s).
     pub fn quick(exe: PathBuf) -> PaperOptions {
         PaperOptions {
             quick: true,
@@ -191,8 +214,11 @@ impl PaperOptions {
             memory_bytes: 96 * MIB,
             lender_capacity_bytes: 256 * MIB,
             probe_reads: 1000,
-            experiments: vec![Experiment::Seqread, Experiment::Randread],
+            experiments: vec![Experiment::Seqread, Experiment::Randread, Experiment::Tpch],
             pgbench_secs: 5,
+            tpch_scale_factor: Some(0.01),
+            tpch_statement_timeout_secs: 60,
+            tpch_deadline_secs: 600,
             ..PaperOptions::full(exe)
         }
     }
@@ -206,7 +232,8 @@ impl PaperOptions {
         } else {
             0
         };
-        files + files / 8 + pg + 512 * MIB
+        let tpch = if self.experiments.contains(&Experiment::Tpch) { tpch::disk_bytes(self) } else { 0 };
+        files + files / 8 + pg + tpch + 512 * MIB
     }
 }
 

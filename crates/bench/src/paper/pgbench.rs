@@ -29,9 +29,9 @@ pub const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 /// About 15 MiB of tables and indexes per pgbench scale unit.
 const BYTES_PER_SCALE: u64 = 15 * MIB;
 /// PostgreSQL's own cache, small so that the OS cache (the cgroup's) is what matters.
-const SHARED_BUFFERS: &str = "32MB";
+pub(super) const SHARED_BUFFERS: &str = "32MB";
 /// Bound on initdb, pg_ctl and `pgbench -i`.
-const PG_CMD_TIMEOUT: Duration = Duration::from_secs(900);
+pub(super) const PG_CMD_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// The two pgbench workloads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,12 +109,12 @@ pub fn scale_for(o: &PaperOptions) -> u32 {
 }
 
 #[derive(Clone, Copy)]
-struct PgUser {
+pub(super) struct PgUser {
     uid: u32,
     gid: u32,
 }
 
-fn postgres_user() -> Result<PgUser> {
+pub(super) fn postgres_user() -> Result<PgUser> {
     for prog in ["initdb", "pg_ctl", "postgres", "pgbench"] {
         if !Path::new(PG_BIN).join(prog).exists() {
             return Err(BenchError::Setup(format!(
@@ -134,13 +134,13 @@ fn postgres_user() -> Result<PgUser> {
     Ok(PgUser { uid, gid })
 }
 
-fn chown(p: &Path, u: PgUser) -> Result<()> {
+pub(super) fn chown(p: &Path, u: PgUser) -> Result<()> {
     std::os::unix::fs::chown(p, Some(u.uid), Some(u.gid)).ctx(|| format!("chown {}", p.display()))
 }
 
 /// A PostgreSQL program as `postgres`, joined to `cgroups` first (as root, in pre_exec),
 /// with a clean environment pointing at the cluster's socket.
-fn pg_cmd(tb: &Testbed, prog: &str, cgroups: &[&Cgroup]) -> Command {
+pub(super) fn pg_cmd(tb: &Testbed, prog: &str, cgroups: &[&Cgroup]) -> Command {
     let mut c = Command::new("setpriv");
     c.args(["--reuid=postgres", "--regid=postgres", "--init-groups", "--"])
         .arg(Path::new(PG_BIN).join(prog))
@@ -158,7 +158,7 @@ fn pg_cmd(tb: &Testbed, prog: &str, cgroups: &[&Cgroup]) -> Command {
 }
 
 /// Run a PostgreSQL program to completion (a signal to the harness cuts it short); its output.
-fn pg_run(tb: &Testbed, prog: &str, args: &[&str], cgroups: &[&Cgroup], limit: Duration) -> Result<String> {
+pub(super) fn pg_run(tb: &Testbed, prog: &str, args: &[&str], cgroups: &[&Cgroup], limit: Duration) -> Result<String> {
     pg_run_inner(tb, prog, args, cgroups, limit, true)
 }
 
@@ -206,14 +206,20 @@ fn pg_run_inner(
 }
 
 /// A running PostgreSQL server; stopped (fast, then immediate) when dropped.
-struct Server<'a> {
+pub(super) struct Server<'a> {
     tb: &'a Testbed,
     data: PathBuf,
     running: bool,
 }
 
 impl<'a> Server<'a> {
-    fn start(tb: &'a Testbed, data: PathBuf, cgroups: &[&Cgroup], log: &Path, user: PgUser) -> Result<Server<'a>> {
+    pub(super) fn start(
+        tb: &'a Testbed,
+        data: PathBuf,
+        cgroups: &[&Cgroup],
+        log: &Path,
+        user: PgUser,
+    ) -> Result<Server<'a>> {
         std::fs::File::create(log).ctx(|| format!("create {}", log.display()))?;
         chown(log, user)?;
         let (d, l) = (data.to_string_lossy().to_string(), log.to_string_lossy().to_string());
@@ -221,14 +227,20 @@ impl<'a> Server<'a> {
         Ok(Server { tb, data, running: true })
     }
 
-    fn stop(&mut self) -> Result<()> {
+    pub(super) fn stop(&mut self) -> Result<()> {
         if !self.running {
             return Ok(());
         }
         self.running = false;
         let d = self.data.to_string_lossy().to_string();
         let limit = Duration::from_secs(150);
-        let fast = pg_run_teardown(self.tb, "pg_ctl", &["stop", "-w", "-t", "120", "-m", "fast", "-D", &d], limit);
+        // After a signal the run is being torn down and the cluster is a throwaway copy: no
+        // need for a clean shutdown (which may wait on a crash recovery for minutes).
+        let fast = if sys::interrupted() {
+            Err(BenchError::Setup("interrupted".into()))
+        } else {
+            pg_run_teardown(self.tb, "pg_ctl", &["stop", "-w", "-t", "120", "-m", "fast", "-D", &d], limit)
+        };
         if fast.is_err() {
             let args = ["stop", "-w", "-t", "30", "-m", "immediate", "-D", &d];
             let _ = pg_run_teardown(self.tb, "pg_ctl", &args, limit);
@@ -244,7 +256,7 @@ impl Drop for Server<'_> {
 }
 
 /// Pages of every file under `p` in the page cache.
-fn cached_under(p: &Path) -> u64 {
+pub(super) fn cached_under(p: &Path) -> u64 {
     let mut n = 0;
     if let Ok(d) = std::fs::read_dir(p) {
         for e in d.flatten() {
@@ -258,7 +270,7 @@ fn cached_under(p: &Path) -> u64 {
     n
 }
 
-fn du(p: &Path) -> u64 {
+pub(super) fn du(p: &Path) -> u64 {
     let mut n = 0;
     if let Ok(d) = std::fs::read_dir(p) {
         for e in d.flatten() {

@@ -10,6 +10,7 @@ use super::counters::LenderTotals;
 use super::mount::MountCounters;
 use super::pgbench::{PgMode, PgRecord, PgSetup};
 use super::testbed::DiskStat;
+use super::tpch::{QueryStatus, TpchRecord, TpchSetup};
 use super::worker::PassOutcome;
 use super::{human, ConfigKind, Experiment, PaperOptions};
 use crate::Machine;
@@ -167,6 +168,13 @@ pub struct PaperReport {
     pub pgbench: Vec<PgRecord>,
     #[serde(default)]
     pub pgbench_error: Option<String>,
+    /// tpch: the data, and one record per configuration.
+    #[serde(default)]
+    pub tpch_setup: Option<TpchSetup>,
+    #[serde(default)]
+    pub tpch: Vec<TpchRecord>,
+    #[serde(default)]
+    pub tpch_error: Option<String>,
     pub checks: Vec<Verdict>,
     pub targets: Vec<Verdict>,
     pub complete: bool,
@@ -183,6 +191,9 @@ impl PaperReport {
             pgbench_setup: None,
             pgbench: Vec::new(),
             pgbench_error: None,
+            tpch_setup: None,
+            tpch: Vec::new(),
+            tpch_error: None,
             checks: Vec::new(),
             targets: Vec::new(),
             complete: false,
@@ -204,6 +215,21 @@ impl PaperReport {
 
     pub fn get(&self, exp: Experiment, size: u64, cfg: ConfigKind) -> Option<&RunRecord> {
         self.runs.iter().find(|r| r.experiment == exp && r.size_bytes == size && r.config == cfg)
+    }
+
+    /// The tpch record of `cfg`, if it ran without error.
+    pub fn tpch_ok(&self, cfg: ConfigKind) -> Option<&TpchRecord> {
+        self.tpch.iter().find(|x| x.config == Some(cfg) && x.error.is_none())
+    }
+
+    /// tpch: farcache against `base` in (load, power, throughput): base's time ÷ farcache's
+    /// for the load and power tests, farcache's queries per hour ÷ base's for throughput.
+    pub fn tpch_ratios(&self, base: ConfigKind) -> (Option<f64>, Option<f64>, Option<f64>) {
+        let (Some(f), Some(b)) = (self.tpch_ok(ConfigKind::Farcache), self.tpch_ok(base)) else {
+            return (None, None, None);
+        };
+        let div = |a: Option<f64>, b: Option<f64>| a.zip(b).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b);
+        (div(b.load_secs, f.load_secs), div(b.power_secs, f.power_secs), div(f.queries_per_hour, b.queries_per_hour))
     }
 
     pub fn checks_failed(&self) -> Vec<&Verdict> {
@@ -296,6 +322,9 @@ fn checks(r: &PaperReport) -> Vec<Verdict> {
             }
         }
     }
+    if o.experiments.contains(&Experiment::Tpch) {
+        tpch_checks(r, &mut v);
+    }
     for &exp in o.experiments.iter().filter(|e| e.per_size()) {
         for &size in &o.sizes_bytes {
             for &cfg in &o.configs {
@@ -357,6 +386,86 @@ fn checks(r: &PaperReport) -> Vec<Verdict> {
     v
 }
 
+/// tpch: every configuration loaded every row, ran every query (in `--quick`, to completion),
+/// started cold, had no OOM kill; and every query returned the same rows everywhere.
+fn tpch_checks(r: &PaperReport, v: &mut Vec<Verdict>) {
+    let o = &r.options;
+    if let Some(e) = &r.tpch_error {
+        v.push(Verdict { what: "tpch: the data was generated".into(), measured: e.clone(), ok: false });
+        return;
+    }
+    let want: Vec<(String, u64)> = r.tpch_setup.as_ref().map(|s| s.rows.clone()).unwrap_or_default();
+    for &cfg in &o.configs {
+        let name = cfg.name();
+        let Some(x) = r.tpch.iter().find(|x| x.config == Some(cfg)) else {
+            v.push(Verdict { what: format!("tpch {name} ran"), measured: "missing".into(), ok: false });
+            continue;
+        };
+        if let Some(e) = &x.error {
+            v.push(Verdict { what: format!("tpch {name} ran the three tests"), measured: e.clone(), ok: false });
+        }
+        let loaded: Vec<(String, u64)> = x
+            .load_steps
+            .iter()
+            .filter_map(|s| Some((s.what.strip_prefix("create and copy ")?.to_string(), s.rows?)))
+            .collect();
+        let total: u64 = loaded.iter().map(|(_, n)| n).sum();
+        v.push(Verdict {
+            what: format!("tpch {name}: the load test loaded every row of the 8 tables"),
+            measured: format!("{total} rows in {} tables", loaded.len()),
+            ok: !want.is_empty() && loaded == want,
+        });
+        let n = |s| x.count(s);
+        let (ok, timed_out, skipped, failed) =
+            (n(QueryStatus::Ok), n(QueryStatus::TimedOut), n(QueryStatus::Skipped), n(QueryStatus::Failed));
+        let expected = 22 * (1 + super::tpch::THROUGHPUT_STREAMS);
+        v.push(Verdict {
+            what: format!(
+                "tpch {name}: the power and throughput tests ran their {expected} queries{}",
+                if o.quick { " to completion" } else { " (timeouts are reported, not failures)" }
+            ),
+            measured: format!("{ok} ran, {timed_out} timed out, {skipped} skipped at the deadline, {failed} failed"),
+            ok: failed == 0 && ok + timed_out + skipped == expected && (!o.quick || ok == expected),
+        });
+        v.push(Verdict {
+            what: format!("tpch {name}: started cold"),
+            measured: format!("{} pages of the data and cluster cached", x.cached_pages_at_start),
+            ok: x.cached_pages_at_start == 0,
+        });
+        if x.oom_kills.unwrap_or(0) > 0 {
+            v.push(Verdict {
+                what: format!("tpch {name}: no OOM kill in the client's cgroup"),
+                measured: format!("{} kills", x.oom_kills.unwrap_or(0)),
+                ok: false,
+            });
+        }
+    }
+    // The same answers everywhere: per query, every completed run (configurations × streams)
+    // has the same row count and checksum.
+    let mut differ = Vec::new();
+    let mut runs = 0;
+    for q in 1..=22u32 {
+        let seen: Vec<(u64, &str)> = r
+            .tpch
+            .iter()
+            .flat_map(|x| x.queries())
+            .filter(|x| x.query == q && x.status == QueryStatus::Ok)
+            .map(|x| (x.rows, x.checksum.as_str()))
+            .collect();
+        runs += seen.len();
+        if seen.windows(2).any(|w| w[0] != w[1]) {
+            let mut kinds: Vec<String> = seen.iter().map(|(n, c)| format!("{n} rows/{c}")).collect();
+            kinds.dedup();
+            differ.push(format!("q{q}: {}", kinds.join(" vs ")));
+        }
+    }
+    v.push(Verdict {
+        what: "tpch: every query returned the same rows (count and checksum) in every configuration and stream".into(),
+        measured: if differ.is_empty() { format!("{runs} query runs agree") } else { differ.join("; ") },
+        ok: differ.is_empty() && runs > 0,
+    });
+}
+
 /// Sizes that fit in the lenders but not in the client.
 fn fits_lenders_not_client(o: &PaperOptions, size: u64) -> bool {
     size > o.memory_bytes && size <= (o.lender_capacity_bytes * o.lenders as u64) * 9 / 10
@@ -412,6 +521,26 @@ fn targets(r: &PaperReport) -> Vec<Verdict> {
                         ok: x >= 10.3,
                     });
                 }
+            }
+        }
+    }
+    if o.experiments.contains(&Experiment::Tpch) {
+        let (load, power, tput) = r.tpch_ratios(ConfigKind::Passthrough);
+        let note = |cfg: ConfigKind| {
+            r.tpch_ok(cfg)
+                .map(|x| x.count(QueryStatus::TimedOut) + x.count(QueryStatus::Skipped))
+                .filter(|n| *n > 0)
+                .map(|n| format!(", {} with {n} queries timed out or skipped", cfg.name()))
+                .unwrap_or_default()
+        };
+        let notes = format!("{}{}", note(ConfigKind::Passthrough), note(ConfigKind::Farcache));
+        for (what, x, want) in [
+            ("tpch load test: farcache >= 0.97× passthrough (time)", load, 0.97),
+            ("tpch power test: farcache >= 1.0× passthrough (time)", power, 1.0),
+            ("tpch throughput test: farcache >= 3.08× passthrough (queries per hour)", tput, 3.08),
+        ] {
+            if let Some(x) = x {
+                v.push(Verdict { what: what.into(), measured: format!("{x:.3}×{notes}"), ok: x >= want });
             }
         }
     }
@@ -510,6 +639,7 @@ pub fn render(r: &PaperReport) -> String {
         }
     }
     render_pgbench(&mut s, r);
+    render_tpch(&mut s, r);
     render_transfers(&mut s, r);
     render_memory(&mut s, r);
     for (title, list) in [("Sanity checks", &r.checks), ("Targets (issue 4)", &r.targets)] {
@@ -668,6 +798,136 @@ fn render_pgbench(s: &mut String, r: &PaperReport) {
     let _ = writeln!(s);
 }
 
+fn render_tpch(s: &mut String, r: &PaperReport) {
+    let o = &r.options;
+    if !o.experiments.contains(&Experiment::Tpch) {
+        return;
+    }
+    let _ = writeln!(s, "## tpch ({}): load, power and throughput tests\n", Experiment::Tpch.table());
+    if let Some(e) = &r.tpch_error {
+        let _ = writeln!(s, "The data could not be made: {e}\n");
+        return;
+    }
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    if let Some(p) = &r.tpch_setup {
+        let db = r.tpch.iter().map(|x| x.database_bytes).max().unwrap_or(0);
+        let _ = writeln!(
+            s,
+            "PostgreSQL 15 (shared_buffers {}, work_mem {}, maintenance_work_mem {}, no parallel query, JIT off), \
+             TPC-H scale factor {} from \
+             {} ({:.0} MiB of CSV, generated in {:.0} s, read by each configuration's COPY through its own file \
+             system); database after the load test {:.0} MiB = {:.1}× the client's {}; lenders {} × {}. Power \
+             test: the specification's stream 0 query order; throughput test: streams 1 and 2 at once, queries \
+             per hour = completed queries × 3600 ÷ seconds. statement_timeout {} s per query, {} s per \
+             configuration. No refresh functions (RF1/RF2).\n",
+            p.shared_buffers,
+            p.work_mem,
+            p.maintenance_work_mem,
+            super::tpch::sf_text(p.scale_factor),
+            p.generator,
+            mib(p.data_bytes),
+            p.gen_secs,
+            mib(db),
+            db as f64 / o.memory_bytes as f64,
+            human(o.memory_bytes),
+            o.lenders,
+            human(p.lender_capacity_bytes),
+            p.statement_timeout_secs,
+            p.config_deadline_secs
+        );
+    }
+    let cfgs = &o.configs;
+    let mut head = String::from("| test |");
+    let mut rule = String::from("|---|");
+    for c in cfgs {
+        let _ = write!(head, " {} |", c.name());
+        rule.push_str("---:|");
+    }
+    let _ = writeln!(s, "{head} farcache/passthrough | farcache/ideal |\n{rule}---:|---:|");
+    let get = |c: ConfigKind| r.tpch.iter().find(|x| x.config == Some(c));
+    let note = |x: &TpchRecord, stream0: bool| {
+        let n = x.queries().filter(|q| (q.stream == 0) == stream0 && q.status != QueryStatus::Ok).count();
+        if n > 0 {
+            format!(" ({n} not done)")
+        } else {
+            String::new()
+        }
+    };
+    let (pl, pp, pt) = r.tpch_ratios(ConfigKind::Passthrough);
+    let (il, ip, it) = r.tpch_ratios(ConfigKind::Ideal);
+    let value = |x: &TpchRecord, test: usize| match test {
+        0 => cell(x.load_secs, 1),
+        1 => format!("{}{}", cell(x.power_secs, 1), note(x, true)),
+        _ => format!("{}{}", cell(x.queries_per_hour, 0), note(x, false)),
+    };
+    let rows = [("load test (s)", pl, il), ("power test (s)", pp, ip), ("throughput test (queries/h)", pt, it)];
+    for (test, (name, a, b)) in rows.iter().enumerate() {
+        let mut row = format!("| {name} |");
+        for &c in cfgs {
+            let v = match get(c) {
+                Some(x) if x.error.is_none() => value(x, test),
+                Some(_) => "failed".into(),
+                None => "–".into(),
+            };
+            let _ = write!(row, " {v} |");
+        }
+        let _ = writeln!(s, "{row} {} | {} |", cell(*a, 2), cell(*b, 2));
+    }
+    let mut row = String::from("| power test, sum of the 22 query times (s) |");
+    for &c in cfgs {
+        let sum = get(c)
+            .filter(|x| x.error.is_none() && x.power.len() == 22 && x.power.iter().all(|q| q.status == QueryStatus::Ok))
+            .map(|x| x.power.iter().map(|q| q.secs).sum::<f64>());
+        let _ = write!(row, " {} |", cell(sum, 2));
+    }
+    let _ = writeln!(s, "{row} | |");
+    let mut row = String::from("| database after load (MiB) |");
+    for &c in cfgs {
+        let _ = write!(
+            row,
+            " {} |",
+            get(c).filter(|x| x.database_bytes > 0).map_or("–".into(), |x| format!("{:.0}", mib(x.database_bytes)))
+        );
+    }
+    let _ = writeln!(s, "{row} | |");
+    let _ = writeln!(
+        s,
+        "\nRatios: the other configuration's time ÷ farcache's for the load and power tests, farcache's \
+         queries per hour ÷ the other's for the throughput test (> 1: farcache is better). \"not done\": \
+         queries that timed out, failed or were skipped at the deadline. The power test's time is the \
+         stream's, from the harness: it includes starting one psql per query (tens of ms each), which is \
+         what dominates at tiny scale factors; the sum of the query times is psql's `\\timing`.\n"
+    );
+    // The power test query by query.
+    let _ = writeln!(s, "### tpch power test: seconds per query (psql's \\timing)\n");
+    let mut head = String::from("| query | rows |");
+    let mut rule = String::from("|---|---:|");
+    for c in cfgs {
+        let _ = write!(head, " {} |", c.name());
+        rule.push_str("---:|");
+    }
+    let _ = writeln!(s, "{head} farcache/passthrough |\n{rule}---:|");
+    let q_of = |c: ConfigKind, q: u32| get(c).and_then(|x| x.power.iter().find(|p| p.query == q));
+    for &q in &super::tpch::STREAM_ORDERS[0] {
+        let rows = cfgs.iter().find_map(|&c| q_of(c, q).filter(|p| p.status == QueryStatus::Ok)).map(|p| p.rows);
+        let mut row = format!("| Q{q} | {} |", rows.map_or("–".into(), |n| n.to_string()));
+        for &c in cfgs {
+            let v = match q_of(c, q) {
+                Some(p) if p.status == QueryStatus::Ok => format!("{:.2}", p.secs),
+                Some(p) if p.status == QueryStatus::TimedOut => "timed out".into(),
+                Some(p) if p.status == QueryStatus::Skipped => "skipped".into(),
+                Some(_) => "failed".into(),
+                None => "–".into(),
+            };
+            let _ = write!(row, " {v} |");
+        }
+        let ok = |c| q_of(c, q).filter(|p| p.status == QueryStatus::Ok).map(|p| p.secs);
+        let ratio = ok(ConfigKind::Passthrough).zip(ok(ConfigKind::Farcache)).map(|(p, f)| p / f.max(1e-6));
+        let _ = writeln!(s, "{row} {} |", cell(ratio, 2));
+    }
+    let _ = writeln!(s, "\n(In the specification's stream 0 order.)\n");
+}
+
 fn render_memory(s: &mut String, r: &PaperReport) {
     let o = &r.options;
     let _ = writeln!(
@@ -693,6 +953,18 @@ fn render_memory(s: &mut String, r: &PaperReport) {
             );
         }
     }
+    if o.experiments.contains(&Experiment::Tpch) {
+        let g = |c| r.tpch.iter().find(|x| x.config == Some(c));
+        let _ = writeln!(
+            s,
+            "| tpch | all tests | {} | {} | {} | {} | {} |",
+            mib(g(ConfigKind::Passthrough).and_then(|x| x.daemon_rss_bytes)),
+            mib(g(ConfigKind::Farcache).and_then(|x| x.daemon_rss_bytes)),
+            mib(g(ConfigKind::Native).and_then(|x| x.memory_max_usage_bytes)),
+            mib(g(ConfigKind::Passthrough).and_then(|x| x.memory_max_usage_bytes)),
+            mib(g(ConfigKind::Farcache).and_then(|x| x.memory_max_usage_bytes)),
+        );
+    }
     let _ = writeln!(s);
 }
 
@@ -701,12 +973,14 @@ fn render_transfers(s: &mut String, r: &PaperReport) {
         r.runs.iter().filter(|x| x.config == ConfigKind::Farcache && x.error.is_none()).collect();
     let pg: Vec<&PgRecord> =
         r.pgbench.iter().filter(|x| x.config == ConfigKind::Farcache && x.error.is_none()).collect();
-    if rows.is_empty() && pg.is_empty() {
+    let tp: Vec<&TpchRecord> =
+        r.tpch.iter().filter(|x| x.config == Some(ConfigKind::Farcache) && x.error.is_none()).collect();
+    if rows.is_empty() && pg.is_empty() && tp.is_empty() {
         return;
     }
     let _ = writeln!(
         s,
-        "## transfers (Table 9): farcache's traffic with its lenders, both passes\n\n\
+        "## transfers (Table 9): farcache's traffic with its lenders (both passes; pgbench: each run; tpch: each test)\n\n\
          | experiment | size | to lenders | from lenders | invalidated blocks | evicted blocks | index | source |\n\
          |---|---|---:|---:|---:|---:|---:|---|"
     );
@@ -750,6 +1024,28 @@ fn render_transfers(s: &mut String, r: &PaperReport) {
             l.evictions,
             index
         );
+    }
+    // tpch: each test, from the mount's counters (else the lenders'), evictions from the lenders.
+    for x in tp {
+        let index = x
+            .mount
+            .as_ref()
+            .and_then(|m| m.index_bytes)
+            .map_or("–".into(), |b| format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64));
+        for (test, p) in [("load", &x.load), ("power", &x.power_phase), ("throughput", &x.throughput_phase)] {
+            let t = &p.transfers;
+            let _ = writeln!(
+                s,
+                "| tpch {test} test | SF {} | {} | {} | {} | {} | {} | {} |",
+                r.tpch_setup.as_ref().map_or("?".into(), |p| super::tpch::sf_text(p.scale_factor)),
+                human_bytes(t.bytes_to_servers),
+                human_bytes(t.bytes_from_servers),
+                t.invalidations,
+                p.lenders.evictions,
+                index,
+                t.source
+            );
+        }
     }
     let _ = writeln!(s);
 }

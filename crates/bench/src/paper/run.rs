@@ -15,16 +15,16 @@ use super::mount::{MountCounters, MountDaemon};
 use super::report::{PaperReport, PassRecord, ProbeRecord, RunRecord, Transfers};
 use super::testbed::{DiskStat, Testbed, TestbedSpec};
 use super::worker::{PassOutcome, BLOCK};
-use super::{human, pgbench, sys, ConfigKind, Experiment, PaperOptions};
+use super::{human, pgbench, sys, tpch, ConfigKind, Experiment, PaperOptions};
 use crate::machine::CpuSnapshot;
 use crate::{BenchError, Result};
 
 /// Counters at one instant.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-struct Snapshot {
-    disk: DiskStat,
-    lenders: LenderTotals,
-    mount: Option<MountCounters>,
+pub(super) struct Snapshot {
+    pub(super) disk: DiskStat,
+    pub(super) lenders: LenderTotals,
+    pub(super) mount: Option<MountCounters>,
 }
 
 /// Run everything `o` asks for; `progress` sees the report after every configuration (to
@@ -56,6 +56,11 @@ pub fn run(o: &PaperOptions, progress: &mut dyn FnMut(&PaperReport)) -> Result<P
     for &exp in &o.experiments {
         if exp == Experiment::Pgbench {
             run_pgbench(&mut tb, o, &mut report, progress)?;
+            report.secs_total = started.elapsed().as_secs_f64();
+            continue;
+        }
+        if exp == Experiment::Tpch {
+            run_tpch(&mut tb, o, &mut report, progress)?;
             report.secs_total = started.elapsed().as_secs_f64();
             continue;
         }
@@ -116,6 +121,38 @@ fn run_pgbench(
     Ok(())
 }
 
+/// tpch: the data and the empty cluster once, then every configuration; a configuration that
+/// fails is recorded with its error and the others still run.
+fn run_tpch(
+    tb: &mut Testbed,
+    o: &PaperOptions,
+    report: &mut PaperReport,
+    progress: &mut dyn FnMut(&PaperReport),
+) -> Result<()> {
+    let setup = match tpch::prepare(tb, o) {
+        Ok(s) => s,
+        Err(e) if sys::interrupted() => return Err(e),
+        Err(e) => {
+            eprintln!("paper: tpch: FAILED to make the data: {e}");
+            report.tpch_error = Some(e.to_string());
+            return Ok(());
+        }
+    };
+    report.tpch_setup = Some(setup.clone());
+    for &cfg in &o.configs {
+        match tpch::run_config(tb, o, &setup, cfg) {
+            Ok(rec) => report.tpch.push(rec),
+            Err(e) if sys::interrupted() => return Err(e),
+            Err(e) => {
+                eprintln!("paper: tpch {}: FAILED: {e}", cfg.name());
+                report.tpch.push(tpch::TpchRecord::failed(cfg, e.to_string()));
+            }
+        }
+        progress(report);
+    }
+    Ok(())
+}
+
 /// An upper bound for one pass: three times what the disk's caps allow, plus a minute.
 fn pass_limit(o: &PaperOptions, exp: Experiment, size: u64) -> Duration {
     let reads = size / BLOCK as u64;
@@ -125,11 +162,16 @@ fn pass_limit(o: &PaperOptions, exp: Experiment, size: u64) -> Duration {
         (None, Experiment::Seqread) => size / 20_000_000,
         (None, Experiment::Randread) => reads / 2_000,
         (_, Experiment::Pgbench) => o.pgbench_secs * 3,
+        (_, Experiment::Tpch) => o.tpch_deadline_secs,
     };
     Duration::from_secs(3 * secs + 60)
 }
 
-fn snapshot(tb: &Testbed, lenders: &[std::net::SocketAddr], mount: Option<&mut MountDaemon>) -> Result<Snapshot> {
+pub(super) fn snapshot(
+    tb: &Testbed,
+    lenders: &[std::net::SocketAddr],
+    mount: Option<&mut MountDaemon>,
+) -> Result<Snapshot> {
     Ok(Snapshot {
         disk: tb.disk_stat(),
         lenders: if lenders.is_empty() { LenderTotals::default() } else { lender_totals(lenders)? },
@@ -321,7 +363,7 @@ fn measure(
     Ok(())
 }
 
-fn oom_kills(mem: &Cgroup) -> Option<u64> {
+pub(super) fn oom_kills(mem: &Cgroup) -> Option<u64> {
     std::fs::read_to_string(mem.path().join("memory.oom_control"))
         .ok()
         .and_then(|t| t.lines().find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok()))
@@ -378,7 +420,7 @@ fn pass_record(
 
 /// Table 9 for one run (the two passes): from the mount's own counters when it has a stats
 /// command, else from the lenders' STATS (bytes in and out, deletions received).
-fn transfers(first: &Snapshot, last: &Snapshot) -> Transfers {
+pub(super) fn transfers(first: &Snapshot, last: &Snapshot) -> Transfers {
     if let (Some(a), Some(b)) = (&first.mount, &last.mount) {
         let d = |x: Option<u64>, y: Option<u64>| y.unwrap_or(0).saturating_sub(x.unwrap_or(0));
         return Transfers {

@@ -43,8 +43,8 @@ struct PaperArgs {
     /// Print the tables of an earlier run's JSON again (and rewrite its .md beside it).
     #[arg(long, value_name = "JSON")]
     render: Option<PathBuf>,
-    /// Experiments: seqread, randread, pgbench (transfers, Table 9, comes with each).
-    /// Default: all (--quick: seqread, randread).
+    /// Experiments: seqread, randread, pgbench, tpch (transfers, Table 9, comes with each).
+    /// Default: all (--quick: seqread, randread, tpch).
     /// `transfers` alone means seqread and randread.
     #[arg(long = "experiment", value_delimiter = ',')]
     experiments: Option<Vec<String>>,
@@ -84,6 +84,17 @@ struct PaperArgs {
     /// pgbench client counts, e.g. 1,4,16.
     #[arg(long, value_delimiter = ',')]
     pgbench_clients: Option<Vec<u32>>,
+    /// tpch: TPC-H scale factor. Default: about 3× the client's memory (0.75 for 512MiB;
+    /// --quick 0.01).
+    #[arg(long)]
+    tpch_sf: Option<f64>,
+    /// tpch: statement_timeout of every query, seconds (default 600; --quick 60).
+    #[arg(long)]
+    tpch_timeout: Option<u64>,
+    /// tpch: deadline of the whole experiment, seconds, shared by the configurations
+    /// (default 14400; --quick 600).
+    #[arg(long)]
+    tpch_deadline: Option<u64>,
     /// Directory for paper-*.json and paper-*.md.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -302,6 +313,16 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
     }
     if let Some(c) = a.pgbench_clients {
         o.pgbench_clients = c;
+    }
+    if let Some(sf) = a.tpch_sf {
+        anyhow::ensure!(sf > 0.0 && sf <= 100.0, "--tpch-sf: more than 0, at most 100");
+        o.tpch_scale_factor = Some(sf);
+    }
+    if let Some(t) = a.tpch_timeout {
+        o.tpch_statement_timeout_secs = t.max(1);
+    }
+    if let Some(d) = a.tpch_deadline {
+        o.tpch_deadline_secs = d.max(60);
     }
     anyhow::ensure!(
         o.sizes_bytes.iter().all(|s| *s >= 1 << 20 && s.trailing_zeros() >= 12),

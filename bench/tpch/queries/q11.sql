@@ -1,0 +1,19 @@
+-- TPC-H Q11, important stock identification. Validation parameters: NATION = GERMANY,
+-- FRACTION = 0.0001 / SF. The scale factor comes as the psql variable `sf`
+-- (psql -v sf=1 -f q11.sql; `farcache bench paper` sets it).
+select
+    ps_partkey,
+    sum(ps_supplycost * ps_availqty) as value
+from partsupp, supplier, nation
+where ps_suppkey = s_suppkey
+    and s_nationkey = n_nationkey
+    and n_name = 'GERMANY'
+group by ps_partkey
+having sum(ps_supplycost * ps_availqty) > (
+    select sum(ps_supplycost * ps_availqty) * (0.0001 / :sf)
+    from partsupp, supplier, nation
+    where ps_suppkey = s_suppkey
+        and s_nationkey = n_nationkey
+        and n_name = 'GERMANY'
+)
+order by value desc;
