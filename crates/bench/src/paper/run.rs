@@ -13,7 +13,7 @@ use super::child::Child;
 use super::counters::{lender_totals, LenderTotals};
 use super::mount::{MountCounters, MountDaemon};
 use super::report::{PaperReport, PassRecord, ProbeRecord, RunRecord, Transfers};
-use super::testbed::{DiskStat, Testbed, TestbedSpec};
+use super::testbed::{DiskStat, Lenders, Testbed, TestbedSpec};
 use super::worker::{PassOutcome, BLOCK};
 use super::{human, pgbench, sys, tpch, ConfigKind, Experiment, PaperOptions};
 use crate::machine::CpuSnapshot;
@@ -293,19 +293,10 @@ fn run_one(
     w.close_stdin();
     w.wait_exit(Duration::from_secs(10));
     drop(w);
-    rec.memory_max_usage_bytes = mem.read_u64("memory.max_usage_in_bytes");
-    rec.oom_kills = oom_kills(&mem);
-    if let Some(m) = mount.as_mut() {
-        rec.daemon_rss_bytes = crate::proc::rss_bytes(m.pid()).ok();
-        let at_exit = m.stop();
-        if rec.mount.is_none() {
-            rec.mount = at_exit;
-        }
-    }
-    drop(mount);
-    if let Some(l) = lenders.as_mut() {
-        l.stop();
-    }
+    let t = tear_down(&mem, mount, lenders.as_mut());
+    (rec.memory_max_usage_bytes, rec.oom_kills, rec.daemon_rss_bytes) =
+        (t.memory_max_usage_bytes, t.oom_kills, t.daemon_rss_bytes);
+    rec.mount = rec.mount.or(t.mount_at_exit);
     rec.secs_total = t0.elapsed().as_secs_f64();
     Ok(rec)
 }
@@ -361,6 +352,35 @@ fn measure(
     }
     rec.mount_stats = mount.and_then(|m| m.stats_now()).map(|(_, v)| v);
     Ok(())
+}
+
+/// What a configuration leaves to record once its load is over.
+pub(super) struct Teardown {
+    /// The client cgroup's peak memory and OOM kills.
+    pub memory_max_usage_bytes: Option<u64>,
+    pub oom_kills: Option<u64>,
+    /// The mount daemon's resident memory just before it stopped, and its counters at exit.
+    pub daemon_rss_bytes: Option<u64>,
+    pub mount_at_exit: Option<MountCounters>,
+}
+
+/// Read the cgroup's peak and OOM kills, stop the mount daemon (after reading its RSS) and the
+/// lenders.
+pub(super) fn tear_down(mem: &Cgroup, mount: Option<MountDaemon>, lenders: Option<&mut Lenders>) -> Teardown {
+    let mut t = Teardown {
+        memory_max_usage_bytes: mem.read_u64("memory.max_usage_in_bytes"),
+        oom_kills: oom_kills(mem),
+        daemon_rss_bytes: None,
+        mount_at_exit: None,
+    };
+    if let Some(mut m) = mount {
+        t.daemon_rss_bytes = crate::proc::rss_bytes(m.pid()).ok();
+        t.mount_at_exit = m.stop();
+    }
+    if let Some(l) = lenders {
+        l.stop();
+    }
+    t
 }
 
 pub(super) fn oom_kills(mem: &Cgroup) -> Option<u64> {

@@ -468,19 +468,10 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, setup: &TpchSetup, cfg: Co
         eprintln!("paper: [{label}] FAILED: {msg}");
         rec.error = Some(msg);
     }
-    rec.memory_max_usage_bytes = mem.read_u64("memory.max_usage_in_bytes");
-    rec.oom_kills = runner::oom_kills(&mem);
-    if let Some(m) = mount.as_mut() {
-        rec.daemon_rss_bytes = crate::proc::rss_bytes(m.pid()).ok();
-        let at_exit = m.stop();
-        if rec.mount.is_none() {
-            rec.mount = at_exit;
-        }
-    }
-    drop(mount);
-    if let Some(l) = lenders.as_mut() {
-        l.stop();
-    }
+    let t = runner::tear_down(&mem, mount, lenders.as_mut());
+    (rec.memory_max_usage_bytes, rec.oom_kills, rec.daemon_rss_bytes) =
+        (t.memory_max_usage_bytes, t.oom_kills, t.daemon_rss_bytes);
+    rec.mount = rec.mount.or(t.mount_at_exit);
     rec.secs_total = t0.elapsed().as_secs_f64();
     Ok(rec)
 }
