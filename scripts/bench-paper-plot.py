@@ -51,6 +51,22 @@ def tps(report, cfg, mode, clients):
     return None
 
 
+def ratio_bars(ax, labels, series, ylabel):
+    """Grouped bars of (ratios, name) series over `labels`, each bar annotated, a line at 1."""
+    x = range(len(labels))
+    w = 0.8 / len(series)
+    for i, (ys, name) in enumerate(series):
+        bars = ax.bar([v + (i - (len(series) - 1) / 2) * w for v in x], ys, w, label=name)
+        for b, y in zip(bars, ys):
+            if y == y:
+                ax.annotate(f"{y:.2f}", (b.get_x() + b.get_width() / 2, y), ha="center", va="bottom", fontsize=7)
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+
+
 def plot_pgbench(report, png):
     o = report["options"]
     labels, vs_pt, vs_ideal = [], [], []
@@ -63,18 +79,7 @@ def plot_pgbench(report, png):
             vs_pt.append(f / p if f and p else float("nan"))
             vs_ideal.append(f / i if f and i else float("nan"))
     fig, ax = plt.subplots(figsize=(11, 4))
-    x = range(len(labels))
-    w = 0.38
-    for i, (ys, name) in enumerate([(vs_pt, "farcache / passthrough"), (vs_ideal, "farcache / ideal")]):
-        bars = ax.bar([v + (i - 0.5) * w for v in x], ys, w, label=name)
-        for b, y in zip(bars, ys):
-            if y == y:
-                ax.annotate(f"{y:.2f}", (b.get_x() + b.get_width() / 2, y), ha="center", va="bottom", fontsize=7)
-    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-    ax.set_xticks(list(x))
-    ax.set_xticklabels(labels, fontsize=8)
-    ax.set_ylabel("tps ratio")
-    ax.legend(fontsize=8)
+    ratio_bars(ax, labels, [(vs_pt, "farcache / passthrough"), (vs_ideal, "farcache / ideal")], "tps ratio")
     setup = report.get("pgbench_setup") or {}
     fig.suptitle(
         f"pgbench: scale {setup.get('scale', '?')}, client {human(o['memory_bytes'])}, disk {o['profile']}",
@@ -111,19 +116,8 @@ def plot_tpch(report, png):
     o = report["options"]
     fig, (ax, axq) = plt.subplots(1, 2, figsize=(13, 4), gridspec_kw={"width_ratios": [1, 2.4]})
     labels = ["load test\n(time)", "power test\n(time)", "throughput test\n(queries/h)"]
-    x = range(len(labels))
-    w = 0.38
-    for i, base in enumerate(["passthrough", "ideal"]):
-        ys = tpch_ratios(report, base)
-        bars = ax.bar([v + (i - 0.5) * w for v in x], ys, w, label=f"farcache / {base}")
-        for b, y in zip(bars, ys):
-            if y == y:
-                ax.annotate(f"{y:.2f}", (b.get_x() + b.get_width() / 2, y), ha="center", va="bottom", fontsize=7)
-    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-    ax.set_xticks(list(x))
-    ax.set_xticklabels(labels, fontsize=8)
-    ax.set_ylabel("performance ratio (> 1: farcache better)")
-    ax.legend(fontsize=8)
+    series = [(tpch_ratios(report, base), f"farcache / {base}") for base in ["passthrough", "ideal"]]
+    ratio_bars(ax, labels, series, "performance ratio (> 1: farcache better)")
     # The power test query by query, in the stream's order: passthrough's time / farcache's.
     f, p = tpch_rec(report, "farcache"), tpch_rec(report, "passthrough")
     qs, ys = [], []
