@@ -162,7 +162,20 @@ impl Mount {
     /// before mounting again. Unmounting through [`Unmounter`] avoids it.
     pub fn run(self) -> Result<(), MountError> {
         let mountpoint = self.mountpoint.clone();
-        self.session.run().map_err(|source| MountError::Session { mountpoint, source })?;
+        match self.session.run() {
+            Ok(()) => {}
+            // The kernel tore the connection down: a detached mount whose last user left (seen
+            // as ECONNABORTED on Linux 6.18 on some of the cloned device fds), or someone wrote
+            // to /sys/fs/fuse/connections/N/abort. Either way the file system is gone and
+            // nothing is lost (writes go through to the backing store), so it is an end.
+            Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {
+                tracing::info!(
+                    "the kernel closed the FUSE connection on {} (connection aborted)",
+                    mountpoint.display()
+                );
+            }
+            Err(source) => return Err(MountError::Session { mountpoint, source }),
+        }
         tracing::info!("unmounted {}", self.mountpoint.display());
         Ok(())
     }
