@@ -196,7 +196,25 @@ fn settings(a: &Args) -> anyhow::Result<crate::config::Config> {
     Ok(c)
 }
 
+/// Keep the daemon's heap from holding on to freed read buffers.
+///
+/// The daemon runs in the memory the application is short of. Left to itself, glibc raises its
+/// mmap threshold to the largest buffer freed so far (up to 32 MiB), after which every 128 KiB
+/// to 1 MiB read buffer comes from, and is freed back into, one of up to 8 arenas per core,
+/// which keep it: ~68 MiB after sequential reads (BENCHMARKS.md, "The mount daemon holds…").
+/// A fixed threshold keeps large buffers on mmap, returned at free; two arenas keep the small
+/// allocations' fragmentation from multiplying with the FUSE threads.
+fn limit_malloc_caching() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets allocator parameters; called before any other thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
 pub fn run(a: Args) -> anyhow::Result<()> {
+    limit_malloc_caching();
     let file_cfg = settings(&a)?;
     let cfg = file_cfg.mount.clone();
     let cache = file_cfg.cache.clone();
