@@ -17,7 +17,7 @@ test: deps
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
 
 ## make bench: the full benchmarks; results go to BENCHMARKS.md by hand, raw JSON to bench/results/.
-## The paper reproduction (root; about 2 h 10 min, tpch 80 of them) also writes bench/results/paper-cloud.{json,md} and plots.
+## The paper reproduction (root; about 2 h, tpch 70 of them) also writes bench/results/paper-cloud.{json,md} and plots.
 bench: deps build
 	mkdir -p bench/results
 	$(BIN) bench server --json bench/results/server.json

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Paper 000's evaluation, the full set (`make bench`): removes leftovers of killed runs, runs
-# seqread, randread, pgbench and tpch on the cloud disk profile (measured in session 4: seqread
-# and randread 35 min, pgbench 14 min, tpch about 80 min for its four configurations, bounded by
+# seqread, randread, pgbench and tpch on the cloud disk profile (measured in session 5: seqread
+# and randread 35 min, pgbench 15 min, tpch about 70 min for its four configurations, bounded by
 # --tpch-deadline, 4 h), then draws the plots.
 #   FARCACHE_PAPER_HDD=1  also the paper's own point: randread at 1 GiB on the hdd profile
 #                         (200 IOPS; passthrough and farcache only; about 60 minutes more).
