@@ -201,7 +201,7 @@ fn settings(a: &Args) -> anyhow::Result<crate::config::Config> {
 /// The daemon runs in the memory the application is short of. Left to itself, glibc raises its
 /// mmap threshold to the largest buffer freed so far (up to 32 MiB), after which every 128 KiB
 /// to 1 MiB read buffer comes from, and is freed back into, one of up to 8 arenas per core,
-/// which keep it: ~68 MiB after sequential reads (BENCHMARKS.md, "The mount daemon holds…").
+/// which keep it: ~68 MiB after sequential reads (BENCHMARKS.md, "The client's memory").
 /// A fixed threshold keeps large buffers on mmap, returned at free; two arenas keep the small
 /// allocations' fragmentation from multiplying with the FUSE threads.
 fn limit_malloc_caching() {
