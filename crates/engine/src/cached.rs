@@ -13,6 +13,10 @@
 //!   span is the whole read, it reads the whole-block range from the disk. Either way it sends
 //!   the full blocks it read from the disk that no lender holds to their lenders in the
 //!   background (a *fill*). A read routed to the disk goes straight there and fills nothing.
+//! - *Read-around*: a small read that misses entirely reads the aligned window of
+//!   `read_around` blocks that holds it (when the router says the wider read costs the disk
+//!   little more: an operation-bound disk) and fills the lenders with all of it, so that the
+//!   neighbours the kernel's readahead asks for on a later pass are on the lenders too.
 //!   The adaptive rule times every fetch and every disk read, partial hits' included.
 //! - Writes, truncates and fallocates go to the disk first; then the blocks they touched get
 //!   new versions in the index (their old copies become unreachable; the other blocks of
@@ -64,6 +68,8 @@ pub struct EngineCounters {
     pub partial_disk_blocks: AtomicU64,
     /// Blocks sent to lenders after a disk read.
     pub fills: AtomicU64,
+    /// Misses read with their read-around window (more blocks than asked, all filled).
+    pub read_arounds: AtomicU64,
     /// Reads the adaptive rule routed to the lenders.
     pub adaptive_remote: AtomicU64,
     /// Reads the adaptive rule routed to the disk (probes included).
@@ -87,6 +93,8 @@ pub struct EngineCountersSnapshot {
     #[serde(default)]
     pub partial_disk_blocks: u64,
     pub fills: u64,
+    #[serde(default)]
+    pub read_arounds: u64,
     pub adaptive_remote: u64,
     pub adaptive_disk: u64,
     pub adaptive_probes: u64,
@@ -104,6 +112,7 @@ impl EngineCounters {
             partial_remote_blocks: l(&self.partial_remote_blocks),
             partial_disk_blocks: l(&self.partial_disk_blocks),
             fills: l(&self.fills),
+            read_arounds: l(&self.read_arounds),
             adaptive_remote: l(&self.adaptive_remote),
             adaptive_disk: l(&self.adaptive_disk),
             adaptive_probes: l(&self.adaptive_probes),
@@ -119,6 +128,8 @@ pub struct CachedPath<D: DataPath> {
     index: Arc<BlockIndex>,
     routing: RouterState,
     counters: EngineCounters,
+    /// Read-around window in blocks (0 or 1: off).
+    read_around: u64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -141,7 +152,30 @@ impl<D: DataPath> CachedPath<D> {
             index: Arc::new(BlockIndex::new()),
             routing: RouterState::new(router.into()),
             counters: EngineCounters::default(),
+            read_around: 0,
         }
+    }
+
+    /// Read and fill an aligned window of `blocks` blocks around small misses (0: off).
+    pub fn with_read_around(mut self, blocks: u64) -> CachedPath<D> {
+        self.read_around = blocks;
+        self
+    }
+
+    /// The blocks a miss of blocks `first..=last` reads from the disk: the aligned
+    /// read-around window that holds them when it is larger and the router says it pays,
+    /// else just them.
+    fn read_window(&self, first: u64, last: u64) -> (u64, u64) {
+        let w = self.read_around;
+        if w <= 1 || last - first + 1 >= w || first / w != last / w {
+            return (first, last);
+        }
+        let lo = first / w * w;
+        if !self.routing.read_around_pays((last - first + 1) * BLOCK_BYTES, w * BLOCK_BYTES) {
+            return (first, last);
+        }
+        add(&self.counters.read_arounds, 1);
+        (lo, lo + w - 1)
     }
 
     pub fn disk(&self) -> &D {
@@ -210,8 +244,9 @@ impl<D: DataPath> CachedPath<D> {
         Ok(data)
     }
 
-    /// Read the whole blocks covering `offset..offset + len` (`len > 0`) from the disk,
-    /// answer the range, and fill the lenders with the whole blocks read.
+    /// Read the whole blocks covering `offset..offset + len` (`len > 0`) from the disk —
+    /// or, with `around`, its read-around window — answer the range, and fill the lenders
+    /// with the whole blocks read.
     fn read_and_fill(
         &self,
         file: &BackingFile,
@@ -219,9 +254,11 @@ impl<D: DataPath> CachedPath<D> {
         offset: u64,
         len: usize,
         sequential: bool,
+        around: bool,
     ) -> io::Result<Bytes> {
         let first = offset / BLOCK_BYTES;
         let last = (offset + len as u64 - 1) / BLOCK_BYTES;
+        let (first, last) = if around { self.read_window(first, last) } else { (first, last) };
         // Tickets before the disk read: a write landing after this point voids them.
         let tickets: Vec<_> = (first..=last).map(|b| self.index.fill_start(f, b)).collect();
         let start = first * BLOCK_BYTES;
@@ -253,7 +290,7 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         }
         let d = self.routing.decide(file.id(), offset, len as u64);
         if d.adaptive {
-            let routed_remote = d.route == Route::Remote && !d.probe;
+            let routed_remote = d.chosen() == Route::Remote;
             add(if routed_remote { &self.counters.adaptive_remote } else { &self.counters.adaptive_disk }, 1);
         }
         if d.route == Route::Disk {
@@ -273,7 +310,7 @@ impl<D: DataPath> DataPath for CachedPath<D> {
                 return self.disk_read(file, offset, len, d.sequential);
             }
             add(&self.counters.disk_reads, 1);
-            return self.read_and_fill(file, &f, offset, len, d.sequential);
+            return self.read_and_fill(file, &f, offset, len, d.sequential, true);
         }
         if d.probe {
             add(&self.counters.adaptive_probes, 1);
@@ -317,14 +354,14 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         if lo == 0 && hi == keys.len() - 1 {
             // Nothing usable from the lenders: the whole range from the disk.
             add(&self.counters.disk_reads, 1);
-            return self.read_and_fill(file, &f, offset, len, d.sequential);
+            return self.read_and_fill(file, &f, offset, len, d.sequential, true);
         }
         // A partial hit: the lenders' blocks around one span read from the disk.
         add(&self.counters.partial_hits, 1);
         add(&self.counters.partial_remote_blocks, (keys.len() - (hi - lo + 1)) as u64);
         add(&self.counters.partial_disk_blocks, (hi - lo + 1) as u64);
         let span_bytes = ((hi - lo + 1) as u64 * BLOCK_BYTES) as usize;
-        let disk = self.read_and_fill(file, &f, (first + lo as u64) * BLOCK_BYTES, span_bytes, d.sequential)?;
+        let disk = self.read_and_fill(file, &f, (first + lo as u64) * BLOCK_BYTES, span_bytes, d.sequential, false)?;
         let mut buf = BytesMut::with_capacity(keys.len() * BLOCK_BYTES as usize);
         for v in values[..lo].iter().flatten() {
             buf.extend_from_slice(v);

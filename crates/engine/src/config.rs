@@ -53,20 +53,29 @@ connect_timeout = "500ms"
 # Waits between reconnection attempts to a lost lender: the first, doubling up to the last.
 reconnect_min = "100ms"
 reconnect_max = "5s"
-# Blocks being stored on lenders at once (fills); more are dropped, the disk has them.
+# Blocks on their way to lenders at once (fills, coalesced into one request per lender per
+# millisecond); more are dropped, the disk has them.
 max_pending_puts = 256
-# Batches of deletions of retired blocks in flight at once; more are dropped (a retired
-# block can never be read again; its lender evicts it in time).
-max_pending_dels = 64
+# Retired blocks waiting to be deleted on lenders (coalesced, one request per lender per
+# millisecond); more are dropped (a retired block can never be read again; its lender
+# evicts it in time).
+max_pending_dels = 4096
 # Threads for the lender connections.
 threads = 2
-# Where reads go: "threshold" (paper 000: reads of `threshold` bytes or more to the disk,
-# smaller ones to the lenders) or "adaptive" (each read where measured disk and lender
-# costs say it finishes sooner).
-routing = "threshold"
+# Where reads go: "adaptive" (each read where measured disk and lender costs say it
+# finishes sooner: a disk faster than the lenders keeps its reads, a slow one hands them to
+# the lenders) or "threshold" (paper 000: reads of `threshold` bytes or more to the disk,
+# smaller ones to the lenders, whatever either costs).
+routing = "adaptive"
 # Reads this large or larger go to the disk under "threshold" routing. A multiple of 4KiB,
 # 4KiB to 1MiB.
 threshold = "128KiB"
+# On a miss of a small read the lenders were asked for, read this much around it (aligned)
+# from the disk and fill the lenders with all of it, when the disk is bound by its operations
+# rather than its bytes (the adaptive rule's measurements say so; always under "threshold"):
+# the blocks the kernel's readahead asks for next are then on the lenders. A multiple of
+# 4KiB up to 128KiB; 0 turns it off.
+read_around = "16KiB"
 # Most lenders in the set at once, including those added while running.
 max_lenders = 64
 "#;
@@ -76,9 +85,10 @@ max_lenders = 64
 #[serde(rename_all = "lowercase")]
 pub enum Routing {
     /// Paper 000's fixed threshold (`cache.threshold`).
-    #[default]
     Threshold,
-    /// Per read, from measured costs.
+    /// Per read, from measured costs (the default: it never sends a read where it is
+    /// measured to be slower).
+    #[default]
     Adaptive,
 }
 
@@ -111,6 +121,8 @@ pub struct CacheConfig {
     pub threads: u32,
     pub routing: Routing,
     pub threshold: ByteSize,
+    /// Aligned window read and filled around a small miss; 0: off.
+    pub read_around: ByteSize,
     pub max_lenders: u32,
 }
 
@@ -131,10 +143,11 @@ impl Default for CacheConfig {
             reconnect_min: HumanDuration::ms(100),
             reconnect_max: HumanDuration::secs(5),
             max_pending_puts: 256,
-            max_pending_dels: 64,
+            max_pending_dels: 4096,
             threads: 2,
-            routing: Routing::Threshold,
+            routing: Routing::Adaptive,
             threshold: ByteSize::kib(128),
+            read_around: ByteSize::kib(16),
             max_lenders: 64,
         }
     }
@@ -150,6 +163,8 @@ pub const MAX_PENDING: u32 = 65_536;
 pub const MAX_THREADS: u32 = 64;
 /// Most lenders in a set.
 pub const MAX_LENDERS: u32 = 1024;
+/// Largest read-around window.
+pub const MAX_READ_AROUND_BYTES: u64 = 128 << 10;
 /// Largest routing threshold: the largest read the kernel sends through FUSE.
 pub const MAX_THRESHOLD_BYTES: u64 = 1 << 20;
 const _: () = assert!(MAX_THRESHOLD_BYTES.is_multiple_of(BLOCK_BYTES));
@@ -238,6 +253,14 @@ impl CacheConfig {
                 "cache.threshold",
                 format!("{} is not a multiple of 4KiB from 4KiB to 1MiB", self.threshold),
                 "set e.g. 128KiB (paper 000's 32 blocks)",
+            ));
+        }
+        let w = self.read_around.bytes();
+        if !w.is_multiple_of(BLOCK_BYTES) || w > MAX_READ_AROUND_BYTES {
+            return Err(E::invalid(
+                "cache.read_around",
+                format!("{} is not a multiple of 4KiB up to 128KiB", self.read_around),
+                "set e.g. 16KiB, or 0 to turn it off",
             ));
         }
         self.secret()?;
@@ -473,6 +496,11 @@ impl CacheConfig {
             Routing::Adaptive => Router::Adaptive(Adaptive::new()),
         }
     }
+
+    /// The read-around window in blocks (0: off; assumes [`Self::validate`] passed).
+    pub fn read_around_blocks(&self) -> u64 {
+        self.read_around.bytes() / BLOCK_BYTES
+    }
 }
 
 /// "host:port" with a host and a nonzero port (IPv6 addresses in brackets).
@@ -523,7 +551,7 @@ mod tests {
         f.cache.validate().unwrap();
         let v = toml::Value::try_from(CacheConfig::default()).unwrap();
         let keys = v.as_table().unwrap().keys().collect::<Vec<_>>();
-        assert_eq!(keys.len(), 19);
+        assert_eq!(keys.len(), 20);
         for key in keys {
             assert!(TEMPLATE.lines().any(|l| l.starts_with(&format!("{key} ="))), "template lacks cache.{key}");
         }
@@ -549,14 +577,16 @@ mod tests {
         assert_eq!(c.routing, Routing::Adaptive);
         assert_eq!(c.fetch_timeout, HumanDuration::ms(20));
         assert!(matches!(c.router(), Router::Adaptive(_)));
-        let c = CacheConfig { threshold: ByteSize::kib(64), ..CacheConfig::default() };
+        let c = CacheConfig { threshold: ByteSize::kib(64), routing: Routing::Threshold, ..CacheConfig::default() };
+        assert_eq!(CacheConfig::default().routing, Routing::Adaptive, "adaptive is the default");
+        assert_eq!(CacheConfig::default().read_around_blocks(), 4);
         match c.router() {
             Router::Threshold(t) => assert_eq!((t.blocks, t.block_bytes), (16, 4096)),
             r => panic!("{r:?}"),
         }
         let rc = c.remote_config(vec!["127.0.0.1:7411".parse().unwrap()]).unwrap();
         assert_eq!(rc.fetch_timeout, Duration::from_millis(50));
-        assert_eq!((rc.max_pending_puts, rc.max_pending_dels, rc.threads, rc.max_lenders), (256, 64, 2, 64));
+        assert_eq!((rc.max_pending_puts, rc.max_pending_dels, rc.threads, rc.max_lenders), (256, 4096, 2, 64));
         assert!(rc.secret.is_empty());
         let e = toml::from_str::<File>("[cache]\nroutting = \"adaptive\"").err().unwrap().to_string();
         assert!(e.contains("routting"), "{e}");
@@ -571,6 +601,8 @@ mod tests {
             (CacheConfig { threshold: ByteSize(5000), ..d() }, "cache.threshold"),
             (CacheConfig { threshold: ByteSize(0), ..d() }, "cache.threshold"),
             (CacheConfig { threshold: ByteSize::mib(2), ..d() }, "cache.threshold"),
+            (CacheConfig { read_around: ByteSize(6000), ..d() }, "cache.read_around"),
+            (CacheConfig { read_around: ByteSize::kib(256), ..d() }, "cache.read_around"),
             (CacheConfig { fetch_timeout: HumanDuration::ms(0), ..d() }, "cache.fetch_timeout"),
             (CacheConfig { fetch_timeout: HumanDuration::secs(6), ..d() }, "cache.fetch_timeout"),
             (CacheConfig { connect_timeout: HumanDuration::ms(0), ..d() }, "cache.connect_timeout"),

@@ -27,6 +27,7 @@ pub mod data_path;
 pub mod direct;
 pub mod identity;
 pub mod index;
+mod outbox;
 pub mod remote;
 pub mod routing;
 pub mod seal;

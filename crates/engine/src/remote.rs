@@ -4,8 +4,9 @@
 //!
 //! Runs on a small tokio runtime of its own; the FUSE threads call in synchronously
 //! (`Handle::block_on` from outside the runtime). Stores (fills) and deletions
-//! (invalidations) are fire-and-forget, bounded by semaphores: when too many are pending,
-//! new ones are dropped and counted — the disk still has the data.
+//! (invalidations) are fire-and-forget through the [`Outbox`] (`outbox.rs`), which coalesces
+//! them into one batch per lender per millisecond and bounds what is queued or in flight:
+//! past the bound, new ones are dropped and counted — the disk still has the data.
 //!
 //! # A lender set that changes at run time
 //! The set of lenders is an immutable `LenderSet` behind a lock held only long enough to
@@ -34,15 +35,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::index::BlockKey;
+use crate::outbox::{Batch, Outbox, PendingPut};
+use crate::seal::{BlockSeal, Plaintext};
 use bytes::Bytes;
 use farcache_client::{Client, ClientConfig, ClientError, Key, PutStatus};
 use farcache_policy::placement;
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
-use tokio::sync::Semaphore;
-
-use crate::index::BlockKey;
-use crate::seal::{BlockSeal, Plaintext};
 
 /// At most one authentication-failure warning per lender per this interval.
 pub const AUTH_WARN_INTERVAL: Duration = Duration::from_secs(10);
@@ -65,9 +65,10 @@ pub struct RemoteConfig {
     /// First and last wait between reconnection attempts (doubling in between).
     pub reconnect_min: Duration,
     pub reconnect_max: Duration,
-    /// Stores (fills) in flight at once; more are dropped.
+    /// Blocks queued or in flight to lenders (fills) at once; more are dropped.
     pub max_pending_puts: usize,
-    /// Deletions in flight at once; more are dropped (their copies are unreachable anyway).
+    /// Retired keys queued or in flight for deletion at once; more are dropped (their copies
+    /// are unreachable anyway; lenders evict them in time).
     pub max_pending_dels: usize,
     /// Runtime threads for the lender connections.
     pub threads: usize,
@@ -111,7 +112,7 @@ impl RemoteConfig {
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(5),
             max_pending_puts: 256,
-            max_pending_dels: 64,
+            max_pending_dels: 4096,
             threads: 2,
             max_lenders: DEFAULT_MAX_LENDERS,
             seal: Arc::new(Plaintext),
@@ -371,10 +372,10 @@ impl LenderSet {
 pub struct Remote {
     rt: tokio::runtime::Runtime,
     /// Swapped whole on a change; operations clone the `Arc` once and work on that snapshot.
-    set: RwLock<Arc<LenderSet>>,
+    set: Arc<RwLock<Arc<LenderSet>>>,
     cfg: Arc<RemoteConfig>,
-    puts: Arc<Semaphore>,
-    dels: Arc<Semaphore>,
+    /// Fills and deletions on their way, flushed by one task on `rt`.
+    outbox: Arc<Outbox>,
     counters: Arc<RemoteCounters>,
 }
 
@@ -429,14 +430,19 @@ impl Remote {
             .build()?;
         let remote = Remote {
             rt,
-            set: RwLock::new(Arc::new(LenderSet::new(Vec::new()))),
-            puts: Arc::new(Semaphore::new(cfg.max_pending_puts)),
-            dels: Arc::new(Semaphore::new(cfg.max_pending_dels)),
+            set: Arc::new(RwLock::new(Arc::new(LenderSet::new(Vec::new())))),
+            outbox: Arc::new(Outbox::new(cfg.max_pending_puts.max(1), cfg.max_pending_dels.max(1))),
             counters: Arc::new(RemoteCounters::default()),
             cfg: Arc::new(cfg),
         };
         let lenders: Vec<Arc<Lender>> = remote.cfg.servers.iter().map(|a| remote.spawn_lender(*a)).collect();
         *remote.set.write() = Arc::new(LenderSet::new(lenders));
+        remote.rt.spawn(flush_outbox(
+            remote.outbox.clone(),
+            remote.set.clone(),
+            remote.cfg.clone(),
+            remote.counters.clone(),
+        ));
         Ok(remote)
     }
 
@@ -593,74 +599,113 @@ impl Remote {
 
     /// Store `value` under `key` in the background, sealed (on the runtime, off the caller's
     /// thread) with the configured [`BlockSeal`]; `done()` runs once its lender has it.
-    /// Dropped (and `done` never runs) when too many stores are pending or its lender is not
-    /// connected. A lender whose slots are too small for a sealed block gets one error line.
+    /// Queued in the [`Outbox`] and sent within [`crate::outbox::FLUSH_WINDOW`] in one batch
+    /// with the others for its lender. Dropped (and `done` never runs) when
+    /// `max_pending_puts` blocks are already on their way or its lender is not connected. A
+    /// lender whose slots are too small for a sealed block gets one error line.
     pub fn put_async(&self, key: BlockKey, value: Bytes, done: impl FnOnce() + Send + 'static) {
         let set = self.snapshot();
-        let Some((lender, client)) =
-            set.lender_of(&key).and_then(|l| set.lenders[l].live_client().map(|c| (set.lenders[l].clone(), c)))
-        else {
+        if !set.lender_of(&key).is_some_and(|l| set.lenders[l].live_client().is_some()) {
             add(&self.counters.puts_dropped, 1);
             return;
-        };
-        let Ok(permit) = self.puts.clone().try_acquire_owned() else {
+        }
+        if self.outbox.put(PendingPut { key, value, done: Box::new(done) }).is_err() {
             add(&self.counters.puts_dropped, 1);
-            return;
-        };
-        let counters = self.counters.clone();
-        let seal = self.cfg.seal.clone();
-        let timeout = self.cfg.fetch_timeout.max(Duration::from_millis(500));
-        self.rt.spawn(async move {
-            let value = seal.seal_bytes(&key, value);
-            let r = tokio::time::timeout(timeout, client.put(&[(to_key(&key), &value[..])])).await;
-            match r {
-                Ok(Ok(s)) if s.first() == Some(&PutStatus::Stored) => {
-                    add(&counters.puts, 1);
-                    add(&lender.puts, 1);
-                    add(&counters.bytes_to_servers, value.len() as u64);
-                    done();
-                }
-                Ok(Ok(s)) if s.first() == Some(&PutStatus::TooLarge) => {
-                    add(&counters.puts_failed, 1);
-                    lender.slots_too_small(client.hello().max_value_bytes, value.len());
-                }
-                _ => add(&counters.puts_failed, 1),
-            }
-            drop(permit);
-        });
+        }
     }
 
     /// Delete copies that can no longer be named (to free lenders' memory). Best effort:
-    /// sent to each key's lender in the current set.
+    /// queued in the [`Outbox`] and sent, coalesced with the others, to each key's lender in
+    /// the set at the time; dropped past `max_pending_dels` keys on their way.
     pub fn del_async(&self, keys: Vec<BlockKey>) {
-        let set = self.snapshot();
-        if keys.is_empty() || set.lenders.is_empty() {
+        if keys.is_empty() || self.snapshot().lenders.is_empty() {
             return;
         }
-        add(&self.counters.invalidations, keys.len() as u64);
-        let Ok(permit) = self.dels.clone().try_acquire_owned() else {
-            add(&self.counters.invalidations_dropped, keys.len() as u64);
-            return;
-        };
-        let mut by_lender: Vec<Vec<Key>> = vec![Vec::new(); set.lenders.len()];
-        for k in &keys {
-            if let Some(l) = set.lender_of(k) {
-                by_lender[l].push(to_key(k));
+        let n = keys.len() as u64;
+        add(&self.counters.invalidations, n);
+        if !self.outbox.del(keys) {
+            add(&self.counters.invalidations_dropped, n);
+        }
+    }
+}
+
+/// The outbox's flusher: each batch is split by lender (in the set as it is when the batch
+/// leaves) and sent as one PUT and one DEL request per lender, each in a task of its own so
+/// that a slow lender holds back only its own share.
+async fn flush_outbox(
+    outbox: Arc<Outbox>,
+    set: Arc<RwLock<Arc<LenderSet>>>,
+    cfg: Arc<RemoteConfig>,
+    counters: Arc<RemoteCounters>,
+) {
+    let timeout = cfg.fetch_timeout.max(Duration::from_millis(500));
+    loop {
+        let Batch { puts, dels } = outbox.next_batch().await;
+        let set = set.read().clone();
+        let n = set.lenders.len();
+        let mut puts_by: Vec<Vec<PendingPut>> = (0..n).map(|_| Vec::new()).collect();
+        for p in puts {
+            match set.lender_of(&p.key) {
+                Some(l) => puts_by[l].push(p),
+                None => {
+                    add(&counters.puts_dropped, 1);
+                    outbox.puts_sent(1);
+                }
             }
         }
-        let groups: Vec<(Client, Vec<Key>)> = by_lender
-            .into_iter()
-            .enumerate()
-            .filter(|(_, ks)| !ks.is_empty())
-            .filter_map(|(l, ks)| set.lenders[l].live_client().map(|c| (c, ks)))
-            .collect();
-        let timeout = self.cfg.fetch_timeout.max(Duration::from_millis(500));
-        self.rt.spawn(async move {
-            for (client, ks) in groups {
-                let _ = tokio::time::timeout(timeout, client.del(&ks)).await;
+        let mut dels_by: Vec<Vec<Key>> = vec![Vec::new(); n];
+        for k in &dels {
+            match set.lender_of(k) {
+                Some(l) => dels_by[l].push(to_key(k)),
+                None => outbox.dels_sent(1),
             }
-            drop(permit);
-        });
+        }
+        for (l, (puts, dels)) in puts_by.into_iter().zip(dels_by).enumerate() {
+            if puts.is_empty() && dels.is_empty() {
+                continue;
+            }
+            let lender = set.lenders[l].clone();
+            let Some(client) = lender.live_client() else {
+                add(&counters.puts_dropped, puts.len() as u64);
+                outbox.puts_sent(puts.len());
+                outbox.dels_sent(dels.len());
+                continue;
+            };
+            let (outbox, counters, seal) = (outbox.clone(), counters.clone(), cfg.seal.clone());
+            tokio::spawn(async move {
+                if !puts.is_empty() {
+                    let sealed: Vec<(Key, Bytes)> =
+                        puts.iter().map(|p| (to_key(&p.key), seal.seal_bytes(&p.key, p.value.clone()))).collect();
+                    let entries: Vec<(Key, &[u8])> = sealed.iter().map(|(k, v)| (*k, &v[..])).collect();
+                    let r = tokio::time::timeout(timeout, client.put(&entries)).await;
+                    let statuses = match r {
+                        Ok(Ok(s)) => s,
+                        _ => Vec::new(),
+                    };
+                    let count = puts.len();
+                    for (i, p) in puts.into_iter().enumerate() {
+                        match statuses.get(i) {
+                            Some(PutStatus::Stored) => {
+                                add(&counters.puts, 1);
+                                add(&lender.puts, 1);
+                                add(&counters.bytes_to_servers, sealed[i].1.len() as u64);
+                                (p.done)();
+                            }
+                            Some(PutStatus::TooLarge) => {
+                                add(&counters.puts_failed, 1);
+                                lender.slots_too_small(client.hello().max_value_bytes, sealed[i].1.len());
+                            }
+                            _ => add(&counters.puts_failed, 1),
+                        }
+                    }
+                    outbox.puts_sent(count);
+                }
+                if !dels.is_empty() {
+                    let _ = tokio::time::timeout(timeout, client.del(&dels)).await;
+                    outbox.dels_sent(dels.len());
+                }
+            });
+        }
     }
 }
 

@@ -184,6 +184,7 @@ fn stats_count_a_known_sequence_exactly() {
             partial_remote_blocks: 10,
             partial_disk_blocks: 2,
             fills: 13,
+            read_arounds: 0,
             adaptive_remote: 0,
             adaptive_disk: 0,
             adaptive_probes: 0,
@@ -410,4 +411,44 @@ fn random_reads_and_writes_read_the_disks_bytes() {
     }
     let c = e.counters().snapshot();
     assert!(c.partial_hits > 0 && c.remote_reads > 0 && c.disk_reads > 0, "{c:?}");
+}
+
+#[test]
+fn a_small_miss_reads_and_fills_its_aligned_window_and_stays_exact() {
+    let lender = Lender::start("16MiB");
+    let dir = tempfile::tempdir().unwrap();
+    let mut data = pattern(64 * 4096 + 100, 31);
+    let file = backing(&dir, &data);
+    let e = engine(vec![lender.addr]).with_read_around(8);
+    wait("connection", || e.remote().connected() == 1);
+    let puts = || e.remote().counters().puts.load(Ordering::Relaxed);
+    // Block 13 misses: blocks 8..=15 are read from the disk in one read, all eight filled.
+    assert_eq!(&e.read(&file, 13 * 4096 + 5, 100).unwrap()[..], &data[13 * 4096 + 5..13 * 4096 + 105]);
+    wait("8 fills", || puts() == 8 && e.index().remote_blocks() == 8);
+    assert_eq!(e.counters().read_arounds.load(Ordering::Relaxed), 1);
+    assert_eq!(e.disk().backing_counters().unwrap().reads_direct, 1);
+    // Its neighbours are lender hits now, with no disk read.
+    for b in [8u64, 9, 12, 14, 15] {
+        let o = (b * 4096) as usize;
+        assert_eq!(&e.read(&file, b * 4096, 4096).unwrap()[..], &data[o..o + 4096], "block {b}");
+    }
+    assert_eq!(e.counters().remote_reads.load(Ordering::Relaxed), 5);
+    assert_eq!(e.disk().backing_counters().unwrap().reads_direct, 1);
+    // A write into the window retires only what it touched; the next read of that block
+    // is the new bytes (from the disk), its neighbours still hits.
+    e.write(&file, 9 * 4096 + 10, &[0x5A; 50]).unwrap();
+    data[9 * 4096 + 10..9 * 4096 + 60].fill(0x5A);
+    assert_eq!(&e.read(&file, 9 * 4096, 4096).unwrap()[..], &data[9 * 4096..10 * 4096]);
+    assert_eq!(&e.read(&file, 10 * 4096, 4096).unwrap()[..], &data[10 * 4096..11 * 4096]);
+    // A window that runs past the end of the file: the short tail is never cached, the
+    // answer is exact.
+    assert_eq!(&e.read(&file, 60 * 4096, 4096).unwrap()[..], &data[60 * 4096..61 * 4096]);
+    assert_eq!(&e.read(&file, 64 * 4096, 4096).unwrap()[..], &data[64 * 4096..]);
+    wait("fills settle", || common::fills_settled(&e));
+    assert!(e.index().lookup(&e.index().file(file.id()), 64).is_none(), "short tail cached");
+    // A read as large as the window, or across two windows, reads only itself.
+    let before = e.counters().read_arounds.load(Ordering::Relaxed);
+    assert_eq!(&e.read(&file, 23 * 4096, 8192).unwrap()[..], &data[23 * 4096..25 * 4096]);
+    assert_eq!(&e.read(&file, 32 * 4096, 8 * 4096).unwrap()[..], &data[32 * 4096..40 * 4096]);
+    assert_eq!(e.counters().read_arounds.load(Ordering::Relaxed), before);
 }

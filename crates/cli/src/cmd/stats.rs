@@ -164,11 +164,13 @@ fn render_mount(s: &MountStats) -> String {
         "threshold" => format!("threshold: reads of {} or more go to the disk", ByteSize(c.routing.threshold_bytes)),
         "adaptive" => match &c.routing.adaptive {
             Some(a) => format!(
-                "adaptive: {} to lenders, {} to the disk, {} probes; disk {:.0}us + {:.0} MB/s ({} samples), \
-                 lenders {:.0}us + {:.0} MB/s ({} samples)",
+                "adaptive: {} to lenders, {} to the disk, {} lender probes, {} disk probes, {} switches; \
+                 disk {:.0}us + {:.0} MB/s ({} samples), lenders {:.0}us + {:.0} MB/s ({} samples)",
                 e.adaptive_remote,
                 e.adaptive_disk,
                 e.adaptive_probes,
+                a.disk_probes,
+                a.switches,
                 a.disk_access_us,
                 a.disk_bytes_per_us,
                 a.disk_samples,
@@ -200,12 +202,13 @@ fn render_mount(s: &MountStats) -> String {
     );
     let _ = writeln!(
         out,
-        "bytes      {} from lenders, {} to lenders; {} fills ({} dropped, {} failed)",
+        "bytes      {} from lenders, {} to lenders; {} fills ({} dropped, {} failed), {} read-arounds",
         ByteSize(r.bytes_from_servers).approx(),
         ByteSize(r.bytes_to_servers).approx(),
         r.puts,
         r.puts_dropped,
-        r.puts_failed
+        r.puts_failed,
+        e.read_arounds
     );
     let _ = writeln!(
         out,
