@@ -18,13 +18,32 @@ pub struct Config {
 }
 
 impl Config {
-    /// Load `path`, or the defaults when there is none.
+    /// Load `path` (`--config`), or the defaults when there is none.
     pub fn load(path: Option<&Path>) -> anyhow::Result<Config> {
         Ok(match path {
-            Some(p) => farcache_config::load_toml(p)?,
+            Some(p) => Config::load_from("--config", p)?,
             None => Config::default(),
         })
     }
+
+    /// Load `path`, which `flag` names: errors name both, what was expected and the fix.
+    pub fn load_from(flag: &str, path: &Path) -> Result<Config, farcache_config::ConfigError> {
+        farcache_config::load_toml(flag, path)
+    }
+}
+
+/// `[cache]`'s certificate files (`tls_ca`, `tls_cert`, `tls_key`), each error under the
+/// setting that names the file at fault. `CacheConfig::validate` loads them too, but reports
+/// every TLS file problem as `cache.tls_cert`; this runs first so the message names the right
+/// one. Nothing to do unless all three are set without a pre-shared key (`validate` judges the
+/// other combinations).
+pub fn check_cache_tls_files(c: &farcache_engine::config::CacheConfig) -> Result<(), farcache_config::ConfigError> {
+    if !c.tls_psk_file.is_empty() || c.tls_ca.is_empty() || c.tls_cert.is_empty() || c.tls_key.is_empty() {
+        return Ok(());
+    }
+    farcache_tls::client_config(Path::new(&c.tls_ca), Path::new(&c.tls_cert), Path::new(&c.tls_key))
+        .map(drop)
+        .map_err(|e| e.into_config_error(["cache.tls_cert", "cache.tls_key", "cache.tls_ca"]))
 }
 
 #[cfg(test)]

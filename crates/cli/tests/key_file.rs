@@ -1,8 +1,10 @@
 //! Block-key configuration through the real binary: `farcache keygen` writes a private key
 //! and never overwrites one; `farcache mount --key-file` (or cache.key_file) refuses to start
 //! — non-zero exit, a message naming the file, the problem and the fix — on a missing key
-//! file, one open to group or others, or one that does not hold a key; with a good key it
-//! mounts, and its blocks are sealed on the (embedded) lender.
+//! file, one open to group or others, or one that does not hold a key (binary data included:
+//! its fix is the format and `farcache keygen`, never permissions; tests/bad_files.rs tries
+//! every kind of bad file on every command); with a good key it mounts, and its blocks are
+//! sealed on the (embedded) lender.
 
 use std::fs;
 use std::fs::OpenOptions;
@@ -97,7 +99,7 @@ fn a_bad_key_file_stops_the_mount_at_start_naming_the_file_and_the_fix() {
 
     for (content, why) in [
         ("", "it is empty"),
-        ("deadbeef\n", "not 64 hex digits"),
+        ("deadbeef\n", "8 characters long, not 64 hexadecimal characters"),
         (&"xy".repeat(32), "not a hex digit"),
         (&format!("{good}{good}"), "more than one line"),
     ] {
@@ -106,6 +108,14 @@ fn a_bad_key_file_stops_the_mount_at_start_naming_the_file_and_the_fix() {
         assert!(e.contains(&format!("{ks} does not hold a block key")) && e.contains(why), "{content:?}: {e}");
         assert!(e.contains("64 hex digits on one line") && e.contains("farcache keygen"), "{e}");
     }
+
+    // 32 raw bytes (not text): the format and the command that writes one, not permissions.
+    fs::write(&key, (0..32u8).map(|i| 0x80 | i).collect::<Vec<u8>>()).unwrap();
+    fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).unwrap();
+    let e = d.refused(&["--key-file", ks]);
+    assert!(e.contains(&format!("cache.key_file: {ks} holds binary data (32 bytes that are not UTF-8 text)")), "{e}");
+    assert!(e.contains("64 hex digits on one line") && e.contains(&format!("farcache keygen --out {ks}")), "{e}");
+    assert!(!e.contains("readable by") && !e.contains("UTF-8;"), "{e}");
 
     fs::create_dir(d.p("kdir")).unwrap();
     let e = d.refused(&["--key-file", d.p("kdir").to_str().unwrap()]);

@@ -147,7 +147,7 @@ fn bad_psk_files_stop_the_lender_and_the_mount_at_start() {
     for (key, want) in [
         ("psk", vec!["server.tls_psk_file", "open to group or others", "chmod 600"]),
         ("missing", vec!["server.tls_psk_file", "does not exist", "farcache keygen --out"]),
-        ("short", vec!["server.tls_psk_file", "does not hold a pre-shared key", "64 hex digits"]),
+        ("short", vec!["server.tls_psk_file", "does not hold a pre-shared key", "64 hexadecimal characters"]),
     ] {
         let e =
             ServerProcess::try_start(bin(), &[], Some(&s.server_toml(key)), &[]).err().expect("started").to_string();

@@ -1,5 +1,6 @@
 //! Configuration primitives shared by farcache's crates: sizes and durations in human units,
-//! and loading a TOML file so that every error names the key and the fix.
+//! loading a TOML file so that every error names the key and the fix, and reading the small
+//! files settings point at (keys, secrets: `files.rs`) the same way.
 //!
 //! Depends on no other farcache crate.
 
@@ -8,6 +9,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+mod files;
+pub use files::{parse_hex_key32, read_key32_file, read_private_file, read_text_file, KEY32_FORMAT};
 
 /// A size in bytes, written in human units: `4096`, `4KiB`, `512MiB`, `1.5GiB`, `2GB`.
 /// Binary units (KiB, MiB, GiB, TiB) are powers of 1024; decimal ones (KB, MB, GB, TB)
@@ -197,13 +201,16 @@ impl<'de> Deserialize<'de> for HumanDuration {
     }
 }
 
-/// A configuration problem, phrased for the operator: which key, what is wrong, how to fix it.
+/// A configuration problem, phrased for the operator: which key (or flag) and file, what is
+/// wrong, how to fix it.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
-    Read { path: String, source: std::io::Error },
-    #[error("config file {path}: {message}")]
-    Parse { path: String, message: String },
+    /// A configuration file that cannot be read; `origin` is how it was named (`--config`).
+    #[error("{origin} {path}: {problem}; {fix}")]
+    Read { origin: String, path: String, problem: String, fix: String },
+    /// A configuration file that is not TOML, or whose TOML does not fit.
+    #[error("{origin} {path} is not a valid farcache configuration: {message}; {fix}")]
+    Parse { origin: String, path: String, message: String, fix: String },
     #[error("{key}: {problem}; {fix}")]
     Invalid { key: &'static str, problem: String, fix: String },
 }
@@ -214,75 +221,59 @@ impl ConfigError {
     }
 }
 
+/// The fix for a configuration file that is not TOML or does not fit.
+const TOML_FIX: &str = "it must be TOML with a table per role ([server], [mount], [cache]): \
+                        `farcache config` prints the template with every key and its default";
+
+fn parse_error(origin: &str, path: &str, e: toml::de::Error) -> ConfigError {
+    ConfigError::Parse {
+        origin: origin.to_string(),
+        path: path.to_string(),
+        message: e.to_string().trim_end().to_string(),
+        fix: TOML_FIX.to_string(),
+    }
+}
+
 /// Parse TOML text into `T`. Callers' structs use `#[serde(deny_unknown_fields)]`, so a
 /// misspelt key is an error that names it rather than a silently ignored setting.
 pub fn parse_toml<T: serde::de::DeserializeOwned>(path: &str, text: &str) -> Result<T, ConfigError> {
-    toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.to_string(), message: e.to_string() })
+    toml::from_str(text).map_err(|e| parse_error("config file", path, e))
 }
 
-/// Read and parse a TOML file.
-pub fn load_toml<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> Result<T, ConfigError> {
+/// Read and parse a TOML configuration file that `origin` (the flag, e.g. `--config`) names.
+/// Errors name the flag and the file, and tell a missing file, one that cannot be read, one
+/// of binary data and one that is not TOML (or not farcache's) apart, each with its fix.
+pub fn load_toml<T: serde::de::DeserializeOwned>(origin: &str, path: &std::path::Path) -> Result<T, ConfigError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: shown.clone(), source })?;
-    parse_toml(&shown, &text)
-}
-
-/// A 256-bit key from a key file's text (`farcache keygen`): 64 hexadecimal digits (either
-/// case) on one line, surrounding white space and empty lines ignored. The error says what is
-/// wrong, as the end of a sentence starting with the file's name.
-pub fn parse_hex_key32(text: &str) -> Result<[u8; 32], String> {
-    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-    let Some(line) = lines.next() else {
-        return Err("it is empty".into());
+    let read = |problem: String, fix: String| ConfigError::Read {
+        origin: origin.to_string(),
+        path: shown.clone(),
+        problem,
+        fix,
     };
-    if lines.next().is_some() {
-        return Err("it has more than one line".into());
-    }
-    if line.len() != 64 {
-        return Err(format!("its key is {} characters long, not 64 hex digits (32 bytes)", line.len()));
-    }
-    let mut out = [0u8; 32];
-    for (i, pair) in line.as_bytes().chunks(2).enumerate() {
-        let digit = |c: u8| (c as char).to_digit(16);
-        match (digit(pair[0]), digit(pair[1])) {
-            (Some(h), Some(l)) => out[i] = (h * 16 + l) as u8,
-            _ => return Err("its key has a character that is not a hex digit".into()),
+    let template = format!("`farcache config > {shown}` writes the template with every default");
+    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            read("no such file".into(), format!("check the path, or create the file: {template}"))
         }
-    }
-    Ok(out)
-}
-
-/// The text of `path`, a regular file that only its owner can read or write, holding
-/// `what`; errors name `key`, the file and the fix (`create` when it does not exist).
-pub fn read_private_file(
-    key: &'static str,
-    path: &std::path::Path,
-    what: &str,
-    create: &str,
-) -> Result<String, ConfigError> {
-    let shown = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => ConfigError::invalid(key, format!("{shown} does not exist"), create),
-        _ => ConfigError::invalid(key, format!("cannot stat {shown}: {e}"), "point it at a readable file"),
+        std::io::ErrorKind::IsADirectory => {
+            read("is a directory, not a TOML file".into(), format!("point {origin} at the file; {template}"))
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            read("cannot read it: permission denied".into(), "make it readable by the user running farcache".into())
+        }
+        _ => read(format!("cannot read it: {e}"), "make it readable by the user running farcache".into()),
     })?;
-    if !meta.is_file() {
-        return Err(ConfigError::invalid(
-            key,
-            format!("{shown} is not a regular file"),
-            format!("point it at a file holding {what}"),
-        ));
-    }
-    let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(ConfigError::invalid(
-            key,
-            format!("{shown} is open to group or others (mode {mode:03o}): {what} would leak"),
-            format!("run `chmod 600 {shown}`"),
-        ));
-    }
-    std::fs::read_to_string(path).map_err(|e| {
-        ConfigError::invalid(key, format!("cannot read {shown}: {e}"), "make it readable by the mount's user")
-    })
+    let text = String::from_utf8(bytes).map_err(|e| {
+        read(
+            format!(
+                "holds binary data ({} bytes that are not UTF-8 text), not a TOML configuration",
+                e.as_bytes().len()
+            ),
+            format!("point {origin} at a TOML file; {template}"),
+        )
+    })?;
+    toml::from_str(&text).map_err(|e| parse_error(origin, &shown, e))
 }
 
 #[cfg(test)]
@@ -337,21 +328,5 @@ mod tests {
         assert!(e.contains("capacity") && e.contains("unknown unit"), "{e}");
         let e = parse_toml::<C>("x.toml", "capacity = 1\ncapacty = 2").unwrap_err().to_string();
         assert!(e.contains("capacty"), "{e}");
-    }
-
-    #[test]
-    fn hex_files_parse_and_bad_ones_say_why() {
-        let line = "00112233445566778899aabbccddeeff00112233445566778899AABBCCDDEEFF\n";
-        assert_eq!(parse_hex_key32(line).unwrap()[..3], [0x00, 0x11, 0x22]);
-        assert_eq!(parse_hex_key32(line).unwrap()[31], 0xff);
-        for (text, why) in [
-            ("", "empty"),
-            (&line[..63], "characters long"),
-            (&format!("{line}{line}"), "more than one line"),
-            (&format!("{}g", &line[..63]), "not a hex digit"),
-        ] {
-            let e = parse_hex_key32(text).unwrap_err();
-            assert!(e.contains(why), "{text:?}: {e}");
-        }
     }
 }

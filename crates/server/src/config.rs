@@ -158,7 +158,7 @@ impl ServerConfig {
                     (Path::new(&self.tls_cert), Path::new(&self.tls_key), Path::new(&self.tls_client_ca));
                 farcache_tls::server_config(cert, key, ca)
                     .map(Some)
-                    .map_err(|e| ConfigError::invalid("server.tls_cert", e.problem, e.fix))
+                    .map_err(|e| e.into_config_error(["server.tls_cert", "server.tls_key", "server.tls_client_ca"]))
             }
             TlsMode::Psk => {
                 let psk = farcache_tls::psk::read_file("server.tls_psk_file", Path::new(&self.tls_psk_file))?;
@@ -347,20 +347,70 @@ pub fn tenant_secret(t: &TenantConfig) -> Result<Option<Vec<u8>>, ConfigError> {
     let Some(path) = t.secret_file.as_ref() else {
         return Ok(None);
     };
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        ConfigError::invalid(
-            "server.tenant.secret_file",
-            format!("cannot read {}: {e}", path.display()),
-            "point it at a readable file",
-        )
+    let key = "server.tenant.secret_file";
+    let shown = path.display();
+    let write = format!(
+        "write tenant {:?}'s secret (1 to 128 bytes) on the first line of {shown}, or set its secret instead",
+        t.name
+    );
+    let text = farcache_config::read_text_file(key, path, "a secret", &write).map_err(|e| match e {
+        ConfigError::Invalid { key, problem, fix } => {
+            ConfigError::Invalid { key, problem: format!("tenant {:?}: {problem}", t.name), fix }
+        }
+        e => e,
     })?;
     let secret = text.lines().next().unwrap_or("").trim().as_bytes().to_vec();
     if secret.is_empty() || secret.len() > farcache_wire::MAX_SECRET_BYTES {
         return Err(ConfigError::invalid(
-            "server.tenant.secret_file",
-            format!("{}: secret must be 1..=128 bytes on the first line", path.display()),
-            "write the secret on the first line",
+            key,
+            format!(
+                "tenant {:?}: {shown} holds a {}-byte secret on its first line, not 1 to 128 bytes",
+                t.name,
+                secret.len()
+            ),
+            write,
         ));
     }
     Ok(Some(secret))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tenant(secret_file: &Path) -> TenantConfig {
+        TenantConfig {
+            name: "db1".into(),
+            secret: None,
+            secret_file: Some(secret_file.to_path_buf()),
+            limit: None,
+            admin: false,
+        }
+    }
+
+    #[test]
+    fn a_bad_tenant_secret_file_names_the_tenant_the_file_and_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |n: &str| dir.path().join(n);
+        std::fs::write(p("good"), "s3cret\nignored\n").unwrap();
+        assert_eq!(tenant_secret(&tenant(&p("good"))).unwrap().unwrap(), b"s3cret");
+
+        std::fs::write(p("binary"), [0xffu8, 0xfe, 0x00, 0x80]).unwrap();
+        std::fs::write(p("empty"), "").unwrap();
+        std::fs::write(p("long"), "x".repeat(129)).unwrap();
+        for (name, why) in [
+            ("missing", "missing does not exist (no such file)"),
+            ("binary", "binary holds binary data (4 bytes that are not UTF-8 text)"),
+            ("empty", "empty holds a 0-byte secret on its first line, not 1 to 128 bytes"),
+            ("long", "long holds a 129-byte secret on its first line, not 1 to 128 bytes"),
+        ] {
+            let e = tenant_secret(&tenant(&p(name))).unwrap_err().to_string();
+            assert!(e.starts_with("server.tenant.secret_file: tenant \"db1\": "), "{name}: {e}");
+            assert!(e.contains(why), "{name}: {e}");
+            assert!(e.contains("write tenant \"db1\"'s secret (1 to 128 bytes) on the first line of"), "{name}: {e}");
+            assert!(!e.contains("readable"), "{name}: the fix is the contents: {e}");
+        }
+        let e = tenant_secret(&tenant(dir.path())).unwrap_err().to_string();
+        assert!(e.contains("is a directory"), "{e}");
+    }
 }

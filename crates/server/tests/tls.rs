@@ -132,7 +132,9 @@ fn bad_tls_files_fail_at_start_naming_the_problem() {
 
     let e = start_err(ServerConfig { tls_cert: s("missing.pem"), ..pki.server_config() });
     assert!(
-        e.contains("cannot read server certificate") && e.contains("missing.pem") && e.contains("farcache certs"),
+        e.starts_with("server.tls_cert: server certificate ")
+            && e.contains("missing.pem does not exist (no such file)")
+            && e.contains("farcache certs --out DIR"),
         "{e}"
     );
 
@@ -140,8 +142,32 @@ fn bad_tls_files_fail_at_start_naming_the_problem() {
     let e = start_err(ServerConfig { tls_cert: s("garbage.pem"), ..pki.server_config() });
     assert!(e.contains("garbage.pem") && e.contains("no CERTIFICATE"), "{e}");
 
+    // Each file's problem is named by its own setting, with what it must hold and the fix.
+    std::fs::write(pki.p("binary"), [0x30u8, 0x82, 0x01, 0x0a, 0xff, 0x00]).unwrap();
+    std::fs::write(pki.p("empty"), "").unwrap();
+    for (cfg, key, why) in [
+        (ServerConfig { tls_key: s("missing.key"), ..pki.server_config() }, "server.tls_key", "does not exist"),
+        (ServerConfig { tls_key: s("server.pem"), ..pki.server_config() }, "server.tls_key", "is this the certificate"),
+        (ServerConfig { tls_key: s("binary"), ..pki.server_config() }, "server.tls_key", "binary data, DER perhaps"),
+        (ServerConfig { tls_key: s("empty"), ..pki.server_config() }, "server.tls_key", "it is empty"),
+        (ServerConfig { tls_cert: s("server.key"), ..pki.server_config() }, "server.tls_cert", "is this the key file"),
+        (ServerConfig { tls_cert: s("empty"), ..pki.server_config() }, "server.tls_cert", "it is empty"),
+        (ServerConfig { tls_client_ca: s("missing.pem"), ..pki.server_config() }, "server.tls_client_ca", "no such"),
+        (ServerConfig { tls_client_ca: s("binary"), ..pki.server_config() }, "server.tls_client_ca", "binary data"),
+        (
+            ServerConfig { tls_client_ca: s("garbage.pem"), ..pki.server_config() },
+            "server.tls_client_ca",
+            "text without a -----BEGIN",
+        ),
+    ] {
+        let e = start_err(cfg);
+        assert!(e.starts_with(&format!("{key}: ")) && e.contains(why), "{key} {why}: {e}");
+        let holds = if key == "server.tls_key" { "a PEM private key" } else { "PEM certificate" };
+        assert!(e.contains(holds) && e.contains("generate new ones with farcache certs"), "{e}");
+    }
+
     let e = start_err(ServerConfig { tls_key: s("client.key"), ..pki.server_config() });
-    assert!(e.contains("does not go with certificate"), "{e}");
+    assert!(e.starts_with("server.tls_key: ") && e.contains("does not go with certificate"), "{e}");
 
     let e = start_err(ServerConfig { tls_cert: s("expired.pem"), tls_key: s("expired.key"), ..pki.server_config() });
     assert!(e.contains("expired.pem expired on") && e.contains("generate new ones with farcache certs"), "{e}");

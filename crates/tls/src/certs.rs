@@ -27,7 +27,7 @@ pub struct Ca {
 }
 
 fn gen_err(e: rcgen::Error) -> TlsError {
-    TlsError { problem: format!("cannot generate a certificate: {e}"), fix: "report this as a bug".into() }
+    crate::err(format!("cannot generate a certificate: {e}"), "report this as a bug")
 }
 
 /// `not_before`/`not_after` for `valid_days` from now (or ending `-valid_days` ago).
@@ -105,11 +105,13 @@ pub fn write_new(dir: &Path, name: &str, text: &str, private: bool) -> Result<Pa
                 } else {
                     "choose a writable --out directory".into()
                 },
+                file: None,
             },
         )?;
     f.write_all(text.as_bytes()).map_err(|e| TlsError {
         problem: format!("cannot write {}: {e}", path.display()),
         fix: "check the disk".into(),
+        file: None,
     })?;
     Ok(path)
 }

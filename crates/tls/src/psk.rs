@@ -145,18 +145,14 @@ pub fn client_config(psk: &[u8; PSK_BYTES], client_name: &str) -> Result<Arc<rus
     Ok(Arc::new(cfg))
 }
 
-/// A pre-shared key from a private file (`farcache keygen`), errors naming `key` and the fix.
+/// A pre-shared key from a private file (`farcache keygen`): errors name `key`, the file,
+/// what it must hold ([`farcache_config::KEY32_FORMAT`]) and the fix.
 pub fn read_file(key: &'static str, path: &std::path::Path) -> Result<[u8; PSK_BYTES], farcache_config::ConfigError> {
-    let shown = path.display();
-    let create = format!("create one with `farcache keygen --out {shown}` and copy it to every lender and mount");
-    let text = farcache_config::read_private_file(key, path, "the pre-shared key", &create)?;
-    farcache_config::parse_hex_key32(&text).map_err(|why| {
-        farcache_config::ConfigError::invalid(
-            key,
-            format!("{shown} does not hold a pre-shared key: {why}"),
-            format!("it must hold 32 random bytes as 64 hex digits on one line; {create}"),
-        )
-    })
+    let create = format!(
+        "create one with `farcache keygen --out {}` and copy it to every lender and mount (mode 600)",
+        path.display()
+    );
+    farcache_config::read_key32_file(key, path, "a pre-shared key", &create)
 }
 
 #[cfg(test)]

@@ -15,9 +15,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     match a.check {
         None => print!("{TEMPLATE}"),
         Some(path) => {
-            let cfg = Config::load(Some(&path))?;
+            let cfg = Config::load_from("--check", &path)?;
             cfg.server.validate()?;
             cfg.mount.validate()?;
+            crate::config::check_cache_tls_files(&cfg.cache)?;
             cfg.cache.validate()?;
             print!("{}", toml::to_string(&cfg)?);
         }

@@ -10,13 +10,31 @@ pub mod randread;
 pub mod server;
 pub mod stats;
 
-/// The secret in the first line of `path` (for `--secret-file`), or none.
+/// The secret in the first line of `path` (for `--secret-file`), or none. Refuses, naming
+/// the flag, the file and the fix, a file that is missing, unreadable, binary, or whose first
+/// line is not 1 to 128 bytes (what a tenant secret is, server.tenant.secret_file).
 pub fn read_secret_file(path: Option<&std::path::Path>) -> anyhow::Result<Vec<u8>> {
-    use anyhow::Context;
     let Some(p) = path else { return Ok(Vec::new()) };
-    let text = std::fs::read_to_string(p).with_context(|| format!("cannot read --secret-file {}", p.display()))?;
-    Ok(text.lines().next().unwrap_or("").trim().as_bytes().to_vec())
+    let write = format!(
+        "write the tenant's secret (1 to 128 bytes, as the lender's [[server.tenant]] has it) on the first line \
+         of {}",
+        p.display()
+    );
+    let text = farcache_config::read_text_file("--secret-file", p, "a secret", &write)?;
+    let secret = text.lines().next().unwrap_or("").trim().as_bytes().to_vec();
+    if secret.is_empty() || secret.len() > farcache_wire::MAX_SECRET_BYTES {
+        return Err(farcache_config::ConfigError::invalid(
+            "--secret-file",
+            format!("{} holds a {}-byte secret on its first line, not 1 to 128 bytes", p.display(), secret.len()),
+            write,
+        )
+        .into());
+    }
+    Ok(secret)
 }
+
+/// How [`TlsArgs`]'s certificate files are named in errors: certificate, key, CA.
+const TLS_FLAGS: [&str; 3] = ["--tls-cert", "--tls-key", "--tls-ca"];
 
 /// `--tls-ca`, `--tls-cert`, `--tls-key`, `--tls-server-name`: TLS 1.3 with a client
 /// certificate, for commands that connect to lenders.
@@ -54,7 +72,7 @@ impl TlsArgs {
         let (Some(ca), Some(cert), Some(key)) = (&self.tls_ca, &self.tls_cert, &self.tls_key) else {
             return Ok(None);
         };
-        let config = farcache_tls::client_config(ca, cert, key)?;
+        let config = farcache_tls::client_config(ca, cert, key).map_err(|e| e.into_config_error(TLS_FLAGS))?;
         let name = self.tls_server_name.clone().unwrap_or_else(|| {
             let h = host.rsplit_once(':').map_or(host, |(h, _)| h);
             h.trim_start_matches('[').trim_end_matches(']').to_owned()
@@ -69,7 +87,7 @@ impl TlsArgs {
         let Some(cert) = &self.tls_cert else {
             return Ok(given.unwrap_or(default).to_string());
         };
-        let certs = farcache_tls::load_certs(cert, "client certificate")?;
+        let certs = farcache_tls::load_certs(cert, "client certificate").map_err(|e| e.into_config_error(TLS_FLAGS))?;
         let Some(cn) = certs.first().and_then(farcache_tls::common_name) else {
             anyhow::bail!(
                 "client certificate {} has no common name, and lenders take the tenant from it; \

@@ -190,6 +190,7 @@ fn settings(a: &Args) -> anyhow::Result<crate::config::Config> {
     }
     a.tls.apply(&mut c.cache);
     if !a.no_remote {
+        crate::config::check_cache_tls_files(&c.cache)?;
         c.cache.tenant_from_certificate()?;
         c.cache.validate()?;
     }
