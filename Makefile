@@ -5,7 +5,7 @@ BIN := target/release/farcache
 
 .PHONY: run test bench deps build fuzz lint clean
 
-## make run: build, then mount a directory on embedded defaults, read it at random twice, show the counters.
+## make run: build, then random reads on an emulated slow disk, passthrough vs farcache (embedded lender), side by side.
 run: deps build
 	./scripts/run-demo.sh
 
