@@ -13,10 +13,11 @@
 //!   span is the whole read, it reads the whole-block range from the disk. Either way it sends
 //!   the full blocks it read from the disk that no lender holds to their lenders in the
 //!   background (a *fill*). A read routed to the disk goes straight there and fills nothing.
-//! - *Read-around*: a small read that misses entirely reads the aligned window of
-//!   `read_around` blocks that holds it (when the router says the wider read costs the disk
-//!   little more: an operation-bound disk) and fills the lenders with all of it, so that the
-//!   neighbours the kernel's readahead asks for on a later pass are on the lenders too.
+//! - *Read-around*: a small read routed to the lenders that misses entirely reads the aligned
+//!   window of `read_around` blocks that holds it and fills the lenders with all of it, so
+//!   that the neighbours the kernel's readahead asks for on a later pass are on the lenders
+//!   too. On a disk bound by operations (a cloud volume's IOPS cap, a seek) the wider read
+//!   costs nothing more; on one bound by bytes, 16 KiB is still far below a stream's share.
 //!   The adaptive rule times every fetch and every disk read, partial hits' included.
 //! - Writes, truncates and fallocates go to the disk first; then the blocks they touched get
 //!   new versions in the index (their old copies become unreachable; the other blocks of
@@ -163,17 +164,13 @@ impl<D: DataPath> CachedPath<D> {
     }
 
     /// The blocks a miss of blocks `first..=last` reads from the disk: the aligned
-    /// read-around window that holds them when it is larger and the router says it pays,
-    /// else just them.
+    /// read-around window that holds them when it is larger, else just them.
     fn read_window(&self, first: u64, last: u64) -> (u64, u64) {
         let w = self.read_around;
         if w <= 1 || last - first + 1 >= w || first / w != last / w {
             return (first, last);
         }
         let lo = first / w * w;
-        if !self.routing.read_around_pays((last - first + 1) * BLOCK_BYTES, w * BLOCK_BYTES) {
-            return (first, last);
-        }
         add(&self.counters.read_arounds, 1);
         (lo, lo + w - 1)
     }
@@ -233,13 +230,27 @@ impl<D: DataPath> CachedPath<D> {
 
     /// A disk read, timed for the adaptive rule.
     fn disk_read(&self, file: &BackingFile, offset: u64, len: usize, sequential: bool) -> io::Result<Bytes> {
+        self.disk_read_for(file, offset, len, sequential, len)
+    }
+
+    /// [`Self::disk_read`] of `len` bytes read for a request of `asked` bytes: the rule
+    /// learns what the request cost (a read-around window costs what its read cost, not
+    /// more bytes at the disk's rate).
+    fn disk_read_for(
+        &self,
+        file: &BackingFile,
+        offset: u64,
+        len: usize,
+        sequential: bool,
+        asked: usize,
+    ) -> io::Result<Bytes> {
         if !self.routing.measures() {
             return self.disk.read(file, offset, len);
         }
         let t = Instant::now();
         let data = self.disk.read(file, offset, len)?;
         if !data.is_empty() {
-            self.routing.disk_read(data.len() as u64, sequential, t.elapsed());
+            self.routing.disk_read(data.len().min(asked) as u64, sequential, t.elapsed());
         }
         Ok(data)
     }
@@ -258,11 +269,12 @@ impl<D: DataPath> CachedPath<D> {
     ) -> io::Result<Bytes> {
         let first = offset / BLOCK_BYTES;
         let last = (offset + len as u64 - 1) / BLOCK_BYTES;
+        let asked = ((last - first + 1) * BLOCK_BYTES) as usize;
         let (first, last) = if around { self.read_window(first, last) } else { (first, last) };
         // Tickets before the disk read: a write landing after this point voids them.
         let tickets: Vec<_> = (first..=last).map(|b| self.index.fill_start(f, b)).collect();
         let start = first * BLOCK_BYTES;
-        let data = self.disk_read(file, start, ((last - first + 1) * BLOCK_BYTES) as usize, sequential)?;
+        let data = self.disk_read_for(file, start, ((last - first + 1) * BLOCK_BYTES) as usize, sequential, asked)?;
         for t in tickets {
             let from = ((t.key.block - first) * BLOCK_BYTES) as usize;
             if data.len() < from + BLOCK_BYTES as usize {
@@ -296,6 +308,10 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         if d.route == Route::Disk {
             if !d.adaptive {
                 add(&self.counters.sequential_bypasses, 1);
+            }
+            if d.fill {
+                let f = self.index.file(file.id());
+                return self.read_and_fill(file, &f, offset, len, d.sequential, false);
             }
             return self.disk_read(file, offset, len, d.sequential);
         }

@@ -48,6 +48,10 @@ use serde::{Deserialize, Serialize};
 pub const AUTH_WARN_INTERVAL: Duration = Duration::from_secs(10);
 const NEVER: u64 = u64::MAX;
 
+/// Most blocks in one PUT request of the outbox's: a fetch behind it on a 1 Gbit/s link
+/// waits at most about 0.3 ms.
+pub const PUT_REQUEST_BLOCKS: usize = 8;
+
 /// Default for [`RemoteConfig::max_lenders`].
 pub const DEFAULT_MAX_LENDERS: usize = 64;
 
@@ -605,7 +609,7 @@ impl Remote {
     /// lender whose slots are too small for a sealed block gets one error line.
     pub fn put_async(&self, key: BlockKey, value: Bytes, done: impl FnOnce() + Send + 'static) {
         let set = self.snapshot();
-        if !set.lender_of(&key).is_some_and(|l| set.lenders[l].live_client().is_some()) {
+        if set.lender_of(&key).is_none_or(|l| set.lenders[l].live_client().is_none()) {
             add(&self.counters.puts_dropped, 1);
             return;
         }
@@ -677,14 +681,26 @@ async fn flush_outbox(
                     let sealed: Vec<(Key, Bytes)> =
                         puts.iter().map(|p| (to_key(&p.key), seal.seal_bytes(&p.key, p.value.clone()))).collect();
                     let entries: Vec<(Key, &[u8])> = sealed.iter().map(|(k, v)| (*k, &v[..])).collect();
-                    let r = tokio::time::timeout(timeout, client.put(&entries)).await;
-                    let statuses = match r {
-                        Ok(Ok(s)) => s,
-                        _ => Vec::new(),
-                    };
+                    // Small requests, pipelined: a fetch waits behind at most one of them on
+                    // the link, not behind a whole batch (1 MiB is 8 ms on 1 Gbit/s).
+                    let client = &client;
+                    let parts = join_all(entries.chunks(PUT_REQUEST_BLOCKS).map(|part| async move {
+                        match tokio::time::timeout(timeout, client.put(part)).await {
+                            Ok(Ok(s)) => s,
+                            _ => Vec::new(),
+                        }
+                    }))
+                    .await;
+                    let mut statuses = Vec::with_capacity(entries.len());
+                    for (part, s) in entries.chunks(PUT_REQUEST_BLOCKS).zip(parts) {
+                        let got = s.len();
+                        statuses.extend(s.into_iter().map(Some));
+                        // A failed request: its blocks failed.
+                        statuses.extend(std::iter::repeat_n(None, part.len() - got.min(part.len())));
+                    }
                     let count = puts.len();
                     for (i, p) in puts.into_iter().enumerate() {
-                        match statuses.get(i) {
+                        match statuses.get(i).copied().flatten() {
                             Some(PutStatus::Stored) => {
                                 add(&counters.puts, 1);
                                 add(&lender.puts, 1);

@@ -80,26 +80,103 @@ impl Ewma {
     pub fn get(&self) -> f64 {
         self.value
     }
+
+    /// Add `sample` with the weight `weight` instead of the average's own (for samples that
+    /// must move it faster).
+    pub fn add_with(&mut self, sample: f64, weight: f64) {
+        if !sample.is_finite() || sample < 0.0 || !(weight > 0.0 && weight <= 1.0) {
+            return;
+        }
+        self.value = if self.seeded { self.value + weight * (sample - self.value) } else { sample };
+        self.seeded = true;
+    }
 }
 
+/// A lender round trip this many times the current estimate is a lender in trouble (hung,
+/// overloaded, a link that drops): it moves the estimate by [`SPIKE_WEIGHT`] instead of a
+/// tenth, so that reads leave a failing lender after one such fetch. The disk is the truth:
+/// quick to leave the lenders, slow to come back.
+pub const SPIKE_FACTOR: f64 = 10.0;
+/// See [`SPIKE_FACTOR`].
+pub const SPIKE_WEIGHT: f64 = 0.5;
+
 /// Decides per read from measured costs: a read goes to the lenders when its expected time
-/// there is lower than on the disk. Costs are a fixed access time plus bytes over a rate,
-/// each tracked as a moving average of what the engine measured:
+/// there is lower than on the disk.
+///
+/// What a read of a given size costs is measured directly: a moving average of the time per
+/// *size class* (4 KiB, 8 KiB, … 1 MiB, by powers of two), for the disk (random and
+/// sequential reads apart) and for the lenders. A class with fewer than
+/// [`CLASS_MIN_SAMPLES`] samples is estimated from a model instead — a fixed access time
+/// plus bytes over a rate, each a moving average of the same samples:
 ///
 /// - disk: access time of a non-sequential read, and throughput of sequential reads (a read
 ///   that continues a stream pays no access time);
 /// - lenders: round-trip time of a one-block fetch, and throughput of batched fetches.
 ///
+/// Measured classes come first because a rate-limited disk (a cloud volume's IOPS cap, a
+/// blkio throttle) is not access plus bytes over a rate: a 16 KiB read costs what a 4 KiB
+/// one does until the byte cap binds, and readahead that happens to follow a random read
+/// looks like a slow "stream". The model only fills the gaps.
+///
 /// The engine feeds every timed disk read to [`Adaptive::observe_disk`] and every timed fetch
 /// to [`Adaptive::observe_remote`]. Each sample moves its average by a tenth of the
-/// difference: one fetch that waits out a 50 ms `fetch_timeout` raises the lenders' round
-/// trip by 5 ms, so against an 8 ms disk the second such fetch sends reads to the disk.
+/// difference, a lender spike (see [`SPIKE_FACTOR`]) by half.
 #[derive(Clone, Copy, Debug)]
 pub struct Adaptive {
     pub disk_access_us: Ewma,
     pub disk_bytes_per_us: Ewma,
     pub remote_access_us: Ewma,
     pub remote_bytes_per_us: Ewma,
+    /// Per size class: disk reads, random (`[0]`) and sequential (`[1]`), and fetches.
+    disk_class: [[Class; SIZE_CLASSES]; 2],
+    remote_class: [Class; SIZE_CLASSES],
+}
+
+/// Size classes: 4 KiB << i for i in 0..SIZE_CLASSES (4 KiB … 1 MiB).
+pub const SIZE_CLASSES: usize = 9;
+/// A class's own average is used once it has this many samples.
+pub const CLASS_MIN_SAMPLES: u32 = 8;
+
+/// The measured time of reads of one size class.
+#[derive(Clone, Copy, Debug)]
+struct Class {
+    us: Ewma,
+    samples: u32,
+}
+
+impl Class {
+    const EMPTY: Class = Class { us: Ewma { value: 0.0, weight: 0.1, seeded: false }, samples: 0 };
+
+    fn get(&self) -> Option<f64> {
+        (self.samples >= CLASS_MIN_SAMPLES).then(|| self.us.get())
+    }
+
+    fn add(&mut self, us: f64, spiky: bool) {
+        if !us.is_finite() || us < 0.0 {
+            return;
+        }
+        if spiky && self.us.seeded && us > SPIKE_FACTOR * self.us.get() {
+            self.us.add_with(us, SPIKE_WEIGHT);
+        } else {
+            self.us.add(us);
+        }
+        self.samples = self.samples.saturating_add(1);
+    }
+}
+
+/// One size class's measurements: (mean µs, samples) per side, `None` if never measured.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ClassEstimate {
+    pub bytes: u64,
+    pub disk_random: Option<(f64, u32)>,
+    pub disk_sequential: Option<(f64, u32)>,
+    pub remote: Option<(f64, u32)>,
+}
+
+/// The size class of a read of `len` bytes (`len > 0`).
+fn class_of(len: u64) -> usize {
+    let blocks = len.div_ceil(4096).max(1);
+    (blocks.next_power_of_two().trailing_zeros() as usize).min(SIZE_CLASSES - 1)
 }
 
 impl Adaptive {
@@ -112,17 +189,48 @@ impl Adaptive {
             disk_bytes_per_us: Ewma::new(120.0, 0.1),
             remote_access_us: Ewma::new(100.0, 0.1),
             remote_bytes_per_us: Ewma::new(100.0, 0.1),
+            disk_class: [[Class::EMPTY; SIZE_CLASSES]; 2],
+            remote_class: [Class::EMPTY; SIZE_CLASSES],
         }
     }
 
-    /// Expected microseconds to read `len` bytes from the disk.
+    /// Expected microseconds to read `len` bytes from the disk: the measured time of its
+    /// size class, or the model's.
     pub fn disk_us(&self, len: u64, sequential: bool) -> f64 {
+        self.disk_class[sequential as usize][class_of(len)].get().unwrap_or_else(|| self.disk_model_us(len, sequential))
+    }
+
+    /// Expected microseconds to fetch `len` bytes from the lenders: the measured time of its
+    /// size class, or the model's.
+    pub fn remote_us(&self, len: u64) -> f64 {
+        self.remote_class[class_of(len)].get().unwrap_or_else(|| self.remote_model_us(len))
+    }
+
+    /// The measured classes: for each size (bytes), the mean µs of random and of sequential
+    /// disk reads and of fetches, each with its number of samples.
+    pub fn classes(&self) -> Vec<ClassEstimate> {
+        (0..SIZE_CLASSES)
+            .map(|i| {
+                let c = |c: &Class| (c.samples > 0).then(|| (c.us.get(), c.samples));
+                ClassEstimate {
+                    bytes: 4096 << i,
+                    disk_random: c(&self.disk_class[0][i]),
+                    disk_sequential: c(&self.disk_class[1][i]),
+                    remote: c(&self.remote_class[i]),
+                }
+            })
+            .filter(|e| e.disk_random.is_some() || e.disk_sequential.is_some() || e.remote.is_some())
+            .collect()
+    }
+
+    /// The model's microseconds to read `len` bytes from the disk.
+    pub fn disk_model_us(&self, len: u64, sequential: bool) -> f64 {
         let access = if sequential { 0.0 } else { self.disk_access_us.get() };
         access + len as f64 / self.disk_bytes_per_us.get().max(1e-3)
     }
 
-    /// Expected microseconds to fetch `len` bytes from the lenders.
-    pub fn remote_us(&self, len: u64) -> f64 {
+    /// The model's microseconds to fetch `len` bytes from the lenders.
+    pub fn remote_model_us(&self, len: u64) -> f64 {
         self.remote_access_us.get() + len as f64 / self.remote_bytes_per_us.get().max(1e-3)
     }
 
@@ -143,6 +251,7 @@ impl Adaptive {
         if len == 0 || !us.is_finite() || us < 0.0 {
             return;
         }
+        self.disk_class[sequential as usize][class_of(len)].add(us, false);
         if sequential {
             self.disk_bytes_per_us.add(len as f64 / us.max(MIN_SAMPLE_US));
         } else {
@@ -159,9 +268,15 @@ impl Adaptive {
         if len == 0 || !us.is_finite() || us < 0.0 {
             return;
         }
+        self.remote_class[class_of(len)].add(us, true);
         if len <= ACCESS_SAMPLE_MAX_BYTES {
             let transfer = len as f64 / self.remote_bytes_per_us.get().max(1e-3);
-            self.remote_access_us.add((us - transfer).max(0.0));
+            let sample = (us - transfer).max(0.0);
+            if sample > SPIKE_FACTOR * self.remote_access_us.get() {
+                self.remote_access_us.add_with(sample, SPIKE_WEIGHT);
+            } else {
+                self.remote_access_us.add(sample);
+            }
         } else {
             // What is left after the round trip moved the bytes; at least a quarter of the
             // whole, so that a noisy round-trip estimate cannot make the rate explode.
@@ -260,6 +375,7 @@ mod tests {
         assert_eq!(a.route(4096, false), Route::Remote, "the prior lender is still faster");
         a.observe_remote(4096, 50_000.0);
         assert_eq!(a.route(4096, false), Route::Disk);
+        assert!(a.remote_access_us.get() > 20_000.0, "one timed-out fetch moves the estimate by half");
         // A disk throttled to 20 ms per access against a healthy lender (300 µs): reads of
         // 192 KiB — past paper 000's n — still go remote.
         let mut a = Adaptive::new();
@@ -267,6 +383,42 @@ mod tests {
         a.observe_remote(4096, 300.0);
         assert_eq!(Threshold::PAPER.route(192 << 10), Route::Disk);
         assert_eq!(a.route(192 << 10, false), Route::Remote);
+    }
+
+    #[test]
+    fn size_classes_cover_4k_to_1m() {
+        assert_eq!(class_of(1), 0);
+        assert_eq!(class_of(4096), 0);
+        assert_eq!(class_of(4097), 1);
+        assert_eq!(class_of(8192), 1);
+        assert_eq!(class_of(12288), 2);
+        assert_eq!(class_of(1 << 20), 8);
+        assert_eq!(class_of(64 << 20), 8);
+    }
+
+    #[test]
+    fn a_rate_limited_disk_is_judged_by_what_its_reads_took() {
+        // An IOPS-capped disk: 4 KiB and 16 KiB random reads both take 330 µs, sequential
+        // 16 KiB readahead too. The additive model would call that a 30 MB/s stream and an
+        // access time of almost nothing; the measured classes say what each read costs.
+        let mut a = Adaptive::new();
+        for _ in 0..CLASS_MIN_SAMPLES {
+            a.observe_disk(4096, false, 330.0);
+            a.observe_disk(16384, false, 330.0);
+            a.observe_disk(16384, true, 330.0);
+            a.observe_remote(4096, 110.0);
+        }
+        assert!((a.disk_us(4096, false) - 330.0).abs() < 1e-6);
+        assert!((a.disk_us(16384, false) - 330.0).abs() < 1e-6);
+        assert!((a.disk_us(16384, true) - 330.0).abs() < 1e-6);
+        assert!((a.remote_us(4096) - 110.0).abs() < 1e-6);
+        assert_eq!(a.route(4096, false), Route::Remote);
+        // An unmeasured class falls back to the model.
+        assert_eq!(a.disk_us(1 << 20, true), a.disk_model_us(1 << 20, true));
+        // A lender spike moves its class by half.
+        a.observe_remote(4096, 50_000.0);
+        assert!(a.remote_us(4096) > 20_000.0);
+        assert_eq!(a.route(4096, false), Route::Disk);
     }
 
     #[test]

@@ -154,6 +154,9 @@ pub struct PaperOptions {
     pub link_rate: Option<String>,
     /// The lenders' eviction policy (default: the server's default).
     pub policy: Option<String>,
+    /// farcache's routing rule (`--routing` of its mounts; default: the mount's default).
+    #[serde(default)]
+    pub routing: Option<String>,
     pub seed: u64,
     /// O_DIRECT 4 KiB reads per probe (the disk's and a remote hit's read time); 0 = none.
     pub probe_reads: u64,
@@ -191,6 +194,7 @@ impl PaperOptions {
             lender_capacity_bytes: 1228 * MIB,
             link_rate: Some("1gbit".into()),
             policy: None,
+            routing: None,
             seed: 0x000D_C5EE,
             probe_reads: 3000,
             pgbench_secs: 30,

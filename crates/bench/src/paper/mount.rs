@@ -51,6 +51,7 @@ impl MountDaemon {
         backing: &Path,
         mnt: &Path,
         lenders: Option<&[std::net::SocketAddr]>,
+        routing: Option<&str>,
         cgroups: &[&Cgroup],
         log: &Path,
     ) -> Result<MountDaemon> {
@@ -63,6 +64,9 @@ impl MountDaemon {
             Some(addrs) => {
                 for a in addrs {
                     cmd.arg("--server").arg(a.to_string());
+                }
+                if let Some(r) = routing {
+                    cmd.arg("--routing").arg(r);
                 }
             }
         }

@@ -365,6 +365,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
             &tb.ext4,
             &tb.mnt,
             lenders.as_ref().map(|l| &l.addrs[..]),
+            o.routing.as_deref(),
             &[&mem, &tb.blkio],
             &log,
         )?)

@@ -258,7 +258,15 @@ fn run_one(
     let addrs: Vec<_> = lenders.as_ref().map(|l| l.addrs.clone()).unwrap_or_default();
     let mut mount = if cfg.through_mount() {
         let remote = lenders.as_ref().map(|l| &l.addrs[..]);
-        Some(MountDaemon::start(&o.exe, &tb.ext4, &tb.mnt, remote, &[&mem, &tb.blkio], &log("mount"))?)
+        Some(MountDaemon::start(
+            &o.exe,
+            &tb.ext4,
+            &tb.mnt,
+            remote,
+            o.routing.as_deref(),
+            &[&mem, &tb.blkio],
+            &log("mount"),
+        )?)
     } else {
         None
     };

@@ -429,7 +429,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, setup: &TpchSetup, cfg: Co
     let mut mount = if cfg.through_mount() {
         let log = tb.logs.join(format!("tpch-{}.mount.log", cfg.name()));
         let remote = lenders.as_ref().map(|l| &l.addrs[..]);
-        Some(MountDaemon::start(&o.exe, &tb.ext4, &tb.mnt, remote, &[&mem, &tb.blkio], &log)?)
+        Some(MountDaemon::start(&o.exe, &tb.ext4, &tb.mnt, remote, o.routing.as_deref(), &[&mem, &tb.blkio], &log)?)
     } else {
         None
     };

@@ -72,6 +72,9 @@ struct PaperArgs {
     /// The lenders' eviction policy (default: the server's).
     #[arg(long)]
     policy: Option<String>,
+    /// farcache's routing rule, `threshold` or `adaptive` (default: the mount's default).
+    #[arg(long, value_parser = ["threshold", "adaptive"])]
+    routing: Option<String>,
     /// O_DIRECT 4 KiB probe reads per randread configuration (0: no probes).
     #[arg(long)]
     probe_reads: Option<u64>,
@@ -302,6 +305,7 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
     }
     o.link_rate = (a.link != "none").then_some(a.link);
     o.policy = a.policy;
+    o.routing = a.routing;
     if let Some(n) = a.probe_reads {
         o.probe_reads = n;
     }

@@ -289,7 +289,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 Routing::Adaptive => "adaptive: each read where measured costs say it finishes sooner".to_string(),
             }
         );
-        let c = Arc::new(CachedPath::new(DirectPath::new(), remote, cache.router()));
+        let c = Arc::new(
+            CachedPath::new(DirectPath::new(), remote, cache.router()).with_read_around(cache.read_around_blocks()),
+        );
         (c.clone(), Engine::Cached(c), tier)
     };
     let control = Arc::new(MountControl {

@@ -164,12 +164,11 @@ fn render_mount(s: &MountStats) -> String {
         "threshold" => format!("threshold: reads of {} or more go to the disk", ByteSize(c.routing.threshold_bytes)),
         "adaptive" => match &c.routing.adaptive {
             Some(a) => format!(
-                "adaptive: {} to lenders, {} to the disk, {} lender probes, {} disk probes, {} switches; \
+                "adaptive: {} to lenders, {} to the disk, {} probes, {} switches; \
                  disk {:.0}us + {:.0} MB/s ({} samples), lenders {:.0}us + {:.0} MB/s ({} samples)",
                 e.adaptive_remote,
                 e.adaptive_disk,
                 e.adaptive_probes,
-                a.disk_probes,
                 a.switches,
                 a.disk_access_us,
                 a.disk_bytes_per_us,
