@@ -124,9 +124,14 @@ fn stats_show_hits_on_the_second_pass() {
 
     let hits = u(&after, "remote.hits") - u(&mid, "remote.hits");
     assert!(hits >= 1800, "second pass: {hits} hits of 2048\n{after:#}");
-    // The first pass found nothing in the index: small reads from the disk, lenders not asked.
-    assert!(u(&mid, "engine.disk_reads") >= 2048, "{mid:#}");
-    assert_eq!(u(&mid, "remote.hits"), 0, "{mid:#}");
+    // The first pass: each miss read its aligned 16 KiB read-around window from the disk and
+    // filled all of it, so a neighbour read later may already be a lender hit. Every read was
+    // one or the other, and every window was read from the disk at most once per block read.
+    let (disk1, remote1) = (u(&mid, "engine.disk_reads"), u(&mid, "engine.remote_reads"));
+    assert_eq!(disk1 + remote1, 2048, "{mid:#}");
+    assert!(disk1 >= 2048 / 4, "{mid:#}");
+    assert_eq!(u(&mid, "engine.read_arounds"), disk1, "{mid:#}");
+    assert_eq!(u(&mid, "remote.hits"), remote1, "{mid:#}");
     assert!(u(&after, "remote.bytes_from_servers") >= hits * 4096);
     assert!(u(&mid, "remote.bytes_to_servers") >= 2000 * 4096, "{mid:#}");
     assert!(u(&after, "engine.remote_reads") - u(&mid, "engine.remote_reads") >= 1800);

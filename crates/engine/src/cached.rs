@@ -340,8 +340,13 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         let asked: Vec<BlockKey> = wanted.iter().map(|&i| keys[i].expect("held outside the span")).collect();
         let t = Instant::now();
         let fetched = self.remote.fetch(&asked, BLOCK_BYTES as usize);
-        if fetched.asked > 0 && self.routing.measures() {
-            self.routing.remote_fetch(fetched.asked as u64 * BLOCK_BYTES, t.elapsed());
+        if self.routing.measures() {
+            if fetched.asked > 0 {
+                self.routing.remote_fetch(fetched.asked as u64 * BLOCK_BYTES, t.elapsed());
+            }
+            if fetched.failed {
+                self.routing.remote_failed(t.elapsed());
+            }
         }
         let mut values: Vec<Option<Bytes>> = vec![None; keys.len()];
         for ((&i, k), v) in wanted.iter().zip(&asked).zip(fetched.values) {

@@ -390,6 +390,9 @@ pub(crate) struct Fetched {
     /// Keys sent to a connected lender: 0 means no lender was asked (the fetch took no time
     /// on the network and measures nothing).
     pub asked: usize,
+    /// A lender failed: no answer within `fetch_timeout`, its connection broke, or it had
+    /// none when asked.
+    pub failed: bool,
 }
 
 fn to_key(k: &BlockKey) -> Key {
@@ -530,7 +533,7 @@ impl Remote {
         let mut out = vec![None; keys.len()];
         let set = self.snapshot();
         if set.lenders.is_empty() || keys.is_empty() {
-            return Fetched { values: out, asked: 0 };
+            return Fetched { values: out, asked: 0, failed: false };
         }
         add(&self.counters.gets, keys.len() as u64);
         // Group by lender; a lender without a connection answers nothing.
@@ -541,13 +544,18 @@ impl Remote {
             }
         }
         let mut groups: Vec<(usize, Client, Vec<usize>)> = Vec::new();
+        // A lender that holds blocks asked for but has no connection has failed too.
+        let mut failed = false;
         for (l, idx) in by_lender.into_iter().enumerate() {
             if idx.is_empty() {
                 continue;
             }
             match set.lenders[l].live_client() {
                 Some(c) => groups.push((l, c, idx)),
-                None => add(&set.lenders[l].misses, idx.len() as u64),
+                None => {
+                    add(&set.lenders[l].misses, idx.len() as u64);
+                    failed = true;
+                }
             }
         }
         let asked = groups.iter().map(|(_, _, idx)| idx.len()).sum();
@@ -590,7 +598,10 @@ impl Remote {
                         }
                     }
                 }
-                Ok(Err(_)) | Err(_) => add(&self.counters.fallbacks, 1),
+                Ok(Err(_)) | Err(_) => {
+                    add(&self.counters.fallbacks, 1);
+                    failed = true;
+                }
             }
             add(&lender.hits, hits);
             add(&lender.misses, asked_here - hits);
@@ -598,7 +609,7 @@ impl Remote {
         let hits = out.iter().filter(|v| v.is_some()).count() as u64;
         add(&self.counters.hits, hits);
         add(&self.counters.misses, keys.len() as u64 - hits);
-        Fetched { values: out, asked }
+        Fetched { values: out, asked, failed }
     }
 
     /// Store `value` under `key` in the background, sealed (on the runtime, off the caller's

@@ -458,6 +458,21 @@ impl RouterState {
         }
     }
 
+    /// A fetch failed after `took` (timed out, or its connection broke): every random read
+    /// goes to the disk, and the lenders' low estimate becomes at least what the failure
+    /// cost, until fetches that succeed (probes) bring it down and the disk's windows earn
+    /// the lenders their share back (the disk is the truth: quick to leave a failing lender,
+    /// slow to return).
+    pub fn remote_failed(&self, took: Duration) {
+        if let RouterState::Adaptive(m) = self {
+            m.step_share_by(true, SHARE_ONE);
+            let us = took.as_secs_f64() * 1e6;
+            let _ = m
+                .remote_low_us
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(f64::from_bits(v).max(us).to_bits()));
+        }
+    }
+
     /// Let the rule's clock skip `by` ahead (tests that simulate time).
     #[cfg(test)]
     fn skip(&self, by: Duration) {
@@ -655,7 +670,7 @@ mod tests {
         // A disk clearly faster than the lenders at any load gets every read; a disk about
         // as fast, or slower, none.
         assert_eq!(throttled(60.0, 0.0).0, 1.0);
-        assert_eq!(throttled(125.0, 0.0).0, 0.0);
+        assert_eq!(throttled(140.0, 0.0).0, 0.0);
         assert_eq!(throttled(400.0, 0.0).0, 0.0);
     }
 
