@@ -311,7 +311,7 @@ impl<D: DataPath> DataPath for CachedPath<D> {
             }
             if d.fill {
                 let f = self.index.file(file.id());
-                return self.read_and_fill(file, &f, offset, len, d.sequential, false);
+                return self.read_and_fill(file, &f, offset, len, d.sequential, true);
             }
             return self.disk_read(file, offset, len, d.sequential);
         }

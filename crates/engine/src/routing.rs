@@ -36,9 +36,9 @@
 //! one-block fetches (what a hit costs with nothing in its way): fills share the link with
 //! fetches, and while a first pass fills the lenders at full speed (on a 1 Gbit/s link
 //! shaped with TBF, measured here) a fetch waits behind them — a cost of filling that
-//! passes, not a reason to give the cache up; a fetch more than twice as
-//! slow as the disk moves it up by the square of how much slower (a lender in trouble: a hung one hands
-//! every read to the disk at once). A disk faster than
+//! passes, not a reason to give the cache up. A fetch more than [`TROUBLE_FACTOR`] times as
+//! slow as the disk moves the share up one step, and a fetch that fails (times out, or its
+//! connection breaks) hands every random read to the disk at once. A disk faster than
 //! the lenders at any load (a host-cached virtual disk, local NVMe) ends up with all of
 //! them; a rate-limited disk (a cloud volume's IOPS cap, a blkio throttle) — fast while it
 //! has little to do, slow once it has all of them — gets the share at which its reads take
@@ -87,8 +87,9 @@ pub const PROBE_COST_FACTOR: u64 = 50;
 pub const DISK_PROBE_INTERVAL: Duration = Duration::from_millis(100);
 /// A fetch this many times slower than the disk (weighted) is a lender in trouble and moves
 /// the share at once; below it only the disk's windows do (a fetch waiting behind fills on
-/// a busy link is 2–3 times slower than a throttled disk's mean, measured here, and passes).
-pub const TROUBLE_FACTOR: f64 = 4.0;
+/// a busy 1 Gbit/s link took 3 to 7 times a throttled disk's mean read, measured here, and
+/// that passes with the fills). A fetch that fails moves it all the way, whatever it took.
+pub const TROUBLE_FACTOR: f64 = 8.0;
 /// A random disk read counts this many times its time against a lender hit (see the module
 /// doc).
 pub const DISK_WEIGHT: f64 = 1.1;
@@ -446,11 +447,11 @@ impl RouterState {
             let mean = f64::from_bits(m.disk_mean_us.load(Ordering::Relaxed));
             let disk_us = if len <= BLOCK && mean > 0.0 { mean } else { disk_us } * DISK_WEIGHT;
             if us > TROUBLE_FACTOR * disk_us {
-                // Lenders far slower than the disk: the disk gets more of the reads, by the
-                // square of how much slower (a hung lender hands them all over at once).
-                // Near the balance only the disk's windows move the share.
-                let ratio = (us / disk_us.max(1.0)).min(64.0);
-                m.step_share_by(true, (ratio * ratio * (SHARE_ONE / 128) as f64) as u64);
+                // A lender far slower than the disk: each such fetch gives the disk one step
+                // (a lender that stays that slow loses every read within 32 fetches; one
+                // that fails loses them at once, see `remote_failed`). Near the balance only
+                // the disk's windows move the share.
+                m.step_share_by(true, WINDOW_STEP);
             }
             m.remote_samples.fetch_add(1, Ordering::Relaxed);
             m.remote_seen_us.store(m.now_us(), Ordering::Relaxed);
