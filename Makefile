@@ -24,6 +24,7 @@ bench: deps build
 	$(BIN) bench policy
 	BIN=$(BIN) OUT=bench/results ./scripts/bench-security.sh
 	BIN=$(BIN) ./scripts/bench-paper.sh
+	BIN=$(BIN) ./scripts/bench-nothing-slower.sh
 
 deps:
 	@./scripts/deps.sh
