@@ -300,7 +300,15 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         if len == 0 {
             return Ok(Bytes::new());
         }
-        let d = self.routing.decide(file.id(), offset, len as u64);
+        let mut d = self.routing.decide(file.id(), offset, len as u64);
+        if d.may_probe_remote {
+            // The lenders are due a measurement: this read is it if they hold all of it.
+            let f = self.index.file(file.id());
+            let (first, last) = (offset / BLOCK_BYTES, (offset + len as u64 - 1) / BLOCK_BYTES);
+            if (first..=last).all(|b| self.index.lookup(&f, b).is_some()) && self.routing.claim_remote_probe() {
+                (d.route, d.probe) = (Route::Remote, true);
+            }
+        }
         if d.adaptive {
             let routed_remote = d.chosen() == Route::Remote;
             add(if routed_remote { &self.counters.adaptive_remote } else { &self.counters.adaptive_disk }, 1);

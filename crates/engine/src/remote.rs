@@ -51,6 +51,12 @@ const NEVER: u64 = u64::MAX;
 /// Most blocks in one PUT request of the outbox's: a fetch behind it on a 1 Gbit/s link
 /// waits at most about 0.3 ms.
 pub const PUT_REQUEST_BLOCKS: usize = 8;
+/// Most PUT requests in flight to one lender at once: fills are paced so that a fetch
+/// finds at most this many of them ahead of it on the link (64 KiB: 0.5 ms at 1 Gbit/s),
+/// not a whole batch of queued fills (up to `max_pending_puts` blocks: 8 ms). Measured on
+/// the cloud profile before the pacing: a lender hit took a mean 350 µs, 4 KiB fetches 900
+/// µs, while a first pass filled the lenders — slower than the disk it was to replace.
+pub const PUT_REQUESTS_IN_FLIGHT: usize = 2;
 
 /// Default for [`RemoteConfig::max_lenders`].
 pub const DEFAULT_MAX_LENDERS: usize = 64;
@@ -262,6 +268,8 @@ struct Lender {
     removed: AtomicBool,
     /// The connection keeper, aborted on removal.
     keeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// PUT requests in flight to it ([`PUT_REQUESTS_IN_FLIGHT`]).
+    put_slots: tokio::sync::Semaphore,
 }
 
 impl Lender {
@@ -282,6 +290,7 @@ impl Lender {
             born: Instant::now(),
             removed: AtomicBool::new(false),
             keeper: Mutex::new(None),
+            put_slots: tokio::sync::Semaphore::new(PUT_REQUESTS_IN_FLIGHT),
         }
     }
 
@@ -692,14 +701,17 @@ async fn flush_outbox(
                     let sealed: Vec<(Key, Bytes)> =
                         puts.iter().map(|p| (to_key(&p.key), seal.seal_bytes(&p.key, p.value.clone()))).collect();
                     let entries: Vec<(Key, &[u8])> = sealed.iter().map(|(k, v)| (*k, &v[..])).collect();
-                    // Small requests, pipelined: a fetch waits behind at most one of them on
-                    // the link, not behind a whole batch (1 MiB is 8 ms on 1 Gbit/s).
-                    let client = &client;
+                    // Small requests, at most PUT_REQUESTS_IN_FLIGHT of them on the link to
+                    // this lender at once: a fetch waits behind those, not behind a whole
+                    // batch (1 MiB is 8 ms on 1 Gbit/s). The timeout covers the wait for a
+                    // slot too, so a stalled lender holds a batch no longer than it.
+                    let (client, slots) = (&client, &lender.put_slots);
                     let parts = join_all(entries.chunks(PUT_REQUEST_BLOCKS).map(|part| async move {
-                        match tokio::time::timeout(timeout, client.put(part)).await {
-                            Ok(Ok(s)) => s,
-                            _ => Vec::new(),
-                        }
+                        let put = async {
+                            let _slot = slots.acquire().await.ok()?;
+                            client.put(part).await.ok()
+                        };
+                        tokio::time::timeout(timeout, put).await.ok().flatten().unwrap_or_default()
                     }))
                     .await;
                     let mut statuses = Vec::with_capacity(entries.len());

@@ -15,28 +15,34 @@
 //!
 //! A rule that sends everything to the disk stops measuring the lenders, so a lender that
 //! recovered would never be tried again: when the lenders have not been measured for
-//! [`REMOTE_PROBE_INTERVAL`], the next read the rule sends to the disk goes to the lenders
-//! instead (when they hold all its blocks). A probe also waits at least
-//! [`PROBE_COST_FACTOR`] times what the last fetch took, so probing costs at most about 2%
-//! of the time however slow the lenders are (a hung lender that takes 50 ms a fetch is
-//! probed every 2.5 s, not every 20 ms); at most 50 probes a second, counted in the stats.
+//! [`REMOTE_PROBE_INTERVAL`], the next read the rule sends to the disk whose blocks the
+//! lenders hold all of goes to them instead (the engine checks its index, then claims the
+//! probe). A probe also waits at least [`PROBE_COST_FACTOR`] times what the last fetch took,
+//! so probing costs at most about 2% of the time however slow the lenders are (a hung lender
+//! that takes 50 ms a fetch is probed every 2.5 s, not every 20 ms); at most 50 probes a
+//! second, counted in the stats. While the disk has every random read, one in
+//! [`SEED_EVERY`] of them still fills the lenders (a *seed*), so that they hold blocks to
+//! be probed on.
 //!
-//! The disk is probed only while it has no share of the random reads (every miss measures
-//! it then, so only when nearly every read hits): when it has not been measured for
-//! [`DISK_PROBE_INTERVAL`] (or [`PROBE_COST_FACTOR`] times its last read), one read goes to
-//! it. An idle disk answers fast, so a probe may give it a first step of share back; the
-//! reads that step brings measure it under that load, and the share settles where the
-//! disk is as fast as the lenders (below).
+//! The rule starts with every random read on the disk: the disk is the truth and the safe
+//! first guess, and the lenders earn their share from what is measured. A disk slower than
+//! a lender hit hands the reads over within a few windows (2 s from a busy cloud volume,
+//! tested); a disk faster than one keeps them, and the lenders cost nothing but seeds (on a
+//! disk faster than the lenders, filling them costs CPU and network for no later gain:
+//! measured here on the host-cached virtual disk, a rule that started on the lenders and
+//! filled every miss made the first pass of a random read 0.77× the passthrough's).
 //!
 //! Random reads are *shared* between the disk and the lenders, not switched: a share of
 //! them, [`Measured::disk_share`], goes to the disk. Every [`WINDOW_TIME`] the random disk
 //! reads of that window move it by one to eight [`WINDOW_STEP`]s (more the farther apart the
 //! two sides are): up if their mean time (weighted by [`DISK_WEIGHT`]) was below a lender
-//! hit's, down if above. The lender hit it is held against is a low percentile of the
-//! one-block fetches (what a hit costs with nothing in its way): fills share the link with
-//! fetches, and while a first pass fills the lenders at full speed (on a 1 Gbit/s link
-//! shaped with TBF, measured here) a fetch waits behind them — a cost of filling that
-//! passes, not a reason to give the cache up. A fetch more than [`TROUBLE_FACTOR`] times as
+//! hit's, down if above. The lender hit it is held against is the moving mean of the
+//! one- and two-block fetches ([`REMOTE_HIT_WEIGHT`]), fetches that wait behind fills on
+//! the link included: the fills go on whichever way the reads are split (every read that
+//! touches the disk fills while the lenders have a share), so what a read costs on each side
+//! now is what the split must equalize. (A low percentile of the fetches, used before,
+//! made the lenders look faster than any read found them: on the host-cached disk the rule
+//! kept 84% of the reads on lenders that were slower than the disk.) A fetch more than [`TROUBLE_FACTOR`] times as
 //! slow as the disk moves the share up one step, and a fetch that fails (times out, or its
 //! connection breaks) hands every random read to the disk at once. A disk faster than
 //! the lenders at any load (a host-cached virtual disk, local NVMe) ends up with all of
@@ -104,9 +110,18 @@ pub const WINDOW_MIN_READS: u32 = 8;
 /// mean is far from a lender hit's moves it up to 8 times as far.
 pub const WINDOW_STEP: u64 = SHARE_ONE / 32;
 const BLOCK: u64 = 4096;
-/// How far a lender hit above the low estimate raises it (a low percentile, and slow to rise:
-/// a lender that really fails shows in the fetch votes at once, see the module doc).
-pub const REMOTE_LOW_RISE: f64 = 0.002;
+/// The weight of each one- or two-block fetch in the lenders' hit estimate (a moving mean:
+/// fetches that wait behind fills count, since what a read costs now is what the split
+/// must equalize).
+pub const REMOTE_HIT_WEIGHT: f64 = 0.02;
+/// Random reads the disk serves fill the lenders only while the disk's mean read takes this
+/// many times a lender hit: filling costs CPU and link on both ends, and pays back only
+/// where a later hit saves more than that (see the module doc).
+pub const FILL_MARGIN: f64 = 1.5;
+/// While the disk's reads are not worth filling, one in this many of them still fills the lenders
+/// (a *seed*), so that the lenders hold blocks a probe can measure them on: without it a
+/// rule that started on the disk could never learn that the lenders became faster.
+pub const SEED_EVERY: u64 = 64;
 /// [`Measured::disk_share`] of all random reads.
 pub const SHARE_ONE: u64 = 1024;
 /// The other side must be expected faster by this fraction before the rule switches to it.
@@ -115,6 +130,8 @@ const _: () = assert!(STREAM_SLOTS.is_power_of_two());
 const _: () = assert!(HYSTERESIS > 0.0 && HYSTERESIS < 0.5);
 const _: () = assert!(WINDOW_STEP > 0 && WINDOW_MIN_READS > 0);
 const _: () = assert!(DISK_WEIGHT >= 1.0);
+const _: () = assert!(SEED_EVERY >= 16);
+const _: () = assert!(FILL_MARGIN >= DISK_WEIGHT);
 
 /// The routing rule a [`crate::cached::CachedPath`] is built with (once per mount: the
 /// adaptive rule's measurement table makes that variant large, which costs nothing here).
@@ -177,9 +194,9 @@ pub struct AdaptiveEstimates {
     /// The mean of the last window of random disk reads, µs (0: none yet).
     #[serde(default)]
     pub disk_window_mean_us: f64,
-    /// A one-block lender hit with nothing in its way (a low percentile), µs.
+    /// A one- or two-block lender hit, the moving mean, µs.
     #[serde(default)]
-    pub remote_low_us: f64,
+    pub remote_hit_us: f64,
     /// What each size of read measured: `[bytes, disk random µs, disk sequential µs,
     /// lenders µs]` (-1: not measured).
     #[serde(default)]
@@ -198,9 +215,14 @@ pub(crate) struct Decision {
     /// (`route` is `Remote`; only if they hold all of its blocks, else it goes to the disk
     /// as the rule said), or to the disk (`route` is `Disk`).
     pub probe: bool,
-    /// A random read the rule sends to the disk while the lenders take a share of such
-    /// reads: the disk's blocks fill the lenders too.
+    /// A random read the rule sends to the disk while its reads take more than
+    /// [`FILL_MARGIN`] lender hits (or a seed, see [`SEED_EVERY`]): the disk's blocks fill
+    /// the lenders too.
     pub fill: bool,
+    /// The read goes to the disk, and the lenders are due a measurement: if they hold all
+    /// of its blocks and [`RouterState::claim_remote_probe`] says yes, it is fetched from
+    /// them instead (then `route` becomes `Remote` and `probe` true).
+    pub may_probe_remote: bool,
 }
 
 impl Decision {
@@ -235,9 +257,11 @@ pub(crate) struct Measured {
     skipped_us: AtomicU64,
     /// The mean of the last closed window, in µs (`f64` bits; 0: none yet).
     disk_mean_us: AtomicU64,
-    /// A lender hit of one or two blocks when nothing gets in its way: follows lower samples
-    /// at once and higher ones by [`REMOTE_LOW_RISE`] (`f64` bits; 0: none yet).
-    remote_low_us: AtomicU64,
+    /// A lender hit of one or two blocks: the moving mean of such fetches, weight
+    /// [`REMOTE_HIT_WEIGHT`] (`f64` bits; 0: none yet).
+    remote_hit_us: AtomicU64,
+    /// Random reads sent to the disk while it had every one of them (for seeds).
+    seed_acc: AtomicU64,
     /// The share accumulated by the random reads decided since the last one sent to the
     /// disk, in 1/[`SHARE_ONE`] (below `SHARE_ONE`).
     share_acc: AtomicU64,
@@ -275,6 +299,23 @@ impl Measured {
         });
     }
 
+    /// A lender hit: the measured mean, or the model's prior before any.
+    fn remote_hit_estimate_us(&self) -> f64 {
+        let hit = f64::from_bits(self.remote_hit_us.load(Ordering::Relaxed));
+        if hit > 0.0 {
+            hit
+        } else {
+            self.model.lock().remote_us(BLOCK)
+        }
+    }
+
+    /// Whether the disk's random reads are worth filling the lenders with: its last window's
+    /// mean read took more than [`FILL_MARGIN`] lender hits (no window yet: not yet).
+    fn fill_worth(&self) -> bool {
+        let disk = f64::from_bits(self.disk_mean_us.load(Ordering::Relaxed));
+        disk > 0.0 && disk > FILL_MARGIN * self.remote_hit_estimate_us()
+    }
+
     /// µs since `born` (plus what tests skipped ahead).
     fn now_us(&self) -> u64 {
         self.born.elapsed().as_micros() as u64 + self.skipped_us.load(Ordering::Relaxed)
@@ -285,9 +326,18 @@ impl Measured {
     fn probe_due(&self, seen: &AtomicU64, cost: &AtomicU64, interval: Duration) -> bool {
         let now = self.now_us();
         let last = seen.load(Ordering::Relaxed);
+        Self::waited(now, last, cost, interval)
+            && seen.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+
+    /// Whether the side is due a probe, without claiming it.
+    fn probe_wanted(&self, seen: &AtomicU64, cost: &AtomicU64, interval: Duration) -> bool {
+        Self::waited(self.now_us(), seen.load(Ordering::Relaxed), cost, interval)
+    }
+
+    fn waited(now: u64, last: u64, cost: &AtomicU64, interval: Duration) -> bool {
         let wait = (interval.as_micros() as u64).max(cost.load(Ordering::Relaxed).saturating_mul(PROBE_COST_FACTOR));
         now.saturating_sub(last) >= wait
-            && seen.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
     }
 }
 
@@ -301,12 +351,14 @@ impl RouterState {
                 disk_samples: AtomicU64::new(0),
                 remote_samples: AtomicU64::new(0),
                 stream_remote: AtomicBool::new(false),
-                disk_share: AtomicU64::new(if a.route(4096, false) == Route::Remote { 0 } else { SHARE_ONE }),
+                // The disk is the truth and the first guess: the lenders earn their share.
+                disk_share: AtomicU64::new(SHARE_ONE),
+                seed_acc: AtomicU64::new(0),
                 share_acc: AtomicU64::new(0),
                 disk_window: Mutex::new(Window::new(0)),
                 skipped_us: AtomicU64::new(0),
                 disk_mean_us: AtomicU64::new(0),
-                remote_low_us: AtomicU64::new(0),
+                remote_hit_us: AtomicU64::new(0),
                 switches: AtomicU64::new(0),
                 remote_seen_us: AtomicU64::new(0),
                 disk_seen_us: AtomicU64::new(0),
@@ -341,9 +393,14 @@ impl RouterState {
     /// Where a read of `len` bytes at `offset` of `id` goes.
     pub fn decide(&self, id: &FileId, offset: u64, len: u64) -> Decision {
         match self {
-            RouterState::Threshold(t) => {
-                Decision { route: t.route(len), adaptive: false, sequential: false, probe: false, fill: false }
-            }
+            RouterState::Threshold(t) => Decision {
+                route: t.route(len),
+                adaptive: false,
+                sequential: false,
+                probe: false,
+                fill: false,
+                may_probe_remote: false,
+            },
             RouterState::Adaptive(m) => {
                 let sequential = m.streams.observe(id, offset, len);
                 let (remote_us, disk_us) = {
@@ -372,25 +429,43 @@ impl RouterState {
                         to_disk = acc >= SHARE_ONE;
                         Some(if to_disk { acc - SHARE_ONE } else { acc })
                     });
-                    (!to_disk, to_disk && share < SHARE_ONE)
+                    // A disk read fills while a lender hit is clearly cheaper than a disk
+                    // read; otherwise one in SEED_EVERY still does (a seed, see the constant).
+                    let fill = to_disk
+                        && (m.fill_worth()
+                            || m.seed_acc.fetch_add(1, Ordering::Relaxed) % SEED_EVERY == SEED_EVERY - 1);
+                    (!to_disk, fill)
                 };
-                let (route, probe) = if remote {
+                let (route, probe, may_probe_remote) = if remote {
                     if !sequential
                         && m.disk_share.load(Ordering::Relaxed) == 0
                         && m.probe_due(&m.disk_seen_us, &m.disk_cost_us, DISK_PROBE_INTERVAL)
                     {
                         m.disk_probes.fetch_add(1, Ordering::Relaxed);
-                        (Route::Disk, true)
+                        (Route::Disk, true, false)
                     } else {
-                        (Route::Remote, false)
+                        (Route::Remote, false, false)
                     }
-                } else if !fill && m.probe_due(&m.remote_seen_us, &m.remote_cost_us, REMOTE_PROBE_INTERVAL) {
-                    (Route::Remote, true)
                 } else {
-                    (Route::Disk, false)
+                    // The lenders are due a measurement: the engine claims it
+                    // ([`Self::claim_remote_probe`]) once it knows they hold this read's blocks.
+                    (
+                        Route::Disk,
+                        false,
+                        !fill && m.probe_wanted(&m.remote_seen_us, &m.remote_cost_us, REMOTE_PROBE_INTERVAL),
+                    )
                 };
-                Decision { route, adaptive: true, sequential, probe, fill }
+                Decision { route, adaptive: true, sequential, probe, fill, may_probe_remote }
             }
+        }
+    }
+
+    /// Claim the lenders' probe a [`Decision::may_probe_remote`] offered (one per interval,
+    /// however many threads ask); `false` if another read took it.
+    pub fn claim_remote_probe(&self) -> bool {
+        match self {
+            RouterState::Adaptive(m) => m.probe_due(&m.remote_seen_us, &m.remote_cost_us, REMOTE_PROBE_INTERVAL),
+            RouterState::Threshold(_) => false,
         }
     }
 
@@ -414,8 +489,7 @@ impl RouterState {
                 if let Some(w) = closed {
                     let mean = w.sum_us / w.reads as f64;
                     m.disk_mean_us.store(mean.to_bits(), Ordering::Relaxed);
-                    let remote_us = f64::from_bits(m.remote_low_us.load(Ordering::Relaxed));
-                    let remote_us = if remote_us > 0.0 { remote_us } else { m.model.lock().remote_us(BLOCK) };
+                    let remote_us = m.remote_hit_estimate_us();
                     let disk_us = mean * DISK_WEIGHT;
                     let gap = disk_us.max(remote_us) / disk_us.min(remote_us).max(1.0);
                     let steps = ((gap - 1.0) * 8.0).clamp(1.0, 8.0);
@@ -438,9 +512,10 @@ impl RouterState {
                 a.disk_us(len, false)
             };
             if len <= 2 * BLOCK {
-                let low = f64::from_bits(m.remote_low_us.load(Ordering::Relaxed));
-                let low = if low == 0.0 || us < low { us } else { low + REMOTE_LOW_RISE * (us - low) };
-                m.remote_low_us.store(low.to_bits(), Ordering::Relaxed);
+                let _ = m.remote_hit_us.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                    let hit = f64::from_bits(v);
+                    Some(if hit == 0.0 { us } else { hit + REMOTE_HIT_WEIGHT * (us - hit) }.to_bits())
+                });
             }
             // The disk's last window mean where there is one (a rate-limited disk's typical
             // read hides its stalls), else its estimate for this size.
@@ -460,7 +535,7 @@ impl RouterState {
     }
 
     /// A fetch failed after `took` (timed out, or its connection broke): every random read
-    /// goes to the disk, and the lenders' low estimate becomes at least what the failure
+    /// goes to the disk, and the lenders' hit estimate becomes at least what the failure
     /// cost, until fetches that succeed (probes) bring it down and the disk's windows earn
     /// the lenders their share back (the disk is the truth: quick to leave a failing lender,
     /// slow to return).
@@ -469,7 +544,7 @@ impl RouterState {
             m.step_share_by(true, SHARE_ONE);
             let us = took.as_secs_f64() * 1e6;
             let _ = m
-                .remote_low_us
+                .remote_hit_us
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(f64::from_bits(v).max(us).to_bits()));
         }
     }
@@ -497,7 +572,7 @@ impl RouterState {
             disk_share: m.disk_share.load(Ordering::Relaxed) as f64 / SHARE_ONE as f64,
             disk_probes: m.disk_probes.load(Ordering::Relaxed),
             disk_window_mean_us: f64::from_bits(m.disk_mean_us.load(Ordering::Relaxed)),
-            remote_low_us: f64::from_bits(m.remote_low_us.load(Ordering::Relaxed)),
+            remote_hit_us: f64::from_bits(m.remote_hit_us.load(Ordering::Relaxed)),
             classes: a
                 .classes()
                 .iter()
@@ -595,20 +670,22 @@ mod tests {
         assert_eq!(r.estimates().unwrap().disk_share, 1.0);
         let e = r.estimates().unwrap();
         let t = Instant::now();
-        let mut probes = 0;
+        let (mut probes, mut seeds) = (0, 0);
         let mut reads = 0u64;
         while t.elapsed() < REMOTE_PROBE_INTERVAL * 5 {
             let d = r.decide(&id(1), (reads * 7 % 1000) << 20, 4096);
             reads += 1;
-            assert!(d.adaptive && !d.sequential && !d.fill);
-            assert_eq!(d.chosen(), Route::Disk);
-            if d.probe {
-                assert_eq!(d.route, Route::Remote);
+            assert!(d.adaptive && !d.sequential && !d.probe);
+            assert_eq!((d.route, d.chosen()), (Route::Disk, Route::Disk));
+            // With no share, one disk read in SEED_EVERY still fills the lenders.
+            seeds += d.fill as u64;
+            // The lenders are offered for a probe while one is due; the engine claims it
+            // when they hold the read's blocks (here: always).
+            if d.may_probe_remote && r.claim_remote_probe() {
                 probes += 1;
-            } else {
-                assert_eq!(d.route, Route::Disk);
             }
         }
+        assert!(seeds.abs_diff(reads / SEED_EVERY) <= 1, "{seeds} seeds in {reads} reads");
         assert!(reads > 100, "{reads}");
         assert!((4..=6).contains(&probes), "{probes} lender probes in 5 intervals");
         let after = r.estimates().unwrap();
@@ -628,12 +705,50 @@ mod tests {
         let t = Instant::now();
         let mut probes = 0;
         while t.elapsed() < Duration::from_millis(400) {
-            if r.decide(&id(5), 1 << 30, 4096).probe {
+            let d = r.decide(&id(5), 1 << 30, 4096);
+            if d.may_probe_remote && r.claim_remote_probe() {
                 probes += 1;
                 r.remote_fetch(4096, Duration::from_millis(10));
             }
         }
         assert!(probes <= 1, "{probes} probes in 400 ms of a lender that costs 10 ms a fetch");
+    }
+
+    #[test]
+    fn the_rule_starts_on_the_disk_and_a_slow_disk_hands_reads_over_within_seconds() {
+        let r = RouterState::new(Adaptive::new().into());
+        assert_eq!(r.estimates().unwrap().disk_share, 1.0, "the disk is the first guess");
+        // A disk at 3 ms a read (a busy cloud volume) and no lender measured yet: its windows
+        // alone (against the model's prior for a lender hit) hand the reads over in at most
+        // four windows.
+        let mut windows = 0;
+        while r.estimates().unwrap().disk_share > 0.0 {
+            for _ in 0..WINDOW_MIN_READS {
+                r.skip(WINDOW_TIME / WINDOW_MIN_READS);
+                r.disk_read(4096, false, Duration::from_millis(3));
+            }
+            windows += 1;
+            assert!(windows <= 4, "{:?}", r.estimates());
+            // From its first window on, every read it still serves fills the lenders.
+            let d = r.decide(&id(9), (windows as u64) << 30, 4096);
+            assert!(d.route == Route::Remote || d.fill, "{d:?}");
+        }
+        // A fast disk (a host-cached virtual disk, 60 µs a read) keeps every read, and the
+        // lenders are filled only by seeds.
+        let r = RouterState::new(Adaptive::new().into());
+        let mut fills = 0;
+        for i in 0..20_000u64 {
+            r.skip(Duration::from_micros(100));
+            let d = r.decide(&id(8), (i * 13 % 997) << 20, 4096);
+            assert_eq!(d.route, Route::Disk);
+            fills += d.fill as u64;
+            r.disk_read(4096, false, Duration::from_micros(60));
+            if d.may_probe_remote && r.claim_remote_probe() {
+                r.remote_fetch(4096, Duration::from_micros(120));
+            }
+        }
+        assert_eq!(r.estimates().unwrap().disk_share, 1.0);
+        assert!(fills <= 20_000 / SEED_EVERY + 1, "{fills} fills");
     }
 
     /// A rate-limited disk: its reads take `idle_us` plus `per_share_us` for every part of
@@ -692,12 +807,16 @@ mod tests {
     #[test]
     fn a_slow_disk_is_probed_at_a_bounded_cost() {
         let r = RouterState::new(Adaptive::new().into());
-        // A slow disk and fast lenders: every read goes to the lenders (misses measure the
-        // disk); the disk is probed rarely.
-        r.disk_read(4096, false, Duration::from_millis(5));
+        // A slow disk and fast lenders: once the disk's windows hand every read to the
+        // lenders (misses measure the disk), the disk is probed rarely.
         for _ in 0..20 {
             r.remote_fetch(4096, Duration::from_micros(100));
         }
+        for _ in 0..8 * WINDOW_MIN_READS {
+            r.skip(WINDOW_TIME / WINDOW_MIN_READS);
+            r.disk_read(4096, false, Duration::from_millis(5));
+        }
+        assert_eq!(r.estimates().unwrap().disk_share, 0.0);
         let t = Instant::now();
         let mut probes = 0;
         while t.elapsed() < DISK_PROBE_INTERVAL * 3 {

@@ -33,21 +33,31 @@ fn a_slow_disk_sends_mid_size_reads_to_the_lenders() {
             assert_eq!(&got[..], &data[i * READ..(i + 1) * READ], "read {i}");
         }
     };
-    // Cold: routed to the lenders, missing there, read from the disk and filled.
-    pass();
+    // Cold: the rule starts with every read on the disk; the disk's windows (40 ms a read)
+    // hand them to the lenders within a few passes, and every read that touches the disk
+    // meanwhile fills them.
+    let t = Instant::now();
+    while e.stats().routing.adaptive.expect("adaptive estimates").disk_share > 0.0 {
+        assert!(t.elapsed() < Duration::from_secs(20), "the disk kept a share: {:?}", e.stats().routing);
+        pass();
+    }
     wait("fills", || common::fills_settled(&e));
     let s = e.stats();
-    assert_eq!((s.engine.adaptive_remote, s.engine.adaptive_disk, s.engine.sequential_bypasses), (8, 0, 0));
-    assert_eq!(s.engine.disk_reads, 8);
-    assert_eq!(e.index().remote_blocks(), 8 * 48, "fills dropped: {:?}", s.remote);
-    // Warm: every read from the lenders.
+    assert_eq!(s.engine.sequential_bypasses, 0);
+    assert!(s.engine.adaptive_disk > 0 && s.engine.fills > 0, "{s:?}");
+    // Warm: the next read that misses fills, then every read comes from the lenders.
+    pass();
+    wait("fills", || common::fills_settled(&e));
+    assert_eq!(e.index().remote_blocks(), 8 * 48, "fills dropped: {:?}", e.stats().remote);
+    let before = e.stats();
     pass();
     let s = e.stats();
-    assert_eq!((s.engine.adaptive_remote, s.engine.adaptive_disk, s.engine.adaptive_probes), (16, 0, 0));
-    assert_eq!(s.engine.remote_reads, 8);
+    let delta = |f: fn(&farcache_engine::cached::EngineCountersSnapshot) -> u64| f(&s.engine) - f(&before.engine);
+    assert_eq!((delta(|c| c.adaptive_remote), delta(|c| c.adaptive_disk)), (8, 0), "{s:?}");
+    assert_eq!(delta(|c| c.remote_reads), 8);
     assert_eq!(s.routing.mode, "adaptive");
     let est = s.routing.adaptive.expect("adaptive estimates");
-    assert_eq!((est.disk_samples, est.remote_samples), (8, 8));
+    assert!(est.disk_samples >= 8 && est.remote_samples >= 8, "{est:?}");
     assert!(est.disk_access_us > 20_000.0, "{est:?}");
     assert!(est.remote_access_us + READ as f64 / est.remote_bytes_per_us < est.disk_access_us, "{est:?}");
 }
@@ -67,6 +77,7 @@ fn a_hung_lender_sends_reads_to_a_fast_disk() {
     // by a tenth of that: past the disk's.
     let e = CachedPath::new(SlowDisk::new(Duration::from_millis(8)), remote, Adaptive::new());
     wait("connection", || e.remote().connected() == 1);
+    common::until_lenders_take_every_read(&e, &file, &data);
     fill_all(&e, &file, &data);
     // A healthy lender: random single blocks come from it.
     let before = e.stats().engine;

@@ -113,6 +113,17 @@ pub fn read_all<D: DataPath>(e: &CachedPath<D>, file: &BackingFile, data: &[u8])
     }
 }
 
+/// Read `data` (verified) until the adaptive rule sends every random read to the lenders:
+/// it starts with all of them on the disk, and a disk slower than the lenders hands them
+/// over within a few of its 500 ms windows.
+pub fn until_lenders_take_every_read<D: DataPath>(e: &CachedPath<D>, file: &BackingFile, data: &[u8]) {
+    let t = std::time::Instant::now();
+    while e.stats().routing.adaptive.expect("the adaptive rule").disk_share > 0.0 {
+        assert!(t.elapsed() < Duration::from_secs(30), "the disk kept a share: {:?}", e.stats().routing);
+        read_all(e, file, data);
+    }
+}
+
 /// Read until every block of `data` is on a lender (fills can be dropped under load; a pass
 /// refills what is missing).
 pub fn fill_all<D: DataPath>(e: &CachedPath<D>, file: &BackingFile, data: &[u8]) {
