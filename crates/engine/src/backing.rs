@@ -132,7 +132,7 @@ impl BackingFile {
     /// Whether this file's reads currently go direct (opens the direct descriptor on first
     /// use).
     pub fn reads_direct(&self) -> bool {
-        self.direct_fd().is_some() && !self.direct_broken.load(Ordering::Relaxed)
+        self.direct_fd(None).is_some() && !self.direct_broken.load(Ordering::Relaxed)
     }
 
     /// Read up to `len` bytes at `offset` through `io`; fewer only at end of file.
@@ -143,7 +143,7 @@ impl BackingFile {
         if len == 0 {
             return Ok((Bytes::new(), ReadMode::Buffered));
         }
-        if let Some(d) = self.live_direct_fd() {
+        if let Some(d) = self.live_direct_fd(io) {
             match read_direct(io, d, offset, len) {
                 Ok(b) => return Ok((b, ReadMode::Direct)),
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.direct_refused(io, "read", offset, len),
@@ -158,7 +158,7 @@ impl BackingFile {
     /// file's page cache).
     pub fn write_at(&self, io: &IoEngine, offset: u64, data: &[u8]) -> io::Result<WriteMode> {
         if self.writes_direct && !data.is_empty() {
-            if let Some(d) = self.live_direct_fd() {
+            if let Some(d) = self.live_direct_fd(io) {
                 if offset.is_multiple_of(d.offset_align) && (data.len() as u64).is_multiple_of(d.offset_align) {
                     let mut buf = AlignedBuf::with_capacity(data.len(), d.mem_align.max(d.offset_align as usize));
                     buf.extend_from_slice(data);
@@ -186,11 +186,11 @@ impl BackingFile {
     }
 
     /// The direct descriptor, unless direct I/O is off, unsupported or refused.
-    fn live_direct_fd(&self) -> Option<&DirectFd> {
+    fn live_direct_fd(&self, io: &IoEngine) -> Option<&DirectFd> {
         if self.direct_broken.load(Ordering::Relaxed) {
             return None;
         }
-        self.direct_fd()
+        self.direct_fd(Some(io))
     }
 
     /// A direct transfer failed with EINVAL: the rest of this file's I/O is buffered.
@@ -202,11 +202,23 @@ impl BackingFile {
         }
     }
 
-    fn direct_fd(&self) -> Option<&DirectFd> {
+    /// The direct descriptor, opened on first use; a file system refusing it is counted
+    /// (once per file) on `io`.
+    fn direct_fd(&self, io: Option<&IoEngine>) -> Option<&DirectFd> {
         if !self.direct_wanted {
             return None;
         }
-        self.direct.get_or_init(|| open_direct(&self.file, &self.id, self.readable, self.writable)).as_ref()
+        self.direct
+            .get_or_init(|| {
+                let d = open_direct(&self.file, &self.id, self.readable, self.writable);
+                if let (None, Some(io)) = (&d, io) {
+                    io.counters()
+                        .fallback_direct_refused
+                        .hit(|| format!("the file system of {:?} refuses O_DIRECT; its I/O is buffered", self.id));
+                }
+                d
+            })
+            .as_ref()
     }
 }
 

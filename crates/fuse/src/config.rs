@@ -7,8 +7,10 @@ use serde::{Deserialize, Serialize};
 
 /// The `[mount]` table with every default, as it belongs in etc/farcache.toml.
 pub const TEMPLATE: &str = r#"[mount]
-# Threads serving FUSE requests. Requests block on the disk, so more threads than cores help.
-threads = 8
+# Threads serving FUSE requests, each with its own /dev/fuse descriptor: as many requests as
+# there are threads reach the backing I/O engine at once (an application's queue depth of 32
+# needs 32). Each thread keeps a request buffer of up to max_write once it served a write.
+threads = 32
 # How long the kernel may trust attributes and names without asking again. The backing
 # directory belongs to the mount while it is mounted: changes made behind its back may be
 # seen this late.
@@ -75,7 +77,7 @@ const _: () = assert!(MAX_WRITE_BYTES as usize <= farcache_engine::MAX_READ_BYTE
 impl Default for MountConfig {
     fn default() -> Self {
         MountConfig {
-            threads: 8,
+            threads: 32,
             attr_timeout: HumanDuration::secs(1),
             entry_timeout: HumanDuration::secs(1),
             keep_cache: true,
