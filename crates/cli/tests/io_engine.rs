@@ -12,7 +12,6 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use farcache_testkit::{require_root, text, MountProcess, Rng};
@@ -24,18 +23,9 @@ fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
 }
 
-static NEXT: AtomicUsize = AtomicUsize::new(0);
-
 /// A fresh directory for one test, under the target directory (a disk file system).
 fn test_root(tag: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "io-{tag}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = fs::remove_dir_all(&d);
-    fs::create_dir_all(&d).unwrap();
-    d
+    farcache_testkit::fresh_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), &format!("io-{tag}"))
 }
 
 /// `farcache mount BACKING ROOT/mnt ARGS` with `config` (if any) as its configuration file.

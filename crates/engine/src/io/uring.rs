@@ -59,7 +59,7 @@ impl RingPool {
 
     fn take(&self, c: &IoCounters, n: u32) -> Option<IoUring> {
         if c.uring_unavailable.load(Ordering::Relaxed) {
-            c.fallback_no_uring.hit_n(u64::from(n), || unreachable_note());
+            c.fallback_no_uring.hit_n(u64::from(n), unavailable_note);
             return None;
         }
         if let Some(r) = self.idle.lock().pop() {
@@ -138,7 +138,7 @@ impl RingPool {
     }
 }
 
-fn unreachable_note() -> String {
+fn unavailable_note() -> String {
     "io_uring is unavailable; synchronous system calls instead".into()
 }
 
