@@ -19,7 +19,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{symlink, FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -33,18 +32,9 @@ fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
 }
 
-static NEXT: AtomicUsize = AtomicUsize::new(0);
-
-/// A fresh directory for one test, under the target directory.
+/// A fresh directory for one test, under the target directory (a disk file system).
 fn test_root(tag: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "posix-{tag}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = fs::remove_dir_all(&d);
-    fs::create_dir_all(&d).unwrap();
-    d
+    farcache_testkit::fresh_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), &format!("posix-{tag}"))
 }
 
 /// A running `farcache mount --no-remote` of a fresh backing directory, in a fresh test

@@ -40,6 +40,26 @@ impl AlignedBuf {
         (unsafe { self.ptr.as_ptr().add(self.filled) }, self.capacity() - self.filled)
     }
 
+    /// The unfilled part, for a read to fill.
+    pub(crate) fn spare_uninit(&mut self) -> &mut [std::mem::MaybeUninit<u8>] {
+        let (p, room) = self.spare();
+        // SAFETY: `room` bytes from `p` are owned by this buffer and not yet exposed; as
+        // MaybeUninit they may be uninitialised.
+        unsafe { std::slice::from_raw_parts_mut(p.cast(), room) }
+    }
+
+    /// Append `data` (which must fit).
+    pub(crate) fn extend_from_slice(&mut self, data: &[u8]) {
+        let (p, room) = self.spare();
+        assert!(data.len() <= room, "aligned buffer overflow");
+        // SAFETY: `data.len()` bytes fit in the spare room we own; they are initialised by
+        // the copy.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len());
+            self.advance(data.len());
+        }
+    }
+
     /// Record that `n` more bytes after the filled prefix were written.
     ///
     /// # Safety

@@ -1,5 +1,6 @@
-//! One open backing file: the descriptor opened as the application asked, and — for reads,
-//! when `direct_io` is on — a second descriptor opened with `O_DIRECT`.
+//! One open backing file: the descriptor opened as the application asked, and — when
+//! `direct_io` is on — a second descriptor opened with `O_DIRECT`. All transfers go through
+//! the [`IoEngine`] (`io/`), which counts every fallback taken here.
 //!
 //! Why `O_DIRECT` for the daemon's reads: the kernel page cache above the mount is the local
 //! cache. If the daemon's own reads of the backing file went through the page cache too, every
@@ -7,20 +8,26 @@
 //! cached pages are charged elsewhere), and a slow disk would look fast after the first read —
 //! hiding exactly the misses farcache is meant to serve. Direct reads go to the device.
 //!
-//! Coherence: writes stay buffered (write-through to the backing file's page cache, durable on
-//! fsync as on any file). A direct read first writes back dirty pages in its range (the kernel
-//! does so for every `O_DIRECT` read), so it always sees the latest write.
+//! Writes: buffered (write-through to the backing file's page cache, durable on fsync as on
+//! any file) — unless the application opened the file with `O_DIRECT` (a database managing
+//! its own cache): then its aligned writes go direct too, copied into an aligned buffer, and
+//! an unaligned one is written buffered (counted: `fallback_unaligned_writes`).
+//!
+//! Coherence: a direct read first writes back dirty pages in its range, and a direct write
+//! writes them back and drops them (the kernel does both for every `O_DIRECT` transfer), so
+//! reads always see the latest write however each was done.
 //!
 //! Alignment: a direct read covers the requested range rounded out to the device's direct-I/O
 //! alignment (`statx` `STATX_DIOALIGN`, else 4096) into an aligned buffer, and answers the
 //! requested slice. At end of file the device returns a short count ending at the file size,
-//! so an unaligned tail needs no buffered read. A file system that refuses `O_DIRECT` at open
-//! (tmpfs, some FUSE file systems) or at read time (`EINVAL`) gets buffered reads instead.
+//! so an unaligned tail needs no buffered read. A read off the alignment is counted
+//! (`fallback_unaligned_reads`: it cost a bounce buffer and more bytes than asked). A file
+//! system that refuses `O_DIRECT` at open (tmpfs, some FUSE file systems) or at the first
+//! transfer (`EINVAL`) gets buffered I/O instead (counted: `fallback_direct_refused`).
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::FileExt;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
@@ -28,6 +35,7 @@ use bytes::Bytes;
 
 use crate::aligned::AlignedBuf;
 use crate::identity::FileId;
+use crate::io::IoEngine;
 
 /// The largest read one call may ask for. The kernel sends at most `max_pages` (256) pages
 /// per FUSE read; this leaves room and bounds the buffer a caller can make us allocate.
@@ -44,12 +52,15 @@ pub struct BackingOptions {
     pub direct_io: bool,
 }
 
-/// How one read was served.
+/// How one read or write was served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReadMode {
     Direct,
     Buffered,
 }
+
+/// How one write was served (the same two ways as a read).
+pub type WriteMode = ReadMode;
 
 /// An open backing file. Shared by every FUSE request on one file handle; all methods take
 /// `&self` and use positional I/O, so concurrent requests do not race on a file offset.
@@ -59,10 +70,12 @@ pub struct BackingFile {
     file: File,
     readable: bool,
     writable: bool,
-    /// `None` inside: direct reads are off, unsupported, or failed to open.
+    /// `None` inside: direct I/O is off, unsupported, or failed to open.
     direct: OnceLock<Option<DirectFd>>,
     direct_wanted: bool,
-    /// Set when a direct read failed with EINVAL: the rest of this file's reads are buffered.
+    /// The application opened the file with `O_DIRECT`: its aligned writes go direct.
+    writes_direct: bool,
+    /// Set when a direct transfer failed with EINVAL: the rest of this file's I/O is buffered.
     direct_broken: AtomicBool,
 }
 
@@ -86,8 +99,17 @@ impl BackingFile {
             writable: accmode != libc::O_RDONLY,
             direct: OnceLock::new(),
             direct_wanted: opts.direct_io && readable,
+            writes_direct: false,
             direct_broken: AtomicBool::new(false),
         }
+    }
+
+    /// The application opened the file with `O_DIRECT` (`flags` are its open flags): write
+    /// direct too, where `direct_io` is on and the writes are aligned.
+    pub fn with_app_flags(mut self, flags: i32, opts: &BackingOptions) -> BackingFile {
+        self.writes_direct = opts.direct_io && self.writable && flags & libc::O_DIRECT != 0;
+        self.direct_wanted |= self.writes_direct;
+        self
     }
 
     pub fn id(&self) -> &FileId {
@@ -110,55 +132,107 @@ impl BackingFile {
     /// Whether this file's reads currently go direct (opens the direct descriptor on first
     /// use).
     pub fn reads_direct(&self) -> bool {
-        self.direct_fd().is_some() && !self.direct_broken.load(Ordering::Relaxed)
+        self.direct_fd(None).is_some() && !self.direct_broken.load(Ordering::Relaxed)
     }
 
-    /// Read up to `len` bytes at `offset`; fewer only at end of file.
-    pub fn read_at(&self, offset: u64, len: usize) -> io::Result<(Bytes, ReadMode)> {
+    /// Read up to `len` bytes at `offset` through `io`; fewer only at end of file.
+    pub fn read_at(&self, io: &IoEngine, offset: u64, len: usize) -> io::Result<(Bytes, ReadMode)> {
         if len > MAX_READ_BYTES {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         if len == 0 {
             return Ok((Bytes::new(), ReadMode::Buffered));
         }
-        if !self.direct_broken.load(Ordering::Relaxed) {
-            if let Some(d) = self.direct_fd() {
-                match read_direct(d, offset, len) {
-                    Ok(b) => return Ok((b, ReadMode::Direct)),
-                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                        tracing::debug!(
-                            "direct read of {:?} at {offset}+{len} refused (EINVAL); buffered from now on",
-                            self.id
-                        );
-                        self.direct_broken.store(true, Ordering::Relaxed);
+        if let Some(d) = self.live_direct_fd(io) {
+            match read_direct(io, d, offset, len) {
+                Ok(b) => return Ok((b, ReadMode::Direct)),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.direct_refused(io, "read", offset, len),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((read_buffered(io, &self.file, offset, len)?, ReadMode::Buffered))
+    }
+
+    /// Write all of `data` at `offset` through `io`: direct if the application opened the
+    /// file with `O_DIRECT` and the write is aligned, else buffered (through to the backing
+    /// file's page cache).
+    pub fn write_at(&self, io: &IoEngine, offset: u64, data: &[u8]) -> io::Result<WriteMode> {
+        if self.writes_direct && !data.is_empty() {
+            if let Some(d) = self.live_direct_fd(io) {
+                if offset.is_multiple_of(d.offset_align) && (data.len() as u64).is_multiple_of(d.offset_align) {
+                    let mut buf = AlignedBuf::with_capacity(data.len(), d.mem_align.max(d.offset_align as usize));
+                    buf.extend_from_slice(data);
+                    match io.write_all(d.file.as_fd(), offset, buf.as_ref()) {
+                        Ok(()) => return Ok(ReadMode::Direct),
+                        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                            self.direct_refused(io, "write", offset, data.len())
+                        }
+                        Err(e) => return Err(e),
                     }
-                    Err(e) => return Err(e),
+                } else {
+                    io.counters().fallback_unaligned_writes.hit(|| {
+                        format!(
+                            "a write of {:?} opened O_DIRECT at {offset}+{} is off the {}-byte alignment; written buffered",
+                            self.id,
+                            data.len(),
+                            d.offset_align
+                        )
+                    });
                 }
             }
         }
-        Ok((read_buffered(&self.file, offset, len)?, ReadMode::Buffered))
+        io.write_all(self.file.as_fd(), offset, data)?;
+        Ok(ReadMode::Buffered)
     }
 
-    /// Write all of `data` at `offset` (buffered, through to the backing file).
-    pub fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<usize> {
-        self.file.write_all_at(data, offset)?;
-        Ok(data.len())
+    /// The direct descriptor, unless direct I/O is off, unsupported or refused.
+    fn live_direct_fd(&self, io: &IoEngine) -> Option<&DirectFd> {
+        if self.direct_broken.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.direct_fd(Some(io))
     }
 
-    fn direct_fd(&self) -> Option<&DirectFd> {
+    /// A direct transfer failed with EINVAL: the rest of this file's I/O is buffered.
+    fn direct_refused(&self, io: &IoEngine, what: &str, offset: u64, len: usize) {
+        if !self.direct_broken.swap(true, Ordering::Relaxed) {
+            io.counters().fallback_direct_refused.hit(|| {
+                format!("a direct {what} of {:?} at {offset}+{len} was refused (EINVAL); buffered from now on", self.id)
+            });
+        }
+    }
+
+    /// The direct descriptor, opened on first use; a file system refusing it is counted
+    /// (once per file) on `io`.
+    fn direct_fd(&self, io: Option<&IoEngine>) -> Option<&DirectFd> {
         if !self.direct_wanted {
             return None;
         }
-        self.direct.get_or_init(|| open_direct(&self.file, &self.id)).as_ref()
+        self.direct
+            .get_or_init(|| {
+                let d = open_direct(&self.file, &self.id, self.readable, self.writable);
+                if let (None, Some(io)) = (&d, io) {
+                    io.counters()
+                        .fallback_direct_refused
+                        .hit(|| format!("the file system of {:?} refuses O_DIRECT; its I/O is buffered", self.id));
+                }
+                d
+            })
+            .as_ref()
     }
 }
 
-/// Reopen `file` read-only with `O_DIRECT` through its /proc/self/fd entry (the same inode,
-/// whatever its name is now).
-fn open_direct(file: &File, id: &FileId) -> Option<DirectFd> {
+/// Reopen `file` with `O_DIRECT` and its own access mode through its /proc/self/fd entry
+/// (the same inode, whatever its name is now).
+fn open_direct(file: &File, id: &FileId, readable: bool, writable: bool) -> Option<DirectFd> {
     let path = format!("/proc/self/fd/{}\0", file.as_raw_fd());
+    let accmode = match (readable, writable) {
+        (true, true) => libc::O_RDWR,
+        (false, true) => libc::O_WRONLY,
+        _ => libc::O_RDONLY,
+    };
     // SAFETY: path is NUL-terminated; open returns a new descriptor we own, or -1.
-    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_DIRECT | libc::O_CLOEXEC) };
+    let fd = unsafe { libc::open(path.as_ptr().cast(), accmode | libc::O_DIRECT | libc::O_CLOEXEC) };
     if fd < 0 {
         let e = io::Error::last_os_error();
         tracing::debug!("no O_DIRECT for {id:?}: {e}; buffered reads");
@@ -199,34 +273,22 @@ fn dio_align(file: &File) -> Option<(u32, u32)> {
     Some((stx.stx_dio_offset_align, stx.stx_dio_mem_align))
 }
 
-fn read_direct(d: &DirectFd, offset: u64, len: usize) -> io::Result<Bytes> {
+fn read_direct(io: &IoEngine, d: &DirectFd, offset: u64, len: usize) -> io::Result<Bytes> {
     let a = d.offset_align;
     let start = offset / a * a;
     let end = (offset.checked_add(len as u64))
         .and_then(|e| e.checked_next_multiple_of(a))
         .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
     let span = (end - start) as usize;
-    let mut buf = AlignedBuf::with_capacity(span, d.mem_align.max(a as usize));
-    while buf.filled() < span {
-        let (ptr, room) = buf.spare();
-        let pos = start + buf.filled() as u64;
-        // SAFETY: ptr/room describe the unfilled, owned part of buf; pread writes at most room.
-        let n = unsafe { libc::pread(d.file.as_raw_fd(), ptr.cast(), room, pos as libc::off_t) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        // SAFETY: pread initialised n bytes at ptr.
-        unsafe { buf.advance(n as usize) };
-        // End of file, or a short count that ends off the alignment (only at end of file):
-        // another read would start misaligned and add nothing.
-        if n == 0 || !(n as u64).is_multiple_of(a) {
-            break;
-        }
+    if start != offset || span != len {
+        io.counters().fallback_unaligned_reads.hit(|| {
+            format!("a direct read at {offset}+{len} is off the {a}-byte alignment; read rounded out to {start}+{span}")
+        });
     }
+    let mut buf = AlignedBuf::with_capacity(span, d.mem_align.max(a as usize));
+    let n = io.read_full(d.file.as_fd(), start, buf.spare_uninit(), a)?;
+    // SAFETY: read_full initialised the first n bytes of the spare room.
+    unsafe { buf.advance(n) };
     let skip = (offset - start) as usize;
     let got = buf.filled();
     if got <= skip {
@@ -236,18 +298,11 @@ fn read_direct(d: &DirectFd, offset: u64, len: usize) -> io::Result<Bytes> {
     Ok(Bytes::from_owner(buf).slice(skip..upto))
 }
 
-fn read_buffered(file: &File, offset: u64, len: usize) -> io::Result<Bytes> {
-    let mut buf = vec![0u8; len];
-    let mut got = 0;
-    while got < len {
-        match file.read_at(&mut buf[got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    buf.truncate(got);
+fn read_buffered(io: &IoEngine, file: &File, offset: u64, len: usize) -> io::Result<Bytes> {
+    let mut buf: Vec<u8> = Vec::with_capacity(len);
+    let got = io.read_full(file.as_fd(), offset, &mut buf.spare_capacity_mut()[..len], 1)?;
+    // SAFETY: read_full initialised the first `got` bytes of the spare capacity.
+    unsafe { buf.set_len(got) };
     Ok(Bytes::from(buf))
 }
 
@@ -266,6 +321,13 @@ mod tests {
         std::fs::create_dir_all(&d).unwrap();
         d
     }
+
+    /// One engine of each kind.
+    fn engines() -> [IoEngine; 2] {
+        use crate::io::IoOptions;
+        [IoKind::Uring, IoKind::Sync].map(|kind| IoEngine::new(IoOptions { kind, ..IoOptions::default() }))
+    }
+    use crate::io::IoEngineKind as IoKind;
 
     fn pattern(len: usize) -> Vec<u8> {
         (0..len).map(|i| (i * 7 + i / 4096) as u8).collect()
@@ -289,10 +351,11 @@ mod tests {
         // SAFETY: NUL-terminated path; statfs fills sfs.
         assert_eq!(unsafe { libc::statfs(c.as_ptr(), &mut sfs) }, 0);
         assert!(direct || sfs.f_type == libc::TMPFS_MAGIC, "O_DIRECT backing reads unavailable on a disk file system");
-        for (off, len) in
+        for (io, (off, len)) in engines().iter().flat_map(|io| {
             [(0, 4096), (1, 10), (4095, 2), (4096, 8192), (5000, 100_000), (12_300, 50), (20_000, 10), (0, 0)]
-        {
-            let (got, mode) = bf.read_at(off, len).unwrap();
+                .map(|r| (io, r))
+        }) {
+            let (got, mode) = bf.read_at(io, off, len).unwrap();
             let lo = (off as usize).min(data.len());
             let hi = (off as usize + len).min(data.len());
             assert_eq!(&got[..], &data[lo..hi], "read {off}+{len}");
@@ -312,8 +375,9 @@ mod tests {
         let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
         let id = ids.identify(&f).unwrap();
         let bf = BackingFile::new(id, f, libc::O_RDWR, &BackingOptions { direct_io: true });
-        bf.write_at(4000, b"hello").unwrap();
-        let (got, _) = bf.read_at(3998, 9).unwrap();
+        let io = IoEngine::default();
+        bf.write_at(&io, 4000, b"hello").unwrap();
+        let (got, _) = bf.read_at(&io, 3998, 9).unwrap();
         let mut want = pattern(8192)[3998..4007].to_vec();
         want[2..7].copy_from_slice(b"hello");
         assert_eq!(&got[..], &want[..]);
@@ -328,7 +392,35 @@ mod tests {
         let id = Identities::new().identify(&f).unwrap();
         let bf = BackingFile::new(id, f, libc::O_WRONLY, &BackingOptions { direct_io: true });
         assert!(!bf.reads_direct());
-        assert_eq!(bf.read_at(0, MAX_READ_BYTES + 1).unwrap_err().raw_os_error(), Some(libc::EINVAL));
+        assert_eq!(
+            bf.read_at(&IoEngine::default(), 0, MAX_READ_BYTES + 1).unwrap_err().raw_os_error(),
+            Some(libc::EINVAL)
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn o_direct_writers_write_direct_when_aligned_and_buffered_otherwise() {
+        let d = tmpdir("dwrite");
+        let p = d.join("f");
+        File::create(&p).unwrap().write_all(&pattern(3 * 4096)).unwrap();
+        let opts = BackingOptions { direct_io: true };
+        for io in engines() {
+            let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+            let id = Identities::new().identify(&f).unwrap();
+            let bf = BackingFile::new(id, f, libc::O_RDWR, &opts).with_app_flags(libc::O_RDWR | libc::O_DIRECT, &opts);
+            assert_eq!(bf.write_at(&io, 4096, &[7u8; 4096]).unwrap(), ReadMode::Direct);
+            assert_eq!(bf.write_at(&io, 10, b"abc").unwrap(), ReadMode::Buffered);
+            assert_eq!(io.counters().snapshot().fallback_unaligned_writes, 1);
+            let (got, _) = bf.read_at(&io, 0, 3 * 4096).unwrap();
+            let mut want = pattern(3 * 4096);
+            want[4096..8192].fill(7);
+            want[10..13].copy_from_slice(b"abc");
+            assert_eq!(&got[..], &want[..]);
+            assert_eq!(io.counters().snapshot().fallback_unaligned_reads, 0, "an aligned read needs no bounce");
+            bf.read_at(&io, 1, 10).unwrap();
+            assert_eq!(io.counters().snapshot().fallback_unaligned_reads, 1);
+        }
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

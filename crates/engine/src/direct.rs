@@ -1,17 +1,19 @@
-//! [`DirectPath`]: the data path with no tier in front of the disk. Reads and writes go to
-//! the backing file (reads with `O_DIRECT` where enabled and supported). It is the
-//! `--no-remote` baseline and the fallback every other tier ends in.
+//! [`DirectPath`]: the data path with no tier in front of the disk. Reads, writes and syncs
+//! go to the backing file through the [`IoEngine`] (reads with `O_DIRECT` where enabled and
+//! supported). It is the `--no-remote` baseline and the fallback every other tier ends in.
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::backing::{BackingFile, ReadMode};
+use crate::backing::{BackingFile, ReadMode, WriteMode};
 use crate::data_path::DataPath;
 use crate::identity::FileId;
+use crate::io::{IoCountersSnapshot, IoEngine};
 
 /// Counters of the backing I/O (names in docs/METRICS.md once the mount exports them).
 #[derive(Debug, Default)]
@@ -20,6 +22,8 @@ pub struct BackingCounters {
     pub reads_buffered: AtomicU64,
     pub read_bytes: AtomicU64,
     pub writes: AtomicU64,
+    /// Of `writes`: written with `O_DIRECT` (the application opened the file so).
+    pub writes_direct: AtomicU64,
     pub write_bytes: AtomicU64,
     pub fsyncs: AtomicU64,
     pub forgets: AtomicU64,
@@ -32,9 +36,14 @@ pub struct BackingCountersSnapshot {
     pub reads_buffered: u64,
     pub read_bytes: u64,
     pub writes: u64,
+    #[serde(default)]
+    pub writes_direct: u64,
     pub write_bytes: u64,
     pub fsyncs: u64,
     pub forgets: u64,
+    /// The I/O engine underneath: which one, how deep its queue got, every fallback.
+    #[serde(default)]
+    pub io: IoCountersSnapshot,
 }
 
 impl BackingCounters {
@@ -45,9 +54,11 @@ impl BackingCounters {
             reads_buffered: l(&self.reads_buffered),
             read_bytes: l(&self.read_bytes),
             writes: l(&self.writes),
+            writes_direct: l(&self.writes_direct),
             write_bytes: l(&self.write_bytes),
             fsyncs: l(&self.fsyncs),
             forgets: l(&self.forgets),
+            io: IoCountersSnapshot::default(),
         }
     }
 }
@@ -56,15 +67,31 @@ impl BackingCounters {
 #[derive(Debug, Default)]
 pub struct DirectPath {
     counters: BackingCounters,
+    io: Arc<IoEngine>,
 }
 
 impl DirectPath {
+    /// Backing I/O through an engine with the default options (io_uring where it works).
     pub fn new() -> DirectPath {
         DirectPath::default()
     }
 
+    /// Backing I/O through `io` (which other users of the disk may share).
+    pub fn with_io(io: Arc<IoEngine>) -> DirectPath {
+        DirectPath { counters: BackingCounters::default(), io }
+    }
+
     pub fn counters(&self) -> &BackingCounters {
         &self.counters
+    }
+
+    pub fn io(&self) -> &Arc<IoEngine> {
+        &self.io
+    }
+
+    /// Every backing counter, the engine's included.
+    pub fn snapshot(&self) -> BackingCountersSnapshot {
+        BackingCountersSnapshot { io: self.io.counters().snapshot(), ..self.counters.snapshot() }
     }
 }
 
@@ -74,7 +101,7 @@ fn add(c: &AtomicU64, n: u64) {
 
 impl DataPath for DirectPath {
     fn read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<Bytes> {
-        let (data, mode) = file.read_at(offset, len)?;
+        let (data, mode) = file.read_at(&self.io, offset, len)?;
         match mode {
             ReadMode::Direct => add(&self.counters.reads_direct, 1),
             ReadMode::Buffered => add(&self.counters.reads_buffered, 1),
@@ -84,10 +111,12 @@ impl DataPath for DirectPath {
     }
 
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {
-        let n = file.write_at(offset, data)?;
+        if file.write_at(&self.io, offset, data)? == WriteMode::Direct {
+            add(&self.counters.writes_direct, 1);
+        }
         add(&self.counters.writes, 1);
-        add(&self.counters.write_bytes, n as u64);
-        Ok(n)
+        add(&self.counters.write_bytes, data.len() as u64);
+        Ok(data.len())
     }
 
     fn set_len(&self, file: &BackingFile, size: u64) -> io::Result<()> {
@@ -113,11 +142,7 @@ impl DataPath for DirectPath {
 
     fn fsync(&self, file: &BackingFile, datasync: bool) -> io::Result<()> {
         add(&self.counters.fsyncs, 1);
-        if datasync {
-            file.file().sync_data()
-        } else {
-            file.file().sync_all()
-        }
+        self.io.fsync(file.file().as_fd(), datasync)
     }
 
     fn forget(&self, _id: &FileId) {
@@ -126,6 +151,6 @@ impl DataPath for DirectPath {
     }
 
     fn backing_counters(&self) -> Option<BackingCountersSnapshot> {
-        Some(self.counters.snapshot())
+        Some(self.snapshot())
     }
 }

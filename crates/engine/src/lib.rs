@@ -11,7 +11,11 @@
 //! - [`seal::BlockSeal`] (`seal.rs`): what a block looks like on a lender — the identity,
 //!   or encrypted and authenticated (XChaCha20-Poly1305) so a lender can cost a miss, never
 //!   wrong data.
-//! - [`BackingFile`] (`backing.rs`) is an open backing file with direct (`O_DIRECT`) reads.
+//! - [`BackingFile`] (`backing.rs`) is an open backing file with direct (`O_DIRECT`) reads
+//!   (and writes, for applications that opened it `O_DIRECT`).
+//! - [`IoEngine`] (`io/`) does every transfer and sync of a backing file: io_uring (or
+//!   synchronous system calls), a bound on what is in flight, every fallback counted. It is
+//!   the seam the tiers to come (write-back destaging, migration) use to reach the disk.
 //! - [`FileId`] (`identity.rs`) names a file's data for the life of its inode —
 //!   `(dev, ino, generation)` — so that a reused inode number can never alias cached blocks.
 //! - [`config::CacheConfig`] (`config.rs`) is the `[cache]` table of farcache.toml;
@@ -27,19 +31,21 @@ pub mod data_path;
 pub mod direct;
 pub mod identity;
 pub mod index;
+pub mod io;
 mod outbox;
 pub mod remote;
 pub mod routing;
 pub mod seal;
 pub mod stats;
 
-pub use backing::{BackingFile, BackingOptions, ReadMode, MAX_READ_BYTES};
+pub use backing::{BackingFile, BackingOptions, ReadMode, WriteMode, MAX_READ_BYTES};
 /// Reads answer with `bytes::Bytes`, re-exported so callers need not depend on `bytes`.
 pub use bytes::Bytes;
 pub use config::{CacheConfig, Routing};
 pub use data_path::DataPath;
 pub use direct::{BackingCounters, BackingCountersSnapshot, DirectPath};
 pub use identity::{FileId, Generation, Identities};
+pub use io::{IoEngine, IoEngineKind, IoOptions};
 pub use remote::{LenderError, LenderStatus};
 pub use routing::Router;
 pub use seal::{BlockSeal, Plaintext, SealError, XChaCha};

@@ -2,12 +2,15 @@
 //! out in [`TEMPLATE`]; a test keeps the two in step.
 
 use farcache_config::{ConfigError, HumanDuration};
+use farcache_engine::io::{IoEngineKind, IoOptions};
 use serde::{Deserialize, Serialize};
 
 /// The `[mount]` table with every default, as it belongs in etc/farcache.toml.
 pub const TEMPLATE: &str = r#"[mount]
-# Threads serving FUSE requests. Requests block on the disk, so more threads than cores help.
-threads = 8
+# Threads serving FUSE requests, each with its own /dev/fuse descriptor: as many requests as
+# there are threads reach the backing I/O engine at once (an application's queue depth of 32
+# needs 32). Each thread keeps a request buffer of up to max_write once it served a write.
+threads = 32
 # How long the kernel may trust attributes and names without asking again. The backing
 # directory belongs to the mount while it is mounted: changes made behind its back may be
 # seen this late.
@@ -19,6 +22,14 @@ keep_cache = true
 # Read backing files with O_DIRECT where the file system supports it, so the daemon's reads
 # do not fill the page cache a second time (and a slow disk stays slow).
 direct_io_backing = true
+# Backing I/O engine: "uring" (io_uring, where the kernel offers it; else the synchronous
+# path, counted in `farcache stats` as backing.io.fallback_no_uring) or "sync" (one blocking
+# system call per operation on the FUSE thread).
+io_engine = "uring"
+# Most backing operations one caller has in flight at once (each io_uring ring's size).
+io_queue_depth = 32
+# Most backing operations in flight across the mount at once; callers beyond it wait.
+io_max_in_flight = 256
 # Let other users use the mount (only when run as root; the kernel still checks permissions).
 allow_other = true
 # Offer READDIRPLUS (names and attributes in one reply) for large directories.
@@ -45,6 +56,9 @@ pub struct MountConfig {
     pub entry_timeout: HumanDuration,
     pub keep_cache: bool,
     pub direct_io_backing: bool,
+    pub io_engine: IoEngineKind,
+    pub io_queue_depth: u32,
+    pub io_max_in_flight: u32,
     pub allow_other: bool,
     pub readdirplus: bool,
     pub max_background: u16,
@@ -63,11 +77,14 @@ const _: () = assert!(MAX_WRITE_BYTES as usize <= farcache_engine::MAX_READ_BYTE
 impl Default for MountConfig {
     fn default() -> Self {
         MountConfig {
-            threads: 8,
+            threads: 32,
             attr_timeout: HumanDuration::secs(1),
             entry_timeout: HumanDuration::secs(1),
             keep_cache: true,
             direct_io_backing: true,
+            io_engine: IoEngineKind::Uring,
+            io_queue_depth: 32,
+            io_max_in_flight: 256,
             allow_other: true,
             readdirplus: true,
             max_background: 64,
@@ -80,6 +97,11 @@ impl Default for MountConfig {
 }
 
 impl MountConfig {
+    /// The backing I/O engine's options.
+    pub fn io_options(&self) -> IoOptions {
+        IoOptions { kind: self.io_engine, queue_depth: self.io_queue_depth, max_in_flight: self.io_max_in_flight }
+    }
+
     /// Refuse values that cannot work, naming the key and the fix.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.threads == 0 || self.threads > MAX_THREADS {
@@ -96,6 +118,10 @@ impl MountConfig {
                 format!("{} is out of range", self.max_write),
                 "set 4KiB to 1MiB",
             ));
+        }
+        if let Some(p) = self.io_options().problem() {
+            let key = if p.starts_with("io_queue_depth") { "mount.io_queue_depth" } else { "mount.io_max_in_flight" };
+            return Err(ConfigError::invalid(key, p, "see etc/farcache.toml for the ranges"));
         }
         if self.max_background == 0 {
             return Err(ConfigError::invalid("mount.max_background", "0 stalls readahead", "set at least 1"));
@@ -138,6 +164,14 @@ mod tests {
         c.threads = 4;
         c.max_write = farcache_config::ByteSize::mib(2);
         assert!(c.validate().unwrap_err().to_string().contains("mount.max_write"));
+        c.max_write = farcache_config::ByteSize::mib(1);
+        c.io_queue_depth = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("mount.io_queue_depth"));
+        c.io_queue_depth = 512;
+        assert!(c.validate().unwrap_err().to_string().contains("mount.io_max_in_flight"));
+        let f: File = toml::from_str("[mount]\nio_engine = \"sync\"").unwrap();
+        assert_eq!(f.mount.io_engine, IoEngineKind::Sync);
+        assert!(toml::from_str::<File>("[mount]\nio_engine = \"aio\"").is_err());
         let e = toml::from_str::<File>("[mount]\nthreds = 3").err().unwrap().to_string();
         assert!(e.contains("threds"), "{e}");
     }

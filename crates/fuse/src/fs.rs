@@ -133,8 +133,8 @@ impl Passthrough {
         sys::fchown(fd, req.uid(), gid)
     }
 
-    /// Wrap `file`, opened on `inode` with access mode `accmode`, for the data path.
-    pub(crate) fn backing(&self, inode: &Inode, file: File, accmode: i32) -> io::Result<BackingFile> {
+    /// Wrap `file`, opened on `inode` with the application's open `flags`, for the data path.
+    pub(crate) fn backing(&self, inode: &Inode, file: File, flags: i32) -> io::Result<BackingFile> {
         let id = match inode.file_id.get() {
             Some(id) => *id,
             None => {
@@ -142,7 +142,8 @@ impl Passthrough {
                 *inode.file_id.get_or_init(|| id)
             }
         };
-        let b = BackingFile::new(id, file, accmode, &self.backing_opts);
+        let b = BackingFile::new(id, file, flags & libc::O_ACCMODE, &self.backing_opts)
+            .with_app_flags(flags, &self.backing_opts);
         self.data.opened(&b);
         Ok(b)
     }

@@ -160,7 +160,6 @@ impl Passthrough {
     ) -> io::Result<(FileAttr, u64)> {
         let p = self.inode(parent)?;
         let c = sys::cname(name)?;
-        let accmode = flags & libc::O_ACCMODE;
         let oflags = backing_open_flags(flags) | libc::O_NOFOLLOW;
         let mode = mode & !libc::S_IFMT;
         // Create exclusively first, so that we know whether this call made the file: only
@@ -183,7 +182,7 @@ impl Passthrough {
         let st = sys::fstat(fd.as_fd())?;
         let inode = self.inodes.lookup(path_fd, &st)?;
         let res = (|| {
-            let backing = self.backing(&inode, File::from(fd), accmode)?;
+            let backing = self.backing(&inode, File::from(fd), flags)?;
             if flags & libc::O_TRUNC != 0 && !created {
                 self.truncate(&inode, Some(&backing), 0)?;
             }

@@ -15,9 +15,8 @@ use crate::sys;
 impl Passthrough {
     pub(crate) fn do_open(&self, ino: INodeNo, flags: i32) -> io::Result<u64> {
         let inode = self.inode(ino)?;
-        let accmode = flags & libc::O_ACCMODE;
         let fd = sys::reopen(inode.fd(), backing_open_flags(flags))?;
-        let backing = self.backing(&inode, File::from(fd), accmode)?;
+        let backing = self.backing(&inode, File::from(fd), flags)?;
         // With atomic O_TRUNC negotiated the kernel leaves truncation on open to us.
         if flags & libc::O_TRUNC != 0 {
             self.truncate(&inode, Some(&backing), 0)?;

@@ -26,7 +26,19 @@ pub use raw::{
 };
 pub use rng::Rng;
 
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+/// A fresh, empty directory `parent/TAG-PID-N` for one test (N counts up within the
+/// process; whatever was there from an earlier run is removed).
+pub fn fresh_dir(parent: &Path, tag: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let d = parent.join(format!("{tag}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
 
 /// Poll `f` every `every` until it returns true or `timeout` passes. Returns whether it did.
 pub fn wait_until(timeout: Duration, every: Duration, mut f: impl FnMut() -> bool) -> bool {

@@ -120,7 +120,7 @@ impl MountControl {
     fn cache_stats(&self) -> CacheStats {
         match &self.engine {
             Engine::Cached(c) => c.stats(),
-            Engine::Passthrough(d) => CacheStats::passthrough(d.counters().snapshot()),
+            Engine::Passthrough(d) => CacheStats::passthrough(d.snapshot()),
         }
     }
 
@@ -229,9 +229,17 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 
     // The embedded lender's runtime must outlive the mount: kept here until `run` returns.
     let mut _embedded: Option<tokio::runtime::Runtime> = None;
+    // One I/O engine for the backing store, whatever tier sits in front of it.
+    let io = Arc::new(farcache_engine::IoEngine::new(cfg.io_options()));
+    tracing::info!(
+        "backing I/O engine {} (queue depth {}, at most {} in flight)",
+        cfg.io_engine,
+        cfg.io_queue_depth,
+        cfg.io_max_in_flight
+    );
     let (data, engine, remote_tier): (Arc<dyn DataPath>, Engine, &'static str) = if a.no_remote {
         tracing::info!("no remote tier (--no-remote): plain passthrough");
-        let d = Arc::new(DirectPath::new());
+        let d = Arc::new(DirectPath::with_io(io));
         (d.clone(), Engine::Passthrough(d), "none")
     } else {
         let seal = cache.block_seal()?;
@@ -290,7 +298,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
         );
         let c = Arc::new(
-            CachedPath::new(DirectPath::new(), remote, cache.router()).with_read_around(cache.read_around_blocks()),
+            CachedPath::new(DirectPath::with_io(io), remote, cache.router())
+                .with_read_around(cache.read_around_blocks()),
         );
         (c.clone(), Engine::Cached(c), tier)
     };
@@ -407,15 +416,30 @@ fn log_summary(control: &MountControl) {
     }
     let c = &s.backing;
     tracing::info!(
-        "backing I/O: {} direct and {} buffered reads ({} bytes), {} writes ({} bytes), \
+        "backing I/O: {} direct and {} buffered reads ({} bytes), {} writes ({} direct, {} bytes), \
          {} fsyncs; {} files lost their last name",
         c.reads_direct,
         c.reads_buffered,
         c.read_bytes,
         c.writes,
+        c.writes_direct,
         c.write_bytes,
         c.fsyncs,
         c.forgets
+    );
+    let io = &c.io;
+    tracing::info!(
+        "backing I/O engine {}: {} io_uring and {} synchronous operations, at most {} in flight; fallbacks: \
+         {} without io_uring, {} unaligned reads, {} unaligned writes, {} refused O_DIRECT, {} short retries",
+        io.engine,
+        io.ops_uring,
+        io.ops_sync,
+        io.in_flight_peak,
+        io.fallback_no_uring,
+        io.fallback_unaligned_reads,
+        io.fallback_unaligned_writes,
+        io.fallback_direct_refused,
+        io.short_retries
     );
 }
 

@@ -1,0 +1,145 @@
+use std::fs::File;
+use std::io::Write;
+use std::mem::MaybeUninit;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+use super::*;
+
+fn engine(kind: IoEngineKind, queue_depth: u32, max_in_flight: u32) -> IoEngine {
+    IoEngine::new(IoOptions { kind, queue_depth, max_in_flight })
+}
+
+fn tmpfile(tag: &str, data: &[u8]) -> (tempfile::TempDir, File) {
+    // Under the target directory: a disk file system, like the backing store.
+    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/engine-test");
+    std::fs::create_dir_all(&base).unwrap();
+    let d = tempfile::Builder::new().prefix(tag).tempdir_in(base).unwrap();
+    let p = d.path().join("f");
+    File::create(&p).unwrap().write_all(data).unwrap();
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    (d, f)
+}
+
+fn uninit(n: usize) -> Vec<MaybeUninit<u8>> {
+    vec![MaybeUninit::new(0); n]
+}
+
+fn init(b: &[MaybeUninit<u8>]) -> Vec<u8> {
+    // SAFETY: the tests only look at bytes a read filled (or the zeroes they started as).
+    b.iter().map(|x| unsafe { x.assume_init() }).collect()
+}
+
+#[test]
+fn both_engines_read_write_and_sync_in_batches() {
+    for kind in [IoEngineKind::Uring, IoEngineKind::Sync] {
+        let e = engine(kind, 4, 8);
+        let (_d, f) = tmpfile("batch", &[0u8; 40_000]);
+        let fd = f.as_fd();
+        let blocks: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i + 1; 4000]).collect();
+        let mut ops: Vec<Op<'_>> =
+            blocks.iter().enumerate().map(|(i, b)| Op::Write { fd, offset: i as u64 * 4000, data: b }).collect();
+        ops.push(Op::Fsync { fd, datasync: true });
+        let res = e.run(&mut ops);
+        assert!(res[..10].iter().all(|r| *r.as_ref().unwrap() == 4000), "{res:?}");
+        assert_eq!(*res[10].as_ref().unwrap(), 0);
+        let mut bufs: Vec<Vec<MaybeUninit<u8>>> = (0..11).map(|_| uninit(4000)).collect();
+        let mut ops: Vec<Op<'_>> =
+            bufs.iter_mut().enumerate().map(|(i, b)| Op::Read { fd, offset: i as u64 * 4000, buf: b }).collect();
+        let res: Vec<usize> = e.run(&mut ops).into_iter().map(|r| r.unwrap()).collect();
+        assert_eq!(res, [vec![4000; 10], vec![0]].concat(), "the last read is past the end of the file");
+        for (i, b) in bufs.iter().take(10).enumerate() {
+            assert_eq!(init(b), blocks[i]);
+        }
+        let s = e.counters().snapshot();
+        assert_eq!(s.engine, kind);
+        let total = 22;
+        match kind {
+            IoEngineKind::Uring => assert_eq!((s.ops_uring, s.ops_sync, s.rings), (total, 0, 1)),
+            IoEngineKind::Sync => assert_eq!((s.ops_uring, s.ops_sync, s.rings), (0, total, 0)),
+        }
+        assert!(s.in_flight_peak <= 4 && s.in_flight == 0, "{s:?}");
+        assert_eq!(s.fallback_no_uring, 0);
+    }
+}
+
+#[test]
+fn errors_are_the_os_errors_and_offsets_off_the_range_are_refused() {
+    for kind in [IoEngineKind::Uring, IoEngineKind::Sync] {
+        let e = engine(kind, 2, 2);
+        let (_d, f) = tmpfile("err", b"hello");
+        let ro = File::open(_d.path().join("f")).unwrap();
+        let err = e.write_all(ro.as_fd(), 0, b"x").unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EBADF), "{kind}: {err}");
+        let mut b = uninit(8);
+        for off in [u64::MAX, i64::MAX as u64 + 1] {
+            let err = e.run_one(Op::Read { fd: f.as_fd(), offset: off, buf: &mut b }).unwrap_err();
+            assert!(matches!(err.raw_os_error(), Some(libc::EFBIG)), "{kind} at {off}: {err}");
+        }
+        // A read at end of file is short, not an error; read_full stops there.
+        assert_eq!(e.read_full(f.as_fd(), 2, &mut b, 1).unwrap(), 3);
+        assert_eq!(&init(&b)[..3], b"llo");
+        assert_eq!(e.counters().snapshot().short_retries, 0, "the end of a file is not a short transfer");
+    }
+}
+
+#[test]
+fn in_flight_stays_within_its_bound_with_many_threads() {
+    for kind in [IoEngineKind::Uring, IoEngineKind::Sync] {
+        let e = Arc::new(engine(kind, 2, 3));
+        let (_d, f) = tmpfile("bound", &vec![5u8; 1 << 20]);
+        let f = Arc::new(f);
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let (e, f) = (e.clone(), f.clone());
+                std::thread::spawn(move || {
+                    for i in 0..200u64 {
+                        let mut a = uninit(4096);
+                        let mut b = uninit(4096);
+                        let off = (t * 7919 + i * 104_729) % 255 * 4096;
+                        let mut ops = [
+                            Op::Read { fd: f.as_fd(), offset: off, buf: &mut a },
+                            Op::Read { fd: f.as_fd(), offset: off + 4096, buf: &mut b },
+                        ];
+                        for r in e.run(&mut ops) {
+                            assert_eq!(r.unwrap(), 4096);
+                        }
+                        assert!(init(&a).iter().chain(init(&b).iter()).all(|&x| x == 5));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let s = e.counters().snapshot();
+        assert!(s.in_flight_peak <= 3 && s.in_flight == 0, "{kind}: {s:?}");
+        assert_eq!(s.ops_uring + s.ops_sync, 8 * 200 * 2);
+        if kind == IoEngineKind::Uring {
+            assert!(s.rings <= 3, "a ring per caller in flight at most: {s:?}");
+        }
+    }
+}
+
+#[test]
+fn without_io_uring_everything_runs_synchronously_and_is_counted() {
+    let e = engine(IoEngineKind::Uring, 4, 4);
+    // As when io_uring_setup failed on the first ring (ENOSYS, EPERM).
+    e.counters.uring_unavailable.store(true, Ordering::Relaxed);
+    let (_d, f) = tmpfile("nouring", b"abcdefgh");
+    let mut b = uninit(8);
+    assert_eq!(e.read_full(f.as_fd(), 0, &mut b, 1).unwrap(), 8);
+    e.fsync(f.as_fd(), false).unwrap();
+    let s = e.counters().snapshot();
+    assert_eq!(s.engine, IoEngineKind::Sync, "the engine in force is shown");
+    assert_eq!((s.ops_sync, s.fallback_no_uring, s.ops_uring), (2, 2, 0), "{s:?}");
+}
+
+#[test]
+fn options_out_of_range_are_named() {
+    assert!(IoOptions::default().problem().is_none());
+    let o = IoOptions { queue_depth: 0, ..IoOptions::default() };
+    assert!(o.problem().unwrap().contains("io_queue_depth"));
+    let o = IoOptions { queue_depth: 64, max_in_flight: 32, ..IoOptions::default() };
+    assert!(o.problem().unwrap().contains("io_max_in_flight"));
+}
