@@ -36,7 +36,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
-use farcache_testkit::{require_fuse, require_root, run_with_timeout, wait_until, MountProcess, Rng, ServerProcess};
+use farcache_testkit::{
+    require_fuse, require_root, run_with_timeout, wait_until, MountProcess, Rng, ServerProcess, LENDERS_FIRST,
+};
 
 /// Files checked, and 4 KiB blocks in each (1 MiB files: 4 index chunks of 64 blocks).
 const FILES: usize = 4;
@@ -587,7 +589,7 @@ fn scenario(tag: &str, mount_servers: &[SocketAddr], body: impl FnOnce(&Ctx) + S
     let (backing, mnt) = (dir.0.join("backing"), dir.0.join("mnt"));
     fill_backing(&backing);
     let addrs: Vec<String> = mount_servers.iter().map(|a| a.to_string()).collect();
-    let mut args: Vec<&str> = Vec::new();
+    let mut args: Vec<&str> = LENDERS_FIRST.to_vec();
     for a in &addrs {
         args.extend(["--server", a.as_str()]);
     }

@@ -18,7 +18,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use farcache_testkit::{fuse_mounted, pattern, run_with_timeout, DirectReader, MountProcess, Rng};
+use farcache_testkit::{fuse_mounted, pattern, run_with_timeout, DirectReader, MountProcess, Rng, LENDERS_FIRST};
 use farcache_wire::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -251,7 +251,7 @@ fn run(mode: Mode) {
         bin(),
         &backing,
         &mnt,
-        &["--server", &addr, "--key-file", key.to_str().unwrap()],
+        &["--server", &addr, "--key-file", key.to_str().unwrap(), LENDERS_FIRST[0], LENDERS_FIRST[1]],
         &root.path().join("log"),
     );
     let t0 = Instant::now();

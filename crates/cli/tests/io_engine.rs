@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-use farcache_testkit::{require_root, text, MountProcess, Rng};
+use farcache_testkit::{require_root, text, MountProcess, Rng, LENDERS_FIRST};
 use serde_json::Value;
 
 const BLOCK: usize = 4096;
@@ -155,7 +155,7 @@ fn hammer(file: &Path, size: usize, threads: usize, ops: usize) {
 
 #[test]
 fn concurrent_overlapping_reads_and_writes_match_a_model() {
-    for (tag, args) in [("noremote", &["--no-remote"][..]), ("lenders", &[][..])] {
+    for (tag, args) in [("noremote", &["--no-remote"][..]), ("lenders", &LENDERS_FIRST[..])] {
         let root = test_root(tag);
         let backing = root.join("backing");
         fs::create_dir(&backing).unwrap();

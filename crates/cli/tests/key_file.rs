@@ -12,7 +12,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
 
-use farcache_testkit::{pattern, MountProcess};
+use farcache_testkit::{pattern, MountProcess, LENDERS_FIRST};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
@@ -135,7 +135,13 @@ fn with_a_good_key_the_mount_seals_blocks_on_its_embedded_lender() {
     assert!(farcache(&["keygen", "--out", key.to_str().unwrap()]).status.success());
     let data = pattern(512 << 10, 5);
     fs::write(d.p("b/f"), &data).unwrap();
-    let m = MountProcess::start(bin(), &d.p("b"), &d.p("m"), &["--key-file", key.to_str().unwrap()], &d.p("log"));
+    let m = MountProcess::start(
+        bin(),
+        &d.p("b"),
+        &d.p("m"),
+        &["--key-file", key.to_str().unwrap(), LENDERS_FIRST[0], LENDERS_FIRST[1]],
+        &d.p("log"),
+    );
     // O_DIRECT 4 KiB reads reach the daemon every time: the first pass fills the lender,
     // the second is served from it.
     let f = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(d.p("m/f")).unwrap();
@@ -171,7 +177,7 @@ fn a_lender_with_default_slots_is_named_with_the_setting_it_needs() {
     let addr = srv.addr().to_string();
     let data = pattern(64 << 10, 6);
     fs::write(d.p("b/f"), &data).unwrap();
-    let args = ["--server", addr.as_str(), "--key-file", key.to_str().unwrap()];
+    let args = ["--server", addr.as_str(), "--key-file", key.to_str().unwrap(), LENDERS_FIRST[0], LENDERS_FIRST[1]];
     let m = MountProcess::start(bin(), &d.p("b"), &d.p("m"), &args, &d.p("log"));
     let f = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(d.p("m/f")).unwrap();
     let mut buf = vec![0u8; 8192];

@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use farcache_testkit::{
-    pattern, require_root, run_with_timeout, wait_until, DirectReader, MountProcess, ServerProcess,
+    pattern, require_root, run_with_timeout, wait_until, DirectReader, MountProcess, ServerProcess, LENDERS_FIRST,
 };
 use serde_json::Value;
 
@@ -103,7 +103,7 @@ fn stats_show_hits_on_the_second_pass() {
     let addr = srv.addr().to_string();
     let data = pattern(8 << 20, 11);
     let d = Dirs::new(&[("f", &data)]);
-    let m = d.mount(&["--server", &addr]);
+    let m = d.mount(&["--server", &addr, LENDERS_FIRST[0], LENDERS_FIRST[1]]);
 
     let before = mount_stats(&d.mnt);
     assert_eq!(u(&before, "remote.hits"), 0, "{before:#}");
@@ -174,7 +174,7 @@ fn lenders_are_added_and_removed_while_mounted() {
     let (aa, ba) = (a.addr().to_string(), b.addr().to_string());
     let (one, two) = (pattern(8 << 20, 21), pattern(8 << 20, 22));
     let d = Dirs::new(&[("one", &one), ("two", &two)]);
-    let m = d.mount(&["--server", &aa]);
+    let m = d.mount(&["--server", &aa, LENDERS_FIRST[0], LENDERS_FIRST[1]]);
     let mnt = d.mnt.to_str().unwrap();
 
     assert_eq!(lender_addrs(&lenders(&d.mnt, &[])), [aa.as_str()]);

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use farcache_testkit::{pattern, DirectReader, MountProcess, ServerProcess};
+use farcache_testkit::{pattern, DirectReader, MountProcess, ServerProcess, LENDERS_FIRST};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
@@ -32,7 +32,13 @@ fn reads_come_from_the_lender_and_are_always_current() {
     fs::create_dir(&mnt).unwrap();
     let mut data = pattern(8 << 20, 7);
     fs::write(backing.join("f"), &data).unwrap();
-    let m = MountProcess::start(bin(), &backing, &mnt, &["--server", &addr], &root.path().join("log"));
+    let m = MountProcess::start(
+        bin(),
+        &backing,
+        &mnt,
+        &["--server", &addr, LENDERS_FIRST[0], LENDERS_FIRST[1]],
+        &root.path().join("log"),
+    );
 
     let blocks: Vec<u64> = (0..2048u64).map(|i| (i * 613) % 2048).collect();
     let mut r = DirectReader::open(&mnt.join("f"));
@@ -85,7 +91,7 @@ fn without_a_server_the_mount_lends_from_its_own_process() {
     fs::create_dir(&mnt).unwrap();
     let data = pattern(1 << 20, 9);
     fs::write(backing.join("f"), &data).unwrap();
-    let m = MountProcess::start(bin(), &backing, &mnt, &[], &root.path().join("log"));
+    let m = MountProcess::start(bin(), &backing, &mnt, &LENDERS_FIRST, &root.path().join("log"));
     let mut r = DirectReader::open(&mnt.join("f"));
     for _ in 0..2 {
         for b in 0..256u64 {

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use farcache_testkit::{require_root, run_with_timeout, wait_until, MountProcess, ServerProcess};
+use farcache_testkit::{require_root, run_with_timeout, wait_until, MountProcess, ServerProcess, LENDERS_FIRST};
 
 const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 /// pgbench scale: 100,000 accounts per unit, about 15 MiB of table and index each; with
@@ -440,7 +440,13 @@ fn postgres_on_the_mount_keeps_its_data_intact() {
 
     // Run 1: create, load, run TPC-B, check, stop, checksums.
     {
-        let m1 = MountProcess::start(bin(), &backing, &mnt, &["--server", &addr], &root.join("mount1.log"));
+        let m1 = MountProcess::start(
+            bin(),
+            &backing,
+            &mnt,
+            &["--server", &addr, LENDERS_FIRST[0], LENDERS_FIRST[1]],
+            &root.join("mount1.log"),
+        );
         let pgdata = mnt.join("pgdata");
         let mut pg = Pg::new(pgdata.clone(), root, port, "pg-run1.log", user);
         pg.initdb();
@@ -488,7 +494,13 @@ fn postgres_on_the_mount_keeps_its_data_intact() {
 
     // Run 2: remount, check, select-only load while the lender is killed, check, checksums.
     {
-        let m2 = MountProcess::start(bin(), &backing, &mnt, &["--server", &addr], &root.join("mount2.log"));
+        let m2 = MountProcess::start(
+            bin(),
+            &backing,
+            &mnt,
+            &["--server", &addr, LENDERS_FIRST[0], LENDERS_FIRST[1]],
+            &root.join("mount2.log"),
+        );
         let pgdata = mnt.join("pgdata");
         let mut pg = Pg::new(pgdata.clone(), root, port, "pg-run2.log", user);
         pg.start();

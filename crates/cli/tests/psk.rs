@@ -10,7 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use farcache_testkit::{pattern, DirectReader, MountProcess, ServerProcess};
+use farcache_testkit::{pattern, DirectReader, MountProcess, ServerProcess, LENDERS_FIRST};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
@@ -76,7 +76,7 @@ fn a_mount_and_a_lender_sharing_a_psk_speak_tls_and_others_are_refused() {
         bin(),
         &s.backing,
         &s.mnt,
-        &["--server", &addr, "--tls-psk-file", &s.p("psk")],
+        &["--server", &addr, "--tls-psk-file", &s.p("psk"), LENDERS_FIRST[0], LENDERS_FIRST[1]],
         &s.root.path().join("log"),
     );
     let mut r = DirectReader::open(&s.mnt.join("f"));

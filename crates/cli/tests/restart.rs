@@ -21,7 +21,7 @@ use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 use farcache_testkit::{
-    pattern, require_fuse, require_root, run_with_timeout, wait_until, MountProcess, ServerProcess,
+    pattern, require_fuse, require_root, run_with_timeout, wait_until, MountProcess, ServerProcess, LENDERS_FIRST,
 };
 
 const BLOCK: usize = 4096;
@@ -196,7 +196,13 @@ impl Drop for Watched<'_> {
 /// A running mount borrowing from `lender`; its log goes beside the test directory.
 fn mount<'a>(dir: &TestDir, lender: SocketAddr, run: usize, running: &'a Running) -> Watched<'a> {
     let log = dir.0.join(format!("mount-{run}.log"));
-    let m = MountProcess::start(bin(), &dir.backing(), &dir.mnt(), &["--server", &lender.to_string()], &log);
+    let m = MountProcess::start(
+        bin(),
+        &dir.backing(),
+        &dir.mnt(),
+        &["--server", &lender.to_string(), LENDERS_FIRST[0], LENDERS_FIRST[1]],
+        &log,
+    );
     *running.lock().unwrap_or_else(|e| e.into_inner()) = Some(m.pid());
     Watched { m: Some(m), running }
 }

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use farcache_testkit::{fuse_mounted, pattern, DirectReader, MountProcess, ServerProcess};
+use farcache_testkit::{fuse_mounted, pattern, DirectReader, MountProcess, ServerProcess, LENDERS_FIRST};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
@@ -139,6 +139,7 @@ fn a_mount_with_proper_certificates_reads_from_a_tls_lender_and_others_are_refus
     let data = pattern((BLOCKS * 4096) as usize, 3);
     let d = dirs(&data);
     let mut args = vec!["--server".to_string(), addr.clone()];
+    args.extend(LENDERS_FIRST.map(String::from));
     args.extend(pki.client_args("pki"));
     let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
     let m = MountProcess::start(bin(), &d.backing, &d.mnt, &args, &d.root.path().join("log"));
@@ -364,6 +365,7 @@ fn a_flipped_byte_on_the_wire_drops_the_connection_and_reads_stay_exact() {
     let data = pattern((BLOCKS * 4096) as usize, 5);
     let d = dirs(&data);
     let mut args = vec!["--server".to_string(), proxy.addr.to_string()];
+    args.extend(LENDERS_FIRST.map(String::from));
     args.extend(pki.client_args("pki"));
     let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
     let m = MountProcess::start(bin(), &d.backing, &d.mnt, &args, &d.root.path().join("log"));
@@ -471,6 +473,7 @@ fn the_client_certificate_names_the_tenant() {
     // Left at its default, the mount borrows as the certificate's tenant: the lender (open
     // mode, so the CLI's connection is an admin's) holds its blocks under db1.
     let mut args = vec!["--server".to_string(), addr.clone()];
+    args.extend(LENDERS_FIRST.map(String::from));
     args.extend(pki.client_args("pki"));
     let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
     let m = MountProcess::start(bin(), &d.backing, &d.mnt, &a, &d.root.path().join("log"));

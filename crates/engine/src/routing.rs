@@ -83,6 +83,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::identity::FileId;
 
+/// Reads of at least this many bytes are a stream's (readahead), sequential or not: paper
+/// 000's n = 32 blocks.
+pub const STREAM_MIN_BYTES: u64 = 128 << 10;
 /// Slots of the per-file stream table.
 pub const STREAM_SLOTS: usize = 512;
 /// The lenders are probed when they have not been measured for this long.
@@ -257,6 +260,9 @@ pub(crate) struct Measured {
     skipped_us: AtomicU64,
     /// The mean of the last closed window, in µs (`f64` bits; 0: none yet).
     disk_mean_us: AtomicU64,
+    /// The last closed window's disk time over the lenders' expected time for the same
+    /// reads (`f64` bits; 0: none yet).
+    disk_over_remote: AtomicU64,
     /// A lender hit of one or two blocks: the moving mean of such fetches, weight
     /// [`REMOTE_HIT_WEIGHT`] (`f64` bits; 0: none yet).
     remote_hit_us: AtomicU64,
@@ -280,13 +286,15 @@ pub(crate) struct Measured {
 /// after `born`).
 struct Window {
     sum_us: f64,
+    /// What the lenders were expected to take for the same reads.
+    remote_sum_us: f64,
     reads: u32,
     start_us: u64,
 }
 
 impl Window {
     fn new(start_us: u64) -> Window {
-        Window { sum_us: 0.0, reads: 0, start_us }
+        Window { sum_us: 0.0, remote_sum_us: 0.0, reads: 0, start_us }
     }
 }
 
@@ -310,10 +318,10 @@ impl Measured {
     }
 
     /// Whether the disk's random reads are worth filling the lenders with: its last window's
-    /// mean read took more than [`FILL_MARGIN`] lender hits (no window yet: not yet).
+    /// reads took more than [`FILL_MARGIN`] times what the lenders would have (no window
+    /// yet: not yet).
     fn fill_worth(&self) -> bool {
-        let disk = f64::from_bits(self.disk_mean_us.load(Ordering::Relaxed));
-        disk > 0.0 && disk > FILL_MARGIN * self.remote_hit_estimate_us()
+        f64::from_bits(self.disk_over_remote.load(Ordering::Relaxed)) > FILL_MARGIN
     }
 
     /// µs since `born` (plus what tests skipped ahead).
@@ -358,6 +366,7 @@ impl RouterState {
                 disk_window: Mutex::new(Window::new(0)),
                 skipped_us: AtomicU64::new(0),
                 disk_mean_us: AtomicU64::new(0),
+                disk_over_remote: AtomicU64::new(0),
                 remote_hit_us: AtomicU64::new(0),
                 switches: AtomicU64::new(0),
                 remote_seen_us: AtomicU64::new(0),
@@ -402,10 +411,17 @@ impl RouterState {
                 may_probe_remote: false,
             },
             RouterState::Adaptive(m) => {
-                let sequential = m.streams.observe(id, offset, len);
+                // A read as large as a readahead window is a stream's, whether or not it
+                // continues the one before it.
+                let sequential = m.streams.observe(id, offset, len) || len >= STREAM_MIN_BYTES;
                 let (remote_us, disk_us) = {
                     let a = m.model.lock();
-                    (a.remote_us(len), a.disk_us(len, sequential))
+                    // Streams go to the lenders only on fetches of their size measured
+                    // (probes on seeded blocks), never on the model's extrapolation from
+                    // small fetches: a few 16 KiB fetches say little about a 1 Gbit/s link's
+                    // rate, and a stream sent to a slower side loses its whole length.
+                    let remote = if sequential { a.remote_class_us(len) } else { Some(a.remote_us(len)) };
+                    (remote.unwrap_or(f64::INFINITY), a.disk_us(len, sequential))
                 };
                 let (remote, fill) = if sequential {
                     let was_remote = m.stream_remote.load(Ordering::Relaxed);
@@ -418,7 +434,11 @@ impl RouterState {
                     if remote != was_remote && m.stream_remote.swap(remote, Ordering::Relaxed) == was_remote {
                         m.switches.fetch_add(1, Ordering::Relaxed);
                     }
-                    (remote, false)
+                    // A stream on the disk seeds the lenders one read in SEED_EVERY, so that
+                    // a probe can measure them at its size (on a link faster than the disk,
+                    // the next pass's stream then moves to them).
+                    let seed = !remote && m.seed_acc.fetch_add(1, Ordering::Relaxed) % SEED_EVERY == SEED_EVERY - 1;
+                    (remote, seed)
                 } else {
                     let share = m.disk_share.load(Ordering::Relaxed);
                     // `share` of the reads go to the disk, spread evenly: each read adds the
@@ -473,14 +493,23 @@ impl RouterState {
     pub fn disk_read(&self, len: u64, sequential: bool, took: Duration) {
         if let RouterState::Adaptive(m) = self {
             let us = took.as_secs_f64() * 1e6;
-            m.model.lock().observe_disk(len, sequential, us);
+            // What the same read would have cost at the lenders: a hit for a block or two,
+            // else the model for its size.
+            let remote_us = {
+                let mut a = m.model.lock();
+                a.observe_disk(len, sequential, us);
+                (len > 2 * BLOCK).then(|| a.remote_us(len))
+            };
             if !sequential {
-                // The disk's own reads, at the load its share gives it, move the share: each
-                // window of them votes with its mean.
+                // The disk's own random reads, at the load its share gives it, move the share:
+                // each window of them votes with their time against what the lenders would
+                // have taken for the same reads.
+                let remote_us = remote_us.unwrap_or_else(|| m.remote_hit_estimate_us());
                 let now = m.now_us();
                 let closed = {
                     let mut w = m.disk_window.lock();
                     w.sum_us += us;
+                    w.remote_sum_us += remote_us;
                     w.reads += 1;
                     let full =
                         w.reads >= WINDOW_MIN_READS && now.saturating_sub(w.start_us) >= WINDOW_TIME.as_micros() as u64;
@@ -489,7 +518,8 @@ impl RouterState {
                 if let Some(w) = closed {
                     let mean = w.sum_us / w.reads as f64;
                     m.disk_mean_us.store(mean.to_bits(), Ordering::Relaxed);
-                    let remote_us = m.remote_hit_estimate_us();
+                    let remote_us = w.remote_sum_us / w.reads as f64;
+                    m.disk_over_remote.store((mean / remote_us.max(1.0)).to_bits(), Ordering::Relaxed);
                     let disk_us = mean * DISK_WEIGHT;
                     let gap = disk_us.max(remote_us) / disk_us.min(remote_us).max(1.0);
                     let steps = ((gap - 1.0) * 8.0).clamp(1.0, 8.0);
@@ -615,6 +645,7 @@ impl Streams {
 mod tests {
     use super::*;
     use crate::identity::Generation;
+    use farcache_policy::route::CLASS_MIN_SAMPLES;
 
     fn id(ino: u64) -> FileId {
         FileId { dev: 1, ino, generation: Generation::Fs(3) }
@@ -802,6 +833,33 @@ mod tests {
         }
         let e = r.estimates().unwrap();
         assert!(e.switches <= 1, "streams changed sides {} times: {e:?}", e.switches);
+    }
+
+    #[test]
+    fn streams_go_to_the_lenders_only_on_fetches_of_their_size_measured() {
+        let r = RouterState::new(Adaptive::new().into());
+        // Small fetches that would extrapolate to a fast link, and a slow disk stream.
+        for _ in 0..100 {
+            r.remote_fetch(4096, Duration::from_micros(50));
+            r.remote_fetch(16384, Duration::from_micros(60));
+            r.disk_read(1 << 20, true, Duration::from_millis(8));
+        }
+        // A 1 MiB read (a stream's, even as the first of its file) stays on the disk, and one
+        // read in SEED_EVERY seeds the lenders.
+        let mut seeds = 0;
+        for i in 0..SEED_EVERY {
+            let d = r.decide(&id(10), i << 20, 1 << 20);
+            assert!(d.sequential && d.route == Route::Disk, "{d:?}");
+            seeds += d.fill as u64;
+        }
+        assert_eq!(seeds, 1);
+        // Probes measure 1 MiB fetches at 2 ms (a 10 Gbit/s link): streams move to the lenders.
+        for _ in 0..CLASS_MIN_SAMPLES {
+            r.remote_fetch(1 << 20, Duration::from_millis(2));
+        }
+        let d = r.decide(&id(10), 100 << 20, 1 << 20);
+        assert!(d.sequential && d.route == Route::Remote, "{d:?}");
+        assert_eq!(r.estimates().unwrap().switches, 1);
     }
 
     #[test]

@@ -206,6 +206,12 @@ impl Adaptive {
         self.remote_class[class_of(len)].get().unwrap_or_else(|| self.remote_model_us(len))
     }
 
+    /// The measured time of fetches of `len` bytes' size class, `None` until it has
+    /// [`CLASS_MIN_SAMPLES`] samples (no model).
+    pub fn remote_class_us(&self, len: u64) -> Option<f64> {
+        self.remote_class[class_of(len)].get()
+    }
+
     /// The measured classes: for each size (bytes), the mean µs of random and of sequential
     /// disk reads and of fetches, each with its number of samples.
     pub fn classes(&self) -> Vec<ClassEstimate> {

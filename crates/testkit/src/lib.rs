@@ -19,7 +19,7 @@ mod process;
 mod raw;
 mod rng;
 
-pub use mount::{fuse_mounted, require_fuse, require_root, DirectReader, MountProcess};
+pub use mount::{fuse_mounted, require_fuse, require_root, DirectReader, MountProcess, LENDERS_FIRST};
 pub use process::{run_bin, run_with_timeout, text, ServerProcess, StartError, START_TIMEOUT};
 pub use raw::{
     check_round_trip, frame, frame_with_reserved, hello_body, hello_bytes, hello_bytes_versions, ErrorReply, RawConn,

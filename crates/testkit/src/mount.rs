@@ -9,6 +9,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// `farcache mount` arguments for tests of the data path with lenders in it: paper 000's
+/// routing, under which every small read asks the lenders. The default (adaptive) rule
+/// rightly keeps reads on a disk as fast as the test machine's, and the lenders would then
+/// see only its seeds.
+pub const LENDERS_FIRST: [&str; 2] = ["--routing", "threshold"];
+
 /// How long a mount may take to go live.
 pub const MOUNT_WAIT: Duration = Duration::from_secs(20);
 /// How long a daemon may take to exit after SIGTERM/SIGINT or an unmount.

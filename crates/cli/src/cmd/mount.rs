@@ -500,10 +500,10 @@ mod tests {
         assert_eq!(c.cache.servers, ["127.0.0.1:1"], "--server replaces cache.servers");
         assert_eq!((c.cache.tenant.as_str(), c.cache.routing), ("db2", Routing::Threshold));
 
-        // Without a file: the defaults (an embedded lender, threshold routing).
+        // Without a file: the defaults (an embedded lender, adaptive routing).
         let c = settings(&parse(&[]).unwrap()).unwrap();
         assert!(c.cache.servers.is_empty());
-        assert_eq!(c.cache.routing, Routing::Threshold);
+        assert_eq!(c.cache.routing, Routing::Adaptive);
 
         // Bad values are refused by key, flags included.
         let e = settings(&parse(&["--tenant", "no spaces"]).unwrap()).unwrap_err().to_string();
