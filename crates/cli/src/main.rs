@@ -4,6 +4,7 @@
 mod cmd;
 mod config;
 mod control;
+mod metrics;
 
 use clap::{Parser, Subcommand};
 

@@ -5,6 +5,7 @@
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -12,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::backing::{BackingFile, ReadMode};
 use crate::data_path::DataPath;
 use crate::identity::FileId;
+use crate::latency::{Latency, LatencySnapshot};
 
 /// Counters of the backing I/O (names in docs/METRICS.md once the mount exports them).
 #[derive(Debug, Default)]
@@ -23,6 +25,9 @@ pub struct BackingCounters {
     pub write_bytes: AtomicU64,
     pub fsyncs: AtomicU64,
     pub forgets: AtomicU64,
+    /// Time of each backing read and write that succeeded.
+    pub read_latency: Latency,
+    pub write_latency: Latency,
 }
 
 /// A point-in-time copy of [`BackingCounters`].
@@ -35,6 +40,10 @@ pub struct BackingCountersSnapshot {
     pub write_bytes: u64,
     pub fsyncs: u64,
     pub forgets: u64,
+    #[serde(default)]
+    pub read_latency: LatencySnapshot,
+    #[serde(default)]
+    pub write_latency: LatencySnapshot,
 }
 
 impl BackingCounters {
@@ -48,6 +57,8 @@ impl BackingCounters {
             write_bytes: l(&self.write_bytes),
             fsyncs: l(&self.fsyncs),
             forgets: l(&self.forgets),
+            read_latency: self.read_latency.snapshot(),
+            write_latency: self.write_latency.snapshot(),
         }
     }
 }
@@ -74,7 +85,9 @@ fn add(c: &AtomicU64, n: u64) {
 
 impl DataPath for DirectPath {
     fn read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<Bytes> {
+        let t = Instant::now();
         let (data, mode) = file.read_at(offset, len)?;
+        self.counters.read_latency.record(t.elapsed());
         match mode {
             ReadMode::Direct => add(&self.counters.reads_direct, 1),
             ReadMode::Buffered => add(&self.counters.reads_buffered, 1),
@@ -84,7 +97,9 @@ impl DataPath for DirectPath {
     }
 
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {
+        let t = Instant::now();
         let n = file.write_at(offset, data)?;
+        self.counters.write_latency.record(t.elapsed());
         add(&self.counters.writes, 1);
         add(&self.counters.write_bytes, n as u64);
         Ok(n)

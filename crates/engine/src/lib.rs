@@ -11,6 +11,8 @@
 //! - [`seal::BlockSeal`] (`seal.rs`): what a block looks like on a lender — the identity,
 //!   or encrypted and authenticated (XChaCha20-Poly1305) so a lender can cost a miss, never
 //!   wrong data.
+//! - [`latency::Latency`] (`latency.rs`): lock-free latency histograms of lender fetches,
+//!   fills and disk reads and writes, for the metrics endpoint.
 //! - [`BackingFile`] (`backing.rs`) is an open backing file with direct (`O_DIRECT`) reads.
 //! - [`FileId`] (`identity.rs`) names a file's data for the life of its inode —
 //!   `(dev, ino, generation)` — so that a reused inode number can never alias cached blocks.
@@ -27,6 +29,7 @@ pub mod data_path;
 pub mod direct;
 pub mod identity;
 pub mod index;
+pub mod latency;
 mod outbox;
 pub mod remote;
 pub mod routing;
