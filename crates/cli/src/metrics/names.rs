@@ -163,4 +163,63 @@ mod tests {
         assert_eq!(exposed.len(), n, "a name is defined twice");
         assert_eq!(documented(), exposed, "docs/METRICS.md's Prometheus section and metrics/names.rs differ");
     }
+
+    const DASHBOARD: &str = include_str!("../../../../etc/grafana/farcache.json");
+
+    /// Every PromQL string of a Grafana dashboard: targets' `expr` and variables' queries
+    /// (a datasource variable's query is a plugin name, not PromQL).
+    fn queries(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) if m.get("type").and_then(|t| t.as_str()) == Some("datasource") => {}
+            serde_json::Value::Object(m) => {
+                for (k, x) in m {
+                    match (k.as_str(), x) {
+                        ("expr" | "definition" | "query", serde_json::Value::String(q)) => out.push(q.clone()),
+                        _ => queries(x, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|x| queries(x, out)),
+            _ => {}
+        }
+    }
+
+    /// The identifiers of a PromQL expression that start with `farcache_`.
+    fn farcache_names(q: &str) -> Vec<&str> {
+        q.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .filter(|w| w.starts_with("farcache_"))
+            .collect()
+    }
+
+    #[test]
+    fn every_dashboard_query_names_only_exported_metrics() {
+        let dash: serde_json::Value = serde_json::from_str(DASHBOARD).expect("etc/grafana/farcache.json is JSON");
+        assert!(dash["title"].is_string() && dash["panels"].is_array(), "not a Grafana dashboard");
+        let mut qs = Vec::new();
+        queries(&dash, &mut qs);
+        let exported: Vec<String> = SERVER.iter().chain(MOUNT).map(Metric::exposed).collect();
+        let histograms: Vec<&str> =
+            SERVER.iter().chain(MOUNT).filter(|m| m.kind == Kind::Histogram).map(|m| m.name).collect();
+        let mut used = std::collections::HashSet::new();
+        assert!(qs.len() >= 20, "only {} queries found", qs.len());
+        for q in &qs {
+            let names = farcache_names(q);
+            assert!(!names.is_empty(), "query names no farcache metric: {q}");
+            for n in names {
+                // Histograms are queried by their series: _bucket, _sum, _count.
+                let ok = exported.iter().any(|e| e == n)
+                    || histograms.iter().any(|h| ["_bucket", "_sum", "_count"].iter().any(|s| n == format!("{h}{s}")));
+                assert!(ok, "etc/grafana/farcache.json queries {n}, which /metrics does not export: {q}");
+                used.insert(n.to_string());
+            }
+        }
+        // The dashboard shows each tier's hits and latency at least.
+        for n in [
+            "farcache_mount_remote_hits_total",
+            "farcache_mount_remote_fetch_seconds_bucket",
+            "farcache_server_tenant_hits_total",
+        ] {
+            assert!(used.contains(n), "the dashboard never shows {n}");
+        }
+    }
 }
