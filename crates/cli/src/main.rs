@@ -5,6 +5,7 @@ mod cmd;
 mod config;
 mod control;
 mod metrics;
+mod notify;
 
 use clap::{Parser, Subcommand};
 

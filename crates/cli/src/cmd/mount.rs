@@ -343,6 +343,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // The one line on stdout, once the mount is live: scripts and tests wait for it.
     println!("farcache mounted {} on {}", a.backing_dir.display(), mount.mountpoint().display());
     std::io::stdout().flush()?;
+    crate::notify::ready(&format!("serving {} on {}", a.backing_dir.display(), mount.mountpoint().display()));
 
     let grace = cfg.shutdown_grace.get();
     let summary = control.clone();
@@ -353,6 +354,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 _ = int.recv() => "SIGINT",
             };
             tracing::info!("{which}: unmounting");
+            crate::notify::stopping();
             let code = match unmounter.unmount() {
                 Ok(Unmounted::Done | Unmounted::NotMounted) => 0,
                 Ok(Unmounted::Detached) => {
@@ -396,6 +398,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     })?;
 
     mount.run()?;
+    // Unmounted by someone else (fusermount3 -u, umount): stopping as well.
+    crate::notify::stopping();
     log_summary(&control);
     drop(control_server);
     Ok(())

@@ -90,7 +90,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         // The one line on stdout: scripts and tests read the bound address from it.
         println!("farcache server listening on {addr}");
         std::io::stdout().flush()?;
-        farcache_server::run(listener, server, shutdown_signal()).await?;
+        crate::notify::ready(&format!("lending {} on {addr}", cfg.capacity));
+        let shutdown = async {
+            shutdown_signal().await;
+            crate::notify::stopping();
+        };
+        farcache_server::run(listener, server, shutdown).await?;
         tracing::info!("stopped");
         Ok(())
     })
