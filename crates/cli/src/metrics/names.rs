@@ -191,28 +191,34 @@ mod tests {
             .collect()
     }
 
+    /// Every `farcache_` name in `queries` is one `/metrics` exports (a histogram read as
+    /// `_bucket`, `_sum` or `_count`), and each query names at least one; the names used.
+    fn check_queries(origin: &str, queries: &[String]) -> std::collections::HashSet<String> {
+        let exported: Vec<String> = SERVER.iter().chain(MOUNT).map(Metric::exposed).collect();
+        let histograms: Vec<&str> =
+            SERVER.iter().chain(MOUNT).filter(|m| m.kind == Kind::Histogram).map(|m| m.name).collect();
+        let mut used = std::collections::HashSet::new();
+        for q in queries {
+            let names = farcache_names(q);
+            assert!(!names.is_empty(), "{origin}: a query names no farcache metric: {q}");
+            for n in names {
+                let ok = exported.iter().any(|e| e == n)
+                    || histograms.iter().any(|h| ["_bucket", "_sum", "_count"].iter().any(|s| n == format!("{h}{s}")));
+                assert!(ok, "{origin} queries {n}, which /metrics does not export: {q}");
+                used.insert(n.to_string());
+            }
+        }
+        used
+    }
+
     #[test]
     fn every_dashboard_query_names_only_exported_metrics() {
         let dash: serde_json::Value = serde_json::from_str(DASHBOARD).expect("etc/grafana/farcache.json is JSON");
         assert!(dash["title"].is_string() && dash["panels"].is_array(), "not a Grafana dashboard");
         let mut qs = Vec::new();
         queries(&dash, &mut qs);
-        let exported: Vec<String> = SERVER.iter().chain(MOUNT).map(Metric::exposed).collect();
-        let histograms: Vec<&str> =
-            SERVER.iter().chain(MOUNT).filter(|m| m.kind == Kind::Histogram).map(|m| m.name).collect();
-        let mut used = std::collections::HashSet::new();
         assert!(qs.len() >= 20, "only {} queries found", qs.len());
-        for q in &qs {
-            let names = farcache_names(q);
-            assert!(!names.is_empty(), "query names no farcache metric: {q}");
-            for n in names {
-                // Histograms are queried by their series: _bucket, _sum, _count.
-                let ok = exported.iter().any(|e| e == n)
-                    || histograms.iter().any(|h| ["_bucket", "_sum", "_count"].iter().any(|s| n == format!("{h}{s}")));
-                assert!(ok, "etc/grafana/farcache.json queries {n}, which /metrics does not export: {q}");
-                used.insert(n.to_string());
-            }
-        }
+        let used = check_queries("etc/grafana/farcache.json", &qs);
         // The dashboard shows each tier's hits and latency at least.
         for n in [
             "farcache_mount_remote_hits_total",
@@ -220,6 +226,30 @@ mod tests {
             "farcache_server_tenant_hits_total",
         ] {
             assert!(used.contains(n), "the dashboard never shows {n}");
+        }
+    }
+
+    #[test]
+    fn every_alert_rule_names_only_exported_metrics() {
+        const RULES: &str = include_str!("../../../../etc/prometheus/farcache-alerts.yml");
+        let doc: serde_yaml::Value = serde_yaml::from_str(RULES).expect("etc/prometheus/farcache-alerts.yml is YAML");
+        let rules: Vec<&serde_yaml::Value> = doc["groups"]
+            .as_sequence()
+            .expect("groups")
+            .iter()
+            .flat_map(|g| g["rules"].as_sequence().expect("rules"))
+            .collect();
+        assert!(rules.len() >= 8, "only {} rules", rules.len());
+        for r in &rules {
+            assert!(r["alert"].is_string() && r["annotations"]["summary"].is_string(), "{r:?}");
+        }
+        let qs: Vec<String> = rules.iter().map(|r| r["expr"].as_str().expect("expr").to_string()).collect();
+        let used = check_queries("etc/prometheus/farcache-alerts.yml", &qs);
+        // docs/DEPLOY.md's table and the rules alert on the same things.
+        let deploy = include_str!("../../../../docs/DEPLOY.md");
+        let table = deploy.split("## What to alert on").nth(1).expect("DEPLOY.md: ## What to alert on");
+        for n in &used {
+            assert!(table.contains(n.as_str()), "docs/DEPLOY.md's alert table does not mention {n}");
         }
     }
 }
