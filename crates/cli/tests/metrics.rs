@@ -23,14 +23,7 @@ fn bin() -> &'static Path {
 /// The names docs/METRICS.md's Prometheus section lists, split into the lender's and the
 /// mount's.
 fn documented() -> (Vec<String>, Vec<String>) {
-    let section = DOC.split("## Prometheus").nth(1).expect("docs/METRICS.md has a ## Prometheus section");
-    let names: Vec<String> = section
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .filter(|w| w.starts_with("farcache_") && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
-        .map(str::to_string)
-        .collect();
+    let names = farcache_testkit::documented_metric_names(DOC);
     let (server, mount): (Vec<String>, Vec<String>) =
         names.into_iter().partition(|n| n.starts_with("farcache_server_"));
     assert!(server.len() >= 20 && mount.len() >= 40, "too few names documented: {server:?} {mount:?}");

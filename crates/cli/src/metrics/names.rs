@@ -131,23 +131,6 @@ mod tests {
 
     const DOC: &str = include_str!("../../../../docs/METRICS.md");
 
-    /// The metric names docs/METRICS.md lists in its Prometheus section (backquoted words
-    /// starting with `farcache_`).
-    pub fn documented() -> Vec<String> {
-        let section = DOC.split("## Prometheus").nth(1).expect("docs/METRICS.md has a ## Prometheus section");
-        let section = section.split("\n## ").next().unwrap_or(section);
-        let mut names: Vec<String> = section
-            .split('`')
-            .skip(1)
-            .step_by(2)
-            .filter(|w| w.starts_with("farcache_") && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
-            .map(str::to_string)
-            .collect();
-        names.sort();
-        names.dedup();
-        names
-    }
-
     #[test]
     fn names_are_unique_well_formed_and_documented() {
         let mut exposed: Vec<String> = SERVER.iter().chain(MOUNT).map(Metric::exposed).collect();
@@ -161,7 +144,11 @@ mod tests {
         exposed.sort();
         exposed.dedup();
         assert_eq!(exposed.len(), n, "a name is defined twice");
-        assert_eq!(documented(), exposed, "docs/METRICS.md's Prometheus section and metrics/names.rs differ");
+        assert_eq!(
+            farcache_testkit::documented_metric_names(DOC),
+            exposed,
+            "docs/METRICS.md's Prometheus section and metrics/names.rs differ"
+        );
     }
 
     const DASHBOARD: &str = include_str!("../../../../etc/grafana/farcache.json");
