@@ -9,6 +9,7 @@ pub mod preflight;
 pub mod randread;
 pub mod server;
 pub mod stats;
+pub mod warmup;
 
 /// `--metrics-listen`: an IP:PORT, or "" for none; an error gives the fix.
 pub fn parse_metrics_listen(s: &str) -> Result<String, String> {
