@@ -7,6 +7,9 @@ need_apt=()
 command -v memcached >/dev/null 2>&1 || [ -x /usr/bin/memcached ] || need_apt+=(memcached)
 # FUSE: fusermount3 mounts and unmounts for the unprivileged-style mount path fuser uses.
 command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
+# systemd-analyze: crates/cli/tests/systemd.rs verifies etc/systemd's units with it (offline;
+# it needs no systemd running as PID 1).
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 # PostgreSQL 15 for crates/cli/tests/postgres.rs. On Debian 12 postgresql-15 holds initdb,
 # pg_ctl, pgbench, pg_checksums and the contrib modules (amcheck); psql comes with its
 # dependency postgresql-client-15. There is no separate postgresql-contrib-15.

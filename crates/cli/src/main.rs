@@ -4,6 +4,8 @@
 mod cmd;
 mod config;
 mod control;
+mod metrics;
+mod notify;
 
 use clap::{Parser, Subcommand};
 
@@ -28,6 +30,8 @@ enum Command {
     Randread(cmd::randread::Args),
     /// Show a backing directory through FUSE (passthrough) until SIGINT/SIGTERM or unmount.
     Mount(cmd::mount::Args),
+    /// Fill the lenders with files' blocks at a bounded rate, so a new or restarted host starts warm.
+    Warmup(cmd::warmup::Args),
     /// Print the configuration template with every default.
     Config(cmd::config::Args),
     /// Write a fresh 256-bit key (a block key for `mount --key-file`, or a TLS pre-shared key) to a new file, mode 600.
@@ -48,6 +52,7 @@ fn main() {
         Command::Check(a) => cmd::check::run(a),
         Command::Mount(a) => cmd::mount::run(a),
         Command::Randread(a) => cmd::randread::run(a),
+        Command::Warmup(a) => cmd::warmup::run(a),
         Command::Config(a) => cmd::config::run(a),
         Command::Keygen(a) => cmd::keygen::run(a),
         Command::Certs(a) => cmd::certs::run(a),

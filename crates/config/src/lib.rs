@@ -221,6 +221,22 @@ impl ConfigError {
     }
 }
 
+/// A `metrics_listen` setting: "" for none, else an `IP:PORT` to serve Prometheus metrics
+/// on. `key` names the setting (or flag) in the error, which gives the fix.
+pub fn metrics_listen(key: &'static str, value: &str) -> Result<Option<std::net::SocketAddr>, ConfigError> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    value.parse().map(Some).map_err(|_| {
+        ConfigError::invalid(
+            key,
+            format!("{value:?} is not an IP:PORT address"),
+            "set an address such as \"127.0.0.1:7412\" or \"[::]:7412\" (an IP, not a host name), or \"\" for no \
+             metrics endpoint",
+        )
+    })
+}
+
 /// The fix for a configuration file that is not TOML or does not fit.
 const TOML_FIX: &str = "it must be TOML with a table per role ([server], [mount], [cache]): \
                         `farcache config` prints the template with every key and its default";

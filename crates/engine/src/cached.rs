@@ -198,6 +198,7 @@ impl<D: DataPath> CachedPath<D> {
             routing: RoutingStats {
                 mode: self.routing.mode().to_string(),
                 threshold_bytes: self.routing.threshold_bytes(),
+                read_around_bytes: if self.read_around > 1 { self.read_around * BLOCK_BYTES } else { 0 },
                 adaptive: self.routing.estimates(),
             },
             lenders: self.remote.lenders(),

@@ -6,6 +6,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -14,6 +15,7 @@ use crate::backing::{BackingFile, ReadMode, WriteMode};
 use crate::data_path::DataPath;
 use crate::identity::FileId;
 use crate::io::{IoCountersSnapshot, IoEngine};
+use crate::latency::{Latency, LatencySnapshot};
 
 /// Counters of the backing I/O (names in docs/METRICS.md once the mount exports them).
 #[derive(Debug, Default)]
@@ -27,6 +29,9 @@ pub struct BackingCounters {
     pub write_bytes: AtomicU64,
     pub fsyncs: AtomicU64,
     pub forgets: AtomicU64,
+    /// Time of each backing read and write that succeeded.
+    pub read_latency: Latency,
+    pub write_latency: Latency,
 }
 
 /// A point-in-time copy of [`BackingCounters`].
@@ -44,6 +49,10 @@ pub struct BackingCountersSnapshot {
     /// The I/O engine underneath: which one, how deep its queue got, every fallback.
     #[serde(default)]
     pub io: IoCountersSnapshot,
+    #[serde(default)]
+    pub read_latency: LatencySnapshot,
+    #[serde(default)]
+    pub write_latency: LatencySnapshot,
 }
 
 impl BackingCounters {
@@ -59,6 +68,8 @@ impl BackingCounters {
             fsyncs: l(&self.fsyncs),
             forgets: l(&self.forgets),
             io: IoCountersSnapshot::default(),
+            read_latency: self.read_latency.snapshot(),
+            write_latency: self.write_latency.snapshot(),
         }
     }
 }
@@ -101,7 +112,9 @@ fn add(c: &AtomicU64, n: u64) {
 
 impl DataPath for DirectPath {
     fn read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<Bytes> {
+        let t = Instant::now();
         let (data, mode) = file.read_at(&self.io, offset, len)?;
+        self.counters.read_latency.record(t.elapsed());
         match mode {
             ReadMode::Direct => add(&self.counters.reads_direct, 1),
             ReadMode::Buffered => add(&self.counters.reads_buffered, 1),
@@ -111,7 +124,10 @@ impl DataPath for DirectPath {
     }
 
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {
-        if file.write_at(&self.io, offset, data)? == WriteMode::Direct {
+        let t = Instant::now();
+        let mode = file.write_at(&self.io, offset, data)?;
+        self.counters.write_latency.record(t.elapsed());
+        if mode == WriteMode::Direct {
             add(&self.counters.writes_direct, 1);
         }
         add(&self.counters.writes, 1);

@@ -16,6 +16,8 @@
 //! - [`IoEngine`] (`io/`) does every transfer and sync of a backing file: io_uring (or
 //!   synchronous system calls), a bound on what is in flight, every fallback counted. It is
 //!   the seam the tiers to come (write-back destaging, migration) use to reach the disk.
+//! - [`latency::Latency`] (`latency.rs`): lock-free latency histograms of lender fetches,
+//!   fills and disk reads and writes, for the metrics endpoint.
 //! - [`FileId`] (`identity.rs`) names a file's data for the life of its inode —
 //!   `(dev, ino, generation)` — so that a reused inode number can never alias cached blocks.
 //! - [`config::CacheConfig`] (`config.rs`) is the `[cache]` table of farcache.toml;
@@ -32,6 +34,7 @@ pub mod direct;
 pub mod identity;
 pub mod index;
 pub mod io;
+pub mod latency;
 mod outbox;
 pub mod remote;
 pub mod routing;

@@ -16,7 +16,7 @@
 //! overtook, and a deletion only ever names keys no lookup can return.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -32,6 +32,8 @@ pub(crate) struct PendingPut {
     pub key: BlockKey,
     pub value: Bytes,
     pub done: Box<dyn FnOnce() + Send>,
+    /// When it was queued (fill latency runs from here to the lender's answer).
+    pub queued: Instant,
 }
 
 /// What one flush takes out of the outbox.
@@ -147,7 +149,7 @@ mod tests {
     }
 
     fn put(block: u64) -> PendingPut {
-        PendingPut { key: key(block), value: Bytes::from_static(b"x"), done: Box::new(|| {}) }
+        PendingPut { key: key(block), value: Bytes::from_static(b"x"), done: Box::new(|| {}), queued: Instant::now() }
     }
 
     #[test]

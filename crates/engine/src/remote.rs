@@ -36,6 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::index::BlockKey;
+use crate::latency::{Latency, LatencySnapshot};
 use crate::outbox::{Batch, Outbox, PendingPut};
 use crate::seal::{BlockSeal, Plaintext};
 use bytes::Bytes;
@@ -193,6 +194,10 @@ pub struct RemoteCounters {
     /// Answers of the right length that failed [`BlockSeal::open`]: a lender (or the
     /// network) returned something other than the block asked for. Each is a miss.
     pub auth_failures: AtomicU64,
+    /// Time of each fetch that asked lenders for blocks, hits, misses and timeouts alike.
+    pub fetch_latency: Latency,
+    /// Time from a fill being queued to its lender storing it (fills stored only).
+    pub fill_latency: Latency,
 }
 
 /// A point-in-time copy of [`RemoteCounters`], field for field.
@@ -214,6 +219,10 @@ pub struct RemoteCountersSnapshot {
     pub connect_failures: u64,
     #[serde(default)]
     pub auth_failures: u64,
+    #[serde(default)]
+    pub fetch_latency: LatencySnapshot,
+    #[serde(default)]
+    pub fill_latency: LatencySnapshot,
 }
 
 impl RemoteCounters {
@@ -235,6 +244,8 @@ impl RemoteCounters {
             connects: l(&self.connects),
             connect_failures: l(&self.connect_failures),
             auth_failures: l(&self.auth_failures),
+            fetch_latency: self.fetch_latency.snapshot(),
+            fill_latency: self.fill_latency.snapshot(),
         }
     }
 }
@@ -570,7 +581,8 @@ impl Remote {
         let asked = groups.iter().map(|(_, _, idx)| idx.len()).sum();
         let seal = &self.cfg.seal;
         let sealed_len = seal.sealed_len(block_len);
-        let deadline = Instant::now() + self.cfg.fetch_timeout;
+        let started = Instant::now();
+        let deadline = started + self.cfg.fetch_timeout;
         let results = self.rt.handle().block_on(async {
             let futs = groups.into_iter().map(|(l, client, idx)| {
                 let ks: Vec<Key> = idx.iter().map(|&i| to_key(&keys[i])).collect();
@@ -581,6 +593,9 @@ impl Remote {
             });
             join_all(futs).await
         });
+        if asked > 0 {
+            self.counters.fetch_latency.record(started.elapsed());
+        }
         for (l, idx, r) in results {
             let lender = &set.lenders[l];
             let mut hits = 0;
@@ -633,7 +648,7 @@ impl Remote {
             add(&self.counters.puts_dropped, 1);
             return;
         }
-        if self.outbox.put(PendingPut { key, value, done: Box::new(done) }).is_err() {
+        if self.outbox.put(PendingPut { key, value, done: Box::new(done), queued: Instant::now() }).is_err() {
             add(&self.counters.puts_dropped, 1);
         }
     }
@@ -728,6 +743,7 @@ async fn flush_outbox(
                                 add(&counters.puts, 1);
                                 add(&lender.puts, 1);
                                 add(&counters.bytes_to_servers, sealed[i].1.len() as u64);
+                                counters.fill_latency.record(p.queued.elapsed());
                                 (p.done)();
                             }
                             Some(PutStatus::TooLarge) => {

@@ -38,7 +38,12 @@ impl CacheStats {
     /// else zero, routing mode "passthrough".
     pub fn passthrough(backing: BackingCountersSnapshot) -> CacheStats {
         CacheStats {
-            routing: RoutingStats { mode: MODE_PASSTHROUGH.to_string(), threshold_bytes: 0, adaptive: None },
+            routing: RoutingStats {
+                mode: MODE_PASSTHROUGH.to_string(),
+                threshold_bytes: 0,
+                read_around_bytes: 0,
+                adaptive: None,
+            },
             backing,
             ..CacheStats::default()
         }
@@ -73,6 +78,9 @@ pub struct RoutingStats {
     pub mode: String,
     /// Reads of this many bytes or more go to the disk (threshold rule); 0 otherwise.
     pub threshold_bytes: u64,
+    /// The read-around window a small miss reads and fills (`cache.read_around`); 0: off.
+    #[serde(default)]
+    pub read_around_bytes: u64,
     /// The adaptive rule's estimates; absent for the other modes.
     pub adaptive: Option<AdaptiveEstimates>,
 }

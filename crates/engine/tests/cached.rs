@@ -154,6 +154,9 @@ fn stats_count_a_known_sequence_exactly() {
     wait("13 fills", || puts() == 13 && e.index().remote_blocks() == 12);
 
     let s = e.stats();
+    // Every stored fill is timed; so is every fetch that asked a lender.
+    assert_eq!(s.remote.fill_latency.count, 13);
+    assert!(s.remote.fetch_latency.count > 0 && s.remote.fetch_latency.count <= 18);
     assert_eq!(
         s.remote,
         RemoteCountersSnapshot {
@@ -172,6 +175,8 @@ fn stats_count_a_known_sequence_exactly() {
             connects: 1,
             connect_failures: 0,
             auth_failures: 0,
+            fetch_latency: s.remote.fetch_latency,
+            fill_latency: s.remote.fill_latency,
         }
     );
     assert_eq!(

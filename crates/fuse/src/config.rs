@@ -45,6 +45,9 @@ max_open_handles = 65536
 # On SIGINT/SIGTERM with the mount still in use: detach it at once, then wait this long for
 # its users to close their files before exiting anyway.
 shutdown_grace = "10s"
+# Address to serve Prometheus metrics on (GET /metrics over HTTP: every counter of
+# `farcache stats MOUNTPOINT`, latency histograms), e.g. "127.0.0.1:7413". "" for none.
+metrics_listen = ""
 "#;
 
 /// `[mount]`.
@@ -66,6 +69,8 @@ pub struct MountConfig {
     pub max_inodes: u64,
     pub max_open_handles: u64,
     pub shutdown_grace: HumanDuration,
+    /// Address to serve Prometheus metrics on; "" for none.
+    pub metrics_listen: String,
 }
 
 /// Most FUSE worker threads.
@@ -92,6 +97,7 @@ impl Default for MountConfig {
             max_inodes: 1_000_000,
             max_open_handles: 65_536,
             shutdown_grace: HumanDuration::secs(10),
+            metrics_listen: String::new(),
         }
     }
 }
@@ -129,6 +135,7 @@ impl MountConfig {
         if self.max_inodes < 16 {
             return Err(ConfigError::invalid("mount.max_inodes", "too small to be useful", "set at least 16"));
         }
+        farcache_config::metrics_listen("mount.metrics_listen", &self.metrics_listen)?;
         if self.max_open_handles < 16 {
             return Err(ConfigError::invalid("mount.max_open_handles", "too small to be useful", "set at least 16"));
         }

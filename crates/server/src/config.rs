@@ -64,6 +64,8 @@ pub struct ServerConfig {
     /// `farcache keygen` writes). Instead of `tls_cert`/`tls_key`/`tls_client_ca`; every client
     /// must hold the same key. Tenants still authenticate with their secrets. "" for none.
     pub tls_psk_file: String,
+    /// Address to serve Prometheus metrics on (GET /metrics over HTTP); "" for none.
+    pub metrics_listen: String,
     #[serde(rename = "tenant")]
     pub tenants: Vec<TenantConfig>,
 }
@@ -111,6 +113,7 @@ impl Default for ServerConfig {
             tls_key: String::new(),
             tls_client_ca: String::new(),
             tls_psk_file: String::new(),
+            metrics_listen: String::new(),
             tenants: Vec::new(),
         }
     }
@@ -187,6 +190,7 @@ impl ServerConfig {
                 "use certificates or a pre-shared key, not both",
             ));
         }
+        farcache_config::metrics_listen("server.metrics_listen", &self.metrics_listen)?;
         if !(512..=MAX_SLOT_BYTES).contains(&self.slot_bytes) {
             return Err(E::invalid(
                 "server.slot_bytes",

@@ -67,3 +67,20 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
         })
         .collect()
 }
+
+/// The Prometheus metric names docs/METRICS.md (given as `doc`) lists in its `## Prometheus`
+/// section: backquoted words that start with `farcache_`, sorted, each once.
+pub fn documented_metric_names(doc: &str) -> Vec<String> {
+    let section = doc.split("## Prometheus").nth(1).expect("docs/METRICS.md has a ## Prometheus section");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let mut names: Vec<String> = section
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|w| w.starts_with("farcache_") && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}

@@ -77,6 +77,18 @@ impl MountProcess {
         args: &[&str],
         log: &Path,
     ) -> Result<MountProcess, String> {
+        Self::try_start_env(bin, backing, mnt, args, &[], log)
+    }
+
+    /// [`MountProcess::try_start`] with extra environment variables (e.g. `NOTIFY_SOCKET`).
+    pub fn try_start_env(
+        bin: &Path,
+        backing: &Path,
+        mnt: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        log: &Path,
+    ) -> Result<MountProcess, String> {
         require_fuse();
         if fuse_mounted(mnt) {
             // Waiting below would take the existing mount for ours, and dropping the guard
@@ -84,7 +96,7 @@ impl MountProcess {
             return Err(format!("{} is already a FUSE mount point", mnt.display()));
         }
         let mut cmd = Command::new(bin);
-        cmd.arg("mount").arg(backing).arg(mnt).args(args);
+        cmd.arg("mount").arg(backing).arg(mnt).args(args).envs(env.iter().copied());
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(File::create(log).map_err(|e| format!("{e}"))?);
         let child = cmd.spawn().map_err(|e| format!("cannot spawn farcache mount: {e}"))?;
         let m = MountProcess {

@@ -9,6 +9,12 @@ pub mod preflight;
 pub mod randread;
 pub mod server;
 pub mod stats;
+pub mod warmup;
+
+/// `--metrics-listen`: an IP:PORT, or "" for none; an error gives the fix.
+pub fn parse_metrics_listen(s: &str) -> Result<String, String> {
+    farcache_config::metrics_listen("--metrics-listen", s).map(|_| s.to_string()).map_err(|e| e.to_string())
+}
 
 /// The secret in the first line of `path` (for `--secret-file`), or none. Refuses, naming
 /// the flag, the file and the fix, a file that is missing, unreadable, binary, or whose first

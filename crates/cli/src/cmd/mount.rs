@@ -77,6 +77,10 @@ pub struct Args {
     /// point (see `farcache stats --help`).
     #[arg(long, value_name = "PATH")]
     control_socket: Option<PathBuf>,
+    /// Serve Prometheus metrics (GET /metrics over HTTP) on this IP:PORT, e.g.
+    /// 127.0.0.1:7413 (overrides mount.metrics_listen; "" turns it off).
+    #[arg(long, value_name = "ADDR", value_parser = super::parse_metrics_listen)]
+    metrics_listen: Option<String>,
     /// Configuration file (TOML); its [mount], [cache] and (for the lender inside this
     /// process) [server] tables apply. Flags override it.
     #[arg(long)]
@@ -175,6 +179,9 @@ fn control_socket_path(explicit: Option<&Path>, canonical_mountpoint: &Path) -> 
 /// With `--no-remote` the [cache] table is not used, so not checked.
 fn settings(a: &Args) -> anyhow::Result<crate::config::Config> {
     let mut c = crate::config::Config::load(a.config.as_deref())?;
+    if let Some(m) = &a.metrics_listen {
+        c.mount.metrics_listen = m.clone();
+    }
     c.mount.validate()?;
     if !a.servers.is_empty() {
         c.cache.servers = a.servers.clone();
@@ -226,6 +233,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let canonical = std::fs::canonicalize(&a.mountpoint).unwrap_or_else(|_| a.mountpoint.clone());
     let socket_path = control_socket_path(a.control_socket.as_deref(), &canonical)?;
     let bound = BoundSocket::bind(&socket_path).context("the control socket")?;
+    // The metrics port too: taken before the mount goes live, or the daemon stops here.
+    let metrics_origin = if a.metrics_listen.is_some() { "--metrics-listen" } else { "mount.metrics_listen" };
+    let metrics = farcache_config::metrics_listen("mount.metrics_listen", &cfg.metrics_listen)?
+        .map(|m| crate::metrics::http::bind(metrics_origin, m))
+        .transpose()?;
 
     // The embedded lender's runtime must outlive the mount: kept here until `run` returns.
     let mut _embedded: Option<tokio::runtime::Runtime> = None;
@@ -315,6 +327,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     });
     let control_server = bound.serve(control.clone()).context("starting the control socket")?;
     tracing::info!("control socket {}", control_server.path().display());
+    if let Some(l) = metrics {
+        let c = control.clone();
+        let render = move || crate::metrics::render(crate::metrics::mount::Snapshot(c.mount_stats()));
+        let addr = crate::metrics::http::serve(l, Arc::new(render)).context("starting the metrics endpoint")?;
+        tracing::info!("metrics on http://{addr}/metrics");
+    }
     let socket_file = control_server.socket_file();
 
     // Signal handlers go in before the mount: a SIGTERM between the mount going live and a
@@ -334,6 +352,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // The one line on stdout, once the mount is live: scripts and tests wait for it.
     println!("farcache mounted {} on {}", a.backing_dir.display(), mount.mountpoint().display());
     std::io::stdout().flush()?;
+    crate::notify::ready(&format!("serving {} on {}", a.backing_dir.display(), mount.mountpoint().display()));
 
     let grace = cfg.shutdown_grace.get();
     let summary = control.clone();
@@ -344,6 +363,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 _ = int.recv() => "SIGINT",
             };
             tracing::info!("{which}: unmounting");
+            crate::notify::stopping();
             let code = match unmounter.unmount() {
                 Ok(Unmounted::Done | Unmounted::NotMounted) => 0,
                 Ok(Unmounted::Detached) => {
@@ -387,6 +407,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     })?;
 
     mount.run()?;
+    // Unmounted by someone else (fusermount3 -u, umount): stopping as well.
+    crate::notify::stopping();
     log_summary(&control);
     drop(control_server);
     Ok(())

@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context;
 use farcache_config::ByteSize;
@@ -20,6 +21,10 @@ pub struct Args {
     /// Eviction policy: s3fifo or lru.
     #[arg(long)]
     policy: Option<String>,
+    /// Serve Prometheus metrics (GET /metrics over HTTP) on this IP:PORT, e.g.
+    /// 127.0.0.1:7412 (overrides server.metrics_listen; "" turns it off).
+    #[arg(long, value_name = "ADDR", value_parser = super::parse_metrics_listen)]
+    metrics_listen: Option<String>,
     /// Configuration file (TOML); flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -36,6 +41,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if let Some(p) = a.policy {
         cfg.policy = p;
     }
+    let metrics_origin = if a.metrics_listen.is_some() { "--metrics-listen" } else { "server.metrics_listen" };
+    if let Some(m) = a.metrics_listen {
+        cfg.metrics_listen = m;
+    }
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if cfg.worker_threads > 0 {
         rt.worker_threads(cfg.worker_threads as usize);
@@ -47,6 +56,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen on {} (server.listen)", cfg.listen))?;
         let addr = listener.local_addr()?;
+        let metrics = match farcache_config::metrics_listen("server.metrics_listen", &cfg.metrics_listen)? {
+            Some(m) => {
+                let l = crate::metrics::http::bind(metrics_origin, m)?;
+                let s = server.clone();
+                Some(crate::metrics::http::serve(l, Arc::new(move || crate::metrics::lender::render(&s)))?)
+            }
+            None => None,
+        };
         tracing::info!(
             "lending {} on {addr}: {} slots of {} bytes, policy {}, {}, {}",
             cfg.capacity,
@@ -67,10 +84,18 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 farcache_server::config::TlsMode::Plain => "plain TCP (no server.tls_*: trusted networks only)",
             }
         );
+        if let Some(m) = metrics {
+            tracing::info!("metrics on http://{m}/metrics");
+        }
         // The one line on stdout: scripts and tests read the bound address from it.
         println!("farcache server listening on {addr}");
         std::io::stdout().flush()?;
-        farcache_server::run(listener, server, shutdown_signal()).await?;
+        crate::notify::ready(&format!("lending {} on {addr}", cfg.capacity));
+        let shutdown = async {
+            shutdown_signal().await;
+            crate::notify::stopping();
+        };
+        farcache_server::run(listener, server, shutdown).await?;
         tracing::info!("stopped");
         Ok(())
     })

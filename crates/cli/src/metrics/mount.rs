@@ -1,0 +1,136 @@
+//! A mount's metrics: the document `farcache stats MOUNTPOINT` shows, rendered at scrape
+//! time — the remote tier, the engine, the index, routing, each lender (label `lender`), the
+//! disk, and the latency histograms the data path keeps.
+
+use std::fmt;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+
+use super::names::*;
+use super::Out;
+use crate::cmd::mount::MountStats;
+
+/// One snapshot of a mount, encoded.
+#[derive(Debug)]
+pub struct Snapshot(pub MountStats);
+
+impl Collector for Snapshot {
+    fn encode(&self, encoder: DescriptorEncoder) -> fmt::Result {
+        let s = &self.0;
+        let c = &s.cache;
+        let mut o = Out(encoder);
+        let info = [
+            ("version", s.version.as_str()),
+            ("mountpoint", s.mountpoint.as_str()),
+            ("backing_dir", s.backing_dir.as_str()),
+            ("remote_tier", s.remote_tier.as_str()),
+            ("routing", c.routing.mode.as_str()),
+        ];
+        o.family(MOUNT_INFO, &[(info, 1)])?;
+        o.value(MOUNT_UPTIME, s.uptime_secs)?;
+        let (r, e, b) = (&c.remote, &c.engine, &c.backing);
+        for (m, v) in [
+            (REMOTE_GETS, r.gets),
+            (REMOTE_HITS, r.hits),
+            (REMOTE_MISSES, r.misses),
+            (REMOTE_BYTES_FROM, r.bytes_from_servers),
+            (REMOTE_BYTES_TO, r.bytes_to_servers),
+            (REMOTE_PUTS, r.puts),
+            (REMOTE_PUTS_DROPPED, r.puts_dropped),
+            (REMOTE_PUTS_FAILED, r.puts_failed),
+            (REMOTE_INVALIDATIONS, r.invalidations),
+            (REMOTE_INVALIDATIONS_DROPPED, r.invalidations_dropped),
+            (REMOTE_FALLBACKS, r.fallbacks),
+            (REMOTE_REJECTED, r.rejected),
+            (REMOTE_AUTH_FAILURES, r.auth_failures),
+            (REMOTE_CONNECTS, r.connects),
+            (REMOTE_CONNECT_FAILURES, r.connect_failures),
+            (ENGINE_REMOTE_READS, e.remote_reads),
+            (ENGINE_DISK_READS, e.disk_reads),
+            (ENGINE_PARTIAL_HITS, e.partial_hits),
+            (ENGINE_PARTIAL_REMOTE_BLOCKS, e.partial_remote_blocks),
+            (ENGINE_PARTIAL_DISK_BLOCKS, e.partial_disk_blocks),
+            (ENGINE_SEQUENTIAL_BYPASSES, e.sequential_bypasses),
+            (ENGINE_FILLS, e.fills),
+            (ENGINE_READ_AROUNDS, e.read_arounds),
+            (ENGINE_ADAPTIVE_REMOTE, e.adaptive_remote),
+            (ENGINE_ADAPTIVE_DISK, e.adaptive_disk),
+            (ENGINE_ADAPTIVE_PROBES, e.adaptive_probes),
+            (ENGINE_CHANGED_BEHIND, e.changed_behind),
+            (INDEX_MEMORY, c.index.memory_bytes),
+            (INDEX_REMOTE_BLOCKS, c.index.remote_blocks),
+            (INDEX_PER_GIB, c.index.bytes_per_gib_cached),
+            (BACKING_READS_DIRECT, b.reads_direct),
+            (BACKING_READS_BUFFERED, b.reads_buffered),
+            (BACKING_READ_BYTES, b.read_bytes),
+            (BACKING_WRITES, b.writes),
+            (BACKING_WRITE_BYTES, b.write_bytes),
+            (BACKING_FSYNCS, b.fsyncs),
+            (BACKING_FORGETS, b.forgets),
+        ] {
+            o.value(m, v)?;
+        }
+        o.gauge_f64(ROUTING_DISK_SHARE, c.routing.adaptive.as_ref().map_or(0.0, |a| a.disk_share))?;
+        let addrs: Vec<String> = c.lenders.iter().map(|l| l.addr.to_string()).collect();
+        type Field = fn(&farcache_engine::LenderStatus) -> u64;
+        let per_lender: [(Metric, Field); 5] = [
+            (LENDER_CONNECTED, |l| l.connected as u64),
+            (LENDER_CONNECTS, |l| l.connects),
+            (LENDER_HITS, |l| l.hits),
+            (LENDER_MISSES, |l| l.misses),
+            (LENDER_PUTS, |l| l.puts),
+        ];
+        for (m, f) in per_lender {
+            let rows: Vec<_> = c.lenders.iter().zip(&addrs).map(|(l, a)| ([(LENDER, a.as_str())], f(l))).collect();
+            o.family(m, &rows)?;
+        }
+        o.histogram(REMOTE_FETCH_SECONDS, &r.fetch_latency)?;
+        o.histogram(REMOTE_FILL_SECONDS, &r.fill_latency)?;
+        o.histogram(BACKING_READ_SECONDS, &b.read_latency)?;
+        o.histogram(BACKING_WRITE_SECONDS, &b.write_latency)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use farcache_engine::latency::Latency;
+
+    #[test]
+    fn every_mount_name_is_rendered_with_lender_labels_and_buckets() {
+        let mut cache = farcache_engine::CacheStats::default();
+        cache.remote.hits = 9;
+        let l = Latency::default();
+        l.record(std::time::Duration::from_micros(300));
+        cache.backing.read_latency = l.snapshot();
+        cache.lenders.push(farcache_engine::LenderStatus {
+            addr: "127.0.0.1:7411".parse().unwrap(),
+            connected: true,
+            instance_id: 1,
+            connects: 1,
+            hits: 9,
+            misses: 0,
+            puts: 3,
+        });
+        let s = MountStats {
+            version: "0.1.0".into(),
+            pid: 1,
+            mountpoint: "/mnt".into(),
+            backing_dir: "/srv".into(),
+            uptime_secs: 2,
+            remote_tier: "lenders".into(),
+            cache,
+        };
+        let text = super::super::render(Snapshot(s));
+        assert!(text.contains("farcache_mount_lender_puts_total{lender=\"127.0.0.1:7411\"} 3"), "{text}");
+        assert!(text.contains("farcache_mount_remote_hits_total 9"), "{text}");
+        assert!(text.contains("farcache_mount_backing_read_seconds_bucket{le=\"0.00025\"} 0"), "{text}");
+        assert!(text.contains("farcache_mount_backing_read_seconds_bucket{le=\"0.0005\"} 1"), "{text}");
+        assert!(text.contains("farcache_mount_backing_read_seconds_bucket{le=\"+Inf\"} 1"), "{text}");
+        assert!(text.contains("farcache_mount_backing_read_seconds_sum 0.0003"), "{text}");
+        for m in MOUNT {
+            assert!(text.contains(&format!("\n{}", m.exposed())), "{} missing:\n{text}", m.exposed());
+        }
+    }
+}

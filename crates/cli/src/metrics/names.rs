@@ -1,0 +1,242 @@
+//! Every metric name `/metrics` serves, in one place (docs/METRICS.md, "Prometheus", lists
+//! them; a test keeps the two equal). Names are the family names: the OpenMetrics encoder
+//! adds `_total` to counters, and histograms are read as `_bucket`, `_sum` and `_count`.
+
+/// What kind of metric a name is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// One metric: its family name, kind and help text.
+#[derive(Clone, Copy, Debug)]
+pub struct Metric {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub help: &'static str,
+}
+
+impl Metric {
+    /// The name a PromQL query uses: counters carry `_total`. (For the tests that hold
+    /// docs/METRICS.md and the Grafana dashboard to these names.)
+    #[allow(dead_code)]
+    pub fn exposed(&self) -> String {
+        match self.kind {
+            Kind::Counter => format!("{}_total", self.name),
+            Kind::Gauge | Kind::Histogram => self.name.to_string(),
+        }
+    }
+}
+
+/// The label naming a lender's tenant.
+pub const TENANT: &str = "tenant";
+/// The label naming a mount's lender (its address).
+pub const LENDER: &str = "lender";
+
+macro_rules! metrics {
+    ($all:ident: $($id:ident = $name:literal, $kind:ident, $help:literal;)*) => {
+        $(pub const $id: Metric = Metric { name: $name, kind: Kind::$kind, help: $help };)*
+        /// Every metric of this group (for the tests).
+        #[allow(dead_code)]
+        pub const $all: &[Metric] = &[$($id),*];
+    };
+}
+
+// The lender: `farcache server` (and the lender inside a mount has none: it is the mount's).
+metrics! { SERVER:
+    SERVER_INFO = "farcache_server_info", Gauge, "1, labelled with the server's version, eviction policy and instance id (new on every start)";
+    SERVER_UPTIME = "farcache_server_uptime_seconds", Gauge, "Seconds since the server started";
+    SERVER_CAPACITY = "farcache_server_capacity_bytes", Gauge, "Memory lent: slots times slot size";
+    SERVER_SLOT_BYTES = "farcache_server_slot_bytes", Gauge, "Bytes per slot: the largest block stored";
+    SERVER_SLOTS = "farcache_server_slots", Gauge, "Slots in the arena";
+    SERVER_USED = "farcache_server_used_bytes", Gauge, "Slots in use times slot size, all tenants";
+    SERVER_OVERHEAD = "farcache_server_overhead_bytes", Gauge, "Heap bytes of the index and bookkeeping beside the arena";
+    SERVER_BLOCKS = "farcache_server_blocks", Gauge, "Blocks stored, all tenants";
+    SERVER_CONNECTIONS = "farcache_server_connections_open", Gauge, "Connections open now";
+    SERVER_ACCEPTED = "farcache_server_connections_accepted", Counter, "Connections accepted";
+    SERVER_REFUSED = "farcache_server_connections_refused", Counter, "Connections turned away at max_connections";
+    SERVER_PROTOCOL_ERRORS = "farcache_server_protocol_errors", Counter, "Malformed requests, and connections closed for bad input or failed handshakes";
+    SERVER_TIMEOUTS = "farcache_server_timeouts", Counter, "Connections closed for idleness, slow frames, missing HELLO or unread answers";
+    TENANT_LIMIT = "farcache_server_tenant_limit_bytes", Gauge, "Most memory the tenant may hold";
+    TENANT_USED = "farcache_server_tenant_used_bytes", Gauge, "Slots the tenant holds times slot size";
+    TENANT_BLOCKS = "farcache_server_tenant_blocks", Gauge, "Blocks the tenant has stored";
+    TENANT_HITS = "farcache_server_tenant_hits", Counter, "GET keys found";
+    TENANT_MISSES = "farcache_server_tenant_misses", Counter, "GET keys not found";
+    TENANT_PUTS = "farcache_server_tenant_puts", Counter, "Blocks stored by PUT";
+    TENANT_PUT_REJECTS = "farcache_server_tenant_put_rejects", Counter, "PUT entries refused (too large, or no room for the tenant)";
+    TENANT_DELS = "farcache_server_tenant_dels", Counter, "Blocks removed by DEL";
+    TENANT_EVICTIONS = "farcache_server_tenant_evictions", Counter, "Blocks evicted to make room";
+    TENANT_BYTES_IN = "farcache_server_tenant_bytes_in", Counter, "Value bytes received by PUT";
+    TENANT_BYTES_OUT = "farcache_server_tenant_bytes_out", Counter, "Value bytes sent in GET hits";
+}
+
+// A mount: `farcache mount`.
+metrics! { MOUNT:
+    MOUNT_INFO = "farcache_mount_info", Gauge, "1, labelled with the mount's version, mount point, backing directory, remote tier and routing mode";
+    MOUNT_UPTIME = "farcache_mount_uptime_seconds", Gauge, "Seconds since the mount daemon started";
+    REMOTE_GETS = "farcache_mount_remote_gets", Counter, "Blocks asked of lenders";
+    REMOTE_HITS = "farcache_mount_remote_hits", Counter, "Blocks delivered by lenders";
+    REMOTE_MISSES = "farcache_mount_remote_misses", Counter, "Blocks asked of lenders and not delivered";
+    REMOTE_BYTES_FROM = "farcache_mount_remote_bytes_from_servers", Counter, "Block bytes received from lenders";
+    REMOTE_BYTES_TO = "farcache_mount_remote_bytes_to_servers", Counter, "Block bytes stored on lenders";
+    REMOTE_PUTS = "farcache_mount_remote_puts", Counter, "Blocks stored on lenders (fills acknowledged)";
+    REMOTE_PUTS_DROPPED = "farcache_mount_remote_puts_dropped", Counter, "Fills not sent: queue full or no lender connected";
+    REMOTE_PUTS_FAILED = "farcache_mount_remote_puts_failed", Counter, "Fills sent and not stored";
+    REMOTE_INVALIDATIONS = "farcache_mount_remote_invalidations", Counter, "Cached blocks retired by writes, truncates and fallocates";
+    REMOTE_INVALIDATIONS_DROPPED = "farcache_mount_remote_invalidations_dropped", Counter, "Deletions of retired blocks not sent (queue full)";
+    REMOTE_FALLBACKS = "farcache_mount_remote_fallbacks", Counter, "Fetches that gave up (fetch_timeout or connection error) and went to the disk";
+    REMOTE_REJECTED = "farcache_mount_remote_rejected", Counter, "Block answers refused for their length";
+    REMOTE_AUTH_FAILURES = "farcache_mount_remote_auth_failures", Counter, "Block answers that failed authentication (key_file)";
+    REMOTE_CONNECTS = "farcache_mount_remote_connects", Counter, "Connections made to lenders";
+    REMOTE_CONNECT_FAILURES = "farcache_mount_remote_connect_failures", Counter, "Connection attempts to lenders that failed";
+    ENGINE_REMOTE_READS = "farcache_mount_engine_remote_reads", Counter, "Reads answered wholly from lenders";
+    ENGINE_DISK_READS = "farcache_mount_engine_disk_reads", Counter, "Reads routed to lenders that went wholly to the disk";
+    ENGINE_PARTIAL_HITS = "farcache_mount_engine_partial_hits", Counter, "Reads answered partly from lenders, partly from one disk read";
+    ENGINE_PARTIAL_REMOTE_BLOCKS = "farcache_mount_engine_partial_remote_blocks", Counter, "Of partial hits, blocks served from lenders";
+    ENGINE_PARTIAL_DISK_BLOCKS = "farcache_mount_engine_partial_disk_blocks", Counter, "Of partial hits, blocks read from the disk";
+    ENGINE_SEQUENTIAL_BYPASSES = "farcache_mount_engine_sequential_bypasses", Counter, "Large reads threshold routing sent straight to the disk";
+    ENGINE_FILLS = "farcache_mount_engine_fills", Counter, "Blocks sent to lenders after a disk read";
+    ENGINE_READ_AROUNDS = "farcache_mount_engine_read_arounds", Counter, "Misses read with their read-around window";
+    ENGINE_ADAPTIVE_REMOTE = "farcache_mount_engine_adaptive_remote", Counter, "Reads adaptive routing sent to the lenders";
+    ENGINE_ADAPTIVE_DISK = "farcache_mount_engine_adaptive_disk", Counter, "Reads adaptive routing sent to the disk";
+    ENGINE_ADAPTIVE_PROBES = "farcache_mount_engine_adaptive_probes", Counter, "Reads fetched from lenders anyway, to keep measuring them";
+    ENGINE_CHANGED_BEHIND = "farcache_mount_engine_changed_behind", Counter, "Opens that found a file changed behind the mount";
+    INDEX_MEMORY = "farcache_mount_index_memory_bytes", Gauge, "Heap bytes of the client-side index";
+    INDEX_REMOTE_BLOCKS = "farcache_mount_index_remote_blocks", Gauge, "Blocks the index marks as held by a lender";
+    INDEX_PER_GIB = "farcache_mount_index_bytes_per_gib_cached", Gauge, "Index bytes per GiB held on lenders";
+    ROUTING_DISK_SHARE = "farcache_mount_routing_disk_share", Gauge, "Share of random reads adaptive routing sends to the disk (0 to 1; 0 under threshold routing)";
+    LENDER_CONNECTED = "farcache_mount_lender_connected", Gauge, "1 while a connection to the lender is live";
+    LENDER_CONNECTS = "farcache_mount_lender_connects", Counter, "Connections made to the lender since it joined the set";
+    LENDER_HITS = "farcache_mount_lender_hits", Counter, "Blocks the lender delivered";
+    LENDER_MISSES = "farcache_mount_lender_misses", Counter, "Blocks asked of (or placed on) the lender and not delivered";
+    LENDER_PUTS = "farcache_mount_lender_puts", Counter, "Blocks the lender stored";
+    BACKING_READS_DIRECT = "farcache_mount_backing_reads_direct", Counter, "Reads of backing files with O_DIRECT";
+    BACKING_READS_BUFFERED = "farcache_mount_backing_reads_buffered", Counter, "Reads of backing files without O_DIRECT";
+    BACKING_READ_BYTES = "farcache_mount_backing_read_bytes", Counter, "Bytes read from backing files";
+    BACKING_WRITES = "farcache_mount_backing_writes", Counter, "Writes to backing files";
+    BACKING_WRITE_BYTES = "farcache_mount_backing_write_bytes", Counter, "Bytes written to backing files";
+    BACKING_FSYNCS = "farcache_mount_backing_fsyncs", Counter, "fsync and fdatasync calls passed to backing files";
+    BACKING_FORGETS = "farcache_mount_backing_forgets", Counter, "Files that lost their last name";
+    REMOTE_FETCH_SECONDS = "farcache_mount_remote_fetch_seconds", Histogram, "Time a read waited for lenders (hits, misses and timeouts alike)";
+    REMOTE_FILL_SECONDS = "farcache_mount_remote_fill_seconds", Histogram, "Time from a fill being queued to its lender storing it";
+    BACKING_READ_SECONDS = "farcache_mount_backing_read_seconds", Histogram, "Time of each backing read";
+    BACKING_WRITE_SECONDS = "farcache_mount_backing_write_seconds", Histogram, "Time of each backing write";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DOC: &str = include_str!("../../../../docs/METRICS.md");
+
+    #[test]
+    fn names_are_unique_well_formed_and_documented() {
+        let mut exposed: Vec<String> = SERVER.iter().chain(MOUNT).map(Metric::exposed).collect();
+        for (m, e) in SERVER.iter().chain(MOUNT).zip(&exposed) {
+            assert!(m.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'), "{}", m.name);
+            assert!(!m.name.ends_with("_total"), "{}: the encoder adds _total", m.name);
+            assert!(m.kind != Kind::Histogram || m.name.ends_with("_seconds"), "{}", m.name);
+            assert!(!m.help.is_empty(), "{e} has no help");
+        }
+        let n = exposed.len();
+        exposed.sort();
+        exposed.dedup();
+        assert_eq!(exposed.len(), n, "a name is defined twice");
+        assert_eq!(
+            farcache_testkit::documented_metric_names(DOC),
+            exposed,
+            "docs/METRICS.md's Prometheus section and metrics/names.rs differ"
+        );
+    }
+
+    const DASHBOARD: &str = include_str!("../../../../etc/grafana/farcache.json");
+
+    /// Every PromQL string of a Grafana dashboard: targets' `expr` and variables' queries
+    /// (a datasource variable's query is a plugin name, not PromQL).
+    fn queries(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) if m.get("type").and_then(|t| t.as_str()) == Some("datasource") => {}
+            serde_json::Value::Object(m) => {
+                for (k, x) in m {
+                    match (k.as_str(), x) {
+                        ("expr" | "definition" | "query", serde_json::Value::String(q)) => out.push(q.clone()),
+                        _ => queries(x, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|x| queries(x, out)),
+            _ => {}
+        }
+    }
+
+    /// The identifiers of a PromQL expression that start with `farcache_`.
+    fn farcache_names(q: &str) -> Vec<&str> {
+        q.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .filter(|w| w.starts_with("farcache_"))
+            .collect()
+    }
+
+    /// Every `farcache_` name in `queries` is one `/metrics` exports (a histogram read as
+    /// `_bucket`, `_sum` or `_count`), and each query names at least one; the names used.
+    fn check_queries(origin: &str, queries: &[String]) -> std::collections::HashSet<String> {
+        let exported: Vec<String> = SERVER.iter().chain(MOUNT).map(Metric::exposed).collect();
+        let histograms: Vec<&str> =
+            SERVER.iter().chain(MOUNT).filter(|m| m.kind == Kind::Histogram).map(|m| m.name).collect();
+        let mut used = std::collections::HashSet::new();
+        for q in queries {
+            let names = farcache_names(q);
+            assert!(!names.is_empty(), "{origin}: a query names no farcache metric: {q}");
+            for n in names {
+                let ok = exported.iter().any(|e| e == n)
+                    || histograms.iter().any(|h| ["_bucket", "_sum", "_count"].iter().any(|s| n == format!("{h}{s}")));
+                assert!(ok, "{origin} queries {n}, which /metrics does not export: {q}");
+                used.insert(n.to_string());
+            }
+        }
+        used
+    }
+
+    #[test]
+    fn every_dashboard_query_names_only_exported_metrics() {
+        let dash: serde_json::Value = serde_json::from_str(DASHBOARD).expect("etc/grafana/farcache.json is JSON");
+        assert!(dash["title"].is_string() && dash["panels"].is_array(), "not a Grafana dashboard");
+        let mut qs = Vec::new();
+        queries(&dash, &mut qs);
+        assert!(qs.len() >= 20, "only {} queries found", qs.len());
+        let used = check_queries("etc/grafana/farcache.json", &qs);
+        // The dashboard shows each tier's hits and latency at least.
+        for n in [
+            "farcache_mount_remote_hits_total",
+            "farcache_mount_remote_fetch_seconds_bucket",
+            "farcache_server_tenant_hits_total",
+        ] {
+            assert!(used.contains(n), "the dashboard never shows {n}");
+        }
+    }
+
+    #[test]
+    fn every_alert_rule_names_only_exported_metrics() {
+        const RULES: &str = include_str!("../../../../etc/prometheus/farcache-alerts.yml");
+        let doc: serde_yaml::Value = serde_yaml::from_str(RULES).expect("etc/prometheus/farcache-alerts.yml is YAML");
+        let rules: Vec<&serde_yaml::Value> = doc["groups"]
+            .as_sequence()
+            .expect("groups")
+            .iter()
+            .flat_map(|g| g["rules"].as_sequence().expect("rules"))
+            .collect();
+        assert!(rules.len() >= 8, "only {} rules", rules.len());
+        for r in &rules {
+            assert!(r["alert"].is_string() && r["annotations"]["summary"].is_string(), "{r:?}");
+        }
+        let qs: Vec<String> = rules.iter().map(|r| r["expr"].as_str().expect("expr").to_string()).collect();
+        let used = check_queries("etc/prometheus/farcache-alerts.yml", &qs);
+        // docs/DEPLOY.md's table and the rules alert on the same things.
+        let deploy = include_str!("../../../../docs/DEPLOY.md");
+        let table = deploy.split("## What to alert on").nth(1).expect("DEPLOY.md: ## What to alert on");
+        for n in &used {
+            assert!(table.contains(n.as_str()), "docs/DEPLOY.md's alert table does not mention {n}");
+        }
+    }
+}
