@@ -12,7 +12,9 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Duration;
 
-use farcache_testkit::{pattern, require_root, text, wait_until, DirectReader, MountProcess, ServerProcess};
+use farcache_testkit::{
+    pattern, require_root, text, wait_until, DirectReader, MountProcess, ServerProcess, LENDERS_FIRST,
+};
 
 const DOC: &str = include_str!("../../../docs/METRICS.md");
 
@@ -89,7 +91,13 @@ fn a_scrape_of_a_server_and_a_mount_shows_every_documented_name_and_they_move() 
     fs::write(backing.join("f"), &data).unwrap();
     let addr = srv.addr().to_string();
     let log = root.path().join("mount.log");
-    let m = MountProcess::start(bin(), &backing, &mnt, &["--server", &addr, "--metrics-listen", "127.0.0.1:0"], &log);
+    let m = MountProcess::start(
+        bin(),
+        &backing,
+        &mnt,
+        &["--server", &addr, "--metrics-listen", "127.0.0.1:0", LENDERS_FIRST[0], LENDERS_FIRST[1]],
+        &log,
+    );
     let mount_metrics = metrics_addr(&m.log_text()).unwrap_or_else(|| panic!("no metrics address:\n{}", m.log_text()));
 
     let (s0, m0) = (scrape(srv_metrics), scrape(mount_metrics));

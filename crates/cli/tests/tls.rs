@@ -416,7 +416,8 @@ fn without_tls_block_encryption_turns_bytes_flipped_on_the_wire_into_misses() {
     let key = d.root.path().join("block.key");
     let out = farcache(&["keygen", "--out", key.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let args = ["--server", &proxy.addr.to_string(), "--key-file", key.to_str().unwrap()];
+    let args =
+        ["--server", &proxy.addr.to_string(), "--key-file", key.to_str().unwrap(), LENDERS_FIRST[0], LENDERS_FIRST[1]];
     let m = MountProcess::start(bin(), &d.backing, &d.mnt, &args, &d.root.path().join("log"));
     let mut r = DirectReader::open(&d.mnt.join("f"));
     let before = warm(&mut r, &data, &d.mnt);

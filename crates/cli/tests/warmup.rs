@@ -8,7 +8,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use farcache_testkit::{pattern, require_root, run_bin, text, wait_until, DirectReader, MountProcess, ServerProcess};
+use farcache_testkit::{
+    pattern, require_root, run_bin, text, wait_until, DirectReader, MountProcess, ServerProcess, LENDERS_FIRST,
+};
 use serde_json::Value;
 
 fn bin() -> &'static Path {
@@ -46,7 +48,11 @@ fn a_warmed_file_is_read_from_the_lender_on_the_first_pass() {
     let addr = srv.addr().to_string();
     let (big, slow) = (pattern(8 << 20, 3), pattern(4 << 20, 4));
     let root = tempfile::tempdir().unwrap();
-    let (m, mnt) = mounted(root.path(), &[("big", &big), ("slow", &slow)], &["--server", &addr]);
+    let (m, mnt) = mounted(
+        root.path(),
+        &[("big", &big), ("slow", &slow)],
+        &["--server", &addr, LENDERS_FIRST[0], LENDERS_FIRST[1]],
+    );
     let mnt_s = mnt.to_str().unwrap();
 
     let out = run_bin(bin(), &["warmup", mnt_s, mnt.join("big").to_str().unwrap(), "--rate", "1GiB"]);
