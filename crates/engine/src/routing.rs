@@ -200,6 +200,11 @@ pub struct AdaptiveEstimates {
     /// A one- or two-block lender hit, the moving mean, µs.
     #[serde(default)]
     pub remote_hit_us: f64,
+    /// The last window's disk time over what the lenders would have taken for the same
+    /// reads (0: no window yet); the disk's reads fill the lenders while it is above
+    /// [`FILL_MARGIN`].
+    #[serde(default)]
+    pub disk_over_remote: f64,
     /// What each size of read measured: `[bytes, disk random µs, disk sequential µs,
     /// lenders µs]` (-1: not measured).
     #[serde(default)]
@@ -603,6 +608,7 @@ impl RouterState {
             disk_probes: m.disk_probes.load(Ordering::Relaxed),
             disk_window_mean_us: f64::from_bits(m.disk_mean_us.load(Ordering::Relaxed)),
             remote_hit_us: f64::from_bits(m.remote_hit_us.load(Ordering::Relaxed)),
+            disk_over_remote: f64::from_bits(m.disk_over_remote.load(Ordering::Relaxed)),
             classes: a
                 .classes()
                 .iter()
