@@ -68,6 +68,18 @@ impl Collector for Snapshot {
             (BACKING_WRITE_BYTES, b.write_bytes),
             (BACKING_FSYNCS, b.fsyncs),
             (BACKING_FORGETS, b.forgets),
+            (BACKING_WRITES_DIRECT, b.writes_direct),
+            (IO_OPS_URING, b.io.ops_uring),
+            (IO_OPS_SYNC, b.io.ops_sync),
+            (IO_IN_FLIGHT, b.io.in_flight),
+            (IO_IN_FLIGHT_PEAK, b.io.in_flight_peak),
+            (IO_RINGS, b.io.rings),
+            (IO_WAITS_FOR_ROOM, b.io.waits_for_room),
+            (IO_FALLBACK_NO_URING, b.io.fallback_no_uring),
+            (IO_FALLBACK_UNALIGNED_READS, b.io.fallback_unaligned_reads),
+            (IO_FALLBACK_UNALIGNED_WRITES, b.io.fallback_unaligned_writes),
+            (IO_FALLBACK_DIRECT_REFUSED, b.io.fallback_direct_refused),
+            (IO_SHORT_RETRIES, b.io.short_retries),
         ] {
             o.value(m, v)?;
         }
