@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use farcache_client::{Client, ClientConfig};
 use farcache_config::ByteSize;
+use farcache_engine::routing::FILL_MARGIN;
 use farcache_server::ServerStats;
 use serde_json::json;
 
@@ -165,11 +166,14 @@ fn render_mount(s: &MountStats) -> String {
         "adaptive" => match &c.routing.adaptive {
             Some(a) => format!(
                 "adaptive: {} to lenders, {} to the disk, {} probes, {} switches; \
+                 disk share {:.0}%, a disk read {:.1}x a lender's (fills above {FILL_MARGIN}x); \
                  disk {:.0}us + {:.0} MB/s ({} samples), lenders {:.0}us + {:.0} MB/s ({} samples)",
                 e.adaptive_remote,
                 e.adaptive_disk,
                 e.adaptive_probes,
                 a.switches,
+                a.disk_share * 100.0,
+                a.disk_over_remote,
                 a.disk_access_us,
                 a.disk_bytes_per_us,
                 a.disk_samples,
