@@ -87,12 +87,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         if let Some(m) = metrics {
             tracing::info!("metrics on http://{m}/metrics");
         }
+        // Handlers first: a SIGTERM sent as soon as the server says it is ready (a service
+        // manager stopping it at once) must stop it cleanly, not kill it.
+        let signalled = shutdown_signal()?;
         // The one line on stdout: scripts and tests read the bound address from it.
         println!("farcache server listening on {addr}");
         std::io::stdout().flush()?;
         crate::notify::ready(&format!("lending {} on {addr}", cfg.capacity));
         let shutdown = async {
-            shutdown_signal().await;
+            signalled.await;
             crate::notify::stopping();
         };
         farcache_server::run(listener, server, shutdown).await?;
@@ -101,13 +104,17 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     })
 }
 
-/// Resolves on the first SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
+/// Installs SIGINT and SIGTERM handlers now (from then on neither kills the process), and
+/// returns a future that resolves on the first of them. Call it inside the runtime, before
+/// announcing readiness.
+pub fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-    }
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+    })
 }
