@@ -132,7 +132,7 @@ impl Allocator for HitRatio {
         for i in 0..n {
             let mut t = targets[i] - self.given[i];
             let r = self.ratio[i];
-            if r >= 0.0 && r < 1.0 {
+            if (0.0..1.0).contains(&r) {
                 let share = (pool as f64 * r * f64::from(tenants[i].weight.max(1)) / weights) as u64;
                 let share = share.min(tenants[i].max_blocks.saturating_sub(t));
                 t += share;

@@ -283,13 +283,15 @@ impl ShardsMrc {
     fn rebuild(&mut self) {
         self.table.fill(Entry::default());
         self.len = 0;
-        for j in 0..self.scratch.len() {
-            let e = self.scratch[j];
+        // Taken out and put back (no allocation) so that `find` and `add` may borrow self.
+        let scratch = std::mem::take(&mut self.scratch);
+        for &e in &scratch {
             let (idx, _) = self.find(e.key);
             self.table[idx] = e;
             self.len += 1;
             self.add(e.time, 1);
         }
+        self.scratch = scratch;
     }
 }
 
