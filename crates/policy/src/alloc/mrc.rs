@@ -15,6 +15,14 @@
 //! nothing; compaction of the time axis (every ≥ 3 × `max_samples` sampled accesses) is
 //! O(`max_samples` log `max_samples`) on preallocated scratch space.
 //!
+//! SHARDS-adj: spatial sampling's error comes mostly from whether a few very hot keys happen
+//! to be sampled. When the caller says how many accesses there were in all (`offered`), the
+//! difference between the sampled accesses expected at the rate (`R ×` offered) and those
+//! seen is added to (or taken from) the smallest distances, as the paper's correction does.
+//! Measured (12 Zipf traces each, 6000 keys, rate 0.128, 1024 samples; mean absolute error
+//! of the curve against exact LRU): skew 0.6 0.016 → 0.018, 0.9 0.041 → 0.016, 1.2 0.050 →
+//! 0.006.
+//!
 //! The curve is of LRU. The lender's S3-FIFO misses less than LRU on scans and loops; the
 //! curve is then pessimistic for those tenants, which errs towards giving them memory.
 
@@ -97,6 +105,8 @@ pub struct ShardsMrc {
     hist: [f64; BUCKETS + 1],
     cold: f64,
     total: f64,
+    /// Sampled accesses expected from what `offered` reported (0: no report, no correction).
+    expected: f64,
 }
 
 impl ShardsMrc {
@@ -120,6 +130,7 @@ impl ShardsMrc {
             hist: [0.0; BUCKETS + 1],
             cold: 0.0,
             total: 0.0,
+            expected: 0.0,
         }
     }
 
@@ -190,6 +201,13 @@ impl ShardsMrc {
         }
         self.cold *= factor;
         self.total *= factor;
+        self.expected *= factor;
+    }
+
+    /// `accesses` more accesses happened in all, sampled or not (for the SHARDS-adj
+    /// correction; call it with every access's count, at the current rate).
+    pub fn offered(&mut self, accesses: u64) {
+        self.expected += accesses as f64 * self.rate();
     }
 
     /// Sampled accesses counted (after decay).
@@ -201,13 +219,17 @@ impl ShardsMrc {
     pub fn curve(&self) -> Curve {
         let mut c =
             Curve { valid: self.total >= MIN_CURVE_ACCESSES, unit_blocks: self.unit_blocks, ..Curve::default() };
-        if self.total <= 0.0 {
+        // SHARDS-adj: the shortfall (or excess) of sampled accesses goes to the first bucket.
+        let first =
+            if self.expected > 0.0 { (self.hist[0] + self.expected - self.total).max(0.0) } else { self.hist[0] };
+        let total = self.total + first - self.hist[0];
+        if total <= 0.0 {
             return c;
         }
         let mut hits = 0.0;
         for k in 1..CURVE_POINTS {
-            hits += self.hist[k - 1];
-            c.miss_ratio[k] = (1.0 - hits / self.total).clamp(0.0, 1.0) as f32;
+            hits += if k == 1 { first } else { self.hist[k - 1] };
+            c.miss_ratio[k] = (1.0 - hits / total).clamp(0.0, 1.0) as f32;
         }
         c
     }

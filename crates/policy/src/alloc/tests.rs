@@ -319,6 +319,7 @@ fn mrc_estimate_with_sampling_is_close_to_the_exact_curve() {
         // 1024 samples of 6000 keys: the rate drops to about a sixth.
         let mut e = ShardsMrc::new(cap, 1024);
         for &k in &trace {
+            e.offered(1);
             e.access((k + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         }
         assert!(e.rate() < 0.3, "rate {}", e.rate());
