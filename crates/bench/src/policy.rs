@@ -194,6 +194,7 @@ fn server_run(
         capacity_bytes: capacity,
         policy: kind.name().into(),
         worker_threads: o.server_threads,
+        config: String::new(),
     };
     let (mut guard, addr) = proc::spawn_farcache(&spec, dir, kind.name())?;
     let t0 = Instant::now();

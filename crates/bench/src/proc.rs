@@ -148,12 +148,14 @@ pub struct FarcacheSpec {
     pub capacity_bytes: u64,
     pub policy: String,
     pub worker_threads: u32,
+    /// More `[server]` lines for its configuration file ("" for none).
+    pub config: String,
 }
 
 /// Start `farcache server` on 127.0.0.1, port 0, and wait for its address line.
 pub fn spawn_farcache(spec: &FarcacheSpec, dir: &WorkDir, tag: &str) -> Result<(ChildGuard, SocketAddr)> {
     let cfg = dir.path().join(format!("farcache-{tag}.toml"));
-    std::fs::write(&cfg, format!("[server]\nworker_threads = {}\n", spec.worker_threads))
+    std::fs::write(&cfg, format!("[server]\nworker_threads = {}\n{}", spec.worker_threads, spec.config))
         .ctx(|| format!("write {}", cfg.display()))?;
     let log = dir.path().join(format!("farcache-{tag}.log"));
     let log_file = std::fs::File::create(&log).ctx(|| format!("create {}", log.display()))?;
