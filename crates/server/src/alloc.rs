@@ -212,14 +212,14 @@ impl Allocation {
             s.misses = c.misses;
         }
         st.allocator.decide(now, capacity, &st.samples, &mut st.targets);
-        for i in 0..n {
+        for (i, t) in tenants.iter().enumerate() {
             if self.is_dynamic() {
                 store.set_tenant_limit(i as u16, st.targets[i] * slot);
             }
             let s = &st.samples[i];
             st.views[i] = TenantView {
                 target_bytes: st.targets[i] * slot,
-                min_bytes: tenants[i].min_bytes,
+                min_bytes: t.min_bytes,
                 weight: s.weight,
                 predicted_hit_ratio: st.allocator.predicted_hit_ratio(i),
                 predicted: if s.curve.valid {

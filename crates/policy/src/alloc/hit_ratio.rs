@@ -88,8 +88,8 @@ impl Allocator for HitRatio {
         self.due.resize(n, now);
         self.ratio.resize(n, 1.0);
         self.given.resize(n, 0);
-        for i in 0..n {
-            let (h, m) = self.deltas.take(i, &tenants[i]);
+        for (i, s) in tenants.iter().enumerate() {
+            let (h, m) = self.deltas.take(i, s);
             self.window[i].0 += h;
             self.window[i].1 += m;
         }
@@ -144,8 +144,8 @@ impl Allocator for HitRatio {
         let back = (pool - handed).saturating_sub(free);
         let gave: u64 = self.given.iter().sum();
         if back > 0 && gave > 0 {
-            for i in 0..n {
-                targets[i] += (u128::from(back) * u128::from(self.given[i]) / u128::from(gave)) as u64;
+            for (t, &g) in targets.iter_mut().zip(&self.given) {
+                *t += (u128::from(back) * u128::from(g) / u128::from(gave)) as u64;
             }
         }
         clamp(capacity, tenants, targets);
