@@ -250,14 +250,10 @@ fn run_one(o: &AllocBenchOptions, dir: &WorkDir, sc: &Scenario, mode: Allocation
         }
         clients[0].stats()
     })();
-    let stats = played.map_err(|e| match guard.check_alive() {
-        Err(dead) => BenchError::Setup(format!("{e}\n{dead}")),
-        Ok(()) => e,
-    })?;
+    let stats = guard.blame(played)?;
     let secs = t0.elapsed().as_secs_f64();
     guard.stop();
-    let v: serde_json::Value = serde_json::from_str(&stats)
-        .map_err(|e| BenchError::Protocol { system: "farcache", msg: format!("STATS is not JSON: {e}") })?;
+    let v = proc::parse_stats(&stats)?;
     let field = |x: &serde_json::Value, k: &str| x.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
     let (hits, misses) = (field(&v, "hits"), field(&v, "misses"));
     let tenants = v

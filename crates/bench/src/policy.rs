@@ -230,14 +230,10 @@ fn server_run(
         }
         Ok((tally, c.stats()?))
     })();
-    let (tally, stats) = played.map_err(|e| match guard.check_alive() {
-        Err(dead) => BenchError::Setup(format!("{e}\n{dead}")),
-        Ok(()) => e,
-    })?;
+    let (tally, stats) = guard.blame(played)?;
     let secs = t0.elapsed().as_secs_f64();
     guard.stop();
-    let v: serde_json::Value = serde_json::from_str(&stats)
-        .map_err(|e| BenchError::Protocol { system: "farcache", msg: format!("STATS is not JSON: {e}") })?;
+    let v = proc::parse_stats(&stats)?;
     let field = |k: &str| v.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
     let gets = tally.hits + tally.misses + tally.mismatches;
     Ok(ServerRow {

@@ -45,6 +45,14 @@ impl ChildGuard {
     }
 
     /// Fail if the child has exited.
+    /// `played` as is, but an error carries this process's death when it died meanwhile.
+    pub fn blame<T>(&mut self, played: Result<T>) -> Result<T> {
+        played.map_err(|e| match self.check_alive() {
+            Err(dead) => BenchError::Setup(format!("{e}\n{dead}")),
+            Ok(()) => e,
+        })
+    }
+
     pub fn check_alive(&mut self) -> Result<()> {
         match self.child.try_wait() {
             Ok(None) => Ok(()),
@@ -280,6 +288,12 @@ pub fn spawn_memcached(spec: &MemcachedSpec, dir: &WorkDir) -> Result<(ChildGuar
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A farcache server's STATS document, parsed.
+pub fn parse_stats(text: &str) -> Result<serde_json::Value> {
+    serde_json::from_str(text)
+        .map_err(|e| BenchError::Protocol { system: "farcache", msg: format!("STATS is not JSON: {e}") })
 }
 
 #[cfg(test)]
