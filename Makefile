@@ -22,6 +22,7 @@ bench: deps build
 	mkdir -p bench/results
 	$(BIN) bench server --json bench/results/server.json
 	$(BIN) bench policy
+	$(BIN) bench alloc --json bench/results/alloc.json
 	BIN=$(BIN) OUT=bench/results ./scripts/bench-security.sh
 	BIN=$(BIN) ./scripts/bench-paper.sh
 	BIN=$(BIN) ./scripts/bench-nothing-slower.sh

@@ -5,6 +5,8 @@
 //!   after a fill, then throughput and latency per (mix, batch, connections).
 //! * [`policy`]: `farcache bench policy`, LRU against S3-FIFO, in trace simulation
 //!   ([`simulate`]) and against the real server started once per policy.
+//! * [`alloc`]: `farcache bench alloc`, the four ways a lender divides its memory among
+//!   tenants (`server.allocation`) on a synthetic suite, through the real server.
 //! * [`paper`]: `farcache bench paper`, paper 000's evaluation on a testbed of real kernel
 //!   mechanisms (loop device, blkio throttling, memory cgroup, network namespaces), every
 //!   configuration side by side.
@@ -13,6 +15,7 @@
 //! synchronous on purpose ([`fc_client`], [`mc_client`]), so that the two systems see
 //! identical client behaviour and the client's cost is easy to reason about.
 
+pub mod alloc;
 pub mod error;
 pub mod fc_client;
 pub mod load;

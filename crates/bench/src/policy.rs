@@ -194,6 +194,7 @@ fn server_run(
         capacity_bytes: capacity,
         policy: kind.name().into(),
         worker_threads: o.server_threads,
+        config: String::new(),
     };
     let (mut guard, addr) = proc::spawn_farcache(&spec, dir, kind.name())?;
     let t0 = Instant::now();
@@ -229,14 +230,10 @@ fn server_run(
         }
         Ok((tally, c.stats()?))
     })();
-    let (tally, stats) = played.map_err(|e| match guard.check_alive() {
-        Err(dead) => BenchError::Setup(format!("{e}\n{dead}")),
-        Ok(()) => e,
-    })?;
+    let (tally, stats) = guard.blame(played)?;
     let secs = t0.elapsed().as_secs_f64();
     guard.stop();
-    let v: serde_json::Value = serde_json::from_str(&stats)
-        .map_err(|e| BenchError::Protocol { system: "farcache", msg: format!("STATS is not JSON: {e}") })?;
+    let v = proc::parse_stats(&stats)?;
     let field = |k: &str| v.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
     let gets = tally.hits + tally.misses + tally.mismatches;
     Ok(ServerRow {

@@ -45,6 +45,14 @@ impl ChildGuard {
     }
 
     /// Fail if the child has exited.
+    /// `played` as is, but an error carries this process's death when it died meanwhile.
+    pub fn blame<T>(&mut self, played: Result<T>) -> Result<T> {
+        played.map_err(|e| match self.check_alive() {
+            Err(dead) => BenchError::Setup(format!("{e}\n{dead}")),
+            Ok(()) => e,
+        })
+    }
+
     pub fn check_alive(&mut self) -> Result<()> {
         match self.child.try_wait() {
             Ok(None) => Ok(()),
@@ -148,12 +156,14 @@ pub struct FarcacheSpec {
     pub capacity_bytes: u64,
     pub policy: String,
     pub worker_threads: u32,
+    /// More `[server]` lines for its configuration file ("" for none).
+    pub config: String,
 }
 
 /// Start `farcache server` on 127.0.0.1, port 0, and wait for its address line.
 pub fn spawn_farcache(spec: &FarcacheSpec, dir: &WorkDir, tag: &str) -> Result<(ChildGuard, SocketAddr)> {
     let cfg = dir.path().join(format!("farcache-{tag}.toml"));
-    std::fs::write(&cfg, format!("[server]\nworker_threads = {}\n", spec.worker_threads))
+    std::fs::write(&cfg, format!("[server]\nworker_threads = {}\n{}", spec.worker_threads, spec.config))
         .ctx(|| format!("write {}", cfg.display()))?;
     let log = dir.path().join(format!("farcache-{tag}.log"));
     let log_file = std::fs::File::create(&log).ctx(|| format!("create {}", log.display()))?;
@@ -278,6 +288,12 @@ pub fn spawn_memcached(spec: &MemcachedSpec, dir: &WorkDir) -> Result<(ChildGuar
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A farcache server's STATS document, parsed.
+pub fn parse_stats(text: &str) -> Result<serde_json::Value> {
+    serde_json::from_str(text)
+        .map_err(|e| BenchError::Protocol { system: "farcache", msg: format!("STATS is not JSON: {e}") })
 }
 
 #[cfg(test)]

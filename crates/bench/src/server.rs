@@ -258,6 +258,7 @@ pub fn run(opts: &ServerBenchOptions) -> Result<ServerReport> {
         capacity_bytes: capacity,
         policy: opts.policy.clone(),
         worker_threads: opts.server_threads,
+        config: String::new(),
     };
     let mc = if opts.memcached {
         let exe = proc::find_memcached()?;

@@ -1,7 +1,7 @@
-//! `farcache bench server --quick` and `farcache bench policy --quick` through the real
-//! binary: they finish, every answer they checked was right, and the figures are sane
-//! (throughput above zero, memory above the payload, hit ratios between 0 and 1). With
-//! memcached installed, the server benchmark also runs against it.
+//! `farcache bench server --quick`, `farcache bench policy --quick` and `farcache bench alloc
+//! --quick` through the real binary: they finish, every answer they checked was right, and
+//! the figures are sane (throughput above zero, memory above the payload, hit ratios between
+//! 0 and 1). With memcached installed, the server benchmark also runs against it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -186,4 +186,39 @@ fn bench_policy_quick() {
         assert!(num(r, &["server_evictions"]) > 0.0, "the traces overflow the cache: {r}");
     }
     assert!(stdout.contains("Simulation") && stdout.contains("Real farcache server"), "{stdout}");
+}
+
+#[test]
+fn bench_alloc_quick_two_modes() {
+    let dir = Scratch::new("alloc");
+    let json_path = dir.0.join("out.json");
+    let (stdout, _) = farcache(
+        &dir,
+        &[
+            "bench",
+            "alloc",
+            "--quick",
+            "--modes",
+            "static,mrc",
+            "--requests",
+            "6000",
+            "--json",
+            json_path.to_str().unwrap(),
+        ],
+        Duration::from_secs(180),
+    );
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let rows = json["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 7 * 2, "seven scenarios in two modes: {json}");
+    for r in rows {
+        let (gets, misses) = (num(r, &["gets"]), num(r, &["lender_misses"]));
+        assert!(gets >= 5000.0 && misses <= gets, "{r}");
+        // Every tenant of the run shows in the lender's STATS with a target.
+        let tenants = r["tenants"].as_array().unwrap();
+        assert!(tenants.len() >= 2, "{r}");
+        assert!(tenants.iter().any(|t| t[1].as_u64().unwrap() > 0), "no tenant has a target: {r}");
+    }
+    for scenario in ["skews", "scan+steep", "loop>share", "phase", "idle", "identical", "rate100:1", "total"] {
+        assert!(stdout.lines().any(|l| l.starts_with(scenario)), "no {scenario} line in:\n{stdout}");
+    }
 }

@@ -2,8 +2,9 @@
 //!
 //! This crate depends on no other farcache crate. Today it holds the lender's eviction
 //! policies, the borrower's block placement (`placement`, rendezvous hashing) and read
-//! routing (`route`: paper 000's threshold n and an adaptive rule); later also admission and
-//! the division of lenders' RAM among tenants.
+//! routing (`route`: paper 000's threshold n and an adaptive rule), and the division of a
+//! lender's RAM among tenants (`alloc`: paper 004's hit-ratio rule and miss-ratio curves);
+//! later also admission.
 //!
 //! # Eviction model
 //! A policy instance manages the slots of one store shard, addressed densely as
@@ -13,6 +14,7 @@
 //! mechanism. Policies never allocate after construction: all bookkeeping is sized by
 //! `slots` and `classes` up front.
 
+pub mod alloc;
 mod ghost;
 mod list;
 mod lru;

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use farcache_config::{ByteSize, ConfigError, HumanDuration};
+use farcache_policy::alloc::AllocationKind;
 use farcache_policy::PolicyKind;
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +50,12 @@ pub struct ServerConfig {
     pub max_tenants: u16,
     /// Limit of a tenant that has none of its own, in percent of capacity.
     pub default_tenant_share_percent: u8,
+    /// How memory is divided among tenants: "shared" (limits only; the fullest tenant
+    /// relative to its limit gives way), "static" (equal split among active tenants),
+    /// "hit-ratio" (paper 004's rule) or "mrc" (marginal benefit over miss-ratio curves).
+    pub allocation: String,
+    /// Time between two decisions of the "mrc" allocator, each moving at most 2% of capacity.
+    pub allocation_interval: HumanDuration,
     /// Tenants and their credentials. None configured means open mode: any tenant name is
     /// accepted without a secret (trusted networks only; the server logs a warning).
     /// TLS 1.3 with client certificates: the server's certificate chain (PEM). Set together
@@ -84,6 +91,13 @@ pub struct TenantConfig {
     /// Most memory this tenant may hold; default: `default_tenant_share_percent` of capacity.
     #[serde(default)]
     pub limit: Option<ByteSize>,
+    /// Memory always held for this tenant, whatever the others do (default 0). The sum over
+    /// tenants must fit in `capacity`.
+    #[serde(default)]
+    pub min_bytes: Option<ByteSize>,
+    /// Relative weight in the division of memory (default 1).
+    #[serde(default)]
+    pub weight: Option<u32>,
     /// Whether this tenant's STATS show every tenant.
     #[serde(default)]
     pub admin: bool,
@@ -109,6 +123,8 @@ impl Default for ServerConfig {
             write_timeout: HumanDuration::secs(10),
             max_tenants: 64,
             default_tenant_share_percent: 100,
+            allocation: "shared".into(),
+            allocation_interval: HumanDuration::secs(5),
             tls_cert: String::new(),
             tls_key: String::new(),
             tls_client_ca: String::new(),
@@ -127,6 +143,10 @@ pub const MIN_SLOTS_PER_SHARD: u64 = 16;
 impl ServerConfig {
     pub fn policy_kind(&self) -> PolicyKind {
         self.policy.parse().expect("validated")
+    }
+
+    pub fn allocation_kind(&self) -> AllocationKind {
+        self.allocation.parse().expect("validated")
     }
 
     /// Slots in the whole store.
@@ -265,6 +285,22 @@ impl ServerConfig {
         if self.default_tenant_share_percent > 100 {
             return Err(E::invalid("server.default_tenant_share_percent", "over 100", "use 1..=100"));
         }
+        if self.allocation.parse::<AllocationKind>().is_err() {
+            return Err(E::invalid(
+                "server.allocation",
+                format!("unknown allocation {:?}", self.allocation),
+                "use \"shared\", \"static\", \"hit-ratio\" or \"mrc\"",
+            ));
+        }
+        let interval = self.allocation_interval.get();
+        if interval < std::time::Duration::from_millis(50) || interval > std::time::Duration::from_secs(3600) {
+            return Err(E::invalid(
+                "server.allocation_interval",
+                format!("{} is out of range", self.allocation_interval),
+                "use 50ms..=1h (default 5s)",
+            ));
+        }
+        self.validate_shares()?;
         for (name, d) in [
             ("server.handshake_timeout", self.handshake_timeout),
             ("server.frame_timeout", self.frame_timeout),
@@ -330,6 +366,52 @@ impl ServerConfig {
     }
 }
 
+impl ServerConfig {
+    /// Each tenant's `min_bytes` within its limit, `weight` in range, and the minimums
+    /// together within `capacity`.
+    fn validate_shares(&self) -> Result<(), ConfigError> {
+        use ConfigError as E;
+        let default_limit = (self.capacity.bytes() as u128 * self.default_tenant_share_percent as u128 / 100) as u64;
+        let mut sum = 0u64;
+        for t in &self.tenants {
+            let min = t.min_bytes.map_or(0, |b| b.bytes());
+            let limit = t.limit.map_or(default_limit, |l| l.bytes());
+            if min > limit {
+                return Err(E::invalid(
+                    "server.tenant.min_bytes",
+                    format!(
+                        "tenant {:?}: min_bytes {} is more than its limit {}",
+                        t.name,
+                        ByteSize(min),
+                        ByteSize(limit)
+                    ),
+                    "lower min_bytes or raise the tenant's limit",
+                ));
+            }
+            if t.weight.is_some_and(|w| !(1..=1000).contains(&w)) {
+                return Err(E::invalid(
+                    "server.tenant.weight",
+                    format!("tenant {:?}: weight {} is out of range", t.name, t.weight.unwrap_or(0)),
+                    "use 1..=1000 (default 1)",
+                ));
+            }
+            sum = sum.saturating_add(min);
+        }
+        if sum > self.capacity.bytes() {
+            return Err(E::invalid(
+                "server.tenant.min_bytes",
+                format!(
+                    "the tenants' min_bytes add up to {}, more than server.capacity ({})",
+                    ByteSize(sum),
+                    self.capacity
+                ),
+                "lower some tenant's min_bytes, or raise server.capacity",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// How clients connect to the lender.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TlsMode {
@@ -388,6 +470,8 @@ mod tests {
             secret: None,
             secret_file: Some(secret_file.to_path_buf()),
             limit: None,
+            min_bytes: None,
+            weight: None,
             admin: false,
         }
     }

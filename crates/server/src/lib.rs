@@ -4,6 +4,7 @@
 //! [`run`] serves a bound listener until `shutdown` resolves (mini-redis's `server::run`).
 //! This crate does not depend on the client-side engine; it speaks only `farcache-wire`.
 
+pub mod alloc;
 pub mod config;
 mod conn;
 pub mod stats;
@@ -48,6 +49,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 pub struct Server {
     cfg: ServerConfig,
     store: Store,
+    /// The division of memory among tenants (`server.allocation`).
+    allocation: alloc::Allocation,
     tenants: Tenants,
     conns: ConnCounters,
     /// The limits requests are decoded with after the handshake.
@@ -66,13 +69,18 @@ impl Server {
     pub fn new(cfg: ServerConfig) -> Result<Arc<Server>, ConfigError> {
         cfg.validate()?;
         let shards = cfg.shards;
-        let store = Store::new(StoreConfig {
+        let mut store = Store::new(StoreConfig {
             shards,
             slots_per_shard: (cfg.slots() / shards as u64) as u32,
             slot_bytes: cfg.slot_bytes,
             policy: cfg.policy_kind(),
             max_tenants: cfg.max_tenants,
         });
+        let allocation = alloc::Allocation::new(cfg.allocation_kind(), cfg.allocation_interval.get());
+        store.set_enforce_targets(allocation.is_dynamic());
+        if allocation.kind() == farcache_policy::alloc::AllocationKind::Mrc {
+            store.enable_sampling(cfg.max_tenants);
+        }
         let tenants = Tenants::from_config(&cfg, &store)?;
         let tls = cfg.tls_server_config()?.map(farcache_tls::TlsAcceptor::from);
         let mut id = [0u8; 8];
@@ -83,9 +91,10 @@ impl Server {
             max_value_bytes: cfg.slot_bytes,
         };
         let buffer_permits = (cfg.max_buffer_bytes.bytes() / 1024) as usize;
-        Ok(Arc::new(Server {
+        let server = Arc::new(Server {
             cfg,
             store,
+            allocation,
             tenants,
             conns: ConnCounters::default(),
             limits,
@@ -93,7 +102,10 @@ impl Server {
             instance_id: u64::from_le_bytes(id),
             started: Instant::now(),
             tls,
-        }))
+        });
+        // The first targets (and, under `shared`, the only ones) before any connection.
+        server.allocation.tick(&server);
+        Ok(server)
     }
 
     pub fn config(&self) -> &ServerConfig {
@@ -106,6 +118,10 @@ impl Server {
 
     pub fn tenants(&self) -> &Tenants {
         &self.tenants
+    }
+
+    pub fn allocation(&self) -> &alloc::Allocation {
+        &self.allocation
     }
 
     pub fn conn_counters(&self) -> &ConnCounters {
@@ -139,6 +155,9 @@ pub async fn run(
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     let (close_tx, close_rx) = watch::channel(false);
     let mut last_refusal_log: Option<Instant> = None;
+    if server.allocation.is_dynamic() {
+        tokio::spawn(alloc::run(server.clone(), close_rx.clone()));
+    }
     tokio::pin!(shutdown);
     loop {
         let (sock, peer) = tokio::select! {

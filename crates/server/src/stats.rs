@@ -14,6 +14,9 @@ pub struct ServerStats {
     pub instance_id: u64,
     pub uptime_secs: u64,
     pub policy: String,
+    /// `server.allocation` (absent from servers older than allocation: "").
+    #[serde(default)]
+    pub allocation: String,
     pub capacity_bytes: u64,
     pub slot_bytes: u32,
     pub slots: u64,
@@ -44,8 +47,30 @@ pub struct TenantStats {
     pub name: String,
     pub limit_bytes: u64,
     pub used_bytes: u64,
+    /// What the allocator gives it now (its limit under `shared`); the fields below are
+    /// absent from servers older than allocation and read as 0 / empty.
+    #[serde(default)]
+    pub target_bytes: u64,
+    #[serde(default)]
+    pub min_bytes: u64,
+    #[serde(default)]
+    pub weight: u32,
+    /// The allocator's predicted hit ratio at the target (`mrc`), to hold against the
+    /// measured one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_hit_ratio: Option<f64>,
+    /// Predicted hit ratios at a few sizes (`mrc`, once its curve is measured).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub predicted: Vec<PredictedPoint>,
     #[serde(flatten)]
     pub counters: TenantCounters,
+}
+
+/// One point of a tenant's miss-ratio curve: the hit ratio predicted at `bytes`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PredictedPoint {
+    pub bytes: u64,
+    pub hit_ratio: f64,
 }
 
 impl ServerStats {
@@ -80,7 +105,23 @@ pub fn collect(server: &Server, tenant: TenantId, admin: bool) -> ServerStats {
         // the caller may see.
         if admin || id == tenant {
             totals.add(&c);
-            tenants.push(TenantStats { name, limit_bytes: limit, used_bytes: c.blocks * slot, counters: c });
+            let view = server.allocation().view(id as usize).unwrap_or_default();
+            tenants.push(TenantStats {
+                name,
+                limit_bytes: limit,
+                used_bytes: c.blocks * slot,
+                // Before the first tick (and under `shared`) the quota in force is the limit.
+                target_bytes: if server.allocation().is_dynamic() { view.target_bytes } else { limit },
+                min_bytes: view.min_bytes,
+                weight: view.weight.max(1),
+                predicted_hit_ratio: view.predicted_hit_ratio,
+                predicted: view
+                    .predicted
+                    .iter()
+                    .map(|&(bytes, hit_ratio)| PredictedPoint { bytes, hit_ratio })
+                    .collect(),
+                counters: c,
+            });
         }
     }
     let cc = server.conn_counters();
@@ -90,6 +131,7 @@ pub fn collect(server: &Server, tenant: TenantId, admin: bool) -> ServerStats {
         instance_id: server.instance_id(),
         uptime_secs: server.started.elapsed().as_secs(),
         policy: cfg.policy.clone(),
+        allocation: cfg.allocation.clone(),
         capacity_bytes: store.capacity_slots() * slot,
         slot_bytes: store.slot_bytes(),
         slots: store.capacity_slots(),

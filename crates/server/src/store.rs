@@ -6,19 +6,34 @@
 //! the kernel maps its pages as they are first written: resident memory grows with what is
 //! stored and never passes capacity plus the bookkeeping (see `overhead_bytes`).
 //!
-//! Tenants are the policy's classes. Each tenant has a quota per shard (its limit divided
-//! evenly among shards); a PUT from a tenant at its quota evicts that tenant's own victim,
-//! and a PUT into a full shard evicts from the tenant furthest over its share. A later
-//! allocator re-divides quotas by measured hit ratio through `set_tenant_limit`.
+//! Tenants are the policy's classes. Each tenant has a quota per shard (its limit, or under
+//! an allocator its target, divided evenly among shards); a PUT from a tenant at its quota
+//! evicts that tenant's own victim. A PUT into a full shard evicts:
+//! - with `allocation = "shared"` (quotas are limits, which may overbook): from the tenant
+//!   fullest relative to its quota;
+//! - with targets (`set_enforce_targets`), which count over the whole store rather than per
+//!   shard (so a tenant's guarantee does not depend on how its keys hash): a tenant at its
+//!   target evicts its own block; a full shard evicts from the tenant furthest above its
+//!   target that holds blocks there; if no tenant is above, from the inserting tenant itself,
+//!   and if it holds nothing there the PUT is refused (`NoSpace`). So a tenant at or below its
+//!   target never loses a block to another tenant's insert. The allocator (`crate::alloc`)
+//!   moves targets through `set_tenant_limit`; a lowered target takes effect lazily, as
+//!   others insert.
+//!
+//! Under `allocation = "mrc"` a GET of a sampled key also feeds the tenant's miss-ratio
+//! curve estimator (`crate::alloc::Sampler`), before the shard's lock is taken: a hash test,
+//! and for sampled keys a `try_lock` (a contended sample is skipped, never waited for).
 
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use farcache_policy::{AnyPolicy, ClassId, PolicyKind};
 use farcache_wire::{Key, PutStatus};
 use hashbrown::HashTable;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
+
+use crate::alloc::Sampler;
 
 /// A tenant's dense id: its index in the server's tenant table and its policy class.
 pub type TenantId = u16;
@@ -141,6 +156,18 @@ fn hash_key(h: &hashbrown::DefaultHashBuilder, tenant: TenantId, key: &Key) -> u
     h.hash_one((tenant, key.file, key.block, key.epoch))
 }
 
+/// Of the tenants with blocks in shard `s`, the last one with the largest `fullness` (those
+/// for which it is `None` are not candidates).
+fn fullest(s: &Shard, fullness: impl Fn(TenantId) -> Option<u64>) -> Option<TenantId> {
+    s.active.iter().filter_map(|&t| fullness(t).map(|f| (t, f))).max_by_key(|&(_, f)| f).map(|(t, _)| t)
+}
+
+/// `part / whole` scaled by 2^16, to compare fractions without floating point.
+#[inline]
+fn fraction(part: u64, whole: u64) -> u64 {
+    (part << 16) / whole.max(1)
+}
+
 pub struct Store {
     shards: Box<[Padded]>,
     hasher: hashbrown::DefaultHashBuilder,
@@ -149,6 +176,15 @@ pub struct Store {
     slots_per_shard: u32,
     /// Per tenant: the most slots it may hold in each shard.
     quota: Box<[AtomicU32]>,
+    /// Per tenant, with targets enforced: its target in slots (whole store), and the slots
+    /// it holds in all shards (kept beside the per-shard counts, under each shard's lock).
+    target: Box<[AtomicU64]>,
+    held: Box<[AtomicU64]>,
+    /// Whether quotas are targets that others' inserts must respect (every allocation but
+    /// `shared`).
+    enforce_targets: bool,
+    /// Per tenant, the curve estimators' sampling (empty unless `allocation = "mrc"`).
+    samplers: Box<[Sampler]>,
 }
 
 impl Store {
@@ -178,7 +214,28 @@ impl Store {
             slot_bytes: cfg.slot_bytes,
             slots_per_shard: cfg.slots_per_shard,
             quota: (0..cfg.max_tenants).map(|_| AtomicU32::new(0)).collect(),
+            target: (0..cfg.max_tenants).map(|_| AtomicU64::new(0)).collect(),
+            held: (0..cfg.max_tenants).map(|_| AtomicU64::new(0)).collect(),
+            enforce_targets: false,
+            samplers: Box::new([]),
         }
+    }
+
+    /// Quotas become targets: a full shard never evicts a tenant at or below its quota for
+    /// another tenant's insert (see the module docs). Set before the store is shared.
+    pub fn set_enforce_targets(&mut self, on: bool) {
+        self.enforce_targets = on;
+    }
+
+    /// Feed GETs to per-tenant curve estimators (`allocation = "mrc"`). Set before the store
+    /// is shared; each estimator is allocated later, by the allocator, when its tenant shows up.
+    pub fn enable_sampling(&mut self, max_tenants: u16) {
+        self.samplers = (0..max_tenants).map(|_| Sampler::default()).collect();
+    }
+
+    /// The sampler of `tenant`, when sampling is on.
+    pub fn sampler(&self, tenant: TenantId) -> Option<&Sampler> {
+        self.samplers.get(tenant as usize)
     }
 
     pub fn slot_bytes(&self) -> u32 {
@@ -191,9 +248,11 @@ impl Store {
 
     /// Set the most bytes `tenant` may hold. Enforced per shard as an even share, rounded up
     /// to a whole slot, so a tenant may exceed its limit by less than one slot per shard.
-    /// Lowering a limit takes effect as the tenant next stores blocks.
+    /// Lowering a limit takes effect as the tenant next stores blocks. With targets enforced
+    /// this is the tenant's target, enforced over the whole store (see the module docs).
     pub fn set_tenant_limit(&self, tenant: TenantId, limit_bytes: u64) {
         let slots = limit_bytes / self.slot_bytes as u64;
+        self.target[tenant as usize].store(slots, Ordering::Relaxed);
         let per_shard = slots.div_ceil(self.shards.len() as u64).min(self.slots_per_shard as u64);
         self.quota[tenant as usize].store(per_shard as u32, Ordering::Relaxed);
     }
@@ -213,6 +272,9 @@ impl Store {
     /// and return) and the hit counts as a transfer to the client for eviction.
     pub fn get(&self, tenant: TenantId, key: &Key, f: impl FnOnce(&[u8])) -> bool {
         let hash = self.hash(tenant, key);
+        if let Some(sampler) = self.samplers.get(tenant as usize) {
+            sampler.observe(hash);
+        }
         let mut guard = self.shard(hash).lock();
         let s = &mut *guard;
         let meta = &s.meta;
@@ -265,6 +327,7 @@ impl Store {
                         s.active.push(tenant);
                     }
                     c.blocks += 1;
+                    self.held[tenant as usize].fetch_add(1, Ordering::Relaxed);
                     slot
                 }
                 None => {
@@ -286,31 +349,67 @@ impl Store {
     /// A free slot for a new block of `tenant`, evicting if the tenant is at its quota or the
     /// shard is full. `None` if the tenant may hold nothing here.
     fn take_slot(&self, s: &mut Shard, tenant: TenantId, quota: u32) -> Option<u32> {
+        if self.enforce_targets {
+            return self.take_slot_within_targets(s, tenant);
+        }
         if quota == 0 {
             return None;
         }
         if s.tenants[tenant as usize].blocks >= quota as u64 {
             return self.evict_from(s, tenant);
         }
+        if let Some(slot) = Self::free_slot(s, self.slots_per_shard) {
+            return Some(slot);
+        }
+        // Full: evict from the tenant that holds the most relative to its quota.
+        let victim = fullest(s, |t| {
+            let quota = self.quota[t as usize].load(Ordering::Relaxed);
+            Some(fraction(s.tenants[t as usize].blocks, u64::from(quota)))
+        })
+        .expect("a full shard has an active tenant");
+        self.evict_from(s, victim)
+    }
+
+    /// A never-used or freed slot of the shard, if it has one.
+    fn free_slot(s: &mut Shard, slots_per_shard: u32) -> Option<u32> {
         if let Some(slot) = s.free.pop() {
             return Some(slot);
         }
-        if s.next_unused < self.slots_per_shard {
+        if s.next_unused < slots_per_shard {
             s.next_unused += 1;
             return Some(s.next_unused - 1);
         }
-        // Full: evict from the tenant that holds the most relative to its quota.
-        let victim = s
-            .active
-            .iter()
-            .copied()
-            .max_by_key(|&t| {
-                let q = self.quota[t as usize].load(Ordering::Relaxed).max(1) as u64;
-                // Compare blocks/quota without floating point: scale by 2^16.
-                (s.tenants[t as usize].blocks << 16) / q
-            })
-            .expect("a full shard has an active tenant");
-        self.evict_from(s, victim)
+        None
+    }
+
+    /// `take_slot` with targets enforced: targets are whole-store, so a tenant's guarantee
+    /// does not depend on how its keys hash across shards. A tenant at its target makes room
+    /// itself (when it holds blocks in this shard; otherwise it may take a free slot and is
+    /// then above its target, by at most one block per shard). A full shard evicts from the
+    /// tenant furthest above its target that holds blocks here; with none above, from the
+    /// inserting tenant itself, or refuses the PUT.
+    fn take_slot_within_targets(&self, s: &mut Shard, tenant: TenantId) -> Option<u32> {
+        let target = self.target[tenant as usize].load(Ordering::Relaxed);
+        if target == 0 {
+            return None;
+        }
+        let mine = s.tenants[tenant as usize].blocks;
+        if self.held[tenant as usize].load(Ordering::Relaxed) >= target && mine > 0 {
+            return self.evict_from(s, tenant);
+        }
+        if let Some(slot) = Self::free_slot(s, self.slots_per_shard) {
+            return Some(slot);
+        }
+        let victim = fullest(s, |t| {
+            let target = self.target[t as usize].load(Ordering::Relaxed);
+            let held = self.held[t as usize].load(Ordering::Relaxed);
+            (held > target).then(|| fraction(held, target))
+        });
+        match victim {
+            Some(t) => self.evict_from(s, t),
+            None if mine > 0 => self.evict_from(s, tenant),
+            None => None,
+        }
     }
 
     /// Evict one block of `tenant` and return its slot, now unowned.
@@ -325,6 +424,7 @@ impl Store {
             }
             Err(_) => unreachable!("evicted slot {slot} is not indexed"),
         }
+        self.held[tenant as usize].fetch_sub(1, Ordering::Relaxed);
         let c = &mut s.tenants[tenant as usize];
         c.blocks -= 1;
         c.evictions += 1;
@@ -346,6 +446,7 @@ impl Store {
         let (slot, _) = entry.remove();
         s.policy.remove(slot);
         s.free.push(slot);
+        self.held[tenant as usize].fetch_sub(1, Ordering::Relaxed);
         let c = &mut s.tenants[tenant as usize];
         c.blocks -= 1;
         c.dels += 1;
@@ -390,6 +491,6 @@ impl Store {
             total += s.policy.memory_bytes() as u64;
             total += (s.tenants.len() * std::mem::size_of::<TenantCounters>() + s.active.capacity() * 2) as u64;
         }
-        total
+        total + self.samplers.iter().map(|x| x.memory_bytes() as u64).sum::<u64>()
     }
 }

@@ -20,7 +20,18 @@ pub struct Tenant {
     pub name: String,
     secret: Option<Vec<u8>>,
     pub limit_bytes: u64,
+    /// Memory always held for it (`min_bytes`), and its weight, for the allocator.
+    pub min_bytes: u64,
+    pub weight: u32,
     pub admin: bool,
+}
+
+/// What the allocator needs of a tenant.
+#[derive(Clone, Copy, Debug)]
+pub struct TenantShares {
+    pub limit_bytes: u64,
+    pub min_bytes: u64,
+    pub weight: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,7 +62,14 @@ impl Tenants {
         for t in &cfg.tenants {
             let limit_bytes = t.limit.map_or(default_limit_bytes, |l| l.bytes());
             store.set_tenant_limit(list.len() as TenantId, limit_bytes);
-            list.push(Tenant { name: t.name.clone(), secret: tenant_secret(t)?, limit_bytes, admin: t.admin });
+            list.push(Tenant {
+                name: t.name.clone(),
+                secret: tenant_secret(t)?,
+                limit_bytes,
+                min_bytes: t.min_bytes.map_or(0, |b| b.bytes()),
+                weight: t.weight.unwrap_or(1),
+                admin: t.admin,
+            });
         }
         Ok(Tenants { open: cfg.tenants.is_empty(), max: cfg.max_tenants, default_limit_bytes, list: RwLock::new(list) })
     }
@@ -100,8 +118,24 @@ impl Tenants {
         }
         let id = list.len() as TenantId;
         store.set_tenant_limit(id, self.default_limit_bytes);
-        list.push(Tenant { name: name.to_string(), secret: None, limit_bytes: self.default_limit_bytes, admin: true });
+        list.push(Tenant {
+            name: name.to_string(),
+            secret: None,
+            limit_bytes: self.default_limit_bytes,
+            min_bytes: 0,
+            weight: 1,
+            admin: true,
+        });
         Ok((id, true))
+    }
+
+    /// Limits, minimums and weights of every tenant, by id.
+    pub fn allocation_snapshot(&self) -> Vec<TenantShares> {
+        self.list
+            .read()
+            .iter()
+            .map(|t| TenantShares { limit_bytes: t.limit_bytes, min_bytes: t.min_bytes, weight: t.weight })
+            .collect()
     }
 
     /// (id, name, limit) of every tenant.

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use farcache_bench::alloc::{self as alloc_bench, AllocBenchOptions};
 use farcache_bench::paper::{self, ConfigKind, DiskProfile, Experiment, PaperOptions};
 use farcache_bench::policy::{self, PolicyBenchOptions};
 use farcache_bench::server::{self, Mix, ServerBenchOptions};
@@ -22,6 +23,9 @@ enum What {
     Server(ServerArgs),
     /// LRU against S3-FIFO: trace simulation, then the real server once per policy.
     Policy(PolicyArgs),
+    /// The division of a lender's memory among tenants: shared, static, hit-ratio and mrc
+    /// on a synthetic suite of tenants, through the real server; lender misses side by side.
+    Alloc(AllocArgs),
     /// Paper 000's evaluation (Tables 4-6, 9) on a testbed built here (root only): a
     /// throttled loop-device disk, a memory-limited client, lenders in network namespaces;
     /// native, passthrough, farcache and ideal side by side.
@@ -160,6 +164,22 @@ struct ServerArgs {
 }
 
 #[derive(clap::Args)]
+struct AllocArgs {
+    /// A small lender and short traces: a smoke run of a minute or two.
+    #[arg(long)]
+    quick: bool,
+    /// Allocations to run (default: all four).
+    #[arg(long, value_delimiter = ',')]
+    modes: Option<Vec<String>>,
+    /// GETs per scenario, all tenants together.
+    #[arg(long)]
+    requests: Option<usize>,
+    /// Write the full results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
 struct PolicyArgs {
     /// Short traces and a small cache, for tests.
     #[arg(long)]
@@ -176,6 +196,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     match a.what {
         What::Server(a) => run_server(a),
         What::Policy(a) => run_policy(a),
+        What::Alloc(a) => run_alloc(a),
         What::Paper(a) => run_paper(a),
         What::PaperWorker(a) => {
             let w = paper::worker::WorkerArgs { op: a.op, file: a.file, size: a.size, seed: a.seed };
@@ -241,6 +262,26 @@ fn run_policy(a: PolicyArgs) -> anyhow::Result<()> {
     }
     let bad = report.mismatches();
     anyhow::ensure!(bad == 0, "{bad} GET answers carried the wrong value");
+    Ok(())
+}
+
+fn run_alloc(a: AllocArgs) -> anyhow::Result<()> {
+    let exe = this_binary()?;
+    let mut o = if a.quick { AllocBenchOptions::quick(exe) } else { AllocBenchOptions::full(exe) };
+    if let Some(m) = a.modes {
+        o.modes = m
+            .iter()
+            .map(|x| x.parse().map_err(|e: String| anyhow::anyhow!("--modes: {e}")))
+            .collect::<anyhow::Result<_>>()?;
+    }
+    if let Some(r) = a.requests {
+        o.requests = r;
+    }
+    let report = alloc_bench::run(&o)?;
+    print!("{}", alloc_bench::render(&report));
+    if let Some(path) = &a.json {
+        write_json(path, &report)?;
+    }
     Ok(())
 }
 

@@ -21,6 +21,9 @@ pub struct Args {
     /// Eviction policy: s3fifo or lru.
     #[arg(long)]
     policy: Option<String>,
+    /// How memory is divided among tenants: shared, static, hit-ratio or mrc.
+    #[arg(long)]
+    allocation: Option<String>,
     /// Serve Prometheus metrics (GET /metrics over HTTP) on this IP:PORT, e.g.
     /// 127.0.0.1:7412 (overrides server.metrics_listen; "" turns it off).
     #[arg(long, value_name = "ADDR", value_parser = super::parse_metrics_listen)]
@@ -40,6 +43,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     if let Some(p) = a.policy {
         cfg.policy = p;
+    }
+    if let Some(x) = a.allocation {
+        cfg.allocation = x;
     }
     let metrics_origin = if a.metrics_listen.is_some() { "--metrics-listen" } else { "server.metrics_listen" };
     if let Some(m) = a.metrics_listen {
@@ -65,11 +71,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             None => None,
         };
         tracing::info!(
-            "lending {} on {addr}: {} slots of {} bytes, policy {}, {}, {}",
+            "lending {} on {addr}: {} slots of {} bytes, policy {}, allocation {}, {}, {}",
             cfg.capacity,
             cfg.slots(),
             cfg.slot_bytes,
             cfg.policy,
+            cfg.allocation,
             if server.tenants().is_open() {
                 "open mode (no tenants configured: any client is trusted)".to_string()
             } else {

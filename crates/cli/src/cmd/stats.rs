@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use farcache_client::{Client, ClientConfig};
-use farcache_config::ByteSize;
+use farcache_config::{ByteSize, HumanDuration};
 use farcache_engine::routing::FILL_MARGIN;
 use farcache_server::ServerStats;
 use serde_json::json;
@@ -36,6 +36,14 @@ pub struct Args {
     secret_file: Option<PathBuf>,
     #[command(flatten)]
     tls: super::TlsArgs,
+    /// With --server: ask again every DURATION (e.g. 1s) over the same connection, printing
+    /// each answer (with --json, one JSON document per line: a time series of targets and
+    /// hit ratios for plots), until interrupted or --count answers.
+    #[arg(long, value_name = "DURATION", requires = "server")]
+    watch: Option<HumanDuration>,
+    /// With --watch: stop after this many answers.
+    #[arg(long, value_name = "N", requires = "watch")]
+    count: Option<u64>,
     /// The mount's control socket, if not the default one for MOUNTPOINT.
     #[arg(long, value_name = "PATH", conflicts_with = "server")]
     control_socket: Option<PathBuf>,
@@ -68,24 +76,34 @@ fn run_server(a: &Args, server: &str) -> anyhow::Result<()> {
     let tenant = a.tls.tenant(a.tenant.as_deref(), "default")?;
     let tls = a.tls.client_tls(server)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let json = rt.block_on(async {
+    let every = a.watch.map(|w| w.get());
+    anyhow::ensure!(every.is_none_or(|d| !d.is_zero()), "--watch: give a positive interval such as 1s");
+    let count = if every.is_some() { a.count.unwrap_or(u64::MAX) } else { 1 };
+    rt.block_on(async {
         let mut cfg = ClientConfig::new(addr, tenant);
         cfg.secret = secret;
         cfg.tls = tls;
         cfg.connect_timeout = Duration::from_secs(3);
         cfg.request_timeout = Duration::from_secs(5);
         let client = Client::connect(cfg).await.with_context(|| format!("cannot reach farcache server {addr}"))?;
-        let json = client.stats().await.context("STATS failed")?;
+        for n in 0..count {
+            if n > 0 {
+                tokio::time::sleep(every.unwrap_or_default()).await;
+            }
+            let json = client.stats().await.context("STATS failed")?;
+            if a.json {
+                println!("{json}");
+            } else {
+                let s: ServerStats =
+                    serde_json::from_str(&json).context("server sent stats this version cannot read")?;
+                print!("{}", render(&s));
+            }
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+        }
         client.close();
-        anyhow::Ok(json)
-    })?;
-    if a.json {
-        println!("{json}");
-        return Ok(());
-    }
-    let s: ServerStats = serde_json::from_str(&json).context("server sent stats this version cannot read")?;
-    print!("{}", render(&s));
-    Ok(())
+        anyhow::Ok(())
+    })
 }
 
 fn resolve(s: &str) -> anyhow::Result<SocketAddr> {
@@ -128,25 +146,39 @@ fn render(s: &ServerStats) -> String {
         "conns      {} open, {} total, {} refused, {} protocol errors, {} timeouts",
         s.connections, s.connections_total, s.connections_refused, s.protocol_errors, s.timeouts
     );
+    let alloc = if s.allocation.is_empty() { "shared" } else { s.allocation.as_str() };
+    let _ = writeln!(out, "allocation {alloc}");
     let _ = writeln!(
         out,
-        "{:<20} {:>12} {:>12} {:>10} {:>12} {:>12} {:>9} {:>10}",
-        "tenant", "limit", "used", "blocks", "hits", "misses", "ratio", "evictions"
+        "{:<20} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>9} {:>9} {:>10}",
+        "tenant", "limit", "target", "min", "used", "blocks", "hits", "misses", "ratio", "predicted", "evictions"
     );
     for x in &s.tenants {
         let c = &x.counters;
+        let predicted = x.predicted_hit_ratio.map_or("-".to_string(), |p| format!("{:.1}%", 100.0 * p));
         let _ = writeln!(
             out,
-            "{:<20} {:>12} {:>12} {:>10} {:>12} {:>12} {:>9} {:>10}",
+            "{:<20} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>9} {:>9} {:>10}",
             x.name,
             ByteSize(x.limit_bytes).approx(),
+            ByteSize(x.target_bytes).approx(),
+            ByteSize(x.min_bytes).approx(),
             ByteSize(x.used_bytes).approx(),
             c.blocks,
             c.hits,
             c.misses,
             ratio(c.hits, c.misses),
+            predicted,
             c.evictions
         );
+        if !x.predicted.is_empty() {
+            let points: Vec<String> = x
+                .predicted
+                .iter()
+                .map(|p| format!("{:.1}% at {}", 100.0 * p.hit_ratio, ByteSize(p.bytes).approx()))
+                .collect();
+            let _ = writeln!(out, "{:<20} curve: {}", "", points.join(", "));
+        }
     }
     out
 }

@@ -45,9 +45,11 @@ impl Collector for Snapshot {
             o.value(m, v)?;
         }
         type Field = fn(&farcache_server::stats::TenantStats) -> u64;
-        let per_tenant: [(Metric, Field); 11] = [
+        let per_tenant: [(Metric, Field); 13] = [
             (TENANT_LIMIT, |t| t.limit_bytes),
             (TENANT_USED, |t| t.used_bytes),
+            (TENANT_TARGET, |t| t.target_bytes),
+            (TENANT_MIN, |t| t.min_bytes),
             (TENANT_BLOCKS, |t| t.counters.blocks),
             (TENANT_HITS, |t| t.counters.hits),
             (TENANT_MISSES, |t| t.counters.misses),
@@ -79,6 +81,7 @@ mod tests {
             limit_bytes: 4096,
             used_bytes: 0,
             counters: farcache_server::TenantCounters { hits: 7, ..Default::default() },
+            ..Default::default()
         });
         let text = super::super::render(Snapshot(s));
         assert!(text.ends_with("# EOF\n"), "{text}");

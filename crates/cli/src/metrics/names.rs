@@ -61,6 +61,8 @@ metrics! { SERVER:
     SERVER_TIMEOUTS = "farcache_server_timeouts", Counter, "Connections closed for idleness, slow frames, missing HELLO or unread answers";
     TENANT_LIMIT = "farcache_server_tenant_limit_bytes", Gauge, "Most memory the tenant may hold";
     TENANT_USED = "farcache_server_tenant_used_bytes", Gauge, "Slots the tenant holds times slot size";
+    TENANT_TARGET = "farcache_server_tenant_target_bytes", Gauge, "Memory the allocator gives the tenant now (server.allocation)";
+    TENANT_MIN = "farcache_server_tenant_min_bytes", Gauge, "Memory always held for the tenant (min_bytes)";
     TENANT_BLOCKS = "farcache_server_tenant_blocks", Gauge, "Blocks the tenant has stored";
     TENANT_HITS = "farcache_server_tenant_hits", Counter, "GET keys found";
     TENANT_MISSES = "farcache_server_tenant_misses", Counter, "GET keys not found";

@@ -1,0 +1,236 @@
+//! Memory by marginal benefit over miss-ratio curves (`allocation = "mrc"`).
+//!
+//! Every interval, each tenant's value of `x` blocks is `weight × rate × (1 - mr(x))`: the
+//! GET hits per second it would have at `x` (its request rate at this lender times its
+//! curve's hit ratio), so request rates count and not only ratios. The *ideal* allocation
+//! starts every tenant at its minimum and hands out the rest by the steepest slope of each
+//! tenant's **upper convex hull** of that value from its minimum to its limit: a curve with a
+//! cliff (a loop slightly larger than its share gains nothing until the whole loop fits) is
+//! judged by the straight line across the cliff, so the greedy walk neither starves it nor
+//! stops halfway up. On concave hulls the greedy walk is optimal for the hulls. Capacity no
+//! slope wants (every curve flat) is split by weight among the active tenants.
+//!
+//! The targets then move towards the ideal:
+//! - *bounded*: at most `max_move_percent` of capacity per decision is taken from tenants
+//!   above their ideal (raising a tenant to its minimum, and handing out capacity no tenant
+//!   holds, are not bounded: neither evicts a warm block for another tenant's gain);
+//! - *with hysteresis*: no move at all unless the ideal's predicted hits exceed the current
+//!   targets' by `hysteresis_percent`, so estimation noise does not shuffle memory; once a
+//!   move starts it continues to the ideal (the ideal of stationary input is fixed, so the
+//!   targets approach it monotonically and stop: no oscillation);
+//! - *idle tenants* (inactive) are planned at their minimum, and reclaiming their memory
+//!   bypasses the hysteresis.
+//!
+//! Tenants whose curve is not yet measured keep their current target (at least their
+//! minimum) and take part only in the split of what no slope wants.
+
+use std::time::Duration;
+
+use super::{clamp, fill_by_weight, Allocator, Deltas, TenantSample};
+
+#[derive(Clone, Copy, Debug)]
+pub struct MarginalConfig {
+    /// Time between decisions.
+    pub interval: Duration,
+    /// Most capacity taken from tenants per decision, in percent.
+    pub max_move_percent: f64,
+    /// Predicted gain (percent of current predicted hits) below which nothing moves.
+    pub hysteresis_percent: f64,
+}
+
+impl Default for MarginalConfig {
+    fn default() -> Self {
+        MarginalConfig { interval: Duration::from_secs(5), max_move_percent: 2.0, hysteresis_percent: 1.0 }
+    }
+}
+
+/// One piece of a tenant's hull: `blocks` more blocks gain `slope` hits/s each.
+#[derive(Clone, Copy, Debug)]
+struct Segment {
+    tenant: usize,
+    blocks: u64,
+    slope: f64,
+}
+
+pub struct Marginal {
+    cfg: MarginalConfig,
+    last: Option<Duration>,
+    deltas: Deltas,
+    /// Requests per second per tenant, smoothed over two intervals.
+    rate: Vec<f64>,
+    predicted: Vec<Option<f64>>,
+    ideal: Vec<u64>,
+    segments: Vec<Segment>,
+    hull: Vec<(f64, f64)>,
+    /// A move to the ideal is under way (the hysteresis was passed once).
+    moving: bool,
+}
+
+impl Marginal {
+    pub fn new(cfg: MarginalConfig) -> Self {
+        Marginal {
+            cfg,
+            last: None,
+            deltas: Deltas::default(),
+            rate: vec![],
+            predicted: vec![],
+            ideal: vec![],
+            segments: vec![],
+            hull: vec![],
+            moving: false,
+        }
+    }
+
+    /// The ideal of the last decision (for the stats and tests).
+    pub fn ideal(&self) -> &[u64] {
+        &self.ideal
+    }
+
+    /// Predicted hits per second of `tenant` at `blocks` (weighted).
+    fn value(&self, s: &TenantSample, i: usize, blocks: u64) -> f64 {
+        if !s.curve.valid {
+            return 0.0;
+        }
+        f64::from(s.weight.max(1)) * self.rate[i] * s.curve.hit_ratio_at(blocks as f64)
+    }
+
+    fn total_value(&self, tenants: &[TenantSample], alloc: &[u64]) -> f64 {
+        tenants.iter().enumerate().map(|(i, s)| self.value(s, i, alloc[i])).sum()
+    }
+
+    /// The ideal allocation into `self.ideal`; see the module docs.
+    fn plan(&mut self, capacity: u64, tenants: &[TenantSample], current: &[u64]) {
+        self.ideal.clear();
+        self.segments.clear();
+        for (i, s) in tenants.iter().enumerate() {
+            let measured = s.active && s.curve.valid;
+            let start = if s.active && !measured { current[i].max(s.floor()) } else { s.floor() };
+            self.ideal.push(start.min(s.max_blocks.max(s.floor())));
+            if measured && self.rate[i] > 0.0 {
+                self.hull_segments(i, s, capacity);
+            }
+        }
+        self.segments.sort_by(|a, b| b.slope.total_cmp(&a.slope));
+        let mut free = capacity.saturating_sub(self.ideal.iter().sum());
+        for seg in &self.segments {
+            if free == 0 {
+                break;
+            }
+            let take = seg.blocks.min(free);
+            self.ideal[seg.tenant] += take;
+            free -= take;
+        }
+        fill_by_weight(capacity, tenants, |s| s.active, &mut self.ideal);
+        clamp(capacity, tenants, &mut self.ideal);
+    }
+
+    /// Push the segments of tenant `i`'s upper concave hull, from its floor to its maximum,
+    /// with a positive slope.
+    fn hull_segments(&mut self, i: usize, s: &TenantSample, capacity: u64) {
+        let lo = s.floor();
+        let hi = s.max_blocks.min(capacity);
+        if hi <= lo {
+            return;
+        }
+        let unit = s.curve.unit_blocks;
+        let mut hull = std::mem::take(&mut self.hull);
+        hull.clear();
+        let first = (lo as f64 / unit).floor() as u64 + 1;
+        let xs = std::iter::once(lo)
+            .chain((first..).map(|k| (k as f64 * unit).round() as u64).take_while(|&x| x < hi))
+            .chain(std::iter::once(hi));
+        for x in xs {
+            let p = (x as f64, self.value(s, i, x));
+            if hull.last().is_some_and(|q| q.0 >= p.0) {
+                continue;
+            }
+            // Pop while the last point lies on or below the line from its predecessor to p.
+            while hull.len() >= 2 {
+                let (a, b) = (hull[hull.len() - 2], hull[hull.len() - 1]);
+                if (b.1 - a.1) * (p.0 - a.0) <= (p.1 - a.1) * (b.0 - a.0) {
+                    hull.pop();
+                } else {
+                    break;
+                }
+            }
+            hull.push(p);
+        }
+        for w in hull.windows(2) {
+            let blocks = (w[1].0 - w[0].0) as u64;
+            let slope = (w[1].1 - w[0].1) / (w[1].0 - w[0].0);
+            if blocks > 0 && slope > 1e-12 {
+                self.segments.push(Segment { tenant: i, blocks, slope });
+            }
+        }
+        self.hull = hull;
+    }
+}
+
+impl Allocator for Marginal {
+    fn decide(&mut self, now: Duration, capacity: u64, tenants: &[TenantSample], targets: &mut [u64]) {
+        let n = tenants.len();
+        self.rate.resize(n, 0.0);
+        self.predicted.resize(n, None);
+        let first = self.last.is_none() || targets.iter().sum::<u64>() == 0;
+        if !first && self.last.is_some_and(|l| now < l + self.cfg.interval) {
+            clamp(capacity, tenants, targets); // a new tenant gets its minimum at once
+            return;
+        }
+        let secs = self.last.map_or(self.cfg.interval, |l| now.saturating_sub(l)).as_secs_f64().max(1e-3);
+        self.last = Some(now);
+        for (i, s) in tenants.iter().enumerate() {
+            let (h, m) = self.deltas.take(i, s);
+            let r = (h + m) as f64 / secs;
+            self.rate[i] = if self.rate[i] == 0.0 { r } else { 0.5 * (self.rate[i] + r) };
+        }
+        clamp(capacity, tenants, targets);
+        self.plan(capacity, tenants, targets);
+        let reclaim = tenants.iter().zip(targets.iter()).any(|(s, &t)| !s.active && t > s.floor());
+        let now_value = self.total_value(tenants, targets);
+        let gain = self.total_value(tenants, &self.ideal) - now_value;
+        self.moving |= gain > self.cfg.hysteresis_percent / 100.0 * now_value.max(1e-9);
+        if first {
+            targets.copy_from_slice(&self.ideal);
+        } else if self.moving || reclaim {
+            let budget = ((capacity as f64 * self.cfg.max_move_percent / 100.0) as u64).max(1);
+            step(capacity, targets, &self.ideal, budget);
+        }
+        clamp(capacity, tenants, targets);
+        self.moving &= targets != self.ideal.as_slice();
+        for (i, s) in tenants.iter().enumerate() {
+            self.predicted[i] = s.curve.valid.then(|| s.curve.hit_ratio_at(targets[i] as f64));
+        }
+    }
+
+    fn predicted_hit_ratio(&self, tenant: usize) -> Option<f64> {
+        self.predicted.get(tenant).copied().flatten()
+    }
+}
+
+/// Move `targets` towards `ideal`: first into capacity no tenant holds (unbounded), then at
+/// most `budget` blocks from tenants above their ideal to tenants below it, largest gaps
+/// first. The sum never grows past `max(capacity, sum before)`.
+pub(crate) fn step(capacity: u64, targets: &mut [u64], ideal: &[u64], budget: u64) {
+    let mut free = capacity.saturating_sub(targets.iter().sum());
+    for (t, &want) in targets.iter_mut().zip(ideal) {
+        let add = want.saturating_sub(*t).min(free);
+        *t += add;
+        free -= add;
+    }
+    let mut budget = budget;
+    // Each round exhausts a donor's excess, a receiver's gap or the budget.
+    for _ in 0..2 * targets.len() + 1 {
+        let gap = |i: usize, t: &[u64]| ideal[i].saturating_sub(t[i]);
+        let over = |i: usize, t: &[u64]| t[i].saturating_sub(ideal[i]);
+        let r = (0..targets.len()).max_by_key(|&i| gap(i, targets));
+        let d = (0..targets.len()).max_by_key(|&i| over(i, targets));
+        let (Some(r), Some(d)) = (r, d) else { return };
+        let amount = gap(r, targets).min(over(d, targets)).min(budget);
+        if amount == 0 {
+            return;
+        }
+        targets[d] -= amount;
+        targets[r] += amount;
+        budget -= amount;
+    }
+}

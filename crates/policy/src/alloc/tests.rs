@@ -1,0 +1,347 @@
+//! Tests of the allocators: the invariants of every allocator on random input, the marginal
+//! allocator's convergence, bounds and choices, the paper's rule, and the curve estimator
+//! against exact LRU curves of the same trace.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::marginal::step;
+use super::mrc::exact_lru;
+use super::*;
+
+fn tenant(min: u64, max: u64, curve: Curve) -> TenantSample {
+    TenantSample { active: true, min_blocks: min, max_blocks: max, weight: 1, curve, ..Default::default() }
+}
+
+/// A working set of `ws` blocks read uniformly: LRU misses `1 - x/ws` below it.
+fn uniform(capacity: u64, ws: f64) -> Curve {
+    Curve::from_fn(capacity, |x| (1.0 - x / ws).max(0.0))
+}
+
+/// A loop over `ws` blocks: LRU misses everything until the whole loop fits (a cliff).
+fn cliff(capacity: u64, ws: f64) -> Curve {
+    Curve::from_fn(capacity, |x| if x >= ws { 0.0 } else { 1.0 })
+}
+
+/// Run `a` for `rounds` decisions `dt` apart, each tenant asking `rates[i]` GETs per second
+/// (hits as its curve predicts at its target); returns every round's targets.
+fn run(
+    a: &mut dyn Allocator,
+    capacity: u64,
+    tenants: &mut [TenantSample],
+    rates: &[u64],
+    rounds: usize,
+    dt: Duration,
+) -> Vec<Vec<u64>> {
+    let mut targets = vec![0; tenants.len()];
+    let mut out = vec![];
+    for r in 0..rounds {
+        let now = dt * r as u32;
+        for (i, s) in tenants.iter_mut().enumerate() {
+            let asked = rates[i] * dt.as_secs().max(1);
+            let hits = (asked as f64 * s.curve.hit_ratio_at(targets[i] as f64)) as u64;
+            s.hits += hits;
+            s.misses += asked - hits;
+        }
+        a.decide(now, capacity, tenants, &mut targets);
+        out.push(targets.clone());
+    }
+    out
+}
+
+fn check_invariants(
+    shared: bool,
+    capacity: u64,
+    tenants: &[TenantSample],
+    targets: &[u64],
+) -> Result<(), TestCaseError> {
+    prop_assert!(shared || targets.iter().sum::<u64>() <= capacity, "sum {:?} over {}", targets, capacity);
+    for (t, s) in targets.iter().zip(tenants) {
+        prop_assert!(*t >= s.min_blocks, "target {} below minimum {}", t, s.min_blocks);
+        prop_assert!(*t <= s.max_blocks.max(s.min_blocks), "target {} above maximum {}", t, s.max_blocks);
+    }
+    Ok(())
+}
+
+#[test]
+fn kinds_round_trip() {
+    for k in AllocationKind::ALL {
+        assert_eq!(k.name().parse::<AllocationKind>(), Ok(k));
+    }
+    assert!("fair".parse::<AllocationKind>().unwrap_err().contains("hit-ratio"));
+}
+
+#[test]
+fn static_splits_equally_among_active_tenants_within_limits() {
+    let mut ts =
+        vec![tenant(0, 1000, Curve::default()), tenant(0, 100, Curve::default()), tenant(50, 1000, Curve::default())];
+    ts.push(TenantSample { active: false, min_blocks: 10, max_blocks: 1000, weight: 1, ..Default::default() });
+    let mut targets = vec![0; 4];
+    Static.decide(Duration::ZERO, 1000, &ts, &mut targets);
+    // 990 for three: the second is capped at 100, the rest share what it cannot take.
+    assert_eq!(targets, vec![445, 100, 445, 10]);
+    ts[1].weight = 3;
+    ts[1].max_blocks = 1000;
+    ts[2].min_blocks = 300;
+    Static.decide(Duration::ZERO, 1000, &ts, &mut targets);
+    // Level 172.5: the first 172, the second 3 × 172 + 1, the third its minimum.
+    assert_eq!(targets, vec![173, 517, 300, 10]);
+}
+
+#[test]
+fn shared_targets_are_the_limits() {
+    let ts = vec![tenant(0, 1000, Curve::default()), tenant(0, 300, Curve::default())];
+    let mut targets = vec![0; 2];
+    Shared.decide(Duration::ZERO, 1000, &ts, &mut targets);
+    assert_eq!(targets, vec![1000, 300]);
+}
+
+#[test]
+fn the_papers_rule_moves_memory_to_the_tenant_below_100_percent() {
+    let cap = 1000;
+    // A misses half its GETs at any size the test gives it; B hits them all.
+    let mut ts = vec![tenant(0, cap, Curve::from_fn(cap, |_| 0.5)), tenant(100, cap, Curve::from_fn(cap, |_| 0.0))];
+    let mut a = HitRatio::new(hit_ratio::HitRatioConfig::PAPER);
+    let rounds = run(&mut a, cap, &mut ts, &[100, 100], 40, Duration::from_secs(3));
+    // The boot split, then at once the first decision: B gives 50 to A.
+    assert_eq!(rounds[0], vec![550, 450]);
+    // B gives 10% at every part it takes (every 30 s) and never receives; A takes it all.
+    let last = rounds.last().unwrap();
+    assert!(last[0] > 600 && last[1] < 400, "{last:?}");
+    assert!(last[1] >= 100, "B's minimum: {last:?}");
+    for r in &rounds {
+        assert_eq!(r.iter().sum::<u64>(), cap, "{r:?}");
+    }
+    // Netting: A, taking part every 5 s, gives 10% and gets the whole pool back at once: its
+    // target never drops.
+    for w in rounds.windows(2) {
+        assert!(w[1][0] >= w[0][0], "A lost memory it would re-earn: {w:?}");
+    }
+}
+
+#[test]
+fn the_papers_rule_gives_in_proportion_to_hit_ratio() {
+    let cap = 1000;
+    let mut ts = vec![tenant(0, cap, Curve::from_fn(cap, |_| 0.2)), tenant(0, cap, Curve::from_fn(cap, |_| 0.6))];
+    let mut a = HitRatio::new(hit_ratio::HitRatioConfig::PAPER);
+    let rounds = run(&mut a, cap, &mut ts, &[100, 100], 60, Duration::from_secs(3));
+    // The fixed point has targets in the ratio of the hit ratios, 0.8 : 0.4.
+    let last = rounds.last().unwrap();
+    assert!((640..=700).contains(&last[0]), "{last:?}");
+}
+
+#[test]
+fn mrc_follows_the_curves_and_the_request_rates() {
+    let cap = 1000;
+    // Both read a uniform working set of 600 blocks; A asks ten times as often.
+    let mut ts = vec![tenant(0, cap, uniform(cap, 600.0)), tenant(0, cap, uniform(cap, 600.0))];
+    let mut a = Marginal::new(MarginalConfig::default());
+    let rounds = run(&mut a, cap, &mut ts, &[1000, 100], 200, Duration::from_secs(5));
+    let last = rounds.last().unwrap();
+    assert!(last[0] >= 595 && last[1] <= 405, "{last:?}");
+}
+
+#[test]
+fn mrc_climbs_a_cliff_the_greedy_walk_would_not() {
+    let cap = 1000;
+    // A loops over 700 blocks (nothing below 700 helps); B's uniform 2000-block set gains a
+    // little with every block. Hits: A all 700 + B 300 blocks = 1000 + 15 vs B alone 50.
+    let mut ts = vec![tenant(0, cap, cliff(cap, 700.0)), tenant(0, cap, uniform(cap, 2000.0))];
+    let mut a = Marginal::new(MarginalConfig::default());
+    let rounds = run(&mut a, cap, &mut ts, &[100, 100], 100, Duration::from_secs(5));
+    let last = rounds.last().unwrap();
+    assert!(last[0] >= 700, "{last:?}");
+}
+
+#[test]
+fn mrc_reclaims_an_idle_tenants_memory_above_its_minimum() {
+    let cap = 1000;
+    let mut ts = vec![tenant(100, cap, uniform(cap, 800.0)), tenant(0, cap, uniform(cap, 800.0))];
+    let mut a = Marginal::new(MarginalConfig::default());
+    let rounds = run(&mut a, cap, &mut ts, &[100, 100], 10, Duration::from_secs(5));
+    assert!(rounds.last().unwrap()[0] > 300);
+    ts[0].active = false;
+    let rounds = run(&mut a, cap, &mut ts, &[0, 100], 200, Duration::from_secs(5));
+    assert_eq!(rounds.last().unwrap()[0], 100, "{:?}", rounds.last());
+}
+
+#[test]
+fn step_moves_at_most_the_budget_and_free_capacity_at_once() {
+    let mut t = vec![500, 300, 100];
+    step(1000, &mut t, &[100, 500, 400], 50);
+    // 100 free go to the largest gaps first; then 50 from the one above its ideal.
+    assert_eq!(t.iter().sum::<u64>(), 1000);
+    assert_eq!(t[0], 450);
+    let mut t = vec![100, 500, 400];
+    step(1000, &mut t, &[100, 500, 400], 50);
+    assert_eq!(t, vec![100, 500, 400], "at the ideal nothing moves");
+}
+
+fn arb_curve(cap: u64) -> impl Strategy<Value = Curve> {
+    (0..3u8, 1..2 * cap, 0.0..0.5f64).prop_map(move |(shape, ws, floor)| match shape {
+        0 => Curve::from_fn(cap, |x| floor + (1.0 - floor) * (1.0 - x / ws as f64).max(0.0)),
+        1 => Curve::from_fn(cap, |x| if x >= ws as f64 { floor } else { 1.0 }),
+        _ => Curve::from_fn(cap, |x| floor + (1.0 - floor) / (1.0 + x / (ws as f64 / 8.0))),
+    })
+}
+
+const CAP: u64 = 10_000;
+
+fn arb_tenants() -> impl Strategy<Value = (Vec<TenantSample>, Vec<u64>)> {
+    prop::collection::vec((0..CAP / 8, 0..2 * CAP, 1..4u32, any::<bool>(), arb_curve(CAP), 0..5000u64), 1..7).prop_map(
+        |v| {
+            let rates = v.iter().map(|x| x.5).collect();
+            let ts = v
+                .into_iter()
+                .map(|(min, max, weight, idle, curve, _)| TenantSample {
+                    active: !idle || min % 3 != 0,
+                    min_blocks: min,
+                    max_blocks: max.max(min),
+                    weight,
+                    curve,
+                    ..Default::default()
+                })
+                .collect();
+            (ts, rates)
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Every allocator, on random tenants whose activity changes: minimums always held,
+    /// maximums respected, the sum never above capacity.
+    #[test]
+    fn every_allocator_holds_minimums_and_capacity(
+        (mut ts, rates) in arb_tenants(),
+        flips in prop::collection::vec((0..7usize, 1..60u64), 0..8),
+    ) {
+        for kind in AllocationKind::ALL {
+            let mut a = new_allocator(kind);
+            let mut targets = vec![0; ts.len()];
+            let mut now = Duration::ZERO;
+            for round in 0..40u64 {
+                if let Some(&(i, _)) = flips.iter().find(|&&(_, at)| at == round) {
+                    if let Some(t) = ts.get_mut(i) {
+                        t.active = !t.active;
+                    }
+                }
+                now += Duration::from_millis(500 + round * 97 % 5000);
+                for (i, s) in ts.iter_mut().enumerate() {
+                    let hit = (rates[i] as f64 * s.curve.hit_ratio_at(targets[i] as f64)) as u64;
+                    s.hits += hit;
+                    s.misses += rates[i] - hit;
+                }
+                a.decide(now, CAP, &ts, &mut targets);
+                check_invariants(kind == AllocationKind::Shared, CAP, &ts, &targets)?;
+            }
+        }
+    }
+
+    /// Stationary input: the marginal allocator's targets move monotonically, settle, and
+    /// never take more than the budget per decision from the tenants (after the first).
+    #[test]
+    fn mrc_settles_without_oscillation_in_bounded_steps((mut ts, rates) in arb_tenants()) {
+        for t in &mut ts {
+            t.active = true;
+        }
+        let mut a = Marginal::new(MarginalConfig::default());
+        let rounds = run(&mut a, CAP, &mut ts, &rates, 400, Duration::from_secs(5));
+        let budget = CAP * 2 / 100;
+        for w in rounds.windows(2).skip(1) {
+            let taken: u64 = w[0].iter().zip(&w[1]).map(|(a, b)| a.saturating_sub(*b)).sum();
+            prop_assert!(taken <= budget, "moved {} > {}: {:?}", taken, budget, w);
+        }
+        for i in 0..ts.len() {
+            let dirs: Vec<i8> = rounds.windows(2).skip(1)
+                .map(|w| (w[1][i] as i64 - w[0][i] as i64).signum() as i8)
+                .filter(|&d| d != 0)
+                .collect();
+            prop_assert!(dirs.windows(2).all(|d| d[0] == d[1]), "tenant {} reversed: {:?}", i, dirs);
+        }
+        let tail = &rounds[rounds.len() - 10..];
+        prop_assert!(tail.iter().all(|r| r == &tail[0]), "not settled: {:?}", tail);
+    }
+
+    /// The estimator samples every key when it has room: its curve is then the exact one.
+    #[test]
+    fn mrc_estimate_is_exact_when_every_key_is_tracked(
+        trace in prop::collection::vec(0..300u64, 64..3000),
+        cap in 64..1024u64,
+    ) {
+        let mut e = ShardsMrc::new(cap, 1 << 12);
+        prop_assert_eq!(e.rate(), 1.0);
+        for &k in &trace {
+            prop_assert!(e.access(k));
+        }
+        let c = e.curve();
+        let sizes: Vec<u64> = (0..CURVE_POINTS).map(|k| (k as f64 * c.unit_blocks) as u64).collect();
+        let exact = exact_lru(&trace, &sizes);
+        for (k, want) in exact.iter().enumerate() {
+            // A point between whole blocks counts distances below its fractional size.
+            let x = k as f64 * c.unit_blocks;
+            if (x - x.floor()).abs() < 1e-9 {
+                prop_assert!((f64::from(c.miss_ratio[k]) - want).abs() < 1e-4, "size {}: {} vs {}", x, c.miss_ratio[k], want);
+            }
+        }
+    }
+}
+
+/// A Zipf-like trace of `n` accesses over `keys` keys (skew `s`), deterministic.
+fn zipf_trace(n: usize, keys: u64, s: f64, seed: u64) -> Vec<u64> {
+    let weights: Vec<f64> = (1..=keys).map(|k| 1.0 / (k as f64).powf(s)).collect();
+    let total: f64 = weights.iter().sum();
+    let mut cdf = Vec::with_capacity(weights.len());
+    let mut acc = 0.0;
+    for w in weights {
+        acc += w / total;
+        cdf.push(acc);
+    }
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+            cdf.partition_point(|&c| c < u) as u64
+        })
+        .collect()
+}
+
+#[test]
+fn mrc_estimate_with_sampling_is_close_to_the_exact_curve() {
+    let cap = 4000;
+    for (s, seed) in [(0.6, 1), (0.9, 2), (1.2, 3)] {
+        let trace = zipf_trace(60_000, 6000, s, seed);
+        // 1024 samples of 6000 keys: the rate drops to about a sixth.
+        let mut e = ShardsMrc::new(cap, 1024);
+        for &k in &trace {
+            e.offered(1);
+            e.access((k + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        }
+        assert!(e.rate() < 0.3, "rate {}", e.rate());
+        let c = e.curve();
+        assert!(c.valid);
+        let sizes: Vec<u64> = (0..CURVE_POINTS).step_by(8).map(|k| (k as f64 * c.unit_blocks) as u64).collect();
+        let exact = exact_lru(&trace, &sizes);
+        let mae: f64 = sizes.iter().zip(&exact).map(|(&x, &m)| (c.miss_ratio_at(x as f64) - m).abs()).sum::<f64>()
+            / sizes.len() as f64;
+        println!("zipf {s}: mean absolute error {mae:.4} at rate {:.3}", e.rate());
+        assert!(mae < 0.03, "zipf {s}: mean absolute error {mae}");
+    }
+}
+
+#[test]
+fn mrc_estimator_state_is_bounded_and_fixed() {
+    let mut e = ShardsMrc::new(1 << 20, 8192);
+    let before = e.memory_bytes();
+    assert!(before <= 1 << 20, "{before} bytes");
+    for k in 0..400_000u64 {
+        e.access(k % 150_000);
+    }
+    assert_eq!(e.memory_bytes(), before, "the estimator grew");
+    assert!(e.rate() < 0.1);
+}

@@ -1,0 +1,251 @@
+//! The lender's side of allocation (`[server] allocation`): feeding each tenant's curve
+//! estimator from the GET stream, and the timer that asks the allocator
+//! (`farcache_policy::alloc`) for targets and hands them to the store as quotas.
+//!
+//! The timer runs on the server's runtime every `allocation_interval / 5` (10 ms..=1 s); the
+//! allocators keep their own cadence (`hit-ratio`: the paper's 3/5/30 s, scaled by
+//! `allocation_interval / 5 s`; `mrc`: `allocation_interval`). A tick takes one lock per shard (the counters) and one per
+//! tenant estimator; the data path only ever `try_lock`s an estimator.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use farcache_policy::alloc::hit_ratio::HitRatioConfig;
+use farcache_policy::alloc::{self, AllocationKind, Allocator, Curve, MarginalConfig, ShardsMrc, TenantSample};
+use parking_lot::Mutex;
+
+use crate::Server;
+
+/// Keys tracked per tenant estimator: about 512 KiB of state, allocated when the tenant first
+/// shows up (the allocator's tick, not the data path).
+pub const MAX_SAMPLES: usize = 8192;
+/// A tenant with no request for this many allocation intervals (30 s by default) is idle:
+/// held at its minimum.
+pub const IDLE_INTERVALS: u32 = 6;
+/// The interval at which `hit-ratio` runs on the paper's clock (3 s decisions, 5 s / 30 s
+/// periods); other intervals scale those periods alike (a shorter interval compresses time,
+/// for tests and `farcache bench alloc`).
+pub const PAPER_INTERVAL: Duration = Duration::from_secs(5);
+/// Sizes, in fractions of capacity, at which STATS show each tenant's predicted hit ratio.
+pub const PREDICTED_AT: [f64; 4] = [0.125, 0.25, 0.5, 1.0];
+
+/// One tenant's key sampling for its curve estimator. See `Store::get`.
+#[derive(Default)]
+pub struct Sampler {
+    /// The estimator's sampling threshold; 0 while it has none (nothing is sampled).
+    threshold: AtomicU64,
+    estimator: Mutex<Option<Box<ShardsMrc>>>,
+    /// Sampled GETs not counted because the estimator was busy (`try_lock` failed).
+    busy: AtomicU64,
+}
+
+impl Sampler {
+    /// A GET of the key with this store hash. Allocation-free; never waits.
+    #[inline]
+    pub fn observe(&self, hash: u64) {
+        let threshold = self.threshold.load(Ordering::Relaxed);
+        if threshold == 0 || !ShardsMrc::is_sampled(threshold, hash) {
+            return;
+        }
+        match self.estimator.try_lock() {
+            Some(mut guard) => {
+                if let Some(e) = guard.as_mut() {
+                    e.access(hash);
+                    self.threshold.store(e.threshold(), Ordering::Relaxed);
+                }
+            }
+            None => {
+                self.busy.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Heap bytes of the estimator (0 until it starts).
+    pub fn memory_bytes(&self) -> usize {
+        self.estimator.lock().as_ref().map_or(0, |e| e.memory_bytes())
+    }
+
+    /// Start estimating, for a lender of `capacity` blocks (once). Returns whether it
+    /// started now.
+    fn start(&self, capacity: u64) -> bool {
+        let mut g = self.estimator.lock();
+        if g.is_some() {
+            return false;
+        }
+        let e = ShardsMrc::new(capacity, MAX_SAMPLES);
+        self.threshold.store(e.threshold(), Ordering::Relaxed);
+        *g = Some(Box::new(e));
+        true
+    }
+
+    /// The curve so far, given that `gets` GETs of the tenant were made since the last call
+    /// (the SHARDS-adj correction); then older accesses weigh `decay` times less.
+    fn curve(&self, gets: u64, decay: f64) -> Curve {
+        match self.estimator.lock().as_mut() {
+            Some(e) => {
+                e.offered(gets);
+                let c = e.curve();
+                e.decay(decay);
+                c
+            }
+            None => Curve::default(),
+        }
+    }
+}
+
+/// What STATS show of one tenant's allocation.
+#[derive(Clone, Debug, Default)]
+pub struct TenantView {
+    pub target_bytes: u64,
+    pub min_bytes: u64,
+    pub weight: u32,
+    /// The allocator's prediction at the target (mrc), for the closed-loop check.
+    pub predicted_hit_ratio: Option<f64>,
+    /// (bytes, predicted hit ratio) at [`PREDICTED_AT`] of capacity (mrc).
+    pub predicted: Vec<(u64, f64)>,
+}
+
+/// The allocator and what it last decided.
+pub struct Allocation {
+    kind: AllocationKind,
+    interval: Duration,
+    started: Instant,
+    state: Mutex<State>,
+}
+
+struct State {
+    allocator: Box<dyn Allocator>,
+    samples: Vec<TenantSample>,
+    targets: Vec<u64>,
+    /// Per tenant: requests counted at the last tick and when that count last changed.
+    seen: Vec<(u64, Duration)>,
+    last_tick: Option<Duration>,
+    views: Vec<TenantView>,
+}
+
+impl Allocation {
+    pub fn new(kind: AllocationKind, interval: Duration) -> Allocation {
+        let scale = interval.as_secs_f64() / PAPER_INTERVAL.as_secs_f64();
+        let paper = HitRatioConfig::PAPER;
+        let allocator: Box<dyn Allocator> = match kind {
+            AllocationKind::Mrc => Box::new(alloc::Marginal::new(MarginalConfig { interval, ..Default::default() })),
+            AllocationKind::HitRatio => Box::new(alloc::HitRatio::new(HitRatioConfig {
+                decide_every: paper.decide_every.mul_f64(scale),
+                period_below: paper.period_below.mul_f64(scale),
+                period_full: paper.period_full.mul_f64(scale),
+                ..paper
+            })),
+            k => alloc::new_allocator(k),
+        };
+        Allocation {
+            kind,
+            interval,
+            started: Instant::now(),
+            state: Mutex::new(State {
+                allocator,
+                samples: vec![],
+                targets: vec![],
+                seen: vec![],
+                last_tick: None,
+                views: vec![],
+            }),
+        }
+    }
+
+    pub fn kind(&self) -> AllocationKind {
+        self.kind
+    }
+
+    /// Whether targets move at run time (everything but `shared`, whose targets are limits).
+    pub fn is_dynamic(&self) -> bool {
+        self.kind != AllocationKind::Shared
+    }
+
+    /// Time between two ticks of the timer.
+    pub fn tick_period(&self) -> Duration {
+        (self.interval / 5).clamp(Duration::from_millis(10), Duration::from_secs(1))
+    }
+
+    /// What STATS show of tenant `id` (limits stand in for targets before the first tick).
+    pub fn view(&self, id: usize) -> Option<TenantView> {
+        self.state.lock().views.get(id).cloned()
+    }
+
+    /// One tick: measure, decide, and hand the targets to the store.
+    pub fn tick(&self, server: &Server) {
+        let store = server.store();
+        let slot = u64::from(store.slot_bytes());
+        let capacity = store.capacity_slots();
+        let tenants = server.tenants().allocation_snapshot();
+        let counters = store.all_counters(tenants.len());
+        let now = self.started.elapsed();
+        let mut st = self.state.lock();
+        let st = &mut *st;
+        let secs = st.last_tick.map_or(0.0, |l| now.saturating_sub(l).as_secs_f64());
+        st.last_tick = Some(now);
+        // Curves forget with a half-life of six decisions, so a phase change shows within a
+        // few intervals while one interval's noise does not.
+        let decay = 0.5f64.powf(secs / (6.0 * self.interval.as_secs_f64()).max(1e-3));
+        let n = tenants.len();
+        st.samples.resize(n, TenantSample::default());
+        st.targets.resize(n, 0);
+        st.seen.resize(n, (0, now));
+        st.views.resize(n, TenantView::default());
+        for (i, (t, c)) in tenants.iter().zip(&counters).enumerate() {
+            let requests = c.hits + c.misses + c.puts;
+            if requests != st.seen[i].0 {
+                st.seen[i] = (requests, now);
+            }
+            let s = &mut st.samples[i];
+            s.active = now.saturating_sub(st.seen[i].1) < self.interval * IDLE_INTERVALS;
+            s.min_blocks = t.min_bytes.div_ceil(slot);
+            s.max_blocks = t.limit_bytes / slot;
+            s.weight = t.weight;
+            s.used_blocks = c.blocks;
+            if let Some(sampler) = store.sampler(i as u16) {
+                // GETs since the last tick, none before the estimator existed.
+                let started = sampler.start(capacity);
+                let gets = if started { 0 } else { (c.hits + c.misses).saturating_sub(s.hits + s.misses) };
+                s.curve = sampler.curve(gets, decay);
+            }
+            s.hits = c.hits;
+            s.misses = c.misses;
+        }
+        st.allocator.decide(now, capacity, &st.samples, &mut st.targets);
+        for (i, t) in tenants.iter().enumerate() {
+            if self.is_dynamic() {
+                store.set_tenant_limit(i as u16, st.targets[i] * slot);
+            }
+            let s = &st.samples[i];
+            st.views[i] = TenantView {
+                target_bytes: st.targets[i] * slot,
+                min_bytes: t.min_bytes,
+                weight: s.weight,
+                predicted_hit_ratio: st.allocator.predicted_hit_ratio(i),
+                predicted: if s.curve.valid {
+                    PREDICTED_AT
+                        .iter()
+                        .map(|f| {
+                            let blocks = (capacity as f64 * f) as u64;
+                            (blocks * slot, s.curve.hit_ratio_at(blocks as f64))
+                        })
+                        .collect()
+                } else {
+                    vec![]
+                },
+            };
+        }
+    }
+}
+
+/// Tick the allocator until `close` turns true.
+pub(crate) async fn run(server: std::sync::Arc<Server>, mut close: tokio::sync::watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(server.allocation().tick_period());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => server.allocation().tick(&server),
+            _ = close.changed() => return,
+        }
+    }
+}
