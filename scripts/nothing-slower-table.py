@@ -11,6 +11,7 @@ farcache faster), each marked against its target. Exits 1 when no result is foun
 import glob
 import json
 import os
+import re
 import sys
 
 PROFILES = ["raw", "cloud", "hdd"]
@@ -69,11 +70,13 @@ def main():
     print("| workload | " + " | ".join(profs) + " |")
     print("|---|" + "---:|" * len(profs))
     def order(name):
-        # By experiment, then numbers as numbers (1, 4, 16 clients; 256MiB before 1GiB).
-        words = name.replace("GiB", "024MiB").split()
-        return [int(w[:-3]) if w[:-3].isdigit() and w.endswith("MiB") else int(w) if w.isdigit() else w for w in words]
+        # By experiment, then sizes and client counts as numbers (256MiB before 1GiB; 1, 4, 16).
+        def key(w):
+            m = re.fullmatch(r"(\d+)(MiB|GiB)?", w)
+            return (0, int(m[1]) << (10 if m[2] == "GiB" else 0)) if m else (1, w)
+        return [key(w) for w in name.split()]
 
-    for name in sorted(table, key=lambda n: [(0, x) if isinstance(x, int) else (1, x) for x in order(n)]):
+    for name in sorted(table, key=order):
         cells = []
         for p in profs:
             if p not in table[name]:

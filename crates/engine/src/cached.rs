@@ -304,9 +304,8 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         let mut d = self.routing.decide(file.id(), offset, len as u64);
         if d.may_probe_remote {
             // The lenders are due a measurement: this read is it if they hold all of it.
-            let f = self.index.file(file.id());
             let (first, last) = (offset / BLOCK_BYTES, (offset + len as u64 - 1) / BLOCK_BYTES);
-            if (first..=last).all(|b| self.index.lookup(&f, b).is_some()) && self.routing.claim_remote_probe() {
+            if self.index.holds_all(file.id(), first, last) && self.routing.claim_remote_probe() {
                 (d.route, d.probe) = (Route::Remote, true);
             }
         }

@@ -71,11 +71,11 @@ routing = "adaptive"
 # Reads this large or larger go to the disk under "threshold" routing. A multiple of 4KiB,
 # 4KiB to 1MiB.
 threshold = "128KiB"
-# On a miss of a small read the lenders were asked for, read this much around it (aligned)
-# from the disk and fill the lenders with all of it, when the disk is bound by its operations
-# rather than its bytes (the adaptive rule's measurements say so; always under "threshold"):
-# the blocks the kernel's readahead asks for next are then on the lenders. A multiple of
-# 4KiB up to 128KiB; 0 turns it off.
+# When a small read fills the lenders (every miss under "threshold"; under "adaptive", the
+# reads the rule fills), read this much around it (aligned) from the disk and fill the
+# lenders with all of it: the blocks the kernel's readahead asks for next are then on the
+# lenders. Free on a disk bound by its operations. A multiple of 4KiB up to 128KiB; 0 turns
+# it off.
 read_around = "16KiB"
 # Most lenders in the set at once, including those added while running.
 max_lenders = 64

@@ -348,6 +348,17 @@ impl BlockIndex {
         f.state.lock().lookup(block)
     }
 
+    /// Whether a lender holds every block of `first..=last` of `id` (for probes on the data
+    /// path: no entry is made for a file the index does not know, one lock per file).
+    pub fn holds_all(&self, id: &FileId, first: u64, last: u64) -> bool {
+        if self.chunks() == 0 {
+            return false;
+        }
+        let Some(f) = self.shard(id).lock().get(id).cloned() else { return false };
+        let st = f.state.lock();
+        (first..=last).all(|b| st.lookup(b).is_some())
+    }
+
     /// Start filling `block` from the disk: the key to store it under. Call before reading
     /// the disk, so a write that lands in between is noticed by [`Self::fill_done`].
     pub fn fill_start(&self, f: &FileIndex, block: u64) -> FillTicket {

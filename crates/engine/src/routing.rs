@@ -304,7 +304,6 @@ impl Window {
 }
 
 impl Measured {
-    /// Move the disk's share of random reads one step up (`to_disk`) or down.
     /// Move the disk's share `by` (in 1/[`SHARE_ONE`]) up (`to_disk`) or down.
     fn step_share_by(&self, to_disk: bool, by: u64) {
         let _ = self.disk_share.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
@@ -419,16 +418,16 @@ impl RouterState {
                 // A read as large as a readahead window is a stream's, whether or not it
                 // continues the one before it.
                 let sequential = m.streams.observe(id, offset, len) || len >= STREAM_MIN_BYTES;
-                let (remote_us, disk_us) = {
-                    let a = m.model.lock();
-                    // Streams go to the lenders only on fetches of their size measured
-                    // (probes on seeded blocks), never on the model's extrapolation from
-                    // small fetches: a few 16 KiB fetches say little about a 1 Gbit/s link's
-                    // rate, and a stream sent to a slower side loses its whole length.
-                    let remote = if sequential { a.remote_class_us(len) } else { Some(a.remote_us(len)) };
-                    (remote.unwrap_or(f64::INFINITY), a.disk_us(len, sequential))
-                };
                 let (remote, fill) = if sequential {
+                    let (remote_us, disk_us) = {
+                        let a = m.model.lock();
+                        // Streams go to the lenders only on fetches of their size measured
+                        // (probes on seeded blocks), never on the model's extrapolation from
+                        // small fetches: a few 16 KiB fetches say little about a 1 Gbit/s
+                        // link's rate, and a stream sent to a slower side loses its whole
+                        // length.
+                        (a.remote_class_us(len).unwrap_or(f64::INFINITY), a.disk_us(len, true))
+                    };
                     let was_remote = m.stream_remote.load(Ordering::Relaxed);
                     // Stay unless the other side is clearly faster.
                     let remote = if was_remote {
