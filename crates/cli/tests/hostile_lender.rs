@@ -8,6 +8,11 @@
 //! through the mount returns exactly the backing file's bytes with no I/O error, and the
 //! mount stays up. For the lying modes, `farcache stats MNT --json` must show
 //! `remote.auth_failures > 0`: the lies were served and caught, not merely avoided.
+//!
+//! Every mode runs twice: against a farcache lender, and against a memcached lender
+//! (`--server memcached://...`) — the same double speaking memcached's meta protocol, with the
+//! same lies and the protocol's own ways of breaking (a value shorter than its `VA` line says,
+//! a length of 4 GiB, late answers, a connection closed inside a value).
 
 use std::collections::HashMap;
 use std::fs::{self, OpenOptions};
@@ -54,6 +59,13 @@ impl Mode {
     }
 }
 
+/// Which protocol the hostile lender speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Speaks {
+    Farcache,
+    Memcached,
+}
+
 type Store = Arc<Mutex<HashMap<Key, Vec<u8>>>>;
 
 fn hello_ok() -> HelloOk {
@@ -69,7 +81,7 @@ fn hello_ok() -> HelloOk {
 }
 
 /// Start the hostile lender on a runtime of its own; returns its address and its store.
-fn start_lender(rt: &tokio::runtime::Runtime, mode: Mode) -> (SocketAddr, Store) {
+fn start_lender(rt: &tokio::runtime::Runtime, mode: Mode, speaks: Speaks) -> (SocketAddr, Store) {
     let listener = rt.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
     let addr = listener.local_addr().unwrap();
     let store: Store = Arc::default();
@@ -78,7 +90,10 @@ fn start_lender(rt: &tokio::runtime::Runtime, mode: Mode) -> (SocketAddr, Store)
         let mut seed = 1;
         while let Ok((conn, _)) = listener.accept().await {
             seed += 1;
-            tokio::spawn(serve(conn, mode, s.clone(), Rng::new(seed)));
+            match speaks {
+                Speaks::Farcache => tokio::spawn(serve(conn, mode, s.clone(), Rng::new(seed))),
+                Speaks::Memcached => tokio::spawn(serve_memcached(conn, mode, s.clone(), Rng::new(seed))),
+            };
         }
     });
     (addr, store)
@@ -153,28 +168,7 @@ async fn serve(mut s: TcpStream, mode: Mode, store: Store, mut rng: Rng) {
                         let map = store.lock().unwrap();
                         let mut w = ValuesWriter::begin(&mut out, id, keys.len());
                         for k in &keys {
-                            let lie = match mode {
-                                // Another block of the same file, same length.
-                                Mode::OtherKey => map
-                                    .iter()
-                                    .find(|(o, _)| o.file == k.file && o.block != k.block)
-                                    .or_else(|| map.iter().find(|(o, _)| *o != k))
-                                    .map(|(_, v)| v.clone()),
-                                // The same block under an older version.
-                                Mode::OldVersion => map
-                                    .iter()
-                                    .filter(|(o, _)| o.file == k.file && o.block == k.block && o.epoch < k.epoch)
-                                    .max_by_key(|(o, _)| o.epoch)
-                                    .map(|(_, v)| v.clone()),
-                                Mode::Random => map.get(k).map(|v| rng.bytes(v.len())),
-                                _ => map.get(k).map(|v| {
-                                    let mut v = v.clone();
-                                    let bit = rng.below(v.len() as u64 * 8) as usize;
-                                    v[bit / 8] ^= 1 << (bit % 8);
-                                    v
-                                }),
-                            };
-                            match lie {
+                            match lie(mode, &map, k, &mut rng) {
                                 Some(v) => w.hit(&mut out, &v),
                                 None => w.miss(&mut out),
                             }
@@ -222,6 +216,126 @@ async fn serve(mut s: TcpStream, mode: Mode, store: Store, mut rng: Rng) {
     }
 }
 
+/// What a lying lender answers for `k`: another block's value, an older version, random
+/// bytes or one flipped bit (`None`: it has nothing to lie with).
+fn lie(mode: Mode, map: &HashMap<Key, Vec<u8>>, k: &Key, rng: &mut Rng) -> Option<Vec<u8>> {
+    match mode {
+        // Another block of the same file, same length.
+        Mode::OtherKey => map
+            .iter()
+            .find(|(o, _)| o.file == k.file && o.block != k.block)
+            .or_else(|| map.iter().find(|(o, _)| *o != k))
+            .map(|(_, v)| v.clone()),
+        // The same block under an older version.
+        Mode::OldVersion => map
+            .iter()
+            .filter(|(o, _)| o.file == k.file && o.block == k.block && o.epoch < k.epoch)
+            .max_by_key(|(o, _)| o.epoch)
+            .map(|(_, v)| v.clone()),
+        Mode::Random => map.get(k).map(|v| rng.bytes(v.len())),
+        Mode::FlipBit => map.get(k).map(|v| {
+            let mut v = v.clone();
+            let bit = rng.below(v.len() as u64 * 8) as usize;
+            v[bit / 8] ^= 1 << (bit % 8);
+            v
+        }),
+        _ => map.get(k).cloned(),
+    }
+}
+
+/// The key a memcached lender was sent, back as the block key (`fc:<tenant>:<file>:<block>:<epoch>`).
+fn parse_mc_key(s: &str) -> Option<Key> {
+    let mut p = s.split(':');
+    let (_, _tenant) = (p.next()?, p.next()?);
+    let file = u128::from_str_radix(p.next()?, 16).ok()?;
+    let block = u64::from_str_radix(p.next()?, 16).ok()?;
+    let epoch = u64::from_str_radix(p.next()?, 16).ok()?;
+    Some(Key::new(file, block, epoch))
+}
+
+/// The hostile lender as a memcached: answers the handshake like 1.6.18, stores every `ms`
+/// honestly, keeps what `md` deletes (to replay old versions), and misbehaves on `mg`.
+async fn serve_memcached(s: TcpStream, mode: Mode, store: Store, mut rng: Rng) {
+    use tokio::io::AsyncBufReadExt;
+    let (rd, wr) = s.into_split();
+    let mut rd = tokio::io::BufReader::new(rd);
+    let wr = Arc::new(tokio::sync::Mutex::new(wr));
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if rd.read_line(&mut line).await.unwrap_or(0) == 0 {
+            return;
+        }
+        let words: Vec<&str> = line.trim_end().split(' ').collect();
+        let token = words.iter().find(|w| w.starts_with('O')).copied().unwrap_or("O0");
+        let mut out = Vec::new();
+        let mut close_after = false;
+        match words[0] {
+            "mn" => out.extend_from_slice(b"MN\r\n"),
+            "stats" if words.len() == 1 => out.extend_from_slice(
+                b"STAT pid 4242\r\nSTAT uptime 5\r\nSTAT time 1000\r\nSTAT version 1.6.18\r\nEND\r\n",
+            ),
+            "stats" => out.extend_from_slice(b"STAT item_size_max 1048576\r\nEND\r\n"),
+            "ms" => {
+                let n: usize = words[2].parse().unwrap();
+                let mut v = vec![0u8; n + 2];
+                if rd.read_exact(&mut v).await.is_err() {
+                    return;
+                }
+                v.truncate(n);
+                if let Some(k) = parse_mc_key(words[1]) {
+                    store.lock().unwrap().insert(k, v);
+                }
+                out.extend_from_slice(format!("HD {token}\r\n").as_bytes());
+            }
+            "md" => out.extend_from_slice(format!("HD {token}\r\n").as_bytes()),
+            "mg" => {
+                let k = parse_mc_key(words[1]).unwrap();
+                let value = lie(mode, &store.lock().unwrap(), &k, &mut rng);
+                let hit = |out: &mut Vec<u8>, v: &[u8]| {
+                    out.extend_from_slice(format!("VA {} {token}\r\n", v.len()).as_bytes());
+                    out.extend_from_slice(v);
+                    out.extend_from_slice(b"\r\n");
+                };
+                match (mode, value) {
+                    (Mode::TruncatedFrame, _) => {
+                        // Claims 4136 bytes, sends 100 and the next answer's line.
+                        out.extend_from_slice(format!("VA 4136 {token}\r\n").as_bytes());
+                        out.extend_from_slice(&[0xa5; 100]);
+                        out.extend_from_slice(b"\r\nEN O1\r\n");
+                    }
+                    (Mode::HugeLength, _) => out.extend_from_slice(format!("VA 4294967295 {token}\r\n").as_bytes()),
+                    (Mode::Slow, v) => {
+                        match v {
+                            Some(v) => hit(&mut out, &v),
+                            None => out.extend_from_slice(format!("EN {token}\r\n").as_bytes()),
+                        }
+                        let wr = wr.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(Duration::from_secs(2)).await;
+                            let _ = wr.lock().await.write_all(&out).await;
+                        });
+                        continue;
+                    }
+                    (Mode::CloseMidFrame, Some(v)) => {
+                        hit(&mut out, &v);
+                        out.truncate(out.len() / 2);
+                        close_after = true;
+                    }
+                    (_, Some(v)) => hit(&mut out, &v),
+                    (_, None) => out.extend_from_slice(format!("EN {token}\r\n").as_bytes()),
+                }
+            }
+            _ => out.extend_from_slice(b"ERROR\r\n"),
+        }
+        let mut w = wr.lock().await;
+        if w.write_all(&out).await.is_err() || close_after {
+            let _ = w.shutdown().await;
+            return;
+        }
+    }
+}
+
 fn mount_stats(mnt: &Path) -> serde_json::Value {
     let mut cmd = Command::new(bin());
     cmd.args(["stats", mnt.to_str().unwrap(), "--json"]);
@@ -232,10 +346,13 @@ fn mount_stats(mnt: &Path) -> serde_json::Value {
 
 const BLOCKS: u64 = 64;
 
-fn run(mode: Mode) {
+fn run(mode: Mode, speaks: Speaks) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-    let (addr, store) = start_lender(&rt, mode);
-    let addr = addr.to_string();
+    let (addr, store) = start_lender(&rt, mode, speaks);
+    let addr = match speaks {
+        Speaks::Farcache => addr.to_string(),
+        Speaks::Memcached => format!("memcached://{addr}"),
+    };
     let root = tempfile::tempdir().unwrap();
     let (backing, mnt) = (root.path().join("b"), root.path().join("m"));
     fs::create_dir(&backing).unwrap();
@@ -278,7 +395,7 @@ fn run(mode: Mode) {
         let map = store.lock().unwrap();
         assert!(!map.is_empty(), "{mode:?}: nothing was filled");
         let sealed = map.values().next().unwrap();
-        assert_eq!(sealed.len(), 4096 + 40, "nonce ‖ ciphertext ‖ tag");
+        assert_eq!(sealed.len(), 4096 + 40, "{speaks:?}: nonce ‖ ciphertext ‖ tag");
         // What the lender holds is not the block: no 64 bytes of it appear in its value.
         for (k, v) in map.iter() {
             let o = (k.block * 4096) as usize;
@@ -327,40 +444,80 @@ fn run(mode: Mode) {
 
 #[test]
 fn another_keys_block_is_a_miss() {
-    run(Mode::OtherKey);
+    run(Mode::OtherKey, Speaks::Farcache);
+}
+
+#[test]
+fn memcached_another_keys_block_is_a_miss() {
+    run(Mode::OtherKey, Speaks::Memcached);
 }
 
 #[test]
 fn an_older_version_of_the_block_is_a_miss() {
-    run(Mode::OldVersion);
+    run(Mode::OldVersion, Speaks::Farcache);
+}
+
+#[test]
+fn memcached_an_older_version_of_the_block_is_a_miss() {
+    run(Mode::OldVersion, Speaks::Memcached);
 }
 
 #[test]
 fn random_bytes_of_the_right_length_are_a_miss() {
-    run(Mode::Random);
+    run(Mode::Random, Speaks::Farcache);
+}
+
+#[test]
+fn memcached_random_bytes_of_the_right_length_are_a_miss() {
+    run(Mode::Random, Speaks::Memcached);
 }
 
 #[test]
 fn one_flipped_bit_is_a_miss() {
-    run(Mode::FlipBit);
+    run(Mode::FlipBit, Speaks::Farcache);
+}
+
+#[test]
+fn memcached_one_flipped_bit_is_a_miss() {
+    run(Mode::FlipBit, Speaks::Memcached);
 }
 
 #[test]
 fn truncated_frames_cost_only_misses() {
-    run(Mode::TruncatedFrame);
+    run(Mode::TruncatedFrame, Speaks::Farcache);
+}
+
+#[test]
+fn memcached_truncated_frames_cost_only_misses() {
+    run(Mode::TruncatedFrame, Speaks::Memcached);
 }
 
 #[test]
 fn a_huge_length_prefix_costs_only_misses() {
-    run(Mode::HugeLength);
+    run(Mode::HugeLength, Speaks::Farcache);
+}
+
+#[test]
+fn memcached_huge_length_prefix_costs_only_misses() {
+    run(Mode::HugeLength, Speaks::Memcached);
 }
 
 #[test]
 fn answers_after_two_seconds_cost_only_misses() {
-    run(Mode::Slow);
+    run(Mode::Slow, Speaks::Farcache);
+}
+
+#[test]
+fn memcached_answers_after_two_seconds_cost_only_misses() {
+    run(Mode::Slow, Speaks::Memcached);
 }
 
 #[test]
 fn a_connection_closed_mid_frame_costs_only_misses() {
-    run(Mode::CloseMidFrame);
+    run(Mode::CloseMidFrame, Speaks::Farcache);
+}
+
+#[test]
+fn memcached_connection_closed_mid_frame_costs_only_misses() {
+    run(Mode::CloseMidFrame, Speaks::Memcached);
 }

@@ -385,7 +385,7 @@ async fn writer<W: AsyncWrite + Unpin>(guard: TaskGuard, mut wr: W, mut frames: 
 
 /// Write `first` and whatever else is queued right now, in as few syscalls as
 /// [`COALESCE_BYTES`] allows.
-async fn write_coalesced<W: AsyncWrite + Unpin>(
+pub(crate) async fn write_coalesced<W: AsyncWrite + Unpin>(
     wr: &mut W,
     first: Vec<u8>,
     frames: &mut mpsc::Receiver<Vec<u8>>,

@@ -31,8 +31,12 @@ mod config;
 mod conn;
 mod error;
 mod handshake;
+mod lender;
+pub mod memcached;
 
 pub use client::Client;
 pub use config::{ClientConfig, ClientTls, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_INFLIGHT, DEFAULT_REQUEST_TIMEOUT};
 pub use error::ClientError;
 pub use farcache_wire::{DelStatus, ErrorCode, HelloOk, Key, PutStatus};
+pub use lender::{LenderAddr, LenderClient, LenderProtocol};
+pub use memcached::{McClient, McInfo};

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use farcache_client::ClientConfig;
+use farcache_client::{ClientConfig, LenderAddr, LenderProtocol};
 use farcache_config::{ByteSize, ConfigError, HumanDuration};
 use farcache_policy::route::{Adaptive, Threshold};
 use serde::{Deserialize, Serialize};
@@ -18,8 +18,11 @@ use crate::seal::{BlockKeyBytes, BlockSeal, Plaintext, XChaCha};
 
 /// The `[cache]` table with every default, as it belongs in etc/farcache.toml.
 pub const TEMPLATE: &str = r#"[cache]
-# Lenders to borrow RAM from, as "host:port" (IPv6 in brackets: "[::1]:7411"). Blocks are
-# spread over them by rendezvous hashing. Empty: the mount runs a lender in its own process.
+# Lenders to borrow RAM from, as "host:port" (IPv6 in brackets: "[::1]:7411"), or an
+# existing memcached (1.6 or later) as "memcached://host:port". Blocks are spread over them
+# by rendezvous hashing. Empty: the mount runs a lender in its own process. memcached has
+# no tenants, secrets or TLS: blocks stored there are sealed with key_file (required, see
+# memcached_plaintext) so that a memcached that is shared, lies or evicts costs misses only.
 servers = []
 # Tenant to borrow as (1 to 64 characters of A-Z a-z 0-9 . _ -).
 tenant = "default"
@@ -79,6 +82,10 @@ threshold = "128KiB"
 read_around = "16KiB"
 # Most lenders in the set at once, including those added while running.
 max_lenders = 64
+# true: allow memcached lenders without key_file. Their blocks are then stored as they
+# are: anyone who can reach the memcached reads them, and a memcached that returns wrong
+# bytes is believed. Only for a memcached on a trusted host and network.
+memcached_plaintext = false
 "#;
 
 /// How reads are routed between lenders and the disk.
@@ -125,6 +132,8 @@ pub struct CacheConfig {
     /// Aligned window read and filled around a small miss; 0: off.
     pub read_around: ByteSize,
     pub max_lenders: u32,
+    /// Allow memcached lenders without a block key.
+    pub memcached_plaintext: bool,
 }
 
 impl Default for CacheConfig {
@@ -150,6 +159,7 @@ impl Default for CacheConfig {
             threshold: ByteSize::kib(128),
             read_around: ByteSize::kib(16),
             max_lenders: 64,
+            memcached_plaintext: false,
         }
     }
 }
@@ -194,6 +204,9 @@ impl CacheConfig {
             check_host_port(s)?;
             if self.servers[..i].contains(s) {
                 return Err(E::invalid("cache.servers", format!("{s:?} is listed twice"), "remove one"));
+            }
+            if matches!(LenderProtocol::split(s), Ok((LenderProtocol::Memcached, _))) {
+                self.check_memcached(s)?;
             }
         }
         // The client's own rule for tenant names (checked with no secret, see below).
@@ -355,13 +368,30 @@ impl CacheConfig {
         Ok(())
     }
 
+    /// A memcached lender needs sealed blocks, unless plaintext is accepted explicitly.
+    fn check_memcached(&self, entry: &str) -> Result<(), ConfigError> {
+        if self.key_file.is_empty() && !self.memcached_plaintext {
+            return Err(ConfigError::invalid(
+                "cache.key_file",
+                format!(
+                    "{entry} is a memcached lender, which has no tenants or authentication: without a block key \
+                     anyone who reaches it could read the blocks, and a memcached returning wrong bytes would be believed"
+                ),
+                "create a key with `farcache keygen --out FILE` and set key_file = \"FILE\" (--key-file), or accept \
+                 plaintext with memcached_plaintext = true (--memcached-plaintext)",
+            ));
+        }
+        Ok(())
+    }
+
     /// The TLS name of each listed lender: `tls_server_name`, or the host part of its entry.
     fn tls_names(&self) -> Vec<(SocketAddr, String)> {
         self.servers
             .iter()
             .filter_map(|s| {
+                let (_, s) = LenderProtocol::split(s).ok()?;
                 let addr = s.to_socket_addrs().ok()?.next()?;
-                let host = s.rsplit_once(':').map_or(s.as_str(), |(h, _)| h);
+                let host = s.rsplit_once(':').map_or(s, |(h, _)| h);
                 let host = host.trim_start_matches('[').trim_end_matches(']');
                 let name = if self.tls_server_name.is_empty() { host } else { &self.tls_server_name };
                 Some((addr, name.to_owned()))
@@ -432,14 +462,11 @@ impl CacheConfig {
 
     /// `servers` resolved to addresses (the first address of each name), in order. Fails,
     /// naming the entry, if a name does not resolve or two entries are the same lender.
-    pub fn resolve_servers(&self) -> Result<Vec<SocketAddr>, ConfigError> {
-        let mut out: Vec<SocketAddr> = Vec::with_capacity(self.servers.len());
+    pub fn resolve_servers(&self) -> Result<Vec<LenderAddr>, ConfigError> {
+        let mut out: Vec<LenderAddr> = Vec::with_capacity(self.servers.len());
         for s in &self.servers {
-            check_host_port(s)?;
-            let addr = s.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| {
-                ConfigError::invalid("cache.servers", format!("{s:?} does not resolve"), "check the host name")
-            })?;
-            if out.contains(&addr) {
+            let addr = resolve_lender(s)?;
+            if out.iter().any(|a| a.addr == addr.addr) {
                 return Err(ConfigError::invalid(
                     "cache.servers",
                     format!("{s:?} is {addr}, which is listed already"),
@@ -453,8 +480,11 @@ impl CacheConfig {
 
     /// The remote tier's configuration for lenders `servers` (from [`Self::resolve_servers`],
     /// or the embedded lender's address). Validates, and reads the secret file.
-    pub fn remote_config(&self, servers: Vec<SocketAddr>) -> Result<RemoteConfig, ConfigError> {
+    pub fn remote_config(&self, servers: Vec<LenderAddr>) -> Result<RemoteConfig, ConfigError> {
         self.validate()?;
+        if let Some(m) = servers.iter().find(|a| a.is_memcached()) {
+            self.check_memcached(&m.to_string())?;
+        }
         if servers.len() > self.max_lenders as usize {
             return Err(ConfigError::invalid(
                 "cache.servers",
@@ -474,6 +504,7 @@ impl CacheConfig {
             max_pending_dels: self.max_pending_dels as usize,
             threads: self.threads as usize,
             max_lenders: self.max_lenders as usize,
+            memcached_plaintext: self.memcached_plaintext,
             seal: self.block_seal()?,
             tls: self.tls()?.map(|config| RemoteTls {
                 config,
@@ -504,8 +535,24 @@ impl CacheConfig {
     }
 }
 
-/// "host:port" with a host and a nonzero port (IPv6 addresses in brackets).
-fn check_host_port(s: &str) -> Result<(), ConfigError> {
+/// One `cache.servers` entry resolved: "host:port" or "memcached://host:port", the first
+/// address of the name.
+pub fn resolve_lender(entry: &str) -> Result<LenderAddr, ConfigError> {
+    check_host_port(entry)?;
+    let (protocol, s) = LenderProtocol::split(entry).expect("checked");
+    let addr = s.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| {
+        ConfigError::invalid("cache.servers", format!("{entry:?} does not resolve"), "check the host name")
+    })?;
+    Ok(LenderAddr { protocol, addr })
+}
+
+/// "host:port" with a host and a nonzero port (IPv6 addresses in brackets), after an
+/// optional "memcached://" or "farcache://".
+fn check_host_port(entry: &str) -> Result<(), ConfigError> {
+    let s = match LenderProtocol::split(entry) {
+        Ok((_, s)) => s,
+        Err(why) => return Err(ConfigError::invalid("cache.servers", format!("{entry:?}: {why}"), "fix the entry")),
+    };
     if s.parse::<SocketAddr>().is_ok() {
         return Ok(());
     }
@@ -552,7 +599,7 @@ mod tests {
         f.cache.validate().unwrap();
         let v = toml::Value::try_from(CacheConfig::default()).unwrap();
         let keys = v.as_table().unwrap().keys().collect::<Vec<_>>();
-        assert_eq!(keys.len(), 20);
+        assert_eq!(keys.len(), 21);
         for key in keys {
             assert!(TEMPLATE.lines().any(|l| l.starts_with(&format!("{key} ="))), "template lacks cache.{key}");
         }
@@ -638,12 +685,54 @@ mod tests {
     }
 
     #[test]
+    fn memcached_lenders_need_a_block_key_or_an_explicit_plaintext() {
+        let mc = || CacheConfig { servers: vec!["memcached://127.0.0.1:11211".into()], ..CacheConfig::default() };
+        let e = mc().validate().unwrap_err().to_string();
+        assert!(e.starts_with("cache.key_file: "), "{e}");
+        assert!(e.contains("farcache keygen") && e.contains("memcached_plaintext = true"), "{e}");
+        CacheConfig { memcached_plaintext: true, ..mc() }.validate().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("block.key");
+        std::fs::write(&key, format!("{}\n", "ab".repeat(32))).unwrap();
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        CacheConfig { key_file: key.display().to_string(), ..mc() }.validate().unwrap();
+        let e = CacheConfig { servers: vec!["redis://127.0.0.1:6379".into()], ..CacheConfig::default() }
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("cache.servers: ") && e.contains("memcached://"), "{e}");
+        let e = CacheConfig { servers: vec!["memcached://127.0.0.1".into()], memcached_plaintext: true, ..mc() }
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("has no port"), "{e}");
+    }
+
+    #[test]
     fn servers_resolve_and_duplicates_are_refused() {
         let c = CacheConfig { servers: vec!["127.0.0.1:7411".into(), "[::1]:7412".into()], ..CacheConfig::default() };
         assert_eq!(
             c.resolve_servers().unwrap(),
-            vec!["127.0.0.1:7411".parse::<SocketAddr>().unwrap(), "[::1]:7412".parse().unwrap()]
+            vec!["127.0.0.1:7411".parse::<LenderAddr>().unwrap(), "[::1]:7412".parse().unwrap()]
         );
+        let c = CacheConfig {
+            servers: vec!["127.0.0.1:7411".into(), "memcached://127.0.0.1:11211".into()],
+            key_file: "/nonexistent/key".into(),
+            ..CacheConfig::default()
+        };
+        assert_eq!(
+            c.resolve_servers().unwrap(),
+            vec![
+                LenderAddr::farcache("127.0.0.1:7411".parse().unwrap()),
+                LenderAddr::memcached("127.0.0.1:11211".parse().unwrap())
+            ]
+        );
+        // The same host and port twice, once per protocol, is one lender listed twice.
+        let c = CacheConfig {
+            servers: vec!["127.0.0.1:7411".into(), "memcached://127.0.0.1:7411".into()],
+            ..CacheConfig::default()
+        };
+        assert!(c.resolve_servers().unwrap_err().to_string().starts_with("cache.servers: "));
         let c =
             CacheConfig { servers: vec!["127.0.0.1:7411".into(), "localhost:7411".into()], ..CacheConfig::default() };
         // localhost may resolve to ::1 first; only if it is 127.0.0.1 is it a duplicate.

@@ -40,7 +40,7 @@ use crate::latency::{Latency, LatencySnapshot};
 use crate::outbox::{Batch, Outbox, PendingPut};
 use crate::seal::{BlockSeal, Plaintext};
 use bytes::Bytes;
-use farcache_client::{Client, ClientConfig, ClientError, Key, PutStatus};
+use farcache_client::{ClientConfig, ClientError, Key, LenderAddr, LenderClient, PutStatus};
 use farcache_policy::placement;
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
@@ -67,7 +67,7 @@ pub const DEFAULT_MAX_LENDERS: usize = 64;
 pub struct RemoteConfig {
     /// The lenders to start with; [`Remote::add_lender`] and [`Remote::remove_lender`] change
     /// the set later.
-    pub servers: Vec<SocketAddr>,
+    pub servers: Vec<LenderAddr>,
     pub tenant: String,
     pub secret: Vec<u8>,
     /// The most a read waits for lenders before it goes to the disk.
@@ -91,6 +91,8 @@ pub struct RemoteConfig {
     pub seal: Arc<dyn BlockSeal>,
     /// TLS 1.3 with a client certificate to every lender; `None` for plain TCP.
     pub tls: Option<RemoteTls>,
+    /// Allow memcached lenders while blocks are not sealed (`cache.memcached_plaintext`).
+    pub memcached_plaintext: bool,
 }
 
 /// How the borrower speaks TLS to its lenders.
@@ -113,9 +115,9 @@ impl RemoteTls {
 }
 
 impl RemoteConfig {
-    pub fn new(servers: Vec<SocketAddr>) -> RemoteConfig {
+    pub fn new<A: Into<LenderAddr>>(servers: impl IntoIterator<Item = A>) -> RemoteConfig {
         RemoteConfig {
-            servers,
+            servers: servers.into_iter().map(Into::into).collect(),
             tenant: "default".into(),
             secret: Vec::new(),
             fetch_timeout: Duration::from_millis(50),
@@ -128,16 +130,21 @@ impl RemoteConfig {
             max_lenders: DEFAULT_MAX_LENDERS,
             seal: Arc::new(Plaintext),
             tls: None,
+            memcached_plaintext: false,
         }
     }
 
-    /// How to connect to the lender at `addr`: tenant, secret, timeouts, TLS.
-    pub fn client_config(&self, addr: SocketAddr) -> ClientConfig {
+    /// How to connect to the lender at `lender`: tenant, secret, timeouts, TLS (a memcached
+    /// gets neither secret nor TLS: it has no tenants and speaks plain TCP).
+    pub fn client_config(&self, lender: LenderAddr) -> ClientConfig {
+        let addr = lender.addr;
         let mut c = ClientConfig::new(addr, self.tenant.clone());
-        c.secret = self.secret.clone();
         c.connect_timeout = self.connect_timeout;
         c.request_timeout = self.fetch_timeout.max(Duration::from_millis(500));
-        c.tls = self.tls.as_ref().map(|t| t.for_lender(addr));
+        if !lender.is_memcached() {
+            c.secret = self.secret.clone();
+            c.tls = self.tls.as_ref().map(|t| t.for_lender(addr));
+        }
         c
     }
 }
@@ -146,17 +153,23 @@ impl RemoteConfig {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum LenderError {
     #[error("lender {0} is already in the set")]
-    AlreadyPresent(SocketAddr),
+    AlreadyPresent(LenderAddr),
     #[error("lender {addr} not added: the set already has {max} lenders (raise cache.max_lenders)")]
-    TooMany { addr: SocketAddr, max: usize },
+    TooMany { addr: LenderAddr, max: usize },
     #[error("lender {0} is not in the set")]
-    NotPresent(SocketAddr),
+    NotPresent(LenderAddr),
+    #[error(
+        "lender {0} not added: memcached authenticates no one, and this mount's blocks are not sealed; \
+         restart the mount with cache.key_file (--key-file), or accept plaintext with cache.memcached_plaintext = true"
+    )]
+    Unsealed(LenderAddr),
 }
 
 /// One lender as the borrower sees it now (for operators: `CachedPath::stats`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LenderStatus {
-    pub addr: SocketAddr,
+    /// `ip:port` for a farcache lender, `memcached://ip:port` for a memcached.
+    pub addr: LenderAddr,
     /// A live connection now.
     pub connected: bool,
     /// The lender's instance id at the last connection; 0 = never connected. A new value
@@ -255,9 +268,9 @@ fn add(c: &AtomicU64, n: u64) {
 }
 
 struct Lender {
-    addr: SocketAddr,
+    addr: LenderAddr,
     seed: u64,
-    client: RwLock<Option<Client>>,
+    client: RwLock<Option<LenderClient>>,
     /// The lender's instance id at the last connection (0 = never connected).
     instance: AtomicU64,
     connects: AtomicU64,
@@ -284,7 +297,7 @@ struct Lender {
 }
 
 impl Lender {
-    fn new(addr: SocketAddr) -> Lender {
+    fn new(addr: LenderAddr) -> Lender {
         Lender {
             addr,
             seed: seed_of(&addr),
@@ -330,17 +343,21 @@ impl Lender {
     /// Say once per lender that it cannot hold sealed blocks, and what to set.
     fn slots_too_small(&self, max_value_bytes: u32, sealed_bytes: usize) {
         if !self.too_small_logged.swap(true, Ordering::Relaxed) {
+            let fix = if self.addr.is_memcached() {
+                "start it with a larger item size (memcached -I)".to_string()
+            } else {
+                format!("set server.slot_bytes >= {sealed_bytes} on it")
+            };
             tracing::error!(
                 lender = %self.addr,
                 "lender {} stores values of at most {max_value_bytes} bytes, but sealed blocks are {sealed_bytes} bytes: \
-                 it can cache nothing for this mount; set server.slot_bytes >= {sealed_bytes} on it (or turn block \
-                 encryption off with cache.key_file = \"\")",
+                 it can cache nothing for this mount; {fix} (or turn block encryption off with cache.key_file = \"\")",
                 self.addr
             );
         }
     }
 
-    fn live_client(&self) -> Option<Client> {
+    fn live_client(&self) -> Option<LenderClient> {
         self.client.read().as_ref().filter(|c| !c.is_closed()).cloned()
     }
 
@@ -421,7 +438,7 @@ fn to_key(k: &BlockKey) -> Key {
 
 /// A stable seed per lender address, so its share of blocks does not depend on the order of
 /// `--server` flags.
-fn seed_of(addr: &SocketAddr) -> u64 {
+fn seed_of(addr: &LenderAddr) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in addr.to_string().bytes() {
         h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
@@ -448,6 +465,9 @@ impl Remote {
         for (i, a) in cfg.servers.iter().enumerate() {
             if cfg.servers[..i].contains(a) {
                 return Err(invalid(format!("lender {a} is named twice")));
+            }
+            if a.is_memcached() && cfg.seal.sealed_len(0) == 0 && !cfg.memcached_plaintext {
+                return Err(invalid(LenderError::Unsealed(*a).to_string()));
             }
         }
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -487,7 +507,7 @@ impl Remote {
     }
 
     /// A lender record with its keeper running.
-    fn spawn_lender(&self, addr: SocketAddr) -> Arc<Lender> {
+    fn spawn_lender(&self, addr: LenderAddr) -> Arc<Lender> {
         let l = Arc::new(Lender::new(addr));
         let keeper = self.rt.spawn(keep_connected(l.clone(), self.cfg.clone(), self.counters.clone()));
         *l.keeper.lock() = Some(keeper);
@@ -497,7 +517,9 @@ impl Remote {
     /// Add a lender to the set. Returns at once; it is connected in the background, and
     /// takes its share of new placements from now on (blocks that move to it are misses
     /// until refilled there).
-    pub fn add_lender(&self, addr: SocketAddr) -> Result<(), LenderError> {
+    pub fn add_lender(&self, addr: impl Into<LenderAddr>) -> Result<(), LenderError> {
+        let addr = addr.into();
+        self.check_memcached(addr)?;
         let mut set = self.set.write();
         if set.lenders.iter().any(|l| l.addr == addr) {
             return Err(LenderError::AlreadyPresent(addr));
@@ -516,7 +538,8 @@ impl Remote {
     /// Remove a lender from the set: its keeper stops and its connection closes (requests in
     /// flight to it fail at once and their reads go to the disk). Returns at once, also for
     /// a hung lender. Its blocks are placed on the remaining lenders from now on.
-    pub fn remove_lender(&self, addr: SocketAddr) -> Result<(), LenderError> {
+    pub fn remove_lender(&self, addr: impl Into<LenderAddr>) -> Result<(), LenderError> {
+        let addr = addr.into();
         let mut set = self.set.write();
         let Some(pos) = set.lenders.iter().position(|l| l.addr == addr) else {
             return Err(LenderError::NotPresent(addr));
@@ -527,6 +550,14 @@ impl Remote {
         drop(set);
         gone.retire();
         tracing::info!(lender = %addr, "lender removed from the set");
+        Ok(())
+    }
+
+    /// A memcached lender needs sealed blocks unless plaintext was accepted.
+    fn check_memcached(&self, addr: LenderAddr) -> Result<(), LenderError> {
+        if addr.is_memcached() && self.cfg.seal.sealed_len(0) == 0 && !self.cfg.memcached_plaintext {
+            return Err(LenderError::Unsealed(addr));
+        }
         Ok(())
     }
 
@@ -563,7 +594,7 @@ impl Remote {
                 by_lender[l].push(i);
             }
         }
-        let mut groups: Vec<(usize, Client, Vec<usize>)> = Vec::new();
+        let mut groups: Vec<(usize, LenderClient, Vec<usize>)> = Vec::new();
         // A lender that holds blocks asked for but has no connection has failed too.
         let mut failed = false;
         for (l, idx) in by_lender.into_iter().enumerate() {
@@ -748,7 +779,7 @@ async fn flush_outbox(
                             }
                             Some(PutStatus::TooLarge) => {
                                 add(&counters.puts_failed, 1);
-                                lender.slots_too_small(client.hello().max_value_bytes, sealed[i].1.len());
+                                lender.slots_too_small(client.max_value_bytes(), sealed[i].1.len());
                             }
                             _ => add(&counters.puts_failed, 1),
                         }
@@ -784,9 +815,9 @@ async fn keep_connected(l: Arc<Lender>, cfg: Arc<RemoteConfig>, counters: Arc<Re
     let mut backoff = cfg.reconnect_min;
     let mut last_failure: Option<String> = None;
     while !l.removed.load(Ordering::Acquire) {
-        match Client::connect(cfg.client_config(l.addr)).await {
+        match LenderClient::connect(l.addr.protocol, cfg.client_config(l.addr)).await {
             Ok(client) => {
-                let instance = client.hello().instance_id;
+                let instance = client.instance_id();
                 {
                     let mut slot = l.client.write();
                     // Checked under the lock `retire` takes: a lender removed while this
@@ -800,8 +831,8 @@ async fn keep_connected(l: Arc<Lender>, cfg: Arc<RemoteConfig>, counters: Arc<Re
                 add(&counters.connects, 1);
                 add(&l.connects, 1);
                 let sealed = cfg.seal.sealed_len(crate::index::BLOCK_BYTES as usize);
-                if (client.hello().max_value_bytes as usize) < sealed {
-                    l.slots_too_small(client.hello().max_value_bytes, sealed);
+                if (client.max_value_bytes() as usize) < sealed {
+                    l.slots_too_small(client.max_value_bytes(), sealed);
                 }
                 let before = l.instance.swap(instance, Ordering::Relaxed);
                 if before != 0 && before != instance {

@@ -208,7 +208,7 @@ fn stats_count_a_known_sequence_exactly() {
     assert_eq!(
         l,
         &LenderStatus {
-            addr: lender.addr,
+            addr: lender.addr.into(),
             connected: true,
             instance_id: l.instance_id,
             connects: 1,

@@ -16,7 +16,7 @@ use farcache_policy::route::Threshold;
 use farcache_testkit::pattern;
 
 fn status(e: &CachedPath<DirectPath>, addr: SocketAddr) -> LenderStatus {
-    e.remote().lenders().into_iter().find(|l| l.addr == addr).expect("lender in the set")
+    e.remote().lenders().into_iter().find(|l| l.addr.addr == addr).expect("lender in the set")
 }
 
 /// Nobody listens on this port.
@@ -45,7 +45,7 @@ fn lenders_join_and_leave_and_reads_stay_exact() {
     // B joins. Rewrite the file, so that every block is cached anew under new keys and
     // placement over {A, B} decides where each lands.
     e.remote().add_lender(b_proxy.addr).unwrap();
-    assert_eq!(e.remote().add_lender(b_proxy.addr), Err(LenderError::AlreadyPresent(b_proxy.addr)));
+    assert_eq!(e.remote().add_lender(b_proxy.addr), Err(LenderError::AlreadyPresent(b_proxy.addr.into())));
     wait("B connected", || e.remote().connected() == 2);
     assert_eq!(b_proxy.live(), 1);
     data = pattern(BLOCKS * 4096, 12);
@@ -67,8 +67,8 @@ fn lenders_join_and_leave_and_reads_stay_exact() {
 
     // B leaves: its share misses once on A, is refilled there, and is served from A.
     e.remote().remove_lender(b_proxy.addr).unwrap();
-    assert_eq!(e.remote().remove_lender(b_proxy.addr), Err(LenderError::NotPresent(b_proxy.addr)));
-    assert_eq!(e.remote().lenders().iter().map(|l| l.addr).collect::<Vec<_>>(), vec![a.addr]);
+    assert_eq!(e.remote().remove_lender(b_proxy.addr), Err(LenderError::NotPresent(b_proxy.addr.into())));
+    assert_eq!(e.remote().lenders().iter().map(|l| l.addr.addr).collect::<Vec<_>>(), vec![a.addr]);
     wait("B's connection closed", || b_proxy.live() == 0);
     let before = e.stats();
     read_all(&e, &file, &data);
@@ -87,21 +87,21 @@ fn lenders_join_and_leave_and_reads_stay_exact() {
 fn set_changes_are_checked_and_bounded() {
     let (x, y, z) = (unused_addr(), unused_addr(), unused_addr());
     let r = common::remote(vec![x], |c| c.max_lenders = 2);
-    assert_eq!(r.add_lender(x), Err(LenderError::AlreadyPresent(x)));
+    assert_eq!(r.add_lender(x), Err(LenderError::AlreadyPresent(x.into())));
     r.add_lender(y).unwrap();
-    assert_eq!(r.add_lender(z), Err(LenderError::TooMany { addr: z, max: 2 }));
-    assert_eq!(r.remove_lender(z), Err(LenderError::NotPresent(z)));
+    assert_eq!(r.add_lender(z), Err(LenderError::TooMany { addr: z.into(), max: 2 }));
+    assert_eq!(r.remove_lender(z), Err(LenderError::NotPresent(z.into())));
     r.remove_lender(x).unwrap();
     r.add_lender(z).unwrap();
-    let set: Vec<_> = r.lenders().into_iter().map(|l| (l.addr, l.connected, l.instance_id)).collect();
+    let set: Vec<_> = r.lenders().into_iter().map(|l| (l.addr.addr, l.connected, l.instance_id)).collect();
     assert_eq!(set, vec![(y, false, 0), (z, false, 0)]);
-    let e = LenderError::TooMany { addr: z, max: 2 }.to_string();
+    let e = LenderError::TooMany { addr: z.into(), max: 2 }.to_string();
     assert!(e.contains("max_lenders"), "{e}");
 
     // The initial set is checked the same way.
     let mut cfg = farcache_engine::remote::RemoteConfig::new(vec![x, y, x]);
     assert!(Remote::start(cfg.clone()).unwrap_err().to_string().contains("twice"));
-    cfg.servers = vec![x, y, z];
+    cfg.servers = vec![x.into(), y.into(), z.into()];
     cfg.max_lenders = 2;
     assert!(Remote::start(cfg).unwrap_err().to_string().contains("max_lenders"));
 }

@@ -7,6 +7,7 @@
 //!   build what it sends.
 //! * [`MountProcess`]: the real `farcache mount` daemon, waited for until the mount is live,
 //!   always unmounted and reaped on drop.
+//! * [`MemcachedProcess`]: a real memcached on a free loopback port, for memcached lenders.
 //! * [`check_round_trip`]: a well-behaved client in a few lines, to show that a server
 //!   still serves after something hostile happened.
 //!
@@ -14,11 +15,13 @@
 //! tests use `farcache-client` against the same [`ServerProcess`]. Every wait has a deadline:
 //! a hang is reported as a failure, never as a stuck test run.
 
+mod memcached;
 pub mod mount;
 mod process;
 mod raw;
 mod rng;
 
+pub use memcached::{free_port, memcached_bin, MemcachedProcess};
 pub use mount::{fuse_mounted, require_fuse, require_root, DirectReader, MountProcess, LENDERS_FIRST};
 pub use process::{run_bin, run_with_timeout, text, ServerProcess, StartError, START_TIMEOUT};
 pub use raw::{

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use farcache_client::{LenderAddr, LenderProtocol};
 use farcache_engine::remote::LenderStatus;
 use serde_json::{json, Value};
 
@@ -16,10 +17,10 @@ pub struct Args {
     #[arg(required_unless_present = "control_socket")]
     mountpoint: Option<PathBuf>,
     /// Start borrowing from this lender (repeatable); blocks start landing on it at once.
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, value_name = "[memcached://]HOST:PORT")]
     add: Vec<String>,
     /// Stop borrowing from this lender (repeatable); removals are done before additions.
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, value_name = "[memcached://]HOST:PORT")]
     remove: Vec<String>,
     /// Print the raw JSON list.
     #[arg(long)]
@@ -33,10 +34,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let (mnt, socket) = target(a.mountpoint.as_deref(), a.control_socket.as_deref())?;
     let mut requests = Vec::new();
     for r in &a.remove {
-        requests.push(json!({ "cmd": "remove_lender", "addr": resolve(r, "--remove")?.to_string() }));
+        requests.push(json!({ "cmd": "remove_lender", "addr": resolve_lender(r, "--remove")?.to_string() }));
     }
     for r in &a.add {
-        requests.push(json!({ "cmd": "add_lender", "addr": resolve(r, "--add")?.to_string() }));
+        requests.push(json!({ "cmd": "add_lender", "addr": resolve_lender(r, "--add")?.to_string() }));
     }
     requests.push(json!({ "cmd": "lenders" }));
     let mut last = Value::Null;
@@ -77,6 +78,12 @@ pub fn resolve(s: &str, flag: &str) -> anyhow::Result<SocketAddr> {
         .with_context(|| format!("{flag} {s:?}: expected HOST:PORT"))?
         .next()
         .with_context(|| format!("{flag} {s:?}: no address"))
+}
+
+/// `HOST:PORT` or `memcached://HOST:PORT` to one lender address.
+pub fn resolve_lender(s: &str, flag: &str) -> anyhow::Result<LenderAddr> {
+    let (protocol, rest) = LenderProtocol::split(s).map_err(|why| anyhow::anyhow!("{flag} {s:?}: {why}"))?;
+    Ok(LenderAddr { protocol, addr: resolve(rest, flag)? })
 }
 
 /// What a lender's state is called in tables.

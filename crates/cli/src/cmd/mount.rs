@@ -8,12 +8,12 @@
 //! once, and removed on exit.
 
 use std::io::Write;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
+use farcache_client::LenderAddr;
 use farcache_engine::cached::CachedPath;
 use farcache_engine::config::Routing;
 use farcache_engine::remote::Remote;
@@ -52,13 +52,20 @@ pub struct Args {
     /// directory itself).
     mountpoint: PathBuf,
     /// No remote tier: a plain passthrough, the baseline every benchmark compares against.
-    #[arg(long, conflicts_with_all = ["servers", "tenant", "routing", "key_file"])]
+    #[arg(long, conflicts_with_all = ["servers", "tenant", "routing", "key_file", "memcached_plaintext"])]
     no_remote: bool,
-    /// A lender to borrow from (repeat for several; blocks are spread by rendezvous hashing).
-    /// Replaces cache.servers. With none here or there, a lender runs inside this process
-    /// with the [server] capacity.
-    #[arg(long = "server", value_name = "HOST:PORT")]
+    /// A lender to borrow from (repeat for several; blocks are spread by rendezvous hashing):
+    /// a farcache server as HOST:PORT, or an existing memcached 1.6+ as
+    /// memcached://HOST:PORT (needs --key-file, or --memcached-plaintext). Replaces
+    /// cache.servers. With none here or there, a lender runs inside this process with the
+    /// [server] capacity.
+    #[arg(long = "server", value_name = "[memcached://]HOST:PORT")]
     servers: Vec<String>,
+    /// Allow memcached lenders without --key-file: blocks stored there in plaintext, readable
+    /// by anyone who reaches the memcached, and believed if it returns wrong bytes (sets
+    /// cache.memcached_plaintext).
+    #[arg(long)]
+    memcached_plaintext: bool,
     /// Encrypt and authenticate every block before it leaves, with the key in FILE: 32
     /// random bytes as 64 hex digits on one line, mode 600 (`farcache keygen --out FILE`
     /// makes one). Overrides cache.key_file. Lenders need server.slot_bytes >= 4136.
@@ -156,10 +163,10 @@ impl Control for MountControl {
         let Ok(remote) = self.remote() else { return Vec::new() };
         remote.lenders().iter().filter_map(|l| serde_json::to_value(l).ok()).collect()
     }
-    fn add_lender(&self, addr: SocketAddr) -> Result<(), String> {
+    fn add_lender(&self, addr: LenderAddr) -> Result<(), String> {
         self.remote()?.add_lender(addr).map_err(|e| e.to_string())
     }
-    fn remove_lender(&self, addr: SocketAddr) -> Result<(), String> {
+    fn remove_lender(&self, addr: LenderAddr) -> Result<(), String> {
         self.remote()?.remove_lender(addr).map_err(|e| e.to_string())
     }
 }
@@ -194,6 +201,9 @@ fn settings(a: &Args) -> anyhow::Result<crate::config::Config> {
     }
     if let Some(k) = &a.key_file {
         c.cache.key_file = k.display().to_string();
+    }
+    if a.memcached_plaintext {
+        c.cache.memcached_plaintext = true;
     }
     a.tls.apply(&mut c.cache);
     if !a.no_remote {
@@ -267,7 +277,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             let (rt, addr) = embedded_lender(server_cfg)?;
             _embedded = Some(rt);
             tracing::info!("no lenders configured: lending {} from this process on {addr}", file_cfg.server.capacity);
-            (vec![addr], "embedded")
+            (vec![addr.into()], "embedded")
         } else {
             (cache.resolve_servers()?, "lenders")
         };
@@ -284,6 +294,19 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 "TLS 1.3 to lenders with the pre-shared key {} (fingerprint {})",
                 cache.tls_psk_file,
                 farcache_tls::psk::fingerprint(&psk)
+            );
+        }
+        let memcached: Vec<String> = rc.servers.iter().filter(|a| a.is_memcached()).map(|a| a.to_string()).collect();
+        if !memcached.is_empty() {
+            tracing::warn!(
+                "memcached lenders ({}): plain TCP, keys carry the tenant but memcached authenticates no one{}",
+                memcached.join(", "),
+                if cache.key_file.is_empty() {
+                    "; blocks stored in plaintext there (cache.memcached_plaintext = true): anyone who reaches it \
+                     reads them, and wrong bytes from it would be believed"
+                } else {
+                    "; blocks sealed, so a memcached that is shared, lies or evicts costs misses only"
+                }
             );
         }
         if cache.key_file.is_empty() {

@@ -5,9 +5,7 @@
 //! fix, instead of running with every read on the disk. A lender that is down, slow or busy is
 //! only logged: the remote tier keeps trying, and reads go to the disk meanwhile.
 
-use std::net::SocketAddr;
-
-use farcache_client::{Client, ClientError};
+use farcache_client::{ClientError, LenderAddr, LenderClient};
 use farcache_engine::remote::RemoteConfig;
 
 /// What a failed first connection means.
@@ -65,6 +63,9 @@ fn judge(e: &ClientError, psk: bool) -> Verdict {
              that tenant's certificate"
                 .into(),
         ),
+        ClientError::UnsupportedVersion(m) if m.contains("meta protocol") => Verdict::Misconfigured(
+            "run memcached 1.6 or later there, or remove the memcached:// lender".into(),
+        ),
         ClientError::UnsupportedVersion(_) | ClientError::Config(_) => {
             Verdict::Misconfigured("use farcache binaries of compatible versions".into())
         }
@@ -79,11 +80,11 @@ pub fn check_lenders(rc: &RemoteConfig) -> anyhow::Result<()> {
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let psk = rc.tls.as_ref().is_some_and(|t| t.server_name.as_deref() == Some(farcache_tls::psk::PSK_SERVER_NAME));
-    let results: Vec<(SocketAddr, Result<Client, ClientError>)> = rt.block_on(async {
+    let results: Vec<(LenderAddr, Result<LenderClient, ClientError>)> = rt.block_on(async {
         let mut set = tokio::task::JoinSet::new();
         for &a in &rc.servers {
             let cfg = rc.client_config(a);
-            set.spawn(async move { (a, Client::connect(cfg).await) });
+            set.spawn(async move { (a, LenderClient::connect(a.protocol, cfg).await) });
         }
         let mut out = Vec::with_capacity(rc.servers.len());
         while let Some(r) = set.join_next().await {

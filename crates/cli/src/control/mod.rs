@@ -22,7 +22,7 @@ pub mod client;
 pub mod path;
 pub mod server;
 
-use std::net::SocketAddr;
+use farcache_client::LenderAddr;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -46,9 +46,9 @@ pub trait Control: Send + Sync + 'static {
     /// Each lender and its state (an empty list without a remote tier).
     fn lenders(&self) -> Vec<Value>;
     /// Start borrowing from `addr` (blocks begin landing on it at once); an error says why not.
-    fn add_lender(&self, addr: SocketAddr) -> Result<(), String>;
+    fn add_lender(&self, addr: LenderAddr) -> Result<(), String>;
     /// Stop borrowing from `addr`; its blocks become misses.
-    fn remove_lender(&self, addr: SocketAddr) -> Result<(), String>;
+    fn remove_lender(&self, addr: LenderAddr) -> Result<(), String>;
 }
 
 /// The commands, in the order error messages list them.
@@ -83,9 +83,11 @@ pub fn handle(control: &dyn Control, line: &[u8]) -> Value {
         "lenders" => json!({ "ok": true, "lenders": control.lenders() }),
         "ping" => json!({ "ok": true, "version": env!("CARGO_PKG_VERSION"), "pid": std::process::id() }),
         "add_lender" | "remove_lender" => {
-            let addr = match obj.get("addr").and_then(Value::as_str).map(str::parse::<SocketAddr>) {
+            let addr = match obj.get("addr").and_then(Value::as_str).map(str::parse::<LenderAddr>) {
                 Some(Ok(a)) => a,
-                Some(Err(_)) | None => return error(format!("{cmd}: \"addr\" must be \"IP:PORT\"")),
+                Some(Err(_)) | None => {
+                    return error(format!("{cmd}: \"addr\" must be \"IP:PORT\" or \"memcached://IP:PORT\""))
+                }
             };
             let res = if cmd == "add_lender" { control.add_lender(addr) } else { control.remove_lender(addr) };
             match res {
@@ -114,7 +116,7 @@ pub mod fake {
 
     #[derive(Default)]
     pub struct Fake {
-        pub lenders: Mutex<Vec<SocketAddr>>,
+        pub lenders: Mutex<Vec<LenderAddr>>,
         /// How long each stats call takes (to hold connections open in tests).
         pub stats_delay: Mutex<Duration>,
     }
@@ -128,7 +130,7 @@ pub mod fake {
         fn lenders(&self) -> Vec<Value> {
             self.lenders.lock().unwrap().iter().map(|a| json!({ "addr": a.to_string(), "state": "up" })).collect()
         }
-        fn add_lender(&self, addr: SocketAddr) -> Result<(), String> {
+        fn add_lender(&self, addr: LenderAddr) -> Result<(), String> {
             let mut l = self.lenders.lock().unwrap();
             if l.contains(&addr) {
                 return Err(format!("lender {addr} is already in the set"));
@@ -136,7 +138,7 @@ pub mod fake {
             l.push(addr);
             Ok(())
         }
-        fn remove_lender(&self, addr: SocketAddr) -> Result<(), String> {
+        fn remove_lender(&self, addr: LenderAddr) -> Result<(), String> {
             let mut l = self.lenders.lock().unwrap();
             let n = l.len();
             l.retain(|a| *a != addr);
