@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The cost of TLS and block encryption on lender hits (issue 5), every mode side by side in
-# one run. Part of `make bench`; also `scripts/bench-security.sh` on its own.
+# The cost of TLS and block encryption on lender hits (issue 5), and a memcached lender against
+# a farcache one (issue 16), every mode side by side in one run. Part of `make bench`; also
+# `scripts/bench-security.sh` on its own.
 #
 # For each mode a real `farcache server` (slot_bytes 4160, room for sealed blocks) and a
 # `farcache mount` of one shared backing directory are started, all at once:
@@ -9,6 +10,12 @@
 #   tls        TLS 1.3 with certificates (farcache certs)
 #   tls-psk    TLS 1.3 from a pre-shared key (--tls-psk-file)
 #   tls+key    TLS 1.3 with certificates and block encryption
+#   mc         a memcached lender (memcached://), blocks in plaintext (--memcached-plaintext)
+#   mc+key     a memcached lender, block encryption
+# MODES picks the modes (default: the first five); NAME names the result files (default
+# security). `make bench` runs it twice: the security modes, then MODES="plain key mc mc+key"
+# NAME=memcached. PAR=N (default 1) adds a throughput round per mode: N readers at once,
+# different random sequences, their reads/s summed.
 # A warm-up pass fills each lender; then ROUNDS rounds of one `farcache randread` pass of
 # 4 KiB O_DIRECT reads per mode, in an order that rotates every round, so that a noisy
 # neighbour hurts every mode alike. Every read is a lender hit (checked in the mount's stats).
@@ -20,7 +27,9 @@ BIN=${BIN:-target/release/farcache}
 ROUNDS=${ROUNDS:-8}
 READ=${READ:-64MiB}
 OUT=${OUT:-bench/results}
-MODES=(plain key tls tls-psk tls+key)
+read -r -a MODES <<<"${MODES:-plain key tls tls-psk tls+key}"
+NAME=${NAME:-security}
+PAR=${PAR:-1}
 work=$(mktemp -d "${TMPDIR:-/tmp}/farcache-bench-security.XXXXXX")
 pids=()
 cleanup() {
@@ -67,13 +76,26 @@ tls_client_ca = \"$pki/ca.pem\""
       mount_args+=(--tls-psk-file "$work/psk.key") ;;
   esac
   case $mode in *key) mount_args+=(--key-file "$work/block.key") ;; esac
-  printf '[server]\nlisten = "127.0.0.1:0"\ncapacity = "256MiB"\nslot_bytes = 4160\n%s\n' "$tls" >"$work/server-$tag.toml"
-  "$BIN" server --config "$work/server-$tag.toml" >"$work/server-$tag.out" 2>"$work/server-$tag.log" &
-  pids+=($!)
-  wait_for "$work/server-$tag.out" "listening on" "$!"
-  addr=$(sed -n 's/.*listening on //p' "$work/server-$tag.out")
+  case $mode in
+    mc|mc+key)
+      [ "$mode" = mc ] && mount_args+=(--memcached-plaintext)
+      port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+      user=(); [ "$(id -u)" = 0 ] && user=(-u nobody)
+      memcached -l 127.0.0.1 -p "$port" -U 0 -m 512 "${user[@]}" 2>"$work/server-$tag.log" &
+      pids+=($!)
+      for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+      addr="memcached://127.0.0.1:$port" ;;
+    *)
+      printf '[server]\nlisten = "127.0.0.1:0"\ncapacity = "256MiB"\nslot_bytes = 4160\n%s\n' "$tls" >"$work/server-$tag.toml"
+      "$BIN" server --config "$work/server-$tag.toml" >"$work/server-$tag.out" 2>"$work/server-$tag.log" &
+      pids+=($!)
+      wait_for "$work/server-$tag.out" "listening on" "$!"
+      addr=$(sed -n 's/.*listening on //p' "$work/server-$tag.out") ;;
+  esac
   mkdir -p "$work/mnt-$tag"
-  "$BIN" mount "$work/backing" "$work/mnt-$tag" --server "$addr" "${mount_args[@]}" \
+  # Threshold routing: every small read asks the lender (the fast disk here would otherwise
+  # rightly keep the reads), which is what this benchmark measures.
+  "$BIN" mount "$work/backing" "$work/mnt-$tag" --server "$addr" --routing threshold "${mount_args[@]}" \
     >"$work/mount-$tag.out" 2>"$work/mount-$tag.log" &
   pids+=($!)
   wait_for "$work/mount-$tag.out" "farcache mounted" "$!"
@@ -100,39 +122,67 @@ for round in $(seq "$ROUNDS"); do
     rps=$(sed -E 's/.*, ([0-9]+) reads\/s.*/\1/' <<<"$line")
     p50=$(sed -E 's/.*p50 ([0-9]+) us.*/\1/' <<<"$line")
     p99=$(sed -E 's/.*p99 ([0-9]+) us.*/\1/' <<<"$line")
-    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$mode" "$rps" "$p50" "$p99" "$((after - before))" >>"$results"
+    par_rps=0
+    if [ "$PAR" -gt 1 ]; then
+      # N readers at once, each its own random sequence: the lender's throughput.
+      par_pids=()
+      for j in $(seq "$PAR"); do
+        "$BIN" randread "$work/mnt-$tag/f" --size "$READ" --passes 1 --seed $((round * 100 + j)) \
+          >"$work/par-$j.out" 2>&1 &
+        par_pids+=($!)
+      done
+      wait "${par_pids[@]}"
+      for j in $(seq "$PAR"); do
+        r=$(grep '^pass 1:' "$work/par-$j.out" | sed -E 's/.*, ([0-9]+) reads\/s.*/\1/')
+        par_rps=$((par_rps + r))
+      done
+    fi
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$mode" "$rps" "$p50" "$p99" "$((after - before))" "$par_rps" >>"$results"
   done
   echo "bench-security: round $round/$ROUNDS done"
 done
 
-python3 - "$results" "$OUT" "$READ" "$ROUNDS" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'EOF'
+python3 - "$results" "$OUT" "$READ" "$ROUNDS" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$NAME" "$PAR" "${MODES[*]}" <<'EOF'
 import json, statistics, sys
-path, out, read, rounds, cpus, load = sys.argv[1:]
+path, out, read, rounds, cpus, load, name, par, modes = sys.argv[1:]
+modes, par = modes.split(), int(par)
 rows = [l.split("\t") for l in open(path).read().splitlines()]
-modes = ["plain", "key", "tls", "tls-psk", "tls+key"]
-names = {"plain": "plaintext", "key": "block encryption", "tls": "TLS (certificates)",
-         "tls-psk": "TLS (pre-shared key)", "tls+key": "TLS + block encryption"}
+names = {"plain": "farcache lender, plaintext", "key": "farcache lender, block encryption",
+         "tls": "TLS (certificates)", "tls-psk": "TLS (pre-shared key)", "tls+key": "TLS + block encryption",
+         "mc": "memcached lender, plaintext", "mc+key": "memcached lender, block encryption"}
 res = {}
 for m in modes:
     r = [x for x in rows if x[1] == m]
     res[m] = {"reads_per_s": [int(x[2]) for x in r], "p50_us": [int(x[3]) for x in r],
-              "p99_us": [int(x[4]) for x in r], "lender_hits": [int(x[5]) for x in r]}
-base = statistics.median(res["plain"]["reads_per_s"])
+              "p99_us": [int(x[4]) for x in r], "lender_hits": [int(x[5]) for x in r],
+              "parallel_reads_per_s": [int(x[6]) for x in r]}
+base = statistics.median(res[modes[0]]["reads_per_s"])
+head = "| mode | reads/s (median) | vs " + modes[0] + " | p50 (median) | p99 (median) | lender hits per pass (min) |"
+rule = "|---|---:|---:|---:|---:|---:|"
+if par > 1:
+    pbase = statistics.median(res[modes[0]]["parallel_reads_per_s"])
+    head += f" {par} readers: reads/s (median) | vs {modes[0]} |"
+    rule += "---:|---:|"
 lines = [f"Lender hits through the mount: 4 KiB O_DIRECT random reads, {read} per pass, {rounds} rounds in rotating order, "
-         f"all modes up at once; {cpus} CPUs, load average at the end {load}.", "",
-         "| mode | reads/s (median) | vs plaintext | p50 (median) | p99 (median) | lender hits per pass (min) |",
-         "|---|---:|---:|---:|---:|---:|"]
+         f"all modes up at once; {cpus} CPUs, load average at the end {load}.", "", head, rule]
 for m in modes:
     r = res[m]
     med = statistics.median(r["reads_per_s"])
     r["median_reads_per_s"] = med
-    r["vs_plain"] = med / base
-    lines.append(f"| {names[m]} | {med:,.0f} | {med / base:.2f} | {statistics.median(r['p50_us']):.0f} µs | "
-                 f"{statistics.median(r['p99_us']):.0f} µs | {min(r['lender_hits'])} |")
-target = res["tls+key"]["vs_plain"]
-lines += ["", f"Target TLS + block encryption ≥ 0.85× plaintext: {target:.2f}× — {'met' if target >= 0.85 else 'NOT met'}."]
+    r["vs_first"] = med / base
+    row = (f"| {names[m]} | {med:,.0f} | {med / base:.2f} | {statistics.median(r['p50_us']):.0f} µs | "
+           f"{statistics.median(r['p99_us']):.0f} µs | {min(r['lender_hits'])} |")
+    if par > 1:
+        pm = statistics.median(r["parallel_reads_per_s"])
+        r["median_parallel_reads_per_s"] = pm
+        row += f" {pm:,.0f} | {pm / pbase:.2f} |"
+    lines.append(row)
+if "tls+key" in res:
+    target = res["tls+key"]["vs_first"]
+    lines += ["", f"Target TLS + block encryption ≥ 0.85× plaintext: {target:.2f}× — {'met' if target >= 0.85 else 'NOT met'}."]
 text = "\n".join(lines) + "\n"
 print(text)
-open(f"{out}/security.md", "w").write(text)
-json.dump({"read": read, "rounds": int(rounds), "cpus": int(cpus), "load": load, "modes": res}, open(f"{out}/security.json", "w"), indent=1)
+open(f"{out}/{name}.md", "w").write(text)
+json.dump({"read": read, "rounds": int(rounds), "cpus": int(cpus), "load": load, "parallel_readers": par, "modes": res},
+          open(f"{out}/{name}.json", "w"), indent=1)
 EOF
