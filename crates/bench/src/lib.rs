@@ -25,6 +25,7 @@ pub mod paper;
 pub mod policy;
 mod policysim;
 pub mod proc;
+pub mod progress;
 mod recv;
 pub mod rng;
 pub mod server;

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use farcache_testkit::{run_with_timeout, ServerProcess};
+use farcache_testkit::{run_with_timeout, MemcachedProcess, ServerProcess};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
@@ -13,7 +13,7 @@ fn bin() -> &'static Path {
 
 fn check(addr: &str, size: &str) -> std::process::Output {
     let mut cmd = Command::new(bin());
-    cmd.args(["check", "--server", addr, "--size", size]);
+    cmd.args(["check", "--server", addr, "--size", size]).env("FARCACHE_PROGRESS", "plain");
     run_with_timeout(cmd, Duration::from_secs(60)).expect("farcache check finished")
 }
 
@@ -26,6 +26,29 @@ fn check_verifies_every_block_when_they_fit() {
     assert!(text.contains("write    1024/1024 blocks stored"), "{text}");
     assert_eq!(text.matches("1024/1024 hits (100.0%)").count(), 2, "{text}");
     assert!(text.contains("deleted the check blocks"), "{text}");
+    // Not a terminal: plain progress lines, the last one at 100%.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.lines().any(|l| l.starts_with("check: 3072 of 3072 blocks (100%)")), "{err}");
+}
+
+#[test]
+fn check_verifies_a_real_memcached_and_refuses_what_memcached_lacks() {
+    let mc = MemcachedProcess::start(16);
+    let out = check(&mc.url(), "2MiB");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains(&format!("against {}", mc.url())), "{text}");
+    assert!(text.contains("write    512/512 blocks stored"), "{text}");
+    assert_eq!(text.matches("512/512 hits (100.0%)").count(), 2, "{text}");
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("s");
+    std::fs::write(&secret, "x\n").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["check", "--server", &mc.url(), "--secret-file", secret.to_str().unwrap()]);
+    let out = run_with_timeout(cmd, Duration::from_secs(30)).unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("memcached has no tenant secrets"));
 }
 
 #[test]

@@ -68,7 +68,7 @@ impl Cgroup {
 impl Drop for Cgroup {
     fn drop(&mut self) {
         if let Err(e) = self.remove() {
-            eprintln!("paper: warning: {e}");
+            note!("paper: warning: {e}");
         }
     }
 }

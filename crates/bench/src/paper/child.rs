@@ -156,13 +156,13 @@ impl Child {
         if let Some(st) = self.wait_exit(self.stop_timeout) {
             return Some(st);
         }
-        eprintln!("paper: {} ignored SIGTERM for {:?}: killing it", self.name, self.stop_timeout);
+        note!("paper: {} ignored SIGTERM for {:?}: killing it", self.name, self.stop_timeout);
         let _ = self.child.kill();
         // Bounded even now: a process stuck in the kernel (a FUSE request to a dead daemon)
         // may take a while to die; after 10 s it is left to init rather than hang the run.
         let st = self.wait_exit(Duration::from_secs(10));
         if st.is_none() {
-            eprintln!("paper: warning: {} (pid {}) did not die within 10 s of SIGKILL", self.name, self.pid());
+            note!("paper: warning: {} (pid {}) did not die within 10 s of SIGKILL", self.name, self.pid());
         }
         st
     }

@@ -13,6 +13,12 @@
 //!   load, power and throughput tests of Tables 8/10).
 //! - [`report`]: JSON, markdown tables with ratios, sanity checks, the targets.
 
+/// A line on stderr about the run, above the progress bar when one is up
+/// ([`crate::progress::say`]).
+macro_rules! note {
+    ($($t:tt)*) => { $crate::progress::say(format!($($t)*)) };
+}
+
 pub mod cgroup;
 pub mod child;
 pub mod cleanup;

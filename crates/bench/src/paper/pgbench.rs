@@ -314,13 +314,13 @@ pub fn prepare(tb: &Testbed, o: &PaperOptions) -> Result<PgSetup> {
         .open(pristine.join("postgresql.conf"))
         .and_then(|mut f| std::io::Write::write_all(&mut f, conf.as_bytes()))
         .ctx(|| "write postgresql.conf".into())?;
-    eprintln!("paper: pgbench: loading scale {scale} (about {})", human(scale as u64 * BYTES_PER_SCALE));
+    note!("paper: pgbench: loading scale {scale} (about {})", human(scale as u64 * BYTES_PER_SCALE));
     let mut server = Server::start(tb, pristine.clone(), &[], &tb.logs.join("postgres-init.log"), user)?;
     pg_run(tb, "pgbench", &["-i", "-q", "-s", &scale.to_string()], &[], PG_CMD_TIMEOUT)?;
     server.stop()?;
     sys::run("sync", &[])?;
     let setup = PgSetup { scale, database_bytes: du(&pristine), init_secs: t.elapsed().as_secs_f64() };
-    eprintln!(
+    note!(
         "paper: pgbench: database of {:.0} MiB ready in {:.0} s",
         setup.database_bytes as f64 / MIB as f64,
         setup.init_secs
@@ -417,7 +417,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
                     rec.error = Some(e.to_string());
                 }
             }
-            eprintln!(
+            note!(
                 "paper: [pgbench {} {} {clients} clients] {:.0} tps, {:.2} ms, disk {} reads / {} writes, lenders {} hits{}",
                 cfg.name(),
                 mode.name(),

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::progress::{Progress, Unit};
+
 use super::cgroup::Cgroup;
 use super::child::Child;
 use super::counters::{lender_totals, LenderTotals};
@@ -41,8 +43,8 @@ pub fn run(o: &PaperOptions, progress: &mut dyn FnMut(&PaperReport)) -> Result<P
         link_rate: o.link_rate.clone(),
     };
     let mut tb = Testbed::create(spec)?;
-    eprintln!("paper: logs in {}", tb.logs.display());
-    eprintln!(
+    note!("paper: logs in {}", tb.logs.display());
+    note!(
         "paper: testbed {}: {} ext4 on {} ({}), memory cgroup {}, {} lender(s) of {} over {}",
         tb.prefix,
         human(o.disk_bytes()),
@@ -53,14 +55,24 @@ pub fn run(o: &PaperOptions, progress: &mut dyn FnMut(&PaperReport)) -> Result<P
         human(o.lender_capacity_bytes),
         o.link_rate.as_deref().unwrap_or("unshaped veth")
     );
+    // One step per experiment × size × configuration (pgbench and tpch: per configuration).
+    let steps: usize = o
+        .experiments
+        .iter()
+        .map(|e| match e {
+            Experiment::Pgbench | Experiment::Tpch => o.configs.len(),
+            _ => o.sizes_bytes.len() * o.configs.len(),
+        })
+        .sum();
+    let bar = Progress::new("paper", steps as u64, Unit::Items("runs")).every(Duration::from_secs(60));
     for &exp in &o.experiments {
         if exp == Experiment::Pgbench {
-            run_pgbench(&mut tb, o, &mut report, progress)?;
+            run_pgbench(&mut tb, o, &mut report, progress, &bar)?;
             report.secs_total = started.elapsed().as_secs_f64();
             continue;
         }
         if exp == Experiment::Tpch {
-            run_tpch(&mut tb, o, &mut report, progress)?;
+            run_tpch(&mut tb, o, &mut report, progress, &bar)?;
             report.secs_total = started.elapsed().as_secs_f64();
             continue;
         }
@@ -68,22 +80,25 @@ pub fn run(o: &PaperOptions, progress: &mut dyn FnMut(&PaperReport)) -> Result<P
             sys::check_interrupt()?;
             let t = Instant::now();
             let file = tb.ensure_file(size)?;
-            eprintln!("paper: {} file {file} ready in {:.1} s", human(size), t.elapsed().as_secs_f64());
+            note!("paper: {} file {file} ready in {:.1} s", human(size), t.elapsed().as_secs_f64());
             for &cfg in &o.configs {
+                bar.message(format!("{} {} {}", exp.name(), human(size), cfg.name()));
                 let rec = match run_one(&mut tb, o, exp, size, cfg, &file) {
                     Ok(r) => r,
                     Err(e) if sys::interrupted() => return Err(e),
                     Err(e) => {
-                        eprintln!("paper: {} {} {}: FAILED: {e}", exp.name(), human(size), cfg.name());
+                        note!("paper: {} {} {}: FAILED: {e}", exp.name(), human(size), cfg.name());
                         RunRecord::failed(exp, size, cfg, e.to_string())
                     }
                 };
                 report.runs.push(rec);
                 report.secs_total = started.elapsed().as_secs_f64();
                 progress(&report);
+                bar.inc(1);
             }
         }
     }
+    bar.finish();
     drop(tb);
     report.finish(started.elapsed().as_secs_f64());
     Ok(report)
@@ -96,27 +111,31 @@ fn run_pgbench(
     o: &PaperOptions,
     report: &mut PaperReport,
     progress: &mut dyn FnMut(&PaperReport),
+    bar: &Progress,
 ) -> Result<()> {
+    bar.message("pgbench: making the database");
     let setup = match pgbench::prepare(tb, o) {
         Ok(s) => s,
         Err(e) if sys::interrupted() => return Err(e),
         Err(e) => {
-            eprintln!("paper: pgbench: FAILED to make the database: {e}");
+            note!("paper: pgbench: FAILED to make the database: {e}");
             report.pgbench_error = Some(e.to_string());
             return Ok(());
         }
     };
     report.pgbench_setup = Some(setup);
     for &cfg in &o.configs {
+        bar.message(format!("pgbench {}", cfg.name()));
         match pgbench::run_config(tb, o, cfg) {
             Ok(recs) => report.pgbench.extend(recs),
             Err(e) if sys::interrupted() => return Err(e),
             Err(e) => {
-                eprintln!("paper: pgbench {}: FAILED: {e}", cfg.name());
+                note!("paper: pgbench {}: FAILED: {e}", cfg.name());
                 report.pgbench.push(pgbench::PgRecord::failed(cfg, e.to_string()));
             }
         }
         progress(report);
+        bar.inc(1);
     }
     Ok(())
 }
@@ -128,27 +147,31 @@ fn run_tpch(
     o: &PaperOptions,
     report: &mut PaperReport,
     progress: &mut dyn FnMut(&PaperReport),
+    bar: &Progress,
 ) -> Result<()> {
+    bar.message("tpch: making the data");
     let setup = match tpch::prepare(tb, o) {
         Ok(s) => s,
         Err(e) if sys::interrupted() => return Err(e),
         Err(e) => {
-            eprintln!("paper: tpch: FAILED to make the data: {e}");
+            note!("paper: tpch: FAILED to make the data: {e}");
             report.tpch_error = Some(e.to_string());
             return Ok(());
         }
     };
     report.tpch_setup = Some(setup.clone());
     for &cfg in &o.configs {
+        bar.message(format!("tpch {}", cfg.name()));
         match tpch::run_config(tb, o, &setup, cfg) {
             Ok(rec) => report.tpch.push(rec),
             Err(e) if sys::interrupted() => return Err(e),
             Err(e) => {
-                eprintln!("paper: tpch {}: FAILED: {e}", cfg.name());
+                note!("paper: tpch {}: FAILED: {e}", cfg.name());
                 report.tpch.push(tpch::TpchRecord::failed(cfg, e.to_string()));
             }
         }
         progress(report);
+        bar.inc(1);
     }
     Ok(())
 }
@@ -231,7 +254,7 @@ fn ask(w: &mut Child, cmd: &str, limit: Duration, label: &str) -> Result<PassOut
                 w.log_tail()
             )));
         }
-        eprintln!("paper: [{label}] {cmd}: still running after {:.0} s", start.elapsed().as_secs_f64());
+        note!("paper: [{label}] {cmd}: still running after {:.0} s", start.elapsed().as_secs_f64());
     }
 }
 
@@ -330,7 +353,7 @@ fn measure(
         let out = ask(w, "pass", plimit, label)?;
         let now = snapshot(tb, addrs, mount.as_deref_mut())?;
         let p = pass_record(pass, exp, out, &prev, &now, mem);
-        eprintln!("paper: [{label}] {}", p.summary());
+        note!("paper: [{label}] {}", p.summary());
         rec.passes.push(p);
         prev = now;
     }
@@ -351,10 +374,14 @@ fn measure(
             warm,
             measured,
         };
-        eprintln!(
+        note!(
             "paper: [{label}] probe: O_DIRECT 4 KiB read {:.0} µs mean, {:.0} µs median; of its {} reads {} from \
              lenders, {} disk I/Os",
-            p.measured.lat_us_mean, p.measured.lat_us_p50, o.probe_reads, p.lender_hits, p.disk_read_ios
+            p.measured.lat_us_mean,
+            p.measured.lat_us_p50,
+            o.probe_reads,
+            p.lender_hits,
+            p.disk_read_ios
         );
         rec.probe = Some(p);
     }

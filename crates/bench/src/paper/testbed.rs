@@ -369,11 +369,11 @@ impl Drop for Testbed {
     fn drop(&mut self) {
         while let Some((what, f)) = self.undo.pop() {
             if let Err(e) = f() {
-                eprintln!("paper: warning: could not {what}: {e}");
+                note!("paper: warning: could not {what}: {e}");
             }
         }
         if let Err(e) = self.blkio.remove() {
-            eprintln!("paper: warning: {e}");
+            note!("paper: warning: {e}");
         }
     }
 }

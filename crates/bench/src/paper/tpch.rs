@@ -310,7 +310,7 @@ pub fn prepare(tb: &Testbed, o: &PaperOptions) -> Result<TpchSetup> {
     let base = tb.ext4.join("tpch");
     let data = base.join("data");
     std::fs::create_dir_all(&data).ctx(|| format!("create {}", data.display()))?;
-    eprintln!(
+    note!(
         "paper: tpch: generating scale factor {} with {version} (about {:.0} MiB of CSV)",
         sf_text(sf),
         sf * CSV_BYTES_PER_SF as f64 / MIB as f64
@@ -385,7 +385,7 @@ pub fn prepare(tb: &Testbed, o: &PaperOptions) -> Result<TpchSetup> {
         maintenance_work_mem: maintenance_work_mem(o),
         shared_buffers: SHARED_BUFFERS.into(),
     };
-    eprintln!(
+    note!(
         "paper: tpch: {:.0} MiB of CSV ({} lineitem rows) and an empty cluster ready in {:.1} s",
         data_bytes as f64 / MIB as f64,
         setup.rows.iter().find(|(t, _)| t == "lineitem").map_or(0, |(_, n)| *n),
@@ -465,7 +465,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, setup: &TpchSetup, cfg: Co
         if let Some(m) = mount.as_ref() {
             msg.push_str(&format!("\nthe mount daemon's log ends:\n{}", m.log_tail()));
         }
-        eprintln!("paper: [{label}] FAILED: {msg}");
+        note!("paper: [{label}] FAILED: {msg}");
         rec.error = Some(msg);
     }
     let t = runner::tear_down(&mem, mount, lenders.as_mut());
@@ -525,7 +525,7 @@ fn measure(c: &mut Ctx, fs: &Path, db: &Path, rec: &mut TpchRecord) -> Result<()
     let s1 = c.snapshot()?;
     rec.load = phase(&s0, &s1, load_secs);
     rec.database_bytes = pgbench::du(db);
-    eprintln!(
+    note!(
         "paper: [{}] load test: {load_secs:.1} s, database {:.0} MiB, disk {} reads / {} writes",
         c.label,
         rec.database_bytes as f64 / MIB as f64,
@@ -540,7 +540,7 @@ fn measure(c: &mut Ctx, fs: &Path, db: &Path, rec: &mut TpchRecord) -> Result<()
     rec.power_secs = Some(secs);
     let s2 = c.snapshot()?;
     rec.power_phase = phase(&s1, &s2, secs);
-    eprintln!("paper: [{}] power test: {secs:.1} s{}", c.label, status_note(&rec.power));
+    note!("paper: [{}] power test: {secs:.1} s{}", c.label, status_note(&rec.power));
 
     // Throughput test.
     let orders: Vec<(u32, &[u32])> =
@@ -553,7 +553,7 @@ fn measure(c: &mut Ctx, fs: &Path, db: &Path, rec: &mut TpchRecord) -> Result<()
     let s3 = c.snapshot()?;
     rec.throughput_phase = phase(&s2, &s3, secs);
     rec.mount = s3.mount.clone();
-    eprintln!(
+    note!(
         "paper: [{}] throughput test: {secs:.1} s, {:.0} queries per hour{}",
         c.label,
         rec.queries_per_hour.unwrap_or(0.0),
@@ -587,7 +587,7 @@ fn load(c: &mut Ctx, fs: &Path, rec: &mut TpchRecord) -> Result<()> {
         let p = path.to_string_lossy().to_string();
         let (out, secs) = psql_blocking(c, &["-X", "-v", "ON_ERROR_STOP=1", "-f", &p], &format!("load {table}"))?;
         let rows = out.lines().find_map(|l| l.trim().strip_prefix("COPY ")?.trim().parse::<u64>().ok());
-        eprintln!("paper: [{}] load {table}: {secs:.1} s, {} rows", c.label, rows.unwrap_or(0));
+        note!("paper: [{}] load {table}: {secs:.1} s, {} rows", c.label, rows.unwrap_or(0));
         rec.load_steps.push(TpchStep { what: format!("create and copy {table}"), secs, rows });
     }
     let statements = index_statements();
@@ -605,10 +605,10 @@ fn load(c: &mut Ctx, fs: &Path, rec: &mut TpchRecord) -> Result<()> {
         let secs = times.get(i).copied().unwrap_or(0.0);
         rec.load_steps.push(TpchStep { what: s.clone(), secs, rows: None });
     }
-    eprintln!("paper: [{}] keys and indexes ({} statements): {secs:.1} s", c.label, statements.len());
+    note!("paper: [{}] keys and indexes ({} statements): {secs:.1} s", c.label, statements.len());
     let (_, secs) = psql_blocking(c, &["-X", "-q", "-v", "ON_ERROR_STOP=1", "-c", "ANALYZE"], "analyze")?;
     rec.load_steps.push(TpchStep { what: "ANALYZE".into(), secs, rows: None });
-    eprintln!("paper: [{}] analyze: {secs:.1} s", c.label);
+    note!("paper: [{}] analyze: {secs:.1} s", c.label);
     Ok(())
 }
 
@@ -657,7 +657,7 @@ fn psql_blocking(c: &Ctx, args: &[&str], what: &str) -> Result<(String, f64)> {
         }
         if beat.elapsed() >= HEARTBEAT {
             beat = Instant::now();
-            eprintln!("paper: [{}] {what}: still running after {:.0} s", c.label, t.elapsed().as_secs_f64());
+            note!("paper: [{}] {what}: still running after {:.0} s", c.label, t.elapsed().as_secs_f64());
         }
         std::thread::sleep(Duration::from_millis(5));
     };
@@ -724,7 +724,7 @@ fn run_streams(c: &mut Ctx, test: &str, streams: &[(u32, &[u32])]) -> Result<(Ve
                     let a = active[i].take().expect("active");
                     let q = finish(&a, stream, r);
                     if stream == 0 || q.status != QueryStatus::Ok {
-                        eprintln!("paper: [{} {test}] stream {stream} q{}: {}", c.label, q.query, describe(&q));
+                        note!("paper: [{} {test}] stream {stream} q{}: {}", c.label, q.query, describe(&q));
                     }
                     done.push(q);
                 }
@@ -769,7 +769,7 @@ fn run_streams(c: &mut Ctx, test: &str, streams: &[(u32, &[u32])]) -> Result<(Ve
                 .zip(streams)
                 .filter_map(|(a, (s, _))| a.as_ref().map(|a| format!("stream {s} q{}", a.query)))
                 .collect();
-            eprintln!(
+            note!(
                 "paper: [{} {test}] {} of {} queries done after {:.0} s; running {}",
                 c.label,
                 done.len(),

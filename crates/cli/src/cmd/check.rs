@@ -1,20 +1,22 @@
-//! `farcache check --server HOST:PORT`: prove a lender works end to end. Writes blocks with
-//! contents derived from their keys, reads them back twice in a random order with many
-//! requests in flight, verifies every byte, deletes them, and reports what it saw.
+//! `farcache check --server [memcached://]HOST:PORT`: prove a lender works end to end — a
+//! farcache server, or a memcached about to be listed as one. Writes blocks with contents
+//! derived from their keys, reads them back twice in a random order with many requests in
+//! flight, verifies every byte, deletes them, and reports what it saw.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use farcache_client::{Client, ClientConfig, Key, PutStatus};
+use farcache_bench::progress::{Progress, Unit};
+use farcache_client::{ClientConfig, Key, LenderClient, PutStatus};
 use farcache_config::ByteSize;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The server to check.
-    #[arg(long)]
-    server: SocketAddr,
+    /// The lender to check: HOST:PORT for a farcache server, memcached://HOST:PORT for a
+    /// memcached.
+    #[arg(long, value_name = "[memcached://]HOST:PORT")]
+    server: String,
     /// Data to write and read back.
     #[arg(long, default_value = "64MiB")]
     size: ByteSize,
@@ -49,28 +51,30 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if blocks == 0 || a.concurrency == 0 {
         bail!("--size must be at least 4KiB and --concurrency at least 1");
     }
+    let server = super::lenders::resolve_lender(&a.server, "--server")?;
     let secret = super::read_secret_file(a.secret_file.as_deref())?;
-    let tls = a.tls.client_tls(&a.server.to_string())?;
+    let tls = a.tls.client_tls(&server.addr.to_string())?;
     let tenant = a.tls.tenant(a.tenant.as_deref(), "check")?;
+    if server.is_memcached() && (!secret.is_empty() || tls.is_some()) {
+        bail!("{server}: memcached has no tenant secrets and no TLS; drop --secret-file and the --tls-* flags");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async move {
-        let mut cfg = ClientConfig::new(a.server, tenant.clone());
+        let mut cfg = ClientConfig::new(server.addr, tenant.clone());
         cfg.secret = secret;
         cfg.tls = tls;
         cfg.request_timeout = Duration::from_secs(10);
-        let client =
-            Client::connect(cfg).await.with_context(|| format!("cannot reach farcache server {}", a.server))?;
+        let client = LenderClient::connect(server.protocol, cfg).await.with_context(|| {
+            let kind = if server.is_memcached() { "memcached" } else { "farcache server" };
+            format!("cannot reach {kind} {}", server.addr)
+        })?;
         // A fresh epoch per run, so two checks never read each other's blocks.
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let run_id = (now.as_nanos() as u64) ^ ((std::process::id() as u64) << 40);
         let key = move |n: u64| Key::new(CHECK_FILE, n, run_id);
-        println!(
-            "checking {} ({} blocks of 4 KiB) against {} as tenant {:?}",
-            a.size.approx(),
-            blocks,
-            a.server,
-            tenant
-        );
+        println!("checking {} ({} blocks of 4 KiB) against {} as tenant {:?}", a.size.approx(), blocks, server, tenant);
+        let bar = Progress::new("check", 3 * blocks, Unit::Items("blocks"));
+        bar.message("write");
 
         // Write.
         let t = Instant::now();
@@ -80,6 +84,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             let entries: Vec<(Key, &[u8])> = chunk.iter().zip(&values).map(|(&n, v)| (key(n), v.as_slice())).collect();
             let statuses = client.put(&entries).await.context("PUT failed")?;
             stored += statuses.iter().filter(|s| **s == PutStatus::Stored).count() as u64;
+            bar.inc(chunk.len() as u64);
         }
         let secs = t.elapsed().as_secs_f64();
         println!("write    {stored}/{blocks} blocks stored in {secs:.2} s ({:.0} blocks/s)", blocks as f64 / secs);
@@ -94,6 +99,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             order.swap(i, (x % (i as u64 + 1)) as usize);
         }
         for pass in 1..=2 {
+            bar.message(format!("read {pass}"));
             let t = Instant::now();
             let (mut hits, mut wrong) = (0u64, 0u64);
             for wave in order.chunks(a.concurrency) {
@@ -110,6 +116,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                         }
                     }
                 }
+                bar.inc(wave.len() as u64);
             }
             let secs = t.elapsed().as_secs_f64();
             println!(
@@ -121,6 +128,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 bail!("{wrong} blocks came back with wrong contents");
             }
         }
+        bar.finish();
         let keys: Vec<Key> = (0..blocks).map(key).collect();
         client.del(&keys).await.context("DEL failed")?;
         println!("cleanup  deleted the check blocks");

@@ -10,12 +10,13 @@
 //! socket says whether the mount can be warmed (it has a remote tier), how wide its read-around
 //! window is, and how many blocks the warm-up filled.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use farcache_bench::progress::{Progress, Unit};
 use farcache_config::ByteSize;
 use serde_json::{json, Value};
 
@@ -23,7 +24,7 @@ use crate::control::client::call_mount;
 
 /// Most files one warm-up walks (directories are walked for regular files).
 pub const MAX_FILES: usize = 1_000_000;
-/// One progress line per this much time.
+/// One plain progress line per this much time (when stderr is not a terminal).
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// How long to wait for the fills still queued at the end to be stored.
 const DRAIN_WAIT: Duration = Duration::from_secs(5);
@@ -118,12 +119,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let stride = before["routing"]["read_around_bytes"].as_u64().unwrap_or(0).max(BLOCK);
     let files = files(&mnt, &a.paths)?;
     let total: u64 = files.iter().map(|(_, len)| len).sum();
-    let tty = std::io::stderr().is_terminal();
+    let bar = Progress::new("warmup", total, Unit::Bytes).every(PROGRESS_EVERY);
     let pace = Pace { start: Instant::now(), rate: a.rate.bytes() as f64 };
     let mut buf = vec![0u8; 2 * BLOCK as usize];
     let off = buf.as_ptr().align_offset(BLOCK as usize);
-    let (mut done, mut last) = (0u64, Instant::now());
+    let mut done = 0u64;
     for (path, len) in &files {
+        bar.message(path.strip_prefix(&mnt).unwrap_or(path).display().to_string());
         let f = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_DIRECT)
@@ -135,13 +137,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             let step = stride.min(len - at);
             at += step;
             done += step;
+            bar.inc(step);
             pace.wait(done);
-            if last.elapsed() >= PROGRESS_EVERY {
-                last = Instant::now();
-                progress(tty, &mnt, path, done, total, pace.start.elapsed());
-            }
         }
     }
+    bar.finish();
     // Fills leave in the background: wait (bounded) for the queue to drain before counting.
     let filled = |v: &Value| count(v, "engine", "fills");
     let mut after = counters(&mnt, &socket)?;
@@ -161,9 +161,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(50));
         after = counters(&mnt, &socket)?;
     }
-    if tty {
-        eprintln!();
-    }
     let d = |s: &str, f: &str| count(&after, s, f) - count(&before, s, f);
     println!(
         "warmed {} files, {} in {:.1}s: {} blocks filled ({} stored, {} dropped, {} failed); {} blocks read from lenders meanwhile",
@@ -178,22 +175,4 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     );
     std::io::stdout().flush()?;
     Ok(())
-}
-
-/// One progress line: on a terminal, rewritten in place; otherwise a line per second.
-fn progress(tty: bool, mnt: &Path, path: &Path, done: u64, total: u64, took: Duration) {
-    let pct = if total == 0 { 100.0 } else { done as f64 * 100.0 / total as f64 };
-    let rate = done as f64 / took.as_secs_f64().max(1e-3);
-    let name = path.strip_prefix(mnt).unwrap_or(path).display();
-    let line = format!(
-        "warmup: {} of {} ({pct:.0}%), {}/s, {name}",
-        ByteSize(done).approx(),
-        ByteSize(total).approx(),
-        ByteSize(rate as u64).approx()
-    );
-    if tty {
-        eprint!("\r\x1b[2K{line}");
-    } else {
-        eprintln!("{line}");
-    }
 }
