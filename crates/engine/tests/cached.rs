@@ -173,6 +173,9 @@ fn stats_count_a_known_sequence_exactly() {
             fallbacks: 0,
             rejected: 0,
             connects: 1,
+            // Made in the background as fetches found none idle: one at least (the second
+            // fetch made one), at most the default limit of 8.
+            fetch_connects: s.remote.fetch_connects.clamp(1, 8),
             connect_failures: 0,
             auth_failures: 0,
             fetch_latency: s.remote.fetch_latency,

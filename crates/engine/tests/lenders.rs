@@ -220,3 +220,46 @@ fn a_written_block_refilled_elsewhere_is_never_named_on_its_old_lender() {
     assert_eq!(after.engine.remote_reads - before.engine.remote_reads, BLOCKS as u64);
     assert_eq!(after.remote.rejected, 0);
 }
+
+#[test]
+fn reading_threads_fetch_on_connections_of_their_own_bounded_per_lender() {
+    const BLOCKS: usize = 256;
+    let a = Lender::start("32MiB");
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(BLOCKS * 4096, 21);
+    let file = Arc::new(backing(&dir, &data));
+    for limit in [0usize, 2] {
+        let proxy = Proxy::start(a.addr);
+        let remote = common::remote(vec![proxy.addr], |c| c.fetch_connections = limit);
+        let e = Arc::new(CachedPath::new(DirectPath::new(), remote, Threshold::PAPER));
+        wait("connection", || e.remote().connected() == 1);
+        fill_all(&e, &file, &data);
+        let hits_before = e.remote().counters().snapshot().hits;
+        // Eight readers at once, three passes each: every byte right, whichever connection
+        // answered.
+        let readers: Vec<_> = (0..8)
+            .map(|_| {
+                let (e, file, data) = (e.clone(), file.clone(), data.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..3 {
+                        read_all(&e, &file, &data);
+                    }
+                })
+            })
+            .collect();
+        for r in readers {
+            r.join().unwrap();
+        }
+        assert!(e.remote().counters().snapshot().hits > hits_before, "limit {limit}: no lender hit");
+        // The main connection, plus at most `limit` fetch connections (made as reads needed
+        // them), never more however many threads read.
+        if limit > 0 {
+            wait("fetch connections", || proxy.live() == 1 + limit);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(proxy.live(), 1 + limit, "limit {limit}");
+        // Removing the lender closes them all.
+        e.remote().remove_lender(proxy.addr).unwrap();
+        wait("all closed", || proxy.live() == 0);
+    }
+}

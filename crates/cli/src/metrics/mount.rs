@@ -46,6 +46,7 @@ impl Collector for Snapshot {
             (REMOTE_AUTH_FAILURES, r.auth_failures),
             (REMOTE_CONNECTS, r.connects),
             (REMOTE_CONNECT_FAILURES, r.connect_failures),
+            (REMOTE_FETCH_CONNECTS, r.fetch_connects),
             (ENGINE_REMOTE_READS, e.remote_reads),
             (ENGINE_DISK_READS, e.disk_reads),
             (ENGINE_PARTIAL_HITS, e.partial_hits),
