@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# A lender hit through the mount against its physical parts (issue 17, item 5), side by side
+# in one run: the FUSE round trip of a read whose data is in memory (a passthrough mount,
+# --no-remote, of a tmpfs backing: no disk), a raw GET round trip to a lender on loopback
+# (`farcache bench server`'s synchronous client, one connection, one key per request), and
+# a lender hit through the mount — with the reading thread's own fetch connections (the
+# default) and without them (cache.fetch_connections = 0: every fetch handed to the remote
+# runtime and back). ROUNDS rounds, modes in rotating order; medians of the p50s.
+# Target: hit p50 <= 1.15 x (FUSE p50 + GET p50). Writes bench/results/hit-path.{md,json}.
+# Root (tmpfs mount). Part of `make bench`.
+set -euo pipefail
+BIN=${BIN:-target/release/farcache}
+ROUNDS=${ROUNDS:-7}
+OUT=${OUT:-bench/results}
+work=$(mktemp -d "${TMPDIR:-/tmp}/farcache-bench-hit.XXXXXX")
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  for m in "$work"/mnt-*; do
+    if grep -qs " $m " /proc/self/mountinfo; then fusermount3 -u -z "$m" 2>/dev/null || true; fi
+  done
+  if grep -qs " $work/backing " /proc/self/mountinfo; then umount "$work/backing" || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+[ -x "$BIN" ] || { echo "bench-hit-path: $BIN missing (cargo build --release -p farcache-cli)" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || { echo "bench-hit-path: needs root (a tmpfs backing)" >&2; exit 1; }
+mkdir -p "$work/backing" "$OUT"
+mount -t tmpfs -o size=96M tmpfs "$work/backing"
+head -c 64M /dev/urandom >"$work/backing/f"
+
+wait_for() {
+  local file=$1 pattern=$2 pid=$3
+  for _ in $(seq 200); do
+    grep -q "$pattern" "$file" 2>/dev/null && return 0
+    kill -0 "$pid" 2>/dev/null || { echo "bench-hit-path: process exited early:" >&2; cat "${file%.out}.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "bench-hit-path: no '$pattern' in $file after 20 s" >&2; exit 1
+}
+
+printf '[server]\nlisten = "127.0.0.1:0"\ncapacity = "256MiB"\n' >"$work/server.toml"
+"$BIN" server --config "$work/server.toml" >"$work/server.out" 2>"$work/server.log" &
+pids+=($!)
+wait_for "$work/server.out" "listening on" "$!"
+addr=$(sed -n 's/.*listening on //p' "$work/server.out")
+printf '[cache]\nfetch_connections = 0\n' >"$work/runtime.toml"
+start_mount() {
+  local tag=$1; shift
+  mkdir -p "$work/mnt-$tag"
+  "$BIN" mount "$work/backing" "$work/mnt-$tag" "$@" >"$work/mount-$tag.out" 2>"$work/mount-$tag.log" &
+  pids+=($!)
+  wait_for "$work/mount-$tag.out" "farcache mounted" "$!"
+}
+start_mount fuse --no-remote
+start_mount hit --server "$addr" --routing threshold
+start_mount runtime --config "$work/runtime.toml" --server "$addr" --routing threshold
+for tag in fuse hit runtime; do "$BIN" randread "$work/mnt-$tag/f" --passes 2 >/dev/null 2>&1; done
+
+p50() { sed -E 's/.*p50 ([0-9]+) us.*/\1/' <<<"$1"; }
+results="$work/results.tsv"
+: >"$results"
+MODES=(fuse get hit runtime)
+for round in $(seq "$ROUNDS"); do
+  for i in 0 1 2 3; do
+    mode=${MODES[$(( (i + round) % 4 ))]}
+    if [ "$mode" = get ]; then
+      "$BIN" bench server --no-memcached --connections 1 --batches 1 --mixes get --duration 3s --warmup 1s \
+        --keys 4096 --retries 0 --json "$work/get.json" >/dev/null 2>&1
+      us=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["runs"][0]["latency_us_p50"])' "$work/get.json")
+    else
+      line=$("$BIN" randread "$work/mnt-$mode/f" --passes 1 --verify "$work/backing/f" 2>&1 | grep '^pass 1:')
+      us=$(p50 "$line")
+    fi
+    printf '%s\t%s\t%s\n' "$round" "$mode" "$us" >>"$results"
+  done
+  echo "bench-hit-path: round $round/$ROUNDS done"
+done
+hits() { "$BIN" stats "$work/mnt-$1" --json | python3 -c 'import json,sys; r=json.load(sys.stdin)["remote"]; print(r["hits"], r["misses"], r["fetch_connects"])'; }
+python3 - "$results" "$OUT" "$ROUNDS" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(hits hit)" "$(hits runtime)" <<'PY'
+import json, statistics, sys
+path, out, rounds, cpus, load, hit_stats, rt_stats = sys.argv[1:]
+rows = [l.split("\t") for l in open(path).read().splitlines()]
+med = {m: statistics.median(float(r[2]) for r in rows if r[1] == m) for m in ("fuse", "get", "hit", "runtime")}
+limit = 1.15 * (med["fuse"] + med["get"])
+lines = [f"4 KiB O_DIRECT random reads of a 64 MiB file on tmpfs, {rounds} rounds in rotating order; {cpus} CPUs, "
+         f"load average at the end {load}. Medians of each round's p50.", "",
+         "| what | p50 |", "|---|---:|",
+         f"| FUSE round trip, data in memory (passthrough of tmpfs) | {med['fuse']:.0f} µs |",
+         f"| raw GET round trip to a lender (loopback, synchronous client) | {med['get']:.0f} µs |",
+         f"| lender hit through the mount, fetch connections (default) | {med['hit']:.0f} µs |",
+         f"| lender hit through the mount, via the remote runtime (fetch_connections = 0) | {med['runtime']:.0f} µs |",
+         "",
+         f"Target: hit ≤ 1.15 × (FUSE + GET) = {limit:.0f} µs: {med['hit']:.0f} µs — "
+         f"{'met' if med['hit'] <= limit else 'NOT met'} ({med['hit'] / (med['fuse'] + med['get']):.2f}× the sum; "
+         f"without fetch connections {med['runtime'] / (med['fuse'] + med['get']):.2f}×). "
+         f"Mount counters (hits, misses, fetch connections made): default {hit_stats}, runtime {rt_stats}."]
+text = "\n".join(lines) + "\n"
+print(text)
+open(f"{out}/hit-path.md", "w").write(text)
+json.dump({"rounds": int(rounds), "cpus": int(cpus), "load": load, "p50_us": med, "target_us": limit,
+           "rows": rows}, open(f"{out}/hit-path.json", "w"), indent=1)
+PY
