@@ -11,9 +11,13 @@
 //! slope wants (every curve flat) is split by weight among the active tenants.
 //!
 //! The targets then move towards the ideal:
-//! - *bounded*: at most `max_move_percent` of capacity per decision is taken from tenants
-//!   above their ideal (raising a tenant to its minimum, and handing out capacity no tenant
-//!   holds, are not bounded: neither evicts a warm block for another tenant's gain);
+//! - *bounded where it costs hits*: at most `max_move_percent` of capacity per decision is
+//!   taken from tenants above their ideal. Not counted against that bound, because none of
+//!   them evicts a warm block for another tenant's gain: raising a tenant to its minimum,
+//!   handing out capacity no target claims, the part of a donor's target it does not hold
+//!   (`used_blocks` below its target), and the part its own curve says it gains nothing from
+//!   (taking it loses less than [`FLAT_LOSS`] of the donor's hit ratio: a tenant whose
+//!   working set shrank in a phase change, or that holds blocks it does not reuse);
 //! - *with hysteresis*: no move at all unless the ideal's predicted hits exceed the current
 //!   targets' by `hysteresis_percent`, so estimation noise does not shuffle memory; once a
 //!   move starts it continues to the ideal (the ideal of stationary input is fixed, so the
@@ -43,6 +47,10 @@ impl Default for MarginalConfig {
         MarginalConfig { interval: Duration::from_secs(5), max_move_percent: 2.0, hysteresis_percent: 1.0 }
     }
 }
+
+/// Blocks whose removal lowers a donor's predicted hit ratio by less than this (absolute)
+/// are taken without counting against the per-decision bound.
+pub const FLAT_LOSS: f64 = 0.001;
 
 /// One piece of a tenant's hull: `blocks` more blocks gain `slope` hits/s each.
 #[derive(Clone, Copy, Debug)]
@@ -92,6 +100,30 @@ impl Marginal {
             return 0.0;
         }
         f64::from(s.weight.max(1)) * self.rate[i] * s.curve.hit_ratio_at(blocks as f64)
+    }
+
+    /// How many blocks tenant `s` (index `i`) can give from `target` down towards `ideal`
+    /// without costing hits: what it targets but does not hold, or more where its curve is
+    /// flat (a loss under [`FLAT_LOSS`] of hit ratio).
+    pub fn free_to_give(s: &TenantSample, target: u64, ideal: u64) -> u64 {
+        let over = target.saturating_sub(ideal);
+        let unheld = target.saturating_sub(s.used_blocks).min(over);
+        if !s.curve.valid || over == 0 {
+            return unheld;
+        }
+        let at = s.curve.hit_ratio_at(target as f64);
+        // The loss grows with the blocks taken (hit ratios never fall as memory grows): the
+        // largest k with a loss under FLAT_LOSS, by bisection.
+        let (mut lo, mut hi) = (0u64, over + 1);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if at - s.curve.hit_ratio_at((target - mid) as f64) < FLAT_LOSS {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo.max(unheld)
     }
 
     fn total_value(&self, tenants: &[TenantSample], alloc: &[u64]) -> f64 {
@@ -193,7 +225,9 @@ impl Allocator for Marginal {
             targets.copy_from_slice(&self.ideal);
         } else if self.moving || reclaim {
             let budget = ((capacity as f64 * self.cfg.max_move_percent / 100.0) as u64).max(1);
-            step(capacity, targets, &self.ideal, budget);
+            let free: Vec<u64> =
+                tenants.iter().enumerate().map(|(i, s)| Self::free_to_give(s, targets[i], self.ideal[i])).collect();
+            step(capacity, targets, &self.ideal, &free, budget);
         }
         clamp(capacity, tenants, targets);
         self.moving &= targets != self.ideal.as_slice();
@@ -207,30 +241,40 @@ impl Allocator for Marginal {
     }
 }
 
-/// Move `targets` towards `ideal`: first into capacity no tenant holds (unbounded), then at
-/// most `budget` blocks from tenants above their ideal to tenants below it, largest gaps
-/// first. The sum never grows past `max(capacity, sum before)`.
-pub(crate) fn step(capacity: u64, targets: &mut [u64], ideal: &[u64], budget: u64) {
-    let mut free = capacity.saturating_sub(targets.iter().sum());
+/// Move `targets` towards `ideal`: first into capacity no target claims, then what each
+/// donor can give for free (`free[i]`, see [`Marginal::free_to_give`]), both unbounded;
+/// then at most `budget` blocks more from tenants above their ideal to tenants below it,
+/// largest gaps first. The sum never grows past `max(capacity, sum before)`.
+pub(crate) fn step(capacity: u64, targets: &mut [u64], ideal: &[u64], free: &[u64], budget: u64) {
+    let mut unclaimed = capacity.saturating_sub(targets.iter().sum());
     for (t, &want) in targets.iter_mut().zip(ideal) {
-        let add = want.saturating_sub(*t).min(free);
+        let add = want.saturating_sub(*t).min(unclaimed);
         *t += add;
-        free -= add;
+        unclaimed -= add;
     }
+    let (mut free, mut unbounded) = (free.to_vec(), u64::MAX);
+    transfer(targets, ideal, &mut free, &mut unbounded);
     let mut budget = budget;
-    // Each round exhausts a donor's excess, a receiver's gap or the budget.
-    for _ in 0..2 * targets.len() + 1 {
+    transfer(targets, ideal, &mut vec![u64::MAX; targets.len()], &mut budget);
+}
+
+/// Move blocks from tenants above their ideal to tenants below it, largest gaps first: from
+/// donor `d` at most `room[d]`, and at most `shared` in all (both lowered as blocks move).
+fn transfer(targets: &mut [u64], ideal: &[u64], room: &mut [u64], shared: &mut u64) {
+    // Each round exhausts a donor's excess or room, a receiver's gap, or `shared`.
+    for _ in 0..3 * targets.len() + 1 {
         let gap = |i: usize, t: &[u64]| ideal[i].saturating_sub(t[i]);
-        let over = |i: usize, t: &[u64]| t[i].saturating_sub(ideal[i]);
+        let give = |i: usize, t: &[u64]| t[i].saturating_sub(ideal[i]).min(room[i]);
         let r = (0..targets.len()).max_by_key(|&i| gap(i, targets));
-        let d = (0..targets.len()).max_by_key(|&i| over(i, targets));
+        let d = (0..targets.len()).max_by_key(|&i| give(i, targets));
         let (Some(r), Some(d)) = (r, d) else { return };
-        let amount = gap(r, targets).min(over(d, targets)).min(budget);
+        let amount = gap(r, targets).min(give(d, targets)).min(*shared);
         if amount == 0 {
             return;
         }
         targets[d] -= amount;
         targets[r] += amount;
-        budget -= amount;
+        room[d] -= amount;
+        *shared -= amount;
     }
 }
