@@ -12,34 +12,15 @@ set -euo pipefail
 BIN=${BIN:-target/release/farcache}
 ROUNDS=${ROUNDS:-7}
 OUT=${OUT:-bench/results}
-work=$(mktemp -d "${TMPDIR:-/tmp}/farcache-bench-hit.XXXXXX")
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  for m in "$work"/mnt-*; do
-    if grep -qs " $m " /proc/self/mountinfo; then fusermount3 -u -z "$m" 2>/dev/null || true; fi
-  done
-  if grep -qs " $work/backing " /proc/self/mountinfo; then umount "$work/backing" || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+SCRIPT=bench-hit-path
+# shellcheck source=lib/bench-procs.sh
+. "$(dirname "$0")/lib/bench-procs.sh"
 [ -x "$BIN" ] || { echo "bench-hit-path: $BIN missing (cargo build --release -p farcache-cli)" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "bench-hit-path: needs root (a tmpfs backing)" >&2; exit 1; }
 mkdir -p "$work/backing" "$OUT"
 mount -t tmpfs -o size=96M tmpfs "$work/backing"
 head -c 64M /dev/urandom >"$work/backing/f"
 
-wait_for() {
-  local file=$1 pattern=$2 pid=$3
-  for _ in $(seq 200); do
-    grep -q "$pattern" "$file" 2>/dev/null && return 0
-    kill -0 "$pid" 2>/dev/null || { echo "bench-hit-path: process exited early:" >&2; cat "${file%.out}.log" >&2; exit 1; }
-    sleep 0.1
-  done
-  echo "bench-hit-path: no '$pattern' in $file after 20 s" >&2; exit 1
-}
 
 printf '[server]\nlisten = "127.0.0.1:0"\ncapacity = "256MiB"\n' >"$work/server.toml"
 "$BIN" server --config "$work/server.toml" >"$work/server.out" 2>"$work/server.log" &

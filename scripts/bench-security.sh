@@ -30,18 +30,9 @@ OUT=${OUT:-bench/results}
 read -r -a MODES <<<"${MODES:-plain key tls tls-psk tls+key}"
 NAME=${NAME:-security}
 PAR=${PAR:-1}
-work=$(mktemp -d "${TMPDIR:-/tmp}/farcache-bench-security.XXXXXX")
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  for m in "$work"/mnt-*; do
-    if grep -qs " $m " /proc/self/mountinfo; then fusermount3 -u -z "$m" 2>/dev/null || true; fi
-  done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+SCRIPT=bench-security
+# shellcheck source=lib/bench-procs.sh
+. "$(dirname "$0")/lib/bench-procs.sh"
 
 [ -x "$BIN" ] || { echo "bench-security: $BIN missing (cargo build --release -p farcache-cli)" >&2; exit 1; }
 mkdir -p "$work/backing" "$OUT"
@@ -49,17 +40,6 @@ head -c 128M /dev/urandom >"$work/backing/f"
 "$BIN" certs --out "$work/pki" --client default >/dev/null
 "$BIN" keygen --out "$work/block.key" >/dev/null
 "$BIN" keygen --out "$work/psk.key" >/dev/null
-
-# Wait for `pattern` in `file`, at most 20 s, while `pid` lives.
-wait_for() {
-  local file=$1 pattern=$2 pid=$3
-  for _ in $(seq 200); do
-    grep -q "$pattern" "$file" 2>/dev/null && return 0
-    kill -0 "$pid" 2>/dev/null || { echo "bench-security: process exited early:" >&2; cat "${file%.out}.log" >&2; exit 1; }
-    sleep 0.1
-  done
-  echo "bench-security: no '$pattern' in $file after 20 s" >&2; exit 1
-}
 
 pki="$work/pki"
 for mode in "${MODES[@]}"; do

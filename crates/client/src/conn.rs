@@ -360,32 +360,39 @@ async fn reader<R: AsyncRead + Unpin>(guard: TaskGuard, mut rd: R, mut buf: Byte
 
 async fn writer<W: AsyncWrite + Unpin>(guard: TaskGuard, mut wr: W, mut frames: mpsc::Receiver<Vec<u8>>) {
     let shared = &guard.0;
-    let mut closed = shared.closed_rx();
+    if let Err(e) = write_frames(&mut wr, &mut frames, shared.closed_rx()).await {
+        shared.fail(ClientError::Io(e));
+    }
+}
+
+/// A connection's writer: drain `frames` into `wr` (coalesced) until `closed` flips or the
+/// channel ends (`Ok`), or a write fails (the error: the caller closes the connection).
+pub(crate) async fn write_frames<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    frames: &mut mpsc::Receiver<Vec<u8>>,
+    mut closed: watch::Receiver<bool>,
+) -> io::Result<()> {
     let mut out = Vec::with_capacity(COALESCE_BYTES);
     loop {
         let first = tokio::select! {
             biased;
-            _ = closed.wait_for(|c| *c) => return,
+            _ = closed.wait_for(|c| *c) => return Ok(()),
             f = frames.recv() => match f {
                 Some(f) => f,
-                None => return,
+                None => return Ok(()),
             },
         };
-        let written = tokio::select! {
+        tokio::select! {
             biased;
-            _ = closed.wait_for(|c| *c) => return,
-            r = write_coalesced(&mut wr, first, &mut frames, &mut out) => r,
+            _ = closed.wait_for(|c| *c) => return Ok(()),
+            r = write_coalesced(wr, first, frames, &mut out) => r?,
         };
-        if let Err(e) = written {
-            shared.fail(ClientError::Io(e));
-            return;
-        }
     }
 }
 
 /// Write `first` and whatever else is queued right now, in as few syscalls as
 /// [`COALESCE_BYTES`] allows.
-pub(crate) async fn write_coalesced<W: AsyncWrite + Unpin>(
+async fn write_coalesced<W: AsyncWrite + Unpin>(
     wr: &mut W,
     first: Vec<u8>,
     frames: &mut mpsc::Receiver<Vec<u8>>,

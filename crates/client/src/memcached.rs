@@ -47,7 +47,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{timeout, timeout_at, Instant};
 
-use crate::conn::write_coalesced;
+use crate::conn::write_frames;
 use crate::{ClientConfig, ClientError};
 
 /// Longest answer line accepted (a `VA` line, a `STAT` line, an error).
@@ -435,19 +435,11 @@ async fn handshake<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
     let started = time.saturating_sub(uptime);
     // Start times a second apart or less are the same start (`time` and `uptime` are read
     // at slightly different moments).
-    let instance_id = mix64(pid ^ mix64(started / 2)).max(1);
+    let instance_id = ((pid << 40) ^ (started / 2)).max(1);
     let item_size_max = num("item_size_max").unwrap_or(1 << 20) as usize;
     // An item holds its header (~56 bytes), the key (up to 250) and a few bytes of suffix.
     let max_value_bytes = item_size_max.saturating_sub(320).min(MAX_VALUE_BYTES) as u32;
     Ok(McInfo { version: get("version").unwrap_or("unknown").to_owned(), instance_id, max_value_bytes })
-}
-
-fn mix64(mut x: u64) -> u64 {
-    x ^= x >> 30;
-    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x ^= x >> 27;
-    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
 }
 
 /// Read one `\r\n`-terminated line into `line` (without its terminator). `Ok(false)`: the
@@ -617,26 +609,8 @@ async fn reader<R: AsyncBufRead + Unpin>(guard: TaskGuard, mut rd: R) {
 
 async fn writer<W: AsyncWrite + Unpin>(guard: TaskGuard, mut wr: W, mut frames: mpsc::Receiver<Vec<u8>>) {
     let shared = &guard.0;
-    let mut closed = shared.closed_tx.subscribe();
-    let mut out = Vec::new();
-    loop {
-        let first = tokio::select! {
-            biased;
-            _ = closed.wait_for(|c| *c) => return,
-            f = frames.recv() => match f {
-                Some(f) => f,
-                None => return,
-            },
-        };
-        let written = tokio::select! {
-            biased;
-            _ = closed.wait_for(|c| *c) => return,
-            r = write_coalesced(&mut wr, first, &mut frames, &mut out) => r,
-        };
-        if let Err(e) = written {
-            shared.fail(ClientError::Io(e));
-            return;
-        }
+    if let Err(e) = write_frames(&mut wr, &mut frames, shared.closed_tx.subscribe()).await {
+        shared.fail(ClientError::Io(e));
     }
 }
 

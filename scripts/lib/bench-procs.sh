@@ -1,0 +1,31 @@
+# Shared by the benchmark scripts that start daemons of their own (source it after setting
+# SCRIPT, e.g. SCRIPT=bench-security): a work directory, the daemons' pids, a cleanup that stops
+# them and unmounts whatever they left mounted under the work directory however the script
+# ends, and a bounded wait for a daemon's readiness line.
+work=$(mktemp -d "${TMPDIR:-/tmp}/farcache-$SCRIPT.XXXXXX")
+pids=()
+cleanup() {
+  local p m
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  for m in "$work"/mnt-*; do
+    if grep -qs " $m " /proc/self/mountinfo; then fusermount3 -u -z "$m" 2>/dev/null || true; fi
+  done
+  if grep -qs " $work/backing " /proc/self/mountinfo; then umount "$work/backing" || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Wait for `pattern` in `file`, at most 20 s, while `pid` lives (its log is FILE minus .out
+# plus .log).
+wait_for() {
+  local file=$1 pattern=$2 pid=$3
+  for _ in $(seq 200); do
+    grep -q "$pattern" "$file" 2>/dev/null && return 0
+    kill -0 "$pid" 2>/dev/null || { echo "$SCRIPT: process exited early:" >&2; cat "${file%.out}.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "$SCRIPT: no '$pattern' in $file after 20 s" >&2
+  exit 1
+}
