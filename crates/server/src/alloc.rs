@@ -121,6 +121,28 @@ struct State {
     seen: Vec<(u64, Duration)>,
     last_tick: Option<Duration>,
     views: Vec<TenantView>,
+    /// Per tenant: the running mean of (measured − predicted) hit ratio ([`phase_shift`]).
+    gaps: Vec<Option<f64>>,
+}
+
+/// A tick's measured hit ratio that departs from the running mean of (measured − predicted)
+/// by more than this is a phase change: the tenant's curve forgets its past at once.
+pub const PHASE_SHIFT: f64 = 0.15;
+/// GETs a tick needs before its hit ratio is compared (fewer are noise).
+pub const PHASE_MIN_GETS: u64 = 256;
+/// How much of the past a tenant's curve keeps after a phase change.
+pub const PHASE_DECAY: f64 = 0.05;
+
+/// The closed loop on one tenant's prediction: given the running mean of its gap (measured −
+/// predicted hit ratio) and this tick's gap, whether the workload changed phase, and the new
+/// mean. A steady bias (the lender's S3-FIFO hits more than the LRU curve predicts on scans)
+/// moves into the mean and is no change; a jump away from it is.
+pub fn phase_shift(mean: Option<f64>, gap: f64) -> (bool, f64) {
+    match mean {
+        None => (false, gap),
+        Some(m) if (gap - m).abs() > PHASE_SHIFT => (true, gap),
+        Some(m) => (false, 0.7 * m + 0.3 * gap),
+    }
 }
 
 impl Allocation {
@@ -148,6 +170,7 @@ impl Allocation {
                 seen: vec![],
                 last_tick: None,
                 views: vec![],
+                gaps: vec![],
             }),
         }
     }
@@ -191,6 +214,7 @@ impl Allocation {
         st.targets.resize(n, 0);
         st.seen.resize(n, (0, now));
         st.views.resize(n, TenantView::default());
+        st.gaps.resize(n, None);
         for (i, (t, c)) in tenants.iter().zip(&counters).enumerate() {
             let requests = c.hits + c.misses + c.puts;
             if requests != st.seen[i].0 {
@@ -206,6 +230,16 @@ impl Allocation {
                 // GETs since the last tick, none before the estimator existed.
                 let started = sampler.start(capacity);
                 let gets = if started { 0 } else { (c.hits + c.misses).saturating_sub(s.hits + s.misses) };
+                let mut decay = decay;
+                if let Some(predicted) = st.allocator.predicted_hit_ratio(i).filter(|_| gets >= PHASE_MIN_GETS) {
+                    let measured = c.hits.saturating_sub(s.hits) as f64 / gets as f64;
+                    let (shifted, mean) = phase_shift(st.gaps[i], measured - predicted);
+                    st.gaps[i] = Some(mean);
+                    if shifted {
+                        tracing::debug!(tenant = i, measured, predicted, "phase change: the curve forgets its past");
+                        decay = decay.min(PHASE_DECAY);
+                    }
+                }
                 s.curve = sampler.curve(gets, decay);
             }
             s.hits = c.hits;
@@ -247,5 +281,33 @@ pub(crate) async fn run(server: std::sync::Arc<Server>, mut close: tokio::sync::
             _ = tick.tick() => server.allocation().tick(&server),
             _ = close.changed() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jump_in_the_prediction_gap_is_a_phase_change_a_steady_bias_is_not() {
+        // A tenant the curve under-predicts by 0.2 every tick (S3-FIFO on a scan): no change.
+        let mut mean = None;
+        for _ in 0..20 {
+            let (shifted, m) = phase_shift(mean, 0.2);
+            assert!(!shifted);
+            mean = Some(m);
+        }
+        // Small noise around it: still none.
+        for g in [0.25, 0.15, 0.22, 0.18] {
+            let (shifted, m) = phase_shift(mean, g);
+            assert!(!shifted, "{g}");
+            mean = Some(m);
+        }
+        // Its working set grew: measured drops 0.5 below what the curve said.
+        let (shifted, m) = phase_shift(mean, -0.3);
+        assert!(shifted);
+        // The new gap is the new mean: the next ticks of the new phase are no change.
+        assert_eq!(m, -0.3);
+        assert!(!phase_shift(Some(m), -0.28).0);
     }
 }
