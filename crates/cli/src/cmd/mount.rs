@@ -19,11 +19,12 @@ use farcache_engine::config::Routing;
 use farcache_engine::remote::Remote;
 use farcache_engine::stats::CacheStats;
 use farcache_engine::{DataPath, DirectPath};
-use farcache_fuse::{Mount, Unmounted};
+use farcache_fuse::{Ended, Mount, Unmounted};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::control::server::BoundSocket;
+use crate::control::takeover::{self, Giver, Outcome};
 use crate::control::{path as ctl_path, Control};
 
 /// `--routing`: where reads go.
@@ -85,6 +86,12 @@ pub struct Args {
     /// process) [server] tables apply. Flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Take the live mount on MOUNTPOINT over from the daemon serving it (an upgrade in
+    /// place): same arguments otherwise. The running daemon hands over its FUSE connection
+    /// and exits; applications see a short stall, no error. Refused, with the running daemon
+    /// serving on, when the settings the kernel was promised differ.
+    #[arg(long)]
+    takeover: bool,
 }
 
 /// What `{"cmd":"stats"}` answers: who the mount is, then the engine's counters
@@ -111,6 +118,8 @@ enum Engine {
 
 /// [`Control`] over a running mount.
 struct MountControl {
+    /// Answers `--takeover` requests, once the mount serves.
+    giver: std::sync::Mutex<Option<Arc<Giver>>>,
     engine: Engine,
     mountpoint: String,
     backing_dir: String,
@@ -161,6 +170,15 @@ impl Control for MountControl {
     }
     fn remove_lender(&self, addr: SocketAddr) -> Result<(), String> {
         self.remote()?.remove_lender(addr).map_err(|e| e.to_string())
+    }
+    fn takeover(&self, s: std::os::unix::net::UnixStream, req: &Value) {
+        let giver = self.giver.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match giver {
+            Some(g) => g.serve(s, req),
+            None => {
+                let _ = crate::control::fds::write_line(&s, &crate::control::error("not serving yet; try again"));
+            }
+        }
     }
 }
 
@@ -232,12 +250,23 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // with the right message.)
     let canonical = std::fs::canonicalize(&a.mountpoint).unwrap_or_else(|_| a.mountpoint.clone());
     let socket_path = control_socket_path(a.control_socket.as_deref(), &canonical)?;
-    let bound = BoundSocket::bind(&socket_path).context("the control socket")?;
+    // Taking over, the socket and the metrics port are the running daemon's until it exits.
+    let bound = if a.takeover { None } else { Some(BoundSocket::bind(&socket_path).context("the control socket")?) };
     // The metrics port too: taken before the mount goes live, or the daemon stops here.
     let metrics_origin = if a.metrics_listen.is_some() { "--metrics-listen" } else { "mount.metrics_listen" };
-    let metrics = farcache_config::metrics_listen("mount.metrics_listen", &cfg.metrics_listen)?
-        .map(|m| crate::metrics::http::bind(metrics_origin, m))
-        .transpose()?;
+    let bind_metrics = || -> anyhow::Result<_> {
+        farcache_config::metrics_listen("mount.metrics_listen", &cfg.metrics_listen)?
+            .map(|m| crate::metrics::http::bind(metrics_origin, m))
+            .transpose()
+    };
+    let metrics = if a.takeover { None } else { bind_metrics()? };
+    let backing_canonical = std::fs::canonicalize(&a.backing_dir).unwrap_or_else(|_| a.backing_dir.clone());
+    let remote_kind = match (a.no_remote, cache.servers.is_empty()) {
+        (true, _) => "none",
+        (false, true) => "embedded",
+        (false, false) => "lenders",
+    };
+    let handover_settings = takeover::settings(&backing_canonical, &canonical, remote_kind, &cfg);
 
     // The embedded lender's runtime must outlive the mount: kept here until `run` returns.
     let mut _embedded: Option<tokio::runtime::Runtime> = None;
@@ -316,6 +345,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         (c.clone(), Engine::Cached(c), tier)
     };
     let control = Arc::new(MountControl {
+        giver: std::sync::Mutex::new(None),
         engine,
         mountpoint: canonical.display().to_string(),
         backing_dir: std::fs::canonicalize(&a.backing_dir)
@@ -325,15 +355,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         remote_tier,
         started: Instant::now(),
     });
-    let control_server = bound.serve(control.clone()).context("starting the control socket")?;
-    tracing::info!("control socket {}", control_server.path().display());
-    if let Some(l) = metrics {
-        let c = control.clone();
-        let render = move || crate::metrics::render(crate::metrics::mount::Snapshot(c.mount_stats()));
-        let addr = crate::metrics::http::serve(l, Arc::new(render)).context("starting the metrics endpoint")?;
-        tracing::info!("metrics on http://{addr}/metrics");
-    }
-    let socket_file = control_server.socket_file();
 
     // Signal handlers go in before the mount: a SIGTERM between the mount going live and a
     // handler being installed would kill the daemon and leave a dead mount behind.
@@ -347,10 +368,37 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         )
     };
 
-    let mut mount = Mount::new(&a.backing_dir, &a.mountpoint, &cfg, data.clone())?;
+    // Everything above (lenders, the engine) is ready before the running daemon is asked to
+    // stop: the stall is the handover alone.
+    let (mut mount, bound, metrics, took_from) = if a.takeover {
+        let (h, conn) = takeover::request(&socket_path, &handover_settings)?;
+        let m = Mount::adopt(&a.backing_dir, &canonical, &cfg, data.clone(), h, true)?;
+        takeover::confirm(&conn).context("--takeover: confirming to the running daemon")?;
+        let bound = bind_when_free(&socket_path)?;
+        let metrics = retry_bind(bind_metrics)?;
+        (m, bound, metrics, Some(()))
+    } else {
+        let m = Mount::new(&a.backing_dir, &a.mountpoint, &cfg, data.clone())?;
+        (m, bound.expect("bound unless taking over"), metrics, None)
+    };
+    let control_server = bound.serve(control.clone()).context("starting the control socket")?;
+    tracing::info!("control socket {}", control_server.path().display());
+    if let Some(l) = metrics {
+        let c = control.clone();
+        let render = move || crate::metrics::render(crate::metrics::mount::Snapshot(c.mount_stats()));
+        let addr = crate::metrics::http::serve(l, Arc::new(render)).context("starting the metrics endpoint")?;
+        tracing::info!("metrics on http://{addr}/metrics");
+    }
+    let socket_file = control_server.socket_file();
+    let own_socket = socket_file.clone();
     let mut unmounter = mount.unmounter();
     // The one line on stdout, once the mount is live: scripts and tests wait for it.
-    println!("farcache mounted {} on {}", a.backing_dir.display(), mount.mountpoint().display());
+    println!(
+        "farcache mounted {} on {}{}",
+        a.backing_dir.display(),
+        mount.mountpoint().display(),
+        if took_from.is_some() { " (taken over)" } else { "" }
+    );
     std::io::stdout().flush()?;
     crate::notify::ready(&format!("serving {} on {}", a.backing_dir.display(), mount.mountpoint().display()));
 
@@ -406,12 +454,57 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         })
     })?;
 
-    mount.run()?;
+    loop {
+        let giver = Arc::new(Giver::new(mount.handle(), handover_settings.clone()));
+        *control.giver.lock().unwrap_or_else(|e| e.into_inner()) = Some(giver.clone());
+        match mount.run()? {
+            Ended::Unmounted => break,
+            Ended::HandedOver(h) => match giver.complete(h) {
+                Outcome::Done => {
+                    // The new daemon serves the mount (and binds the socket once we are gone).
+                    log_summary(&control);
+                    own_socket.remove();
+                    std::process::exit(0);
+                }
+                Outcome::Resume(h) => {
+                    tracing::warn!("takeover did not complete: serving again");
+                    mount = Mount::adopt(&a.backing_dir, &canonical, &cfg, data.clone(), h, true)?;
+                }
+            },
+        }
+    }
     // Unmounted by someone else (fusermount3 -u, umount): stopping as well.
     crate::notify::stopping();
     log_summary(&control);
     drop(control_server);
     Ok(())
+}
+
+/// Bind the control socket once the daemon we took over from has let it go (it exits right
+/// after our confirmation): bounded retries.
+fn bind_when_free(path: &Path) -> anyhow::Result<BoundSocket> {
+    let t0 = Instant::now();
+    loop {
+        match BoundSocket::bind(path) {
+            Ok(b) => return Ok(b),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && t0.elapsed() < takeover::DONE_TIMEOUT => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) => return Err(e).context("the control socket, after the takeover"),
+        }
+    }
+}
+
+/// `bind` until the port is free (the daemon we took over from exits): bounded retries.
+fn retry_bind<T>(bind: impl Fn() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let t0 = Instant::now();
+    loop {
+        match bind() {
+            Ok(v) => return Ok(v),
+            Err(_) if t0.elapsed() < takeover::DONE_TIMEOUT => std::thread::sleep(std::time::Duration::from_millis(20)),
+            Err(e) => return Err(e.context("after the takeover")),
+        }
+    }
 }
 
 /// The counters, logged once as the daemon ends (on every exit path).
