@@ -201,7 +201,9 @@ impl Mount {
     /// Serve a connection another daemon mounted and initialized, handed over with its
     /// state (`farcache mount --takeover`, or a restart by the supervisor). With `resend`,
     /// the kernel is asked to queue again every request the earlier daemon had read and
-    /// not answered (it died). Checks the mount is still there; the caller has checked
+    /// not answered (it died). `mountpoint` must be canonical already (resolving it now
+    /// would ask the file system, which nobody serves). Checks the mount is still there;
+    /// the caller has checked
     /// that `cfg` agrees with the earlier daemon's on [`INIT_KEYS`].
     pub fn adopt(
         backing: &Path,
@@ -213,11 +215,13 @@ impl Mount {
     ) -> Result<Mount, MountError> {
         cfg.validate()?;
         let backing = check_dir(backing, MountError::BackingMissing, MountError::BackingNotDir)?;
-        let mountpoint = mountpoint.canonicalize().unwrap_or_else(|_| mountpoint.to_path_buf());
+        // Not canonicalize(2): the last component is the mount, which nobody serves now.
+        let mountpoint = mountpoint.to_path_buf();
         let dev = mounted_dev(&mountpoint).filter(|d| *d == h.state.dev).ok_or_else(|| MountError::Mount {
             mountpoint: mountpoint.clone(),
             source: io::Error::other("the handed-over FUSE connection is no longer mounted there"),
         })?;
+        close_files_on(&mountpoint);
         let root = sys::is_root();
         sys::set_umask(0);
         let want_fds = cfg.max_inodes.saturating_add(cfg.max_open_handles.saturating_mul(3)).saturating_add(1024);
@@ -277,6 +281,12 @@ impl Mount {
         session.set_worker_fds(given);
         let stopper = session.stopper().map_err(err)?;
         Ok(Mount { session, mountpoint, dev, fuse, workers, stopper, slot, _kept: kept, incarnation })
+    }
+
+    /// Never unmount when this process ends (a supervisor restarts the daemon on the live
+    /// connection); [`Unmounter::unmount`] still unmounts.
+    pub fn keep_mounted_on_drop(&mut self) {
+        self.session.unmount_callable().disarm();
     }
 
     /// A handle that stops the session for a handover.
@@ -419,6 +429,43 @@ impl Unmounter {
             Err(io::Error::last_os_error())
         }
     }
+}
+
+/// Close every descriptor this process holds on the mount at `mountpoint` (inherited from
+/// whoever started it, e.g. a shell with a file open on the mount): at exit, closing one
+/// sends FLUSH to the mount's daemon — this process — which no longer answers, and the exit
+/// would hang until the connection is aborted. Found by mount id in /proc/self/fdinfo:
+/// fstat(2) could ask the file system, which nobody serves at this point.
+fn close_files_on(mountpoint: &Path) {
+    let Some(mnt_id) = mount_id(mountpoint) else { return };
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
+    let fds: Vec<i32> = dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+    for fd in fds.into_iter().filter(|fd| *fd > 2) {
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
+        let on_mount = info
+            .lines()
+            .find_map(|l| l.strip_prefix("mnt_id:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .is_some_and(|id| id == mnt_id);
+        if on_mount {
+            tracing::warn!("closing descriptor {fd}, inherited and open on the mount this daemon serves");
+            // SAFETY: a descriptor on our own mount that nothing in this process uses.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+/// The mount id (first field of /proc/self/mountinfo) of the top-most mount on `mountpoint`.
+fn mount_id(mountpoint: &Path) -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = mountpoint.as_os_str().as_bytes();
+    info.lines()
+        .filter_map(|l| {
+            let mut f = l.split(' ');
+            let id = f.next()?.parse().ok()?;
+            (unescape_mountinfo(f.nth(3)?) == want).then_some(id)
+        })
+        .next_back()
 }
 
 /// The canonical path of an existing directory, or the right error.

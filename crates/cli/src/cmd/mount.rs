@@ -92,6 +92,35 @@ pub struct Args {
     /// serving on, when the settings the kernel was promised differ.
     #[arg(long)]
     takeover: bool,
+    /// Run under a supervisor that keeps the FUSE connection alive when the daemon dies and
+    /// restarts it: applications see a stall, not an error (cmd/supervise.rs). SIGHUP to the
+    /// supervisor upgrades the daemon in place.
+    #[arg(long, conflicts_with = "takeover")]
+    supervise: bool,
+    /// With --supervise: crashes tolerated within --restart-window before giving up.
+    #[arg(long, default_value_t = 5, requires = "supervise")]
+    restart_limit: u32,
+    /// With --supervise: the window, in seconds, --restart-limit counts crashes in.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, requires = "supervise")]
+    restart_window: u64,
+}
+
+/// The daemon's arguments as given, without the supervisor's own options.
+fn daemon_args() -> Vec<std::ffi::OsString> {
+    let mut out = Vec::new();
+    let mut it = std::env::args_os().skip(1).skip_while(|a| a != "mount").skip(1);
+    while let Some(a) = it.next() {
+        let s = a.to_string_lossy();
+        if s == "--supervise" || s.starts_with("--restart-limit=") || s.starts_with("--restart-window=") {
+            continue;
+        }
+        if s == "--restart-limit" || s == "--restart-window" {
+            it.next();
+            continue;
+        }
+        out.push(a);
+    }
+    out
 }
 
 /// What `{"cmd":"stats"}` answers: who the mount is, then the engine's counters
@@ -240,7 +269,12 @@ fn limit_malloc_caching() {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
+    if a.supervise {
+        let window = std::time::Duration::from_secs(a.restart_window);
+        return super::supervise::run(daemon_args(), a.restart_limit, window, &a.mountpoint);
+    }
     limit_malloc_caching();
+    let supervisor = super::supervise::daemon_link();
     let file_cfg = settings(&a)?;
     let cfg = file_cfg.mount.clone();
     let cache = file_cfg.cache.clone();
@@ -248,7 +282,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // The control socket first: if another daemon serves this mount point, stop before
     // starting anything. (A mount point that does not resolve fails in `Mount::new` below,
     // with the right message.)
-    let canonical = std::fs::canonicalize(&a.mountpoint).unwrap_or_else(|_| a.mountpoint.clone());
+    let canonical = canonical_mountpoint(&a.mountpoint);
     let socket_path = control_socket_path(a.control_socket.as_deref(), &canonical)?;
     // Taking over, the socket and the metrics port are the running daemon's until it exits.
     let bound = if a.takeover { None } else { Some(BoundSocket::bind(&socket_path).context("the control socket")?) };
@@ -377,10 +411,21 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let bound = bind_when_free(&socket_path)?;
         let metrics = retry_bind(bind_metrics)?;
         (m, bound, metrics, Some(()))
+    } else if let Some(link) = supervisor.as_ref().filter(|_| super::supervise::is_restart()) {
+        // The previous daemon died: its connection is alive in the supervisor's hands.
+        let h = super::supervise::withdraw(link)?;
+        let m = Mount::adopt(&a.backing_dir, &canonical, &cfg, data.clone(), h, true)?;
+        (m, bound.expect("bound unless taking over"), metrics, Some(()))
     } else {
         let m = Mount::new(&a.backing_dir, &a.mountpoint, &cfg, data.clone())?;
         (m, bound.expect("bound unless taking over"), metrics, None)
     };
+    if let Some(link) = &supervisor {
+        // Only an explicit unmount (a signal, fusermount3) ends a supervised mount, never
+        // this process ending.
+        mount.keep_mounted_on_drop();
+        super::supervise::deposit(link, &mount.deposit()?)?;
+    }
     let control_server = bound.serve(control.clone()).context("starting the control socket")?;
     tracing::info!("control socket {}", control_server.path().display());
     if let Some(l) = metrics {
@@ -469,6 +514,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 Outcome::Resume(h) => {
                     tracing::warn!("takeover did not complete: serving again");
                     mount = Mount::adopt(&a.backing_dir, &canonical, &cfg, data.clone(), h, true)?;
+                    if let Some(link) = &supervisor {
+                        mount.keep_mounted_on_drop();
+                        super::supervise::deposit(link, &mount.deposit()?)?;
+                    }
                 }
             },
         }
@@ -478,6 +527,20 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     log_summary(&control);
     drop(control_server);
     Ok(())
+}
+
+/// The mount point's canonical path, resolving its parent only: stat(2) of the mount point
+/// itself asks the file system on it, which nobody serves while a crashed daemon is being
+/// replaced (the new one would wait for itself). A mount point that is a symlink is not
+/// resolved (mount(8) resolves it, so name the target).
+fn canonical_mountpoint(p: &Path) -> PathBuf {
+    match (p.parent(), p.file_name()) {
+        (Some(parent), Some(name)) => {
+            let parent = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
+            std::fs::canonicalize(parent).map(|d| d.join(name)).unwrap_or_else(|_| p.to_path_buf())
+        }
+        _ => std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()),
+    }
 }
 
 /// Bind the control socket once the daemon we took over from has let it go (it exits right

@@ -1,0 +1,373 @@
+//! `farcache mount --supervise ...`: a small process that keeps the mount's FUSE connection
+//! alive across crashes of the daemon, and restarts it.
+//!
+//! The kernel keeps a FUSE connection while any process holds one of its `/dev/fuse`
+//! descriptors, and a request read by a daemon stays queued on the descriptor it was read
+//! from until it is answered or that descriptor's last copy is closed. So the supervisor
+//! holds a copy of every descriptor the daemon reads from (the daemon *deposits* them, with
+//! its state, over a socket pair as soon as it serves). When the daemon dies, nothing is
+//! lost: the supervisor starts a new one, which *withdraws* the descriptors, takes the
+//! connection over (`Mount::adopt`) and asks the kernel to resend what the dead one had read
+//! (`FUSE_NOTIFY_RESEND`, Linux 6.9+). Applications see a stall, not an error.
+//!
+//! ```text
+//! daemon → supervisor  {"cmd":"deposit","fds":N}, N descriptors, {"state":{...}}
+//! daemon → supervisor  {"cmd":"withdraw"}           (a restarted daemon, before it serves)
+//! supervisor → daemon  {"ok":true,"fds":N}, N descriptors, {"state":{...}}
+//! ```
+//!
+//! Crashes back off (50 ms doubling to 2 s between restarts) and more than `--restart-limit`
+//! within `--restart-window` end in a clear failure: the supervisor detaches the mount (so
+//! the mount point is not left dead) and exits 1. SIGTERM/SIGINT go to the daemon, which
+//! unmounts as usual; SIGHUP upgrades in place: a new daemon from the binary on disk takes
+//! over from the running one (`--takeover`) and deposits anew. The supervisor never reads
+//! requests and holds no other state, so it has nothing to upgrade.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use farcache_fuse::{Handover, HandoverState};
+use serde_json::{json, Value};
+
+use crate::control::fds;
+
+/// The environment variable naming the daemon's end of its socket pair.
+pub const SUPERVISOR_FD: &str = "FARCACHE_SUPERVISOR_FD";
+/// Set for a daemon the supervisor restarts after a crash: it withdraws, then adopts.
+pub const SUPERVISOR_RESTART: &str = "FARCACHE_SUPERVISOR_RESTART";
+const MAX_LINE_BYTES: usize = 256 << 20;
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// The deposit the supervisor holds: copies of the descriptors and the state.
+type Deposit = Arc<Mutex<Option<Handover>>>;
+
+/// Send `h` (descriptors and state) after a header line `head`.
+fn send_handover(s: &UnixStream, head: Value, h: &Handover) -> std::io::Result<()> {
+    let list = h.fds();
+    let mut head = head;
+    head["fds"] = json!(list.len());
+    fds::write_line(s, &head)?;
+    fds::send_fds(s, &list)?;
+    fds::write_line(s, &json!({ "state": h.state }))
+}
+
+/// Receive what [`send_handover`] sent, the header line already read.
+fn recv_handover(s: &UnixStream, head: &Value) -> anyhow::Result<Handover> {
+    let n = head["fds"].as_u64().unwrap_or(0) as usize;
+    if n == 0 || n > 1 + farcache_fuse::MAX_THREADS as usize + 1_000_000 {
+        bail!("{n} descriptors announced");
+    }
+    let got = fds::recv_fds(s, n)?;
+    let doc: Value = serde_json::from_slice(&fds::read_line(s, MAX_LINE_BYTES)?)?;
+    let state: HandoverState = serde_json::from_value(doc["state"].clone())?;
+    Ok(Handover::from_fds(state, got)?)
+}
+
+/// The daemon's side: the socket to its supervisor, if it has one.
+pub fn daemon_link() -> Option<UnixStream> {
+    let v = std::env::var(SUPERVISOR_FD).ok()?;
+    let fd: i32 = v.parse().ok()?;
+    // SAFETY: the supervisor passed this descriptor to us for this purpose; we take it once
+    // (the variable is removed, so nothing else in this process claims it).
+    let s = unsafe { UnixStream::from_raw_fd(fd) };
+    std::env::remove_var(SUPERVISOR_FD);
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let _ = s.set_write_timeout(Some(Duration::from_secs(10)));
+    // Not inherited by anything this daemon starts.
+    // SAFETY: plain fcntl on a descriptor we own.
+    unsafe { libc::fcntl(s.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+    Some(s)
+}
+
+/// Whether this daemon was started by the supervisor after a crash.
+pub fn is_restart() -> bool {
+    std::env::var_os(SUPERVISOR_RESTART).is_some()
+}
+
+/// The daemon's side: hand copies of the descriptors and state to the supervisor.
+pub fn deposit(link: &UnixStream, h: &Handover) -> anyhow::Result<()> {
+    send_handover(link, json!({ "cmd": "deposit" }), h).context("depositing the FUSE descriptors with the supervisor")
+}
+
+/// The daemon's side, after a crash of the previous one: take the deposit.
+pub fn withdraw(link: &UnixStream) -> anyhow::Result<Handover> {
+    fds::write_line(link, &json!({ "cmd": "withdraw" }))?;
+    let head: Value = serde_json::from_slice(&fds::read_line(link, MAX_LINE_BYTES)?)?;
+    if head["ok"] != true {
+        bail!("the supervisor has nothing to hand over: {}", head["error"].as_str().unwrap_or("?"));
+    }
+    recv_handover(link, &head).context("withdrawing the FUSE descriptors from the supervisor")
+}
+
+/// Serve one daemon's link: store its deposits, answer its withdrawal.
+fn serve_link(s: UnixStream, deposit: Deposit, deposited: mpsc::Sender<u32>, pid: u32) {
+    loop {
+        let line = match fds::read_line(&s, MAX_LINE_BYTES) {
+            Ok(l) => l,
+            Err(_) => return, // the daemon exited (or closed its end)
+        };
+        let req: Value = serde_json::from_slice(&line).unwrap_or(Value::Null);
+        match req["cmd"].as_str() {
+            Some("deposit") => match recv_handover(&s, &req) {
+                Ok(h) => {
+                    tracing::debug!("supervisor: pid {pid} deposited {:?}", h);
+                    *deposit.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+                    let _ = deposited.send(pid);
+                }
+                Err(e) => {
+                    tracing::error!("supervisor: a bad deposit from pid {pid}: {e:#}");
+                    return;
+                }
+            },
+            Some("withdraw") => {
+                let d = deposit.lock().unwrap_or_else(|e| e.into_inner());
+                let res = match d.as_ref() {
+                    Some(h) => send_handover(&s, json!({ "ok": true }), h),
+                    None => fds::write_line(&s, &json!({ "ok": false, "error": "no deposit" })),
+                };
+                if let Err(e) = res {
+                    tracing::warn!("supervisor: handing the descriptors to pid {pid}: {e}");
+                }
+            }
+            _ => {
+                tracing::error!("supervisor: unexpected message from pid {pid}: {req}");
+                return;
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    First,
+    Restart,
+    Takeover,
+}
+
+/// What the supervisor needs to start daemons.
+struct Spawner {
+    exe: PathBuf,
+    args: Vec<OsString>,
+    deposit: Deposit,
+    deposited: mpsc::Sender<u32>,
+}
+
+impl Spawner {
+    fn spawn(&self, mode: Mode) -> anyhow::Result<Child> {
+        let (ours, theirs) = UnixStream::pair().context("supervisor: socketpair")?;
+        let theirs = OwnedFd::from(theirs);
+        let fd = theirs.as_raw_fd();
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("mount").args(&self.args).env(SUPERVISOR_FD, fd.to_string());
+        match mode {
+            Mode::First => {}
+            Mode::Restart => {
+                cmd.env(SUPERVISOR_RESTART, "1");
+            }
+            Mode::Takeover => {
+                cmd.arg("--takeover");
+            }
+        }
+        // SAFETY: between fork and exec only async-signal-safe calls: clear close-on-exec
+        // on the daemon's end, and (the supervisor blocks them) unblock the usual signals.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().with_context(|| format!("supervisor: starting {}", self.exe.display()))?;
+        drop(theirs);
+        let (deposit, deposited, pid) = (self.deposit.clone(), self.deposited.clone(), child.id());
+        std::thread::Builder::new()
+            .name("farcache-supervisor-link".into())
+            .spawn(move || serve_link(ours, deposit, deposited, pid))?;
+        Ok(child)
+    }
+}
+
+/// Run the supervisor. `args` are the mount's arguments without `--supervise` and its own
+/// options.
+pub fn run(args: Vec<OsString>, restart_limit: u32, restart_window: Duration, mountpoint: &Path) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("supervisor: where is this binary?")?;
+    // Signals are taken synchronously (sigwait-style polling below), so none can kill the
+    // supervisor between a crash and the restart.
+    let signals = Signals::block()?;
+    let (tx, rx) = mpsc::channel();
+    let spawner = Spawner { exe, args, deposit: Arc::new(Mutex::new(None)), deposited: tx };
+    let mut current = spawner.spawn(Mode::First)?;
+    let mut previous: Vec<Child> = Vec::new();
+    let mut upgrading: Option<Child> = None;
+    let mut crashes: VecDeque<Instant> = VecDeque::new();
+    let mut stopping = false;
+    tracing::info!("supervisor: daemon pid {} started", current.id());
+    loop {
+        // Deposits: the newest daemon to deposit is the current one.
+        while let Ok(pid) = rx.try_recv() {
+            if let Some(up) = upgrading.take() {
+                if up.id() == pid {
+                    tracing::info!("supervisor: pid {pid} took over from pid {}", current.id());
+                    previous.push(std::mem::replace(&mut current, up));
+                } else {
+                    upgrading = Some(up);
+                }
+            }
+        }
+        match signals.take() {
+            Some(libc::SIGTERM | libc::SIGINT) if !stopping => {
+                stopping = true;
+                tracing::info!("supervisor: stopping: SIGTERM to pid {}", current.id());
+                // SAFETY: kill(2) on our own child.
+                unsafe { libc::kill(current.id() as i32, libc::SIGTERM) };
+            }
+            Some(libc::SIGHUP) if upgrading.is_none() && !stopping => {
+                tracing::info!("supervisor: SIGHUP: upgrading in place (a new daemon takes over)");
+                match spawner.spawn(Mode::Takeover) {
+                    Ok(c) => upgrading = Some(c),
+                    Err(e) => tracing::error!("supervisor: {e:#}"),
+                }
+            }
+            _ => {}
+        }
+        previous.retain_mut(|c| c.try_wait().ok().flatten().is_none());
+        if let Some(up) = upgrading.as_mut() {
+            if let Some(st) = up.try_wait()? {
+                tracing::error!("supervisor: the upgrade failed (new daemon: {st}); pid {} serves on", current.id());
+                upgrading = None;
+            }
+        }
+        let Some(st) = current.try_wait()? else {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        if stopping || st.success() {
+            tracing::info!("supervisor: the daemon ended ({st}); exiting");
+            return if st.success() { Ok(()) } else { bail!("the daemon ended with {st}") };
+        }
+        if spawner.deposit.lock().unwrap_or_else(|e| e.into_inner()).is_none() {
+            bail!("the daemon exited ({st}) before it served the mount; see its log above");
+        }
+        let now = Instant::now();
+        crashes.push_back(now);
+        while crashes.front().is_some_and(|t| now.duration_since(*t) > restart_window) {
+            crashes.pop_front();
+        }
+        if crashes.len() as u32 > restart_limit {
+            give_up(mountpoint, &spawner.deposit);
+            bail!(
+                "the daemon crashed {} times within {restart_window:?} (last: {st}); gave up and unmounted {}; \
+                 fix: read the daemon's log above, then mount again (--restart-limit sets how many crashes are \
+                 tolerated)",
+                crashes.len(),
+                mountpoint.display()
+            );
+        }
+        let backoff = FIRST_BACKOFF.saturating_mul(1 << (crashes.len().saturating_sub(1)).min(6)).min(MAX_BACKOFF);
+        tracing::warn!(
+            "supervisor: the daemon (pid {}) died ({st}); restarting in {backoff:?} ({} of at most {restart_limit} \
+             restarts within {restart_window:?})",
+            current.id(),
+            crashes.len()
+        );
+        std::thread::sleep(backoff);
+        current = spawner.spawn(Mode::Restart)?;
+        tracing::info!("supervisor: daemon pid {} started", current.id());
+    }
+}
+
+/// The last resort: no daemon will serve, so end the connection and detach the mount (a
+/// dead mount point would answer "Transport endpoint is not connected" until someone
+/// unmounts it).
+fn give_up(mountpoint: &Path, deposit: &Deposit) {
+    if let Some(h) = deposit.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if farcache_fuse::mounted_dev(mountpoint) == Some(h.state.dev) {
+            let c = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes()).unwrap_or_default();
+            // SAFETY: plain syscall with a NUL-terminated path.
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+        drop(h);
+    }
+}
+
+/// SIGTERM, SIGINT and SIGHUP, blocked and polled.
+struct Signals {
+    set: libc::sigset_t,
+}
+
+impl Signals {
+    fn block() -> anyhow::Result<Signals> {
+        // SAFETY: sigset manipulation on a local; the mask applies to this thread and the
+        // threads it starts later (the link threads), so no thread takes these signals.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+                libc::sigaddset(&mut set, s);
+            }
+            if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+                bail!("supervisor: cannot block signals");
+            }
+            Ok(Signals { set })
+        }
+    }
+
+    /// A pending signal, if any (does not wait).
+    fn take(&self) -> Option<i32> {
+        let ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: sigtimedwait with a zero timeout on our blocked set.
+        let s = unsafe { libc::sigtimedwait(&self.set, std::ptr::null_mut(), &ts) };
+        (s > 0).then_some(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deposit_and_withdraw_round_trip() {
+        let (sup, daemon) = UnixStream::pair().unwrap();
+        let deposit: Deposit = Arc::new(Mutex::new(None));
+        let (tx, rx) = mpsc::channel();
+        let d2 = deposit.clone();
+        let t = std::thread::spawn(move || serve_link(sup, d2, tx, 7));
+        let f = std::fs::File::open("/dev/null").unwrap();
+        let h = Handover {
+            fuse: OwnedFd::from(f),
+            workers: vec![OwnedFd::from(std::fs::File::open("/dev/null").unwrap())],
+            keep: Vec::new(),
+            state: HandoverState {
+                protocol: farcache_fuse::TAKEOVER_PROTOCOL,
+                dev: 42,
+                incarnation: 3,
+                workers: 1,
+                ..HandoverState::default()
+            },
+        };
+        deposit_fn(&daemon, &h);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), 7);
+        let back = withdraw(&daemon).unwrap();
+        assert_eq!((back.state.dev, back.state.incarnation, back.workers.len()), (42, 3, 1));
+        drop(daemon);
+        t.join().unwrap();
+        assert!(deposit.lock().unwrap().is_some());
+    }
+
+    fn deposit_fn(s: &UnixStream, h: &Handover) {
+        super::deposit(s, h).unwrap();
+    }
+}
