@@ -254,6 +254,13 @@ pub fn run(args: Vec<OsString>, restart_limit: u32, restart_window: Duration, mo
             std::thread::sleep(Duration::from_millis(10));
             continue;
         };
+        if let Some(up) = upgrading.take() {
+            // The old daemon handed over and left (its `bye` was the last thing it sent);
+            // the new one's deposit may not have come yet.
+            tracing::info!("supervisor: pid {} took over from pid {} ({st})", up.id(), current.id());
+            current = up;
+            continue;
+        }
         if stopping || st.success() {
             tracing::info!("supervisor: the daemon ended ({st}); exiting");
             return if st.success() { Ok(()) } else { bail!("the daemon ended with {st}") };

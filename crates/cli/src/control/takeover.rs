@@ -9,12 +9,15 @@
 //!   old: stops reading requests at a clean point (each one read is answered)
 //! old → new  {"ok":true,"phase":"handover","fds":N}, N descriptors (SCM_RIGHTS: the main
 //!            /dev/fuse one, the workers' clones, unlinked inodes), {"state":{...}}
-//! new → old  {"cmd":"done"} once its session is set up; the old daemon exits.
+//! new → old  {"cmd":"done"} once its session is set up
+//! old → new  {"ok":true,"phase":"bye"}; the old daemon exits, the new one starts serving.
 //! ```
 //!
 //! The old daemon keeps its own copies until `done`: if the new one goes away or says
 //! nothing within [`DONE_TIMEOUT`], the old one serves again (asking the kernel to resend
-//! whatever the new one had read). Nothing fails meanwhile: requests wait in the kernel.
+//! whatever the new one had read). The new one serves only once it has the `bye`, so the two
+//! never serve at once: without it (the old one timed out, or died) the new one exits.
+//! Nothing fails meanwhile: requests wait in the kernel.
 
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -174,7 +177,12 @@ impl Giver {
         let done = fds::read_line(s, MAX_LINE_BYTES)
             .ok()
             .and_then(|l| serde_json::from_slice::<Value>(&l).ok())
-            .is_some_and(|v| v["cmd"] == "done");
+            .is_some_and(|v| v["cmd"] == "done")
+            && fds::write_line(s, &json!({ "ok": true, "phase": "bye" })).is_ok();
+        if !done {
+            // The new daemon must not serve now: it waits for the `bye` it will never get.
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
         let _ = r_tx.send(done);
         if !done {
             bail!("the new daemon did not confirm the takeover within {DONE_TIMEOUT:?}");
@@ -230,9 +238,16 @@ pub fn request(socket: &Path, ours: &Value) -> anyhow::Result<(Handover, UnixStr
     Ok((h, s))
 }
 
-/// Tell the running daemon the new one serves: it exits.
-pub fn confirm(s: &UnixStream) -> std::io::Result<()> {
-    fds::write_line(s, &json!({ "cmd": "done" }))
+/// Tell the running daemon the new one is ready, and wait for its goodbye: only then may
+/// the new one serve (without it, the old one serves again, or is dead).
+pub fn confirm(s: &UnixStream) -> anyhow::Result<()> {
+    fds::write_line(s, &json!({ "cmd": "done" }))?;
+    s.set_read_timeout(Some(STEP_TIMEOUT))?;
+    let bye: Value = serde_json::from_slice(&fds::read_line(s, MAX_LINE_BYTES)?)?;
+    if bye["phase"] != "bye" {
+        bail!("unexpected answer {bye}");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,0 +1,494 @@
+//! The mount outlives its daemon: real `farcache mount` daemons SIGKILLed under load and
+//! upgraded in place (`--takeover`, and SIGHUP to `--supervise`), while a reader and a writer
+//! verify every byte they see; a takeover refused on a settings or protocol mismatch leaves
+//! the running daemon serving; a new daemon killed in the middle of a takeover leaves the
+//! old one serving.
+//!
+//! A real lender process runs across all the daemons of a test, so blocks an earlier daemon
+//! stored stay on it: a daemon that read one of them after a write would fail the writer's
+//! check (each daemon keys blocks with a secret of its own: none of them can).
+//!
+//! Every test is bounded: a watchdog aborts the FUSE connection (through fusectl) if a test
+//! runs past its bound, so a hung mount fails the test instead of hanging it.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use farcache_testkit::{fuse_mounted, pattern, require_fuse, require_root, wait_until, MountProcess, ServerProcess};
+
+const BLOCK: usize = 4096;
+const STATIC_BLOCKS: usize = 512;
+const DATA_BLOCKS: usize = 256;
+/// Kills and upgrades in the load test (alternating), and the pause between them.
+const EVENTS: usize = 12;
+const BETWEEN_EVENTS: Duration = Duration::from_millis(400);
+/// How long a new daemon may take to appear after an event.
+const EVENT_WAIT: Duration = Duration::from_secs(15);
+/// Past this, the watchdog aborts the test's FUSE connection.
+const TEST_BOUND: Duration = Duration::from_secs(100);
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_farcache"))
+}
+
+/// A fresh directory under Cargo's per-target temporary directory (a disk file system: ext4
+/// here, where node ids resolve by file handle after a crash); removed when dropped.
+struct TestDir(PathBuf);
+
+impl TestDir {
+    fn new(tag: &str) -> TestDir {
+        let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("takeover-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(d.join("backing/meta")).unwrap();
+        fs::create_dir_all(d.join("mnt")).unwrap();
+        TestDir(d)
+    }
+    fn backing(&self) -> PathBuf {
+        self.0.join("backing")
+    }
+    fn mnt(&self) -> PathBuf {
+        self.0.join("mnt")
+    }
+    fn ctl(&self) -> PathBuf {
+        self.0.join("ctl.sock")
+    }
+    fn log(&self, name: &str) -> PathBuf {
+        self.0.join(format!("{name}.log"))
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Aborts the FUSE connection of `mnt` if the test is still running after `bound`.
+struct Watchdog {
+    done: Arc<AtomicBool>,
+}
+
+impl Watchdog {
+    fn start(mnt: &Path, bound: Duration) -> Watchdog {
+        let done = Arc::new(AtomicBool::new(false));
+        let minor = fuse_minor(mnt).expect("the mount is in mountinfo");
+        let d = done.clone();
+        std::thread::spawn(move || {
+            let t0 = Instant::now();
+            while t0.elapsed() < bound {
+                if d.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            eprintln!("watchdog: test still running after {bound:?}: aborting FUSE connection {minor}");
+            let conns = Path::new("/sys/fs/fuse/connections");
+            if fs::read_dir(conns).map(|mut d| d.next().is_none()).unwrap_or(true) {
+                let _ = std::process::Command::new("mount").args(["-t", "fusectl", "none"]).arg(conns).status();
+            }
+            let _ = fs::write(conns.join(minor.to_string()).join("abort"), "1");
+        });
+        Watchdog { done }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The device minor of the FUSE mount on `mnt` (its fusectl connection number).
+fn fuse_minor(mnt: &Path) -> Option<u32> {
+    let info = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = mnt.to_str()?;
+    info.lines().rfind(|l| l.split(' ').nth(4) == Some(want))?.split(' ').nth(2)?.split(':').nth(1)?.parse().ok()
+}
+
+/// An aligned 4 KiB buffer for `O_DIRECT`.
+struct Aligned {
+    buf: Vec<u8>,
+    off: usize,
+}
+
+impl Aligned {
+    fn new() -> Aligned {
+        let buf = vec![0u8; 2 * BLOCK];
+        let off = buf.as_ptr().align_offset(BLOCK);
+        Aligned { buf, off }
+    }
+    fn get(&mut self) -> &mut [u8] {
+        &mut self.buf[self.off..self.off + BLOCK]
+    }
+}
+
+fn open_direct(p: &Path, write: bool) -> std::io::Result<File> {
+    OpenOptions::new().read(true).write(write).custom_flags(libc::O_DIRECT).open(p)
+}
+
+/// What the load saw: errors (any is a failure), operations, the longest single operation.
+#[derive(Default)]
+struct Seen {
+    errors: Mutex<Vec<String>>,
+    ops: AtomicU64,
+    longest_us: AtomicU64,
+}
+
+impl Seen {
+    fn op<T>(&self, what: &str, f: impl FnOnce() -> std::io::Result<T>) -> Option<T> {
+        let t0 = Instant::now();
+        let r = f();
+        let us = t0.elapsed().as_micros() as u64;
+        self.longest_us.fetch_max(us, Ordering::Relaxed);
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.fail(format!("{what}: {e}"));
+                None
+            }
+        }
+    }
+    fn fail(&self, msg: String) {
+        let mut e = self.errors.lock().unwrap();
+        if e.len() < 20 {
+            e.push(msg);
+        }
+    }
+}
+
+/// A reader of a file nobody writes (O_DIRECT, one descriptor opened before every event,
+/// so its handle crosses them all) and a buffered reader; a writer of another file
+/// (O_DIRECT writes, fsyncs, read-backs against its model); a third thread creating,
+/// truncating and reading small files. Runs until `stop`; returns the writer's model.
+struct Load {
+    stop: Arc<AtomicBool>,
+    seen: Arc<Seen>,
+    threads: Vec<std::thread::JoinHandle<Option<Vec<u8>>>>,
+}
+
+impl Load {
+    fn start(mnt: &Path, deadline: Instant) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Seen::default());
+        let mut threads = Vec::new();
+        let statik = pattern(STATIC_BLOCKS * BLOCK, 1);
+        let (p, s, st) = (mnt.join("static"), seen.clone(), stop.clone());
+        threads.push(std::thread::spawn(move || {
+            let f = open_direct(&p, false).unwrap();
+            let buffered = File::open(&p).unwrap();
+            let mut a = Aligned::new();
+            let mut x = 7u64;
+            while !st.load(Ordering::Relaxed) && Instant::now() < deadline {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let b = (x >> 33) as usize % STATIC_BLOCKS;
+                if let Some(n) = s.op("read static (O_DIRECT)", || f.read_at(a.get(), (b * BLOCK) as u64)) {
+                    if n != BLOCK || a.get()[..] != statik[b * BLOCK..(b + 1) * BLOCK] {
+                        s.fail(format!("static block {b}: wrong bytes ({n} read)"));
+                    }
+                }
+                let mut small = [0u8; 100];
+                let off = (x >> 20) as usize % (statik.len() - small.len());
+                if s.op("read static (buffered)", || buffered.read_exact_at(&mut small, off as u64)).is_some()
+                    && small[..] != statik[off..off + 100]
+                {
+                    s.fail(format!("static bytes at {off}: wrong"));
+                }
+            }
+            None
+        }));
+        let (p, s, st) = (mnt.join("data"), seen.clone(), stop.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut model = pattern(DATA_BLOCKS * BLOCK, 2);
+            let f = open_direct(&p, true).unwrap();
+            let mut a = Aligned::new();
+            let mut seq = 100u64;
+            while !st.load(Ordering::Relaxed) && Instant::now() < deadline {
+                seq += 1;
+                let b = (seq.wrapping_mul(2654435761) >> 7) as usize % DATA_BLOCKS;
+                let content = pattern(BLOCK, seq);
+                a.get().copy_from_slice(&content);
+                if s.op("write data (O_DIRECT)", || f.write_at(a.get(), (b * BLOCK) as u64)).is_some() {
+                    model[b * BLOCK..(b + 1) * BLOCK].copy_from_slice(&content);
+                }
+                if seq.is_multiple_of(8) {
+                    s.op("fsync data", || f.sync_all());
+                }
+                // Read back the block written, and another one.
+                for r in [b, (seq as usize * 31) % DATA_BLOCKS] {
+                    if let Some(n) = s.op("read data (O_DIRECT)", || f.read_at(a.get(), (r * BLOCK) as u64)) {
+                        if n != BLOCK || a.get()[..] != model[r * BLOCK..(r + 1) * BLOCK] {
+                            s.fail(format!("data block {r} after write {seq}: stale or wrong bytes"));
+                        }
+                    }
+                }
+            }
+            Some(model)
+        }));
+        let (d, s, st) = (mnt.join("meta"), seen.clone(), stop.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !st.load(Ordering::Relaxed) && Instant::now() < deadline {
+                i += 1;
+                let p = d.join(format!("f{}", i % 8));
+                let body = format!("meta file, version {i}\n").repeat((i % 50 + 1) as usize);
+                s.op("create+write meta", || {
+                    let mut f = OpenOptions::new().write(true).create(true).truncate(true).open(&p)?;
+                    f.write_all(body.as_bytes())
+                });
+                if let Some(got) = s.op("read meta", || fs::read(&p)) {
+                    if got != body.as_bytes() {
+                        s.fail(format!("{}: wrong contents after version {i}", p.display()));
+                    }
+                }
+                s.op("readdir meta", || fs::read_dir(&d).map(|r| r.count()));
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            None
+        }));
+        Load { stop, seen, threads }
+    }
+
+    /// Stop, join, and return (errors, operations, longest operation, the writer's model).
+    fn finish(self) -> (Vec<String>, u64, Duration, Vec<u8>) {
+        self.stop.store(true, Ordering::SeqCst);
+        let mut model = Vec::new();
+        for t in self.threads {
+            if let Some(m) = t.join().expect("a load thread panicked") {
+                model = m;
+            }
+        }
+        let errors = self.seen.errors.lock().unwrap().clone();
+        let longest = Duration::from_micros(self.seen.longest_us.load(Ordering::Relaxed));
+        (errors, self.seen.ops.load(Ordering::Relaxed), longest, model)
+    }
+}
+
+fn write_files(backing: &Path) {
+    fs::write(backing.join("static"), pattern(STATIC_BLOCKS * BLOCK, 1)).unwrap();
+    fs::write(backing.join("data"), pattern(DATA_BLOCKS * BLOCK, 2)).unwrap();
+}
+
+/// The daemon a supervisor runs: its one child (waits for a single one, bounded).
+fn daemon_of(sup: &MountProcess, not: Option<u32>) -> u32 {
+    let mut pid = None;
+    let ok = wait_until(EVENT_WAIT, Duration::from_millis(5), || {
+        let c = sup.children();
+        pid = (c.len() == 1 && Some(c[0]) != not).then(|| c[0]);
+        pid.is_some()
+    });
+    assert!(ok, "no single new daemon under the supervisor (children {:?}):\n{}", sup.children(), sup.log_text());
+    pid.unwrap()
+}
+
+fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks the process exists.
+    unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+/// The load test: `EVENTS` alternating SIGKILLs of the daemon and in-place upgrades
+/// (SIGHUP to the supervisor), under a reader, a writer and a metadata thread that verify
+/// every byte; nothing they do may fail; afterwards the backing files hold exactly what
+/// the writer wrote.
+#[test]
+fn reader_and_writer_verify_every_byte_across_kills_and_takeovers() {
+    require_fuse();
+    require_root("takeover tests (open_by_handle_at, mounting)");
+    let dir = TestDir::new("load");
+    write_files(&dir.backing());
+    let lender = ServerProcess::start(bin(), &["--capacity", "64MiB"], None);
+    let lender_addr = lender.addr().to_string();
+    let ctl = dir.ctl();
+    let args = [
+        "--supervise",
+        "--restart-limit",
+        "100",
+        "--server",
+        lender_addr.as_str(),
+        "--routing",
+        "threshold",
+        "--control-socket",
+        ctl.to_str().unwrap(),
+    ];
+    let sup = MountProcess::start(bin(), &dir.backing(), &dir.mnt(), &args, &dir.log("supervisor"));
+    let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
+    let deadline = Instant::now() + TEST_BOUND;
+    let load = Load::start(&dir.mnt(), deadline);
+    let mut daemon = daemon_of(&sup, None);
+    let (mut kills, mut upgrades) = (0, 0);
+    for i in 0..EVENTS {
+        std::thread::sleep(BETWEEN_EVENTS);
+        if i % 2 == 0 {
+            // SAFETY: kill(2) on the supervisor's child, a process this test started.
+            unsafe { libc::kill(daemon as i32, libc::SIGKILL) };
+            kills += 1;
+        } else {
+            sup.signal(libc::SIGHUP);
+            upgrades += 1;
+        }
+        let next = daemon_of(&sup, Some(daemon));
+        assert!(wait_until(EVENT_WAIT, Duration::from_millis(5), || !alive(daemon)), "pid {daemon} lingers");
+        daemon = next;
+    }
+    std::thread::sleep(BETWEEN_EVENTS);
+    let (errors, ops, longest, model) = load.finish();
+    eprintln!(
+        "{kills} kills, {upgrades} upgrades: {ops} operations, longest {longest:?} (noisy: shared machine, debug build)"
+    );
+    assert!(errors.is_empty(), "the load saw errors:\n{}\n{}", errors.join("\n"), sup.log_text());
+    assert!(ops > 1000, "too little load to mean anything: {ops} operations");
+    assert_eq!(fs::read(dir.backing().join("data")).unwrap(), model, "the backing file is not what was written");
+    assert_eq!(fs::read(dir.backing().join("static")).unwrap(), pattern(STATIC_BLOCKS * BLOCK, 1));
+    let log = sup.stop();
+    assert!(log.contains("unanswered requests resent"), "{log}");
+}
+
+/// Start a plain daemon (no supervisor) for the tests of `--takeover` itself.
+fn plain(dir: &TestDir, extra: &[&str]) -> MountProcess {
+    let ctl = dir.ctl();
+    let mut args = vec!["--no-remote", "--control-socket", ctl.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    MountProcess::start(bin(), &dir.backing(), &dir.mnt(), &args, &dir.log("old"))
+}
+
+fn still_serves(m: &MountProcess, what: &str) {
+    assert_eq!(
+        fs::read(m.m("static")).unwrap_or_else(|e| panic!("{what}: reading through the mount: {e}")),
+        pattern(STATIC_BLOCKS * BLOCK, 1),
+        "{what}"
+    );
+}
+
+/// A takeover refused — settings the kernel was promised differ, or another takeover
+/// protocol — leaves the running daemon serving; then a takeover that matches replaces it,
+/// files open across it keep working, and the new daemon unmounts cleanly on SIGTERM.
+#[test]
+fn refused_takeovers_leave_the_old_daemon_serving_and_a_matching_one_replaces_it() {
+    require_fuse();
+    require_root("takeover tests (open_by_handle_at, mounting)");
+    let dir = TestDir::new("refuse");
+    write_files(&dir.backing());
+    let old = plain(&dir, &[]);
+    let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
+    let held = File::open(old.m("static")).unwrap();
+    let ctl = dir.ctl();
+    let ctl_s = ctl.to_str().unwrap();
+
+    // Another max_write: the kernel negotiated the old one at INIT.
+    let cfg = dir.0.join("small-writes.toml");
+    fs::write(&cfg, "[mount]\nmax_write = \"128KiB\"\n").unwrap();
+    let e = MountProcess::try_takeover(
+        bin(),
+        &dir.backing(),
+        &dir.mnt(),
+        &["--no-remote", "--control-socket", ctl_s, "--config", cfg.to_str().unwrap()],
+        &dir.log("refused"),
+    )
+    .err()
+    .expect("a takeover with another max_write must be refused");
+    assert!(e.contains("mount.max_write") && e.contains("fix:"), "{e}");
+    still_serves(&old, "after a refused takeover (settings)");
+
+    // Another remote tier.
+    let e = MountProcess::try_takeover(
+        bin(),
+        &dir.backing(),
+        &dir.mnt(),
+        &["--control-socket", ctl_s],
+        &dir.log("refused2"),
+    )
+    .err()
+    .expect("a takeover with a remote tier must be refused by a --no-remote daemon");
+    assert!(e.contains("remote_tier"), "{e}");
+    still_serves(&old, "after a refused takeover (remote tier)");
+
+    // Another takeover protocol, spoken raw on the control socket.
+    let s = UnixStream::connect(&ctl).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    (&s).write_all(b"{\"cmd\":\"takeover\",\"protocol\":999,\"version\":\"9.9.9\",\"pid\":1}\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(&s).read_line(&mut line).unwrap();
+    assert!(line.contains("\"ok\":false") && line.contains("takeover protocol 999"), "{line}");
+    still_serves(&old, "after a refused takeover (protocol)");
+    assert!(alive(old.pid()));
+
+    // A matching takeover: the old daemon exits 0, the mount stays, the held file reads on.
+    let new = MountProcess::try_takeover(
+        bin(),
+        &dir.backing(),
+        &dir.mnt(),
+        &["--no-remote", "--control-socket", ctl_s],
+        &dir.log("new"),
+    )
+    .unwrap_or_else(|e| panic!("{e}\nold daemon:\n{}", old.log_text()));
+    old.release_mount();
+    assert_eq!(old.wait_exit(), 0, "{}", old.log_text());
+    assert!(fuse_mounted(&dir.mnt()));
+    let mut buf = vec![0u8; 3 * BLOCK];
+    held.read_exact_at(&mut buf, 5 * BLOCK as u64).unwrap();
+    assert_eq!(buf, pattern(STATIC_BLOCKS * BLOCK, 1)[5 * BLOCK..8 * BLOCK], "a file opened before the takeover");
+    still_serves(&new, "after the takeover");
+    drop(held);
+    new.stop();
+}
+
+/// Kills in the middle of an in-place upgrade (SIGHUP to the supervisor): at growing delays
+/// after the new daemon starts, SIGKILL either the new daemon or the old one. Whatever the
+/// phase — before the old one stopped, while it waited for the new one's confirmation,
+/// after it left — one daemon serves afterwards and the load sees no error: the old one
+/// serves on (the new one never confirmed), or the new one does, or the supervisor restarts
+/// one from the descriptors it holds.
+#[test]
+fn a_kill_during_takeover_leaves_one_daemon_serving() {
+    require_fuse();
+    require_root("takeover tests (open_by_handle_at, mounting)");
+    let dir = TestDir::new("midway");
+    write_files(&dir.backing());
+    let ctl = dir.ctl();
+    let args = ["--supervise", "--restart-limit", "100", "--no-remote", "--control-socket", ctl.to_str().unwrap()];
+    let sup = MountProcess::start(bin(), &dir.backing(), &dir.mnt(), &args, &dir.log("supervisor"));
+    let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
+    let load = Load::start(&dir.mnt(), Instant::now() + TEST_BOUND);
+    let mut daemon = daemon_of(&sup, None);
+    for (i, delay_ms) in [0u64, 1, 3, 6, 10, 20, 40, 80].into_iter().enumerate() {
+        std::thread::sleep(Duration::from_millis(150));
+        sup.signal(libc::SIGHUP);
+        let mut new = None;
+        assert!(
+            wait_until(EVENT_WAIT, Duration::from_millis(1), || {
+                new = sup.children().into_iter().find(|p| *p != daemon);
+                new.is_some()
+            }),
+            "no new daemon after SIGHUP:\n{}",
+            sup.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let victim = if i % 2 == 0 { new.unwrap() } else { daemon };
+        // SAFETY: kill(2) on a daemon the supervisor this test started runs.
+        unsafe { libc::kill(victim as i32, libc::SIGKILL) };
+        // Settle: one daemon, alive, serving.
+        assert!(
+            wait_until(EVENT_WAIT, Duration::from_millis(10), || {
+                let c = sup.children();
+                c.len() == 1 && !c.contains(&victim)
+            }),
+            "not back to one daemon after killing pid {victim} at {delay_ms} ms (children {:?}):\n{}",
+            sup.children(),
+            sup.log_text()
+        );
+        daemon = sup.children()[0];
+        still_serves(&sup, &format!("after killing pid {victim} {delay_ms} ms into a takeover"));
+    }
+    let (errors, ops, longest, _) = load.finish();
+    eprintln!("kills during takeovers: {ops} operations, longest {longest:?} (noisy)");
+    assert!(errors.is_empty(), "the load saw errors:\n{}\n{}", errors.join("\n"), sup.log_text());
+    sup.stop();
+}
