@@ -138,14 +138,20 @@ struct Seen {
     errors: Mutex<Vec<String>>,
     ops: AtomicU64,
     longest_us: AtomicU64,
+    /// What the test is doing now (0 nothing, 1 a kill, 2 an upgrade), and the longest
+    /// operation that started during each.
+    phase: AtomicU64,
+    longest_by_phase_us: [AtomicU64; 3],
 }
 
 impl Seen {
     fn op<T>(&self, what: &str, f: impl FnOnce() -> std::io::Result<T>) -> Option<T> {
+        let phase = self.phase.load(Ordering::Relaxed).min(2) as usize;
         let t0 = Instant::now();
         let r = f();
         let us = t0.elapsed().as_micros() as u64;
         self.longest_us.fetch_max(us, Ordering::Relaxed);
+        self.longest_by_phase_us[phase].fetch_max(us, Ordering::Relaxed);
         self.ops.fetch_add(1, Ordering::Relaxed);
         match r {
             Ok(v) => Some(v),
@@ -323,7 +329,9 @@ fn reader_and_writer_verify_every_byte_across_kills_and_takeovers() {
     let mut daemon = daemon_of(&sup, None);
     let (mut kills, mut upgrades) = (0, 0);
     for i in 0..EVENTS {
+        load.seen.phase.store(0, Ordering::SeqCst);
         std::thread::sleep(BETWEEN_EVENTS);
+        load.seen.phase.store(1 + (i % 2) as u64, Ordering::SeqCst);
         if i % 2 == 0 {
             // SAFETY: kill(2) on the supervisor's child, a process this test started.
             unsafe { libc::kill(daemon as i32, libc::SIGKILL) };
@@ -336,10 +344,15 @@ fn reader_and_writer_verify_every_byte_across_kills_and_takeovers() {
         assert!(wait_until(EVENT_WAIT, Duration::from_millis(5), || !alive(daemon)), "pid {daemon} lingers");
         daemon = next;
     }
+    load.seen.phase.store(0, Ordering::SeqCst);
     std::thread::sleep(BETWEEN_EVENTS);
+    let by_phase: Vec<Duration> =
+        load.seen.longest_by_phase_us.iter().map(|a| Duration::from_micros(a.load(Ordering::Relaxed))).collect();
     let (errors, ops, longest, model) = load.finish();
     eprintln!(
-        "{kills} kills, {upgrades} upgrades: {ops} operations, longest {longest:?} (noisy: shared machine, debug build)"
+        "{kills} kills, {upgrades} upgrades: {ops} operations, longest {longest:?}; longest operation started during \
+         a kill {:?}, an upgrade {:?}, neither {:?} (noisy: shared machine, debug build)",
+        by_phase[1], by_phase[2], by_phase[0]
     );
     assert!(errors.is_empty(), "the load saw errors:\n{}\n{}", errors.join("\n"), sup.log_text());
     assert!(ops > 1000, "too little load to mean anything: {ops} operations");
@@ -491,4 +504,33 @@ fn a_kill_during_takeover_leaves_one_daemon_serving() {
     eprintln!("kills during takeovers: {ops} operations, longest {longest:?} (noisy)");
     assert!(errors.is_empty(), "the load saw errors:\n{}\n{}", errors.join("\n"), sup.log_text());
     sup.stop();
+}
+
+/// Repeated crashes end in a clear failure, not a loop: with `--restart-limit 2`, the third
+/// crash within the window makes the supervisor give up, say why and what to do, detach the
+/// mount (no dead mount point left behind) and exit 1.
+#[test]
+fn repeated_crashes_end_in_a_clear_failure() {
+    require_fuse();
+    require_root("takeover tests (open_by_handle_at, mounting)");
+    let dir = TestDir::new("giveup");
+    write_files(&dir.backing());
+    let ctl = dir.ctl();
+    let args = ["--supervise", "--restart-limit", "2", "--no-remote", "--control-socket", ctl.to_str().unwrap()];
+    let sup = MountProcess::start(bin(), &dir.backing(), &dir.mnt(), &args, &dir.log("supervisor"));
+    let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
+    let mut daemon = daemon_of(&sup, None);
+    for _ in 0..2 {
+        // SAFETY: kill(2) on the supervisor's child.
+        unsafe { libc::kill(daemon as i32, libc::SIGKILL) };
+        daemon = daemon_of(&sup, Some(daemon));
+        still_serves(&sup, "after a crash within the limit");
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(daemon as i32, libc::SIGKILL) };
+    let code = sup.wait_exit();
+    let log = sup.log_text();
+    assert_eq!(code, 1, "{log}");
+    assert!(log.contains("crashed 3 times") && log.contains("gave up") && log.contains("fix:"), "{log}");
+    assert!(!fuse_mounted(&dir.mnt()), "a dead mount was left behind:\n{log}");
 }

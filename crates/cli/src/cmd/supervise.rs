@@ -16,7 +16,8 @@
 //! supervisor → daemon  {"ok":true,"fds":N}, N descriptors, {"state":{...}}
 //! ```
 //!
-//! Crashes back off (50 ms doubling to 2 s between restarts) and more than `--restart-limit`
+//! The first three crashes within the window restart at once, later ones back off (50 ms
+//! doubling to 2 s between restarts), and more than `--restart-limit`
 //! within `--restart-window` end in a clear failure: the supervisor detaches the mount (so
 //! the mount point is not left dead) and exits 1. SIGTERM/SIGINT go to the daemon, which
 //! unmounts as usual; SIGHUP upgrades in place: a new daemon from the binary on disk takes
@@ -44,6 +45,8 @@ pub const SUPERVISOR_FD: &str = "FARCACHE_SUPERVISOR_FD";
 /// Set for a daemon the supervisor restarts after a crash: it withdraws, then adopts.
 pub const SUPERVISOR_RESTART: &str = "FARCACHE_SUPERVISOR_RESTART";
 const MAX_LINE_BYTES: usize = 256 << 20;
+/// Crashes within the window restarted without delay.
+const FREE_RESTARTS: usize = 3;
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
@@ -283,7 +286,12 @@ pub fn run(args: Vec<OsString>, restart_limit: u32, restart_window: Duration, mo
                 mountpoint.display()
             );
         }
-        let backoff = FIRST_BACKOFF.saturating_mul(1 << (crashes.len().saturating_sub(1)).min(6)).min(MAX_BACKOFF);
+        // The first crashes restart at once (the stall is the application's); a loop of them
+        // backs off, then ends at the limit.
+        let backoff = match crashes.len().checked_sub(FREE_RESTARTS + 1) {
+            None => Duration::ZERO,
+            Some(n) => FIRST_BACKOFF.saturating_mul(1 << n.min(6)).min(MAX_BACKOFF),
+        };
         tracing::warn!(
             "supervisor: the daemon (pid {}) died ({st}); restarting in {backoff:?} ({} of at most {restart_limit} \
              restarts within {restart_window:?})",
