@@ -534,3 +534,46 @@ fn repeated_crashes_end_in_a_clear_failure() {
     assert!(log.contains("crashed 3 times") && log.contains("gave up") && log.contains("fix:"), "{log}");
     assert!(!fuse_mounted(&dir.mnt()), "a dead mount was left behind:\n{log}");
 }
+
+/// A file unlinked through the mount while a process holds it open stays readable across a
+/// crash and an upgrade (the supervisor keeps its inode), and its inode number is not handed
+/// to a new file meanwhile — after a crash node ids are resolved by number.
+#[test]
+fn an_open_unlinked_file_survives_a_crash_and_an_upgrade() {
+    require_fuse();
+    require_root("takeover tests (open_by_handle_at, mounting)");
+    let dir = TestDir::new("unlinked");
+    write_files(&dir.backing());
+    let ctl = dir.ctl();
+    let args = ["--supervise", "--no-remote", "--control-socket", ctl.to_str().unwrap()];
+    let sup = MountProcess::start(bin(), &dir.backing(), &dir.mnt(), &args, &dir.log("supervisor"));
+    let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
+    let body = pattern(8 * BLOCK, 9);
+    fs::write(sup.m("doomed"), &body).unwrap();
+    let held = File::open(sup.m("doomed")).unwrap();
+    let ino = std::os::unix::fs::MetadataExt::ino(&held.metadata().unwrap());
+    fs::remove_file(sup.m("doomed")).unwrap();
+    let read_all = |what: &str| {
+        let mut got = vec![0u8; body.len()];
+        held.read_exact_at(&mut got, 0).unwrap_or_else(|e| panic!("{what}: {e}\n{}", sup.log_text()));
+        assert!(got == body, "{what}: wrong bytes");
+    };
+    read_all("before any event");
+    let daemon = daemon_of(&sup, None);
+    // SAFETY: kill(2) on the supervisor's child.
+    unsafe { libc::kill(daemon as i32, libc::SIGKILL) };
+    let daemon = daemon_of(&sup, Some(daemon));
+    // New files while the old number would be free if nobody kept it (ext4 reuses freed
+    // numbers soon): none may get it.
+    for i in 0..64 {
+        fs::write(sup.m(&format!("new{i}")), b"x").unwrap();
+        let n = std::os::unix::fs::MetadataExt::ino(&fs::metadata(sup.b(&format!("new{i}"))).unwrap());
+        assert_ne!(n, ino, "inode number {ino} was reused while the kernel still knew it");
+    }
+    read_all("after a crash");
+    sup.signal(libc::SIGHUP);
+    daemon_of(&sup, Some(daemon));
+    read_all("after an upgrade");
+    drop(held);
+    sup.stop();
+}

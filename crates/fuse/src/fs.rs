@@ -44,6 +44,9 @@ pub(crate) struct Passthrough {
     /// Where `destroy` leaves the state for the next daemon (`crate::takeover`).
     pub(crate) handover: crate::HandoverSlot,
     pub(crate) incarnation: u32,
+    /// Told when an inode the kernel knows loses its last name, and when the kernel forgets
+    /// it (`crate::Keeper`).
+    pub(crate) keeper: crate::KeeperSlot,
 }
 
 /// An unknown node id or handle: the kernel and we disagree, which is a bug somewhere.
@@ -89,6 +92,7 @@ impl Passthrough {
             resolver: None,
             handover: crate::HandoverSlot::default(),
             incarnation,
+            keeper: crate::KeeperSlot::default(),
         })
     }
 
@@ -310,7 +314,9 @@ impl Filesystem for Passthrough {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.inodes.forget(ino.0, nlookup);
+        if self.inodes.forget(ino.0, nlookup) {
+            self.keeper.tell(crate::Kept::Forgotten { nodeid: ino.0 });
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<Fh>, reply: ReplyAttr) {

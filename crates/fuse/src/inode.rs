@@ -143,21 +143,23 @@ impl InodeTable {
         Ok(inode)
     }
 
-    /// The kernel dropped `n` lookups of `nodeid`.
-    pub(crate) fn forget(&self, nodeid: u64, n: u64) {
+    /// The kernel dropped `n` lookups of `nodeid`; true when that was the last.
+    pub(crate) fn forget(&self, nodeid: u64, n: u64) -> bool {
         if nodeid == ROOT_ID {
-            return;
+            return false;
         }
         let mut m = self.maps.write();
         let Some(e) = m.by_node.get_mut(&nodeid) else {
             tracing::debug!("forget of unknown node {nodeid}");
-            return;
+            return false;
         };
         e.nlookup = e.nlookup.saturating_sub(n);
         if e.nlookup == 0 {
             let e = m.by_node.remove(&nodeid).expect("present");
             m.by_key.remove(&(e.inode.dev, e.inode.ino));
+            return true;
         }
+        false
     }
 
     /// The node id a directory entry with backing inode number `ino` (on the root's device)

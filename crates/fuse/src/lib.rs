@@ -70,6 +70,32 @@ impl HandoverSlot {
     }
 }
 
+/// What a [`Keeper`] is told.
+pub enum Kept<'a> {
+    /// An inode the kernel knows lost its last name; `fd` is its `O_PATH` descriptor (copy it
+    /// to keep the inode, and so its number, alive).
+    Unlinked { nodeid: u64, fd: std::os::fd::BorrowedFd<'a> },
+    /// The kernel forgot the node: whatever was kept for it may go.
+    Forgotten { nodeid: u64 },
+}
+
+/// Called on FUSE worker threads; must not block for long.
+pub type Keeper = Box<dyn Fn(Kept<'_>) + Send + Sync>;
+
+#[derive(Clone, Default)]
+pub(crate) struct KeeperSlot(Arc<parking_lot::RwLock<Option<Keeper>>>);
+
+impl KeeperSlot {
+    pub(crate) fn is_set(&self) -> bool {
+        self.0.read().is_some()
+    }
+    pub(crate) fn tell(&self, k: Kept<'_>) {
+        if let Some(f) = self.0.read().as_ref() {
+            f(k);
+        }
+    }
+}
+
 /// A live mount. Dropping it without [`Mount::run`] unmounts.
 pub struct Mount {
     session: fuser::Session<fs::Passthrough>,
@@ -81,6 +107,7 @@ pub struct Mount {
     workers: Vec<OwnedFd>,
     stopper: fuser::SessionStopper,
     slot: HandoverSlot,
+    keeper: KeeperSlot,
     /// Descriptors received with a handover, kept open while this session runs.
     _kept: Vec<OwnedFd>,
     /// This daemon's incarnation (0 for the one that mounted; +1 at each takeover).
@@ -180,6 +207,7 @@ impl Mount {
         let fs = fs::Passthrough::new(&backing, cfg, data, 0)
             .map_err(|source| MountError::BackingOpen { path: backing.clone(), source })?;
         let slot = fs.handover.clone();
+        let keeper = fs.keeper.clone();
         let fc = fuser_config(&backing, cfg, root);
         let session = fuser::Session::new(fs, &mountpoint, &fc)
             .map_err(|source| MountError::Mount { mountpoint: mountpoint.clone(), source })?;
@@ -195,7 +223,7 @@ impl Mount {
             cfg.threads,
             if cfg.direct_io_backing { "direct (O_DIRECT where supported)" } else { "buffered" }
         );
-        Mount::serve(session, mountpoint, dev, cfg, Vec::new(), slot, Vec::new(), 0)
+        Mount::serve(session, mountpoint, dev, cfg, Vec::new(), (slot, keeper), Vec::new(), 0)
     }
 
     /// Serve a connection another daemon mounted and initialized, handed over with its
@@ -233,7 +261,7 @@ impl Mount {
         fs.resolver = Some(takeover::Resolver::new(&h.state, root_inode.fd()));
         fs.inodes.reserve_synthetic(h.state.next_synthetic);
         takeover::adopt_kept(&fs.inodes, &h.state, &h.keep);
-        let slot = fs.handover.clone();
+        let slot = (fs.handover.clone(), fs.keeper.clone());
         let fc = fuser_config(&backing, cfg, root);
         let acl = fc.acl;
         let main = sys::dup(h.fuse.as_fd())
@@ -266,7 +294,7 @@ impl Mount {
         dev: u64,
         cfg: &MountConfig,
         mut workers: Vec<OwnedFd>,
-        slot: HandoverSlot,
+        (slot, keeper): (HandoverSlot, KeeperSlot),
         kept: Vec<OwnedFd>,
         incarnation: u32,
     ) -> Result<Mount, MountError> {
@@ -280,13 +308,19 @@ impl Mount {
         let given = workers.iter().map(|w| sys::dup(w.as_fd())).collect::<io::Result<Vec<_>>>().map_err(err)?;
         session.set_worker_fds(given);
         let stopper = session.stopper().map_err(err)?;
-        Ok(Mount { session, mountpoint, dev, fuse, workers, stopper, slot, _kept: kept, incarnation })
+        Ok(Mount { session, mountpoint, dev, fuse, workers, stopper, slot, keeper, _kept: kept, incarnation })
     }
 
     /// Never unmount when this process ends (a supervisor restarts the daemon on the live
     /// connection); [`Unmounter::unmount`] still unmounts.
     pub fn keep_mounted_on_drop(&mut self) {
         self.session.unmount_callable().disarm();
+    }
+
+    /// Be told of inodes the kernel knows that lose their last name, and of their forgetting
+    /// (a supervisor keeps them alive across a crash: `cmd/supervise.rs`).
+    pub fn set_keeper(&self, k: Keeper) {
+        *self.keeper.0.write() = Some(k);
     }
 
     /// A handle that stops the session for a handover.

@@ -219,13 +219,17 @@ pub(crate) fn snapshot(table: &InodeTable, incarnation: u32) -> (HandoverState, 
     (state, keep)
 }
 
+/// Lookups assumed for a kept inode whose count died with a crashed daemon: never forgotten
+/// by partial counts (its number must stay unusable while the kernel might ask for it).
+const UNKNOWN_LOOKUPS: u64 = u64::MAX / 2;
+
 /// Enter the kept (unlinked) inodes in `table` under their node ids.
 pub(crate) fn adopt_kept(table: &InodeTable, state: &HandoverState, keep: &[OwnedFd]) {
     let counts: HashMap<u64, u64> = state.nodes.iter().map(|n| (n.nodeid, n.nlookup)).collect();
     for (nodeid, fd) in state.keep_nodes.iter().zip(keep) {
         let res = sys::dup(fd.as_fd()).and_then(|fd| {
             let st = sys::fstat(fd.as_fd())?;
-            table.insert_resolved(*nodeid, fd, &st, counts.get(nodeid).copied().unwrap_or(1))
+            table.insert_resolved(*nodeid, fd, &st, counts.get(nodeid).copied().unwrap_or(UNKNOWN_LOOKUPS))
         });
         if let Err(e) = res {
             tracing::warn!("takeover: an unlinked inode (node {nodeid}) could not be kept: {e}");

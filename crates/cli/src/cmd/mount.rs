@@ -413,7 +413,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         (m, bound, metrics, Some(()))
     } else if let Some(link) = supervisor.as_ref().filter(|_| super::supervise::is_restart()) {
         // The previous daemon died: its connection is alive in the supervisor's hands.
-        let h = super::supervise::withdraw(link)?;
+        let h = link.withdraw()?;
         let m = Mount::adopt(&a.backing_dir, &canonical, &cfg, data.clone(), h, true)?;
         (m, bound.expect("bound unless taking over"), metrics, Some(()))
     } else {
@@ -424,7 +424,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         // Only an explicit unmount (a signal, fusermount3) ends a supervised mount, never
         // this process ending.
         mount.keep_mounted_on_drop();
-        super::supervise::deposit(link, &mount.deposit()?)?;
+        mount.set_keeper(link.keeper());
+        link.deposit(&mount.deposit()?)?;
     }
     let control_server = bound.serve(control.clone()).context("starting the control socket")?;
     tracing::info!("control socket {}", control_server.path().display());
@@ -516,7 +517,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     mount = Mount::adopt(&a.backing_dir, &canonical, &cfg, data.clone(), h, true)?;
                     if let Some(link) = &supervisor {
                         mount.keep_mounted_on_drop();
-                        super::supervise::deposit(link, &mount.deposit()?)?;
+                        mount.set_keeper(link.keeper());
+                        link.deposit(&mount.deposit()?)?;
                     }
                 }
             },

@@ -16,6 +16,11 @@
 //! supervisor → daemon  {"ok":true,"fds":N}, N descriptors, {"state":{...}}
 //! ```
 //!
+//! Inodes the kernel knows that lose their last name are *kept* by the supervisor too
+//! (`{"cmd":"keep","nodeid":N}` with their `O_PATH` descriptor, `{"cmd":"release",...}` when
+//! the kernel forgets them): after a crash, node ids are resolved by inode number, which
+//! must not have been reused meanwhile — and such files, still open somewhere, stay readable.
+//!
 //! The first three crashes within the window restart at once, later ones back off (50 ms
 //! doubling to 2 s between restarts), and more than `--restart-limit`
 //! within `--restart-window` end in a clear failure: the supervisor detaches the mount (so
@@ -52,6 +57,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// The deposit the supervisor holds: copies of the descriptors and the state.
 type Deposit = Arc<Mutex<Option<Handover>>>;
+/// Kept inodes by node id.
+type KeptMap = Arc<Mutex<std::collections::HashMap<u64, OwnedFd>>>;
+/// Most inodes kept (a bound on the supervisor's descriptors; mount.max_inodes' default).
+const MAX_KEPT: usize = 1_000_000;
 
 /// Send `h` (descriptors and state) after a header line `head`.
 fn send_handover(s: &UnixStream, head: Value, h: &Handover) -> std::io::Result<()> {
@@ -75,8 +84,54 @@ fn recv_handover(s: &UnixStream, head: &Value) -> anyhow::Result<Handover> {
     Ok(Handover::from_fds(state, got)?)
 }
 
+/// The daemon's side of the socket pair; writes from several threads are whole messages.
+pub struct Link(Mutex<UnixStream>);
+
+impl Link {
+    fn stream(&self) -> std::sync::MutexGuard<'_, UnixStream> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hand copies of the descriptors and state to the supervisor.
+    pub fn deposit(&self, h: &Handover) -> anyhow::Result<()> {
+        send_handover(&self.stream(), json!({ "cmd": "deposit" }), h)
+            .context("depositing the FUSE descriptors with the supervisor")
+    }
+
+    /// After a crash of the previous daemon: take the deposit (and the kept inodes).
+    pub fn withdraw(&self) -> anyhow::Result<Handover> {
+        let s = self.stream();
+        fds::write_line(&s, &json!({ "cmd": "withdraw" }))?;
+        let head: Value = serde_json::from_slice(&fds::read_line(&s, MAX_LINE_BYTES)?)?;
+        if head["ok"] != true {
+            bail!("the supervisor has nothing to hand over: {}", head["error"].as_str().unwrap_or("?"));
+        }
+        recv_handover(&s, &head).context("withdrawing the FUSE descriptors from the supervisor")
+    }
+
+    /// The keeper a supervised mount reports to (`farcache_fuse::Mount::set_keeper`).
+    pub fn keeper(self: &Arc<Self>) -> farcache_fuse::Keeper {
+        let link = self.clone();
+        Box::new(move |k| {
+            let s = link.stream();
+            let res = match k {
+                farcache_fuse::Kept::Unlinked { nodeid, fd } => {
+                    fds::write_line(&s, &json!({ "cmd": "keep", "nodeid": nodeid }))
+                        .and_then(|()| fds::send_fds(&s, &[fd]))
+                }
+                farcache_fuse::Kept::Forgotten { nodeid } => {
+                    fds::write_line(&s, &json!({ "cmd": "release", "nodeid": nodeid }))
+                }
+            };
+            if let Err(e) = res {
+                tracing::warn!("telling the supervisor about an unlinked inode: {e}");
+            }
+        })
+    }
+}
+
 /// The daemon's side: the socket to its supervisor, if it has one.
-pub fn daemon_link() -> Option<UnixStream> {
+pub fn daemon_link() -> Option<Arc<Link>> {
     let v = std::env::var(SUPERVISOR_FD).ok()?;
     let fd: i32 = v.parse().ok()?;
     // SAFETY: the supervisor passed this descriptor to us for this purpose; we take it once
@@ -88,7 +143,7 @@ pub fn daemon_link() -> Option<UnixStream> {
     // Not inherited by anything this daemon starts.
     // SAFETY: plain fcntl on a descriptor we own.
     unsafe { libc::fcntl(s.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
-    Some(s)
+    Some(Arc::new(Link(Mutex::new(s))))
 }
 
 /// Whether this daemon was started by the supervisor after a crash.
@@ -96,23 +151,8 @@ pub fn is_restart() -> bool {
     std::env::var_os(SUPERVISOR_RESTART).is_some()
 }
 
-/// The daemon's side: hand copies of the descriptors and state to the supervisor.
-pub fn deposit(link: &UnixStream, h: &Handover) -> anyhow::Result<()> {
-    send_handover(link, json!({ "cmd": "deposit" }), h).context("depositing the FUSE descriptors with the supervisor")
-}
-
-/// The daemon's side, after a crash of the previous one: take the deposit.
-pub fn withdraw(link: &UnixStream) -> anyhow::Result<Handover> {
-    fds::write_line(link, &json!({ "cmd": "withdraw" }))?;
-    let head: Value = serde_json::from_slice(&fds::read_line(link, MAX_LINE_BYTES)?)?;
-    if head["ok"] != true {
-        bail!("the supervisor has nothing to hand over: {}", head["error"].as_str().unwrap_or("?"));
-    }
-    recv_handover(link, &head).context("withdrawing the FUSE descriptors from the supervisor")
-}
-
 /// Serve one daemon's link: store its deposits, answer its withdrawal.
-fn serve_link(s: UnixStream, deposit: Deposit, deposited: mpsc::Sender<u32>, pid: u32) {
+fn serve_link(s: UnixStream, deposit: Deposit, kept: KeptMap, deposited: mpsc::Sender<u32>, pid: u32) {
     loop {
         let line = match fds::read_line(&s, MAX_LINE_BYTES) {
             Ok(l) => l,
@@ -131,10 +171,26 @@ fn serve_link(s: UnixStream, deposit: Deposit, deposited: mpsc::Sender<u32>, pid
                     return;
                 }
             },
+            Some("keep") => {
+                let (Some(nodeid), Ok(mut fd)) = (req["nodeid"].as_u64(), fds::recv_fds(&s, 1)) else {
+                    tracing::error!("supervisor: a bad keep from pid {pid}: {req}");
+                    return;
+                };
+                let mut k = kept.lock().unwrap_or_else(|e| e.into_inner());
+                if k.len() < MAX_KEPT {
+                    k.insert(nodeid, fd.remove(0));
+                }
+            }
+            Some("release") => {
+                if let Some(nodeid) = req["nodeid"].as_u64() {
+                    kept.lock().unwrap_or_else(|e| e.into_inner()).remove(&nodeid);
+                }
+            }
             Some("withdraw") => {
                 let d = deposit.lock().unwrap_or_else(|e| e.into_inner());
-                let res = match d.as_ref() {
-                    Some(h) => send_handover(&s, json!({ "ok": true }), h),
+                let res = match d.as_ref().map(|h| with_kept(h, &kept)) {
+                    Some(Ok(h)) => send_handover(&s, json!({ "ok": true }), &h),
+                    Some(Err(e)) => fds::write_line(&s, &json!({ "ok": false, "error": e.to_string() })),
                     None => fds::write_line(&s, &json!({ "ok": false, "error": "no deposit" })),
                 };
                 if let Err(e) = res {
@@ -149,6 +205,16 @@ fn serve_link(s: UnixStream, deposit: Deposit, deposited: mpsc::Sender<u32>, pid
     }
 }
 
+/// A copy of the deposit with the kept inodes added.
+fn with_kept(h: &Handover, kept: &KeptMap) -> std::io::Result<Handover> {
+    let mut h = h.try_clone()?;
+    for (nodeid, fd) in kept.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        h.keep.push(fd.try_clone()?);
+        h.state.keep_nodes.push(*nodeid);
+    }
+    Ok(h)
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
     First,
@@ -161,6 +227,7 @@ struct Spawner {
     exe: PathBuf,
     args: Vec<OsString>,
     deposit: Deposit,
+    kept: KeptMap,
     deposited: mpsc::Sender<u32>,
 }
 
@@ -195,10 +262,11 @@ impl Spawner {
         }
         let child = cmd.spawn().with_context(|| format!("supervisor: starting {}", self.exe.display()))?;
         drop(theirs);
-        let (deposit, deposited, pid) = (self.deposit.clone(), self.deposited.clone(), child.id());
+        let (deposit, kept, deposited, pid) =
+            (self.deposit.clone(), self.kept.clone(), self.deposited.clone(), child.id());
         std::thread::Builder::new()
             .name("farcache-supervisor-link".into())
-            .spawn(move || serve_link(ours, deposit, deposited, pid))?;
+            .spawn(move || serve_link(ours, deposit, kept, deposited, pid))?;
         Ok(child)
     }
 }
@@ -211,7 +279,7 @@ pub fn run(args: Vec<OsString>, restart_limit: u32, restart_window: Duration, mo
     // supervisor between a crash and the restart.
     let signals = Signals::block()?;
     let (tx, rx) = mpsc::channel();
-    let spawner = Spawner { exe, args, deposit: Arc::new(Mutex::new(None)), deposited: tx };
+    let spawner = Spawner { exe, args, deposit: Arc::new(Mutex::new(None)), kept: KeptMap::default(), deposited: tx };
     let mut current = spawner.spawn(Mode::First)?;
     let mut previous: Vec<Child> = Vec::new();
     let mut upgrading: Option<Child> = None;
@@ -359,7 +427,10 @@ mod tests {
         let deposit: Deposit = Arc::new(Mutex::new(None));
         let (tx, rx) = mpsc::channel();
         let d2 = deposit.clone();
-        let t = std::thread::spawn(move || serve_link(sup, d2, tx, 7));
+        let kept = KeptMap::default();
+        let k2 = kept.clone();
+        let t = std::thread::spawn(move || serve_link(sup, d2, k2, tx, 7));
+        let daemon = Arc::new(Link(Mutex::new(daemon)));
         let f = std::fs::File::open("/dev/null").unwrap();
         let h = Handover {
             fuse: OwnedFd::from(f),
@@ -373,16 +444,22 @@ mod tests {
                 ..HandoverState::default()
             },
         };
-        deposit_fn(&daemon, &h);
+        daemon.deposit(&h).unwrap();
         assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), 7);
-        let back = withdraw(&daemon).unwrap();
+        // Two inodes kept, one released: the withdrawal carries the other.
+        let keeper = daemon.keeper();
+        let f1 = std::fs::File::open("/dev/null").unwrap();
+        let f2 = std::fs::File::open("/dev/null").unwrap();
+        keeper(farcache_fuse::Kept::Unlinked { nodeid: 11, fd: std::os::fd::AsFd::as_fd(&f1) });
+        keeper(farcache_fuse::Kept::Unlinked { nodeid: 12, fd: std::os::fd::AsFd::as_fd(&f2) });
+        keeper(farcache_fuse::Kept::Forgotten { nodeid: 11 });
+        let back = daemon.withdraw().unwrap();
         assert_eq!((back.state.dev, back.state.incarnation, back.workers.len()), (42, 3, 1));
+        assert_eq!((back.state.keep_nodes.clone(), back.keep.len()), (vec![12], 1));
+        drop(keeper);
         drop(daemon);
         t.join().unwrap();
         assert!(deposit.lock().unwrap().is_some());
-    }
-
-    fn deposit_fn(s: &UnixStream, h: &Handover) {
-        super::deposit(s, h).unwrap();
+        assert_eq!(kept.lock().unwrap().len(), 1);
     }
 }
