@@ -446,7 +446,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         if took_from.is_some() { " (taken over)" } else { "" }
     );
     std::io::stdout().flush()?;
-    crate::notify::ready(&format!("serving {} on {}", a.backing_dir.display(), mount.mountpoint().display()));
+    let main_pid = if supervisor.is_some() { std::os::unix::process::parent_id() } else { std::process::id() };
+    crate::notify::ready_for(
+        &format!("serving {} on {}", a.backing_dir.display(), mount.mountpoint().display()),
+        main_pid,
+    );
 
     let grace = cfg.shutdown_grace.get();
     let summary = control.clone();
