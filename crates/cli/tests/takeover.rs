@@ -25,7 +25,8 @@ use farcache_testkit::{fuse_mounted, pattern, require_fuse, require_root, wait_u
 const BLOCK: usize = 4096;
 const STATIC_BLOCKS: usize = 512;
 const DATA_BLOCKS: usize = 256;
-/// Kills and upgrades in the load test (alternating), and the pause between them.
+/// Kills and upgrades in the load test (alternating), and the pause between them. CI runs
+/// 12; `FARCACHE_TAKEOVER_EVENTS=100` runs the long version.
 const EVENTS: usize = 12;
 const BETWEEN_EVENTS: Duration = Duration::from_millis(400);
 /// How long a new daemon may take to appear after an event.
@@ -239,6 +240,11 @@ impl Load {
         }));
         let (d, s, st) = (mnt.join("meta"), seen.clone(), stop.clone());
         threads.push(std::thread::spawn(move || {
+            // One directory stream, opened before every event and listed again and again.
+            let cpath = std::ffi::CString::new(d.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: opendir with a valid path; the stream is closed below.
+            let stream = unsafe { libc::opendir(cpath.as_ptr()) };
+            assert!(!stream.is_null(), "opendir {}", d.display());
             let mut i = 0u64;
             while !st.load(Ordering::Relaxed) && Instant::now() < deadline {
                 i += 1;
@@ -254,8 +260,28 @@ impl Load {
                     }
                 }
                 s.op("readdir meta", || fs::read_dir(&d).map(|r| r.count()));
+                let listed = s.op("readdir of a directory opened before every event", || {
+                    // SAFETY: a valid open stream; errno is reset to tell the end from an error.
+                    unsafe {
+                        libc::rewinddir(stream);
+                        let mut n = 0;
+                        loop {
+                            *libc::__errno_location() = 0;
+                            if libc::readdir(stream).is_null() {
+                                let e = *libc::__errno_location();
+                                return if e == 0 { Ok(n) } else { Err(std::io::Error::from_raw_os_error(e)) };
+                            }
+                            n += 1;
+                        }
+                    }
+                });
+                if listed.is_some_and(|n| n < 3) {
+                    s.fail(format!("the held directory listed {listed:?} entries"));
+                }
                 std::thread::sleep(Duration::from_millis(2));
             }
+            // SAFETY: the stream opened above, closed once.
+            unsafe { libc::closedir(stream) };
             None
         }));
         Load { stop, seen, threads }
@@ -323,12 +349,13 @@ fn reader_and_writer_verify_every_byte_across_kills_and_takeovers() {
         ctl.to_str().unwrap(),
     ];
     let sup = MountProcess::start(bin(), &dir.backing(), &dir.mnt(), &args, &dir.log("supervisor"));
-    let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
-    let deadline = Instant::now() + TEST_BOUND;
-    let load = Load::start(&dir.mnt(), deadline);
+    let events: usize = std::env::var("FARCACHE_TAKEOVER_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(EVENTS);
+    let bound = TEST_BOUND.max(Duration::from_secs(2 * events as u64));
+    let _dog = Watchdog::start(&dir.mnt(), bound);
+    let load = Load::start(&dir.mnt(), Instant::now() + bound);
     let mut daemon = daemon_of(&sup, None);
     let (mut kills, mut upgrades) = (0, 0);
-    for i in 0..EVENTS {
+    for i in 0..events {
         load.seen.phase.store(0, Ordering::SeqCst);
         std::thread::sleep(BETWEEN_EVENTS);
         load.seen.phase.store(1 + (i % 2) as u64, Ordering::SeqCst);
@@ -572,8 +599,21 @@ fn an_open_unlinked_file_survives_a_crash_and_an_upgrade() {
     }
     read_all("after a crash");
     sup.signal(libc::SIGHUP);
-    daemon_of(&sup, Some(daemon));
+    let daemon = daemon_of(&sup, Some(daemon));
     read_all("after an upgrade");
+    // A takeover from outside the supervisor would leave it without the mount: refused.
+    let e = MountProcess::try_takeover(
+        bin(),
+        &dir.backing(),
+        &dir.mnt(),
+        &["--no-remote", "--control-socket", ctl.to_str().unwrap()],
+        &dir.log("outsider"),
+    )
+    .err()
+    .expect("a takeover of a supervised mount from outside must be refused");
+    assert!(e.contains("supervisor") && e.contains("kill -HUP"), "{e}");
+    assert_eq!(sup.children(), vec![daemon]);
+    read_all("after a refused outside takeover");
     drop(held);
     sup.stop();
 }

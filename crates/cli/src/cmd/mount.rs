@@ -405,7 +405,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // Everything above (lenders, the engine) is ready before the running daemon is asked to
     // stop: the stall is the handover alone.
     let (mut mount, bound, metrics, took_from) = if a.takeover {
-        let (h, conn) = takeover::request(&socket_path, &handover_settings)?;
+        let (h, conn) = takeover::request(&socket_path, &handover_settings, supervisor.is_some())?;
         let m = Mount::adopt(&a.backing_dir, &canonical, &cfg, data.clone(), h, true)?;
         takeover::confirm(&conn).context("--takeover: confirming to the running daemon")?;
         let bound = bind_when_free(&socket_path)?;
@@ -505,7 +505,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     })?;
 
     loop {
-        let giver = Arc::new(Giver::new(mount.handle(), handover_settings.clone()));
+        let giver = Arc::new(Giver::new(mount.handle(), handover_settings.clone(), supervisor.is_some()));
         *control.giver.lock().unwrap_or_else(|e| e.into_inner()) = Some(giver.clone());
         match mount.run()? {
             Ended::Unmounted => break,

@@ -79,6 +79,9 @@ fn mismatch(running: &Value, ours: &Value) -> Option<String> {
 pub struct Giver {
     handle: MountHandle,
     settings: Value,
+    /// This daemon runs under `--supervise`: only a daemon of the same supervisor (started
+    /// by its SIGHUP) may take over, or the supervisor would lose the mount.
+    supervised: bool,
     busy: AtomicBool,
     /// Set while a handover is under way: the channel the main thread sends the copies of
     /// the descriptors on, and the one it hears the outcome on.
@@ -94,8 +97,8 @@ pub enum Outcome {
 }
 
 impl Giver {
-    pub fn new(handle: MountHandle, settings: Value) -> Giver {
-        Giver { handle, settings, busy: AtomicBool::new(false), main_side: Mutex::new(None) }
+    pub fn new(handle: MountHandle, settings: Value, supervised: bool) -> Giver {
+        Giver { handle, settings, supervised, busy: AtomicBool::new(false), main_side: Mutex::new(None) }
     }
 
     /// Called by the main thread when `Mount::run` ended with a handover.
@@ -146,6 +149,14 @@ impl Giver {
                 env!("CARGO_PKG_VERSION")
             );
         }
+        if self.supervised && req["supervised"] != true {
+            bail!(
+                "takeover refused: this mount runs under a supervisor (pid {}), which would lose it; fix: upgrade \
+                 through the supervisor (kill -HUP {}, or systemctl reload for the unit)",
+                std::os::unix::process::parent_id(),
+                std::os::unix::process::parent_id()
+            );
+        }
         fds::write_line(
             s,
             &json!({
@@ -194,7 +205,7 @@ impl Giver {
 
 /// The new daemon's side: everything up to the descriptors in hand; [`confirm`] then tells
 /// the running daemon to go.
-pub fn request(socket: &Path, ours: &Value) -> anyhow::Result<(Handover, UnixStream)> {
+pub fn request(socket: &Path, ours: &Value, supervised: bool) -> anyhow::Result<(Handover, UnixStream)> {
     let s = UnixStream::connect(socket).with_context(|| {
         format!(
             "--takeover: no daemon answers on the control socket {}; fix: check the mount point (and \
@@ -207,7 +218,7 @@ pub fn request(socket: &Path, ours: &Value) -> anyhow::Result<(Handover, UnixStr
     fds::write_line(
         &s,
         &json!({ "cmd": "takeover", "protocol": TAKEOVER_PROTOCOL, "version": env!("CARGO_PKG_VERSION"),
-                 "pid": std::process::id() }),
+                 "pid": std::process::id(), "supervised": supervised }),
     )?;
     let offer: Value = serde_json::from_slice(&fds::read_line(&s, MAX_LINE_BYTES)?)?;
     if offer["ok"] != true {
