@@ -140,6 +140,14 @@ impl Passthrough {
         }
         let inode = self.inode(ino)?;
         let fd = sys::openat(inode.fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+        // Read once from the start before serving: the first request on a reopened handle
+        // may be at the end (the kernel resends one that was in flight), and on ext4 a fresh
+        // hashed-directory stream first read at its end-of-directory cookie then returns
+        // nothing when sought back to 0 (its position state stays at the end: found by the
+        // load in tests/takeover.rs). A stream that has read from 0 has no such state.
+        let mut scratch = vec![0u8; 8 * 1024];
+        sys::getdents(fd.as_fd(), &mut scratch)?;
+        tracing::debug!("takeover: reopened directory handle {} of node {}", fh.0, ino.0);
         self.dirs.insert_at(fh.0, DirHandle { inode, fd: parking_lot::Mutex::new(fd) })
     }
 

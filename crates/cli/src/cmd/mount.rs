@@ -405,7 +405,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // Everything above (lenders, the engine) is ready before the running daemon is asked to
     // stop: the stall is the handover alone.
     let (mut mount, bound, metrics, took_from) = if a.takeover {
-        let (h, conn) = takeover::request(&socket_path, &handover_settings, supervisor.is_some())?;
+        let (mut h, conn) = takeover::request(&socket_path, &handover_settings, supervisor.is_some())?;
+        super::supervise::assign_incarnation(&mut h);
         let m = Mount::adopt(&a.backing_dir, &canonical, &cfg, data.clone(), h, true)?;
         takeover::confirm(&conn).context("--takeover: confirming to the running daemon")?;
         let bound = bind_when_free(&socket_path)?;
@@ -413,7 +414,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         (m, bound, metrics, Some(()))
     } else if let Some(link) = supervisor.as_ref().filter(|_| super::supervise::is_restart()) {
         // The previous daemon died: its connection is alive in the supervisor's hands.
-        let h = link.withdraw()?;
+        let mut h = link.withdraw()?;
+        super::supervise::assign_incarnation(&mut h);
         let m = Mount::adopt(&a.backing_dir, &canonical, &cfg, data.clone(), h, true)?;
         (m, bound.expect("bound unless taking over"), metrics, Some(()))
     } else {

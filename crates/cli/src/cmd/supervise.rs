@@ -49,6 +49,10 @@ use crate::control::fds;
 pub const SUPERVISOR_FD: &str = "FARCACHE_SUPERVISOR_FD";
 /// Set for a daemon the supervisor restarts after a crash: it withdraws, then adopts.
 pub const SUPERVISOR_RESTART: &str = "FARCACHE_SUPERVISOR_RESTART";
+/// The incarnation the supervisor gives each daemon it starts, one more each time: handle
+/// numbers carry it, so two daemons of one mount must never share one — also when the last
+/// deposit is older than the daemon that died (it crashed before depositing).
+pub const INCARNATION: &str = "FARCACHE_INCARNATION";
 const MAX_LINE_BYTES: usize = 256 << 20;
 /// Crashes within the window restarted without delay.
 const FREE_RESTARTS: usize = 3;
@@ -151,6 +155,14 @@ pub fn is_restart() -> bool {
     std::env::var_os(SUPERVISOR_RESTART).is_some()
 }
 
+/// Make `h`, about to be adopted (which takes its incarnation + 1), give this daemon at least
+/// the incarnation its supervisor assigned.
+pub fn assign_incarnation(h: &mut Handover) {
+    if let Some(n) = std::env::var(INCARNATION).ok().and_then(|v| v.parse::<u32>().ok()) {
+        h.state.incarnation = h.state.incarnation.max(n.saturating_sub(1));
+    }
+}
+
 /// Serve one daemon's link: store its deposits, answer its withdrawal.
 fn serve_link(s: UnixStream, deposit: Deposit, kept: KeptMap, deposited: mpsc::Sender<u32>, pid: u32) {
     loop {
@@ -229,6 +241,8 @@ struct Spawner {
     deposit: Deposit,
     kept: KeptMap,
     deposited: mpsc::Sender<u32>,
+    /// The next daemon's incarnation (the first one's is 0).
+    next_incarnation: std::sync::atomic::AtomicU32,
 }
 
 impl Spawner {
@@ -237,7 +251,8 @@ impl Spawner {
         let theirs = OwnedFd::from(theirs);
         let fd = theirs.as_raw_fd();
         let mut cmd = Command::new(&self.exe);
-        cmd.arg("mount").args(&self.args).env(SUPERVISOR_FD, fd.to_string());
+        let incarnation = self.next_incarnation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        cmd.arg("mount").args(&self.args).env(SUPERVISOR_FD, fd.to_string()).env(INCARNATION, incarnation.to_string());
         match mode {
             Mode::First => {}
             Mode::Restart => {
@@ -279,7 +294,14 @@ pub fn run(args: Vec<OsString>, restart_limit: u32, restart_window: Duration, mo
     // supervisor between a crash and the restart.
     let signals = Signals::block()?;
     let (tx, rx) = mpsc::channel();
-    let spawner = Spawner { exe, args, deposit: Arc::new(Mutex::new(None)), kept: KeptMap::default(), deposited: tx };
+    let spawner = Spawner {
+        exe,
+        args,
+        deposit: Arc::new(Mutex::new(None)),
+        kept: KeptMap::default(),
+        deposited: tx,
+        next_incarnation: std::sync::atomic::AtomicU32::new(0),
+    };
     let mut current = spawner.spawn(Mode::First)?;
     let mut previous: Vec<Child> = Vec::new();
     let mut upgrading: Option<Child> = None;
