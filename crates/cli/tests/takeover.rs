@@ -383,6 +383,12 @@ fn reader_and_writer_verify_every_byte_across_kills_and_takeovers() {
     );
     assert!(errors.is_empty(), "the load saw errors:\n{}\n{}", errors.join("\n"), sup.log_text());
     assert!(ops > 1000, "too little load to mean anything: {ops} operations");
+    // The lender was in the path (so a stale block would have been served from it).
+    let out = farcache_testkit::run_bin(bin(), &["stats", "--server", &lender_addr, "--json"]);
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).expect("lender stats");
+    let hits = stats["hits"].as_u64().unwrap_or(0);
+    eprintln!("lender hits across all daemons: {hits}");
+    assert!(hits > 100, "the lender served almost nothing ({hits} hits): the test proves little");
     assert_eq!(fs::read(dir.backing().join("data")).unwrap(), model, "the backing file is not what was written");
     assert_eq!(fs::read(dir.backing().join("static")).unwrap(), pattern(STATIC_BLOCKS * BLOCK, 1));
     let log = sup.stop();
