@@ -405,10 +405,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // Everything above (lenders, the engine) is ready before the running daemon is asked to
     // stop: the stall is the handover alone.
     let (mut mount, bound, metrics, took_from) = if a.takeover {
-        let (mut h, conn) = takeover::request(&socket_path, &handover_settings, supervisor.is_some())?;
+        let (mut h, giving) = takeover::request(&socket_path, &handover_settings, supervisor.is_some())?;
         super::supervise::assign_incarnation(&mut h);
         let m = Mount::adopt(&a.backing_dir, &canonical, &cfg, data.clone(), h, true)?;
-        takeover::confirm(&conn).context("--takeover: confirming to the running daemon")?;
+        takeover::confirm(&giving).context("--takeover: confirming to the running daemon")?;
         let bound = bind_when_free(&socket_path)?;
         let metrics = retry_bind(bind_metrics)?;
         (m, bound, metrics, Some(()))

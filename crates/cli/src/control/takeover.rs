@@ -203,9 +203,15 @@ impl Giver {
     }
 }
 
+/// The running daemon, as the new one sees it during a takeover.
+pub struct Giving {
+    conn: UnixStream,
+    pid: u32,
+}
+
 /// The new daemon's side: everything up to the descriptors in hand; [`confirm`] then tells
 /// the running daemon to go.
-pub fn request(socket: &Path, ours: &Value, supervised: bool) -> anyhow::Result<(Handover, UnixStream)> {
+pub fn request(socket: &Path, ours: &Value, supervised: bool) -> anyhow::Result<(Handover, Giving)> {
     let s = UnixStream::connect(socket).with_context(|| {
         format!(
             "--takeover: no daemon answers on the control socket {}; fix: check the mount point (and \
@@ -246,12 +252,43 @@ pub fn request(socket: &Path, ours: &Value, supervised: bool) -> anyhow::Result<
     let doc: Value = serde_json::from_slice(&line)?;
     let state: HandoverState = serde_json::from_value(doc["state"].clone())?;
     let h = Handover::from_fds(state, received)?;
-    Ok((h, s))
+    let pid = offer["pid"].as_u64().and_then(|p| u32::try_from(p).ok()).unwrap_or(0);
+    Ok((h, Giving { conn: s, pid }))
 }
 
 /// Tell the running daemon the new one is ready, and wait for its goodbye: only then may
-/// the new one serve (without it, the old one serves again, or is dead).
-pub fn confirm(s: &UnixStream) -> anyhow::Result<()> {
+/// the new one serve. Without it the old one serves again — or is dead, killed after it
+/// handed over: then nobody serves the mount and the new one must (checked by its pid).
+pub fn confirm(g: &Giving) -> anyhow::Result<()> {
+    match goodbye(&g.conn) {
+        Ok(()) => Ok(()),
+        Err(e) if g.pid != 0 && gone_soon(g.pid) => {
+            tracing::warn!("takeover: the running daemon (pid {}) died before its goodbye ({e:#}); serving", g.pid);
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether process `pid` has exited (or becomes a zombie) within a second: a daemon killed
+/// after it handed over closes its end of the connection while it exits.
+fn gone_soon(pid: u32) -> bool {
+    let t0 = std::time::Instant::now();
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // pid (comm) STATE ...: the state follows the last ')'.
+        let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+        if matches!(state, None | Some('Z' | 'X')) {
+            return true;
+        }
+        if t0.elapsed() > Duration::from_secs(1) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn goodbye(s: &UnixStream) -> anyhow::Result<()> {
     fds::write_line(s, &json!({ "cmd": "done" }))?;
     s.set_read_timeout(Some(STEP_TIMEOUT))?;
     let bye: Value = serde_json::from_slice(&fds::read_line(s, MAX_LINE_BYTES)?)?;
