@@ -105,24 +105,6 @@ pub struct Args {
     restart_window: u64,
 }
 
-/// The daemon's arguments as given, without the supervisor's own options.
-fn daemon_args() -> Vec<std::ffi::OsString> {
-    let mut out = Vec::new();
-    let mut it = std::env::args_os().skip(1).skip_while(|a| a != "mount").skip(1);
-    while let Some(a) = it.next() {
-        let s = a.to_string_lossy();
-        if s == "--supervise" || s.starts_with("--restart-limit=") || s.starts_with("--restart-window=") {
-            continue;
-        }
-        if s == "--restart-limit" || s == "--restart-window" {
-            it.next();
-            continue;
-        }
-        out.push(a);
-    }
-    out
-}
-
 /// What `{"cmd":"stats"}` answers: who the mount is, then the engine's counters
 /// ([`CacheStats`], docs/METRICS.md).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -271,7 +253,7 @@ fn limit_malloc_caching() {
 pub fn run(a: Args) -> anyhow::Result<()> {
     if a.supervise {
         let window = std::time::Duration::from_secs(a.restart_window);
-        return super::supervise::run(daemon_args(), a.restart_limit, window, &a.mountpoint);
+        return super::supervise::run(super::supervise::daemon_args(), a.restart_limit, window, &a.mountpoint);
     }
     limit_malloc_caching();
     let supervisor = super::supervise::daemon_link();
@@ -409,8 +391,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         super::supervise::assign_incarnation(&mut h);
         let m = Mount::adopt(&a.backing_dir, &canonical, &cfg, data.clone(), h, true)?;
         takeover::confirm(&giving).context("--takeover: confirming to the running daemon")?;
-        let bound = bind_when_free(&socket_path)?;
-        let metrics = retry_bind(bind_metrics)?;
+        let bound = takeover::bind_when_free(&socket_path)?;
+        let metrics = takeover::retry_bind(bind_metrics)?;
         (m, bound, metrics, Some(()))
     } else if let Some(link) = supervisor.as_ref().filter(|_| super::supervise::is_restart()) {
         // The previous daemon died: its connection is alive in the supervisor's hands.
@@ -548,33 +530,6 @@ fn canonical_mountpoint(p: &Path) -> PathBuf {
             std::fs::canonicalize(parent).map(|d| d.join(name)).unwrap_or_else(|_| p.to_path_buf())
         }
         _ => std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()),
-    }
-}
-
-/// Bind the control socket once the daemon we took over from has let it go (it exits right
-/// after our confirmation): bounded retries.
-fn bind_when_free(path: &Path) -> anyhow::Result<BoundSocket> {
-    let t0 = Instant::now();
-    loop {
-        match BoundSocket::bind(path) {
-            Ok(b) => return Ok(b),
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && t0.elapsed() < takeover::DONE_TIMEOUT => {
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            Err(e) => return Err(e).context("the control socket, after the takeover"),
-        }
-    }
-}
-
-/// `bind` until the port is free (the daemon we took over from exits): bounded retries.
-fn retry_bind<T>(bind: impl Fn() -> anyhow::Result<T>) -> anyhow::Result<T> {
-    let t0 = Instant::now();
-    loop {
-        match bind() {
-            Ok(v) => return Ok(v),
-            Err(_) if t0.elapsed() < takeover::DONE_TIMEOUT => std::thread::sleep(std::time::Duration::from_millis(20)),
-            Err(e) => return Err(e.context("after the takeover")),
-        }
     }
 }
 

@@ -88,6 +88,24 @@ fn recv_handover(s: &UnixStream, head: &Value) -> anyhow::Result<Handover> {
     Ok(Handover::from_fds(state, got)?)
 }
 
+/// The daemon's arguments as given, without the supervisor's own options.
+pub fn daemon_args() -> Vec<std::ffi::OsString> {
+    let mut out = Vec::new();
+    let mut it = std::env::args_os().skip(1).skip_while(|a| a != "mount").skip(1);
+    while let Some(a) = it.next() {
+        let s = a.to_string_lossy();
+        if s == "--supervise" || s.starts_with("--restart-limit=") || s.starts_with("--restart-window=") {
+            continue;
+        }
+        if s == "--restart-limit" || s == "--restart-window" {
+            it.next();
+            continue;
+        }
+        out.push(a);
+    }
+    out
+}
+
 /// The daemon's side of the socket pair; writes from several threads are whole messages.
 pub struct Link(Mutex<UnixStream>);
 

@@ -298,6 +298,33 @@ fn goodbye(s: &UnixStream) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Bind the control socket once the daemon we took over from has let it go (it exits right
+/// after our confirmation): bounded retries.
+pub fn bind_when_free(path: &Path) -> anyhow::Result<super::server::BoundSocket> {
+    let t0 = std::time::Instant::now();
+    loop {
+        match super::server::BoundSocket::bind(path) {
+            Ok(b) => return Ok(b),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && t0.elapsed() < DONE_TIMEOUT => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) => return Err(e).context("the control socket, after the takeover"),
+        }
+    }
+}
+
+/// `bind` until the port is free (the daemon we took over from exits): bounded retries.
+pub fn retry_bind<T>(bind: impl Fn() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let t0 = std::time::Instant::now();
+    loop {
+        match bind() {
+            Ok(v) => return Ok(v),
+            Err(_) if t0.elapsed() < DONE_TIMEOUT => std::thread::sleep(std::time::Duration::from_millis(20)),
+            Err(e) => return Err(e.context("after the takeover")),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
