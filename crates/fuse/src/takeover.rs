@@ -13,14 +13,17 @@
 //!   in [`HandoverState::nodes`] (an upgrade), else from a handle built from the inode
 //!   number alone where the file system's handle is `FILEID_INO32_GEN` — ext2/3/4, whose
 //!   generation 0 means "do not check" — (a crash). Whatever is opened is checked to be
-//!   that inode number on the root's device before it is used. Synthetic node ids (inodes
-//!   on other devices under the backing directory) survive an upgrade only.
+//!   that inode number on the root's device before it is used. Where a handle cannot stand
+//!   in for an inode on an upgrade — other devices under the backing directory (synthetic
+//!   node ids), no handle, no privilege to open one — its descriptor travels instead
+//!   ([`Handover::keep`]). After a crash such inodes answer ESTALE.
 //! - **file and directory handles** are reopened on first use from the request's node id
 //!   (and, for reads and writes, the open flags the request carries); handle numbers carry
 //!   the daemon's incarnation (`handles.rs`), so new ones never collide with old ones.
 //! - **inodes unlinked but still open**: only their descriptors keep them alive. On an
 //!   upgrade the earlier daemon passes their `O_PATH` descriptors along ([`Handover::keep`]);
-//!   after a crash they are gone (a request on one fails with ESTALE).
+//!   under a supervisor, the daemon hands it each one as it loses its last name, so they
+//!   survive a crash too (`cmd/supervise.rs` in the CLI).
 //!
 //! Nothing of the cache's index travels: the new daemon keys its blocks with a secret of its
 //! own (`farcache_engine::index`), so it can never read a block the earlier one stored, and
@@ -81,7 +84,9 @@ pub struct Handover {
     pub fuse: OwnedFd,
     /// Clones of it (`FUSE_DEV_IOC_CLONE`) the worker threads read from.
     pub workers: Vec<OwnedFd>,
-    /// `O_PATH` descriptors of inodes with no name left (see [`HandoverState::keep_nodes`]).
+    /// `O_PATH` descriptors of inodes a file handle cannot stand in for: no name left, no
+    /// handle, on another file system than the backing root's, or a daemon without the
+    /// privilege to open handles (see [`HandoverState::keep_nodes`]).
     pub keep: Vec<OwnedFd>,
     pub state: HandoverState,
 }
@@ -155,6 +160,7 @@ impl Resolver {
         let recorded = state
             .nodes
             .iter()
+            .filter(|n| n.handle_type >= 0 && !n.handle.is_empty())
             .filter_map(|n| Some((n.nodeid, (n.handle_type, unhex(&n.handle)?, n.nlookup))))
             .collect();
         // Only where the root's own handle has the ino32+generation form.
@@ -198,18 +204,23 @@ pub(crate) fn snapshot(table: &InodeTable, incarnation: u32) -> (HandoverState, 
     let mut state =
         HandoverState { protocol: TAKEOVER_PROTOCOL, incarnation, next_synthetic, ..HandoverState::default() };
     let mut keep = Vec::new();
+    // The next daemon opens handles only with CAP_DAC_READ_SEARCH (root, here).
+    let handles_work = sys::is_root();
     for (inode, nlookup) in nodes {
-        match sys::handle_of(inode.fd()) {
-            Ok((t, h)) => state.nodes.push(NodeState {
-                nodeid: inode.nodeid,
-                nlookup,
-                handle_type: t,
-                handle: h.iter().map(|b| format!("{b:02x}")).collect(),
-            }),
-            Err(e) => tracing::debug!("takeover: no file handle for node {}: {e}", inode.nodeid),
-        }
+        let handle = sys::handle_of(inode.fd())
+            .map_err(|e| tracing::debug!("takeover: no file handle for node {}: {e}", inode.nodeid))
+            .ok();
+        let (handle_type, handle_hex) = match &handle {
+            Some((t, h)) => (*t, h.iter().map(|b| format!("{b:02x}")).collect()),
+            None => (-1, String::new()),
+        };
+        state.nodes.push(NodeState { nodeid: inode.nodeid, nlookup, handle_type, handle: handle_hex });
+        // The descriptor itself travels where a handle cannot stand in for it: no name left
+        // (only a descriptor keeps the inode), no handle, another file system under the
+        // backing directory (the next daemon opens handles on the root's), or no privilege.
         let unlinked = sys::fstat(inode.fd()).map(|st| st.st_nlink == 0).unwrap_or(false);
-        if unlinked {
+        let root_fs = inode.dev == table.root_dev();
+        if unlinked || handle.is_none() || !root_fs || !handles_work {
             if let Ok(fd) = sys::dup(inode.fd()) {
                 state.keep_nodes.push(inode.nodeid);
                 keep.push(fd);
@@ -254,6 +265,26 @@ mod tests {
         let fd = sys::openat(crate::fs::unsafe_at_fdcwd(), &c, libc::O_PATH | libc::O_NOFOLLOW, 0).unwrap();
         let st = sys::fstat(fd.as_fd()).unwrap();
         (fd, st)
+    }
+
+    /// An inode with no name left travels as a descriptor (a handle could not reopen it),
+    /// and the next table holds it under its node id with its lookup count.
+    #[test]
+    fn unlinked_inodes_travel_as_descriptors() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("gone"), b"still here").unwrap();
+        let (rfd, rst) = open_path(d.path());
+        let old = InodeTable::new(sys::dup(rfd.as_fd()).unwrap(), &rst, 100);
+        let (fd, st) = open_path(&d.path().join("gone"));
+        let node = old.lookup(fd, &st).unwrap().nodeid;
+        std::fs::remove_file(d.path().join("gone")).unwrap();
+        let (state, keep) = snapshot(&old, 0);
+        assert_eq!((state.keep_nodes.clone(), keep.len()), (vec![node], 1));
+        let new = InodeTable::new(sys::dup(rfd.as_fd()).unwrap(), &rst, 100);
+        adopt_kept(&new, &state, &keep);
+        let got = new.get(node).expect("kept under its node id");
+        assert_eq!(got.ino, st.st_ino);
+        assert!(new.forget(node, 1), "one lookup, as the old table counted");
     }
 
     #[test]
