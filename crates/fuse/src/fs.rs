@@ -324,6 +324,9 @@ impl Filesystem for Passthrough {
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         if self.inodes.forget(ino.0, nlookup) {
             self.keeper.tell(crate::Kept::Forgotten { nodeid: ino.0 });
+        } else if let Some(r) = &self.resolver {
+            // Known to the kernel from the earlier daemon and never used since.
+            r.forget(ino.0, nlookup);
         }
     }
 

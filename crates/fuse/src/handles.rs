@@ -82,3 +82,22 @@ impl<T> Handles<T> {
         self.map.lock().len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_carry_the_incarnation_and_old_ones_can_be_taken_again() {
+        let h: Handles<u32> = Handles::new(3, 5);
+        let a = h.insert(1).unwrap();
+        assert_eq!(a >> INCARNATION_SHIFT, 5, "a new handle names its daemon's incarnation");
+        // A handle of incarnation 4 the kernel still uses, reopened: kept under its number.
+        let old = (4 << INCARNATION_SHIFT) | 9;
+        assert_eq!(*h.insert_at(old, 2).unwrap(), 2);
+        assert_eq!(*h.insert_at(old, 3).unwrap(), 2, "the first reopening wins");
+        assert_eq!(h.len(), 2);
+        h.insert(4).unwrap();
+        assert_eq!(h.insert_at((4 << INCARNATION_SHIFT) | 10, 5).unwrap_err().raw_os_error(), Some(libc::ENFILE));
+    }
+}

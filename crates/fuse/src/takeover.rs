@@ -171,6 +171,18 @@ impl Resolver {
         Resolver { recorded: Mutex::new(recorded), constructible, mount_fd }
     }
 
+    /// The kernel dropped `n` lookups of a node this daemon never resolved: its recorded
+    /// handle goes once the count the earlier daemon left reaches zero.
+    pub(crate) fn forget(&self, nodeid: u64, n: u64) {
+        let mut r = self.recorded.lock();
+        if let Some(e) = r.get_mut(&nodeid) {
+            e.2 = e.2.saturating_sub(n);
+            if e.2 == 0 {
+                r.remove(&nodeid);
+            }
+        }
+    }
+
     /// Open node `nodeid` of the earlier daemon and enter it in `table`; ESTALE if it cannot
     /// be resolved (or resolves to anything but that inode).
     pub(crate) fn resolve(&self, table: &InodeTable, nodeid: u64) -> io::Result<Arc<Inode>> {
