@@ -48,12 +48,13 @@ impl Channel {
     }
 
     /// Like [`Channel::receive_retrying`], but returns `Ok(None)` once `stop` is set: the
-    /// descriptor must be non-blocking, and a wait for a request is a poll(2) on it and on
-    /// the stopper's eventfd. (farcache patch: a clean stop of the session loop.)
+    /// descriptor must be non-blocking, and a wait for a request is an epoll wait on it and
+    /// on the stopper's eventfd. (farcache patch: a clean stop of the session loop.)
     pub(crate) fn receive_or_stop(
         &self,
         buffer: &mut [u8],
         stop: &crate::session::SessionStopper,
+        waiter: &crate::session::StopWaiter,
     ) -> nix::Result<Option<usize>> {
         loop {
             if stop.is_stopped() {
@@ -62,7 +63,7 @@ impl Channel {
             match self.receive(buffer) {
                 Ok(size) => return Ok(Some(size)),
                 Err(Errno::ENOENT | Errno::EINTR) => continue,
-                Err(Errno::EAGAIN) => stop.wait_readable(self.as_fd())?,
+                Err(Errno::EAGAIN) => waiter.wait()?,
                 Err(err) => return Err(err),
             }
         }

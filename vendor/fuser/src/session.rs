@@ -203,17 +203,60 @@ impl SessionStopper {
             .load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Wait until `fd` is readable or the stopper fires.
-    pub(crate) fn wait_readable(&self, fd: BorrowedFd<'_>) -> nix::Result<()> {
-        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-        let mut fds = [
-            PollFd::new(fd, PollFlags::POLLIN),
-            PollFd::new(self.inner.eventfd.as_fd(), PollFlags::POLLIN),
-        ];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
-            Err(e) => Err(e),
+    /// A waiter for one worker thread: an epoll instance on its descriptor and on the
+    /// stopper's eventfd. The descriptor is added with `EPOLLEXCLUSIVE`: the connection's
+    /// descriptors share one wait queue, and without it every idle worker would wake for
+    /// each request (a herd of 30 wake-ups per request with 32 threads, measured; blocked
+    /// `read(2)`s wake one). The eventfd is not exclusive: a stop wakes them all.
+    pub(crate) fn waiter(&self, fd: BorrowedFd<'_>) -> io::Result<StopWaiter> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        // SAFETY: plain syscalls; the new descriptor is owned at once.
+        let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if epfd < 0 {
+            return Err(io::Error::last_os_error());
         }
+        // SAFETY: a fresh descriptor nobody else owns.
+        let epfd = unsafe { OwnedFd::from_raw_fd(epfd) };
+        for (target, flags) in [
+            (fd.as_raw_fd(), libc::EPOLLIN | libc::EPOLLEXCLUSIVE),
+            (self.inner.eventfd.as_raw_fd(), libc::EPOLLIN),
+        ] {
+            let mut ev = libc::epoll_event {
+                events: flags as u32,
+                u64: target as u64,
+            };
+            // SAFETY: valid descriptors and a valid event.
+            if unsafe { libc::epoll_ctl(epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, target, &mut ev) }
+                < 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(StopWaiter { epfd })
+    }
+}
+
+/// farcache patch: one worker thread's wait for a request or a stop (see
+/// [`SessionStopper::waiter`]).
+#[derive(Debug)]
+pub(crate) struct StopWaiter {
+    epfd: OwnedFd,
+}
+
+impl StopWaiter {
+    /// Wait until the descriptor may be readable or the stopper fired.
+    pub(crate) fn wait(&self) -> nix::Result<()> {
+        use std::os::fd::AsRawFd;
+        let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 2];
+        // SAFETY: the buffer holds 2 events, as passed.
+        let n = unsafe { libc::epoll_wait(self.epfd.as_raw_fd(), ev.as_mut_ptr(), 2, -1) };
+        if n < 0 {
+            let e = nix::errno::Errno::last();
+            if e != nix::errno::Errno::EINTR {
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -673,12 +716,16 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         // it is reused immediately after dispatching to conserve memory and allocations.
         let mut buf = FuseReadBuf::new();
         let buf = buf.as_mut();
+        let waiter = match &self.stopper {
+            Some(stop) => Some((stop, stop.waiter(self.ch.as_fd())?)),
+            None => None,
+        };
         loop {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
-            let received = match &self.stopper {
+            let received = match &waiter {
                 None => self.ch.receive_retrying(buf),
-                Some(stop) => match self.ch.receive_or_stop(buf, stop) {
+                Some((stop, waiter)) => match self.ch.receive_or_stop(buf, stop, waiter) {
                     Ok(Some(size)) => Ok(size),
                     Ok(None) => return Ok(()),
                     Err(e) => Err(e),

@@ -498,7 +498,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     // The new daemon serves the mount (and binds the socket once we are gone).
                     log_summary(&control);
                     own_socket.remove();
-                    std::process::exit(0);
+                    // Under a supervisor, a distinct code: it follows the new daemon.
+                    std::process::exit(if supervisor.is_some() { super::supervise::HANDED_OVER } else { 0 });
                 }
                 Outcome::Resume(h) => {
                     tracing::warn!("takeover did not complete: serving again");

@@ -45,6 +45,11 @@ use serde_json::{json, Value};
 
 use crate::control::fds;
 
+/// The exit code of a supervised daemon that handed its mount to the next one (0 means it
+/// unmounted): the supervisor then follows the new daemon, or, if that one is gone too,
+/// restarts one.
+pub const HANDED_OVER: i32 = 75;
+
 /// The environment variable naming the daemon's end of its socket pair.
 pub const SUPERVISOR_FD: &str = "FARCACHE_SUPERVISOR_FD";
 /// Set for a daemon the supervisor restarts after a crash: it withdraws, then adopts.
@@ -357,7 +362,9 @@ pub fn run(args: Vec<OsString>, restart_limit: u32, restart_window: Duration, mo
         previous.retain_mut(|c| c.try_wait().ok().flatten().is_none());
         if let Some(up) = upgrading.as_mut() {
             if let Some(st) = up.try_wait()? {
-                tracing::error!("supervisor: the upgrade failed (new daemon: {st}); pid {} serves on", current.id());
+                // If the old daemon handed over before this, it exits with HANDED_OVER
+                // and a daemon is restarted below; otherwise it serves on.
+                tracing::error!("supervisor: the new daemon exited ({st}) during the upgrade");
                 upgrading = None;
             }
         }
@@ -365,14 +372,20 @@ pub fn run(args: Vec<OsString>, restart_limit: u32, restart_window: Duration, mo
             std::thread::sleep(Duration::from_millis(10));
             continue;
         };
-        if let Some(up) = upgrading.take() {
-            // The old daemon handed over and left (its `bye` was the last thing it sent);
-            // the new one's deposit may not have come yet.
-            tracing::info!("supervisor: pid {} took over from pid {} ({st})", up.id(), current.id());
-            current = up;
-            continue;
+        let handed_over = st.code() == Some(HANDED_OVER);
+        if !st.success() {
+            if let Some(up) = upgrading.take() {
+                // The old daemon handed over and left (its `bye` was the last thing it sent),
+                // or died during the upgrade: the new one serves, or fails and is restarted
+                // below. Its deposit may not have come yet.
+                tracing::info!("supervisor: pid {} follows pid {} ({st})", up.id(), current.id());
+                current = up;
+                continue;
+            }
         }
-        if stopping || st.success() {
+        if handed_over {
+            tracing::warn!("supervisor: pid {} handed over to a daemon that is gone", current.id());
+        } else if stopping || st.success() {
             tracing::info!("supervisor: the daemon ended ({st}); exiting");
             return if st.success() { Ok(()) } else { bail!("the daemon ended with {st}") };
         }
