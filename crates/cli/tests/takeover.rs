@@ -623,3 +623,61 @@ fn an_open_unlinked_file_survives_a_crash_and_an_upgrade() {
     drop(held);
     sup.stop();
 }
+
+/// Unmounts a file system mounted by a test, also when it fails.
+struct Submount(PathBuf);
+
+impl Drop for Submount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Inodes on another file system inside the backing directory have synthetic node ids that
+/// no file handle on the backing root resolves: their descriptors travel with an upgrade,
+/// so a file there, open across the takeover, reads on, and its directory is still listed.
+#[test]
+fn inodes_on_a_file_system_inside_the_backing_directory_survive_an_upgrade() {
+    require_fuse();
+    require_root("takeover tests (open_by_handle_at, mounting)");
+    let dir = TestDir::new("submount");
+    write_files(&dir.backing());
+    let sub = dir.backing().join("sub");
+    fs::create_dir(&sub).unwrap();
+    let st =
+        std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=4m", "farcache-test"]).arg(&sub).status();
+    assert!(st.is_ok_and(|s| s.success()), "mount -t tmpfs on {}", sub.display());
+    let _sub = Submount(sub.clone());
+    let old = plain(&dir, &[]);
+    let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
+    let body = pattern(3 * BLOCK, 21);
+    fs::write(old.m("sub/f"), &body).unwrap();
+    let held = File::open(old.m("sub/f")).unwrap();
+    let ino = std::os::unix::fs::MetadataExt::ino(&held.metadata().unwrap());
+    assert!(ino >= 1 << 63, "expected a synthetic node id for an inode on the tmpfs, got {ino}");
+    let ctl = dir.ctl();
+    let new = MountProcess::try_takeover(
+        bin(),
+        &dir.backing(),
+        &dir.mnt(),
+        &["--no-remote", "--control-socket", ctl.to_str().unwrap()],
+        &dir.log("new"),
+    )
+    .unwrap_or_else(|e| panic!("{e}\nold daemon:\n{}", old.log_text()));
+    old.release_mount();
+    assert_eq!(old.wait_exit(), 0, "{}", old.log_text());
+    // fsync reaches the daemon whatever the page cache holds; then the cached pages are
+    // dropped so that the read does too.
+    held.sync_all().unwrap_or_else(|e| panic!("fsync of the held file after the upgrade: {e}\n{}", new.log_text()));
+    // SAFETY: plain syscall on an open descriptor.
+    unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&held), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let mut got = vec![0u8; body.len()];
+    held.read_exact_at(&mut got, 0)
+        .unwrap_or_else(|e| panic!("the held file after the upgrade: {e}\n{}", new.log_text()));
+    assert!(got == body, "wrong bytes after the upgrade");
+    let names: Vec<String> =
+        fs::read_dir(new.m("sub")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(names, ["f"]);
+    drop(held);
+    new.stop();
+}

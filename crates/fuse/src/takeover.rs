@@ -73,6 +73,9 @@ pub struct HandoverState {
 pub struct NodeState {
     pub nodeid: u64,
     pub nlookup: u64,
+    /// The backing inode: whatever a handle opens must be this one.
+    pub dev: u64,
+    pub ino: u64,
     pub handle_type: i32,
     /// The file handle, in hex.
     pub handle: String,
@@ -143,11 +146,18 @@ impl Handover {
 }
 
 /// A recorded file handle: `(type, bytes, lookups)`.
-type Recorded = (i32, Vec<u8>, u64);
+/// A recorded file handle: type, bytes, lookups, and the backing `(dev, ino)` it must open.
+struct Recorded {
+    handle_type: i32,
+    handle: Vec<u8>,
+    nlookup: u64,
+    dev: u64,
+    ino: u64,
+}
 
 /// How an adopted session resolves node ids it has not seen.
 pub(crate) struct Resolver {
-    /// Handles recorded by the earlier daemon, by node id: `(type, bytes, lookups)`.
+    /// Handles recorded by the earlier daemon, by node id.
     recorded: Mutex<HashMap<u64, Recorded>>,
     /// Node ids may be opened from a handle built from the number alone.
     constructible: bool,
@@ -161,7 +171,13 @@ impl Resolver {
             .nodes
             .iter()
             .filter(|n| n.handle_type >= 0 && !n.handle.is_empty())
-            .filter_map(|n| Some((n.nodeid, (n.handle_type, unhex(&n.handle)?, n.nlookup))))
+            .filter_map(|n| {
+                let handle = unhex(&n.handle)?;
+                Some((
+                    n.nodeid,
+                    Recorded { handle_type: n.handle_type, handle, nlookup: n.nlookup, dev: n.dev, ino: n.ino },
+                ))
+            })
             .collect();
         // Only where the root's own handle has the ino32+generation form.
         let constructible = matches!(sys::handle_of(root), Ok((FILEID_INO32_GEN, b)) if b.len() == 8);
@@ -176,8 +192,8 @@ impl Resolver {
     pub(crate) fn forget(&self, nodeid: u64, n: u64) {
         let mut r = self.recorded.lock();
         if let Some(e) = r.get_mut(&nodeid) {
-            e.2 = e.2.saturating_sub(n);
-            if e.2 == 0 {
+            e.nlookup = e.nlookup.saturating_sub(n);
+            if e.nlookup == 0 {
                 r.remove(&nodeid);
             }
         }
@@ -188,20 +204,29 @@ impl Resolver {
     pub(crate) fn resolve(&self, table: &InodeTable, nodeid: u64) -> io::Result<Arc<Inode>> {
         let root = self.mount_fd.as_ref().ok_or_else(|| sys::err(libc::ESTALE))?.as_fd();
         let recorded = self.recorded.lock().remove(&nodeid);
-        let (fd, nlookup) = match recorded {
-            Some((t, h, n)) => (sys::open_handle(root, t, &h, libc::O_PATH | libc::O_NOFOLLOW)?, n),
+        // What the opened inode must be: the recorded one, or for a number alone, that
+        // number on the root's device. A handle of another file system, decoded by the
+        // root's, could name any of its inodes: never trusted without this check.
+        let (fd, nlookup, want) = match recorded {
+            Some(r) => {
+                let fd = sys::open_handle(root, r.handle_type, &r.handle, libc::O_PATH | libc::O_NOFOLLOW)
+                    .map_err(|_| sys::err(libc::ESTALE))?;
+                (fd, r.nlookup, (r.dev, r.ino))
+            }
             None if self.constructible && table.is_direct(nodeid) => {
                 let ino = u32::try_from(nodeid).map_err(|_| sys::err(libc::ESTALE))?;
                 let mut h = [0u8; 8];
                 h[..4].copy_from_slice(&ino.to_ne_bytes());
                 // Generation 0: ext4 then skips its generation check (the number is all we have).
-                (sys::open_handle(root, FILEID_INO32_GEN, &h, libc::O_PATH | libc::O_NOFOLLOW)?, 1)
+                let fd = sys::open_handle(root, FILEID_INO32_GEN, &h, libc::O_PATH | libc::O_NOFOLLOW)
+                    .map_err(|_| sys::err(libc::ESTALE))?;
+                (fd, 1, (table.root_dev(), nodeid))
             }
             None => return Err(sys::err(libc::ESTALE)),
         };
         let st = sys::fstat(fd.as_fd())?;
-        let direct = table.is_direct(nodeid);
-        if (direct && (st.st_dev != table.root_dev() || st.st_ino != nodeid)) || st.st_nlink == 0 && !direct {
+        if (st.st_dev, st.st_ino) != want {
+            tracing::debug!("takeover: node {nodeid}'s handle opened another inode; stale");
             return Err(sys::err(libc::ESTALE));
         }
         tracing::debug!("takeover: resolved node {nodeid} by file handle");
@@ -226,7 +251,14 @@ pub(crate) fn snapshot(table: &InodeTable, incarnation: u32) -> (HandoverState, 
             Some((t, h)) => (*t, h.iter().map(|b| format!("{b:02x}")).collect()),
             None => (-1, String::new()),
         };
-        state.nodes.push(NodeState { nodeid: inode.nodeid, nlookup, handle_type, handle: handle_hex });
+        state.nodes.push(NodeState {
+            nodeid: inode.nodeid,
+            nlookup,
+            dev: inode.dev,
+            ino: inode.ino,
+            handle_type,
+            handle: handle_hex,
+        });
         // The descriptor itself travels where a handle cannot stand in for it: no name left
         // (only a descriptor keeps the inode), no handle, another file system under the
         // backing directory (the next daemon opens handles on the root's), or no privilege.
