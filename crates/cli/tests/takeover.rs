@@ -478,6 +478,10 @@ fn refused_takeovers_leave_the_old_daemon_serving_and_a_matching_one_replaces_it
     old.release_mount();
     assert_eq!(old.wait_exit(), 0, "{}", old.log_text());
     assert!(fuse_mounted(&dir.mnt()));
+    // Past the page cache: fsync reaches the daemon, and the read after dropping the pages.
+    held.sync_all().unwrap_or_else(|e| panic!("fsync of a file opened before the takeover: {e}"));
+    // SAFETY: plain syscall on an open descriptor.
+    unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&held), 0, 0, libc::POSIX_FADV_DONTNEED) };
     let mut buf = vec![0u8; 3 * BLOCK];
     held.read_exact_at(&mut buf, 5 * BLOCK as u64).unwrap();
     assert_eq!(buf, pattern(STATIC_BLOCKS * BLOCK, 1)[5 * BLOCK..8 * BLOCK], "a file opened before the takeover");
