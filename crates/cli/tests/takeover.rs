@@ -591,6 +591,11 @@ fn an_open_unlinked_file_survives_a_crash_and_an_upgrade() {
     let ino = std::os::unix::fs::MetadataExt::ino(&held.metadata().unwrap());
     fs::remove_file(sup.m("doomed")).unwrap();
     let read_all = |what: &str| {
+        // Past the page cache: fsync reaches the daemon, and so does the read once the
+        // cached pages are dropped.
+        held.sync_all().unwrap_or_else(|e| panic!("{what}: fsync: {e}\n{}", sup.log_text()));
+        // SAFETY: plain syscall on an open descriptor.
+        unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&held), 0, 0, libc::POSIX_FADV_DONTNEED) };
         let mut got = vec![0u8; body.len()];
         held.read_exact_at(&mut got, 0).unwrap_or_else(|e| panic!("{what}: {e}\n{}", sup.log_text()));
         assert!(got == body, "{what}: wrong bytes");
