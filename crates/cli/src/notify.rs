@@ -35,7 +35,14 @@ fn send(path: &std::ffi::OsStr, state: &str) -> std::io::Result<usize> {
 /// `READY=1` with a status line for `systemctl status`, and the main pid (so that a
 /// wrapper, e.g. `sudo`, does not confuse systemd about who is ready).
 pub fn ready(status: &str) {
-    notify(&format!("READY=1\nSTATUS={status}\nMAINPID={}", std::process::id()));
+    ready_for(status, std::process::id());
+}
+
+/// [`ready`] naming `main_pid` as the service's main process: a supervised mount daemon
+/// names its supervisor, which must stay the main process (a crash of the daemon is then
+/// the supervisor's to handle, not systemd's).
+pub fn ready_for(status: &str, main_pid: u32) {
+    notify(&format!("READY=1\nSTATUS={status}\nMAINPID={main_pid}"));
 }
 
 /// `STOPPING=1`: the daemon is shutting down on purpose.

@@ -17,6 +17,10 @@
 //! select-only pgbench during which the lender is killed with SIGKILL (zero failed
 //! transactions), the counts and the invariant once more, `pg_checksums`.
 //!
+//! A second test runs TPC-B on a supervised mount (`--supervise`) while the daemon is
+//! SIGKILLed 10 times and upgraded in place 10 times: zero failed transactions, a clean server
+//! log, the invariant, amcheck and pg_checksums afterwards (issue 15).
+//!
 //! PostgreSQL refuses to run as root: its programs run as the `postgres` user, in a test tree
 //! under the temporary directory that this user can reach. The binaries come from the Debian
 //! package `postgresql-15`, which `scripts/deps.sh` (run by `make test`) installs.
@@ -531,4 +535,87 @@ fn postgres_on_the_mount_keeps_its_data_intact() {
         let log = m2.stop();
         phase(&format!("mount 2 stopped: {}", remote_tier_line(&log)));
     }
+}
+
+/// The daemon under PostgreSQL dies and is upgraded while pgbench runs (issue 15): TPC-B with
+/// 4 clients on a supervised mount, a lender in the path, while the daemon is SIGKILLed 10
+/// times and upgraded in place (SIGHUP to the supervisor) 10 times. Zero failed transactions,
+/// no warning or error in PostgreSQL's log, the TPC-B invariant, amcheck, and pg_checksums
+/// over every page afterwards.
+#[test]
+fn pgbench_survives_kills_and_upgrades_of_the_mount_daemon() {
+    require_root("the PostgreSQL test (it mounts FUSE and runs PostgreSQL as the postgres user)");
+    let user = require_postgres();
+    let t0 = Instant::now();
+    let phase = |what: &str| eprintln!("[{:6.1}s] {what}", t0.elapsed().as_secs_f64());
+    let tree = test_tree(user);
+    let root = tree.path();
+    let (backing, mnt) = (root.join("backing"), root.join("mnt"));
+    let srv = ServerProcess::start(bin(), &["--capacity", "256MiB"], None);
+    let addr = srv.addr().to_string();
+    let ctl = root.join("ctl.sock");
+    let sup = MountProcess::start(
+        bin(),
+        &backing,
+        &mnt,
+        &[
+            "--supervise",
+            "--restart-limit",
+            "100",
+            "--server",
+            &addr,
+            LENDERS_FIRST[0],
+            LENDERS_FIRST[1],
+            "--control-socket",
+            ctl.to_str().unwrap(),
+        ],
+        &root.join("supervisor.log"),
+    );
+    let daemon_of = |not: Option<u32>| -> u32 {
+        let mut pid = None;
+        let ok = wait_until(Duration::from_secs(15), Duration::from_millis(5), || {
+            let c = sup.children();
+            pid = (c.len() == 1 && Some(c[0]) != not).then(|| c[0]);
+            pid.is_some()
+        });
+        assert!(ok, "no single new daemon (children {:?}):\n{}", sup.children(), sup.log_text());
+        pid.unwrap()
+    };
+    let pgdata = mnt.join("pgdata");
+    let mut pg = Pg::new(pgdata.clone(), root, free_port(), "pg-events.log", user);
+    pg.initdb();
+    pg.start();
+    pg.run("pgbench", &["-i", "-q", "-s", &SCALE.to_string()]);
+    phase("initdb and pgbench -i done");
+
+    let mut c = pg.cmd("pgbench");
+    c.args(["-n", "-T", "40", "-c", "4", "-j", "2"]);
+    let tpcb = std::thread::spawn(move || run_with_timeout(c, CMD_TIMEOUT));
+    let mut daemon = daemon_of(None);
+    let (mut kills, mut upgrades) = (0, 0);
+    for i in 0..20 {
+        std::thread::sleep(Duration::from_millis(1000));
+        assert!(!tpcb.is_finished(), "pgbench ended early (after {kills} kills, {upgrades} upgrades)");
+        if i % 2 == 0 {
+            // SAFETY: kill(2) on the daemon the supervisor this test started runs.
+            unsafe { libc::kill(daemon as i32, libc::SIGKILL) };
+            kills += 1;
+        } else {
+            sup.signal(libc::SIGHUP);
+            upgrades += 1;
+        }
+        daemon = daemon_of(Some(daemon));
+    }
+    phase(&format!("{kills} kills and {upgrades} upgrades done"));
+    let out = tpcb.join().unwrap().unwrap_or_else(|e| panic!("{e}"));
+    let b = parse_pgbench(&out, &["-n", "-T", "40"]);
+    phase(&format!("TPC-B across them: {:.0} tps, {} transactions, 0 failed", b.tps, b.processed));
+    check_data(&pg, b.processed);
+    check_amcheck(&pg);
+    pg.stop();
+    let blocks = check_checksums(&pg);
+    phase(&format!("amcheck, the invariant and pg_checksums ({blocks} blocks) are clean"));
+    drop(pg);
+    let log = sup.stop();
+    assert!(log.contains("unanswered requests resent"), "no restart happened?\n{log}");
 }

@@ -79,9 +79,11 @@ fn the_units_verify_and_keep_their_sandboxing() {
 
     let (s, m) = (service_settings(SERVER_UNIT), service_settings(MOUNT_UNIT));
     let has = |set: &[(String, String)], k: &str, v: &str| set.iter().any(|(a, b)| a == k && b == v);
-    for set in [&s, &m] {
-        assert!(has(set, "Type", "notify") && has(set, "NotifyAccess", "main"), "{set:?}");
-    }
+    assert!(has(&s, "Type", "notify") && has(&s, "NotifyAccess", "main"), "{s:?}");
+    // The mount's main process is the supervisor; the daemon it runs notifies.
+    assert!(has(&m, "Type", "notify") && has(&m, "NotifyAccess", "all"), "{m:?}");
+    assert!(m.iter().any(|(k, v)| k == "ExecStart" && v.contains("--supervise")), "{m:?}");
+    assert!(m.iter().any(|(k, v)| k == "ExecReload" && v.contains("-HUP")), "{m:?}");
     assert!(has(&s, "User", "farcache") && has(&s, "CapabilityBoundingSet", ""), "{s:?}");
     assert!(has(&m, "DeviceAllow", "/dev/fuse rw"), "the mount needs /dev/fuse: {m:?}");
     assert!(m.iter().any(|(k, v)| k == "CapabilityBoundingSet" && v.contains("CAP_SYS_ADMIN")), "{m:?}");
@@ -186,4 +188,14 @@ fn the_mount_says_ready_once_mounted_and_stopping_when_it_unmounts() {
     assert_eq!(fs::read(mnt.join("f")).unwrap(), b"hello", "ready, so serving");
     m.stop();
     assert!(n.next().lines().any(|l| l == "STOPPING=1"));
+
+    // Supervised (as the unit runs it): the daemon, a child, names the supervisor as the main
+    // process, so that systemd leaves the daemon's crashes to the supervisor.
+    let log = root.path().join("supervised.log");
+    let m = MountProcess::try_start_env(bin(), &backing, &mnt, &["--no-remote", "--supervise"], &[n.env()], &log)
+        .unwrap_or_else(|e| panic!("{e}"));
+    // (The first daemon's last STOPPING=1 lines may come first.)
+    let ready = (0..5).map(|_| n.next()).find(|s| s.contains("READY=1")).expect("READY=1 from the supervised daemon");
+    assert!(ready.lines().any(|l| l == format!("MAINPID={}", m.pid())), "{ready:?}");
+    m.stop();
 }

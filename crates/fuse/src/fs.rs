@@ -39,6 +39,14 @@ pub(crate) struct Passthrough {
     pub(crate) max_background: u16,
     /// We run as root: inodes we create are given to the calling user.
     pub(crate) chown_new: bool,
+    /// Set when this daemon took the connection over: resolves what the earlier one knew.
+    pub(crate) resolver: Option<crate::takeover::Resolver>,
+    /// Where `destroy` leaves the state for the next daemon (`crate::takeover`).
+    pub(crate) handover: crate::HandoverSlot,
+    pub(crate) incarnation: u32,
+    /// Told when an inode the kernel knows loses its last name, and when the kernel forgets
+    /// it (`crate::Keeper`).
+    pub(crate) keeper: crate::KeeperSlot,
 }
 
 /// An unknown node id or handle: the kernel and we disagree, which is a bug somewhere.
@@ -57,15 +65,20 @@ fn errno(e: io::Error) -> Errno {
 }
 
 impl Passthrough {
-    pub(crate) fn new(root: &Path, cfg: &MountConfig, data: Arc<dyn DataPath>) -> io::Result<Passthrough> {
+    pub(crate) fn new(
+        root: &Path,
+        cfg: &MountConfig,
+        data: Arc<dyn DataPath>,
+        incarnation: u32,
+    ) -> io::Result<Passthrough> {
         let c = sys::cname(root.as_os_str())?;
         let at_cwd = unsafe_at_fdcwd();
         let fd = sys::openat(at_cwd, &c, libc::O_PATH | libc::O_DIRECTORY, 0)?;
         let st = sys::fstat(fd.as_fd())?;
         Ok(Passthrough {
             inodes: InodeTable::new(fd, &st, usize::try_from(cfg.max_inodes).unwrap_or(usize::MAX)),
-            files: Handles::new(usize::try_from(cfg.max_open_handles).unwrap_or(usize::MAX)),
-            dirs: Handles::new(usize::try_from(cfg.max_open_handles).unwrap_or(usize::MAX)),
+            files: Handles::new(usize::try_from(cfg.max_open_handles).unwrap_or(usize::MAX), incarnation),
+            dirs: Handles::new(usize::try_from(cfg.max_open_handles).unwrap_or(usize::MAX), incarnation),
             data,
             ids: Identities::new(),
             backing_opts: BackingOptions { direct_io: cfg.direct_io_backing },
@@ -76,19 +89,66 @@ impl Passthrough {
             max_write: u32::try_from(cfg.max_write.bytes()).unwrap_or(u32::MAX),
             max_background: cfg.max_background,
             chown_new: sys::is_root(),
+            resolver: None,
+            handover: crate::HandoverSlot::default(),
+            incarnation,
+            keeper: crate::KeeperSlot::default(),
         })
     }
 
     pub(crate) fn inode(&self, ino: INodeNo) -> io::Result<Arc<Inode>> {
-        self.inodes.get(ino.0).ok_or_else(stale)
+        if let Some(i) = self.inodes.get(ino.0) {
+            return Ok(i);
+        }
+        match &self.resolver {
+            Some(r) => r.resolve(&self.inodes, ino.0),
+            None => Err(stale()),
+        }
     }
 
-    pub(crate) fn file(&self, fh: Fh) -> io::Result<Arc<FileHandle>> {
-        self.files.get(fh.0).ok_or_else(|| sys::err(libc::EBADF))
+    /// The open file `fh` of node `ino`; after a takeover, a handle of the earlier daemon is
+    /// reopened here with the request's open `flags` (or read-write where a request has none).
+    pub(crate) fn file(&self, ino: INodeNo, fh: Fh, flags: Option<i32>) -> io::Result<Arc<FileHandle>> {
+        if let Some(h) = self.files.get(fh.0) {
+            return Ok(h);
+        }
+        if self.resolver.is_none() || fh.0 >> crate::handles::INCARNATION_SHIFT == u64::from(self.incarnation) {
+            return Err(sys::err(libc::EBADF));
+        }
+        let inode = self.inode(ino)?;
+        let flags = flags.unwrap_or(libc::O_RDWR);
+        let fd = sys::reopen(inode.fd(), crate::ops_entry::backing_open_flags(flags)).or_else(|e| {
+            // No flags known and not writable by us: a read-only reopen still serves fsync/lseek.
+            if flags == libc::O_RDWR {
+                sys::reopen(inode.fd(), libc::O_RDONLY)
+            } else {
+                Err(e)
+            }
+        })?;
+        let backing = self.backing(&inode, File::from(fd), flags)?;
+        tracing::debug!("takeover: reopened file handle {} of node {}", fh.0, ino.0);
+        self.files.insert_at(fh.0, FileHandle { backing })
     }
 
-    pub(crate) fn dir(&self, fh: Fh) -> io::Result<Arc<DirHandle>> {
-        self.dirs.get(fh.0).ok_or_else(|| sys::err(libc::EBADF))
+    /// The open directory `fh` of node `ino` (reopened after a takeover, as [`Self::file`]).
+    pub(crate) fn dir(&self, ino: INodeNo, fh: Fh) -> io::Result<Arc<DirHandle>> {
+        if let Some(d) = self.dirs.get(fh.0) {
+            return Ok(d);
+        }
+        if self.resolver.is_none() || fh.0 >> crate::handles::INCARNATION_SHIFT == u64::from(self.incarnation) {
+            return Err(sys::err(libc::EBADF));
+        }
+        let inode = self.inode(ino)?;
+        let fd = sys::openat(inode.fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+        // Read once from the start before serving: the first request on a reopened handle
+        // may be at the end (the kernel resends one that was in flight), and on ext4 a fresh
+        // hashed-directory stream first read at its end-of-directory cookie then returns
+        // nothing when sought back to 0 (its position state stays at the end: found by the
+        // load in tests/takeover.rs). A stream that has read from 0 has no such state.
+        let mut scratch = vec![0u8; 8 * 1024];
+        sys::getdents(fd.as_fd(), &mut scratch)?;
+        tracing::debug!("takeover: reopened directory handle {} of node {}", fh.0, ino.0);
+        self.dirs.insert_at(fh.0, DirHandle { inode, fd: parking_lot::Mutex::new(fd) })
     }
 
     pub(crate) fn attr(&self, nodeid: u64, st: &libc::stat) -> FileAttr {
@@ -243,6 +303,7 @@ impl Filesystem for Passthrough {
     }
 
     fn destroy(&mut self) {
+        self.handover.fill(&self.inodes, self.incarnation);
         tracing::debug!(
             "session ends: {} inodes known, {} files and {} directories open",
             self.inodes.len(),
@@ -261,7 +322,12 @@ impl Filesystem for Passthrough {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.inodes.forget(ino.0, nlookup);
+        if self.inodes.forget(ino.0, nlookup) {
+            self.keeper.tell(crate::Kept::Forgotten { nodeid: ino.0 });
+        } else if let Some(r) = &self.resolver {
+            // Known to the kernel from the earlier daemon and never used since.
+            r.forget(ino.0, nlookup);
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<Fh>, reply: ReplyAttr) {
@@ -347,7 +413,7 @@ impl Filesystem for Passthrough {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: Fh,
         offset: u64,
         size: u32,
@@ -355,13 +421,13 @@ impl Filesystem for Passthrough {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        answer!(reply, self.do_read(fh, offset, size), |d| reply.data(&d))
+        answer!(reply, self.do_read(ino, fh, offset, size, _flags.0), |d| reply.data(&d))
     }
 
     fn write(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: Fh,
         offset: u64,
         data: &[u8],
@@ -370,13 +436,13 @@ impl Filesystem for Passthrough {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        answer!(reply, self.do_write(fh, offset, data), |n| reply.written(n))
+        answer!(reply, self.do_write(ino, fh, offset, data, _flags.0), |n| reply.written(n))
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, fh: Fh, _lock_owner: LockOwner, reply: ReplyEmpty) {
+    fn flush(&self, _req: &Request, ino: INodeNo, fh: Fh, _lock_owner: LockOwner, reply: ReplyEmpty) {
         // Writes are already on the backing file when they are acknowledged; locks are the
         // kernel's (no POSIX lock capability is negotiated). Nothing to flush.
-        answer!(reply, self.file(fh), |_| reply.ok())
+        answer!(reply, self.file(ino, fh, None), |_| reply.ok())
     }
 
     fn release(
@@ -393,23 +459,23 @@ impl Filesystem for Passthrough {
         reply.ok();
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: Fh, datasync: bool, reply: ReplyEmpty) {
-        answer!(reply, self.file(fh).and_then(|h| self.data.fsync(&h.backing, datasync)), |()| reply.ok())
+    fn fsync(&self, _req: &Request, ino: INodeNo, fh: Fh, datasync: bool, reply: ReplyEmpty) {
+        answer!(reply, self.file(ino, fh, None).and_then(|h| self.data.fsync(&h.backing, datasync)), |()| reply.ok())
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         answer!(reply, self.do_opendir(ino), |fh| reply.opened(Fh(fh), FopenFlags::empty()))
     }
 
-    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: Fh, offset: u64, mut reply: ReplyDirectory) {
-        match self.do_readdir(fh, offset, &mut reply) {
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: Fh, offset: u64, mut reply: ReplyDirectory) {
+        match self.do_readdir(ino, fh, offset, &mut reply) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: Fh, offset: u64, mut reply: ReplyDirectoryPlus) {
-        match self.do_readdirplus(fh, offset, &mut reply) {
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: Fh, offset: u64, mut reply: ReplyDirectoryPlus) {
+        match self.do_readdirplus(ino, fh, offset, &mut reply) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
@@ -420,8 +486,8 @@ impl Filesystem for Passthrough {
         reply.ok();
     }
 
-    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, fh: Fh, datasync: bool, reply: ReplyEmpty) {
-        answer!(reply, self.dir(fh).and_then(|d| sys::fsync_fd(d.fd.lock().as_fd(), datasync)), |()| reply.ok())
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, fh: Fh, datasync: bool, reply: ReplyEmpty) {
+        answer!(reply, self.dir(ino, fh).and_then(|d| sys::fsync_fd(d.fd.lock().as_fd(), datasync)), |()| reply.ok())
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
@@ -491,13 +557,16 @@ impl Filesystem for Passthrough {
         ))
     }
 
-    fn fallocate(&self, _req: &Request, _ino: INodeNo, fh: Fh, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
-        answer!(reply, self.do_fallocate(fh, offset, length, mode), |()| { reply.ok() })
+    fn fallocate(&self, _req: &Request, ino: INodeNo, fh: Fh, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        answer!(reply, self.do_fallocate(ino, fh, offset, length, mode), |()| { reply.ok() })
     }
 
-    fn lseek(&self, _req: &Request, _ino: INodeNo, fh: Fh, offset: i64, whence: i32, reply: ReplyLseek) {
-        answer!(reply, self.file(fh).and_then(|h| sys::lseek(h.backing.file().as_fd(), offset, whence)), |o| reply
-            .offset(o))
+    fn lseek(&self, _req: &Request, ino: INodeNo, fh: Fh, offset: i64, whence: i32, reply: ReplyLseek) {
+        answer!(
+            reply,
+            self.file(ino, fh, None).and_then(|h| sys::lseek(h.backing.file().as_fd(), offset, whence)),
+            |o| reply.offset(o)
+        )
     }
 }
 

@@ -1,6 +1,11 @@
 //! Open file and directory handles: the `fh` numbers the kernel passes back on every read,
 //! write, readdir, ... of an open file. Bounded: past `max` open handles, opens fail with
 //! ENFILE instead of growing without limit.
+//!
+//! Handle numbers carry the daemon's *incarnation* in their top bits (`incarnation << 40`):
+//! after a takeover or a restart the kernel still uses the numbers the previous daemon gave
+//! out, and the new one never hands out one of those. It reopens such a handle on first use
+//! ([`Handles::insert_at`], from the request's node id and open flags).
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
@@ -31,9 +36,28 @@ pub(crate) struct Handles<T> {
     max: usize,
 }
 
+/// Bits of a handle number below the incarnation.
+pub(crate) const INCARNATION_SHIFT: u32 = 40;
+
 impl<T> Handles<T> {
-    pub(crate) fn new(max: usize) -> Handles<T> {
-        Handles { map: Mutex::new(HashMap::new()), next: AtomicU64::new(1), max }
+    pub(crate) fn new(max: usize, incarnation: u32) -> Handles<T> {
+        let base = (u64::from(incarnation) & 0xff_ffff) << INCARNATION_SHIFT;
+        Handles { map: Mutex::new(HashMap::new()), next: AtomicU64::new(base + 1), max }
+    }
+
+    /// Register `h` under a number the kernel already uses (a handle of an earlier daemon,
+    /// reopened); if another thread was first, its handle is kept and returned.
+    pub(crate) fn insert_at(&self, fh: u64, h: T) -> std::io::Result<Arc<T>> {
+        let mut m = self.map.lock();
+        if let Some(e) = m.get(&fh) {
+            return Ok(e.clone());
+        }
+        if m.len() >= self.max {
+            return Err(std::io::Error::from_raw_os_error(libc::ENFILE));
+        }
+        let h = Arc::new(h);
+        m.insert(fh, h.clone());
+        Ok(h)
     }
 
     pub(crate) fn insert(&self, h: T) -> std::io::Result<u64> {
@@ -56,5 +80,24 @@ impl<T> Handles<T> {
 
     pub(crate) fn len(&self) -> usize {
         self.map.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_carry_the_incarnation_and_old_ones_can_be_taken_again() {
+        let h: Handles<u32> = Handles::new(3, 5);
+        let a = h.insert(1).unwrap();
+        assert_eq!(a >> INCARNATION_SHIFT, 5, "a new handle names its daemon's incarnation");
+        // A handle of incarnation 4 the kernel still uses, reopened: kept under its number.
+        let old = (4 << INCARNATION_SHIFT) | 9;
+        assert_eq!(*h.insert_at(old, 2).unwrap(), 2);
+        assert_eq!(*h.insert_at(old, 3).unwrap(), 2, "the first reopening wins");
+        assert_eq!(h.len(), 2);
+        h.insert(4).unwrap();
+        assert_eq!(h.insert_at((4 << INCARNATION_SHIFT) | 10, 5).unwrap_err().raw_os_error(), Some(libc::ENFILE));
     }
 }

@@ -143,21 +143,23 @@ impl InodeTable {
         Ok(inode)
     }
 
-    /// The kernel dropped `n` lookups of `nodeid`.
-    pub(crate) fn forget(&self, nodeid: u64, n: u64) {
+    /// The kernel dropped `n` lookups of `nodeid`; true when that was the last.
+    pub(crate) fn forget(&self, nodeid: u64, n: u64) -> bool {
         if nodeid == ROOT_ID {
-            return;
+            return false;
         }
         let mut m = self.maps.write();
         let Some(e) = m.by_node.get_mut(&nodeid) else {
             tracing::debug!("forget of unknown node {nodeid}");
-            return;
+            return false;
         };
         e.nlookup = e.nlookup.saturating_sub(n);
         if e.nlookup == 0 {
             let e = m.by_node.remove(&nodeid).expect("present");
             m.by_key.remove(&(e.inode.dev, e.inode.ino));
+            return true;
         }
+        false
     }
 
     /// The node id a directory entry with backing inode number `ino` (on the root's device)
@@ -174,6 +176,64 @@ impl InodeTable {
 
     pub(crate) fn len(&self) -> usize {
         self.maps.read().by_node.len()
+    }
+
+    /// Add an inode resolved without a lookup (after a takeover, for a node id the kernel
+    /// knows from the previous daemon) under `nodeid`, with `nlookup` lookups; the known
+    /// entry if another thread was first. `fd` must be an `O_PATH` descriptor with stat `st`.
+    pub(crate) fn insert_resolved(
+        &self,
+        nodeid: u64,
+        fd: OwnedFd,
+        st: &libc::stat,
+        nlookup: u64,
+    ) -> std::io::Result<Arc<Inode>> {
+        let key = (st.st_dev, st.st_ino);
+        let mut m = self.maps.write();
+        if let Some(e) = m.by_node.get(&nodeid) {
+            return Ok(e.inode.clone());
+        }
+        if m.by_key.contains_key(&key) || m.by_node.len() >= self.max_inodes {
+            // Known under another node id (cannot happen for direct ids), or full.
+            return Err(std::io::Error::from_raw_os_error(libc::ESTALE));
+        }
+        if nodeid >= m.next_synthetic {
+            m.next_synthetic = nodeid + 1;
+        }
+        let inode = Arc::new(Inode {
+            nodeid,
+            fd,
+            dev: st.st_dev,
+            ino: st.st_ino,
+            fmt: st.st_mode & libc::S_IFMT,
+            file_id: OnceLock::new(),
+        });
+        m.by_key.insert(key, nodeid);
+        m.by_node.insert(nodeid, Entry { inode: inode.clone(), nlookup: nlookup.max(1) });
+        Ok(inode)
+    }
+
+    /// Every entry but the root: `(inode, lookups)`, and the next synthetic node id.
+    pub(crate) fn snapshot(&self) -> (Vec<(Arc<Inode>, u64)>, u64) {
+        let m = self.maps.read();
+        let nodes =
+            m.by_node.values().filter(|e| e.inode.nodeid != ROOT_ID).map(|e| (e.inode.clone(), e.nlookup)).collect();
+        (nodes, m.next_synthetic)
+    }
+
+    /// Synthetic node ids from `next` on (the previous daemon gave out those below).
+    pub(crate) fn reserve_synthetic(&self, next: u64) {
+        let mut m = self.maps.write();
+        m.next_synthetic = m.next_synthetic.max(next);
+    }
+
+    /// The node id a backing inode on the root's device has, if it is a direct one.
+    pub(crate) fn is_direct(&self, nodeid: u64) -> bool {
+        nodeid != ROOT_ID && nodeid < SYNTHETIC_BASE && nodeid != 0 && nodeid != self.root_ino
+    }
+
+    pub(crate) fn root_dev(&self) -> u64 {
+        self.root_dev
     }
 
     fn direct_nodeid(&self, dev: u64, ino: u64) -> Option<u64> {

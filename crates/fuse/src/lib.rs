@@ -15,6 +15,8 @@
 //! - `fs.rs`: shared state and the `fuser::Filesystem` glue (errno conversion).
 //! - `ops_entry.rs`, `ops_attr.rs`, `ops_file.rs`, `ops_dir.rs`: the operations.
 //! - `sys.rs`: the system calls.
+//! - `takeover.rs`: serving a connection another daemon started ([`Mount::adopt`]); what
+//!   travels with the descriptors and how the kernel's node ids and handles are resolved.
 //! - `config.rs`: `[mount]`.
 //!
 //! Permissions: the mount uses `default_permissions`, so the kernel checks every access
@@ -32,11 +34,14 @@ mod ops_dir;
 mod ops_entry;
 mod ops_file;
 mod sys;
+pub mod takeover;
 
 use std::ffi::CString;
 use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use farcache_engine::DataPath;
@@ -44,6 +49,52 @@ use fuser::{MountOption, SessionACL};
 
 pub use config::{MountConfig, MAX_THREADS, TEMPLATE};
 pub use error::MountError;
+pub use takeover::{Handover, HandoverState, INIT_KEYS, TAKEOVER_PROTOCOL};
+
+/// The state and the kept descriptors a stopped session leaves.
+type Left = (HandoverState, Vec<OwnedFd>);
+
+/// Where the file system leaves its state for the next daemon when the session is stopped
+/// for a handover (filled in `destroy`, after every worker thread is done).
+#[derive(Clone, Default)]
+pub(crate) struct HandoverSlot {
+    armed: Arc<AtomicBool>,
+    taken: Arc<parking_lot::Mutex<Option<Left>>>,
+}
+
+impl HandoverSlot {
+    fn fill(&self, inodes: &inode::InodeTable, incarnation: u32) {
+        if self.armed.load(Ordering::SeqCst) {
+            *self.taken.lock() = Some(takeover::snapshot(inodes, incarnation));
+        }
+    }
+}
+
+/// What a [`Keeper`] is told.
+pub enum Kept<'a> {
+    /// An inode the kernel knows lost its last name; `fd` is its `O_PATH` descriptor (copy it
+    /// to keep the inode, and so its number, alive).
+    Unlinked { nodeid: u64, fd: std::os::fd::BorrowedFd<'a> },
+    /// The kernel forgot the node: whatever was kept for it may go.
+    Forgotten { nodeid: u64 },
+}
+
+/// Called on FUSE worker threads; must not block for long.
+pub type Keeper = Box<dyn Fn(Kept<'_>) + Send + Sync>;
+
+#[derive(Clone, Default)]
+pub(crate) struct KeeperSlot(Arc<parking_lot::RwLock<Option<Keeper>>>);
+
+impl KeeperSlot {
+    pub(crate) fn is_set(&self) -> bool {
+        self.0.read().is_some()
+    }
+    pub(crate) fn tell(&self, k: Kept<'_>) {
+        if let Some(f) = self.0.read().as_ref() {
+            f(k);
+        }
+    }
+}
 
 /// A live mount. Dropping it without [`Mount::run`] unmounts.
 pub struct Mount {
@@ -51,12 +102,52 @@ pub struct Mount {
     mountpoint: PathBuf,
     /// `st_dev` of the mounted file system: unmount only what is still ours.
     dev: u64,
+    /// Copies of the connection's descriptors (main, then the workers'), for a handover.
+    fuse: OwnedFd,
+    workers: Vec<OwnedFd>,
+    stopper: fuser::SessionStopper,
+    slot: HandoverSlot,
+    keeper: KeeperSlot,
+    /// Descriptors received with a handover, kept open while this session runs.
+    _kept: Vec<OwnedFd>,
+    /// This daemon's incarnation (0 for the one that mounted; +1 at each takeover).
+    incarnation: u32,
+}
+
+/// How [`Mount::run`] ended.
+#[derive(Debug)]
+pub enum Ended {
+    /// The file system was unmounted.
+    Unmounted,
+    /// Stopped by [`MountHandle::stop_for_handover`]: every request read was answered, the
+    /// connection is live and its descriptors and state are here, for the next daemon.
+    HandedOver(Handover),
+}
+
+/// Stops a [`Mount`] for a handover, from another thread (the control socket's).
+#[derive(Clone)]
+pub struct MountHandle {
+    stopper: fuser::SessionStopper,
+    unmounter: Arc<parking_lot::Mutex<fuser::SessionUnmounter>>,
+    slot: HandoverSlot,
+}
+
+impl MountHandle {
+    /// Stop reading requests at a clean point: each worker thread finishes the request in
+    /// hand; [`Mount::run`] then returns [`Ended::HandedOver`]. The mount stays mounted
+    /// (requests wait in the kernel for the next reader). Returns at once.
+    pub fn stop_for_handover(&self) {
+        self.unmounter.lock().disarm();
+        self.slot.armed.store(true, Ordering::SeqCst);
+        self.stopper.stop();
+    }
 }
 
 /// Unmounts a [`Mount`] from another thread (a signal handler's).
 pub struct Unmounter {
     /// fuser's own handle: unmounting through it also tells the session not to unmount
-    /// again by path when it ends (fuser 0.18.0 would otherwise try, see `run`).
+    /// again by path when it ends (fuser 0.18.0 would otherwise try, see `run`). A session
+    /// taken over from another daemon has none: it unmounts by path.
     inner: fuser::SessionUnmounter,
     mountpoint: PathBuf,
     dev: u64,
@@ -113,20 +204,11 @@ impl Mount {
 
         // The backing root is opened before mounting, so even a mount on top of the backing
         // directory itself reaches the files underneath.
-        let fs = fs::Passthrough::new(&backing, cfg, data)
+        let fs = fs::Passthrough::new(&backing, cfg, data, 0)
             .map_err(|source| MountError::BackingOpen { path: backing.clone(), source })?;
-
-        let mut fc = fuser::Config::default();
-        fc.mount_options = vec![
-            MountOption::FSName(format!("farcache:{}", backing.display())),
-            MountOption::Subtype("farcache".into()),
-            MountOption::DefaultPermissions,
-        ];
-        if cfg.allow_other && root {
-            fc.acl = SessionACL::All;
-        }
-        fc.n_threads = Some(cfg.threads as usize);
-        fc.clone_fd = true;
+        let slot = fs.handover.clone();
+        let keeper = fs.keeper.clone();
+        let fc = fuser_config(&backing, cfg, root);
         let session = fuser::Session::new(fs, &mountpoint, &fc)
             .map_err(|source| MountError::Mount { mountpoint: mountpoint.clone(), source })?;
         // Not stat(2): that would ask the file system, which serves nothing before `run`.
@@ -141,9 +223,150 @@ impl Mount {
             cfg.threads,
             if cfg.direct_io_backing { "direct (O_DIRECT where supported)" } else { "buffered" }
         );
-        Ok(Mount { session, mountpoint, dev })
+        Mount::serve(session, mountpoint, dev, cfg, Vec::new(), (slot, keeper), Vec::new(), 0)
     }
 
+    /// Serve a connection another daemon mounted and initialized, handed over with its
+    /// state (`farcache mount --takeover`, or a restart by the supervisor). With `resend`,
+    /// the kernel is asked to queue again every request the earlier daemon had read and
+    /// not answered (it died). `mountpoint` must be canonical already (resolving it now
+    /// would ask the file system, which nobody serves). Checks the mount is still there;
+    /// the caller has checked
+    /// that `cfg` agrees with the earlier daemon's on [`INIT_KEYS`].
+    pub fn adopt(
+        backing: &Path,
+        mountpoint: &Path,
+        cfg: &MountConfig,
+        data: Arc<dyn DataPath>,
+        h: Handover,
+        resend: bool,
+    ) -> Result<Mount, MountError> {
+        cfg.validate()?;
+        let backing = check_dir(backing, MountError::BackingMissing, MountError::BackingNotDir)?;
+        // Not canonicalize(2): the last component is the mount, which nobody serves now.
+        let mountpoint = mountpoint.to_path_buf();
+        let dev = mounted_dev(&mountpoint).filter(|d| *d == h.state.dev).ok_or_else(|| MountError::Mount {
+            mountpoint: mountpoint.clone(),
+            source: io::Error::other("the handed-over FUSE connection is no longer mounted there"),
+        })?;
+        close_files_on(&mountpoint);
+        let root = sys::is_root();
+        sys::set_umask(0);
+        let want_fds = cfg.max_inodes.saturating_add(cfg.max_open_handles.saturating_mul(3)).saturating_add(1024);
+        sys::raise_nofile(want_fds);
+        let incarnation = h.state.incarnation.wrapping_add(1) & 0xff_ffff;
+        let mut fs = fs::Passthrough::new(&backing, cfg, data, incarnation)
+            .map_err(|source| MountError::BackingOpen { path: backing.clone(), source })?;
+        let root_inode = fs.inodes.get(inode::ROOT_ID).expect("the root is always there");
+        fs.resolver = Some(takeover::Resolver::new(&h.state, root_inode.fd()));
+        fs.inodes.reserve_synthetic(h.state.next_synthetic);
+        takeover::adopt_kept(&fs.inodes, &h.state, &h.keep);
+        let slot = (fs.handover.clone(), fs.keeper.clone());
+        let fc = fuser_config(&backing, cfg, root);
+        let acl = fc.acl;
+        let main = sys::dup(h.fuse.as_fd())
+            .map_err(|source| MountError::Session { mountpoint: mountpoint.clone(), source })?;
+        let session = fuser::Session::from_initialized_fd(fs, main, acl, fc);
+        if resend {
+            if let Err(e) = sys::notify_resend(h.fuse.as_fd()) {
+                tracing::warn!(
+                    "the kernel refused FUSE_NOTIFY_RESEND ({e}; Linux 6.9+ has it): requests the earlier daemon had \
+                     read and not answered will not be answered"
+                );
+            }
+        }
+        tracing::info!(
+            "took over the FUSE connection of {} on {} (incarnation {incarnation}, {} inodes known to the kernel{})",
+            backing.display(),
+            mountpoint.display(),
+            h.state.nodes.len(),
+            if resend { ", unanswered requests resent" } else { "" }
+        );
+        Mount::serve(session, mountpoint, dev, cfg, h.workers, slot, h.keep, incarnation)
+    }
+
+    #[allow(clippy::too_many_arguments)] // one private constructor for both entry points
+    /// Give the session its worker descriptors (those handed over, then new clones) and a
+    /// stopper, keeping copies of all for a later handover.
+    fn serve(
+        mut session: fuser::Session<fs::Passthrough>,
+        mountpoint: PathBuf,
+        dev: u64,
+        cfg: &MountConfig,
+        mut workers: Vec<OwnedFd>,
+        (slot, keeper): (HandoverSlot, KeeperSlot),
+        kept: Vec<OwnedFd>,
+        incarnation: u32,
+    ) -> Result<Mount, MountError> {
+        let err = |source| MountError::Session { mountpoint: mountpoint.clone(), source };
+        let fuse = sys::dup(session.as_fd()).map_err(err)?;
+        let want = (cfg.threads as usize).saturating_sub(1);
+        workers.truncate(want);
+        while workers.len() < want {
+            workers.push(sys::clone_fuse_fd(fuse.as_fd()).map_err(err)?);
+        }
+        let given = workers.iter().map(|w| sys::dup(w.as_fd())).collect::<io::Result<Vec<_>>>().map_err(err)?;
+        session.set_worker_fds(given);
+        let stopper = session.stopper().map_err(err)?;
+        Ok(Mount { session, mountpoint, dev, fuse, workers, stopper, slot, keeper, _kept: kept, incarnation })
+    }
+
+    /// Never unmount when this process ends (a supervisor restarts the daemon on the live
+    /// connection); [`Unmounter::unmount`] still unmounts.
+    pub fn keep_mounted_on_drop(&mut self) {
+        self.session.unmount_callable().disarm();
+    }
+
+    /// Be told of inodes the kernel knows that lose their last name, and of their forgetting
+    /// (a supervisor keeps them alive across a crash: `cmd/supervise.rs`).
+    pub fn set_keeper(&self, k: Keeper) {
+        *self.keeper.0.write() = Some(k);
+    }
+
+    /// A handle that stops the session for a handover.
+    pub fn handle(&mut self) -> MountHandle {
+        MountHandle {
+            stopper: self.stopper.clone(),
+            unmounter: Arc::new(parking_lot::Mutex::new(self.session.unmount_callable())),
+            slot: self.slot.clone(),
+        }
+    }
+
+    /// Copies of the connection's descriptors and the state so far (no inodes: what a
+    /// supervisor keeps, to restart a daemon that dies). `incarnation` is this daemon's.
+    pub fn deposit(&self) -> io::Result<Handover> {
+        Ok(Handover {
+            fuse: sys::dup(self.fuse.as_fd())?,
+            workers: self.workers.iter().map(|w| sys::dup(w.as_fd())).collect::<io::Result<_>>()?,
+            keep: Vec::new(),
+            state: HandoverState {
+                protocol: TAKEOVER_PROTOCOL,
+                dev: self.dev,
+                incarnation: self.incarnation,
+                workers: self.workers.len(),
+                next_synthetic: 1 << 63,
+                ..HandoverState::default()
+            },
+        })
+    }
+}
+
+fn fuser_config(backing: &Path, cfg: &MountConfig, root: bool) -> fuser::Config {
+    let mut fc = fuser::Config::default();
+    fc.mount_options = vec![
+        MountOption::FSName(format!("farcache:{}", backing.display())),
+        MountOption::Subtype("farcache".into()),
+        MountOption::DefaultPermissions,
+    ];
+    if cfg.allow_other && root {
+        fc.acl = SessionACL::All;
+    }
+    fc.n_threads = Some(cfg.threads as usize);
+    fc.clone_fd = true;
+    fc
+}
+
+impl Mount {
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
     }
@@ -160,9 +383,17 @@ impl Mount {
     /// and logs a harmless warning — unless a new file system was mounted on the same path
     /// in the microseconds in between. Restart scripts should wait for the old daemon to exit
     /// before mounting again. Unmounting through [`Unmounter`] avoids it.
-    pub fn run(self) -> Result<(), MountError> {
+    pub fn run(self) -> Result<Ended, MountError> {
         let mountpoint = self.mountpoint.clone();
-        match self.session.run() {
+        let Mount { session, fuse, workers, slot, dev, .. } = self;
+        match session.run() {
+            Ok(()) if slot.armed.load(Ordering::SeqCst) => {
+                let (mut state, keep) = slot.taken.lock().take().unwrap_or_default();
+                state.dev = dev;
+                state.workers = workers.len();
+                tracing::info!("stopped serving {} for a handover", mountpoint.display());
+                return Ok(Ended::HandedOver(Handover { fuse, workers, keep, state }));
+            }
             Ok(()) => {}
             // The kernel tore the connection down: a detached mount whose last user left (seen
             // as ECONNABORTED on Linux 6.18 on some of the cloned device fds), or someone wrote
@@ -176,8 +407,8 @@ impl Mount {
             }
             Err(source) => return Err(MountError::Session { mountpoint, source }),
         }
-        tracing::info!("unmounted {}", self.mountpoint.display());
-        Ok(())
+        tracing::info!("unmounted {}", mountpoint.display());
+        Ok(Ended::Unmounted)
     }
 }
 
@@ -189,6 +420,8 @@ impl Unmounter {
             return Ok(Unmounted::NotMounted);
         }
         match self.inner.unmount() {
+            // A taken-over session has no record of the mount in fuser: unmount by path.
+            Ok(()) if mounted_dev(&self.mountpoint) == Some(self.dev) => self.unmount_by_path(),
             Ok(()) => Ok(Unmounted::Done),
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                 let c = CString::new(self.mountpoint.as_os_str().as_bytes()).map_err(|_| sys::err(libc::EINVAL))?;
@@ -202,6 +435,71 @@ impl Unmounter {
             Err(e) => Err(e),
         }
     }
+}
+
+impl Unmounter {
+    fn unmount_by_path(&self) -> io::Result<Unmounted> {
+        let c = CString::new(self.mountpoint.as_os_str().as_bytes()).map_err(|_| sys::err(libc::EINVAL))?;
+        if !sys::is_root() {
+            let st = std::process::Command::new("fusermount3").arg("-u").arg("-z").arg(&self.mountpoint).status()?;
+            return if st.success() {
+                Ok(Unmounted::Done)
+            } else {
+                Err(io::Error::other(format!("fusermount3 -u: {st}")))
+            };
+        }
+        // SAFETY: plain syscalls with a NUL-terminated path.
+        if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+            return Ok(Unmounted::Done);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EBUSY) {
+            return Err(e);
+        }
+        // SAFETY: as above.
+        if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+            Ok(Unmounted::Detached)
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+}
+
+/// Close every descriptor this process holds on the mount at `mountpoint` (inherited from
+/// whoever started it, e.g. a shell with a file open on the mount): at exit, closing one
+/// sends FLUSH to the mount's daemon — this process — which no longer answers, and the exit
+/// would hang until the connection is aborted. Found by mount id in /proc/self/fdinfo:
+/// fstat(2) could ask the file system, which nobody serves at this point.
+fn close_files_on(mountpoint: &Path) {
+    let Some(mnt_id) = mount_id(mountpoint) else { return };
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
+    let fds: Vec<i32> = dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+    for fd in fds.into_iter().filter(|fd| *fd > 2) {
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
+        let on_mount = info
+            .lines()
+            .find_map(|l| l.strip_prefix("mnt_id:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .is_some_and(|id| id == mnt_id);
+        if on_mount {
+            tracing::warn!("closing descriptor {fd}, inherited and open on the mount this daemon serves");
+            // SAFETY: a descriptor on our own mount that nothing in this process uses.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+/// The mount id (first field of /proc/self/mountinfo) of the top-most mount on `mountpoint`.
+fn mount_id(mountpoint: &Path) -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = mountpoint.as_os_str().as_bytes();
+    info.lines()
+        .filter_map(|l| {
+            let mut f = l.split(' ');
+            let id = f.next()?.parse().ok()?;
+            (unescape_mountinfo(f.nth(3)?) == want).then_some(id)
+        })
+        .next_back()
 }
 
 /// The canonical path of an existing directory, or the right error.

@@ -48,11 +48,12 @@ impl Passthrough {
     /// the directory ends.
     fn each_entry(
         &self,
+        ino: INodeNo,
         fh: Fh,
         offset: u64,
         mut add: impl FnMut(&DirHandle, &Dirent<'_>) -> io::Result<bool>,
     ) -> io::Result<()> {
-        let d = self.dir(fh)?;
+        let d = self.dir(ino, fh)?;
         let fd = d.fd.lock();
         let off = i64::try_from(offset).map_err(|_| sys::err(libc::EINVAL))?;
         sys::lseek(fd.as_fd(), off, libc::SEEK_SET)?;
@@ -70,8 +71,8 @@ impl Passthrough {
         }
     }
 
-    pub(crate) fn do_readdir(&self, fh: Fh, offset: u64, reply: &mut ReplyDirectory) -> io::Result<()> {
-        self.each_entry(fh, offset, |d, e| {
+    pub(crate) fn do_readdir(&self, ino: INodeNo, fh: Fh, offset: u64, reply: &mut ReplyDirectory) -> io::Result<()> {
+        self.each_entry(ino, fh, offset, |d, e| {
             let kind = match dtype_kind(e.dtype) {
                 Some(k) => k,
                 // DT_UNKNOWN: some file systems do not fill d_type; ask.
@@ -85,8 +86,14 @@ impl Passthrough {
         })
     }
 
-    pub(crate) fn do_readdirplus(&self, fh: Fh, offset: u64, reply: &mut ReplyDirectoryPlus) -> io::Result<()> {
-        self.each_entry(fh, offset, |d, e| {
+    pub(crate) fn do_readdirplus(
+        &self,
+        ino: INodeNo,
+        fh: Fh,
+        offset: u64,
+        reply: &mut ReplyDirectoryPlus,
+    ) -> io::Result<()> {
+        self.each_entry(ino, fh, offset, |d, e| {
             let name = OsStr::from_bytes(e.name);
             if e.name == b"." || e.name == b".." {
                 // The kernel takes no reference for these; their attributes are not used.

@@ -121,14 +121,20 @@ impl Passthrough {
         let p = self.inode(parent)?;
         let c = sys::cname(name)?;
         let victim = self.victim(&p, &c);
+        let known = self.known_target(&p, &c);
         sys::unlinkat(p.fd(), &c, 0)?;
         self.bury(victim);
+        self.keep_if_nameless(known);
         Ok(())
     }
 
     pub(crate) fn do_rmdir(&self, parent: INodeNo, name: &OsStr) -> io::Result<()> {
         let p = self.inode(parent)?;
-        sys::unlinkat(p.fd(), &sys::cname(name)?, libc::AT_REMOVEDIR)
+        let c = sys::cname(name)?;
+        let known = self.known_target(&p, &c);
+        sys::unlinkat(p.fd(), &c, libc::AT_REMOVEDIR)?;
+        self.keep_if_nameless(known);
+        Ok(())
     }
 
     pub(crate) fn do_rename(
@@ -143,10 +149,12 @@ impl Passthrough {
         let np = self.inode(newparent)?;
         let (c, nc) = (sys::cname(name)?, sys::cname(newname)?);
         // An exchange or a no-replace rename removes no name.
-        let victim =
-            if flags & (libc::RENAME_EXCHANGE | libc::RENAME_NOREPLACE) == 0 { self.victim(&np, &nc) } else { None };
+        let replaces = flags & (libc::RENAME_EXCHANGE | libc::RENAME_NOREPLACE) == 0;
+        let victim = if replaces { self.victim(&np, &nc) } else { None };
+        let known = if replaces { self.known_target(&np, &nc) } else { None };
         sys::renameat2(p.fd(), &c, np.fd(), &nc, flags)?;
         self.bury(victim);
+        self.keep_if_nameless(known);
         Ok(())
     }
 
@@ -203,6 +211,27 @@ impl Passthrough {
         let fd = sys::openat(dir.fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0).ok()?;
         let st = sys::fstat(fd.as_fd()).ok()?;
         (st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(Victim { fd, dev: st.st_dev, ino: st.st_ino })
+    }
+
+    /// The inode `dir/name` if the kernel knows it (before an operation that may take its
+    /// last name), and only when someone listens (a supervisor keeps such inodes alive).
+    fn known_target(&self, dir: &Inode, name: &std::ffi::CStr) -> Option<std::sync::Arc<Inode>> {
+        if !self.keeper.is_set() {
+            return None;
+        }
+        let fd = sys::openat(dir.fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0).ok()?;
+        let st = sys::fstat(fd.as_fd()).ok()?;
+        self.inodes.find(st.st_dev, st.st_ino)
+    }
+
+    /// After the operation: an inode the kernel knows that has no name left is handed to
+    /// the keeper, so that its inode number is not reused while the kernel may still ask
+    /// for it by that number (after a crash, node ids are resolved by number).
+    fn keep_if_nameless(&self, known: Option<std::sync::Arc<Inode>>) {
+        let Some(i) = known else { return };
+        if sys::fstat(i.fd()).is_ok_and(|st| st.st_nlink == 0) {
+            self.keeper.tell(crate::Kept::Unlinked { nodeid: i.nodeid, fd: i.fd() });
+        }
     }
 
     /// After the operation: if the victim has no name left, its data identity is dead.

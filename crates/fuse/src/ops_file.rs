@@ -24,16 +24,16 @@ impl Passthrough {
         self.files.insert(FileHandle { backing })
     }
 
-    pub(crate) fn do_read(&self, fh: Fh, offset: u64, size: u32) -> io::Result<Bytes> {
-        let h = self.file(fh)?;
+    pub(crate) fn do_read(&self, ino: INodeNo, fh: Fh, offset: u64, size: u32, flags: i32) -> io::Result<Bytes> {
+        let h = self.file(ino, fh, Some(flags))?;
         if !h.backing.readable() {
             return Err(sys::err(libc::EBADF));
         }
         self.data.read(&h.backing, offset, size as usize)
     }
 
-    pub(crate) fn do_write(&self, fh: Fh, offset: u64, data: &[u8]) -> io::Result<u32> {
-        let h = self.file(fh)?;
+    pub(crate) fn do_write(&self, ino: INodeNo, fh: Fh, offset: u64, data: &[u8], flags: i32) -> io::Result<u32> {
+        let h = self.file(ino, fh, Some(flags))?;
         if !h.backing.writable() {
             return Err(sys::err(libc::EBADF));
         }
@@ -41,8 +41,8 @@ impl Passthrough {
         Ok(u32::try_from(n).expect("a FUSE write is at most max_write bytes"))
     }
 
-    pub(crate) fn do_fallocate(&self, fh: Fh, offset: u64, length: u64, mode: i32) -> io::Result<()> {
-        let h = self.file(fh)?;
+    pub(crate) fn do_fallocate(&self, ino: INodeNo, fh: Fh, offset: u64, length: u64, mode: i32) -> io::Result<()> {
+        let h = self.file(ino, fh, None)?;
         if !h.backing.writable() {
             return Err(sys::err(libc::EBADF));
         }

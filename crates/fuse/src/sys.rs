@@ -315,3 +315,91 @@ pub(crate) fn set_umask(mask: u32) {
     // SAFETY: cannot fail.
     unsafe { libc::umask(mask) };
 }
+
+/// `MAX_HANDLE_SZ` of the kernel: the largest file handle `name_to_handle_at` returns.
+pub(crate) const MAX_HANDLE_BYTES: usize = 128;
+
+/// `struct file_handle` with room for the largest handle.
+#[repr(C)]
+struct RawHandle {
+    handle_bytes: u32,
+    handle_type: i32,
+    f_handle: [u8; MAX_HANDLE_BYTES],
+}
+
+/// The file system's handle of the inode `fd` refers to (`name_to_handle_at` with
+/// `AT_EMPTY_PATH`): `(type, bytes)`. Works on `O_PATH` descriptors.
+pub(crate) fn handle_of(fd: BorrowedFd<'_>) -> io::Result<(i32, Vec<u8>)> {
+    let mut h = RawHandle { handle_bytes: MAX_HANDLE_BYTES as u32, handle_type: 0, f_handle: [0; MAX_HANDLE_BYTES] };
+    let mut mount_id: libc::c_int = 0;
+    // SAFETY: h has room for MAX_HANDLE_BYTES bytes, as handle_bytes says; empty path + flag.
+    retry(|| unsafe {
+        libc::syscall(
+            libc::SYS_name_to_handle_at,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            &mut h as *mut RawHandle,
+            &mut mount_id as *mut libc::c_int,
+            libc::AT_EMPTY_PATH,
+        ) as i32
+    })?;
+    let n = (h.handle_bytes as usize).min(MAX_HANDLE_BYTES);
+    Ok((h.handle_type, h.f_handle[..n].to_vec()))
+}
+
+/// Open the inode a file handle names, on the file system `mount_fd` is on
+/// (`open_by_handle_at`; needs `CAP_DAC_READ_SEARCH`).
+pub(crate) fn open_handle(mount_fd: BorrowedFd<'_>, handle_type: i32, bytes: &[u8], flags: i32) -> io::Result<OwnedFd> {
+    if bytes.len() > MAX_HANDLE_BYTES {
+        return Err(err(libc::EINVAL));
+    }
+    let mut h = RawHandle { handle_bytes: bytes.len() as u32, handle_type, f_handle: [0; MAX_HANDLE_BYTES] };
+    h.f_handle[..bytes.len()].copy_from_slice(bytes);
+    // SAFETY: h is a valid file_handle; returns a new descriptor or -1.
+    let fd = retry(|| unsafe {
+        libc::syscall(
+            libc::SYS_open_by_handle_at,
+            mount_fd.as_raw_fd(),
+            &h as *const RawHandle,
+            flags | libc::O_CLOEXEC,
+        ) as i32
+    })?;
+    // SAFETY: a fresh descriptor that nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A new `/dev/fuse` descriptor attached to the connection of `main` (`FUSE_DEV_IOC_CLONE`):
+/// requests of the connection can be read from either, and each keeps its own queue of
+/// requests read and not answered yet.
+pub(crate) fn clone_fuse_fd(main: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let dev = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse")?;
+    let mut src = main.as_raw_fd() as u32;
+    // _IOR(229, 0, uint32_t)
+    const FUSE_DEV_IOC_CLONE: libc::c_ulong = (2 << 30) | (4 << 16) | (229 << 8);
+    // SAFETY: the ioctl reads one u32 from a local.
+    retry(|| unsafe { libc::ioctl(dev.as_raw_fd(), FUSE_DEV_IOC_CLONE as _, &mut src as *mut u32) })?;
+    Ok(OwnedFd::from(dev))
+}
+
+/// `FUSE_NOTIFY_RESEND` (Linux 6.9+): the kernel puts every request of the connection that
+/// was read and not answered back in the queue, to be read again (with bit 63 of `unique`
+/// set). What a dead daemon had read is served by the next one. Fails with EINVAL on older
+/// kernels.
+pub(crate) fn notify_resend(fuse: BorrowedFd<'_>) -> io::Result<()> {
+    // struct fuse_out_header { u32 len; i32 error; u64 unique }: unique 0 = a notification,
+    // error = the notification code (FUSE_NOTIFY_RESEND = 7), no payload.
+    const FUSE_NOTIFY_RESEND: i32 = 7;
+    let mut hdr = [0u8; 16];
+    hdr[0..4].copy_from_slice(&16u32.to_ne_bytes());
+    hdr[4..8].copy_from_slice(&FUSE_NOTIFY_RESEND.to_ne_bytes());
+    // SAFETY: writes 16 bytes from a local buffer.
+    let n = retry(|| unsafe { libc::write(fuse.as_raw_fd(), hdr.as_ptr().cast(), hdr.len()) })?;
+    if n != 16 {
+        return Err(err(libc::EIO));
+    }
+    Ok(())
+}
+
+pub(crate) fn dup(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    fd.try_clone_to_owned()
+}

@@ -56,6 +56,8 @@ pub struct MountProcess {
     mnt: PathBuf,
     log: PathBuf,
     child: Mutex<Child>,
+    /// Whether dropping this unmounts: not once the mount was handed to another daemon.
+    owns_mount: std::sync::atomic::AtomicBool,
 }
 
 impl MountProcess {
@@ -104,6 +106,7 @@ impl MountProcess {
             mnt: mnt.to_path_buf(),
             log: log.to_path_buf(),
             child: Mutex::new(child),
+            owns_mount: std::sync::atomic::AtomicBool::new(true),
         };
         let t0 = Instant::now();
         while !fuse_mounted(mnt) {
@@ -125,6 +128,59 @@ impl MountProcess {
             return Err(format!("unexpected first line {line:?}:\n{}", m.log_text()));
         }
         Ok(m)
+    }
+
+    /// Start `farcache mount BACKING MNT ARGS... --takeover` against the daemon serving
+    /// `mnt`, and wait for its line on stdout (`farcache mounted ... (taken over)`). `Err`
+    /// with the log when it exits first (a refused takeover). The caller bounds the time
+    /// (the daemon answers or exits within the takeover's own timeouts).
+    pub fn try_takeover(
+        bin: &Path,
+        backing: &Path,
+        mnt: &Path,
+        args: &[&str],
+        log: &Path,
+    ) -> Result<MountProcess, String> {
+        let mut cmd = Command::new(bin);
+        cmd.arg("mount").arg(backing).arg(mnt).args(args).arg("--takeover");
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(File::create(log).map_err(|e| format!("{e}"))?);
+        let child = cmd.spawn().map_err(|e| format!("cannot spawn farcache mount --takeover: {e}"))?;
+        let m = MountProcess {
+            backing: backing.to_path_buf(),
+            mnt: mnt.to_path_buf(),
+            log: log.to_path_buf(),
+            child: Mutex::new(child),
+            owns_mount: std::sync::atomic::AtomicBool::new(false),
+        };
+        let mut line = String::new();
+        {
+            let mut child = m.child.lock().unwrap();
+            let _ = BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line);
+        }
+        if !line.starts_with("farcache mounted ") {
+            let code = m.wait_exit_timeout(EXIT_WAIT);
+            return Err(format!("takeover failed (exit {code:?}), first line {line:?}:\n{}", m.log_text()));
+        }
+        m.owns_mount.store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(m)
+    }
+
+    /// The mount now belongs to another daemon: dropping this one must not unmount it.
+    pub fn release_mount(&self) {
+        self.owns_mount.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The pids of this process's children (for `--supervise`: the daemon it runs).
+    pub fn children(&self) -> Vec<u32> {
+        let pid = self.pid();
+        let mut out = Vec::new();
+        if let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) {
+            for t in tasks.flatten() {
+                let c = fs::read_to_string(t.path().join("children")).unwrap_or_default();
+                out.extend(c.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+            }
+        }
+        out
     }
 
     pub fn mnt(&self) -> &Path {
@@ -195,7 +251,7 @@ impl MountProcess {
 
 impl Drop for MountProcess {
     fn drop(&mut self) {
-        if fuse_mounted(&self.mnt) {
+        if self.owns_mount.load(std::sync::atomic::Ordering::SeqCst) && fuse_mounted(&self.mnt) {
             let ok = Command::new("fusermount3").arg("-u").arg(&self.mnt).status().is_ok_and(|s| s.success());
             if !ok {
                 let _ = Command::new("fusermount3").arg("-u").arg("-z").arg(&self.mnt).status();

@@ -19,11 +19,12 @@ use farcache_engine::config::Routing;
 use farcache_engine::remote::Remote;
 use farcache_engine::stats::CacheStats;
 use farcache_engine::{DataPath, DirectPath};
-use farcache_fuse::{Mount, Unmounted};
+use farcache_fuse::{Ended, Mount, Unmounted};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::control::server::BoundSocket;
+use crate::control::takeover::{self, Giver, Outcome};
 use crate::control::{path as ctl_path, Control};
 
 /// `--routing`: where reads go.
@@ -92,6 +93,23 @@ pub struct Args {
     /// process) [server] tables apply. Flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Take the live mount on MOUNTPOINT over from the daemon serving it (an upgrade in
+    /// place): same arguments otherwise. The running daemon hands over its FUSE connection
+    /// and exits; applications see a short stall, no error. Refused, with the running daemon
+    /// serving on, when the settings the kernel was promised differ.
+    #[arg(long)]
+    takeover: bool,
+    /// Run under a supervisor that keeps the FUSE connection alive when the daemon dies and
+    /// restarts it: applications see a stall, not an error (cmd/supervise.rs). SIGHUP to the
+    /// supervisor upgrades the daemon in place.
+    #[arg(long, conflicts_with = "takeover")]
+    supervise: bool,
+    /// With --supervise: crashes tolerated within --restart-window before giving up.
+    #[arg(long, default_value_t = 5, requires = "supervise")]
+    restart_limit: u32,
+    /// With --supervise: the window, in seconds, --restart-limit counts crashes in.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, requires = "supervise")]
+    restart_window: u64,
 }
 
 /// What `{"cmd":"stats"}` answers: who the mount is, then the engine's counters
@@ -118,6 +136,8 @@ enum Engine {
 
 /// [`Control`] over a running mount.
 struct MountControl {
+    /// Answers `--takeover` requests, once the mount serves.
+    giver: std::sync::Mutex<Option<Arc<Giver>>>,
     engine: Engine,
     mountpoint: String,
     backing_dir: String,
@@ -168,6 +188,15 @@ impl Control for MountControl {
     }
     fn remove_lender(&self, addr: LenderAddr) -> Result<(), String> {
         self.remote()?.remove_lender(addr).map_err(|e| e.to_string())
+    }
+    fn takeover(&self, s: std::os::unix::net::UnixStream, req: &Value) {
+        let giver = self.giver.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match giver {
+            Some(g) => g.serve(s, req),
+            None => {
+                let _ = crate::control::fds::write_line(&s, &crate::control::error("not serving yet; try again"));
+            }
+        }
     }
 }
 
@@ -232,7 +261,12 @@ fn limit_malloc_caching() {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
+    if a.supervise {
+        let window = std::time::Duration::from_secs(a.restart_window);
+        return super::supervise::run(super::supervise::daemon_args(), a.restart_limit, window, &a.mountpoint);
+    }
     limit_malloc_caching();
+    let supervisor = super::supervise::daemon_link();
     let file_cfg = settings(&a)?;
     let cfg = file_cfg.mount.clone();
     let cache = file_cfg.cache.clone();
@@ -240,14 +274,25 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // The control socket first: if another daemon serves this mount point, stop before
     // starting anything. (A mount point that does not resolve fails in `Mount::new` below,
     // with the right message.)
-    let canonical = std::fs::canonicalize(&a.mountpoint).unwrap_or_else(|_| a.mountpoint.clone());
+    let canonical = canonical_mountpoint(&a.mountpoint);
     let socket_path = control_socket_path(a.control_socket.as_deref(), &canonical)?;
-    let bound = BoundSocket::bind(&socket_path).context("the control socket")?;
+    // Taking over, the socket and the metrics port are the running daemon's until it exits.
+    let bound = if a.takeover { None } else { Some(BoundSocket::bind(&socket_path).context("the control socket")?) };
     // The metrics port too: taken before the mount goes live, or the daemon stops here.
     let metrics_origin = if a.metrics_listen.is_some() { "--metrics-listen" } else { "mount.metrics_listen" };
-    let metrics = farcache_config::metrics_listen("mount.metrics_listen", &cfg.metrics_listen)?
-        .map(|m| crate::metrics::http::bind(metrics_origin, m))
-        .transpose()?;
+    let bind_metrics = || -> anyhow::Result<_> {
+        farcache_config::metrics_listen("mount.metrics_listen", &cfg.metrics_listen)?
+            .map(|m| crate::metrics::http::bind(metrics_origin, m))
+            .transpose()
+    };
+    let metrics = if a.takeover { None } else { bind_metrics()? };
+    let backing_canonical = std::fs::canonicalize(&a.backing_dir).unwrap_or_else(|_| a.backing_dir.clone());
+    let remote_kind = match (a.no_remote, cache.servers.is_empty()) {
+        (true, _) => "none",
+        (false, true) => "embedded",
+        (false, false) => "lenders",
+    };
+    let handover_settings = takeover::settings(&backing_canonical, &canonical, remote_kind, &cfg);
 
     // The embedded lender's runtime must outlive the mount: kept here until `run` returns.
     let mut _embedded: Option<tokio::runtime::Runtime> = None;
@@ -339,6 +384,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         (c.clone(), Engine::Cached(c), tier)
     };
     let control = Arc::new(MountControl {
+        giver: std::sync::Mutex::new(None),
         engine,
         mountpoint: canonical.display().to_string(),
         backing_dir: std::fs::canonicalize(&a.backing_dir)
@@ -348,15 +394,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         remote_tier,
         started: Instant::now(),
     });
-    let control_server = bound.serve(control.clone()).context("starting the control socket")?;
-    tracing::info!("control socket {}", control_server.path().display());
-    if let Some(l) = metrics {
-        let c = control.clone();
-        let render = move || crate::metrics::render(crate::metrics::mount::Snapshot(c.mount_stats()));
-        let addr = crate::metrics::http::serve(l, Arc::new(render)).context("starting the metrics endpoint")?;
-        tracing::info!("metrics on http://{addr}/metrics");
-    }
-    let socket_file = control_server.socket_file();
 
     // Signal handlers go in before the mount: a SIGTERM between the mount going live and a
     // handler being installed would kill the daemon and leave a dead mount behind.
@@ -370,12 +407,57 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         )
     };
 
-    let mut mount = Mount::new(&a.backing_dir, &a.mountpoint, &cfg, data.clone())?;
+    // Everything above (lenders, the engine) is ready before the running daemon is asked to
+    // stop: the stall is the handover alone.
+    let (mut mount, bound, metrics, took_from) = if a.takeover {
+        let (mut h, giving) = takeover::request(&socket_path, &handover_settings, supervisor.is_some())?;
+        super::supervise::assign_incarnation(&mut h);
+        let m = Mount::adopt(&a.backing_dir, &canonical, &cfg, data.clone(), h, true)?;
+        takeover::confirm(&giving).context("--takeover: confirming to the running daemon")?;
+        let bound = takeover::bind_when_free(&socket_path)?;
+        let metrics = takeover::retry_bind(bind_metrics)?;
+        (m, bound, metrics, Some(()))
+    } else if let Some(link) = supervisor.as_ref().filter(|_| super::supervise::is_restart()) {
+        // The previous daemon died: its connection is alive in the supervisor's hands.
+        let mut h = link.withdraw()?;
+        super::supervise::assign_incarnation(&mut h);
+        let m = Mount::adopt(&a.backing_dir, &canonical, &cfg, data.clone(), h, true)?;
+        (m, bound.expect("bound unless taking over"), metrics, Some(()))
+    } else {
+        let m = Mount::new(&a.backing_dir, &a.mountpoint, &cfg, data.clone())?;
+        (m, bound.expect("bound unless taking over"), metrics, None)
+    };
+    if let Some(link) = &supervisor {
+        // Only an explicit unmount (a signal, fusermount3) ends a supervised mount, never
+        // this process ending.
+        mount.keep_mounted_on_drop();
+        mount.set_keeper(link.keeper());
+        link.deposit(&mount.deposit()?)?;
+    }
+    let control_server = bound.serve(control.clone()).context("starting the control socket")?;
+    tracing::info!("control socket {}", control_server.path().display());
+    if let Some(l) = metrics {
+        let c = control.clone();
+        let render = move || crate::metrics::render(crate::metrics::mount::Snapshot(c.mount_stats()));
+        let addr = crate::metrics::http::serve(l, Arc::new(render)).context("starting the metrics endpoint")?;
+        tracing::info!("metrics on http://{addr}/metrics");
+    }
+    let socket_file = control_server.socket_file();
+    let own_socket = socket_file.clone();
     let mut unmounter = mount.unmounter();
     // The one line on stdout, once the mount is live: scripts and tests wait for it.
-    println!("farcache mounted {} on {}", a.backing_dir.display(), mount.mountpoint().display());
+    println!(
+        "farcache mounted {} on {}{}",
+        a.backing_dir.display(),
+        mount.mountpoint().display(),
+        if took_from.is_some() { " (taken over)" } else { "" }
+    );
     std::io::stdout().flush()?;
-    crate::notify::ready(&format!("serving {} on {}", a.backing_dir.display(), mount.mountpoint().display()));
+    let main_pid = if supervisor.is_some() { std::os::unix::process::parent_id() } else { std::process::id() };
+    crate::notify::ready_for(
+        &format!("serving {} on {}", a.backing_dir.display(), mount.mountpoint().display()),
+        main_pid,
+    );
 
     let grace = cfg.shutdown_grace.get();
     let summary = control.clone();
@@ -429,12 +511,50 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         })
     })?;
 
-    mount.run()?;
+    loop {
+        let giver = Arc::new(Giver::new(mount.handle(), handover_settings.clone(), supervisor.is_some()));
+        *control.giver.lock().unwrap_or_else(|e| e.into_inner()) = Some(giver.clone());
+        match mount.run()? {
+            Ended::Unmounted => break,
+            Ended::HandedOver(h) => match giver.complete(h) {
+                Outcome::Done => {
+                    // The new daemon serves the mount (and binds the socket once we are gone).
+                    log_summary(&control);
+                    own_socket.remove();
+                    // Under a supervisor, a distinct code: it follows the new daemon.
+                    std::process::exit(if supervisor.is_some() { super::supervise::HANDED_OVER } else { 0 });
+                }
+                Outcome::Resume(h) => {
+                    tracing::warn!("takeover did not complete: serving again");
+                    mount = Mount::adopt(&a.backing_dir, &canonical, &cfg, data.clone(), h, true)?;
+                    if let Some(link) = &supervisor {
+                        mount.keep_mounted_on_drop();
+                        mount.set_keeper(link.keeper());
+                        link.deposit(&mount.deposit()?)?;
+                    }
+                }
+            },
+        }
+    }
     // Unmounted by someone else (fusermount3 -u, umount): stopping as well.
     crate::notify::stopping();
     log_summary(&control);
     drop(control_server);
     Ok(())
+}
+
+/// The mount point's canonical path, resolving its parent only: stat(2) of the mount point
+/// itself asks the file system on it, which nobody serves while a crashed daemon is being
+/// replaced (the new one would wait for itself). A mount point that is a symlink is not
+/// resolved (mount(8) resolves it, so name the target).
+fn canonical_mountpoint(p: &Path) -> PathBuf {
+    match (p.parent(), p.file_name()) {
+        (Some(parent), Some(name)) => {
+            let parent = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
+            std::fs::canonicalize(parent).map(|d| d.join(name)).unwrap_or_else(|_| p.to_path_buf())
+        }
+        _ => std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()),
+    }
 }
 
 /// The counters, logged once as the daemon ends (on every exit path).

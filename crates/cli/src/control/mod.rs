@@ -7,6 +7,7 @@
 //! {"cmd":"add_lender","addr":"10.0.0.2:7411"}      {"ok":true,"lenders":[...]}
 //! {"cmd":"remove_lender","addr":"10.0.0.2:7411"}   {"ok":true,"lenders":[...]}
 //! {"cmd":"ping"}                                   {"ok":true,"version":"...","pid":1234}
+//! {"cmd":"takeover",...}                           an exchange of its own (takeover.rs)
 //! anything else                                    {"ok":false,"error":"..."}
 //! ```
 //!
@@ -19,8 +20,10 @@
 //! knows nothing of the engine and is tested with a fake.
 
 pub mod client;
+pub mod fds;
 pub mod path;
 pub mod server;
+pub mod takeover;
 
 use farcache_client::LenderAddr;
 use std::time::Duration;
@@ -49,10 +52,15 @@ pub trait Control: Send + Sync + 'static {
     fn add_lender(&self, addr: LenderAddr) -> Result<(), String>;
     /// Stop borrowing from `addr`; its blocks become misses.
     fn remove_lender(&self, addr: LenderAddr) -> Result<(), String>;
+    /// Hand the mount over to the daemon at the other end of `s` (`takeover.rs`); the
+    /// implementation owns the rest of the connection.
+    fn takeover(&self, s: std::os::unix::net::UnixStream, _req: &Value) {
+        let _ = fds::write_line(&s, &error("this daemon cannot hand its mount over"));
+    }
 }
 
 /// The commands, in the order error messages list them.
-pub const COMMANDS: [&str; 5] = ["stats", "lenders", "add_lender", "remove_lender", "ping"];
+pub const COMMANDS: [&str; 6] = ["stats", "lenders", "add_lender", "remove_lender", "ping", "takeover"];
 
 /// An error response.
 pub fn error(msg: impl Into<String>) -> Value {

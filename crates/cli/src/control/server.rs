@@ -279,6 +279,11 @@ fn serve(mut s: UnixStream, control: &dyn Control) {
         Err(_) => return,
     }
     let response = match read_request(&mut s, Instant::now() + IO_TIMEOUT) {
+        Ok(Some(line)) if is_takeover(&line) => {
+            let req: Value = serde_json::from_slice(&line).unwrap_or(Value::Null);
+            control.takeover(s, &req);
+            return;
+        }
         Ok(Some(line)) => {
             // A bug behind the trait must not take the listener down: answer it as an error.
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle(control, &line)))
@@ -298,6 +303,11 @@ fn serve(mut s: UnixStream, control: &dyn Control) {
     if let Err(e) = write_line(&s, &response) {
         tracing::debug!("control: writing a response: {e}");
     }
+}
+
+/// A takeover request: the connection then carries an exchange of its own.
+fn is_takeover(line: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(line).is_ok_and(|v| v["cmd"] == "takeover")
 }
 
 enum ReadError {

@@ -1,0 +1,692 @@
+//! The mount outlives its daemon: real `farcache mount` daemons SIGKILLed under load and
+//! upgraded in place (`--takeover`, and SIGHUP to `--supervise`), while a reader and a writer
+//! verify every byte they see; a takeover refused on a settings or protocol mismatch leaves
+//! the running daemon serving; a new daemon killed in the middle of a takeover leaves the
+//! old one serving.
+//!
+//! A real lender process runs across all the daemons of a test, so blocks an earlier daemon
+//! stored stay on it: a daemon that read one of them after a write would fail the writer's
+//! check (each daemon keys blocks with a secret of its own: none of them can).
+//!
+//! Every test is bounded: a watchdog aborts the FUSE connection (through fusectl) if a test
+//! runs past its bound, so a hung mount fails the test instead of hanging it.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use farcache_testkit::{fuse_mounted, pattern, require_fuse, require_root, wait_until, MountProcess, ServerProcess};
+
+const BLOCK: usize = 4096;
+const STATIC_BLOCKS: usize = 512;
+const DATA_BLOCKS: usize = 256;
+/// Kills and upgrades in the load test (alternating), and the pause between them. CI runs
+/// 12; `FARCACHE_TAKEOVER_EVENTS=100` runs the long version.
+const EVENTS: usize = 12;
+const BETWEEN_EVENTS: Duration = Duration::from_millis(400);
+/// How long a new daemon may take to appear after an event.
+const EVENT_WAIT: Duration = Duration::from_secs(15);
+/// Past this, the watchdog aborts the test's FUSE connection.
+const TEST_BOUND: Duration = Duration::from_secs(100);
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_farcache"))
+}
+
+/// A fresh directory under Cargo's per-target temporary directory (a disk file system: ext4
+/// here, where node ids resolve by file handle after a crash); removed when dropped.
+struct TestDir(PathBuf);
+
+impl TestDir {
+    fn new(tag: &str) -> TestDir {
+        let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("takeover-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(d.join("backing/meta")).unwrap();
+        fs::create_dir_all(d.join("mnt")).unwrap();
+        TestDir(d)
+    }
+    fn backing(&self) -> PathBuf {
+        self.0.join("backing")
+    }
+    fn mnt(&self) -> PathBuf {
+        self.0.join("mnt")
+    }
+    fn ctl(&self) -> PathBuf {
+        self.0.join("ctl.sock")
+    }
+    fn log(&self, name: &str) -> PathBuf {
+        self.0.join(format!("{name}.log"))
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Aborts the FUSE connection of `mnt` if the test is still running after `bound`.
+struct Watchdog {
+    done: Arc<AtomicBool>,
+}
+
+impl Watchdog {
+    fn start(mnt: &Path, bound: Duration) -> Watchdog {
+        let done = Arc::new(AtomicBool::new(false));
+        let minor = fuse_minor(mnt).expect("the mount is in mountinfo");
+        let d = done.clone();
+        std::thread::spawn(move || {
+            let t0 = Instant::now();
+            while t0.elapsed() < bound {
+                if d.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            eprintln!("watchdog: test still running after {bound:?}: aborting FUSE connection {minor}");
+            let conns = Path::new("/sys/fs/fuse/connections");
+            if fs::read_dir(conns).map(|mut d| d.next().is_none()).unwrap_or(true) {
+                let _ = std::process::Command::new("mount").args(["-t", "fusectl", "none"]).arg(conns).status();
+            }
+            let _ = fs::write(conns.join(minor.to_string()).join("abort"), "1");
+        });
+        Watchdog { done }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The device minor of the FUSE mount on `mnt` (its fusectl connection number).
+fn fuse_minor(mnt: &Path) -> Option<u32> {
+    let info = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = mnt.to_str()?;
+    info.lines().rfind(|l| l.split(' ').nth(4) == Some(want))?.split(' ').nth(2)?.split(':').nth(1)?.parse().ok()
+}
+
+/// An aligned 4 KiB buffer for `O_DIRECT`.
+struct Aligned {
+    buf: Vec<u8>,
+    off: usize,
+}
+
+impl Aligned {
+    fn new() -> Aligned {
+        let buf = vec![0u8; 2 * BLOCK];
+        let off = buf.as_ptr().align_offset(BLOCK);
+        Aligned { buf, off }
+    }
+    fn get(&mut self) -> &mut [u8] {
+        &mut self.buf[self.off..self.off + BLOCK]
+    }
+}
+
+fn open_direct(p: &Path, write: bool) -> std::io::Result<File> {
+    OpenOptions::new().read(true).write(write).custom_flags(libc::O_DIRECT).open(p)
+}
+
+/// What the load saw: errors (any is a failure), operations, the longest single operation.
+#[derive(Default)]
+struct Seen {
+    errors: Mutex<Vec<String>>,
+    ops: AtomicU64,
+    longest_us: AtomicU64,
+    /// What the test is doing now (0 nothing, 1 a kill, 2 an upgrade), and the longest
+    /// operation that started during each.
+    phase: AtomicU64,
+    longest_by_phase_us: [AtomicU64; 3],
+}
+
+impl Seen {
+    fn op<T>(&self, what: &str, f: impl FnOnce() -> std::io::Result<T>) -> Option<T> {
+        let phase = self.phase.load(Ordering::Relaxed).min(2) as usize;
+        let t0 = Instant::now();
+        let r = f();
+        let us = t0.elapsed().as_micros() as u64;
+        self.longest_us.fetch_max(us, Ordering::Relaxed);
+        self.longest_by_phase_us[phase].fetch_max(us, Ordering::Relaxed);
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.fail(format!("{what}: {e}"));
+                None
+            }
+        }
+    }
+    fn fail(&self, msg: String) {
+        let mut e = self.errors.lock().unwrap();
+        if e.len() < 20 {
+            e.push(msg);
+        }
+    }
+}
+
+/// A reader of a file nobody writes (O_DIRECT, one descriptor opened before every event,
+/// so its handle crosses them all) and a buffered reader; a writer of another file
+/// (O_DIRECT writes, fsyncs, read-backs against its model); a third thread creating,
+/// truncating and reading small files. Runs until `stop`; returns the writer's model.
+struct Load {
+    stop: Arc<AtomicBool>,
+    seen: Arc<Seen>,
+    threads: Vec<std::thread::JoinHandle<Option<Vec<u8>>>>,
+}
+
+impl Load {
+    fn start(mnt: &Path, deadline: Instant) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Seen::default());
+        let mut threads = Vec::new();
+        let statik = pattern(STATIC_BLOCKS * BLOCK, 1);
+        let (p, s, st) = (mnt.join("static"), seen.clone(), stop.clone());
+        threads.push(std::thread::spawn(move || {
+            let f = open_direct(&p, false).unwrap();
+            let buffered = File::open(&p).unwrap();
+            let mut a = Aligned::new();
+            let mut x = 7u64;
+            while !st.load(Ordering::Relaxed) && Instant::now() < deadline {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let b = (x >> 33) as usize % STATIC_BLOCKS;
+                if let Some(n) = s.op("read static (O_DIRECT)", || f.read_at(a.get(), (b * BLOCK) as u64)) {
+                    if n != BLOCK || a.get()[..] != statik[b * BLOCK..(b + 1) * BLOCK] {
+                        s.fail(format!("static block {b}: wrong bytes ({n} read)"));
+                    }
+                }
+                let mut small = [0u8; 100];
+                let off = (x >> 20) as usize % (statik.len() - small.len());
+                if s.op("read static (buffered)", || buffered.read_exact_at(&mut small, off as u64)).is_some()
+                    && small[..] != statik[off..off + 100]
+                {
+                    s.fail(format!("static bytes at {off}: wrong"));
+                }
+            }
+            None
+        }));
+        let (p, s, st) = (mnt.join("data"), seen.clone(), stop.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut model = pattern(DATA_BLOCKS * BLOCK, 2);
+            let f = open_direct(&p, true).unwrap();
+            let mut a = Aligned::new();
+            let mut seq = 100u64;
+            while !st.load(Ordering::Relaxed) && Instant::now() < deadline {
+                seq += 1;
+                let b = (seq.wrapping_mul(2654435761) >> 7) as usize % DATA_BLOCKS;
+                let content = pattern(BLOCK, seq);
+                a.get().copy_from_slice(&content);
+                if s.op("write data (O_DIRECT)", || f.write_at(a.get(), (b * BLOCK) as u64)).is_some() {
+                    model[b * BLOCK..(b + 1) * BLOCK].copy_from_slice(&content);
+                }
+                if seq.is_multiple_of(8) {
+                    s.op("fsync data", || f.sync_all());
+                }
+                // Read back the block written, and another one.
+                for r in [b, (seq as usize * 31) % DATA_BLOCKS] {
+                    if let Some(n) = s.op("read data (O_DIRECT)", || f.read_at(a.get(), (r * BLOCK) as u64)) {
+                        if n != BLOCK || a.get()[..] != model[r * BLOCK..(r + 1) * BLOCK] {
+                            s.fail(format!("data block {r} after write {seq}: stale or wrong bytes"));
+                        }
+                    }
+                }
+            }
+            Some(model)
+        }));
+        let (d, s, st) = (mnt.join("meta"), seen.clone(), stop.clone());
+        threads.push(std::thread::spawn(move || {
+            // One directory stream, opened before every event and listed again and again.
+            let cpath = std::ffi::CString::new(d.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: opendir with a valid path; the stream is closed below.
+            let stream = unsafe { libc::opendir(cpath.as_ptr()) };
+            assert!(!stream.is_null(), "opendir {}", d.display());
+            let mut i = 0u64;
+            while !st.load(Ordering::Relaxed) && Instant::now() < deadline {
+                i += 1;
+                let p = d.join(format!("f{}", i % 8));
+                let body = format!("meta file, version {i}\n").repeat((i % 50 + 1) as usize);
+                s.op("create+write meta", || {
+                    let mut f = OpenOptions::new().write(true).create(true).truncate(true).open(&p)?;
+                    f.write_all(body.as_bytes())
+                });
+                if let Some(got) = s.op("read meta", || fs::read(&p)) {
+                    if got != body.as_bytes() {
+                        s.fail(format!("{}: wrong contents after version {i}", p.display()));
+                    }
+                }
+                s.op("readdir meta", || fs::read_dir(&d).map(|r| r.count()));
+                let listed = s.op("readdir of a directory opened before every event", || {
+                    // SAFETY: a valid open stream; errno is reset to tell the end from an error.
+                    unsafe {
+                        libc::rewinddir(stream);
+                        let mut n = 0;
+                        loop {
+                            *libc::__errno_location() = 0;
+                            if libc::readdir(stream).is_null() {
+                                let e = *libc::__errno_location();
+                                return if e == 0 { Ok(n) } else { Err(std::io::Error::from_raw_os_error(e)) };
+                            }
+                            n += 1;
+                        }
+                    }
+                });
+                if listed.is_some_and(|n| n < 3) {
+                    s.fail(format!("the held directory listed {listed:?} entries"));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            // SAFETY: the stream opened above, closed once.
+            unsafe { libc::closedir(stream) };
+            None
+        }));
+        Load { stop, seen, threads }
+    }
+
+    /// Stop, join, and return (errors, operations, longest operation, the writer's model).
+    fn finish(self) -> (Vec<String>, u64, Duration, Vec<u8>) {
+        self.stop.store(true, Ordering::SeqCst);
+        let mut model = Vec::new();
+        for t in self.threads {
+            if let Some(m) = t.join().expect("a load thread panicked") {
+                model = m;
+            }
+        }
+        let errors = self.seen.errors.lock().unwrap().clone();
+        let longest = Duration::from_micros(self.seen.longest_us.load(Ordering::Relaxed));
+        (errors, self.seen.ops.load(Ordering::Relaxed), longest, model)
+    }
+}
+
+fn write_files(backing: &Path) {
+    fs::write(backing.join("static"), pattern(STATIC_BLOCKS * BLOCK, 1)).unwrap();
+    fs::write(backing.join("data"), pattern(DATA_BLOCKS * BLOCK, 2)).unwrap();
+}
+
+/// The daemon a supervisor runs: its one child (waits for a single one, bounded).
+fn daemon_of(sup: &MountProcess, not: Option<u32>) -> u32 {
+    let mut pid = None;
+    let ok = wait_until(EVENT_WAIT, Duration::from_millis(5), || {
+        let c = sup.children();
+        pid = (c.len() == 1 && Some(c[0]) != not).then(|| c[0]);
+        pid.is_some()
+    });
+    assert!(ok, "no single new daemon under the supervisor (children {:?}):\n{}", sup.children(), sup.log_text());
+    pid.unwrap()
+}
+
+fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks the process exists.
+    unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+/// The load test: `EVENTS` alternating SIGKILLs of the daemon and in-place upgrades
+/// (SIGHUP to the supervisor), under a reader, a writer and a metadata thread that verify
+/// every byte; nothing they do may fail; afterwards the backing files hold exactly what
+/// the writer wrote.
+#[test]
+fn reader_and_writer_verify_every_byte_across_kills_and_takeovers() {
+    require_fuse();
+    require_root("takeover tests (open_by_handle_at, mounting)");
+    let dir = TestDir::new("load");
+    write_files(&dir.backing());
+    let lender = ServerProcess::start(bin(), &["--capacity", "64MiB"], None);
+    let lender_addr = lender.addr().to_string();
+    let ctl = dir.ctl();
+    let args = [
+        "--supervise",
+        "--restart-limit",
+        "100",
+        "--server",
+        lender_addr.as_str(),
+        "--routing",
+        "threshold",
+        "--control-socket",
+        ctl.to_str().unwrap(),
+    ];
+    let sup = MountProcess::start(bin(), &dir.backing(), &dir.mnt(), &args, &dir.log("supervisor"));
+    let events: usize = std::env::var("FARCACHE_TAKEOVER_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(EVENTS);
+    let bound = TEST_BOUND.max(Duration::from_secs(2 * events as u64));
+    let _dog = Watchdog::start(&dir.mnt(), bound);
+    let load = Load::start(&dir.mnt(), Instant::now() + bound);
+    let mut daemon = daemon_of(&sup, None);
+    let (mut kills, mut upgrades) = (0, 0);
+    for i in 0..events {
+        load.seen.phase.store(0, Ordering::SeqCst);
+        std::thread::sleep(BETWEEN_EVENTS);
+        load.seen.phase.store(1 + (i % 2) as u64, Ordering::SeqCst);
+        if i % 2 == 0 {
+            // SAFETY: kill(2) on the supervisor's child, a process this test started.
+            unsafe { libc::kill(daemon as i32, libc::SIGKILL) };
+            kills += 1;
+        } else {
+            sup.signal(libc::SIGHUP);
+            upgrades += 1;
+        }
+        let next = daemon_of(&sup, Some(daemon));
+        assert!(wait_until(EVENT_WAIT, Duration::from_millis(5), || !alive(daemon)), "pid {daemon} lingers");
+        daemon = next;
+    }
+    load.seen.phase.store(0, Ordering::SeqCst);
+    std::thread::sleep(BETWEEN_EVENTS);
+    let by_phase: Vec<Duration> =
+        load.seen.longest_by_phase_us.iter().map(|a| Duration::from_micros(a.load(Ordering::Relaxed))).collect();
+    let (errors, ops, longest, model) = load.finish();
+    eprintln!(
+        "{kills} kills, {upgrades} upgrades: {ops} operations, longest {longest:?}; longest operation started during \
+         a kill {:?}, an upgrade {:?}, neither {:?} (noisy: shared machine, debug build)",
+        by_phase[1], by_phase[2], by_phase[0]
+    );
+    assert!(errors.is_empty(), "the load saw errors:\n{}\n{}", errors.join("\n"), sup.log_text());
+    assert!(ops > 1000, "too little load to mean anything: {ops} operations");
+    // The lender was in the path (so a stale block would have been served from it).
+    let out = farcache_testkit::run_bin(bin(), &["stats", "--server", &lender_addr, "--json"]);
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).expect("lender stats");
+    let hits = stats["hits"].as_u64().unwrap_or(0);
+    eprintln!("lender hits across all daemons: {hits}");
+    assert!(hits > 100, "the lender served almost nothing ({hits} hits): the test proves little");
+    assert_eq!(fs::read(dir.backing().join("data")).unwrap(), model, "the backing file is not what was written");
+    assert_eq!(fs::read(dir.backing().join("static")).unwrap(), pattern(STATIC_BLOCKS * BLOCK, 1));
+    let log = sup.stop();
+    assert!(log.contains("unanswered requests resent"), "{log}");
+}
+
+/// Start a plain daemon (no supervisor) for the tests of `--takeover` itself.
+fn plain(dir: &TestDir, extra: &[&str]) -> MountProcess {
+    let ctl = dir.ctl();
+    let mut args = vec!["--no-remote", "--control-socket", ctl.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    MountProcess::start(bin(), &dir.backing(), &dir.mnt(), &args, &dir.log("old"))
+}
+
+fn still_serves(m: &MountProcess, what: &str) {
+    assert_eq!(
+        fs::read(m.m("static")).unwrap_or_else(|e| panic!("{what}: reading through the mount: {e}")),
+        pattern(STATIC_BLOCKS * BLOCK, 1),
+        "{what}"
+    );
+}
+
+/// A takeover refused — settings the kernel was promised differ, or another takeover
+/// protocol — leaves the running daemon serving; then a takeover that matches replaces it,
+/// files open across it keep working, and the new daemon unmounts cleanly on SIGTERM.
+#[test]
+fn refused_takeovers_leave_the_old_daemon_serving_and_a_matching_one_replaces_it() {
+    require_fuse();
+    require_root("takeover tests (open_by_handle_at, mounting)");
+    let dir = TestDir::new("refuse");
+    write_files(&dir.backing());
+    let old = plain(&dir, &[]);
+    let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
+    let held = File::open(old.m("static")).unwrap();
+    let ctl = dir.ctl();
+    let ctl_s = ctl.to_str().unwrap();
+
+    // Another max_write: the kernel negotiated the old one at INIT.
+    let cfg = dir.0.join("small-writes.toml");
+    fs::write(&cfg, "[mount]\nmax_write = \"128KiB\"\n").unwrap();
+    let e = MountProcess::try_takeover(
+        bin(),
+        &dir.backing(),
+        &dir.mnt(),
+        &["--no-remote", "--control-socket", ctl_s, "--config", cfg.to_str().unwrap()],
+        &dir.log("refused"),
+    )
+    .err()
+    .expect("a takeover with another max_write must be refused");
+    assert!(e.contains("mount.max_write") && e.contains("fix:"), "{e}");
+    still_serves(&old, "after a refused takeover (settings)");
+
+    // Another remote tier.
+    let e = MountProcess::try_takeover(
+        bin(),
+        &dir.backing(),
+        &dir.mnt(),
+        &["--control-socket", ctl_s],
+        &dir.log("refused2"),
+    )
+    .err()
+    .expect("a takeover with a remote tier must be refused by a --no-remote daemon");
+    assert!(e.contains("remote_tier"), "{e}");
+    still_serves(&old, "after a refused takeover (remote tier)");
+
+    // Another takeover protocol, spoken raw on the control socket.
+    let s = UnixStream::connect(&ctl).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    (&s).write_all(b"{\"cmd\":\"takeover\",\"protocol\":999,\"version\":\"9.9.9\",\"pid\":1}\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(&s).read_line(&mut line).unwrap();
+    assert!(line.contains("\"ok\":false") && line.contains("takeover protocol 999"), "{line}");
+    still_serves(&old, "after a refused takeover (protocol)");
+    assert!(alive(old.pid()));
+
+    // A matching takeover: the old daemon exits 0, the mount stays, the held file reads on.
+    let new = MountProcess::try_takeover(
+        bin(),
+        &dir.backing(),
+        &dir.mnt(),
+        &["--no-remote", "--control-socket", ctl_s],
+        &dir.log("new"),
+    )
+    .unwrap_or_else(|e| panic!("{e}\nold daemon:\n{}", old.log_text()));
+    old.release_mount();
+    assert_eq!(old.wait_exit(), 0, "{}", old.log_text());
+    assert!(fuse_mounted(&dir.mnt()));
+    // Past the page cache: fsync reaches the daemon, and the read after dropping the pages.
+    held.sync_all().unwrap_or_else(|e| panic!("fsync of a file opened before the takeover: {e}"));
+    // SAFETY: plain syscall on an open descriptor.
+    unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&held), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let mut buf = vec![0u8; 3 * BLOCK];
+    held.read_exact_at(&mut buf, 5 * BLOCK as u64).unwrap();
+    assert_eq!(buf, pattern(STATIC_BLOCKS * BLOCK, 1)[5 * BLOCK..8 * BLOCK], "a file opened before the takeover");
+    still_serves(&new, "after the takeover");
+    drop(held);
+    new.stop();
+}
+
+/// Kills in the middle of an in-place upgrade (SIGHUP to the supervisor): at growing delays
+/// after the new daemon starts, SIGKILL either the new daemon or the old one. Whatever the
+/// phase — before the old one stopped, while it waited for the new one's confirmation,
+/// after it left — one daemon serves afterwards and the load sees no error: the old one
+/// serves on (the new one never confirmed), or the new one does, or the supervisor restarts
+/// one from the descriptors it holds.
+#[test]
+fn a_kill_during_takeover_leaves_one_daemon_serving() {
+    require_fuse();
+    require_root("takeover tests (open_by_handle_at, mounting)");
+    let dir = TestDir::new("midway");
+    write_files(&dir.backing());
+    let ctl = dir.ctl();
+    let args = ["--supervise", "--restart-limit", "100", "--no-remote", "--control-socket", ctl.to_str().unwrap()];
+    let sup = MountProcess::start(bin(), &dir.backing(), &dir.mnt(), &args, &dir.log("supervisor"));
+    let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
+    let load = Load::start(&dir.mnt(), Instant::now() + TEST_BOUND);
+    let mut daemon = daemon_of(&sup, None);
+    for (i, delay_ms) in [0u64, 1, 3, 6, 10, 20, 40, 80].into_iter().enumerate() {
+        std::thread::sleep(Duration::from_millis(150));
+        sup.signal(libc::SIGHUP);
+        let mut new = None;
+        assert!(
+            wait_until(EVENT_WAIT, Duration::from_millis(1), || {
+                new = sup.children().into_iter().find(|p| *p != daemon);
+                new.is_some()
+            }),
+            "no new daemon after SIGHUP:\n{}",
+            sup.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let victim = if i % 2 == 0 { new.unwrap() } else { daemon };
+        // SAFETY: kill(2) on a daemon the supervisor this test started runs.
+        unsafe { libc::kill(victim as i32, libc::SIGKILL) };
+        // Settle: one daemon, alive, serving.
+        assert!(
+            wait_until(EVENT_WAIT, Duration::from_millis(10), || {
+                let c = sup.children();
+                c.len() == 1 && !c.contains(&victim)
+            }),
+            "not back to one daemon after killing pid {victim} at {delay_ms} ms (children {:?}):\n{}",
+            sup.children(),
+            sup.log_text()
+        );
+        daemon = sup.children()[0];
+        still_serves(&sup, &format!("after killing pid {victim} {delay_ms} ms into a takeover"));
+    }
+    let (errors, ops, longest, _) = load.finish();
+    eprintln!("kills during takeovers: {ops} operations, longest {longest:?} (noisy)");
+    assert!(errors.is_empty(), "the load saw errors:\n{}\n{}", errors.join("\n"), sup.log_text());
+    sup.stop();
+}
+
+/// Repeated crashes end in a clear failure, not a loop: with `--restart-limit 2`, the third
+/// crash within the window makes the supervisor give up, say why and what to do, detach the
+/// mount (no dead mount point left behind) and exit 1.
+#[test]
+fn repeated_crashes_end_in_a_clear_failure() {
+    require_fuse();
+    require_root("takeover tests (open_by_handle_at, mounting)");
+    let dir = TestDir::new("giveup");
+    write_files(&dir.backing());
+    let ctl = dir.ctl();
+    let args = ["--supervise", "--restart-limit", "2", "--no-remote", "--control-socket", ctl.to_str().unwrap()];
+    let sup = MountProcess::start(bin(), &dir.backing(), &dir.mnt(), &args, &dir.log("supervisor"));
+    let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
+    let mut daemon = daemon_of(&sup, None);
+    for _ in 0..2 {
+        // SAFETY: kill(2) on the supervisor's child.
+        unsafe { libc::kill(daemon as i32, libc::SIGKILL) };
+        daemon = daemon_of(&sup, Some(daemon));
+        still_serves(&sup, "after a crash within the limit");
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(daemon as i32, libc::SIGKILL) };
+    let code = sup.wait_exit();
+    let log = sup.log_text();
+    assert_eq!(code, 1, "{log}");
+    assert!(log.contains("crashed 3 times") && log.contains("gave up") && log.contains("fix:"), "{log}");
+    assert!(!fuse_mounted(&dir.mnt()), "a dead mount was left behind:\n{log}");
+}
+
+/// A file unlinked through the mount while a process holds it open stays readable across a
+/// crash and an upgrade (the supervisor keeps its inode), and its inode number is not handed
+/// to a new file meanwhile — after a crash node ids are resolved by number.
+#[test]
+fn an_open_unlinked_file_survives_a_crash_and_an_upgrade() {
+    require_fuse();
+    require_root("takeover tests (open_by_handle_at, mounting)");
+    let dir = TestDir::new("unlinked");
+    write_files(&dir.backing());
+    let ctl = dir.ctl();
+    let args = ["--supervise", "--no-remote", "--control-socket", ctl.to_str().unwrap()];
+    let sup = MountProcess::start(bin(), &dir.backing(), &dir.mnt(), &args, &dir.log("supervisor"));
+    let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
+    let body = pattern(8 * BLOCK, 9);
+    fs::write(sup.m("doomed"), &body).unwrap();
+    let held = File::open(sup.m("doomed")).unwrap();
+    let ino = std::os::unix::fs::MetadataExt::ino(&held.metadata().unwrap());
+    fs::remove_file(sup.m("doomed")).unwrap();
+    let read_all = |what: &str| {
+        // Past the page cache: fsync reaches the daemon, and so does the read once the
+        // cached pages are dropped.
+        held.sync_all().unwrap_or_else(|e| panic!("{what}: fsync: {e}\n{}", sup.log_text()));
+        // SAFETY: plain syscall on an open descriptor.
+        unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&held), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        let mut got = vec![0u8; body.len()];
+        held.read_exact_at(&mut got, 0).unwrap_or_else(|e| panic!("{what}: {e}\n{}", sup.log_text()));
+        assert!(got == body, "{what}: wrong bytes");
+    };
+    read_all("before any event");
+    let daemon = daemon_of(&sup, None);
+    // SAFETY: kill(2) on the supervisor's child.
+    unsafe { libc::kill(daemon as i32, libc::SIGKILL) };
+    let daemon = daemon_of(&sup, Some(daemon));
+    // New files while the old number would be free if nobody kept it (ext4 reuses freed
+    // numbers soon): none may get it.
+    for i in 0..64 {
+        fs::write(sup.m(&format!("new{i}")), b"x").unwrap();
+        let n = std::os::unix::fs::MetadataExt::ino(&fs::metadata(sup.b(&format!("new{i}"))).unwrap());
+        assert_ne!(n, ino, "inode number {ino} was reused while the kernel still knew it");
+    }
+    read_all("after a crash");
+    sup.signal(libc::SIGHUP);
+    let daemon = daemon_of(&sup, Some(daemon));
+    read_all("after an upgrade");
+    // A takeover from outside the supervisor would leave it without the mount: refused.
+    let e = MountProcess::try_takeover(
+        bin(),
+        &dir.backing(),
+        &dir.mnt(),
+        &["--no-remote", "--control-socket", ctl.to_str().unwrap()],
+        &dir.log("outsider"),
+    )
+    .err()
+    .expect("a takeover of a supervised mount from outside must be refused");
+    assert!(e.contains("supervisor") && e.contains("kill -HUP"), "{e}");
+    assert_eq!(sup.children(), vec![daemon]);
+    read_all("after a refused outside takeover");
+    drop(held);
+    sup.stop();
+}
+
+/// Unmounts a file system mounted by a test, also when it fails.
+struct Submount(PathBuf);
+
+impl Drop for Submount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Inodes on another file system inside the backing directory have synthetic node ids that
+/// no file handle on the backing root resolves: their descriptors travel with an upgrade,
+/// so a file there, open across the takeover, reads on, and its directory is still listed.
+#[test]
+fn inodes_on_a_file_system_inside_the_backing_directory_survive_an_upgrade() {
+    require_fuse();
+    require_root("takeover tests (open_by_handle_at, mounting)");
+    let dir = TestDir::new("submount");
+    write_files(&dir.backing());
+    let sub = dir.backing().join("sub");
+    fs::create_dir(&sub).unwrap();
+    let st =
+        std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=4m", "farcache-test"]).arg(&sub).status();
+    assert!(st.is_ok_and(|s| s.success()), "mount -t tmpfs on {}", sub.display());
+    let _sub = Submount(sub.clone());
+    let old = plain(&dir, &[]);
+    let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
+    let body = pattern(3 * BLOCK, 21);
+    fs::write(old.m("sub/f"), &body).unwrap();
+    let held = File::open(old.m("sub/f")).unwrap();
+    let ino = std::os::unix::fs::MetadataExt::ino(&held.metadata().unwrap());
+    assert!(ino >= 1 << 63, "expected a synthetic node id for an inode on the tmpfs, got {ino}");
+    let ctl = dir.ctl();
+    let new = MountProcess::try_takeover(
+        bin(),
+        &dir.backing(),
+        &dir.mnt(),
+        &["--no-remote", "--control-socket", ctl.to_str().unwrap()],
+        &dir.log("new"),
+    )
+    .unwrap_or_else(|e| panic!("{e}\nold daemon:\n{}", old.log_text()));
+    old.release_mount();
+    assert_eq!(old.wait_exit(), 0, "{}", old.log_text());
+    // fsync reaches the daemon whatever the page cache holds; then the cached pages are
+    // dropped so that the read does too.
+    held.sync_all().unwrap_or_else(|e| panic!("fsync of the held file after the upgrade: {e}\n{}", new.log_text()));
+    // SAFETY: plain syscall on an open descriptor.
+    unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&held), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let mut got = vec![0u8; body.len()];
+    held.read_exact_at(&mut got, 0)
+        .unwrap_or_else(|e| panic!("the held file after the upgrade: {e}\n{}", new.log_text()));
+    assert!(got == body, "wrong bytes after the upgrade");
+    let names: Vec<String> =
+        fs::read_dir(new.m("sub")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(names, ["f"]);
+    drop(held);
+    new.stop();
+}
