@@ -71,7 +71,9 @@ fn a_mount_and_a_lender_sharing_a_psk_speak_tls_and_others_are_refused() {
     let s = Setup::new(11);
     let srv = ServerProcess::start(bin(), &[], Some(&s.server_toml("psk")));
     let addr = srv.addr().to_string();
-    assert!(srv.stderr_text().contains("pre-shared key"), "{}", srv.stderr_text());
+    // The start line may reach the log just after the server says it listens.
+    srv.wait_for_stderr(Duration::from_secs(5), |l| l.contains("pre-shared key"))
+        .unwrap_or_else(|| panic!("no pre-shared key in the start line:\n{}", srv.stderr_text()));
     let m = MountProcess::start(
         bin(),
         &s.backing,
