@@ -1,0 +1,953 @@
+//! [`Log`]: the tier's log on a [`Medium`] (format and commit rule in `format.rs`).
+//!
+//! - **Appends and group commit.** A writer queues its [`Append`] (the blocks of one write,
+//!   a trim, a drop) and takes the commit lock. Whoever holds it is the *leader*: it takes
+//!   every queued append, writes each as one or more batches at the ring's head, flushes
+//!   the medium once for all of them, updates the index and publishes each append's result.
+//!   A writer that finds its result already published when it gets the lock returns at once:
+//!   its append rode on an earlier leader's flush. The commit lock is the one lock held
+//!   across I/O, and it is the serialisation point of the log by design; the index lock is
+//!   never held across I/O.
+//! - **Space.** The ring frees from its tail only ([`Log::free_through`], once the caller
+//!   has destaged and synced what it frees). An append that does not fit is refused with
+//!   [`AppendError::Full`] — never waited for — and the caller writes through. The last
+//!   `reserve` pages are kept for appends that must be logged (trims and drops, and writes
+//!   to blocks that are dirty here, whose older record would otherwise win at recovery).
+//! - **Reads** of dirty blocks take the record from the index, release the lock, read the
+//!   page and then check that the record was not freed meanwhile (its space could have been
+//!   reused) and that its checksum holds.
+//! - **A failed medium** (a write or flush error) breaks the log: every later append is
+//!   refused with [`AppendError::Broken`], so the caller writes through; what it had
+//!   acknowledged stays readable and destageable.
+//! - **Recovery** ([`Log::open`]) reads the superblocks, scans from the tail by the commit
+//!   rule and rebuilds the index; the first batch that fails the rule ends the log.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::format::{data_crc, BatchHead, EntryHead, Kind, Superblock, MAX_ENTRIES, RING_START};
+use crate::medium::{Medium, Mode};
+use crate::page::{self, Page};
+use crate::{FileKey, TierError, PAGE_BYTES};
+
+const PB: u64 = PAGE_BYTES as u64;
+/// Most pages one leader writes before it flushes (bounds a group, and what recovery may
+/// find written but never flushed after the log's end).
+pub const MAX_GROUP_PAGES: u64 = 2048;
+
+/// One thing an append records.
+#[derive(Debug)]
+pub enum Entry {
+    /// Block `block` of `key`: `page`, of which the first `valid` bytes are file contents.
+    Data { key: FileKey, block: u64, valid: u32, page: Box<Page> },
+    /// The file's size became `size`: older records past it are gone (one that holds it is
+    /// cut to it).
+    Trim { key: FileKey, size: u64 },
+    /// Every older record of `key` is gone (the file lost its last name).
+    Drop { key: FileKey },
+}
+
+impl Entry {
+    fn key(&self) -> FileKey {
+        match self {
+            Entry::Data { key, .. } | Entry::Trim { key, .. } | Entry::Drop { key } => *key,
+        }
+    }
+}
+
+/// One append: durable as a whole once [`Log::append`] returns `Ok`.
+#[derive(Debug, Default)]
+pub struct Append {
+    pub entries: Vec<Entry>,
+    /// The names of the keys its entries use (declared with the first record of a key).
+    pub names: Vec<(FileKey, Arc<[u8]>)>,
+    /// May use the reserve (module docs).
+    pub reserve: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AppendError {
+    /// No room: write through instead.
+    #[error("the tier is full")]
+    Full,
+    /// The medium failed earlier: write through instead.
+    #[error("the tier's medium failed: {0}")]
+    Broken(String),
+}
+
+/// Where the newest record of a block is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rec {
+    pub seq: u64,
+    pub page: u64,
+    pub valid: u32,
+    pub crc: u32,
+}
+
+/// The records of one file a destage round writes back.
+#[derive(Debug)]
+pub struct FilePlan {
+    pub key: FileKey,
+    pub name: Arc<[u8]>,
+    /// Ascending block numbers.
+    pub blocks: Vec<(u64, Rec)>,
+}
+
+/// What recovery found.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recovered {
+    pub formatted: bool,
+    pub batches: u64,
+    pub records: u64,
+    pub files: u64,
+    /// A batch header was found after the end that failed the commit rule (a torn or
+    /// unflushed append, never acknowledged): dropped.
+    pub torn_tail: bool,
+    pub scan_ms: u64,
+}
+
+/// The log's counters and state, for `farcache stats` and `farcache tier status`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogStats {
+    pub mode: String,
+    pub durability: String,
+    pub capacity_bytes: u64,
+    pub used_bytes: u64,
+    pub dirty_bytes: u64,
+    pub dirty_blocks: u64,
+    pub files: u64,
+    pub batches: u64,
+    pub appends: u64,
+    pub groups: u64,
+    pub refused_full: u64,
+    pub broken: Option<String>,
+    pub freed_batches: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct BatchPos {
+    seq: u64,
+    page: u64,
+    pages: u64,
+    prev: u32,
+    at: Instant,
+}
+
+/// The ring's write side; lives under the commit lock.
+#[derive(Clone, Debug)]
+struct Ring {
+    head: u64,
+    next_seq: u64,
+    last_crc: u32,
+    batches: VecDeque<BatchPos>,
+    sb_gen: u64,
+}
+
+#[derive(Default)]
+struct FileState {
+    name: Option<Arc<[u8]>>,
+    /// The seq of the batch that declared the name (recovery needs one at or after the tail).
+    declared: Option<u64>,
+    blocks: BTreeMap<u64, Rec>,
+}
+
+#[derive(Default)]
+struct Index {
+    files: HashMap<FileKey, FileState>,
+    dirty: u64,
+}
+
+impl Index {
+    fn apply(&mut self, seq: u64, e: &EntryHead, page: u64, name: Option<&[u8]>) {
+        match e.kind {
+            Kind::Data => {
+                let f = self.files.entry(e.key).or_default();
+                let rec = Rec { seq, page, valid: e.aux.min(PB) as u32, crc: e.data_crc };
+                if f.blocks.insert(e.block, rec).is_none() {
+                    self.dirty += 1;
+                }
+            }
+            Kind::Name => {
+                let f = self.files.entry(e.key).or_default();
+                f.name = name.map(Arc::from);
+                f.declared = Some(seq);
+            }
+            Kind::Trim => {
+                if let Some(f) = self.files.get_mut(&e.key) {
+                    let size = e.aux;
+                    let keep = size.div_ceil(PB);
+                    let gone = f.blocks.split_off(&keep);
+                    self.dirty -= gone.len() as u64;
+                    if !size.is_multiple_of(PB) {
+                        if let Some(r) = f.blocks.get_mut(&(size / PB)) {
+                            r.valid = r.valid.min((size % PB) as u32);
+                        }
+                    }
+                }
+            }
+            Kind::Drop => {
+                if let Some(f) = self.files.remove(&e.key) {
+                    self.dirty -= f.blocks.len() as u64;
+                }
+            }
+        }
+    }
+}
+
+struct Pending {
+    ticket: u64,
+    append: Append,
+}
+
+#[derive(Default)]
+struct Counters {
+    appends: AtomicU64,
+    groups: AtomicU64,
+    refused_full: AtomicU64,
+    freed_batches: AtomicU64,
+}
+
+/// The log (module docs).
+pub struct Log {
+    medium: Box<dyn Medium>,
+    mode: Mode,
+    log_id: u64,
+    session: u64,
+    backing: String,
+    /// One past the last ring page.
+    end: u64,
+    reserve: u64,
+    commit: Mutex<Ring>,
+    pending: Mutex<Vec<Pending>>,
+    results: Mutex<HashMap<u64, Result<(), AppendError>>>,
+    next_ticket: AtomicU64,
+    index: Mutex<Index>,
+    /// The first seq that counts: a record below it was freed and its page may be reused.
+    tail_seq: AtomicU64,
+    broken: Mutex<Option<String>>,
+    is_broken: AtomicBool,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for Log {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Log").field("mode", &self.mode).field("log_id", &self.log_id).finish_non_exhaustive()
+    }
+}
+
+/// Pages kept for appends that must be logged: a 32nd of the ring, at least one largest
+/// write (1 MiB and its headers) where the ring allows.
+fn reserve_pages(ring: u64) -> u64 {
+    (ring / 32).max(264.min(ring / 4))
+}
+
+/// Where a batch of `size` pages goes with the head at `head` and the oldest live batch at
+/// `tail` (`None`: nothing live), in a ring of pages `RING_START..end`.
+fn place(head: u64, tail: Option<u64>, size: u64, end: u64) -> Option<u64> {
+    match tail {
+        None if head + size <= end => Some(head),
+        None if RING_START + size <= end => Some(RING_START),
+        None => None,
+        Some(t) if head > t => {
+            if head + size <= end {
+                Some(head)
+            } else if RING_START + size <= t {
+                Some(RING_START)
+            } else {
+                None
+            }
+        }
+        Some(t) if head < t && head + size <= t => Some(head),
+        Some(_) => None,
+    }
+}
+
+impl Ring {
+    fn tail(&self) -> Option<u64> {
+        self.batches.front().map(|b| b.page)
+    }
+    /// Pages between the oldest live batch and the head (waste at a wrap included).
+    fn used(&self, end: u64) -> u64 {
+        let ring = end - RING_START;
+        match self.tail() {
+            None => 0,
+            Some(t) if self.head > t => self.head - t,
+            Some(t) => ring - (t - self.head),
+        }
+    }
+}
+
+impl Log {
+    /// Open the log on `medium` (recovering what it holds), or make a new one if the medium
+    /// is blank (its first two pages are zeros). `backing`: the backing directory the tier
+    /// must belong to (`None`: any, for inspection). Writes nothing unless it formats.
+    pub fn open(medium: Box<dyn Medium>, mode: Mode, backing: Option<&str>) -> Result<(Log, Recovered), TierError> {
+        let t0 = Instant::now();
+        let pages = medium.len() / PB;
+        if pages < RING_START + 16 {
+            return Err(TierError::Config {
+                path: backing.unwrap_or("").into(),
+                problem: format!("the tier's medium holds {pages} pages, fewer than {}", RING_START + 16),
+                fix: "give a tier-size of at least 1MiB".into(),
+            });
+        }
+        let mut sbs = page::zeroed(2);
+        medium.read_at(0, page::bytes_mut(&mut sbs)).map_err(|e| TierError::io("reading the superblocks", e))?;
+        let a = Superblock::decode(&sbs[0].0);
+        let b = Superblock::decode(&sbs[1].0);
+        let sb = match (a, b) {
+            (Ok(a), Ok(b)) => Some(if a.generation >= b.generation { a } else { b }),
+            (Ok(s), Err(_)) | (Err(_), Ok(s)) => Some(s),
+            (Err(false), Err(false)) if page::bytes(&sbs).iter().all(|&x| x == 0) => None,
+            _ => return Err(TierError::Config {
+                path: backing.unwrap_or("").into(),
+                problem:
+                    "the tier's medium holds something that is not a farcache tier (or both superblocks are damaged)"
+                        .into(),
+                fix: "name a new file, or wipe its first 8 KiB if its contents are not needed".into(),
+            }),
+        };
+        let mut rec = Recovered::default();
+        let sb = match sb {
+            Some(sb) => {
+                if let Some(want) = backing {
+                    if sb.backing != want {
+                        return Err(TierError::Config {
+                            path: want.into(),
+                            problem: format!("the tier belongs to the backing directory {:?}, not to {want:?}", sb.backing),
+                            fix: format!("mount {:?} with this tier (or run `farcache tier recover` for it), or give another tier path", sb.backing),
+                        });
+                    }
+                }
+                if sb.pages > pages {
+                    return Err(TierError::Config {
+                        path: sb.backing.clone(),
+                        problem: format!("the tier was made with {} pages but the medium now holds {pages}", sb.pages),
+                        fix: "give the tier-size it was made with".into(),
+                    });
+                }
+                sb
+            }
+            None => {
+                rec.formatted = true;
+                let sb = Superblock {
+                    pages,
+                    log_id: crate::random_u64(),
+                    generation: 1,
+                    tail_seq: 1,
+                    tail_page: RING_START,
+                    tail_prev: 0,
+                    backing: backing.unwrap_or("").to_string(),
+                };
+                let mut p = Page::zeroed();
+                sb.encode(&mut p.0);
+                // Copy `generation % 2`: the next superblock goes to the other copy.
+                medium.write_at(PB, &p.0).map_err(|e| TierError::io("writing the superblock", e))?;
+                medium.flush().map_err(|e| TierError::io("flushing the superblock", e))?;
+                sb
+            }
+        };
+        let end = sb.pages;
+        let log = Log {
+            medium,
+            mode,
+            log_id: sb.log_id,
+            session: crate::random_u64(),
+            backing: sb.backing.clone(),
+            end,
+            reserve: reserve_pages(end - RING_START),
+            commit: Mutex::new(Ring {
+                head: sb.tail_page,
+                next_seq: sb.tail_seq,
+                last_crc: sb.tail_prev,
+                batches: VecDeque::new(),
+                sb_gen: sb.generation,
+            }),
+            pending: Mutex::new(Vec::new()),
+            results: Mutex::new(HashMap::new()),
+            next_ticket: AtomicU64::new(1),
+            index: Mutex::new(Index::default()),
+            tail_seq: AtomicU64::new(sb.tail_seq),
+            broken: Mutex::new(None),
+            is_broken: AtomicBool::new(false),
+            counters: Counters::default(),
+        };
+        log.scan(&mut rec)?;
+        {
+            let ix = log.index.lock();
+            rec.records = ix.dirty;
+            rec.files = ix.files.len() as u64;
+        }
+        rec.scan_ms = t0.elapsed().as_millis() as u64;
+        Ok((log, rec))
+    }
+
+    /// Rebuild the ring and index from the tail by the commit rule.
+    fn scan(&self, rec: &mut Recovered) -> Result<(), TierError> {
+        let mut ring = self.commit.lock();
+        let mut ix = self.index.lock();
+        let mut win = Window { start: 0, pages: Vec::new() };
+        let mut total = 0u64;
+        let ring_pages = self.end - RING_START;
+        loop {
+            let (seq, prev) = (ring.next_seq, ring.last_crc);
+            let mut torn = false;
+            let mut found = match self.batch_at(&mut win, ring.head, seq, prev)? {
+                Probe::Found(h, c) => Some((ring.head, (h, c))),
+                Probe::Torn => {
+                    torn = true;
+                    None
+                }
+                Probe::Nothing => None,
+            };
+            if found.is_none() && ring.head != RING_START {
+                // The writer wraps to the ring's start when a batch does not fit before its end.
+                found = match self.batch_at(&mut win, RING_START, seq, prev)? {
+                    Probe::Found(h, c) => Some((RING_START, (h, c))),
+                    Probe::Torn => {
+                        torn = true;
+                        None
+                    }
+                    Probe::Nothing => None,
+                };
+            }
+            let Some((at, (head, crc))) = found else {
+                rec.torn_tail = torn;
+                break;
+            };
+            let size = 1 + head.data_pages() as u64;
+            total += size;
+            if total > ring_pages {
+                break; // more than a ring's worth cannot be live (defensive)
+            }
+            let data = win.get(&*self.medium, at + 1, size - 1, self.end)?.to_vec();
+            let mut d = 0usize;
+            for e in &head.entries {
+                let (page_no, name) = if e.kind.has_page() {
+                    d += 1;
+                    (at + d as u64, Some(&data[d - 1].0[..]))
+                } else {
+                    (0, None)
+                };
+                let name = name.map(|n| &n[..(e.aux as usize).min(PAGE_BYTES)]);
+                ix.apply(seq, e, page_no, if e.kind == Kind::Name { name } else { None });
+            }
+            ring.batches.push_back(BatchPos { seq, page: at, pages: size, prev, at: Instant::now() });
+            ring.head = at + size;
+            ring.next_seq = seq + 1;
+            ring.last_crc = crc;
+            rec.batches += 1;
+        }
+        Ok(())
+    }
+
+    /// The batch at page `at` if it counts as the successor (`seq`, `prev`): header and data
+    /// check.
+    fn batch_at(&self, win: &mut Window, at: u64, seq: u64, prev: u32) -> Result<Probe, TierError> {
+        if at >= self.end {
+            return Ok(Probe::Nothing);
+        }
+        let hp = win.get(&*self.medium, at, 1, self.end)?[0].clone();
+        let Some(h) = BatchHead::decode(&hp.0) else {
+            let ours = &hp.0[..8] == crate::format::BATCH_MAGIC;
+            return Ok(if ours { Probe::Torn } else { Probe::Nothing });
+        };
+        if h.log_id != self.log_id || h.seq != seq || h.prev != prev {
+            let later = h.log_id == self.log_id && h.seq >= seq;
+            return Ok(if later { Probe::Torn } else { Probe::Nothing });
+        }
+        let n = h.data_pages() as u64;
+        if at + 1 + n > self.end {
+            return Ok(Probe::Torn);
+        }
+        let data = win.get(&*self.medium, at + 1, n, self.end)?;
+        let mut d = 0;
+        for e in &h.entries {
+            if e.kind.has_page() {
+                if data_crc(&data[d].0) != e.data_crc {
+                    return Ok(Probe::Torn);
+                }
+                d += 1;
+            }
+        }
+        let crc = BatchHead::crc_of(&hp.0);
+        Ok(Probe::Found(h, crc))
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+    pub fn backing(&self) -> &str {
+        &self.backing
+    }
+    pub fn capacity_bytes(&self) -> u64 {
+        (self.end - RING_START) * PB
+    }
+
+    /// Append durably, or refuse at once (never waits for space). See the module docs.
+    pub fn append(&self, a: Append) -> Result<(), AppendError> {
+        if let Some(b) = self.broken.lock().clone() {
+            return Err(AppendError::Broken(b));
+        }
+        self.counters.appends.fetch_add(1, Ordering::Relaxed);
+        let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+        self.pending.lock().push(Pending { ticket, append: a });
+        loop {
+            let mut ring = self.commit.lock();
+            if let Some(r) = self.results.lock().remove(&ticket) {
+                return r;
+            }
+            let group: Vec<Pending> = std::mem::take(&mut *self.pending.lock());
+            self.lead(&mut ring, group);
+        }
+    }
+
+    /// Write a group of appends (as leader), flush once, index them, publish the results.
+    fn lead(&self, ring: &mut Ring, group: Vec<Pending>) {
+        self.counters.groups.fetch_add(1, Ordering::Relaxed);
+        let ring_pages = self.end - RING_START;
+        let mut out: Vec<(u64, Result<(), AppendError>)> = Vec::with_capacity(group.len());
+        // (page, header, pages to write) of every batch written, in order.
+        let mut batches: Vec<(u64, BatchHead, Vec<Page>)> = Vec::new();
+        let mut sim = ring.clone();
+        let mut group_pages = 0u64;
+        let mut deferred = Vec::new();
+        let mut declared: std::collections::HashSet<FileKey> = {
+            let ix = self.index.lock();
+            group
+                .iter()
+                .flat_map(|p| p.append.names.iter().map(|(k, _)| *k))
+                .filter(|k| ix.files.get(k).is_some_and(|f| f.declared.is_some()))
+                .collect()
+        };
+        let mut named_here = std::collections::HashSet::new();
+        for p in group {
+            if let Some(b) = self.broken.lock().clone() {
+                out.push((p.ticket, Err(AppendError::Broken(b))));
+                continue;
+            }
+            // Names first (each key once per group, only if not declared yet).
+            let mut items: Vec<(EntryHead, Option<&[u8]>)> = Vec::new();
+            let used_keys: std::collections::HashSet<FileKey> = p.append.entries.iter().map(Entry::key).collect();
+            let force = p.append.entries.is_empty();
+            for (k, n) in &p.append.names {
+                if (force || used_keys.contains(k)) && !declared.contains(k) && !named_here.contains(k) {
+                    let len = n.len().min(PAGE_BYTES);
+                    items.push((
+                        EntryHead { kind: Kind::Name, data_crc: 0, key: *k, block: 0, aux: len as u64 },
+                        Some(&n[..len]),
+                    ));
+                }
+            }
+            for e in &p.append.entries {
+                items.push(match e {
+                    Entry::Data { key, block, valid, page } => (
+                        EntryHead { kind: Kind::Data, data_crc: 0, key: *key, block: *block, aux: u64::from(*valid) },
+                        Some(&page.0[..]),
+                    ),
+                    Entry::Trim { key, size } => {
+                        (EntryHead { kind: Kind::Trim, data_crc: 0, key: *key, block: 0, aux: *size }, None)
+                    }
+                    Entry::Drop { key } => {
+                        (EntryHead { kind: Kind::Drop, data_crc: 0, key: *key, block: 0, aux: 0 }, None)
+                    }
+                });
+            }
+            let need: u64 =
+                items.chunks(MAX_ENTRIES).map(|c| 1 + c.iter().filter(|i| i.1.is_some()).count() as u64).sum();
+            if group_pages > 0 && group_pages + need > MAX_GROUP_PAGES {
+                deferred.push(p);
+                continue;
+            }
+            // Place every batch of this append, or none.
+            let before = sim.clone();
+            let mut placed = Vec::new();
+            let mut fits = true;
+            for c in items.chunks(MAX_ENTRIES) {
+                let size = 1 + c.iter().filter(|i| i.1.is_some()).count() as u64;
+                match place(sim.head, sim.tail(), size, self.end) {
+                    Some(at) => {
+                        placed.push((at, sim.next_seq, sim.last_crc));
+                        let prev = sim.last_crc;
+                        sim.batches.push_back(BatchPos {
+                            seq: sim.next_seq,
+                            page: at,
+                            pages: size,
+                            prev,
+                            at: Instant::now(),
+                        });
+                        sim.head = at + size;
+                        sim.next_seq += 1;
+                        sim.last_crc = 0; // set below once encoded
+                                          // Encode now: the next batch's prev is this header's CRC.
+                        let mut bufs = page::zeroed(size as usize);
+                        let mut h = BatchHead {
+                            log_id: self.log_id,
+                            seq: sim.next_seq - 1,
+                            prev,
+                            session: self.session,
+                            entries: Vec::with_capacity(c.len()),
+                        };
+                        let mut d = 1;
+                        for (e, data) in c {
+                            let mut e = *e;
+                            if let Some(data) = data {
+                                bufs[d].0[..data.len()].copy_from_slice(data);
+                                e.data_crc = data_crc(&bufs[d].0);
+                                d += 1;
+                            }
+                            h.entries.push(e);
+                        }
+                        sim.last_crc = h.encode(&mut bufs[0].0);
+                        batches.push((at, h, bufs));
+                    }
+                    None => {
+                        fits = false;
+                        break;
+                    }
+                }
+            }
+            let over_reserve = !p.append.reserve && sim.used(self.end) + self.reserve > ring_pages;
+            if !fits || over_reserve {
+                batches.truncate(batches.len() - placed.len());
+                sim = before;
+                self.counters.refused_full.fetch_add(1, Ordering::Relaxed);
+                out.push((p.ticket, Err(AppendError::Full)));
+                continue;
+            }
+            group_pages += need;
+            for (k, _) in &p.append.names {
+                if force || used_keys.contains(k) {
+                    named_here.insert(*k);
+                }
+            }
+            for e in &p.append.entries {
+                if let Entry::Drop { key } = e {
+                    // A drop forgets the name: a later record of the key declares it again.
+                    declared.remove(key);
+                    named_here.remove(key);
+                }
+            }
+            out.push((p.ticket, Ok(())));
+        }
+        if !deferred.is_empty() {
+            // Too much for one group: back to the front of the queue for the next leader.
+            let mut q = self.pending.lock();
+            deferred.append(&mut q);
+            *q = deferred;
+        }
+        // Write and flush.
+        let mut io_err = None;
+        for (at, _, bufs) in &batches {
+            if let Err(e) = self.medium.write_at(at * PB, page::bytes(bufs)) {
+                io_err = Some(format!("writing {} pages at page {at}: {e}", bufs.len()));
+                break;
+            }
+        }
+        if io_err.is_none() && !batches.is_empty() {
+            if let Err(e) = self.medium.flush() {
+                io_err = Some(format!("flushing: {e}"));
+            }
+        }
+        if let Some(msg) = io_err {
+            tracing::error!("tier log: {msg}; the tier takes no more writes (they go through to the backing store), what it holds stays readable and is destaged");
+            *self.broken.lock() = Some(msg.clone());
+            self.is_broken.store(true, Ordering::Relaxed);
+            let mut r = self.results.lock();
+            for (t, res) in out {
+                r.insert(t, res.and(Err(AppendError::Broken(msg.clone()))));
+            }
+            return;
+        }
+        {
+            let mut ix = self.index.lock();
+            for (at, h, bufs) in &batches {
+                let mut d = 0;
+                for e in &h.entries {
+                    let (pg, name) = if e.kind.has_page() {
+                        d += 1;
+                        (at + d as u64, Some(&bufs[d].0[..(e.aux as usize).min(PAGE_BYTES)]))
+                    } else {
+                        (0, None)
+                    };
+                    ix.apply(h.seq, e, pg, if e.kind == Kind::Name { name } else { None });
+                }
+            }
+        }
+        *ring = sim;
+        let mut r = self.results.lock();
+        for (t, res) in out {
+            r.insert(t, res);
+        }
+    }
+
+    /// The newest record of each dirty block of `key` in `first..=last`.
+    pub fn dirty_in(&self, key: FileKey, first: u64, last: u64) -> Vec<(u64, Rec)> {
+        let ix = self.index.lock();
+        match ix.files.get(&key) {
+            Some(f) => f.blocks.range(first..=last).map(|(b, r)| (*b, *r)).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Whether `key` has any dirty block.
+    pub fn has_dirty(&self, key: FileKey) -> bool {
+        self.index.lock().files.get(&key).is_some_and(|f| !f.blocks.is_empty())
+    }
+
+    /// The newest contents of dirty block `block` of `key`: the page (bytes past `valid` are
+    /// zeros) and `valid`, or `None` if the block is not dirty (any more).
+    pub fn read_block(&self, key: FileKey, block: u64) -> std::io::Result<Option<(Box<Page>, u32)>> {
+        for _ in 0..8 {
+            let rec = {
+                let ix = self.index.lock();
+                match ix.files.get(&key).and_then(|f| f.blocks.get(&block)) {
+                    Some(r) => *r,
+                    None => return Ok(None),
+                }
+            };
+            let mut p = Page::zeroed();
+            self.medium.read_at(rec.page * PB, &mut p.0)?;
+            if self.tail_seq.load(Ordering::Acquire) > rec.seq {
+                continue; // freed (and maybe reused) while we read: look again
+            }
+            if data_crc(&p.0) != rec.crc {
+                let still = self.index.lock().files.get(&key).and_then(|f| f.blocks.get(&block)).copied();
+                if still != Some(rec) {
+                    continue; // trimmed or rewritten meanwhile
+                }
+                return Err(std::io::Error::other(format!(
+                    "tier: the record of block {block} of file key {} at page {} fails its checksum (the medium is damaged)",
+                    key.0, rec.page
+                )));
+            }
+            p.0[rec.valid as usize..].fill(0);
+            return Ok(Some((p, rec.valid)));
+        }
+        Err(std::io::Error::other("tier: a dirty block kept moving under a read"))
+    }
+
+    /// Seq of the newest committed batch (0: none ever).
+    pub fn last_seq(&self) -> u64 {
+        self.commit.lock().next_seq - 1
+    }
+
+    /// Seq of the oldest live batch, if any.
+    pub fn first_seq(&self) -> Option<u64> {
+        self.commit.lock().batches.front().map(|b| b.seq)
+    }
+
+    /// Used pages as a fraction of the ring, in permille.
+    pub fn used_permille(&self) -> u64 {
+        let ring = self.commit.lock();
+        ring.used(self.end) * 1000 / (self.end - RING_START)
+    }
+
+    /// The smallest seq through which freeing brings the used space to `target_permille` or
+    /// below, and the seq of the newest batch older than `max_age` — the larger of the two,
+    /// or `None` if neither asks for anything.
+    pub fn due(&self, target_permille: u64, max_age: Duration) -> Option<u64> {
+        let ring = self.commit.lock();
+        let ring_pages = self.end - RING_START;
+        let target = ring_pages * target_permille / 1000;
+        let mut by_space = None;
+        if ring.used(self.end) > target {
+            let mut r = ring.clone();
+            while let Some(b) = r.batches.pop_front() {
+                if r.used(self.end) <= target {
+                    by_space = Some(b.seq);
+                    break;
+                }
+            }
+        }
+        let by_age = ring.batches.iter().take_while(|b| b.at.elapsed() >= max_age).last().map(|b| b.seq);
+        by_space.max(by_age)
+    }
+
+    /// What a destage round through `seq` writes back: every dirty block whose newest record
+    /// is at or below `seq`, by file, ascending.
+    pub fn plan(&self, seq: u64) -> Vec<FilePlan> {
+        let ix = self.index.lock();
+        let mut out: Vec<FilePlan> = ix
+            .files
+            .iter()
+            .filter_map(|(k, f)| {
+                let blocks: Vec<(u64, Rec)> =
+                    f.blocks.iter().filter(|(_, r)| r.seq <= seq).map(|(b, r)| (*b, *r)).collect();
+                (!blocks.is_empty()).then(|| FilePlan {
+                    key: *k,
+                    name: f.name.clone().unwrap_or_else(|| Arc::from(&b""[..])),
+                    blocks,
+                })
+            })
+            .collect();
+        out.sort_by_key(|p| p.key);
+        out
+    }
+
+    /// Free every batch through `seq`. The caller guarantees that every block whose newest
+    /// record is at or below `seq` is written back to the backing store and synced (the
+    /// plan of `seq`, destaged). Names still needed are declared again first; then the
+    /// superblock moves the tail and is flushed. Returns the pages freed.
+    pub fn free_through(&self, seq: u64) -> Result<u64, AppendError> {
+        let mut ring = self.commit.lock();
+        if ring.batches.front().is_none_or(|b| b.seq > seq) {
+            return Ok(0);
+        }
+        // Keys with records above `seq` whose name was declared at or below it.
+        let redeclare: Vec<(FileKey, Arc<[u8]>)> = {
+            let ix = self.index.lock();
+            ix.files
+                .iter()
+                .filter(|(_, f)| f.declared.is_some_and(|d| d <= seq) && f.blocks.values().any(|r| r.seq > seq))
+                .filter_map(|(k, f)| f.name.clone().map(|n| (*k, n)))
+                .collect()
+        };
+        for chunk in redeclare.chunks(MAX_ENTRIES) {
+            let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+            let names: Vec<(FileKey, Arc<[u8]>)> = chunk.to_vec();
+            // A name-only append: entries none, so force the names with a marker key set.
+            self.lead_names(&mut ring, ticket, names);
+            if let Some(Err(e)) = self.results.lock().remove(&ticket) {
+                return Err(e);
+            }
+        }
+        let mut r = ring.clone();
+        let mut freed = 0;
+        let mut n = 0;
+        while r.batches.front().is_some_and(|b| b.seq <= seq) {
+            let b = r.batches.pop_front().expect("checked");
+            freed += b.pages;
+            n += 1;
+        }
+        let (tail_seq, tail_page, tail_prev) = match r.batches.front() {
+            Some(b) => (b.seq, b.page, b.prev),
+            None => (r.next_seq, r.head, r.last_crc),
+        };
+        let gen = r.sb_gen + 1;
+        let sb = Superblock {
+            pages: self.end,
+            log_id: self.log_id,
+            generation: gen,
+            tail_seq,
+            tail_page,
+            tail_prev,
+            backing: self.backing.clone(),
+        };
+        let mut p = Page::zeroed();
+        sb.encode(&mut p.0);
+        let res = self.medium.write_at((gen % 2) * PB, &p.0).and_then(|()| self.medium.flush());
+        if let Err(e) = res {
+            let msg = format!("writing the superblock: {e}");
+            tracing::error!("tier log: {msg}; the tier takes no more writes");
+            *self.broken.lock() = Some(msg.clone());
+            self.is_broken.store(true, Ordering::Relaxed);
+            return Err(AppendError::Broken(msg));
+        }
+        r.sb_gen = gen;
+        // Readers of a freed record see the new tail before its page can be reused (the
+        // next leader writes only after taking the commit lock we hold).
+        self.tail_seq.store(tail_seq, Ordering::Release);
+        {
+            let mut ix = self.index.lock();
+            let mut empty = Vec::new();
+            for (k, f) in ix.files.iter_mut() {
+                f.blocks.retain(|_, r| r.seq > seq);
+                if f.blocks.is_empty() && f.declared.is_none_or(|d| d <= seq) {
+                    empty.push(*k);
+                }
+            }
+            for k in empty {
+                ix.files.remove(&k);
+            }
+            ix.dirty = ix.files.values().map(|f| f.blocks.len() as u64).sum();
+        }
+        *ring = r;
+        self.counters.freed_batches.fetch_add(n, Ordering::Relaxed);
+        Ok(freed)
+    }
+
+    /// Declare `names` again in a batch of their own (as leader, commit lock held).
+    fn lead_names(&self, ring: &mut Ring, ticket: u64, names: Vec<(FileKey, Arc<[u8]>)>) {
+        // Mark them undeclared so that `lead` writes them.
+        {
+            let mut ix = self.index.lock();
+            for (k, _) in &names {
+                if let Some(f) = ix.files.get_mut(k) {
+                    f.declared = None;
+                }
+            }
+        }
+        self.lead(ring, vec![Pending { ticket, append: Append { entries: Vec::new(), names, reserve: true } }]);
+    }
+
+    pub fn stats(&self) -> LogStats {
+        let used = self.commit.lock().used(self.end);
+        let batches = self.commit.lock().batches.len() as u64;
+        let (dirty, files) = {
+            let ix = self.index.lock();
+            (ix.dirty, ix.files.len() as u64)
+        };
+        LogStats {
+            mode: self.mode.to_string(),
+            durability: self.mode.durability().to_string(),
+            capacity_bytes: self.capacity_bytes(),
+            used_bytes: used * PB,
+            dirty_bytes: dirty * PB,
+            dirty_blocks: dirty,
+            files,
+            batches,
+            appends: self.counters.appends.load(Ordering::Relaxed),
+            groups: self.counters.groups.load(Ordering::Relaxed),
+            refused_full: self.counters.refused_full.load(Ordering::Relaxed),
+            broken: self.broken.lock().clone(),
+            freed_batches: self.counters.freed_batches.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether nothing is dirty.
+    pub fn is_clean(&self) -> bool {
+        self.index.lock().dirty == 0
+    }
+
+    /// Whether the medium failed (appends are refused).
+    pub fn is_broken(&self) -> bool {
+        self.is_broken.load(Ordering::Relaxed)
+    }
+}
+
+enum Probe {
+    Found(BatchHead, u32),
+    /// One of ours that fails the rule: written, never acknowledged.
+    Torn,
+    Nothing,
+}
+
+/// A read-ahead window over the medium for the recovery scan (1 MiB reads, not a read per
+/// page: ≤ 1 s per GiB even on an SSD).
+struct Window {
+    start: u64,
+    pages: Vec<Page>,
+}
+
+const WINDOW_PAGES: u64 = 256;
+
+impl Window {
+    fn get(&mut self, m: &dyn Medium, at: u64, n: u64, end: u64) -> Result<&[Page], TierError> {
+        let have = at >= self.start && at + n <= self.start + self.pages.len() as u64;
+        if !have {
+            let len = n.max(WINDOW_PAGES).min(end - at);
+            let mut pages = page::zeroed(len as usize);
+            m.read_at(at * PB, page::bytes_mut(&mut pages)).map_err(|e| TierError::io("reading the log", e))?;
+            self.start = at;
+            self.pages = pages;
+        }
+        let o = (at - self.start) as usize;
+        Ok(&self.pages[o..o + n as usize])
+    }
+}
