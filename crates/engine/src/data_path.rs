@@ -63,3 +63,32 @@ pub trait DataPath: Send + Sync + 'static {
         None
     }
 }
+
+/// A shared data path is a data path (the mount keeps an `Arc` of the stack for its control
+/// socket, and a tier wraps a clone of it).
+impl<T: DataPath> DataPath for std::sync::Arc<T> {
+    fn read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<Bytes> {
+        (**self).read(file, offset, len)
+    }
+    fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {
+        (**self).write(file, offset, data)
+    }
+    fn set_len(&self, file: &BackingFile, size: u64) -> io::Result<()> {
+        (**self).set_len(file, size)
+    }
+    fn fallocate(&self, file: &BackingFile, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+        (**self).fallocate(file, mode, offset, len)
+    }
+    fn fsync(&self, file: &BackingFile, datasync: bool) -> io::Result<()> {
+        (**self).fsync(file, datasync)
+    }
+    fn forget(&self, id: &FileId) {
+        (**self).forget(id)
+    }
+    fn opened(&self, file: &BackingFile) {
+        (**self).opened(file)
+    }
+    fn backing_counters(&self) -> Option<BackingCountersSnapshot> {
+        (**self).backing_counters()
+    }
+}

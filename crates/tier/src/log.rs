@@ -737,6 +737,19 @@ impl Log {
         self.commit.lock().next_seq - 1
     }
 
+    /// Apply a trim or drop to the index without logging it — only when the log cannot take
+    /// it (broken, or full to its reserve) and the caller has written the blocks concerned
+    /// back and synced them. A restart would replay the records it hides, so the caller must
+    /// tell the operator (the write-back layer refuses to recover such a tier silently).
+    pub fn apply_unlogged(&self, e: &Entry) {
+        let head = match e {
+            Entry::Trim { key, size } => EntryHead { kind: Kind::Trim, data_crc: 0, key: *key, block: 0, aux: *size },
+            Entry::Drop { key } => EntryHead { kind: Kind::Drop, data_crc: 0, key: *key, block: 0, aux: 0 },
+            Entry::Data { .. } => return,
+        };
+        self.index.lock().apply(u64::MAX, &head, 0, None);
+    }
+
     /// Seq of the oldest live batch, if any.
     pub fn first_seq(&self) -> Option<u64> {
         self.commit.lock().batches.front().map(|b| b.seq)
