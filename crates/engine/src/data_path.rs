@@ -66,7 +66,7 @@ pub trait DataPath: Send + Sync + 'static {
 
 /// A shared data path is a data path (the mount keeps an `Arc` of the stack for its control
 /// socket, and a tier wraps a clone of it).
-impl<T: DataPath> DataPath for std::sync::Arc<T> {
+impl<T: DataPath + ?Sized> DataPath for std::sync::Arc<T> {
     fn read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<Bytes> {
         (**self).read(file, offset, len)
     }

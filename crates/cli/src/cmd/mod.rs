@@ -9,6 +9,7 @@ pub mod preflight;
 pub mod randread;
 pub mod server;
 pub mod stats;
+pub mod tier;
 pub mod warmup;
 
 /// `--metrics-listen`: an IP:PORT, or "" for none; an error gives the fix.

@@ -81,6 +81,15 @@ pub struct Args {
     /// 127.0.0.1:7413 (overrides mount.metrics_listen; "" turns it off).
     #[arg(long, value_name = "ADDR", value_parser = super::parse_metrics_listen)]
     metrics_listen: Option<String>,
+    /// Put a persistent write-back tier in front of the backing directory: a file (created
+    /// if missing) or block device on fast local storage (overrides tier.path). Writes are
+    /// acknowledged once durable there and written back later; on tmpfs they survive the
+    /// daemon but not a power cut (the log and `farcache stats` say which).
+    #[arg(long, value_name = "PATH")]
+    tier: Option<PathBuf>,
+    /// Size of the tier's medium, e.g. 4GiB (overrides tier.size).
+    #[arg(long, value_name = "SIZE", requires = "tier")]
+    tier_size: Option<farcache_config::ByteSize>,
     /// Configuration file (TOML); its [mount], [cache] and (for the lender inside this
     /// process) [server] tables apply. Flags override it.
     #[arg(long)]
@@ -112,6 +121,8 @@ enum Engine {
 /// [`Control`] over a running mount.
 struct MountControl {
     engine: Engine,
+    /// The write-back tier in front of the engine (`--tier`).
+    tier: Option<Arc<dyn farcache_engine::writeback::TierControl>>,
     mountpoint: String,
     backing_dir: String,
     remote_tier: &'static str,
@@ -122,10 +133,12 @@ const NO_REMOTE: &str = "this mount has no remote tier (--no-remote); remount wi
 
 impl MountControl {
     fn cache_stats(&self) -> CacheStats {
-        match &self.engine {
+        let mut s = match &self.engine {
             Engine::Cached(c) => c.stats(),
             Engine::Passthrough(d) => CacheStats::passthrough(d.snapshot()),
-        }
+        };
+        s.tier = self.tier.as_ref().map(|t| t.stats());
+        s
     }
 
     fn mount_stats(&self) -> MountStats {
@@ -162,6 +175,15 @@ impl Control for MountControl {
     fn remove_lender(&self, addr: SocketAddr) -> Result<(), String> {
         self.remote()?.remove_lender(addr).map_err(|e| e.to_string())
     }
+    fn flush(&self, wait: std::time::Duration) -> Result<Value, String> {
+        let Some(t) = &self.tier else { return Err("this mount has no write-back tier (--tier)".into()) };
+        use farcache_engine::writeback::FlushError;
+        match t.flush(wait, &mut |_| {}) {
+            Ok(()) => Ok(serde_json::json!({ "done": true, "dirty_bytes": t.stats().log.dirty_bytes })),
+            Err(FlushError::Timeout(_, left)) => Ok(serde_json::json!({ "done": false, "dirty_bytes": left })),
+            Err(e) => Err(format!("flush: {e}")),
+        }
+    }
 }
 
 /// The control socket this mount answers on: `--control-socket`, or the default path for
@@ -196,6 +218,13 @@ fn settings(a: &Args) -> anyhow::Result<crate::config::Config> {
         c.cache.key_file = k.display().to_string();
     }
     a.tls.apply(&mut c.cache);
+    if let Some(t) = &a.tier {
+        c.tier.path = t.display().to_string();
+    }
+    if let Some(n) = a.tier_size {
+        c.tier.size = n;
+    }
+    c.tier.validate()?;
     if !a.no_remote {
         crate::config::check_cache_tls_files(&c.cache)?;
         c.cache.tenant_from_certificate()?;
@@ -315,8 +344,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         );
         (c.clone(), Engine::Cached(c), tier)
     };
+    // The write-back tier in front of everything (or the refusal of a backing directory
+    // whose tier is dirty but not given).
+    let (data, tier) = super::tier::wrap(&file_cfg.tier, &a.backing_dir, cfg.direct_io_backing, data)?;
     let control = Arc::new(MountControl {
         engine,
+        tier,
         mountpoint: canonical.display().to_string(),
         backing_dir: std::fs::canonicalize(&a.backing_dir)
             .unwrap_or_else(|_| a.backing_dir.clone())
@@ -407,6 +440,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     })?;
 
     mount.run()?;
+    // Unmounted (by us on a signal, or by someone else): a clean unmount destages everything.
+    if let Some(t) = &control.tier {
+        t.shutdown(cfg.shutdown_grace.get().max(std::time::Duration::from_secs(1)));
+    }
     // Unmounted by someone else (fusermount3 -u, umount): stopping as well.
     crate::notify::stopping();
     log_summary(&control);

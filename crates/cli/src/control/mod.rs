@@ -7,6 +7,7 @@
 //! {"cmd":"add_lender","addr":"10.0.0.2:7411"}      {"ok":true,"lenders":[...]}
 //! {"cmd":"remove_lender","addr":"10.0.0.2:7411"}   {"ok":true,"lenders":[...]}
 //! {"cmd":"ping"}                                   {"ok":true,"version":"...","pid":1234}
+//! {"cmd":"flush","wait_ms":2000}                   {"ok":true,"done":false,"dirty_bytes":N}
 //! anything else                                    {"ok":false,"error":"..."}
 //! ```
 //!
@@ -49,10 +50,19 @@ pub trait Control: Send + Sync + 'static {
     fn add_lender(&self, addr: SocketAddr) -> Result<(), String>;
     /// Stop borrowing from `addr`; its blocks become misses.
     fn remove_lender(&self, addr: SocketAddr) -> Result<(), String>;
+    /// Destage everything the write-back tier holds, waiting at most `wait` (the client asks
+    /// again until `done`): `{"done":bool,"dirty_bytes":N}`, or why it cannot.
+    fn flush(&self, wait: Duration) -> Result<Value, String> {
+        let _ = wait;
+        Err("this mount has no write-back tier (mount with --tier PATH to have one)".into())
+    }
 }
 
+/// Longest a `flush` request waits before answering (the client asks again).
+pub const MAX_FLUSH_WAIT: Duration = Duration::from_secs(3);
+
 /// The commands, in the order error messages list them.
-pub const COMMANDS: [&str; 5] = ["stats", "lenders", "add_lender", "remove_lender", "ping"];
+pub const COMMANDS: [&str; 6] = ["stats", "lenders", "add_lender", "remove_lender", "ping", "flush"];
 
 /// An error response.
 pub fn error(msg: impl Into<String>) -> Value {
@@ -73,6 +83,7 @@ pub fn handle(control: &dyn Control, line: &[u8]) -> Value {
     };
     let expected: &[&str] = match cmd {
         "add_lender" | "remove_lender" => &["cmd", "addr"],
+        "flush" => &["cmd", "wait_ms"],
         _ => &["cmd"],
     };
     if let Some(k) = obj.keys().find(|k| !expected.contains(&k.as_str())) {
@@ -82,6 +93,16 @@ pub fn handle(control: &dyn Control, line: &[u8]) -> Value {
         "stats" => json!({ "ok": true, "stats": control.stats() }),
         "lenders" => json!({ "ok": true, "lenders": control.lenders() }),
         "ping" => json!({ "ok": true, "version": env!("CARGO_PKG_VERSION"), "pid": std::process::id() }),
+        "flush" => {
+            let ms = obj.get("wait_ms").and_then(Value::as_u64).unwrap_or(0);
+            match control.flush(Duration::from_millis(ms).min(MAX_FLUSH_WAIT)) {
+                Ok(mut v) => {
+                    v["ok"] = json!(true);
+                    v
+                }
+                Err(e) => error(e),
+            }
+        }
         "add_lender" | "remove_lender" => {
             let addr = match obj.get("addr").and_then(Value::as_str).map(str::parse::<SocketAddr>) {
                 Some(Ok(a)) => a,

@@ -303,6 +303,25 @@ impl<D: DataPath> WritebackPath<D> {
     }
 }
 
+/// A tier seen from the mount's control socket and exit path, whatever it wraps.
+pub trait TierControl: Send + Sync {
+    fn stats(&self) -> TierStats;
+    fn flush(&self, timeout: std::time::Duration, progress: &mut dyn FnMut(u64)) -> Result<(), FlushError>;
+    fn shutdown(&self, timeout: std::time::Duration) -> bool;
+}
+
+impl<D: DataPath> TierControl for WritebackPath<D> {
+    fn stats(&self) -> TierStats {
+        WritebackPath::stats(self)
+    }
+    fn flush(&self, timeout: std::time::Duration, progress: &mut dyn FnMut(u64)) -> Result<(), FlushError> {
+        WritebackPath::flush(self, timeout, progress)
+    }
+    fn shutdown(&self, timeout: std::time::Duration) -> bool {
+        WritebackPath::shutdown(self, timeout)
+    }
+}
+
 impl<D: DataPath> Drop for WritebackPath<D> {
     fn drop(&mut self) {
         self.shared.ctl.lock().stop = true;
