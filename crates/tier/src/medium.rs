@@ -352,6 +352,37 @@ mod tests {
     }
 
     #[test]
+    fn an_ssd_tier_on_a_disk_file_system_round_trips_with_o_direct() {
+        use crate::{Append, Entry, FileKey, Log, Page};
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let p = dir.path().join("t");
+        if detect(&p).unwrap() != Mode::Ssd {
+            return; // the source tree is on tmpfs here: nothing to test
+        }
+        let put = |log: &Log, b: u64| {
+            let mut page = Page::zeroed();
+            page.0.fill(b as u8 + 1);
+            let e = Entry::Data { key: FileKey(1), block: b, valid: 4096, page };
+            log.append(Append {
+                entries: vec![e],
+                names: vec![(FileKey(1), std::sync::Arc::from(&b"n"[..]))],
+                reserve: false,
+            })
+            .unwrap();
+        };
+        let (log, r) = Log::open(open(&p, Mode::Ssd, 4 << 20).unwrap(), Mode::Ssd, Some("b")).unwrap();
+        assert!(r.formatted);
+        for b in 0..10 {
+            put(&log, b);
+        }
+        drop(log);
+        let (log, r) = Log::open(open(&p, Mode::Ssd, 4 << 20).unwrap(), Mode::Ssd, Some("b")).unwrap();
+        assert_eq!((r.formatted, r.records), (false, 10));
+        let (page, _) = log.read_block(FileKey(1), 7).unwrap().unwrap();
+        assert!(page.0.iter().all(|&x| x == 8));
+    }
+
+    #[test]
     fn pmem_is_refused_clearly_where_there_is_no_dax() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("t");
