@@ -1,9 +1,10 @@
 //! The seam between the FUSE layer and the cache engine: every byte of file data that goes
 //! through the mount passes through one [`DataPath`].
 //!
-//! Two implementations: [`crate::DirectPath`] (backing I/O only, the `--no-remote` baseline)
-//! and [`crate::cached::CachedPath`], which answers reads from lenders' RAM where it can and
-//! falls back to a `DataPath` underneath — the same shape as mountpoint-s3's `DataCache`
+//! Three implementations: [`crate::DirectPath`] (backing I/O only, the `--no-remote`
+//! baseline), [`crate::cached::CachedPath`], which answers reads from lenders' RAM where it
+//! can and falls back to a `DataPath` underneath, and [`crate::writeback::WritebackPath`], the
+//! persistent write-back tier over either — the same shape as mountpoint-s3's `DataCache`
 //! implementations layered over one another.
 
 use std::io;
@@ -24,7 +25,9 @@ use crate::identity::FileId;
 ///   layer hands to the application as errno). A tier in front of the disk never turns its
 ///   own failure into an error: it answers from the disk instead.
 /// - The disk is the truth. A method that changes file data returns only once the backing
-///   file has the change, and once no cached copy of the old data can be read any more.
+///   file has the change, and once no cached copy of the old data can be read any more —
+///   except under a write-back tier ([`crate::writeback::WritebackPath`]), where a write
+///   returns once it is durable in the tier, which then answers for the blocks it holds.
 /// - The caller guarantees that `file` stays open for the duration of the call, and that it
 ///   was opened with the access the operation needs (read for `read`, write for the rest).
 pub trait DataPath: Send + Sync + 'static {

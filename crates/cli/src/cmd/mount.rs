@@ -420,6 +420,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             // namespace (a process that ran `unshare -m` meanwhile): say so.
             let held = async {
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                super::tier::drained().await;
                 tracing::warn!(
                     "unmounted here, but the session goes on: a copy of the mount lives in another mount \
                      namespace; waiting up to {grace:?} for it"
@@ -427,7 +428,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 std::future::pending::<()>().await
             };
             tokio::select! {
-                _ = tokio::time::sleep(grace) => tracing::warn!("still in use after {grace:?}; exiting"),
+                _ = super::tier::after_grace(grace) => tracing::warn!("still in use after {grace:?}; exiting"),
                 _ = held, if code == 0 => {}
                 _ = term.recv() => tracing::warn!("second signal: exiting now"),
                 _ = int.recv() => tracing::warn!("second signal: exiting now"),
@@ -442,7 +443,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     mount.run()?;
     // Unmounted (by us on a signal, or by someone else): a clean unmount destages everything.
     if let Some(t) = &control.tier {
-        t.shutdown(cfg.shutdown_grace.get().max(std::time::Duration::from_secs(1)));
+        super::tier::shutdown(t);
     }
     // Unmounted by someone else (fusermount3 -u, umount): stopping as well.
     crate::notify::stopping();

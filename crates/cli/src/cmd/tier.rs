@@ -123,6 +123,32 @@ pub fn wrap(
     Ok((t.clone(), Some(t)))
 }
 
+/// Set while the mount writes its tier back on the way out: the signal thread's grace
+/// period does not cut that short (a second signal still does; what is left is recovered
+/// at the next start).
+static DRAINING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The clean-unmount write-back: everything, however long it takes (a second SIGTERM or
+/// SIGINT stops the daemon, and the next mount recovers the rest).
+pub fn shutdown(t: &Tier) {
+    DRAINING.store(true, std::sync::atomic::Ordering::SeqCst);
+    t.shutdown(Duration::from_secs(365 * 24 * 3600));
+    DRAINING.store(false, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Resolves once no tier is being written back.
+pub async fn drained() {
+    while DRAINING.load(std::sync::atomic::Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `grace`, then however long a tier write-back on the way out still takes.
+pub async fn after_grace(grace: Duration) {
+    tokio::time::sleep(grace).await;
+    drained().await;
+}
+
 #[derive(clap::Args)]
 pub struct FlushArgs {
     /// The mount point of a running `farcache mount` with a tier.
