@@ -129,10 +129,23 @@ fn verify(m: &MountProcess, ledgers: &[Arc<Mutex<Ledger>>], when: &str) {
 
 #[test]
 fn acknowledged_writes_survive_sigkill() {
+    // The tier on tmpfs (mode dram): survives the daemon.
+    kill_cycles(dirs("crash"), CYCLES);
+}
+
+#[test]
+fn acknowledged_writes_survive_sigkill_with_an_ssd_tier() {
+    // The tier on the disk file system of the target directory (mode ssd: O_DIRECT and
+    // fdatasync), fewer cycles.
+    let mut d = dirs("crash-ssd");
+    d.tier = d.base.join("ssd.tier");
+    kill_cycles(d, 6);
+}
+
+fn kill_cycles(d: Dirs, cycles: usize) {
     require_fuse();
     require_root("the tier crash test (FUSE mounts)");
     let t0 = Instant::now();
-    let d = dirs("crash");
     for w in 0..WRITERS {
         File::create(d.base.join(format!("b/w{w}"))).unwrap().set_len(BLOCKS * BLOCK as u64).unwrap();
     }
@@ -146,7 +159,7 @@ fn acknowledged_writes_survive_sigkill() {
     };
     let mut seq_base = 0u64;
     let mut acked_total = 0usize;
-    for cycle in 0..CYCLES {
+    for cycle in 0..cycles {
         let m = start(&d, cycle);
         // What the previous run acknowledged is all there (recovery wrote it back).
         verify(&m, &ledgers, &format!("cycle {cycle}, after remount"));
@@ -212,7 +225,7 @@ fn acknowledged_writes_survive_sigkill() {
         }
     }
     // A clean unmount writes everything back and removes the marker.
-    let m = start(&d, CYCLES);
+    let m = start(&d, cycles);
     verify(&m, &ledgers, "last remount");
     for (w, l) in ledgers.iter().enumerate() {
         let mut l = l.lock().unwrap();
@@ -232,8 +245,14 @@ fn acknowledged_writes_survive_sigkill() {
             assert_eq!(s, l.acked.get(&b).copied().unwrap_or(0), "backing block {b} of w{w} after a clean unmount");
         }
     }
-    assert!(acked_total >= CYCLES, "too few acknowledged writes to mean anything: {acked_total}");
-    eprintln!("{CYCLES} kills, {acked_total} acknowledged writes, {:.1} s", t0.elapsed().as_secs_f64());
+    assert!(acked_total >= cycles, "too few acknowledged writes to mean anything: {acked_total}");
+    let mode = if d.tier.starts_with("/dev/shm") { "dram" } else { "ssd" };
+    let log = std::fs::read_to_string(d.base.join(format!("log{cycles}"))).unwrap_or_default();
+    assert!(
+        log.contains(&format!("({mode}: a write acknowledged by it")),
+        "the tier's mode is stated at start:\n{log}"
+    );
+    eprintln!("{mode}: {cycles} kills, {acked_total} acknowledged writes, {:.1} s", t0.elapsed().as_secs_f64());
 }
 
 /// Run `farcache` with `args`; (success, stdout + stderr).
