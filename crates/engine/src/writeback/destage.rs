@@ -40,6 +40,8 @@ pub(crate) struct Ctl {
     pub(crate) last_error: Option<String>,
     retry_at: Option<Instant>,
     retry_delay: Duration,
+    /// What recovery found, to destage first (the mount serves it meanwhile).
+    pub(crate) recovered_through: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -86,7 +88,11 @@ pub(crate) fn run<D: DataPath>(s: &Shared<D>) {
             }
             (c.flush_asked > c.flush_done).then_some(c.flush_asked)
         };
-        let through = due(s, flush_ticket.is_some());
+        let recovered = s.ctl.lock().recovered_through.take();
+        let through = match (due(s, flush_ticket.is_some()), recovered) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
         let Some(through) = through else {
             if let Some(t) = flush_ticket {
                 s.ctl.lock().flush_done = t;
@@ -108,6 +114,9 @@ pub(crate) fn run<D: DataPath>(s: &Shared<D>) {
             Err(e) => {
                 add(&s.counters.destage_errors, 1);
                 let mut c = s.ctl.lock();
+                if let Some(r) = recovered {
+                    c.recovered_through.get_or_insert(r);
+                }
                 c.retry_delay = (c.retry_delay * 2).clamp(s.cfg.retry_min.get(), s.cfg.retry_max.get());
                 c.retry_at = Some(Instant::now() + c.retry_delay);
                 c.failures_since_ask += 1;
@@ -245,7 +254,11 @@ pub(crate) fn flush<D: DataPath>(
     }
 }
 
-/// At start: find the file of every key with records, destage all of it, free the log.
+/// At start: find the file of every key with records. Where every such file has a
+/// file-system inode generation, its identity here is the one the FUSE layer will compute, so
+/// the files are registered and served from the tier at once, and the destager writes them
+/// back first thing. Otherwise (a backing file system without generations) everything is
+/// written back before the mount serves anything.
 pub(crate) fn recover<D: DataPath>(s: &Shared<D>) -> Result<(), TierOpenError> {
     let t0 = Instant::now();
     let err = |problem: String, fix: &str| TierOpenError::Config { path: s.path.clone(), problem, fix: fix.into() };
@@ -290,6 +303,23 @@ pub(crate) fn recover<D: DataPath>(s: &Shared<D>) -> Result<(), TierOpenError> {
                 ));
             }
         }
+    }
+    let entries: Vec<std::sync::Arc<FileEntry>> = s.keys.lock().values().cloned().collect();
+    let stable = entries.iter().all(|fe| matches!(fe.rw.id().generation, crate::identity::Generation::Fs(_)));
+    if stable {
+        let mut files = s.files.lock();
+        for fe in entries {
+            files.insert(*fe.rw.id(), fe);
+        }
+        s.ctl.lock().recovered_through = Some(through);
+        tracing::info!(
+            "tier {}: {} records of {} files recovered and served from the tier; writing them back now ({} ms)",
+            s.path,
+            s.log.stats().dirty_blocks,
+            files.len(),
+            t0.elapsed().as_millis()
+        );
+        return Ok(());
     }
     let r = round(s, through).map_err(|e| {
         err(

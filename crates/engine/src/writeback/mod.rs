@@ -27,8 +27,10 @@
 //!   sorted and merged, then fdatasyncs each file, and only then frees the log through that
 //!   point. Starts at the high watermark, stops at the low one, also by age and past an
 //!   absolute cap; an error keeps the data dirty and retries with back-off, loudly.
-//! - **Recovery** (`open`): the log is scanned, and every record it holds is destaged before
-//!   the mount serves anything (the files found by `name.rs`). Then the tier is empty.
+//! - **Recovery** (`open`): the log is scanned and the file of every record found (`name.rs`).
+//!   Where the backing file system reports inode generations, the identities match the FUSE
+//!   layer's, so the files are served from the tier at once and the destager writes them back
+//!   first thing; otherwise everything is written back before the mount serves anything.
 //! - A marker file in the backing root (`marker.rs`) says a tier may hold data the backing
 //!   lacks: a mount without the tier refuses to start over it.
 
