@@ -118,6 +118,11 @@ enum Op {
     Drop {
         key: u64,
     },
+    /// One file's blocks written back and synced, then dropped through the seq it started at
+    /// (what the write-back layer does before a content-changing fallocate).
+    FlushFile {
+        key: u64,
+    },
     Destage,
     /// A destage round through the oldest live batch only (names re-declared).
     DestageOldest,
@@ -241,13 +246,9 @@ fn drive(ops: &[Op], pages: u64) -> Run {
                     backing: HashMap::new(),
                 });
                 // The backing first (and synced), then the log.
+                room_for_meta(&log, &mut backing);
                 backing.retain(|(k, b), _| !(*k == key && *b >= blocks));
-                log.append(Append {
-                    entries: vec![Entry::Trim { key: FileKey(key), size: blocks * PAGE_BYTES as u64 }],
-                    names: names(key),
-                    reserve: true,
-                })
-                .unwrap();
+                append_meta(&log, &mut backing, || Entry::Trim { key: FileKey(key), size: blocks * PAGE_BYTES as u64 });
                 acked.retain(|(k, b), _| !(*k == key && *b >= blocks));
             }
             Op::Drop { key } => {
@@ -260,14 +261,25 @@ fn drive(ops: &[Op], pages: u64) -> Run {
                     allowed: snapshot(&acked, &flight),
                     backing: HashMap::new(),
                 });
+                room_for_meta(&log, &mut backing);
                 backing.retain(|(k, _), _| *k != key);
-                log.append(Append {
-                    entries: vec![Entry::Drop { key: FileKey(key) }],
-                    names: Vec::new(),
-                    reserve: true,
-                })
-                .unwrap();
+                append_meta(&log, &mut backing, || Entry::Drop { key: FileKey(key), through: u64::MAX });
                 acked.retain(|(k, _), _| *k != key);
+            }
+            Op::FlushFile { key } => {
+                let start = tape.lock().ops.len();
+                checkpoints.push(Checkpoint {
+                    tape_len: start,
+                    allowed: snapshot(&acked, &flight),
+                    backing: HashMap::new(),
+                });
+                room_for_meta(&log, &mut backing);
+                let through = log.last_seq();
+                for (b, _) in log.dirty_in(FileKey(key), 0, u64::MAX) {
+                    let (p, _) = log.read_block(FileKey(key), b).unwrap().expect("dirty");
+                    backing.insert((key, b), tag_of(&p.0).expect("a whole tag"));
+                }
+                append_meta(&log, &mut backing, || Entry::Drop { key: FileKey(key), through });
             }
             Op::Destage | Op::DestageOldest => {
                 let start = tape.lock().ops.len();
@@ -298,6 +310,20 @@ fn drive(ops: &[Op], pages: u64) -> Run {
     Run { tape, checkpoints, len }
 }
 
+/// Before a truncate or unlink changes the backing: make sure its trim or drop will fit in the
+/// log (what the write-back layer does), destaging first if not — never after the backing
+/// changed, or the destage would write records past the cut back into the file.
+fn room_for_meta(log: &Log, backing: &mut HashMap<Slot, u64>) {
+    if !log.meta_room() {
+        destage(log, backing);
+    }
+}
+
+/// Append a trim or drop: it must fit (see [`room_for_meta`]).
+fn append_meta(log: &Log, _backing: &mut HashMap<Slot, u64>, e: impl Fn() -> Entry) {
+    log.append(Append { entries: vec![e()], names: Vec::new(), reserve: true }).expect("room was made for it");
+}
+
 fn destage(log: &Log, backing: &mut HashMap<Slot, u64>) {
     destage_through(log, backing, log.last_seq());
 }
@@ -309,7 +335,13 @@ fn destage_through(log: &Log, backing: &mut HashMap<Slot, u64>, through: u64) {
             backing.insert((f.key.0, b), tag_of(&p.0).expect("a whole tag"));
         }
     }
-    log.free_through(through).unwrap();
+    match log.free_through(through) {
+        // No room to declare the names still needed: everything, which needs none.
+        Err(AppendError::Full) if through < log.last_seq() => destage(log, backing),
+        r => {
+            r.unwrap();
+        }
+    }
 }
 
 /// How each write after the last flush lands in a crash state.
@@ -472,6 +504,7 @@ fn every_state_of_short_sequences() {
         Op::Drop { key: 0 },
         Op::Destage,
         Op::DestageOldest,
+        Op::FlushFile { key: 0 },
     ];
     let mut seqs: Vec<Vec<Op>> = Vec::new();
     for a in &alphabet {
@@ -498,13 +531,14 @@ fn random_crash_states() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ u64::from(std::process::id()));
     let seed = rng.0;
     let mut states = 0;
-    for round in 0..12 {
+    for round in 0..30 {
         let n = 10 + rng.below(30) as usize;
         let ops: Vec<Op> = (0..n)
             .map(|_| match rng.below(20) {
                 0..=12 => Op::Write { key: rng.below(2), block: rng.below(2) },
                 13 => Op::Trim { key: rng.below(2), blocks: rng.below(2) },
                 14 => Op::Drop { key: rng.below(2) },
+                19 => Op::FlushFile { key: rng.below(2) },
                 15 => Op::Destage,
                 16..=17 => Op::DestageOldest,
                 _ => Op::Fsync,

@@ -17,8 +17,8 @@
 //! Entry: `kind u8`, 3 zero bytes, `data_crc u32`, `key u64`, `block u64`, `aux u64`, 16 zero
 //! bytes. Kinds: 1 data (one data page: the block; `aux` = bytes of it that are file contents),
 //! 2 name (one data page: the key's opaque name, `aux` = its length), 3 trim (no page: the
-//! file's size became `aux`; older records past it are gone), 4 drop (no page: every older
-//! record of the key is gone). Data pages follow the header in entry order.
+//! file's size became `aux`; older records past it are gone), 4 drop (no page: every record of
+//! the key with a seq up to `aux` is gone; with none left, its name too). Data pages follow the header in entry order.
 //!
 //! **The commit rule**: a batch counts if and only if its header and every data page check,
 //! its `log_id` is the superblock's, and its `seq` and `prev` follow the previous batch that

@@ -48,14 +48,15 @@ pub enum Entry {
     /// The file's size became `size`: older records past it are gone (one that holds it is
     /// cut to it).
     Trim { key: FileKey, size: u64 },
-    /// Every older record of `key` is gone (the file lost its last name).
-    Drop { key: FileKey },
+    /// Every record of `key` up to seq `through` is gone (`u64::MAX`: every older one) — its
+    /// blocks were written back and synced, or the file is gone.
+    Drop { key: FileKey, through: u64 },
 }
 
 impl Entry {
     fn key(&self) -> FileKey {
         match self {
-            Entry::Data { key, .. } | Entry::Trim { key, .. } | Entry::Drop { key } => *key,
+            Entry::Data { key, .. } | Entry::Trim { key, .. } | Entry::Drop { key, .. } => *key,
         }
     }
 }
@@ -191,8 +192,13 @@ impl Index {
                 }
             }
             Kind::Drop => {
-                if let Some(f) = self.files.remove(&e.key) {
-                    self.dirty -= f.blocks.len() as u64;
+                let Some(f) = self.files.get_mut(&e.key) else { return };
+                let before = f.blocks.len();
+                f.blocks.retain(|_, r| r.seq > e.aux);
+                self.dirty -= (before - f.blocks.len()) as u64;
+                if f.blocks.is_empty() {
+                    // Its name goes too: a later record of the key declares it again.
+                    self.files.remove(&e.key);
                 }
             }
         }
@@ -241,6 +247,10 @@ impl std::fmt::Debug for Log {
         f.debug_struct("Log").field("mode", &self.mode).field("log_id", &self.log_id).finish_non_exhaustive()
     }
 }
+
+/// Pages only trims and drops may use: a truncate or unlink changes the backing file first and
+/// must then be able to log it.
+pub const META_PAGES: u64 = 8;
 
 /// Pages kept for appends that must be logged: a 32nd of the ring, at least one largest
 /// write (1 MiB and its headers) where the ring allows.
@@ -580,8 +590,8 @@ impl Log {
                     Entry::Trim { key, size } => {
                         (EntryHead { kind: Kind::Trim, data_crc: 0, key: *key, block: 0, aux: *size }, None)
                     }
-                    Entry::Drop { key } => {
-                        (EntryHead { kind: Kind::Drop, data_crc: 0, key: *key, block: 0, aux: 0 }, None)
+                    Entry::Drop { key, through } => {
+                        (EntryHead { kind: Kind::Drop, data_crc: 0, key: *key, block: 0, aux: *through }, None)
                     }
                 });
             }
@@ -639,7 +649,19 @@ impl Log {
                     }
                 }
             }
-            let over_reserve = !p.append.reserve && sim.used(self.end) + self.reserve > ring_pages;
+            // Trims and drops may use the whole ring; other appends with the reserve leave
+            // META_PAGES for them; the rest leave the reserve.
+            let meta_only = !p.append.entries.is_empty()
+                && p.append.entries.iter().all(|e| !matches!(e, Entry::Data { .. }))
+                && p.append.names.is_empty();
+            let keep = if meta_only {
+                0
+            } else if p.append.reserve {
+                META_PAGES.min(self.reserve)
+            } else {
+                self.reserve
+            };
+            let over_reserve = sim.used(self.end) + keep > ring_pages;
             if !fits || over_reserve {
                 batches.truncate(batches.len() - placed.len());
                 sim = before;
@@ -654,7 +676,7 @@ impl Log {
                 }
             }
             for e in &p.append.entries {
-                if let Entry::Drop { key } = e {
+                if let Entry::Drop { key, .. } = e {
                     // A drop forgets the name: a later record of the key declares it again.
                     declared.remove(key);
                     named_here.remove(key);
@@ -771,10 +793,21 @@ impl Log {
     pub fn apply_unlogged(&self, e: &Entry) {
         let head = match e {
             Entry::Trim { key, size } => EntryHead { kind: Kind::Trim, data_crc: 0, key: *key, block: 0, aux: *size },
-            Entry::Drop { key } => EntryHead { kind: Kind::Drop, data_crc: 0, key: *key, block: 0, aux: 0 },
+            Entry::Drop { key, through } => {
+                EntryHead { kind: Kind::Drop, data_crc: 0, key: *key, block: 0, aux: *through }
+            }
             Entry::Data { .. } => return,
         };
         self.index.lock().apply(u64::MAX, &head, 0, None);
+    }
+
+    /// Whether a trim or drop appended now fits (with room to spare for a few more). Check
+    /// before changing the backing file: if not, destage first.
+    pub fn meta_room(&self) -> bool {
+        let ring = self.commit.lock();
+        let ring_pages = self.end - RING_START;
+        ring.used(self.end) + META_PAGES.min(self.reserve).max(2) <= ring_pages
+            && place(ring.head, ring.tail(), 1, self.end).is_some()
     }
 
     /// Seq of the oldest live batch, if any.
@@ -833,7 +866,9 @@ impl Log {
     /// Free every batch through `seq`. The caller guarantees that every block whose newest
     /// record is at or below `seq` is written back to the backing store and synced (the
     /// plan of `seq`, destaged). Names still needed are declared again first; then the
-    /// superblock moves the tail and is flushed. Returns the pages freed.
+    /// superblock moves the tail and is flushed. Returns the pages freed. `Full` if there is
+    /// no room to declare those names again: then free through [`Log::last_seq`] (after
+    /// destaging everything), which needs none.
     pub fn free_through(&self, seq: u64) -> Result<u64, AppendError> {
         let mut ring = self.commit.lock();
         if ring.batches.front().is_none_or(|b| b.seq > seq) {

@@ -161,8 +161,34 @@ fn round<D: DataPath>(s: &Shared<D>, through: u64) -> Result<(), String> {
         write_back_file(s, &fe, Some(&plan.blocks.iter().map(|(b, _)| *b).collect::<Vec<_>>()))
             .map_err(|e| format!("{}: {e}", describe(&plan.name)))?;
     }
-    s.log.free_through(through).map_err(|e| e.to_string())?;
-    Ok(())
+    match s.log.free_through(through) {
+        // No room to declare again the names of files with newer records: go through
+        // everything, which needs none.
+        Err(farcache_tier::AppendError::Full) if through < s.log.last_seq() => round(s, s.log.last_seq()),
+        r => {
+            r.map_err(|e| e.to_string())?;
+            forget_unlinked(s);
+            Ok(())
+        }
+    }
+}
+
+/// Drop the entries of unlinked files that hold nothing dirty any more.
+fn forget_unlinked<D: DataPath>(s: &Shared<D>) {
+    let gone: Vec<(crate::identity::FileId, farcache_tier::FileKey)> = s
+        .files
+        .lock()
+        .iter()
+        .filter(|(_, fe)| fe.unlinked.load(Ordering::Relaxed) && !s.log.has_dirty(fe.key))
+        .map(|(id, fe)| (*id, fe.key))
+        .collect();
+    for (id, key) in gone {
+        let mut files = s.files.lock();
+        if files.get(&id).is_some_and(|fe| !s.log.has_dirty(fe.key)) {
+            files.remove(&id);
+            s.keys.lock().remove(&key);
+        }
+    }
 }
 
 fn describe(name: &[u8]) -> String {
@@ -284,6 +310,7 @@ pub(crate) fn recover<D: DataPath>(s: &Shared<D>) -> Result<(), TierOpenError> {
                     meta: parking_lot::Mutex::new(()),
                     size: parking_lot::Mutex::new(()),
                     unsynced: std::sync::atomic::AtomicBool::new(false),
+                    unlinked: std::sync::atomic::AtomicBool::new(false),
                 });
                 s.keys.lock().insert(plan.key, fe);
             }
@@ -335,8 +362,8 @@ pub(crate) fn recover<D: DataPath>(s: &Shared<D>) -> Result<(), TierOpenError> {
 }
 
 fn drop_key(log: &Log, key: farcache_tier::FileKey) {
-    let e = farcache_tier::Entry::Drop { key };
-    if log.append(farcache_tier::Append { entries: vec![e], names: Vec::new(), reserve: true }).is_err() {
-        log.apply_unlogged(&farcache_tier::Entry::Drop { key });
+    let e = || farcache_tier::Entry::Drop { key, through: u64::MAX };
+    if log.append(farcache_tier::Append { entries: vec![e()], names: Vec::new(), reserve: true }).is_err() {
+        log.apply_unlogged(&e());
     }
 }

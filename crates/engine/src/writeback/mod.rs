@@ -15,9 +15,11 @@
 //!   file had something written through since the last one (a full tier, a truncate).
 //! - **Truncate** (`set_len`): the backing file first (and, unless the tier is `dram`, synced),
 //!   then a trim record; recovery never replays a record past the new size, and never needs
-//!   to redo the truncate. **Unlink** (`forget`): a drop record. **Rename**: nothing; the name
-//!   in the log finds the file by its handle. **fallocate** that changes contents: the file's
-//!   dirty blocks are written back and dropped from the tier first.
+//!   to redo the truncate (room for the trim is made before the backing changes). **Unlink**
+//!   (`forget`): nothing is dropped — open handles still read the newest data; the records are
+//!   written back to the unlinked inode, and a restart finds it gone. **Rename**: nothing; the
+//!   name in the log finds the file by its handle. **fallocate** that changes contents: the
+//!   file's dirty blocks are written back, synced and dropped (through that point) first.
 //! - **A full tier** writes through: a write that touches no dirty block goes to the path
 //!   underneath; one that does takes the reserve, and if even that is gone, the file's dirty
 //!   blocks are written back first (bounded by that file's dirty bytes, never a wait for
@@ -77,6 +79,8 @@ pub(crate) struct FileEntry {
     size: Mutex<()>,
     /// Something of this file went to the backing store since its last fsync.
     unsynced: AtomicBool,
+    /// The file lost its last name: its entry goes once nothing of it is dirty.
+    unlinked: AtomicBool,
 }
 
 /// Counters of the write-back layer (names in docs/METRICS.md, `tier`).
@@ -359,6 +363,7 @@ impl<D: DataPath> Shared<D> {
             meta: Mutex::new(()),
             size: Mutex::new(()),
             unsynced: AtomicBool::new(false),
+            unlinked: AtomicBool::new(false),
         });
         let mut files = self.files.lock();
         let fe = files.entry(*file.id()).or_insert(fe).clone();
@@ -388,21 +393,32 @@ impl<D: DataPath> Shared<D> {
     /// The file's dirty blocks written back and synced, then dropped from the tier (logged,
     /// or — if the log cannot take it — unlogged, loudly).
     fn flush_file(&self, fe: &FileEntry) -> io::Result<()> {
+        self.make_meta_room();
         let _m = fe.meta.lock();
         add(&self.counters.file_flushes, 1);
+        // Every record of the file up to here is written back (with its newest contents);
+        // records a concurrent write adds after this point stay.
+        let through = self.log.last_seq();
         destage::write_back_file(self, fe, None)?;
-        if let Err(e) =
-            self.log.append(Append { entries: vec![Entry::Drop { key: fe.key }], names: Vec::new(), reserve: true })
-        {
+        let drop = Entry::Drop { key: fe.key, through };
+        if let Err(e) = self.log.append(Append { entries: vec![drop], names: Vec::new(), reserve: true }) {
             tracing::error!(
-                "tier: cannot log that file key {} was written back ({e}); dropped in memory only: a restart \
-                 before the tier is clean would replay its old records — the tier refuses to recover such a log \
-                 without `farcache tier recover`",
+                "tier: cannot log that file key {} was written back ({e}); dropped in memory only: until the \
+                 tier is next written back whole, a crash could replay its older records over newer data",
                 fe.key.0
             );
-            self.log.apply_unlogged(&Entry::Drop { key: fe.key });
+            self.log.apply_unlogged(&Entry::Drop { key: fe.key, through });
         }
         Ok(())
+    }
+
+    /// Before a truncate or a file write-back changes the backing file: make sure the trim
+    /// or drop that follows fits in the log, waiting (bounded) for a destage round if not.
+    /// Never called holding a file's `meta` (the destager takes it).
+    fn make_meta_room(&self) {
+        if !self.log.meta_room() {
+            let _ = destage::flush(self, std::time::Duration::from_secs(30), &mut |_| {});
+        }
     }
 
     /// Block `b` of the file as it is below the tier (for merging a partial write).
@@ -542,6 +558,9 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
     fn set_len(&self, file: &BackingFile, size: u64) -> io::Result<()> {
         let s = &self.shared;
         let Some(fe) = s.files.lock().get(file.id()).cloned() else { return s.inner.set_len(file, size) };
+        if s.log.has_dirty(fe.key) {
+            s.make_meta_room();
+        }
         let _m = fe.meta.lock();
         s.inner.set_len(file, size)?;
         fe.unsynced.store(true, Ordering::Relaxed);
@@ -591,15 +610,12 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
 
     fn forget(&self, id: &FileId) {
         let s = &self.shared;
-        if let Some(fe) = s.files.lock().remove(id) {
-            s.keys.lock().remove(&fe.key);
-            if s.log.has_dirty(fe.key) {
-                let e = Entry::Drop { key: fe.key };
-                if let Err(err) = s.log.append(Append { entries: vec![e], names: Vec::new(), reserve: true }) {
-                    tracing::warn!("tier: cannot log the unlink of file key {} ({err}); dropped in memory", fe.key.0);
-                    s.log.apply_unlogged(&Entry::Drop { key: fe.key });
-                }
-            }
+        // Handles still open may read (and write) the file until they close, and must see
+        // its newest data: its records stay, and are written back to the unlinked inode like
+        // any others (a restart finds the inode gone and drops them). The entry goes once
+        // nothing of it is dirty.
+        if let Some(fe) = s.files.lock().get(id) {
+            fe.unlinked.store(true, Ordering::Relaxed);
         }
         s.inner.forget(id);
     }
