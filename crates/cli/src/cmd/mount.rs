@@ -433,7 +433,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 _ = term.recv() => tracing::warn!("second signal: exiting now"),
                 _ = int.recv() => tracing::warn!("second signal: exiting now"),
             }
-            // Exiting without unwinding: the counters and the control socket go first.
+            // Exiting without unwinding: the tier's write-back, the counters and the control
+            // socket go first.
+            if let Some(t) = &summary.tier {
+                super::tier::shutdown(t);
+            }
             log_summary(&summary);
             socket_file.remove();
             std::process::exit(code);

@@ -146,6 +146,8 @@ pub(crate) struct Shared<D: DataPath> {
     ctl: Mutex<destage::Ctl>,
     cv: Condvar,
     recovered: Recovered,
+    /// Set by `shutdown`: writes go through.
+    closing: AtomicBool,
 }
 
 /// The write-back tier in front of `D` (module docs).
@@ -218,6 +220,7 @@ impl<D: DataPath> WritebackPath<D> {
             ctl: Mutex::new(destage::Ctl::default()),
             cv: Condvar::new(),
             recovered,
+            closing: AtomicBool::new(false),
         });
         if shared.recovered.records > 0 {
             destage::recover(&shared)?;
@@ -268,8 +271,12 @@ impl<D: DataPath> WritebackPath<D> {
     }
 
     /// Destage everything, stop the destager and, if the tier is clean, remove the backing
-    /// root's marker (a clean unmount). Returns whether the tier was left clean.
+    /// root's marker (a clean unmount). Writes arriving meanwhile (a detached mount's users)
+    /// go through. Returns whether the tier was left clean. Safe to call twice.
     pub fn shutdown(&self, timeout: std::time::Duration) -> bool {
+        // From here on writes go through (files that are dirty here are written back first):
+        // nothing new becomes dirty after the last flush, so a clean tier stays clean.
+        self.shared.closing.store(true, Ordering::SeqCst);
         let r = self.flush(timeout, &mut |left| tracing::info!("tier: destaging before exit, {left} bytes left"));
         self.shared.ctl.lock().stop = true;
         self.shared.cv.notify_all();
@@ -495,7 +502,8 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
             add(&s.counters.write_through_unnamed, 1);
             return s.inner.write(file, offset, data);
         };
-        if s.log.is_broken() && !s.log.has_dirty(fe.key) {
+        let closing = s.closing.load(Ordering::SeqCst);
+        if (s.log.is_broken() || closing) && !s.log.has_dirty(fe.key) {
             add(&s.counters.write_through_broken, 1);
             return s.write_through(file, Some(&fe), offset, data);
         }
@@ -535,7 +543,9 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
             entries.push(Entry::Data { key: fe.key, block: b, valid: valid as u32, page });
         }
         let append = Append { entries, names: vec![(fe.key, fe.name.clone())], reserve: !dirty.is_empty() };
-        match s.log.append(append) {
+        let r =
+            if closing { Err(AppendError::Broken("the mount is shutting down".into())) } else { s.log.append(append) };
+        match r {
             Ok(()) => {
                 add(&s.counters.writes, 1);
                 add(&s.counters.write_bytes, data.len() as u64);
