@@ -65,7 +65,9 @@ impl Entry {
 #[derive(Debug, Default)]
 pub struct Append {
     pub entries: Vec<Entry>,
-    /// The names of the keys its entries use (declared with the first record of a key).
+    /// The names of the keys its entries use (declared with the first record of a key). An
+    /// append of names only declares them anew (a key's newest name is the one recovery and
+    /// later re-declarations use).
     pub names: Vec<(FileKey, Arc<[u8]>)>,
     /// May use the reserve (module docs).
     pub reserve: bool,
@@ -573,7 +575,8 @@ impl Log {
             let used_keys: std::collections::HashSet<FileKey> = p.append.entries.iter().map(Entry::key).collect();
             let force = p.append.entries.is_empty();
             for (k, n) in &p.append.names {
-                if (force || used_keys.contains(k)) && !declared.contains(k) && !named_here.contains(k) {
+                // A names-only append declares (or renames) unconditionally.
+                if force || (used_keys.contains(k) && !declared.contains(k) && !named_here.contains(k)) {
                     let len = n.len().min(PAGE_BYTES);
                     items.push((
                         EntryHead { kind: Kind::Name, data_crc: 0, key: *k, block: 0, aux: len as u64 },

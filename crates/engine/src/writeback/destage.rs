@@ -167,26 +167,25 @@ fn round<D: DataPath>(s: &Shared<D>, through: u64) -> Result<(), String> {
         Err(farcache_tier::AppendError::Full) if through < s.log.last_seq() => round(s, s.log.last_seq()),
         r => {
             r.map_err(|e| e.to_string())?;
-            forget_unlinked(s);
+            forget_clean(s);
             Ok(())
         }
     }
 }
 
-/// Drop the entries of unlinked files that hold nothing dirty any more.
-fn forget_unlinked<D: DataPath>(s: &Shared<D>) {
-    let gone: Vec<(crate::identity::FileId, farcache_tier::FileKey)> = s
-        .files
-        .lock()
+/// Drop the entries of files that hold nothing dirty any more and that no request is using
+/// (only the two maps hold them): their descriptors close, and the entries of files a long
+/// run wrote once do not pile up. A later write makes a new entry (and declares a new key).
+fn forget_clean<D: DataPath>(s: &Shared<D>) {
+    let mut files = s.files.lock();
+    let gone: Vec<crate::identity::FileId> = files
         .iter()
-        .filter(|(_, fe)| fe.unlinked.load(Ordering::Relaxed) && !s.log.has_dirty(fe.key))
-        .map(|(id, fe)| (*id, fe.key))
+        .filter(|(_, fe)| std::sync::Arc::strong_count(fe) == 2 && !s.log.has_dirty(fe.key))
+        .map(|(id, _)| *id)
         .collect();
-    for (id, key) in gone {
-        let mut files = s.files.lock();
-        if files.get(&id).is_some_and(|fe| !s.log.has_dirty(fe.key)) {
-            files.remove(&id);
-            s.keys.lock().remove(&key);
+    for id in gone {
+        if let Some(fe) = files.remove(&id) {
+            s.keys.lock().remove(&fe.key);
         }
     }
 }
@@ -305,7 +304,7 @@ pub(crate) fn recover<D: DataPath>(s: &Shared<D>) -> Result<(), TierOpenError> {
                 let id = ids.identify(&f).map_err(|e| err(format!("{}: {e}", name.path), "check the backing file"))?;
                 let fe = std::sync::Arc::new(FileEntry {
                     key: plan.key,
-                    name: plan.name.clone(),
+                    name: parking_lot::Mutex::new(plan.name.clone()),
                     rw: BackingFile::new(id, f, libc::O_RDWR, &s.backing_opts),
                     meta: parking_lot::Mutex::new(()),
                     size: parking_lot::Mutex::new(()),

@@ -68,7 +68,8 @@ const STRIPES: usize = 256;
 /// A file the tier holds (or may hold) blocks of.
 pub(crate) struct FileEntry {
     key: FileKey,
-    name: Arc<[u8]>,
+    /// Its name as declared in the log (changes once, when the file is unlinked).
+    name: Mutex<Arc<[u8]>>,
     /// Read-write descriptor of the backing file (the tier's own), for merging partial
     /// blocks and for destaging.
     rw: BackingFile,
@@ -365,7 +366,7 @@ impl<D: DataPath> Shared<D> {
         }
         let fe = Arc::new(FileEntry {
             key: FileKey(farcache_tier_key()),
-            name: Arc::from(name.encode()),
+            name: Mutex::new(Arc::from(name.encode())),
             rw: BackingFile::new(*file.id(), rw, libc::O_RDWR, &self.backing_opts),
             meta: Mutex::new(()),
             size: Mutex::new(()),
@@ -542,7 +543,8 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
             page.0[lo as usize..hi as usize].copy_from_slice(src);
             entries.push(Entry::Data { key: fe.key, block: b, valid: valid as u32, page });
         }
-        let append = Append { entries, names: vec![(fe.key, fe.name.clone())], reserve: !dirty.is_empty() };
+        let name = fe.name.lock().clone();
+        let append = Append { entries, names: vec![(fe.key, name)], reserve: !dirty.is_empty() };
         let r =
             if closing { Err(AppendError::Broken("the mount is shutting down".into())) } else { s.log.append(append) };
         match r {
@@ -624,8 +626,22 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
         // its newest data: its records stay, and are written back to the unlinked inode like
         // any others (a restart finds the inode gone and drops them). The entry goes once
         // nothing of it is dirty.
-        if let Some(fe) = s.files.lock().get(id) {
+        let fe = s.files.lock().get(id).cloned();
+        if let Some(fe) = fe {
             fe.unlinked.store(true, Ordering::Relaxed);
+            // Its name says so from now on, so that recovery drops its records instead of
+            // looking for it (the path would find nothing, or another file).
+            let renamed = name::FileName::decode(&fe.name.lock()).map(|n| name::FileName { unlinked: true, ..n });
+            if let Some(n) = renamed {
+                let n: Arc<[u8]> = Arc::from(n.encode());
+                *fe.name.lock() = n.clone();
+                if s.log.has_dirty(fe.key) {
+                    let a = Append { entries: Vec::new(), names: vec![(fe.key, n)], reserve: true };
+                    if let Err(e) = s.log.append(a) {
+                        tracing::warn!("tier: cannot log that file key {} was unlinked ({e})", fe.key.0);
+                    }
+                }
+            }
         }
         s.inner.forget(id);
     }

@@ -37,6 +37,10 @@ pub struct FileName {
     pub handle: String,
     /// Relative to the backing root; "" if unknown or too long.
     pub path: String,
+    /// The file lost its last name while the mount ran: after a restart (every descriptor
+    /// of the dead daemon closed) its inode is gone, and so are its records.
+    #[serde(default)]
+    pub unlinked: bool,
 }
 
 impl FileName {
@@ -50,12 +54,14 @@ impl FileName {
             Some((t, h)) => (Some(t), hex(&h)),
             None => (None, String::new()),
         };
-        let path = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
-            .ok()
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok();
+        let unlinked = link.as_ref().is_some_and(|p| p.as_os_str().as_encoded_bytes().ends_with(b" (deleted)"));
+        let path = link
+            .filter(|_| !unlinked)
             .and_then(|p| p.strip_prefix(root).ok().map(|r| r.to_string_lossy().into_owned()))
             .filter(|p| p.len() <= MAX_PATH_BYTES)
             .unwrap_or_default();
-        FileName { dev: id.dev, ino: id.ino, generation, handle_type, handle, path }
+        FileName { dev: id.dev, ino: id.ino, generation, handle_type, handle, path, unlinked }
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -68,6 +74,9 @@ impl FileName {
 
     /// Open the file this name names, read-write, under `root` (`root_fd` open on it).
     pub fn locate(&self, root: &Path, root_fd: &File) -> Located {
+        if self.unlinked {
+            return Located::Gone;
+        }
         if let (Some(t), Some(h)) = (self.handle_type, unhex(&self.handle)) {
             match open_by_handle(root_fd, t, &h) {
                 Ok(f) => return Located::Found(f),
@@ -200,6 +209,11 @@ mod tests {
             Located::Lost(why) => assert!(why.contains("d/a"), "{why}"),
             Located::Gone => panic!("a renamed file is not gone"),
         }
+        // Without a handle (not root, say), by path only: a renamed file is lost, with the path.
+        let by_path = FileName { handle_type: None, handle: String::new(), ..n.clone() };
+        assert!(matches!(by_path.locate(&root, &rfd), Located::Lost(why) if why.contains("d/a")));
+        // Named unlinked: gone, whatever is at its path now.
+        assert!(matches!(FileName { unlinked: true, ..by_path.clone() }.locate(&root, &rfd), Located::Gone));
         // Deleted and replaced by another file at the old path: never the new one.
         drop(f);
         std::fs::remove_file(root.join("d/b")).unwrap();

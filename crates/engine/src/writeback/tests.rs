@@ -358,3 +358,24 @@ fn concurrent_partial_writes_to_shared_blocks_lose_nothing() {
     assert!(on_disk(&env.root.join("p")) == want, "a slice was lost on the way to the disk");
     assert!(t.stats().destage_rounds > 0);
 }
+
+#[test]
+fn a_crash_after_an_unlink_drops_the_files_records_without_looking_for_it() {
+    let env = env();
+    let c = cfg(&env, 8 << 20);
+    let t = open_tier(&env, &c);
+    let f = open_file(&env, "u");
+    t.write(&f, 0, &[4u8; 8192]).unwrap();
+    // Renamed to a name it will not have at recovery, then a new file takes the old name.
+    std::fs::rename(env.root.join("u"), env.root.join("v")).unwrap();
+    std::fs::remove_file(env.root.join("v")).unwrap();
+    t.forget(f.id());
+    std::fs::write(env.root.join("u"), b"another file").unwrap();
+    drop(f);
+    drop(t); // a crash
+    let t = open_tier(&env, &c);
+    assert_eq!(t.stats().recovered.files, 1);
+    t.flush(Duration::from_secs(10), &mut |_| {}).unwrap();
+    assert_eq!(t.stats().log.dirty_blocks, 0);
+    assert_eq!(on_disk(&env.root.join("u")), b"another file", "the other file is never written");
+}
