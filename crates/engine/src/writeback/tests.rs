@@ -238,10 +238,12 @@ fn destage_starts_at_the_high_watermark_and_by_age() {
 
 #[test]
 fn a_backing_that_refuses_writes_keeps_the_data_dirty_and_says_so() {
-    // A DataPath whose writes fail with ENOSPC until told otherwise.
+    // A DataPath whose writes fail with ENOSPC, or whose syncs fail with EIO, until told
+    // otherwise.
     struct Refusing {
         inner: DirectPath,
         refuse: std::sync::atomic::AtomicBool,
+        fail_sync: std::sync::atomic::AtomicBool,
     }
     impl DataPath for Refusing {
         fn read(&self, f: &BackingFile, o: u64, l: usize) -> io::Result<Bytes> {
@@ -260,6 +262,9 @@ fn a_backing_that_refuses_writes_keeps_the_data_dirty_and_says_so() {
             self.inner.fallocate(f, m, o, l)
         }
         fn fsync(&self, f: &BackingFile, d: bool) -> io::Result<()> {
+            if self.fail_sync.load(Ordering::Relaxed) {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
             self.inner.fsync(f, d)
         }
         fn forget(&self, id: &FileId) {
@@ -269,7 +274,7 @@ fn a_backing_that_refuses_writes_keeps_the_data_dirty_and_says_so() {
     let env = env();
     let mut c = cfg(&env, 8 << 20);
     c.retry_min = farcache_config::HumanDuration::ms(10);
-    let inner = Arc::new(Refusing { inner: DirectPath::new(), refuse: true.into() });
+    let inner = Arc::new(Refusing { inner: DirectPath::new(), refuse: true.into(), fail_sync: false.into() });
     let t = WritebackPath::open(inner.clone(), &c, &env.root, BackingOptions { direct_io: false }).unwrap();
     let f = open_file(&env, "x");
     t.write(&f, 0, &[5u8; 8192]).unwrap();
@@ -278,7 +283,13 @@ fn a_backing_that_refuses_writes_keeps_the_data_dirty_and_says_so() {
     let s = t.stats();
     assert!(s.destage_errors > 0 && s.last_destage_error.is_some() && s.log.dirty_blocks == 2, "{s:?}");
     assert_eq!(&t.read(&f, 0, 8192).unwrap()[..], &[5u8; 8192][..], "reads still see the data");
+    // The writes go through but the sync fails: nothing may be freed (the disk may not have it).
     inner.refuse.store(false, Ordering::Relaxed);
+    inner.fail_sync.store(true, Ordering::Relaxed);
+    let e = t.flush(Duration::from_secs(10), &mut |_| {}).unwrap_err();
+    assert!(e.to_string().contains("Input/output error"), "{e}");
+    assert_eq!(t.stats().log.dirty_blocks, 2, "a record is freed only after the sync that covers it succeeded");
+    inner.fail_sync.store(false, Ordering::Relaxed);
     t.flush(Duration::from_secs(10), &mut |_| {}).unwrap();
     assert_eq!(on_disk(&env.root.join("x")), vec![5u8; 8192]);
     let mut whole = File::open(env.root.join("x")).unwrap();
