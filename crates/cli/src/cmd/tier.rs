@@ -54,6 +54,7 @@ fn open_existing(path: &Path) -> anyhow::Result<(farcache_tier::Log, farcache_ti
 }
 
 fn status(path: &Path, as_json: bool) -> anyhow::Result<()> {
+    let in_use = farcache_engine::writeback::tier_in_use(path);
     let (log, rec) = open_existing(path)?;
     let stats = log.stats();
     let files: Vec<_> = log
@@ -64,12 +65,17 @@ fn status(path: &Path, as_json: bool) -> anyhow::Result<()> {
             json!({ "key": f.key.0, "dirty_blocks": f.blocks.len(), "name": name })
         })
         .collect();
-    let doc = json!({ "path": path, "backing": log.backing(), "recovered": rec, "log": stats, "files": files });
+    let doc = json!({ "path": path, "in_use": in_use, "backing": log.backing(), "recovered": rec, "log": stats, "files": files });
     if as_json {
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
     println!("tier       {}", path.display());
+    if in_use {
+        println!(
+            "in use     by a running mount: what follows may already be out of date (`farcache stats MOUNTPOINT`)"
+        );
+    }
     println!("backing    {}", log.backing());
     println!("mode       {} ({})", stats.mode, stats.durability);
     println!("capacity   {} bytes, {} used", stats.capacity_bytes, stats.used_bytes);
@@ -111,7 +117,8 @@ pub fn wrap(
     direct_io: bool,
     data: Arc<dyn DataPath>,
 ) -> anyhow::Result<(Arc<dyn DataPath>, Option<Tier>)> {
-    let root = backing.canonicalize().with_context(|| format!("backing directory {}", backing.display()))?;
+    // A backing directory that is missing or not a directory: `Mount::new` says so, in its words.
+    let Some(root) = backing.canonicalize().ok().filter(|r| r.is_dir()) else { return Ok((data, None)) };
     let tier_path = if cfg.enabled() { std::path::absolute(&cfg.path)?.display().to_string() } else { String::new() };
     marker::check(&root, &tier_path).map_err(anyhow::Error::msg)?;
     if !cfg.enabled() {

@@ -35,6 +35,16 @@
 //!   first thing; otherwise everything is written back before the mount serves anything.
 //! - A marker file in the backing root (`marker.rs`) says a tier may hold data the backing
 //!   lacks: a mount without the tier refuses to start over it.
+//!
+//! Locks, and what they are held across: the `files`/`keys` maps and the log's index only
+//! for lookups (never across I/O). A write holds the stripe locks of its blocks (256 stripes
+//! by file key and block) across its partial-block read and its append to the log, as a
+//! kernel holds a page lock across a read-modify-write: two writes to the same block are
+//! ordered, writes to other blocks do not wait. The log's commit lock is the group commit
+//! itself (one leader writes and flushes for everyone queued). A file's `meta` lock is held by
+//! the destager across that file's write-back and sync, so a truncate or content-changing
+//! fallocate of the same file waits for it (bounded by that file's dirty data); reads and
+//! writes never take it.
 
 mod config;
 mod destage;
@@ -149,6 +159,9 @@ pub(crate) struct Shared<D: DataPath> {
     recovered: Recovered,
     /// Set by `shutdown`: writes go through.
     closing: AtomicBool,
+    /// An exclusive `flock` on the tier's path: one user at a time (a second mount, or
+    /// `farcache tier recover` while a mount runs, is refused).
+    _lock: File,
 }
 
 /// The write-back tier in front of `D` (module docs).
@@ -183,6 +196,7 @@ impl<D: DataPath> WritebackPath<D> {
             _ => cfg.size.bytes(),
         };
         let medium = farcache_tier::medium::open(path, mode, size)?;
+        let lock = lock_tier(path)?;
         let root_s = root.to_string_lossy().into_owned();
         let (log, recovered) = Log::open(medium, mode, Some(&root_s))?;
         marker::write(root, &cfg.path).map_err(|e| TierOpenError::Config {
@@ -222,6 +236,7 @@ impl<D: DataPath> WritebackPath<D> {
             cv: Condvar::new(),
             recovered,
             closing: AtomicBool::new(false),
+            _lock: lock,
         });
         if shared.recovered.records > 0 {
             destage::recover(&shared)?;
@@ -370,7 +385,10 @@ impl<D: DataPath> Shared<D> {
             rw: BackingFile::new(*file.id(), rw, libc::O_RDWR, &self.backing_opts),
             meta: Mutex::new(()),
             size: Mutex::new(()),
-            unsynced: AtomicBool::new(false),
+            // The first fsync after the tier met the file goes to the backing store: the file
+            // itself (a new inode, its size) becomes durable there, which recovery needs to
+            // find it after a power cut. Later ones cost nothing.
+            unsynced: AtomicBool::new(true),
             unlinked: AtomicBool::new(false),
         });
         let mut files = self.files.lock();
@@ -438,6 +456,32 @@ impl<D: DataPath> Shared<D> {
 fn stripe(key: FileKey, b: u64) -> usize {
     let h = key.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ b.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
     (h >> 40) as usize % STRIPES
+}
+
+/// Take the tier's exclusive lock, or say who holds it.
+fn lock_tier(path: &Path) -> Result<File, TierOpenError> {
+    let f = File::open(path).map_err(|e| TierOpenError::Config {
+        path: path.display().to_string(),
+        problem: format!("cannot open it to lock it: {e}"),
+        fix: "check the path".into(),
+    })?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(TierOpenError::Config {
+            path: path.display().to_string(),
+            problem: "another process uses this tier (a running mount, or `farcache tier recover`)".into(),
+            fix: "stop it first (a running mount: `farcache flush MOUNTPOINT` destages it), or give another tier path"
+                .into(),
+        });
+    }
+    Ok(f)
+}
+
+/// Whether a process holds the tier at `path` (for `farcache tier status`).
+pub fn tier_in_use(path: &Path) -> bool {
+    let Ok(f) = File::open(path) else { return false };
+    // SAFETY: flock on a descriptor we own; a shared lock taken is released at close.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) != 0 }
 }
 
 /// A fresh random file key.
