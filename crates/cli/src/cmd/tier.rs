@@ -45,8 +45,24 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
 }
 
+/// Refuse anything but an existing tier: these commands never make one.
+fn check_is_tier(path: &Path) -> anyhow::Result<()> {
+    let mut head = vec![0u8; 2 * farcache_tier::PAGE_BYTES];
+    let f = std::fs::File::open(path).with_context(|| format!("tier {}", path.display()))?;
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut head, 0)
+        .with_context(|| format!("tier {}: too short to be a tier", path.display()))?;
+    let magic = farcache_tier::format::SB_MAGIC;
+    anyhow::ensure!(
+        head[..8] == magic[..] || head[farcache_tier::PAGE_BYTES..][..8] == magic[..],
+        "tier {}: not a farcache tier (no superblock); fix: name the file or device given as --tier",
+        path.display()
+    );
+    Ok(())
+}
+
 fn open_existing(path: &Path) -> anyhow::Result<(farcache_tier::Log, farcache_tier::Recovered)> {
     let md = std::fs::metadata(path).with_context(|| format!("tier {}: cannot find it", path.display()))?;
+    check_is_tier(path)?;
     let mode = farcache_tier::detect(path)?;
     let size = if md.is_file() { md.len() } else { u64::MAX };
     let medium = farcache_tier::medium::open(path, mode, size)?;
@@ -93,6 +109,7 @@ fn recover(path: &Path, backing: &Path) -> anyhow::Result<()> {
     let root = backing.canonicalize().with_context(|| format!("backing directory {}", backing.display()))?;
     let cfg = TierConfig { path: path.display().to_string(), ..TierConfig::default() };
     anyhow::ensure!(path.exists(), "tier {}: not found", path.display());
+    check_is_tier(path)?;
     let t = WritebackPath::open(DirectPath::new(), &cfg, &root, BackingOptions { direct_io: false })?;
     let s = t.stats();
     let clean = t.shutdown(Duration::from_secs(24 * 3600));
