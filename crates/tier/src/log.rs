@@ -1,11 +1,11 @@
 //! [`Log`]: the tier's log on a [`Medium`] (format and commit rule in `format.rs`).
 //!
 //! - **Appends and group commit.** A writer queues its [`Append`] (the blocks of one write,
-//!   a trim, a drop) and takes the commit lock. Whoever holds it is the *leader*: it takes
-//!   every queued append, writes each as one or more batches at the ring's head, flushes
-//!   the medium once for all of them, updates the index and publishes each append's result.
-//!   A writer that finds its result already published when it gets the lock returns at once:
-//!   its append rode on an earlier leader's flush. The commit lock is the one lock held
+//!   a trim, a drop) and tries the commit lock. Whoever holds it is the *leader*: it takes
+//!   every queued append, packs them into shared batches at the ring's head (each append
+//!   whole or not at all), flushes the medium once for all of them, updates the index and
+//!   publishes each append's result. The others wait on a condition variable for theirs:
+//!   an append queued while a leader writes rides on the next leader's flush. The commit lock is the one lock held
 //!   across I/O, and it is the serialisation point of the log by design; the index lock is
 //!   never held across I/O.
 //! - **Space.** The ring frees from its tail only ([`Log::free_through`], once the caller
@@ -281,6 +281,34 @@ fn place(head: u64, tail: Option<u64>, size: u64, end: u64) -> Option<u64> {
     }
 }
 
+/// Where the next batch goes, and the oldest live batch: what placing needs (a copy is an
+/// undo point).
+#[derive(Clone, Copy, Debug)]
+struct Cursor {
+    head: u64,
+    tail: Option<u64>,
+}
+
+impl Cursor {
+    /// Place a batch of `size` pages; its first page, or `None` (nothing changed) if it does
+    /// not fit.
+    fn place(&mut self, size: u64, end: u64) -> Option<u64> {
+        let at = place(self.head, self.tail, size, end)?;
+        self.tail.get_or_insert(at);
+        self.head = at + size;
+        Some(at)
+    }
+
+    /// Pages between the oldest live batch and the head.
+    fn used(&self, ring_pages: u64) -> u64 {
+        match self.tail {
+            None => 0,
+            Some(t) if self.head > t => self.head - t,
+            Some(t) => ring_pages - (t - self.head),
+        }
+    }
+}
+
 impl Ring {
     fn tail(&self) -> Option<u64> {
         self.batches.front().map(|b| b.page)
@@ -540,22 +568,71 @@ impl Log {
         }
     }
 
+    /// Several appends as one group (as concurrent writers would make one), for the crash
+    /// checker: each result in order.
+    #[cfg(test)]
+    pub(crate) fn append_group(&self, appends: Vec<Append>) -> Vec<Result<(), AppendError>> {
+        let tickets: Vec<u64> = appends
+            .into_iter()
+            .map(|a| {
+                let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+                self.pending.lock().push(Pending { ticket, append: a });
+                ticket
+            })
+            .collect();
+        let mut ring = self.commit.lock();
+        let group: Vec<Pending> = std::mem::take(&mut *self.pending.lock());
+        self.lead(&mut ring, group);
+        let mut r = self.results.lock();
+        tickets.iter().map(|t| r.remove(t).expect("led")).collect()
+    }
+
     /// After the commit lock was released: wake everyone waiting for a result.
     fn wake_followers(&self) {
         let _g = self.results.lock();
         self.done.notify_all();
     }
 
+    /// The items an append records, in order: the names it must declare, then its entries.
+    fn items<'a>(a: &'a Append, names: &[FileKey]) -> Vec<(EntryHead, Option<&'a [u8]>)> {
+        let mut items = Vec::with_capacity(names.len() + a.entries.len());
+        for (k, n) in &a.names {
+            if names.contains(k) {
+                let len = n.len().min(PAGE_BYTES);
+                items.push((
+                    EntryHead { kind: Kind::Name, data_crc: 0, key: *k, block: 0, aux: len as u64 },
+                    Some(&n[..len]),
+                ));
+            }
+        }
+        for e in &a.entries {
+            items.push(match e {
+                Entry::Data { key, block, valid, page } => (
+                    EntryHead { kind: Kind::Data, data_crc: 0, key: *key, block: *block, aux: u64::from(*valid) },
+                    Some(&page.0[..]),
+                ),
+                Entry::Trim { key, size } => {
+                    (EntryHead { kind: Kind::Trim, data_crc: 0, key: *key, block: 0, aux: *size }, None)
+                }
+                Entry::Drop { key, through } => {
+                    (EntryHead { kind: Kind::Drop, data_crc: 0, key: *key, block: 0, aux: *through }, None)
+                }
+            });
+        }
+        items
+    }
+
     /// Write a group of appends (as leader), flush once, index them, publish the results.
+    ///
+    /// The appends of a group share batches: their items are packed in order into batches of
+    /// up to [`MAX_ENTRIES`] entries (a 4 KiB write costs its data page and a share of a
+    /// header, not a header of its own). Each append goes in whole or not at all: a first
+    /// pass decides by sizes alone (a cursor over the ring, copied to undo an append that does
+    /// not fit), a second builds exactly the batches the first placed.
     fn lead(&self, ring: &mut Ring, group: Vec<Pending>) {
         self.counters.groups.fetch_add(1, Ordering::Relaxed);
         let ring_pages = self.end - RING_START;
         let mut out: Vec<(u64, Result<(), AppendError>)> = Vec::with_capacity(group.len());
-        // (page, header, pages to write) of every batch written, in order.
-        let mut batches: Vec<(u64, BatchHead, Vec<Page>)> = Vec::new();
-        let mut sim = ring.clone();
-        let mut group_pages = 0u64;
-        let mut deferred = Vec::new();
         let mut declared: std::collections::HashSet<FileKey> = {
             let ix = self.index.lock();
             group
@@ -565,92 +642,52 @@ impl Log {
                 .collect()
         };
         let mut named_here = std::collections::HashSet::new();
+        let start = Cursor { head: ring.head, tail: ring.tail() };
+        // Pass 1: which appends go in.
+        let mut cur = start;
+        let mut open = (0usize, 0u64); // entries and data pages of the batch being filled
+        let mut accepted: Vec<(Pending, Vec<FileKey>)> = Vec::new();
+        let mut deferred = Vec::new();
         for p in group {
             if let Some(b) = self.broken.lock().clone() {
                 out.push((p.ticket, Err(AppendError::Broken(b))));
                 continue;
             }
-            // Names first (each key once per group, only if not declared yet).
-            let mut items: Vec<(EntryHead, Option<&[u8]>)> = Vec::new();
+            // Names first (each key once per group, only if not declared yet); an append of
+            // names only declares (or renames) unconditionally.
             let used_keys: std::collections::HashSet<FileKey> = p.append.entries.iter().map(Entry::key).collect();
             let force = p.append.entries.is_empty();
-            for (k, n) in &p.append.names {
-                // A names-only append declares (or renames) unconditionally.
-                if force || (used_keys.contains(k) && !declared.contains(k) && !named_here.contains(k)) {
-                    let len = n.len().min(PAGE_BYTES);
-                    items.push((
-                        EntryHead { kind: Kind::Name, data_crc: 0, key: *k, block: 0, aux: len as u64 },
-                        Some(&n[..len]),
-                    ));
-                }
-            }
-            for e in &p.append.entries {
-                items.push(match e {
-                    Entry::Data { key, block, valid, page } => (
-                        EntryHead { kind: Kind::Data, data_crc: 0, key: *key, block: *block, aux: u64::from(*valid) },
-                        Some(&page.0[..]),
-                    ),
-                    Entry::Trim { key, size } => {
-                        (EntryHead { kind: Kind::Trim, data_crc: 0, key: *key, block: 0, aux: *size }, None)
-                    }
-                    Entry::Drop { key, through } => {
-                        (EntryHead { kind: Kind::Drop, data_crc: 0, key: *key, block: 0, aux: *through }, None)
-                    }
-                });
-            }
-            let need: u64 =
-                items.chunks(MAX_ENTRIES).map(|c| 1 + c.iter().filter(|i| i.1.is_some()).count() as u64).sum();
-            if group_pages > 0 && group_pages + need > MAX_GROUP_PAGES {
-                deferred.push(p);
-                continue;
-            }
-            // Place every batch of this append, or none.
-            let before = sim.clone();
-            let mut placed = Vec::new();
+            let names: Vec<FileKey> = p
+                .append
+                .names
+                .iter()
+                .map(|(k, _)| *k)
+                .filter(|k| force || (used_keys.contains(k) && !declared.contains(k) && !named_here.contains(k)))
+                .collect();
+            let shape: Vec<bool> = Self::items(&p.append, &names).iter().map(|i| i.1.is_some()).collect();
+            let saved = (cur, open);
             let mut fits = true;
-            for c in items.chunks(MAX_ENTRIES) {
-                let size = 1 + c.iter().filter(|i| i.1.is_some()).count() as u64;
-                match place(sim.head, sim.tail(), size, self.end) {
-                    Some(at) => {
-                        placed.push((at, sim.next_seq, sim.last_crc));
-                        let prev = sim.last_crc;
-                        sim.batches.push_back(BatchPos {
-                            seq: sim.next_seq,
-                            page: at,
-                            pages: size,
-                            prev,
-                            at: Instant::now(),
-                        });
-                        sim.head = at + size;
-                        sim.next_seq += 1;
-                        sim.last_crc = 0; // set below once encoded
-                                          // Encode now: the next batch's prev is this header's CRC.
-                        let mut bufs = page::zeroed(size as usize);
-                        let mut h = BatchHead {
-                            log_id: self.log_id,
-                            seq: sim.next_seq - 1,
-                            prev,
-                            session: self.session,
-                            entries: Vec::with_capacity(c.len()),
-                        };
-                        let mut d = 1;
-                        for (e, data) in c {
-                            let mut e = *e;
-                            if let Some(data) = data {
-                                bufs[d].0[..data.len()].copy_from_slice(data);
-                                e.data_crc = data_crc(&bufs[d].0);
-                                d += 1;
-                            }
-                            h.entries.push(e);
-                        }
-                        sim.last_crc = h.encode(&mut bufs[0].0);
-                        batches.push((at, h, bufs));
-                    }
-                    None => {
+            for has_page in &shape {
+                if open.0 == MAX_ENTRIES {
+                    if cur.place(1 + open.1, self.end).is_none() {
                         fits = false;
                         break;
                     }
+                    open = (0, 0);
                 }
+                open.0 += 1;
+                open.1 += u64::from(*has_page);
+            }
+            // The batch being filled must still fit once closed.
+            let mut trial = cur;
+            if fits && open.0 > 0 && trial.place(1 + open.1, self.end).is_none() {
+                fits = false;
+            }
+            let written = trial.used(ring_pages) - start.used(ring_pages);
+            if fits && !accepted.is_empty() && written > MAX_GROUP_PAGES {
+                (cur, open) = saved;
+                deferred.push(p);
+                continue;
             }
             // Trims and drops may use the whole ring; other appends with the reserve leave
             // META_PAGES for them; the rest leave the reserve.
@@ -664,34 +701,69 @@ impl Log {
             } else {
                 self.reserve
             };
-            let over_reserve = sim.used(self.end) + keep > ring_pages;
-            if !fits || over_reserve {
-                batches.truncate(batches.len() - placed.len());
-                sim = before;
+            if !fits || trial.used(ring_pages) + keep > ring_pages {
+                (cur, open) = saved;
                 self.counters.refused_full.fetch_add(1, Ordering::Relaxed);
                 out.push((p.ticket, Err(AppendError::Full)));
                 continue;
             }
-            group_pages += need;
-            for (k, _) in &p.append.names {
-                if force || used_keys.contains(k) {
-                    named_here.insert(*k);
-                }
-            }
+            named_here.extend(names.iter().copied());
             for e in &p.append.entries {
                 if let Entry::Drop { key, .. } = e {
-                    // A drop forgets the name: a later record of the key declares it again.
+                    // A drop may forget the name: a later record of the key declares it again.
                     declared.remove(key);
                     named_here.remove(key);
                 }
             }
             out.push((p.ticket, Ok(())));
+            accepted.push((p, names));
         }
         if !deferred.is_empty() {
             // Too much for one group: back to the front of the queue for the next leader.
             let mut q = self.pending.lock();
             deferred.append(&mut q);
             *q = deferred;
+        }
+        // Pass 2: the batches pass 1 placed, encoded.
+        let mut cur = start;
+        let (mut seq, mut prev) = (ring.next_seq, ring.last_crc);
+        let mut batches: Vec<(u64, BatchHead, Vec<Page>)> = Vec::new();
+        let mut open: Vec<(EntryHead, Option<&[u8]>)> = Vec::new();
+        let mut close = |open: &mut Vec<(EntryHead, Option<&[u8]>)>, cur: &mut Cursor| {
+            let pages = open.iter().filter(|i| i.1.is_some()).count();
+            let at = cur.place(1 + pages as u64, self.end).expect("pass 1 placed this batch");
+            let mut bufs = page::zeroed(1 + pages);
+            let mut h = BatchHead {
+                log_id: self.log_id,
+                seq,
+                prev,
+                session: self.session,
+                entries: Vec::with_capacity(open.len()),
+            };
+            let mut d = 1;
+            for (e, data) in open.drain(..) {
+                let mut e = e;
+                if let Some(data) = data {
+                    bufs[d].0[..data.len()].copy_from_slice(data);
+                    e.data_crc = data_crc(&bufs[d].0);
+                    d += 1;
+                }
+                h.entries.push(e);
+            }
+            prev = h.encode(&mut bufs[0].0);
+            seq += 1;
+            batches.push((at, h, bufs));
+        };
+        for (p, names) in &accepted {
+            for item in Self::items(&p.append, names) {
+                if open.len() == MAX_ENTRIES {
+                    close(&mut open, &mut cur);
+                }
+                open.push(item);
+            }
+        }
+        if !open.is_empty() {
+            close(&mut open, &mut cur);
         }
         // Write and flush.
         let mut io_err = None;
@@ -731,7 +803,15 @@ impl Log {
                 }
             }
         }
-        *ring = sim;
+        let now = Instant::now();
+        let mut last = ring.last_crc;
+        for (at, h, bufs) in &batches {
+            ring.batches.push_back(BatchPos { seq: h.seq, page: *at, pages: bufs.len() as u64, prev: h.prev, at: now });
+            ring.head = at + bufs.len() as u64;
+            last = BatchHead::crc_of(&bufs[0].0);
+        }
+        ring.next_seq = seq;
+        ring.last_crc = last;
         let mut r = self.results.lock();
         for (t, res) in out {
             r.insert(t, res);
@@ -833,9 +913,11 @@ impl Log {
         let target = ring_pages * target_permille / 1000;
         let mut by_space = None;
         if ring.used(self.end) > target {
-            let mut r = ring.clone();
-            while let Some(b) = r.batches.pop_front() {
-                if r.used(self.end) <= target {
+            // Freeing through batch i moves the tail to batch i + 1 (or empties the ring).
+            let mut it = ring.batches.iter().peekable();
+            while let Some(b) = it.next() {
+                let tail = it.peek().map(|n| n.page);
+                if (Cursor { head: ring.head, tail }).used(ring_pages) <= target {
                     by_space = Some(b.seq);
                     break;
                 }
@@ -1074,7 +1156,8 @@ mod tests {
 
     #[test]
     fn concurrent_writers_share_flushes() {
-        let m = Mem { data: Arc::new(Mutex::new(vec![0; 64 << 20])), flush_us: 2000, flushes: AtomicU64::new(0) };
+        let bytes = Arc::new(Mutex::new(vec![0; 64 << 20]));
+        let m = Mem { data: bytes.clone(), flush_us: 2000, flushes: AtomicU64::new(0) };
         let (log, _) = Log::open(Box::new(m), Mode::Ssd, Some("b")).unwrap();
         let log = Arc::new(log);
         let threads: Vec<_> = (0..16)
@@ -1100,6 +1183,20 @@ mod tests {
             s.groups,
             s.appends
         );
+        // Packed: fewer pages than a header and a data page per append.
+        assert!(s.used_bytes < 2 * 640 * PB, "appends of a group share headers: {} bytes used", s.used_bytes);
+        for t in 0..16 {
+            for i in 0..40 {
+                let (p, _) = log.read_block(FileKey(t), i).unwrap().unwrap();
+                assert_eq!(&p.0[..16], &[t.to_le_bytes(), i.to_le_bytes()].concat()[..]);
+            }
+        }
+        // And recovery reads the packed batches back.
+        let log = Arc::into_inner(log).unwrap();
+        drop(log);
+        let m = Mem { data: bytes, flush_us: 0, flushes: AtomicU64::new(0) };
+        let (log, r) = Log::open(Box::new(m), Mode::Ssd, Some("b")).unwrap();
+        assert_eq!((r.records, r.files), (640, 16));
         for t in 0..16 {
             for i in 0..40 {
                 let (p, _) = log.read_block(FileKey(t), i).unwrap().unwrap();
