@@ -309,7 +309,6 @@ pub(crate) fn recover<D: DataPath>(s: &Shared<D>) -> Result<(), TierOpenError> {
                     meta: parking_lot::Mutex::new(()),
                     size: parking_lot::Mutex::new(()),
                     unsynced: std::sync::atomic::AtomicBool::new(false),
-                    unlinked: std::sync::atomic::AtomicBool::new(false),
                 });
                 s.keys.lock().insert(plan.key, fe);
             }

@@ -90,8 +90,6 @@ pub(crate) struct FileEntry {
     size: Mutex<()>,
     /// Something of this file went to the backing store since its last fsync.
     unsynced: AtomicBool,
-    /// The file lost its last name: its entry goes once nothing of it is dirty.
-    unlinked: AtomicBool,
 }
 
 /// Counters of the write-back layer (names in docs/METRICS.md, `tier`).
@@ -389,7 +387,6 @@ impl<D: DataPath> Shared<D> {
             // itself (a new inode, its size) becomes durable there, which recovery needs to
             // find it after a power cut. Later ones cost nothing.
             unsynced: AtomicBool::new(true),
-            unlinked: AtomicBool::new(false),
         });
         let mut files = self.files.lock();
         let fe = files.entry(*file.id()).or_insert(fe).clone();
@@ -672,7 +669,6 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
         // nothing of it is dirty.
         let fe = s.files.lock().get(id).cloned();
         if let Some(fe) = fe {
-            fe.unlinked.store(true, Ordering::Relaxed);
             // Its name says so from now on, so that recovery drops its records instead of
             // looking for it (the path would find nothing, or another file).
             let renamed = name::FileName::decode(&fe.name.lock()).map(|n| name::FileName { unlinked: true, ..n });
