@@ -236,7 +236,10 @@ fn kill_cycles(d: Dirs, cycles: usize) {
         }
     }
     m.stop();
-    assert!(!d.base.join("b/.farcache-tier").exists(), "a clean unmount removes the marker");
+    assert!(
+        farcache_engine::writeback::marker::read(&d.base.join("b")).unwrap().is_none(),
+        "a clean unmount removes the marker"
+    );
     for (w, l) in ledgers.iter().enumerate() {
         let data = std::fs::read(d.base.join(format!("b/w{w}"))).unwrap();
         let l = l.lock().unwrap();

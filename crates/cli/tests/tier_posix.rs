@@ -154,6 +154,10 @@ fn posix_through_a_tier_and_all_of_it_on_the_disk_after_a_clean_unmount() {
     let data: Vec<u8> = (0..16u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
     fs::write(m.m("big"), &data).unwrap();
     assert!(fs::read(m.m("big")).unwrap() == data);
+    // The mark on the backing root is no file in it (a database may want the root empty).
+    let names: Vec<_> = fs::read_dir(m.mnt()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(!names.iter().any(|n| n == ".farcache-tier"), "{names:?}");
+    assert!(farcache_engine::writeback::marker::read(&d.base.join("b")).unwrap().is_some());
     // The tier took the writes and absorbed the fsync; the backing lacks data yet.
     let s = stats(&d);
     let tier = &s["tier"];
@@ -172,7 +176,10 @@ fn posix_through_a_tier_and_all_of_it_on_the_disk_after_a_clean_unmount() {
     assert_eq!(b("link"), vec![9u8; 20000]);
     assert!(b("big") == data);
     assert!(!d.base.join("b/old").exists() && !d.base.join("b/gone").exists());
-    assert!(!d.base.join("b/.farcache-tier").exists(), "a clean unmount removes the marker");
+    assert!(
+        farcache_engine::writeback::marker::read(&d.base.join("b")).unwrap().is_none(),
+        "a clean unmount removes the marker"
+    );
 }
 
 #[test]
@@ -198,7 +205,7 @@ fn tier_status_and_recover_offline() {
     let out = Command::new(bin()).args(["tier", "recover", t]).arg(&b).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(fs::read(b.join("f")).unwrap(), vec![8u8; 3 * 4096]);
-    assert!(!b.join(".farcache-tier").exists(), "recover marks the backing complete");
+    assert!(farcache_engine::writeback::marker::read(&b).unwrap().is_none(), "recover marks the backing complete");
     // Now a mount without the tier is allowed again.
     let m = MountProcess::start(bin(), &b, &d.base.join("m"), &["--no-remote"], &d.base.join("log2"));
     assert_eq!(fs::read(m.m("f")).unwrap(), vec![8u8; 3 * 4096]);
@@ -229,6 +236,6 @@ fn a_busy_unmount_still_writes_the_tier_back_before_exiting() {
     m.signal(libc::SIGTERM);
     assert_eq!(m.wait_exit(), 0, "{}", m.log_text());
     assert_eq!(fs::read(d.base.join("b/held")).unwrap(), vec![2u8; 8192], "{}", m.log_text());
-    assert!(!d.base.join("b/.farcache-tier").exists(), "{}", m.log_text());
+    assert!(farcache_engine::writeback::marker::read(&d.base.join("b")).unwrap().is_none(), "{}", m.log_text());
     drop(f);
 }

@@ -33,8 +33,8 @@
 //!   Where the backing file system reports inode generations, the identities match the FUSE
 //!   layer's, so the files are served from the tier at once and the destager writes them back
 //!   first thing; otherwise everything is written back before the mount serves anything.
-//! - A marker file in the backing root (`marker.rs`) says a tier may hold data the backing
-//!   lacks: a mount without the tier refuses to start over it.
+//! - A mark on the backing root (`marker.rs`: an extended attribute) says a tier may hold
+//!   data the backing lacks: a mount without the tier refuses to start over it.
 //!
 //! Locks, and what they are held across: the `files`/`keys` maps and the log's index only
 //! for lookups (never across I/O). A write holds the stripe locks of its blocks (256 stripes
@@ -199,7 +199,7 @@ impl<D: DataPath> WritebackPath<D> {
         let (log, recovered) = Log::open(medium, mode, Some(&root_s))?;
         marker::write(root, &cfg.path).map_err(|e| TierOpenError::Config {
             path: cfg.path.clone(),
-            problem: format!("cannot write the marker {}: {e}", marker::path(root).display()),
+            problem: format!("cannot mark the backing directory ({}): {e}", marker::describe(root)),
             fix: "make the backing root writable".into(),
         })?;
         tracing::info!(
