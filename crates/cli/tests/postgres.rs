@@ -532,3 +532,66 @@ fn postgres_on_the_mount_keeps_its_data_intact() {
         phase(&format!("mount 2 stopped: {}", remote_tier_line(&log)));
     }
 }
+
+/// PostgreSQL on a mount with a write-back tier (issue 12): its WAL and data files written
+/// into the tier (fsyncs absorbed there), a crash of PostgreSQL itself (`pg_ctl stop -m
+/// immediate`: no shutdown checkpoint) recovered from the WAL the tier holds, the data checks
+/// and amcheck, a clean stop and `pg_checksums` through the mount; then a clean unmount writes
+/// everything back, and PostgreSQL run directly on the backing directory finds every
+/// committed transaction.
+#[test]
+fn postgres_on_a_mount_with_a_write_back_tier() {
+    require_root("the PostgreSQL test (it mounts FUSE and runs PostgreSQL as the postgres user)");
+    let user = require_postgres();
+    let t0 = Instant::now();
+    let phase = |what: &str| eprintln!("[{:6.1}s] {what}", t0.elapsed().as_secs_f64());
+    let tree = test_tree(user);
+    let root = tree.path();
+    let (backing, mnt) = (root.join("backing"), root.join("mnt"));
+    let port = free_port();
+    let tier = PathBuf::from(format!("/dev/shm/farcache-test-pg-{}.tier", std::process::id()));
+    let _ = fs::remove_file(&tier);
+    struct Rm(PathBuf);
+    impl Drop for Rm {
+        fn drop(&mut self) {
+            let _ = fs::remove_file(&self.0);
+        }
+    }
+    let _rm = Rm(tier.clone());
+    let t = tier.to_str().unwrap();
+    let m = MountProcess::start(
+        bin(),
+        &backing,
+        &mnt,
+        &["--no-remote", "--tier", t, "--tier-size", "512MiB"],
+        &root.join("mount.log"),
+    );
+    let pgdata = mnt.join("pgdata");
+    let mut pg = Pg::new(pgdata.clone(), root, port, "pg-tier.log", user);
+    pg.initdb();
+    pg.start();
+    pg.run("pgbench", &["-i", "-q", "-s", &SCALE.to_string()]);
+    let tpcb = pgbench(&pg, &["-n", "-T", "5", "-c", "4", "-j", "2"]);
+    let history = tpcb.processed;
+    phase(&format!("TPC-B through the tier: {:.0} tps, {} transactions", tpcb.tps, tpcb.processed));
+    // A crash of PostgreSQL: recovery replays the WAL, which only the tier may hold yet.
+    let out =
+        pg.run_unchecked("pg_ctl", &["stop", "-w", "-t", "50", "-m", "immediate", "-D", pgdata.to_str().unwrap()]);
+    assert!(out.status.success(), "pg_ctl stop -m immediate: {}", text(&out));
+    pg.postmaster = None;
+    pg.start();
+    check_data(&pg, history);
+    check_amcheck(&pg);
+    pg.stop();
+    let blocks = check_checksums(&pg);
+    phase(&format!("after a PostgreSQL crash: data checks, amcheck, pg_checksums ({blocks} blocks) done"));
+    drop(pg);
+    let log = m.stop();
+    assert!(log.contains("everything destaged"), "{log}");
+    // Everything is on the disk: PostgreSQL directly on the backing directory.
+    let mut pg = Pg::new(backing.join("pgdata"), root, port, "pg-backing.log", user);
+    pg.start();
+    check_data(&pg, history);
+    pg.stop();
+    phase("directly on the backing directory after the clean unmount: every transaction there");
+}
