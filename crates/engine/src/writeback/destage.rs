@@ -302,6 +302,15 @@ pub(crate) fn recover<D: DataPath>(s: &Shared<D>) -> Result<(), TierOpenError> {
         match name.locate(&s.root, &root_fd) {
             Located::Found(f) => {
                 let id = ids.identify(&f).map_err(|e| err(format!("{}: {e}", name.path), "check the backing file"))?;
+                // The size the records imply (a power cut may have lost the extension that
+                // came with them): the mount serves the file at once, and the kernel reads
+                // no further than its size.
+                let end = plan.blocks.iter().map(|(b, r)| b * B + u64::from(r.valid)).max().unwrap_or(0);
+                if f.metadata().map(|m| m.len() < end).unwrap_or(false) {
+                    f.set_len(end).map_err(|e| {
+                        err(format!("{}: cannot restore its size: {e}", name.path), "check the backing file")
+                    })?;
+                }
                 let fe = std::sync::Arc::new(FileEntry {
                     key: plan.key,
                     name: parking_lot::Mutex::new(plan.name.clone()),

@@ -405,3 +405,20 @@ fn a_crash_after_an_unlink_drops_the_files_records_without_looking_for_it() {
     assert_eq!(t.stats().log.dirty_blocks, 0);
     assert_eq!(on_disk(&env.root.join("u")), b"another file", "the other file is never written");
 }
+
+#[test]
+fn recovery_restores_the_size_a_lost_extension_took_away() {
+    let env = env();
+    let c = cfg(&env, 8 << 20);
+    let t = open_tier(&env, &c);
+    let f = open_file(&env, "x");
+    t.write(&f, 0, &[3u8; 10_000]).unwrap();
+    drop(f);
+    drop(t); // a crash...
+    // ... that lost the size extension too (a power cut before the file system committed it).
+    std::fs::OpenOptions::new().write(true).open(env.root.join("x")).unwrap().set_len(0).unwrap();
+    let t = open_tier(&env, &c);
+    assert_eq!(std::fs::metadata(env.root.join("x")).unwrap().len(), 10_000);
+    let f = open_file(&env, "x");
+    assert_eq!(read_all(&t, &f, 20_000), vec![3u8; 10_000]);
+}
