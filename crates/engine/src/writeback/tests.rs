@@ -415,7 +415,7 @@ fn recovery_restores_the_size_a_lost_extension_took_away() {
     t.write(&f, 0, &[3u8; 10_000]).unwrap();
     drop(f);
     drop(t); // a crash...
-    // ... that lost the size extension too (a power cut before the file system committed it).
+             // ... that lost the size extension too (a power cut before the file system committed it).
     std::fs::OpenOptions::new().write(true).open(env.root.join("x")).unwrap().set_len(0).unwrap();
     let t = open_tier(&env, &c);
     assert_eq!(std::fs::metadata(env.root.join("x")).unwrap().len(), 10_000);
