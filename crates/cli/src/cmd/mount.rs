@@ -427,15 +427,25 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 );
                 std::future::pending::<()>().await
             };
-            tokio::select! {
-                _ = super::tier::after_grace(grace) => tracing::warn!("still in use after {grace:?}; exiting"),
-                _ = held, if code == 0 => {}
-                _ = term.recv() => tracing::warn!("second signal: exiting now"),
-                _ = int.recv() => tracing::warn!("second signal: exiting now"),
-            }
-            // Exiting without unwinding: the tier's write-back, the counters and the control
-            // socket go first.
-            if let Some(t) = &summary.tier {
+            let forced = tokio::select! {
+                _ = super::tier::after_grace(grace) => {
+                    tracing::warn!("still in use after {grace:?}; exiting");
+                    false
+                }
+                _ = held, if code == 0 => false,
+                _ = term.recv() => {
+                    tracing::warn!("second signal: exiting now");
+                    true
+                }
+                _ = int.recv() => {
+                    tracing::warn!("second signal: exiting now");
+                    true
+                }
+            };
+            // Exiting without unwinding: the tier's write-back (unless a second signal asked
+            // to exit now: the next mount recovers it), the counters and the control socket
+            // go first.
+            if let (false, Some(t)) = (forced, &summary.tier) {
                 super::tier::shutdown(t);
             }
             log_summary(&summary);

@@ -153,7 +153,8 @@ pub fn wrap(
 static DRAINING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The clean-unmount write-back: everything, however long it takes (a second SIGTERM or
-/// SIGINT stops the daemon, and the next mount recovers the rest).
+/// SIGINT while it runs on the main thread exits the daemon, and the next mount recovers the
+/// rest).
 pub fn shutdown(t: &Tier) {
     DRAINING.store(true, std::sync::atomic::Ordering::SeqCst);
     t.shutdown(Duration::from_secs(365 * 24 * 3600));
