@@ -15,6 +15,7 @@ pub struct Config {
     pub server: ServerConfig,
     pub mount: farcache_fuse::MountConfig,
     pub cache: farcache_engine::config::CacheConfig,
+    pub tier: farcache_engine::writeback::TierConfig,
 }
 
 impl Config {
@@ -57,6 +58,7 @@ mod tests {
         parsed.server.validate().unwrap();
         parsed.mount.validate().unwrap();
         parsed.cache.validate().unwrap();
+        parsed.tier.validate().unwrap();
     }
 
     #[test]
@@ -83,6 +85,10 @@ mod tests {
         assert!(
             TEMPLATE.contains(farcache_engine::config::TEMPLATE),
             "etc/farcache.toml's [cache] differs from farcache_engine::config::TEMPLATE"
+        );
+        assert!(
+            TEMPLATE.contains(farcache_engine::writeback::TEMPLATE),
+            "etc/farcache.toml's [tier] differs from farcache_engine::writeback::TEMPLATE"
         );
     }
 

@@ -30,6 +30,10 @@ enum Command {
     Randread(cmd::randread::Args),
     /// Show a backing directory through FUSE (passthrough) until SIGINT/SIGTERM or unmount.
     Mount(cmd::mount::Args),
+    /// Destage everything a mount's write-back tier holds, and wait.
+    Flush(cmd::tier::FlushArgs),
+    /// Inspect or recover a write-back tier offline.
+    Tier(cmd::tier::Args),
     /// Fill the lenders with files' blocks at a bounded rate, so a new or restarted host starts warm.
     Warmup(cmd::warmup::Args),
     /// Print the configuration template with every default.
@@ -53,6 +57,8 @@ fn main() {
         Command::Mount(a) => cmd::mount::run(a),
         Command::Randread(a) => cmd::randread::run(a),
         Command::Warmup(a) => cmd::warmup::run(a),
+        Command::Flush(a) => cmd::tier::flush(a),
+        Command::Tier(a) => cmd::tier::run(a),
         Command::Config(a) => cmd::config::run(a),
         Command::Keygen(a) => cmd::keygen::run(a),
         Command::Certs(a) => cmd::certs::run(a),

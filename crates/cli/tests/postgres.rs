@@ -619,3 +619,177 @@ fn pgbench_survives_kills_and_upgrades_of_the_mount_daemon() {
     let log = sup.stop();
     assert!(log.contains("unanswered requests resent"), "no restart happened?\n{log}");
 }
+
+/// PostgreSQL on a mount with a write-back tier (issue 12): its WAL and data files written
+/// into the tier (fsyncs absorbed there), a crash of PostgreSQL itself (`pg_ctl stop -m
+/// immediate`: no shutdown checkpoint) recovered from the WAL the tier holds, the data checks
+/// and amcheck, a clean stop and `pg_checksums` through the mount; then a clean unmount writes
+/// everything back, and PostgreSQL run directly on the backing directory finds every
+/// committed transaction.
+#[test]
+fn postgres_on_a_mount_with_a_write_back_tier() {
+    require_root("the PostgreSQL test (it mounts FUSE and runs PostgreSQL as the postgres user)");
+    let user = require_postgres();
+    let t0 = Instant::now();
+    let phase = |what: &str| eprintln!("[{:6.1}s] {what}", t0.elapsed().as_secs_f64());
+    let tree = test_tree(user);
+    let root = tree.path();
+    let (backing, mnt) = (root.join("backing"), root.join("mnt"));
+    let port = free_port();
+    let tier = PathBuf::from(format!("/dev/shm/farcache-test-pg-{}.tier", std::process::id()));
+    let _ = fs::remove_file(&tier);
+    struct Rm(PathBuf);
+    impl Drop for Rm {
+        fn drop(&mut self) {
+            let _ = fs::remove_file(&self.0);
+        }
+    }
+    let _rm = Rm(tier.clone());
+    let t = tier.to_str().unwrap();
+    let m = MountProcess::start(
+        bin(),
+        &backing,
+        &mnt,
+        &["--no-remote", "--tier", t, "--tier-size", "512MiB"],
+        &root.join("mount.log"),
+    );
+    let pgdata = mnt.join("pgdata");
+    let mut pg = Pg::new(pgdata.clone(), root, port, "pg-tier.log", user);
+    pg.initdb();
+    pg.start();
+    pg.run("pgbench", &["-i", "-q", "-s", &SCALE.to_string()]);
+    let tpcb = pgbench(&pg, &["-n", "-T", "5", "-c", "4", "-j", "2"]);
+    let history = tpcb.processed;
+    phase(&format!("TPC-B through the tier: {:.0} tps, {} transactions", tpcb.tps, tpcb.processed));
+    // A crash of PostgreSQL: recovery replays the WAL, which only the tier may hold yet.
+    let out =
+        pg.run_unchecked("pg_ctl", &["stop", "-w", "-t", "50", "-m", "immediate", "-D", pgdata.to_str().unwrap()]);
+    assert!(out.status.success(), "pg_ctl stop -m immediate: {}", text(&out));
+    pg.postmaster = None;
+    pg.start();
+    check_data(&pg, history);
+    check_amcheck(&pg);
+    pg.stop();
+    let blocks = check_checksums(&pg);
+    phase(&format!("after a PostgreSQL crash: data checks, amcheck, pg_checksums ({blocks} blocks) done"));
+    drop(pg);
+    let log = m.stop();
+    assert!(log.contains("everything destaged"), "{log}");
+    // Everything is on the disk: PostgreSQL directly on the backing directory.
+    let mut pg = Pg::new(backing.join("pgdata"), root, port, "pg-backing.log", user);
+    pg.start();
+    check_data(&pg, history);
+    pg.stop();
+    phase("directly on the backing directory after the clean unmount: every transaction there");
+}
+
+/// The processes whose parent is `pid` (from /proc).
+fn children_of(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
+        // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
+        let ppid =
+            stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)).and_then(|x| x.parse().ok());
+        if ppid == Some(pid) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The mount daemon SIGKILLed under PostgreSQL in the middle of TPC-B, with a write-back tier:
+/// PostgreSQL dies of it (its files are gone); the mount comes back with the same tier
+/// (recovery), PostgreSQL recovers from its WAL, and no transaction committed before the kill
+/// is lost — the history holds at least every transaction of the runs before, and the TPC-B
+/// invariant holds for what it holds — amcheck and `pg_checksums` clean.
+#[test]
+fn postgres_survives_the_mount_daemon_killed_under_it_with_a_tier() {
+    require_root("the PostgreSQL test (it mounts FUSE and runs PostgreSQL as the postgres user)");
+    let user = require_postgres();
+    let t0 = Instant::now();
+    let phase = |what: &str| eprintln!("[{:6.1}s] {what}", t0.elapsed().as_secs_f64());
+    let tree = test_tree(user);
+    let root = tree.path();
+    let (backing, mnt) = (root.join("backing"), root.join("mnt"));
+    let port = free_port();
+    let tier = PathBuf::from(format!("/dev/shm/farcache-test-pgkill-{}.tier", std::process::id()));
+    let _ = fs::remove_file(&tier);
+    struct Rm(PathBuf);
+    impl Drop for Rm {
+        fn drop(&mut self) {
+            let _ = fs::remove_file(&self.0);
+        }
+    }
+    let _rm = Rm(tier.clone());
+    let t = tier.to_str().unwrap();
+    let args = ["--no-remote", "--tier", t, "--tier-size", "512MiB"];
+    let m = MountProcess::start(bin(), &backing, &mnt, &args, &root.join("mount1.log"));
+    let pgdata = mnt.join("pgdata");
+    let mut pg = Pg::new(pgdata.clone(), root, port, "pg-kill.log", user);
+    pg.initdb();
+    pg.start();
+    pg.run("pgbench", &["-i", "-q", "-s", &SCALE.to_string()]);
+    let before = pgbench(&pg, &["-n", "-T", "3", "-c", "4", "-j", "2"]).processed;
+    phase(&format!("{before} transactions committed before the kill run"));
+    let mut c = pg.cmd("pgbench");
+    c.args(["-n", "-T", "20", "-c", "4", "-j", "2"]);
+    let run = std::thread::spawn(move || run_with_timeout(c, CMD_TIMEOUT));
+    std::thread::sleep(Duration::from_secs(3));
+    m.signal(libc::SIGKILL);
+    m.wait_exit();
+    phase("mount daemon killed under TPC-B");
+    // What pgbench saw committed in the killed run, if it got to print its summary.
+    let during: u64 = run
+        .join()
+        .ok()
+        .and_then(|r| r.ok())
+        .and_then(|out| {
+            String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+                l.trim()
+                    .strip_prefix("number of transactions actually processed:")?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+        })
+        .unwrap_or(0);
+    phase(&format!("pgbench reported {during} transactions committed in the killed run"));
+    // PostgreSQL lost its files: stop what is left of it (the postmaster and its children).
+    if let Some(pid) = pg.postmaster.take() {
+        for child in children_of(pid) {
+            // SAFETY: kill(2) on a child of the postmaster this test started.
+            unsafe { libc::kill(child, libc::SIGKILL) };
+        }
+        // SAFETY: kill(2) on the postmaster this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let gone = wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+            !Path::new(&format!("/proc/{pid}")).exists() && children_of(pid).is_empty()
+        });
+        assert!(gone, "the postmaster did not go");
+    }
+    drop(m); // unmounts the dead mount
+    let m = MountProcess::start(bin(), &backing, &mnt, &args, &root.join("mount2.log"));
+    let log = m.log_text();
+    assert!(log.contains("recovered"), "{log}");
+    // A new server log: the first holds the PANICs of losing the files.
+    drop(pg);
+    let mut pg = Pg::new(pgdata.clone(), root, port, "pg-after-kill.log", user);
+    pg.start();
+    let rows = nums(&pg.psql(&["SELECT count(*) FROM pgbench_history"]))[0] as u64;
+    assert!(
+        rows >= before + during,
+        "committed transactions lost: {rows} history rows, {before} committed before the kill run and {during} in it"
+    );
+    check_data(&pg, rows);
+    check_amcheck(&pg);
+    pg.stop();
+    let blocks = check_checksums(&pg);
+    phase(&format!(
+        "after the remount: {rows} history rows (>= {before} + {during}), data checks, amcheck, pg_checksums ({blocks} blocks)"
+    ));
+    drop(pg);
+    m.stop();
+}

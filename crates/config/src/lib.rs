@@ -238,7 +238,7 @@ pub fn metrics_listen(key: &'static str, value: &str) -> Result<Option<std::net:
 }
 
 /// The fix for a configuration file that is not TOML or does not fit.
-const TOML_FIX: &str = "it must be TOML with a table per role ([server], [mount], [cache]): \
+const TOML_FIX: &str = "it must be TOML with a table per role ([server], [mount], [cache], [tier]): \
                         `farcache config` prints the template with every key and its default";
 
 fn parse_error(origin: &str, path: &str, e: toml::de::Error) -> ConfigError {

@@ -203,6 +203,7 @@ impl<D: DataPath> CachedPath<D> {
             },
             lenders: self.remote.lenders(),
             backing: self.disk.backing_counters().unwrap_or_default(),
+            tier: None,
         }
     }
 

@@ -1,9 +1,10 @@
 //! The seam between the FUSE layer and the cache engine: every byte of file data that goes
 //! through the mount passes through one [`DataPath`].
 //!
-//! Two implementations: [`crate::DirectPath`] (backing I/O only, the `--no-remote` baseline)
-//! and [`crate::cached::CachedPath`], which answers reads from lenders' RAM where it can and
-//! falls back to a `DataPath` underneath — the same shape as mountpoint-s3's `DataCache`
+//! Three implementations: [`crate::DirectPath`] (backing I/O only, the `--no-remote`
+//! baseline), [`crate::cached::CachedPath`], which answers reads from lenders' RAM where it
+//! can and falls back to a `DataPath` underneath, and [`crate::writeback::WritebackPath`], the
+//! persistent write-back tier over either — the same shape as mountpoint-s3's `DataCache`
 //! implementations layered over one another.
 
 use std::io;
@@ -24,7 +25,9 @@ use crate::identity::FileId;
 ///   layer hands to the application as errno). A tier in front of the disk never turns its
 ///   own failure into an error: it answers from the disk instead.
 /// - The disk is the truth. A method that changes file data returns only once the backing
-///   file has the change, and once no cached copy of the old data can be read any more.
+///   file has the change, and once no cached copy of the old data can be read any more —
+///   except under a write-back tier ([`crate::writeback::WritebackPath`]), where a write
+///   returns once it is durable in the tier, which then answers for the blocks it holds.
 /// - The caller guarantees that `file` stays open for the duration of the call, and that it
 ///   was opened with the access the operation needs (read for `read`, write for the rest).
 pub trait DataPath: Send + Sync + 'static {
@@ -61,5 +64,34 @@ pub trait DataPath: Send + Sync + 'static {
     /// them. For stats; cheap (a few atomic loads).
     fn backing_counters(&self) -> Option<BackingCountersSnapshot> {
         None
+    }
+}
+
+/// A shared data path is a data path (the mount keeps an `Arc` of the stack for its control
+/// socket, and a tier wraps a clone of it).
+impl<T: DataPath + ?Sized> DataPath for std::sync::Arc<T> {
+    fn read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<Bytes> {
+        (**self).read(file, offset, len)
+    }
+    fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {
+        (**self).write(file, offset, data)
+    }
+    fn set_len(&self, file: &BackingFile, size: u64) -> io::Result<()> {
+        (**self).set_len(file, size)
+    }
+    fn fallocate(&self, file: &BackingFile, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+        (**self).fallocate(file, mode, offset, len)
+    }
+    fn fsync(&self, file: &BackingFile, datasync: bool) -> io::Result<()> {
+        (**self).fsync(file, datasync)
+    }
+    fn forget(&self, id: &FileId) {
+        (**self).forget(id)
+    }
+    fn opened(&self, file: &BackingFile) {
+        (**self).opened(file)
+    }
+    fn backing_counters(&self) -> Option<BackingCountersSnapshot> {
+        (**self).backing_counters()
     }
 }

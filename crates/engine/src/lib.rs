@@ -23,6 +23,10 @@
 //! - [`config::CacheConfig`] (`config.rs`) is the `[cache]` table of farcache.toml;
 //!   [`stats::CacheStats`] (`stats.rs`) the operator's snapshot of every counter.
 //!
+//! - [`writeback::WritebackPath`] (`writeback/`): the persistent write-back tier in front of
+//!   any `DataPath` (its log is `farcache-tier`): writes acknowledged once durable there,
+//!   destaged in the background, recovered at start.
+//!
 //! No FUSE types and no wire types here: lenders are reached through `farcache-client`.
 
 mod aligned;
@@ -40,6 +44,7 @@ pub mod remote;
 pub mod routing;
 pub mod seal;
 pub mod stats;
+pub mod writeback;
 
 pub use backing::{BackingFile, BackingOptions, ReadMode, WriteMode, MAX_READ_BYTES};
 /// Reads answer with `bytes::Bytes`, re-exported so callers need not depend on `bytes`.

@@ -31,6 +31,9 @@ pub struct CacheStats {
     pub lenders: Vec<LenderStatus>,
     /// The disk underneath.
     pub backing: BackingCountersSnapshot,
+    /// The write-back tier, if the mount has one (`--tier`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<crate::writeback::TierStats>,
 }
 
 impl CacheStats {

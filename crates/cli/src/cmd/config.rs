@@ -20,6 +20,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             cfg.mount.validate()?;
             crate::config::check_cache_tls_files(&cfg.cache)?;
             cfg.cache.validate()?;
+            cfg.tier.validate()?;
             print!("{}", toml::to_string(&cfg)?);
         }
     }

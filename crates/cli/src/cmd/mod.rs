@@ -10,6 +10,7 @@ pub mod randread;
 pub mod server;
 pub mod stats;
 pub mod supervise;
+pub mod tier;
 pub mod warmup;
 
 /// `--metrics-listen`: an IP:PORT, or "" for none; an error gives the fix.

@@ -89,6 +89,15 @@ pub struct Args {
     /// 127.0.0.1:7413 (overrides mount.metrics_listen; "" turns it off).
     #[arg(long, value_name = "ADDR", value_parser = super::parse_metrics_listen)]
     metrics_listen: Option<String>,
+    /// Put a persistent write-back tier in front of the backing directory: a file (created
+    /// if missing) or block device on fast local storage (overrides tier.path). Writes are
+    /// acknowledged once durable there and written back later; on tmpfs they survive the
+    /// daemon but not a power cut (the log and `farcache stats` say which).
+    #[arg(long, value_name = "PATH")]
+    tier: Option<PathBuf>,
+    /// Size of the tier's medium, e.g. 4GiB (overrides tier.size).
+    #[arg(long, value_name = "SIZE", requires = "tier")]
+    tier_size: Option<farcache_config::ByteSize>,
     /// Configuration file (TOML); its [mount], [cache] and (for the lender inside this
     /// process) [server] tables apply. Flags override it.
     #[arg(long)]
@@ -139,6 +148,8 @@ struct MountControl {
     /// Answers `--takeover` requests, once the mount serves.
     giver: std::sync::Mutex<Option<Arc<Giver>>>,
     engine: Engine,
+    /// The write-back tier in front of the engine (`--tier`).
+    tier: Option<Arc<dyn farcache_engine::writeback::TierControl>>,
     mountpoint: String,
     backing_dir: String,
     remote_tier: &'static str,
@@ -149,10 +160,12 @@ const NO_REMOTE: &str = "this mount has no remote tier (--no-remote); remount wi
 
 impl MountControl {
     fn cache_stats(&self) -> CacheStats {
-        match &self.engine {
+        let mut s = match &self.engine {
             Engine::Cached(c) => c.stats(),
             Engine::Passthrough(d) => CacheStats::passthrough(d.snapshot()),
-        }
+        };
+        s.tier = self.tier.as_ref().map(|t| t.stats());
+        s
     }
 
     fn mount_stats(&self) -> MountStats {
@@ -198,6 +211,15 @@ impl Control for MountControl {
             }
         }
     }
+    fn flush(&self, wait: std::time::Duration) -> Result<Value, String> {
+        let Some(t) = &self.tier else { return Err("this mount has no write-back tier (--tier)".into()) };
+        use farcache_engine::writeback::FlushError;
+        match t.flush(wait, &mut |_| {}) {
+            Ok(()) => Ok(serde_json::json!({ "done": true, "dirty_bytes": t.stats().log.dirty_bytes })),
+            Err(FlushError::Timeout(_, left)) => Ok(serde_json::json!({ "done": false, "dirty_bytes": left })),
+            Err(e) => Err(format!("flush: {e}")),
+        }
+    }
 }
 
 /// The control socket this mount answers on: `--control-socket`, or the default path for
@@ -235,6 +257,13 @@ fn settings(a: &Args) -> anyhow::Result<crate::config::Config> {
         c.cache.memcached_plaintext = true;
     }
     a.tls.apply(&mut c.cache);
+    if let Some(t) = &a.tier {
+        c.tier.path = t.display().to_string();
+    }
+    if let Some(n) = a.tier_size {
+        c.tier.size = n;
+    }
+    c.tier.validate()?;
     if !a.no_remote {
         crate::config::check_cache_tls_files(&c.cache)?;
         c.cache.tenant_from_certificate()?;
@@ -268,6 +297,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     limit_malloc_caching();
     let supervisor = super::supervise::daemon_link();
     let file_cfg = settings(&a)?;
+    if a.takeover && !file_cfg.tier.path.is_empty() {
+        // The running daemon holds the tier (its log, its destager): a second daemon opening
+        // it now would replay records the first is still writing back.
+        anyhow::bail!(
+            "--takeover: not yet with a write-back tier (tier.path = {:?}); the running daemon keeps serving. To upgrade, \
+             run `farcache flush MOUNTPOINT`, unmount, and mount again with the new binary",
+            file_cfg.tier.path
+        );
+    }
     let cfg = file_cfg.mount.clone();
     let cache = file_cfg.cache.clone();
 
@@ -383,9 +421,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         );
         (c.clone(), Engine::Cached(c), tier)
     };
+    // The write-back tier in front of everything (or the refusal of a backing directory
+    // whose tier is dirty but not given).
+    let (data, tier) = super::tier::wrap(&file_cfg.tier, &a.backing_dir, cfg.direct_io_backing, data)?;
     let control = Arc::new(MountControl {
         giver: std::sync::Mutex::new(None),
         engine,
+        tier,
         mountpoint: canonical.display().to_string(),
         backing_dir: std::fs::canonicalize(&a.backing_dir)
             .unwrap_or_else(|_| a.backing_dir.clone())
@@ -492,19 +534,34 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             // namespace (a process that ran `unshare -m` meanwhile): say so.
             let held = async {
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                super::tier::drained().await;
                 tracing::warn!(
                     "unmounted here, but the session goes on: a copy of the mount lives in another mount \
                      namespace; waiting up to {grace:?} for it"
                 );
                 std::future::pending::<()>().await
             };
-            tokio::select! {
-                _ = tokio::time::sleep(grace) => tracing::warn!("still in use after {grace:?}; exiting"),
-                _ = held, if code == 0 => {}
-                _ = term.recv() => tracing::warn!("second signal: exiting now"),
-                _ = int.recv() => tracing::warn!("second signal: exiting now"),
+            let forced = tokio::select! {
+                _ = super::tier::after_grace(grace) => {
+                    tracing::warn!("still in use after {grace:?}; exiting");
+                    false
+                }
+                _ = held, if code == 0 => false,
+                _ = term.recv() => {
+                    tracing::warn!("second signal: exiting now");
+                    true
+                }
+                _ = int.recv() => {
+                    tracing::warn!("second signal: exiting now");
+                    true
+                }
+            };
+            // Exiting without unwinding: the tier's write-back (unless a second signal asked
+            // to exit now: the next mount recovers it), the counters and the control socket
+            // go first.
+            if let (false, Some(t)) = (forced, &summary.tier) {
+                super::tier::shutdown(t);
             }
-            // Exiting without unwinding: the counters and the control socket go first.
             log_summary(&summary);
             socket_file.remove();
             std::process::exit(code);
@@ -535,6 +592,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 }
             },
         }
+    }
+    // Unmounted (by us on a signal, or by someone else): a clean unmount destages everything.
+    if let Some(t) = &control.tier {
+        super::tier::shutdown(t);
     }
     // Unmounted by someone else (fusermount3 -u, umount): stopping as well.
     crate::notify::stopping();

@@ -274,6 +274,45 @@ fn render_mount(s: &MountStats) -> String {
         ByteSize(b.write_bytes).approx(),
         b.fsyncs
     );
+    if let Some(t) = &c.tier {
+        let l = &t.log;
+        let _ = writeln!(
+            out,
+            "write-back {} ({}: {}), {} dirty in {} blocks of {} files, {} of {} used",
+            t.path,
+            l.mode,
+            l.durability,
+            ByteSize(l.dirty_bytes).approx(),
+            l.dirty_blocks,
+            l.files,
+            ByteSize(l.used_bytes).approx(),
+            ByteSize(l.capacity_bytes).approx()
+        );
+        let _ = writeln!(
+            out,
+            "           {} writes ({}) in {} group commits, {} fsyncs absorbed; written through: {} full, {} broken, \
+             {} unnamed",
+            t.writes,
+            ByteSize(t.write_bytes).approx(),
+            l.groups,
+            t.fsyncs_absorbed,
+            t.write_through_full,
+            t.write_through_broken,
+            t.write_through_unnamed
+        );
+        let _ = writeln!(
+            out,
+            "           destaged {} blocks ({}) in {} rounds; {} errors{}",
+            t.destaged_blocks,
+            ByteSize(t.destaged_bytes).approx(),
+            t.destage_rounds,
+            t.destage_errors,
+            t.last_destage_error.as_deref().map(|e| format!(", last: {e}")).unwrap_or_default()
+        );
+        if let Some(b) = &l.broken {
+            let _ = writeln!(out, "           MEDIUM FAILED: {b} (every write goes through)");
+        }
+    }
     if s.remote_tier != "none" {
         let _ = writeln!(out, "lenders");
         out.push_str(&super::lenders::render(&c.lenders));
@@ -326,5 +365,26 @@ mod tests {
         assert_eq!(back.cache, s.cache);
         let none = MountStats { remote_tier: "none".into(), ..s };
         assert!(!render_mount(&none).contains("lenders\n"));
+        assert!(!render_mount(&none).contains("write-back"), "{}", render_mount(&none));
+        // With a tier: its mode and durability, dirty bytes, destage errors; and the JSON
+        // reads back.
+        let mut with_tier = none.clone();
+        let mut t = farcache_engine::writeback::TierStats { path: "/dev/shm/t".into(), ..Default::default() };
+        t.log.mode = "dram".into();
+        t.log.durability = "survives the daemon, not a power cut".into();
+        t.log.dirty_bytes = 8192;
+        t.destage_errors = 2;
+        t.last_destage_error = Some("x: No space left on device".into());
+        with_tier.cache.tier = Some(t);
+        let r = render_mount(&with_tier);
+        for want in [
+            "write-back /dev/shm/t (dram: survives the daemon, not a power cut)",
+            "8.00 KiB dirty",
+            "2 errors, last: x: No space",
+        ] {
+            assert!(r.contains(want), "no {want:?} in\n{r}");
+        }
+        let back: MountStats = serde_json::from_value(serde_json::to_value(&with_tier).unwrap()).unwrap();
+        assert_eq!(back.cache, with_tier.cache);
     }
 }

@@ -8,6 +8,7 @@
 //! {"cmd":"remove_lender","addr":"10.0.0.2:7411"}   {"ok":true,"lenders":[...]}
 //! {"cmd":"ping"}                                   {"ok":true,"version":"...","pid":1234}
 //! {"cmd":"takeover",...}                           an exchange of its own (takeover.rs)
+//! {"cmd":"flush","wait_ms":2000}                   {"ok":true,"done":false,"dirty_bytes":N}
 //! anything else                                    {"ok":false,"error":"..."}
 //! ```
 //!
@@ -57,10 +58,19 @@ pub trait Control: Send + Sync + 'static {
     fn takeover(&self, s: std::os::unix::net::UnixStream, _req: &Value) {
         let _ = fds::write_line(&s, &error("this daemon cannot hand its mount over"));
     }
+    /// Destage everything the write-back tier holds, waiting at most `wait` (the client asks
+    /// again until `done`): `{"done":bool,"dirty_bytes":N}`, or why it cannot.
+    fn flush(&self, wait: Duration) -> Result<Value, String> {
+        let _ = wait;
+        Err("this mount has no write-back tier (mount with --tier PATH to have one)".into())
+    }
 }
 
+/// Longest a `flush` request waits before answering (the client asks again).
+pub const MAX_FLUSH_WAIT: Duration = Duration::from_secs(3);
+
 /// The commands, in the order error messages list them.
-pub const COMMANDS: [&str; 6] = ["stats", "lenders", "add_lender", "remove_lender", "ping", "takeover"];
+pub const COMMANDS: [&str; 7] = ["stats", "lenders", "add_lender", "remove_lender", "ping", "takeover", "flush"];
 
 /// An error response.
 pub fn error(msg: impl Into<String>) -> Value {
@@ -81,6 +91,7 @@ pub fn handle(control: &dyn Control, line: &[u8]) -> Value {
     };
     let expected: &[&str] = match cmd {
         "add_lender" | "remove_lender" => &["cmd", "addr"],
+        "flush" => &["cmd", "wait_ms"],
         _ => &["cmd"],
     };
     if let Some(k) = obj.keys().find(|k| !expected.contains(&k.as_str())) {
@@ -90,6 +101,16 @@ pub fn handle(control: &dyn Control, line: &[u8]) -> Value {
         "stats" => json!({ "ok": true, "stats": control.stats() }),
         "lenders" => json!({ "ok": true, "lenders": control.lenders() }),
         "ping" => json!({ "ok": true, "version": env!("CARGO_PKG_VERSION"), "pid": std::process::id() }),
+        "flush" => {
+            let ms = obj.get("wait_ms").and_then(Value::as_u64).unwrap_or(0);
+            match control.flush(Duration::from_millis(ms).min(MAX_FLUSH_WAIT)) {
+                Ok(mut v) => {
+                    v["ok"] = json!(true);
+                    v
+                }
+                Err(e) => error(e),
+            }
+        }
         "add_lender" | "remove_lender" => {
             let addr = match obj.get("addr").and_then(Value::as_str).map(str::parse::<LenderAddr>) {
                 Some(Ok(a)) => a,

@@ -98,6 +98,29 @@ impl Collector for Snapshot {
             let rows: Vec<_> = c.lenders.iter().zip(&addrs).map(|(l, a)| ([(LENDER, a.as_str())], f(l))).collect();
             o.family(m, &rows)?;
         }
+        let t = c.tier.clone().unwrap_or_default();
+        let info =
+            [("path", t.path.as_str()), ("mode", t.log.mode.as_str()), ("durability", t.log.durability.as_str())];
+        o.family(TIER_INFO, &[(info, u64::from(c.tier.is_some()))])?;
+        for (m, v) in [
+            (TIER_CAPACITY, t.log.capacity_bytes),
+            (TIER_USED, t.log.used_bytes),
+            (TIER_DIRTY, t.log.dirty_bytes),
+            (TIER_BROKEN, u64::from(t.log.broken.is_some())),
+            (TIER_WRITES, t.writes),
+            (TIER_WRITE_BYTES, t.write_bytes),
+            (TIER_GROUPS, t.log.groups),
+            (TIER_FSYNCS_ABSORBED, t.fsyncs_absorbed),
+            (TIER_READS, t.reads_from_tier),
+            (TIER_THROUGH_FULL, t.write_through_full),
+            (TIER_THROUGH_BROKEN, t.write_through_broken),
+            (TIER_DESTAGE_ROUNDS, t.destage_rounds),
+            (TIER_DESTAGED_BLOCKS, t.destaged_blocks),
+            (TIER_DESTAGED_BYTES, t.destaged_bytes),
+            (TIER_DESTAGE_ERRORS, t.destage_errors),
+        ] {
+            o.value(m, v)?;
+        }
         o.histogram(REMOTE_FETCH_SECONDS, &r.fetch_latency)?;
         o.histogram(REMOTE_FILL_SECONDS, &r.fill_latency)?;
         o.histogram(BACKING_READ_SECONDS, &b.read_latency)?;
@@ -126,6 +149,10 @@ mod tests {
             misses: 0,
             puts: 3,
         });
+        let mut t = farcache_engine::writeback::TierStats { path: "/dev/shm/t".into(), ..Default::default() };
+        t.log.mode = "dram".into();
+        t.log.dirty_bytes = 8192;
+        cache.tier = Some(t);
         let s = MountStats {
             version: "0.1.0".into(),
             pid: 1,
@@ -138,6 +165,8 @@ mod tests {
         let text = super::super::render(Snapshot(s));
         assert!(text.contains("farcache_mount_lender_puts_total{lender=\"127.0.0.1:7411\"} 3"), "{text}");
         assert!(text.contains("farcache_mount_remote_hits_total 9"), "{text}");
+        assert!(text.contains("farcache_mount_tier_dirty_bytes 8192"), "{text}");
+        assert!(text.contains("farcache_mount_tier_info{path=\"/dev/shm/t\",mode=\"dram\""), "{text}");
         assert!(text.contains("farcache_mount_backing_read_seconds_bucket{le=\"0.00025\"} 0"), "{text}");
         assert!(text.contains("farcache_mount_backing_read_seconds_bucket{le=\"0.0005\"} 1"), "{text}");
         assert!(text.contains("farcache_mount_backing_read_seconds_bucket{le=\"+Inf\"} 1"), "{text}");

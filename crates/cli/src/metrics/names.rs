@@ -138,6 +138,22 @@ metrics! { MOUNT:
     REMOTE_FILL_SECONDS = "farcache_mount_remote_fill_seconds", Histogram, "Time from a fill being queued to its lender storing it";
     BACKING_READ_SECONDS = "farcache_mount_backing_read_seconds", Histogram, "Time of each backing read";
     BACKING_WRITE_SECONDS = "farcache_mount_backing_write_seconds", Histogram, "Time of each backing write";
+    TIER_INFO = "farcache_mount_tier_info", Gauge, "1, labelled with the write-back tier's path, mode and what an acknowledged write survives (0, labels empty, without a tier)";
+    TIER_CAPACITY = "farcache_mount_tier_capacity_bytes", Gauge, "Bytes of the write-back tier's log";
+    TIER_USED = "farcache_mount_tier_used_bytes", Gauge, "Bytes of the log between its oldest live record and its head";
+    TIER_DIRTY = "farcache_mount_tier_dirty_bytes", Gauge, "Bytes whose newest data is only in the tier";
+    TIER_BROKEN = "farcache_mount_tier_broken", Gauge, "1 if the tier's medium failed (every write then goes through)";
+    TIER_WRITES = "farcache_mount_tier_writes", Counter, "Writes acknowledged by the tier";
+    TIER_WRITE_BYTES = "farcache_mount_tier_write_bytes", Counter, "Bytes of writes acknowledged by the tier";
+    TIER_GROUPS = "farcache_mount_tier_group_commits", Counter, "Flushes of the tier's medium (each carries one or more appends)";
+    TIER_FSYNCS_ABSORBED = "farcache_mount_tier_fsyncs_absorbed", Counter, "fsyncs answered without the disk (data durable in the tier)";
+    TIER_READS = "farcache_mount_tier_reads", Counter, "Reads that took at least one block from the tier";
+    TIER_THROUGH_FULL = "farcache_mount_tier_write_through_full", Counter, "Writes that went through because the tier was full";
+    TIER_THROUGH_BROKEN = "farcache_mount_tier_write_through_broken", Counter, "Writes that went through because the tier's medium failed";
+    TIER_DESTAGE_ROUNDS = "farcache_mount_tier_destage_rounds", Counter, "Destage rounds run";
+    TIER_DESTAGED_BLOCKS = "farcache_mount_tier_destaged_blocks", Counter, "Blocks written back to the backing store";
+    TIER_DESTAGED_BYTES = "farcache_mount_tier_destaged_bytes", Counter, "Bytes written back to the backing store";
+    TIER_DESTAGE_ERRORS = "farcache_mount_tier_destage_errors", Counter, "Destage rounds that failed (data kept dirty, retried with back-off)";
 }
 
 #[cfg(test)]

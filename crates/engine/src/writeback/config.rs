@@ -1,0 +1,165 @@
+//! `[tier]`: the persistent write-back tier (`farcache mount --tier PATH --tier-size SIZE`).
+//! Every default is written out in [`TEMPLATE`]; a test keeps the two in step.
+
+use farcache_config::{ByteSize, ConfigError, HumanDuration};
+use serde::{Deserialize, Serialize};
+
+/// The `[tier]` table with every default, as it belongs in etc/farcache.toml.
+pub const TEMPLATE: &str = r#"[tier]
+# The write-back tier's medium: a file (created if missing) or a block device on fast local
+# storage. "" for none: every write goes through to the backing directory before it is
+# acknowledged. With a tier, a write is acknowledged once it is durable in the tier, and the
+# tier writes it back ("destages" it) later. The mode follows from what the path is: a file
+# on tmpfs is "dram" (survives the daemon, NOT a power cut), a file on a disk file system or
+# a block device is "ssd" (O_DIRECT and fdatasync), a file on a DAX file system is "pmem".
+path = ""
+# Bytes of the medium the tier uses (a file is created and preallocated with this size).
+size = "1GiB"
+# "auto" (from the path, as above), or force "dram", "ssd" or "pmem".
+mode = "auto"
+# Destaging starts when this share of the tier is used, in percent, and stops at
+# low_watermark (dm-writecache's defaults).
+high_watermark = 50
+low_watermark = 45
+# A block is destaged at the latest this long after it was written.
+max_dirty_age = "30s"
+# Destage whatever is dirty past this many bytes, whatever the watermarks say.
+max_dirty_bytes = "4GiB"
+# How often the destager looks at the tier when nobody wakes it.
+destage_interval = "100ms"
+# Largest single write a destage round merges neighbouring dirty blocks into.
+destage_write = "1MiB"
+# After a destage error (the backing refused a write or a sync): retry after retry_min,
+# doubling up to retry_max. The data stays dirty in the tier meanwhile.
+retry_min = "100ms"
+retry_max = "30s"
+"#;
+
+/// `mode`: what kind of medium the tier is on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TierMode {
+    #[default]
+    Auto,
+    Dram,
+    Ssd,
+    Pmem,
+}
+
+/// `[tier]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TierConfig {
+    pub path: String,
+    pub size: ByteSize,
+    pub mode: TierMode,
+    pub high_watermark: u32,
+    pub low_watermark: u32,
+    pub max_dirty_age: HumanDuration,
+    pub max_dirty_bytes: ByteSize,
+    pub destage_interval: HumanDuration,
+    pub destage_write: ByteSize,
+    pub retry_min: HumanDuration,
+    pub retry_max: HumanDuration,
+}
+
+impl Default for TierConfig {
+    fn default() -> Self {
+        TierConfig {
+            path: String::new(),
+            size: ByteSize::gib(1),
+            mode: TierMode::Auto,
+            high_watermark: 50,
+            low_watermark: 45,
+            max_dirty_age: HumanDuration::secs(30),
+            max_dirty_bytes: ByteSize::gib(4),
+            destage_interval: HumanDuration::ms(100),
+            destage_write: ByteSize::mib(1),
+            retry_min: HumanDuration::ms(100),
+            retry_max: HumanDuration::secs(30),
+        }
+    }
+}
+
+/// Smallest tier.
+pub const MIN_SIZE_BYTES: u64 = 1 << 20;
+
+impl TierConfig {
+    pub fn enabled(&self) -> bool {
+        !self.path.is_empty()
+    }
+
+    /// Refuse values that cannot work, naming the key and the fix.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.size.bytes() < MIN_SIZE_BYTES {
+            return Err(ConfigError::invalid("tier.size", format!("{} is too small", self.size), "set at least 1MiB"));
+        }
+        if !(1..=95).contains(&self.high_watermark) {
+            return Err(ConfigError::invalid(
+                "tier.high_watermark",
+                format!("{} is out of range", self.high_watermark),
+                "set 1 to 95 (percent)",
+            ));
+        }
+        if self.low_watermark >= self.high_watermark {
+            return Err(ConfigError::invalid(
+                "tier.low_watermark",
+                format!("{} is not below high_watermark ({})", self.low_watermark, self.high_watermark),
+                "set it below tier.high_watermark",
+            ));
+        }
+        if self.max_dirty_bytes.bytes() < 4096 {
+            return Err(ConfigError::invalid("tier.max_dirty_bytes", "below one block", "set at least 4KiB"));
+        }
+        let w = self.destage_write.bytes();
+        if !(4096..=(64 << 20)).contains(&w) || !w.is_multiple_of(4096) {
+            return Err(ConfigError::invalid(
+                "tier.destage_write",
+                format!("{} is not a multiple of 4KiB from 4KiB to 64MiB", self.destage_write),
+                "set e.g. 1MiB",
+            ));
+        }
+        if self.destage_interval.get().is_zero() || self.retry_min.get().is_zero() {
+            return Err(ConfigError::invalid("tier.destage_interval", "zero spins the destager", "set at least 1ms"));
+        }
+        if self.retry_max.get() < self.retry_min.get() {
+            return Err(ConfigError::invalid("tier.retry_max", "below tier.retry_min", "set it at least as long"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct File {
+        tier: TierConfig,
+    }
+
+    #[test]
+    fn template_is_the_defaults_and_mentions_every_key() {
+        let f: File = toml::from_str(TEMPLATE).unwrap();
+        assert_eq!(f.tier, TierConfig::default());
+        f.tier.validate().unwrap();
+        let v = toml::Value::try_from(TierConfig::default()).unwrap();
+        for key in v.as_table().unwrap().keys() {
+            assert!(TEMPLATE.lines().any(|l| l.starts_with(&format!("{key} ="))), "template lacks tier.{key}");
+        }
+    }
+
+    #[test]
+    fn bad_values_are_refused_by_name() {
+        let c = TierConfig { low_watermark: 50, ..TierConfig::default() };
+        assert!(c.validate().unwrap_err().to_string().contains("tier.low_watermark"));
+        let c = TierConfig { size: ByteSize(4096), ..TierConfig::default() };
+        assert!(c.validate().unwrap_err().to_string().contains("tier.size"));
+        let c = TierConfig { destage_write: ByteSize(5000), ..TierConfig::default() };
+        assert!(c.validate().unwrap_err().to_string().contains("tier.destage_write"));
+        let f: File = toml::from_str("[tier]\nmode = \"ssd\"").unwrap();
+        assert_eq!(f.tier.mode, TierMode::Ssd);
+        assert!(toml::from_str::<File>("[tier]\nmode = \"nvme\"").is_err());
+    }
+}

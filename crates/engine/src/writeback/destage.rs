@@ -1,0 +1,376 @@
+//! Destaging: the thread that writes dirty blocks back to the backing store, the rounds it
+//! runs, `flush` (destage everything and wait) and recovery at start.
+//!
+//! A round through seq `S` (the log's [`farcache_tier::Log::plan`]): for each file, under its
+//! `meta` lock (so no truncate runs meanwhile), the newest contents of its planned blocks,
+//! sorted and merged into writes of up to `destage_write` bytes through the path underneath
+//! (so lenders' copies are invalidated as for any write), then one `fdatasync` of the file;
+//! once every file is synced, [`farcache_tier::Log::free_through`] `S`. A block cut or dropped
+//! since the plan is skipped (it is no longer in the log); one rewritten since is written
+//! with its newer contents (it stays dirty under its newer record). Any error stops the
+//! round: nothing is freed, the data stays dirty, the error is counted and logged, and the
+//! next round waits `retry_min`, doubling to `retry_max`.
+//!
+//! When: every `destage_interval` the thread asks the log what is due — the oldest batches
+//! down to `low_watermark` once the used space reached `high_watermark`, every batch older
+//! than `max_dirty_age` — and everything when the dirty bytes pass `max_dirty_bytes` or a
+//! flush is waiting. A write that pushes the tier past its high watermark wakes it.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use farcache_tier::Log;
+
+use super::name::{FileName, Located};
+use super::{add, FileEntry, Shared, TierOpenError, B};
+use crate::backing::BackingFile;
+use crate::data_path::DataPath;
+
+/// The destager's control block (under `Shared::ctl`).
+#[derive(Debug, Default)]
+pub(crate) struct Ctl {
+    pub(crate) stop: bool,
+    /// Flushes asked for, and the last one a round completed.
+    flush_asked: u64,
+    flush_done: u64,
+    /// Rounds that failed since the last flush was asked for.
+    failures_since_ask: u64,
+    pub(crate) last_error: Option<String>,
+    retry_at: Option<Instant>,
+    retry_delay: Duration,
+    /// What recovery found, to destage first (the mount serves it meanwhile).
+    pub(crate) recovered_through: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FlushError {
+    #[error("the backing store refused the write-back: {0}")]
+    Destage(String),
+    #[error("timed out after {0:?} with {1} dirty bytes left")]
+    Timeout(Duration, u64),
+}
+
+impl<D: DataPath> Shared<D> {
+    /// Wake the destager.
+    pub(crate) fn kick(&self) {
+        self.cv.notify_all();
+    }
+
+    /// Wake the destager if the tier is past its high watermark.
+    pub(crate) fn kick_if_over(&self) {
+        if self.log.used_permille() >= u64::from(self.cfg.high_watermark) * 10 {
+            self.kick();
+        }
+    }
+}
+
+/// The destager thread.
+pub(crate) fn run<D: DataPath>(s: &Shared<D>) {
+    loop {
+        let flush_ticket = {
+            let mut c = s.ctl.lock();
+            if c.stop {
+                return;
+            }
+            if c.flush_asked == c.flush_done {
+                s.cv.wait_for(&mut c, s.cfg.destage_interval.get());
+            }
+            if c.stop {
+                return;
+            }
+            if c.retry_at.is_some_and(|t| Instant::now() < t) {
+                // Backing off after an error; a flush waits for the retry too (bounded).
+                let left = c.retry_at.map(|t| t.saturating_duration_since(Instant::now())).unwrap_or_default();
+                s.cv.wait_for(&mut c, left);
+                continue;
+            }
+            (c.flush_asked > c.flush_done).then_some(c.flush_asked)
+        };
+        let recovered = s.ctl.lock().recovered_through.take();
+        let through = match (due(s, flush_ticket.is_some()), recovered) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        let Some(through) = through else {
+            if let Some(t) = flush_ticket {
+                s.ctl.lock().flush_done = t;
+                s.cv.notify_all();
+            }
+            continue;
+        };
+        match round(s, through) {
+            Ok(()) => {
+                let mut c = s.ctl.lock();
+                c.retry_at = None;
+                c.retry_delay = Duration::ZERO;
+                if let Some(t) = flush_ticket {
+                    if s.log.last_seq() <= through || s.log.is_clean() {
+                        c.flush_done = t;
+                    }
+                }
+            }
+            Err(e) => {
+                add(&s.counters.destage_errors, 1);
+                let mut c = s.ctl.lock();
+                if let Some(r) = recovered {
+                    c.recovered_through.get_or_insert(r);
+                }
+                c.retry_delay = (c.retry_delay * 2).clamp(s.cfg.retry_min.get(), s.cfg.retry_max.get());
+                c.retry_at = Some(Instant::now() + c.retry_delay);
+                c.failures_since_ask += 1;
+                tracing::error!(
+                    "tier {}: destage failed, the data stays dirty in the tier and is retried in {:?}: {e}",
+                    s.path,
+                    c.retry_delay
+                );
+                c.last_error = Some(e);
+            }
+        }
+        s.cv.notify_all();
+    }
+}
+
+/// The seq a round should go through now, if any.
+fn due<D: DataPath>(s: &Shared<D>, everything: bool) -> Option<u64> {
+    let last = s.log.last_seq();
+    s.log.first_seq()?;
+    if everything || s.log.stats().dirty_bytes > s.cfg.max_dirty_bytes.bytes() {
+        return Some(last);
+    }
+    let used = s.log.used_permille();
+    let target = if used >= u64::from(s.cfg.high_watermark) * 10 { u64::from(s.cfg.low_watermark) * 10 } else { 1000 };
+    s.log.due(target, s.cfg.max_dirty_age.get())
+}
+
+/// One round through `through` (module docs).
+fn round<D: DataPath>(s: &Shared<D>, through: u64) -> Result<(), String> {
+    add(&s.counters.destage_rounds, 1);
+    for plan in s.log.plan(through) {
+        let fe = s.keys.lock().get(&plan.key).cloned();
+        let Some(fe) = fe else {
+            return Err(format!(
+                "file key {} has {} dirty blocks but no open entry (name {})",
+                plan.key.0,
+                plan.blocks.len(),
+                String::from_utf8_lossy(&plan.name)
+            ));
+        };
+        let _m = fe.meta.lock();
+        write_back_file(s, &fe, Some(&plan.blocks.iter().map(|(b, _)| *b).collect::<Vec<_>>()))
+            .map_err(|e| format!("{}: {e}", describe(&plan.name)))?;
+    }
+    match s.log.free_through(through) {
+        // No room to declare again the names of files with newer records: go through
+        // everything, which needs none.
+        Err(farcache_tier::AppendError::Full) if through < s.log.last_seq() => round(s, s.log.last_seq()),
+        r => {
+            r.map_err(|e| e.to_string())?;
+            forget_clean(s);
+            Ok(())
+        }
+    }
+}
+
+/// Drop the entries of files that hold nothing dirty any more and that no request is using
+/// (only the two maps hold them): their descriptors close, and the entries of files a long
+/// run wrote once do not pile up. A later write makes a new entry (and declares a new key).
+fn forget_clean<D: DataPath>(s: &Shared<D>) {
+    let mut files = s.files.lock();
+    let gone: Vec<crate::identity::FileId> = files
+        .iter()
+        .filter(|(_, fe)| std::sync::Arc::strong_count(fe) == 2 && !s.log.has_dirty(fe.key))
+        .map(|(id, _)| *id)
+        .collect();
+    for id in gone {
+        if let Some(fe) = files.remove(&id) {
+            s.keys.lock().remove(&fe.key);
+        }
+    }
+}
+
+fn describe(name: &[u8]) -> String {
+    match FileName::decode(name) {
+        Some(n) if !n.path.is_empty() => n.path,
+        Some(n) => format!("inode {}", n.ino),
+        None => "a file".into(),
+    }
+}
+
+/// Write `blocks` of `fe` (all its dirty blocks with `None`) back through the path below,
+/// merged, then fdatasync the file. The caller holds `fe.meta`.
+pub(crate) fn write_back_file<D: DataPath>(s: &Shared<D>, fe: &FileEntry, blocks: Option<&[u64]>) -> io::Result<()> {
+    let mut list: Vec<u64> = match blocks {
+        Some(b) => b.to_vec(),
+        None => s.log.dirty_in(fe.key, 0, u64::MAX).into_iter().map(|(b, _)| b).collect(),
+    };
+    list.sort_unstable();
+    let max = s.cfg.destage_write.bytes();
+    let mut run: Option<(u64, BytesMut)> = None;
+    let mut n = 0u64;
+    let flush = |run: &mut Option<(u64, BytesMut)>| -> io::Result<()> {
+        if let Some((start, buf)) = run.take() {
+            if !buf.is_empty() {
+                s.inner.write(&fe.rw, start * B, &buf)?;
+                add(&s.counters.destaged_bytes, buf.len() as u64);
+            }
+        }
+        Ok(())
+    };
+    for b in list {
+        // Newest contents now; gone if cut or dropped since the plan.
+        let Some((page, valid)) = s.log.read_block(fe.key, b)? else { continue };
+        let contiguous = run.as_ref().is_some_and(|(start, buf)| {
+            (buf.len() as u64).is_multiple_of(B) && start + buf.len() as u64 / B == b && buf.len() as u64 + B <= max
+        });
+        if !contiguous {
+            flush(&mut run)?;
+            run = Some((b, BytesMut::with_capacity(max as usize)));
+        }
+        let (_, buf) = run.as_mut().expect("a run");
+        buf.extend_from_slice(&page.0[..valid as usize]);
+        n += 1;
+    }
+    flush(&mut run)?;
+    if n > 0 {
+        s.inner.fsync(&fe.rw, true)?;
+        add(&s.counters.destaged_blocks, n);
+    }
+    Ok(())
+}
+
+/// Destage everything and wait (module docs of `super`).
+pub(crate) fn flush<D: DataPath>(
+    s: &Shared<D>,
+    timeout: Duration,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(), FlushError> {
+    let t0 = Instant::now();
+    let ticket = {
+        let mut c = s.ctl.lock();
+        c.flush_asked += 1;
+        c.failures_since_ask = 0;
+        c.retry_at = None; // an operator asking: try now
+        c.flush_asked
+    };
+    s.kick();
+    let mut last_report = Instant::now();
+    loop {
+        let mut c = s.ctl.lock();
+        if c.flush_done >= ticket {
+            return Ok(());
+        }
+        if c.failures_since_ask > 0 {
+            return Err(FlushError::Destage(c.last_error.clone().unwrap_or_default()));
+        }
+        if c.stop {
+            return Err(FlushError::Destage("the destager stopped".into()));
+        }
+        if t0.elapsed() >= timeout {
+            return Err(FlushError::Timeout(timeout, s.log.stats().dirty_bytes));
+        }
+        s.cv.wait_for(&mut c, Duration::from_millis(200));
+        drop(c);
+        if last_report.elapsed() >= Duration::from_secs(1) {
+            progress(s.log.stats().dirty_bytes);
+            last_report = Instant::now();
+        }
+    }
+}
+
+/// At start: find the file of every key with records. Where every such file has a
+/// file-system inode generation, its identity here is the one the FUSE layer will compute, so
+/// the files are registered and served from the tier at once, and the destager writes them
+/// back first thing. Otherwise (a backing file system without generations) everything is
+/// written back before the mount serves anything.
+pub(crate) fn recover<D: DataPath>(s: &Shared<D>) -> Result<(), TierOpenError> {
+    let t0 = Instant::now();
+    let err = |problem: String, fix: &str| TierOpenError::Config { path: s.path.clone(), problem, fix: fix.into() };
+    let root_fd = super::name::open_root(&s.root).map_err(|e| {
+        err(format!("cannot open the backing root {}: {e}", s.root.display()), "check the backing directory")
+    })?;
+    let through = s.log.last_seq();
+    let ids = crate::identity::Identities::new();
+    for plan in s.log.plan(through) {
+        let Some(name) = FileName::decode(&plan.name) else {
+            return Err(err(
+                format!("file key {} has {} dirty blocks but an unreadable name", plan.key.0, plan.blocks.len()),
+                "keep the tier file and report this as a bug",
+            ));
+        };
+        match name.locate(&s.root, &root_fd) {
+            Located::Found(f) => {
+                let id = ids.identify(&f).map_err(|e| err(format!("{}: {e}", name.path), "check the backing file"))?;
+                // The size the records imply (a power cut may have lost the extension that
+                // came with them): the mount serves the file at once, and the kernel reads
+                // no further than its size.
+                let end = plan.blocks.iter().map(|(b, r)| b * B + u64::from(r.valid)).max().unwrap_or(0);
+                if f.metadata().map(|m| m.len() < end).unwrap_or(false) {
+                    f.set_len(end).map_err(|e| {
+                        err(format!("{}: cannot restore its size: {e}", name.path), "check the backing file")
+                    })?;
+                }
+                let fe = std::sync::Arc::new(FileEntry {
+                    key: plan.key,
+                    name: parking_lot::Mutex::new(plan.name.clone()),
+                    rw: BackingFile::new(id, f, libc::O_RDWR, &s.backing_opts),
+                    meta: parking_lot::Mutex::new(()),
+                    size: parking_lot::Mutex::new(()),
+                    unsynced: std::sync::atomic::AtomicBool::new(false),
+                });
+                s.keys.lock().insert(plan.key, fe);
+            }
+            Located::Gone => {
+                tracing::warn!(
+                    "tier: {} was deleted after its last {} writes reached the tier; they are dropped",
+                    describe(&plan.name),
+                    plan.blocks.len()
+                );
+                drop_key(&s.log, plan.key);
+            }
+            Located::Lost(why) => {
+                return Err(err(
+                    format!("{} dirty blocks of a file cannot be found: {why}", plan.blocks.len()),
+                    "run the mount (or `farcache tier recover`) as root, which finds files by handle even after a \
+                     rename, or move the file back to its recorded path",
+                ));
+            }
+        }
+    }
+    let entries: Vec<std::sync::Arc<FileEntry>> = s.keys.lock().values().cloned().collect();
+    let stable = entries.iter().all(|fe| matches!(fe.rw.id().generation, crate::identity::Generation::Fs(_)));
+    if stable {
+        let mut files = s.files.lock();
+        for fe in entries {
+            files.insert(*fe.rw.id(), fe);
+        }
+        s.ctl.lock().recovered_through = Some(through);
+        tracing::info!(
+            "tier {}: {} records of {} files recovered and served from the tier; writing them back now ({} ms)",
+            s.path,
+            s.log.stats().dirty_blocks,
+            files.len(),
+            t0.elapsed().as_millis()
+        );
+        return Ok(());
+    }
+    let r = round(s, through).map_err(|e| {
+        err(
+            format!("recovery could not write the tier's records back: {e}"),
+            "free space or fix the backing store, then mount again (nothing was lost: the records stay in the tier)",
+        )
+    });
+    s.keys.lock().clear();
+    r?;
+    let n = s.counters.destaged_blocks.load(Ordering::Relaxed);
+    tracing::info!("tier {}: recovered {n} blocks into the backing files in {} ms", s.path, t0.elapsed().as_millis());
+    Ok(())
+}
+
+fn drop_key(log: &Log, key: farcache_tier::FileKey) {
+    let e = || farcache_tier::Entry::Drop { key, through: u64::MAX };
+    if log.append(farcache_tier::Append { entries: vec![e()], names: Vec::new(), reserve: true }).is_err() {
+        log.apply_unlogged(&e());
+    }
+}

@@ -1,0 +1,699 @@
+//! [`WritebackPath`]: the persistent write-back tier (issue 12, paper 003) as a [`DataPath`]
+//! wrapped around another one — a [`crate::cached::CachedPath`] (lenders) or a
+//! [`crate::DirectPath`] — so that the tier, the lenders and the disk are one stack behind
+//! one seam. The log itself (medium, format, group commit, recovery) is `farcache-tier`.
+//!
+//! - **Writes** go to the tier as whole 4 KiB blocks (a partial block is read, from the tier
+//!   if it is dirty there, else from the path underneath, and merged) and are acknowledged
+//!   once the log says they are durable. A write that extends the file first extends the
+//!   backing file's size (a metadata change, no data), so that its size is right for
+//!   `stat` and for reads. Writes to the same blocks are serialised by striped locks.
+//! - **Reads** see the newest data: the blocks dirty in the tier come from the tier, the rest
+//!   from the path underneath (page cache, lenders, disk as before). Nothing below answers
+//!   for a dirty block.
+//! - **fsync** costs nothing more for data in the tier; it reaches the disk only when this
+//!   file had something written through since the last one (a full tier, a truncate).
+//! - **Truncate** (`set_len`): the backing file first (and, unless the tier is `dram`, synced),
+//!   then a trim record; recovery never replays a record past the new size, and never needs
+//!   to redo the truncate (room for the trim is made before the backing changes). **Unlink**
+//!   (`forget`): nothing is dropped — open handles still read the newest data; the records are
+//!   written back to the unlinked inode, and a restart finds it gone. **Rename**: nothing; the
+//!   name in the log finds the file by its handle. **fallocate** that changes contents: the
+//!   file's dirty blocks are written back, synced and dropped (through that point) first.
+//! - **A full tier** writes through: a write that touches no dirty block goes to the path
+//!   underneath; one that does takes the reserve, and if even that is gone, the file's dirty
+//!   blocks are written back first (bounded by that file's dirty bytes, never a wait for
+//!   room). A broken medium does the same for every write.
+//! - **Destage** (`destage.rs`): a thread writes dirty blocks back through the path
+//!   underneath — so the lenders' index invalidates what it held of them, as for any write —
+//!   sorted and merged, then fdatasyncs each file, and only then frees the log through that
+//!   point. Starts at the high watermark, stops at the low one, also by age and past an
+//!   absolute cap; an error keeps the data dirty and retries with back-off, loudly.
+//! - **Recovery** (`open`): the log is scanned and the file of every record found (`name.rs`).
+//!   Where the backing file system reports inode generations, the identities match the FUSE
+//!   layer's, so the files are served from the tier at once and the destager writes them back
+//!   first thing; otherwise everything is written back before the mount serves anything.
+//! - A mark on the backing root (`marker.rs`: an extended attribute) says a tier may hold
+//!   data the backing lacks: a mount without the tier refuses to start over it.
+//!
+//! Locks, and what they are held across: the `files`/`keys` maps and the log's index only
+//! for lookups (never across I/O). A write holds the stripe locks of its blocks (256 stripes
+//! by file key and block) across its partial-block read and its append to the log, as a
+//! kernel holds a page lock across a read-modify-write: two writes to the same block are
+//! ordered, writes to other blocks do not wait. The log's commit lock is the group commit
+//! itself (one leader writes and flushes for everyone queued). A file's `meta` lock is held by
+//! the destager across that file's write-back and sync, so a truncate or content-changing
+//! fallocate of the same file waits for it (bounded by that file's dirty data); reads and
+//! writes never take it.
+
+mod config;
+mod destage;
+pub mod marker;
+pub mod name;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use farcache_tier::{Append, AppendError, Entry, FileKey, Log, LogStats, Mode, Page, Recovered};
+use parking_lot::{Condvar, Mutex};
+use serde::{Deserialize, Serialize};
+
+pub use config::{TierConfig, TierMode, TEMPLATE};
+pub use destage::FlushError;
+
+use crate::backing::{BackingFile, BackingOptions};
+use crate::data_path::DataPath;
+use crate::identity::FileId;
+
+const B: u64 = farcache_tier::PAGE_BYTES as u64;
+/// Striped locks serialising writes to the same blocks.
+const STRIPES: usize = 256;
+
+/// A file the tier holds (or may hold) blocks of.
+pub(crate) struct FileEntry {
+    key: FileKey,
+    /// Its name as declared in the log (changes once, when the file is unlinked).
+    name: Mutex<Arc<[u8]>>,
+    /// Read-write descriptor of the backing file (the tier's own), for merging partial
+    /// blocks and for destaging.
+    rw: BackingFile,
+    /// Serialises destaging this file with its truncates and fallocates.
+    meta: Mutex<()>,
+    /// Serialises extending the backing file's size (a smaller extension never undoes a
+    /// larger one).
+    size: Mutex<()>,
+    /// Something of this file went to the backing store since its last fsync.
+    unsynced: AtomicBool,
+}
+
+/// Counters of the write-back layer (names in docs/METRICS.md, `tier`).
+#[derive(Debug, Default)]
+pub struct TierCounters {
+    pub writes: AtomicU64,
+    pub write_bytes: AtomicU64,
+    pub reads_from_tier: AtomicU64,
+    pub write_through_full: AtomicU64,
+    pub write_through_broken: AtomicU64,
+    pub write_through_unnamed: AtomicU64,
+    pub file_flushes: AtomicU64,
+    pub destage_rounds: AtomicU64,
+    pub destaged_blocks: AtomicU64,
+    pub destaged_bytes: AtomicU64,
+    pub destage_errors: AtomicU64,
+    pub fsyncs_absorbed: AtomicU64,
+}
+
+/// The tier as `farcache stats` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierStats {
+    pub path: String,
+    /// The log: mode, what a write survives, capacity, dirty bytes and records.
+    #[serde(flatten)]
+    pub log: LogStats,
+    pub writes: u64,
+    pub write_bytes: u64,
+    pub reads_from_tier: u64,
+    pub write_through_full: u64,
+    pub write_through_broken: u64,
+    pub write_through_unnamed: u64,
+    pub file_flushes: u64,
+    pub destage_rounds: u64,
+    pub destaged_blocks: u64,
+    pub destaged_bytes: u64,
+    pub destage_errors: u64,
+    pub last_destage_error: Option<String>,
+    pub fsyncs_absorbed: u64,
+    pub recovered: Recovered,
+}
+
+/// Why a tier could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum TierOpenError {
+    #[error(transparent)]
+    Tier(#[from] farcache_tier::TierError),
+    #[error("tier.path {path}: {problem}; fix: {fix}")]
+    Config { path: String, problem: String, fix: String },
+}
+
+pub(crate) struct Shared<D: DataPath> {
+    inner: D,
+    log: Log,
+    path: String,
+    root: PathBuf,
+    backing_opts: BackingOptions,
+    files: Mutex<HashMap<FileId, Arc<FileEntry>>>,
+    keys: Mutex<HashMap<FileKey, Arc<FileEntry>>>,
+    stripes: Vec<Mutex<()>>,
+    cfg: TierConfig,
+    counters: TierCounters,
+    ctl: Mutex<destage::Ctl>,
+    cv: Condvar,
+    recovered: Recovered,
+    /// Set by `shutdown`: writes go through.
+    closing: AtomicBool,
+    /// An exclusive `flock` on the tier's path: one user at a time (a second mount, or
+    /// `farcache tier recover` while a mount runs, is refused).
+    _lock: File,
+}
+
+/// The write-back tier in front of `D` (module docs).
+pub struct WritebackPath<D: DataPath> {
+    shared: Arc<Shared<D>>,
+    destager: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// The mode `cfg` asks for at `path`.
+pub fn resolve_mode(cfg: &TierConfig) -> Result<Mode, TierOpenError> {
+    Ok(match cfg.mode {
+        TierMode::Auto => farcache_tier::detect(Path::new(&cfg.path))?,
+        TierMode::Dram => Mode::Dram,
+        TierMode::Ssd => Mode::Ssd,
+        TierMode::Pmem => Mode::Pmem,
+    })
+}
+
+impl<D: DataPath> WritebackPath<D> {
+    /// Open (or make) the tier of `cfg` for the backing directory `root` in front of
+    /// `inner`, recover what it holds into the backing files, and start destaging. Writes
+    /// the backing root's marker. `root` must be canonical.
+    pub fn open(inner: D, cfg: &TierConfig, root: &Path, backing_opts: BackingOptions) -> Result<Self, TierOpenError> {
+        let mode = resolve_mode(cfg)?;
+        let path = Path::new(&cfg.path);
+        let size = match std::fs::metadata(path) {
+            Ok(m) if m.is_file() && m.len() > 0 => m.len().max(cfg.size.bytes()),
+            _ => cfg.size.bytes(),
+        };
+        let medium = farcache_tier::medium::open(path, mode, size)?;
+        let lock = lock_tier(path)?;
+        let root_s = root.to_string_lossy().into_owned();
+        let (log, recovered) = Log::open(medium, mode, Some(&root_s))?;
+        marker::write(root, &cfg.path).map_err(|e| TierOpenError::Config {
+            path: cfg.path.clone(),
+            problem: format!("cannot mark the backing directory ({}): {e}", marker::describe(root)),
+            fix: "make the backing root writable".into(),
+        })?;
+        tracing::info!(
+            "write-back tier {} ({mode}: a write acknowledged by it {}), {} bytes; recovered {} records of {} files \
+             in {} ms{}",
+            cfg.path,
+            mode.durability(),
+            log.capacity_bytes(),
+            recovered.records,
+            recovered.files,
+            recovered.scan_ms,
+            if recovered.torn_tail { "; a torn, never acknowledged tail was dropped" } else { "" }
+        );
+        if mode == Mode::Dram {
+            tracing::warn!(
+                "tier {} is in RAM (tmpfs): writes acknowledged by it survive the daemon, NOT a power cut or a reboot",
+                cfg.path
+            );
+        }
+        let shared = Arc::new(Shared {
+            inner,
+            log,
+            path: cfg.path.clone(),
+            root: root.to_path_buf(),
+            backing_opts,
+            files: Mutex::new(HashMap::new()),
+            keys: Mutex::new(HashMap::new()),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            cfg: cfg.clone(),
+            counters: TierCounters::default(),
+            ctl: Mutex::new(destage::Ctl::default()),
+            cv: Condvar::new(),
+            recovered,
+            closing: AtomicBool::new(false),
+            _lock: lock,
+        });
+        if shared.recovered.records > 0 {
+            destage::recover(&shared)?;
+        }
+        let s = shared.clone();
+        let handle = std::thread::Builder::new()
+            .name("farcache-destage".into())
+            .spawn(move || destage::run(&s))
+            .map_err(|e| TierOpenError::Config {
+                path: cfg.path.clone(),
+                problem: format!("cannot start the destage thread: {e}"),
+                fix: "raise the process's thread limit".into(),
+            })?;
+        Ok(WritebackPath { shared, destager: Mutex::new(Some(handle)) })
+    }
+
+    pub fn inner(&self) -> &D {
+        &self.shared.inner
+    }
+
+    pub fn stats(&self) -> TierStats {
+        let c = &self.shared.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        TierStats {
+            path: self.shared.path.clone(),
+            log: self.shared.log.stats(),
+            writes: l(&c.writes),
+            write_bytes: l(&c.write_bytes),
+            reads_from_tier: l(&c.reads_from_tier),
+            write_through_full: l(&c.write_through_full),
+            write_through_broken: l(&c.write_through_broken),
+            write_through_unnamed: l(&c.write_through_unnamed),
+            file_flushes: l(&c.file_flushes),
+            destage_rounds: l(&c.destage_rounds),
+            destaged_blocks: l(&c.destaged_blocks),
+            destaged_bytes: l(&c.destaged_bytes),
+            destage_errors: l(&c.destage_errors),
+            last_destage_error: self.shared.ctl.lock().last_error.clone(),
+            fsyncs_absorbed: l(&c.fsyncs_absorbed),
+            recovered: self.shared.recovered.clone(),
+        }
+    }
+
+    /// Destage everything and wait (at most `timeout`), reporting progress through
+    /// `progress` (dirty bytes left) about once a second.
+    pub fn flush(&self, timeout: std::time::Duration, progress: &mut dyn FnMut(u64)) -> Result<(), FlushError> {
+        destage::flush(&self.shared, timeout, progress)
+    }
+
+    /// Destage everything, stop the destager and, if the tier is clean, remove the backing
+    /// root's marker (a clean unmount). Writes arriving meanwhile (a detached mount's users)
+    /// go through. Returns whether the tier was left clean. Safe to call twice.
+    pub fn shutdown(&self, timeout: std::time::Duration) -> bool {
+        // From here on writes go through (files that are dirty here are written back first):
+        // nothing new becomes dirty after the last flush, so a clean tier stays clean.
+        self.shared.closing.store(true, Ordering::SeqCst);
+        let r = self.flush(timeout, &mut |left| tracing::info!("tier: destaging before exit, {left} bytes left"));
+        self.shared.ctl.lock().stop = true;
+        self.shared.cv.notify_all();
+        if let Some(h) = self.destager.lock().take() {
+            let _ = h.join();
+        }
+        match r {
+            Ok(()) if self.shared.log.is_clean() && !self.shared.log.is_broken() => {
+                if let Err(e) = marker::remove(&self.shared.root) {
+                    tracing::warn!("tier: clean, but the marker could not be removed: {e}");
+                }
+                tracing::info!("tier {}: everything destaged; the backing directory is complete", self.shared.path);
+                true
+            }
+            Ok(()) => {
+                tracing::error!(
+                    "tier {}: its medium failed; the backing directory may lack writes it acknowledged before the \
+                     failure was noticed: keep the tier file and run `farcache tier recover {} {}`",
+                    self.shared.path,
+                    self.shared.path,
+                    self.shared.root.display()
+                );
+                false
+            }
+            Err(e) => {
+                tracing::error!(
+                    "tier {}: not everything could be destaged ({e}); the data stays in the tier: mount again \
+                     with --tier {}, or run `farcache tier recover {} {}`",
+                    self.shared.path,
+                    self.shared.path,
+                    self.shared.path,
+                    self.shared.root.display()
+                );
+                false
+            }
+        }
+    }
+}
+
+/// A tier seen from the mount's control socket and exit path, whatever it wraps.
+pub trait TierControl: Send + Sync {
+    fn stats(&self) -> TierStats;
+    fn flush(&self, timeout: std::time::Duration, progress: &mut dyn FnMut(u64)) -> Result<(), FlushError>;
+    fn shutdown(&self, timeout: std::time::Duration) -> bool;
+}
+
+impl<D: DataPath> TierControl for WritebackPath<D> {
+    fn stats(&self) -> TierStats {
+        WritebackPath::stats(self)
+    }
+    fn flush(&self, timeout: std::time::Duration, progress: &mut dyn FnMut(u64)) -> Result<(), FlushError> {
+        WritebackPath::flush(self, timeout, progress)
+    }
+    fn shutdown(&self, timeout: std::time::Duration) -> bool {
+        WritebackPath::shutdown(self, timeout)
+    }
+}
+
+impl<D: DataPath> Drop for WritebackPath<D> {
+    fn drop(&mut self) {
+        self.shared.ctl.lock().stop = true;
+        self.shared.cv.notify_all();
+        if let Some(h) = self.destager.lock().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl<D: DataPath> Shared<D> {
+    /// The entry of `file`, made on its first write through the tier; `None` if the tier
+    /// cannot name or reopen it (its writes then go through).
+    fn entry(&self, file: &BackingFile) -> Option<Arc<FileEntry>> {
+        if let Some(e) = self.files.lock().get(file.id()) {
+            return Some(e.clone());
+        }
+        let rw = match reopen_rw(file.file()) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::debug!("tier: cannot reopen {:?} read-write ({e}); its writes go through", file.id());
+                return None;
+            }
+        };
+        let name = name::FileName::of(&self.root, &rw, file.id());
+        if name.handle_type.is_none() && name.path.is_empty() {
+            return None;
+        }
+        let fe = Arc::new(FileEntry {
+            key: FileKey(farcache_tier_key()),
+            name: Mutex::new(Arc::from(name.encode())),
+            rw: BackingFile::new(*file.id(), rw, libc::O_RDWR, &self.backing_opts),
+            meta: Mutex::new(()),
+            size: Mutex::new(()),
+            // The first fsync after the tier met the file goes to the backing store: the file
+            // itself (a new inode, its size) becomes durable there, which recovery needs to
+            // find it after a power cut. Later ones cost nothing.
+            unsynced: AtomicBool::new(true),
+        });
+        let mut files = self.files.lock();
+        let fe = files.entry(*file.id()).or_insert(fe).clone();
+        self.keys.lock().insert(fe.key, fe.clone());
+        Some(fe)
+    }
+
+    fn stripes_for(&self, key: FileKey, first: u64, last: u64) -> Vec<parking_lot::MutexGuard<'_, ()>> {
+        let mut idx: Vec<usize> = if last - first + 1 >= STRIPES as u64 {
+            (0..STRIPES).collect()
+        } else {
+            (first..=last).map(|b| stripe(key, b)).collect()
+        };
+        idx.sort_unstable();
+        idx.dedup();
+        idx.into_iter().map(|i| self.stripes[i].lock()).collect()
+    }
+
+    /// Write `data` at `offset` straight to the path underneath (counted by the caller).
+    fn write_through(&self, file: &BackingFile, fe: Option<&FileEntry>, offset: u64, data: &[u8]) -> io::Result<usize> {
+        if let Some(fe) = fe {
+            fe.unsynced.store(true, Ordering::Relaxed);
+        }
+        self.inner.write(file, offset, data)
+    }
+
+    /// The file's dirty blocks written back and synced, then dropped from the tier (logged,
+    /// or — if the log cannot take it — unlogged, loudly).
+    fn flush_file(&self, fe: &FileEntry) -> io::Result<()> {
+        self.make_meta_room();
+        let _m = fe.meta.lock();
+        add(&self.counters.file_flushes, 1);
+        // Every record of the file up to here is written back (with its newest contents);
+        // records a concurrent write adds after this point stay.
+        let through = self.log.last_seq();
+        destage::write_back_file(self, fe, None)?;
+        let drop = Entry::Drop { key: fe.key, through };
+        if let Err(e) = self.log.append(Append { entries: vec![drop], names: Vec::new(), reserve: true }) {
+            tracing::error!(
+                "tier: cannot log that file key {} was written back ({e}); dropped in memory only: until the \
+                 tier is next written back whole, a crash could replay its older records over newer data",
+                fe.key.0
+            );
+            self.log.apply_unlogged(&Entry::Drop { key: fe.key, through });
+        }
+        Ok(())
+    }
+
+    /// Before a truncate or a file write-back changes the backing file: make sure the trim
+    /// or drop that follows fits in the log, waiting (bounded) for a destage round if not.
+    /// Never called holding a file's `meta` (the destager takes it).
+    fn make_meta_room(&self) {
+        if !self.log.meta_room() {
+            let _ = destage::flush(self, std::time::Duration::from_secs(30), &mut |_| {});
+        }
+    }
+
+    /// Block `b` of the file as it is below the tier (for merging a partial write).
+    fn read_below(&self, fe: &FileEntry, b: u64) -> io::Result<Bytes> {
+        self.inner.read(&fe.rw, b * B, B as usize)
+    }
+}
+
+fn stripe(key: FileKey, b: u64) -> usize {
+    let h = key.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ b.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    (h >> 40) as usize % STRIPES
+}
+
+/// Take the tier's exclusive lock, or say who holds it.
+fn lock_tier(path: &Path) -> Result<File, TierOpenError> {
+    let f = File::open(path).map_err(|e| TierOpenError::Config {
+        path: path.display().to_string(),
+        problem: format!("cannot open it to lock it: {e}"),
+        fix: "check the path".into(),
+    })?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(TierOpenError::Config {
+            path: path.display().to_string(),
+            problem: "another process uses this tier (a running mount, or `farcache tier recover`)".into(),
+            fix: "stop it first (a running mount: `farcache flush MOUNTPOINT` destages it), or give another tier path"
+                .into(),
+        });
+    }
+    Ok(f)
+}
+
+/// Whether a process holds the tier at `path` (for `farcache tier status`).
+pub fn tier_in_use(path: &Path) -> bool {
+    let Ok(f) = File::open(path) else { return false };
+    // SAFETY: flock on a descriptor we own; a shared lock taken is released at close.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) != 0 }
+}
+
+/// A fresh random file key.
+fn farcache_tier_key() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom writes at most 8 bytes into b.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let r = if n == 8 { u64::from_ne_bytes(b) } else { 0 };
+    r ^ NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn reopen_rw(f: &File) -> io::Result<File> {
+    std::fs::OpenOptions::new().read(true).write(true).open(format!("/proc/self/fd/{}", f.as_raw_fd()))
+}
+
+impl<D: DataPath> DataPath for WritebackPath<D> {
+    fn read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<Bytes> {
+        let s = &self.shared;
+        if len == 0 {
+            return s.inner.read(file, offset, len);
+        }
+        let Some(fe) = s.files.lock().get(file.id()).cloned() else { return s.inner.read(file, offset, len) };
+        let (first, last) = (offset / B, (offset + len as u64 - 1) / B);
+        let dirty = s.log.dirty_in(fe.key, first, last);
+        if dirty.is_empty() {
+            return s.inner.read(file, offset, len);
+        }
+        add(&s.counters.reads_from_tier, 1);
+        let base = s.inner.read(file, offset, len)?;
+        let mut out = BytesMut::from(&base[..]);
+        for (b, _) in dirty {
+            let (page, valid) = match s.log.read_block(fe.key, b)? {
+                Some((p, v)) => (p, v as u64),
+                None => {
+                    // Destaged (or cut) since we looked: the path below has it now.
+                    let r = s.inner.read(file, b * B, B as usize)?;
+                    let mut p = Page::zeroed();
+                    p.0[..r.len()].copy_from_slice(&r);
+                    (p, r.len() as u64)
+                }
+            };
+            let (bs, be) = (b * B, b * B + valid);
+            let (lo, hi) = (bs.max(offset), be.min(offset + len as u64));
+            if lo >= hi {
+                continue;
+            }
+            let (at, to) = ((lo - offset) as usize, (hi - offset) as usize);
+            if out.len() < to {
+                out.resize(to, 0);
+            }
+            out[at..to].copy_from_slice(&page.0[(lo - bs) as usize..(hi - bs) as usize]);
+        }
+        Ok(out.freeze())
+    }
+
+    fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {
+        let s = &self.shared;
+        if data.is_empty() {
+            return s.inner.write(file, offset, data);
+        }
+        let Some(fe) = s.entry(file) else {
+            add(&s.counters.write_through_unnamed, 1);
+            return s.inner.write(file, offset, data);
+        };
+        let closing = s.closing.load(Ordering::SeqCst);
+        if (s.log.is_broken() || closing) && !s.log.has_dirty(fe.key) {
+            add(&s.counters.write_through_broken, 1);
+            return s.write_through(file, Some(&fe), offset, data);
+        }
+        let end = offset + data.len() as u64;
+        let (first, last) = (offset / B, (end - 1) / B);
+        let _g = s.stripes_for(fe.key, first, last);
+        let dirty: HashMap<u64, farcache_tier::Rec> = s.log.dirty_in(fe.key, first, last).into_iter().collect();
+        // The size first: stat and reads see it; recovery restores it from the records.
+        {
+            let _size = fe.size.lock();
+            if end > file.file().metadata()?.len() {
+                s.inner.set_len(&fe.rw, end)?;
+            }
+        }
+        let mut entries = Vec::with_capacity((last - first + 1) as usize);
+        for b in first..=last {
+            let bs = b * B;
+            let (lo, hi) = (offset.max(bs) - bs, end.min(bs + B) - bs);
+            let mut page = Page::zeroed();
+            let mut valid = hi;
+            if lo > 0 || hi < B {
+                let merged = if dirty.contains_key(&b) { s.log.read_block(fe.key, b)? } else { None };
+                match merged {
+                    Some((p, v)) => {
+                        page = p;
+                        valid = valid.max(u64::from(v));
+                    }
+                    None => {
+                        let r = s.read_below(&fe, b)?;
+                        page.0[..r.len()].copy_from_slice(&r);
+                        valid = valid.max(r.len() as u64);
+                    }
+                }
+            }
+            let src = &data[(bs + lo - offset) as usize..(bs + hi - offset) as usize];
+            page.0[lo as usize..hi as usize].copy_from_slice(src);
+            entries.push(Entry::Data { key: fe.key, block: b, valid: valid as u32, page });
+        }
+        let name = fe.name.lock().clone();
+        let append = Append { entries, names: vec![(fe.key, name)], reserve: !dirty.is_empty() };
+        let r =
+            if closing { Err(AppendError::Broken("the mount is shutting down".into())) } else { s.log.append(append) };
+        match r {
+            Ok(()) => {
+                add(&s.counters.writes, 1);
+                add(&s.counters.write_bytes, data.len() as u64);
+                s.kick_if_over();
+                Ok(data.len())
+            }
+            Err(e) => {
+                let broken = matches!(e, AppendError::Broken(_));
+                add(if broken { &s.counters.write_through_broken } else { &s.counters.write_through_full }, 1);
+                s.kick();
+                if !dirty.is_empty() {
+                    // Its older record would win at recovery: write the file back first.
+                    s.flush_file(&fe)?;
+                }
+                s.write_through(file, Some(&fe), offset, data)
+            }
+        }
+    }
+
+    fn set_len(&self, file: &BackingFile, size: u64) -> io::Result<()> {
+        let s = &self.shared;
+        let Some(fe) = s.files.lock().get(file.id()).cloned() else { return s.inner.set_len(file, size) };
+        if s.log.has_dirty(fe.key) {
+            s.make_meta_room();
+        }
+        let _m = fe.meta.lock();
+        s.inner.set_len(file, size)?;
+        fe.unsynced.store(true, Ordering::Relaxed);
+        if s.log.has_dirty(fe.key) {
+            // The cut must be durable on the backing before the trim record is: recovery
+            // drops the records past it and never truncates again.
+            if s.log.mode() != Mode::Dram {
+                s.inner.fsync(file, true)?;
+            }
+            let e = Entry::Trim { key: fe.key, size };
+            if let Err(err) = s.log.append(Append { entries: vec![e], names: Vec::new(), reserve: true }) {
+                tracing::error!("tier: cannot log a truncate of file key {} ({err}); applied in memory only", fe.key.0);
+                s.log.apply_unlogged(&Entry::Trim { key: fe.key, size });
+            }
+        }
+        Ok(())
+    }
+
+    fn fallocate(&self, file: &BackingFile, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+        let s = &self.shared;
+        let changes = mode
+            & (libc::FALLOC_FL_PUNCH_HOLE
+                | libc::FALLOC_FL_ZERO_RANGE
+                | libc::FALLOC_FL_COLLAPSE_RANGE
+                | libc::FALLOC_FL_INSERT_RANGE)
+            != 0;
+        if let Some(fe) = s.files.lock().get(file.id()).cloned() {
+            fe.unsynced.store(true, Ordering::Relaxed);
+            if changes && s.log.has_dirty(fe.key) {
+                s.flush_file(&fe)?;
+            }
+        }
+        s.inner.fallocate(file, mode, offset, len)
+    }
+
+    fn fsync(&self, file: &BackingFile, datasync: bool) -> io::Result<()> {
+        let s = &self.shared;
+        match s.files.lock().get(file.id()).cloned() {
+            Some(fe) if !fe.unsynced.swap(false, Ordering::Relaxed) => {
+                // Everything written since the last sync is durable in the tier already.
+                add(&s.counters.fsyncs_absorbed, 1);
+                Ok(())
+            }
+            _ => s.inner.fsync(file, datasync),
+        }
+    }
+
+    fn forget(&self, id: &FileId) {
+        let s = &self.shared;
+        // Handles still open may read (and write) the file until they close, and must see
+        // its newest data: its records stay, and are written back to the unlinked inode like
+        // any others (a restart finds the inode gone and drops them). The entry goes once
+        // nothing of it is dirty.
+        let fe = s.files.lock().get(id).cloned();
+        if let Some(fe) = fe {
+            // Its name says so from now on, so that recovery drops its records instead of
+            // looking for it (the path would find nothing, or another file).
+            let renamed = name::FileName::decode(&fe.name.lock()).map(|n| name::FileName { unlinked: true, ..n });
+            if let Some(n) = renamed {
+                let n: Arc<[u8]> = Arc::from(n.encode());
+                *fe.name.lock() = n.clone();
+                if s.log.has_dirty(fe.key) {
+                    let a = Append { entries: Vec::new(), names: vec![(fe.key, n)], reserve: true };
+                    if let Err(e) = s.log.append(a) {
+                        tracing::warn!("tier: cannot log that file key {} was unlinked ({e})", fe.key.0);
+                    }
+                }
+            }
+        }
+        s.inner.forget(id);
+    }
+
+    fn opened(&self, file: &BackingFile) {
+        self.shared.inner.opened(file);
+    }
+
+    fn backing_counters(&self) -> Option<crate::BackingCountersSnapshot> {
+        self.shared.inner.backing_counters()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,228 @@
+//! How the tier finds a file again after a restart: each file key is declared in the log
+//! with a *name* — the file's identity, its file handle (`name_to_handle_at`) and its path
+//! relative to the backing root at the time of its first write.
+//!
+//! Recovery opens the file by its handle (`open_by_handle_at` on the backing root: survives
+//! renames, and the file system refuses a handle whose inode was freed or reused, with
+//! `ESTALE`), which needs `CAP_DAC_READ_SEARCH` (root). Without it, or where the file system
+//! gives no handles, it opens the path and accepts the file only if its inode number and
+//! generation are the recorded ones. A file the handle says is gone (`ESTALE`) was deleted:
+//! its records are dropped. A file found neither way (renamed while the mount ran without
+//! root, say) stops recovery with the path it was looking for.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::identity::{fs_generation, FileId, Generation};
+
+/// Longest handle kept (the kernel's MAX_HANDLE_SZ).
+const MAX_HANDLE_BYTES: usize = 128;
+/// Longest relative path kept in a name (a name fits one 4 KiB page).
+const MAX_PATH_BYTES: usize = 3000;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileName {
+    pub dev: u64,
+    pub ino: u64,
+    /// The file system's inode generation, if it reports one.
+    pub generation: Option<u32>,
+    /// `file_handle.handle_type` and its bytes in hex, if the file system gives handles.
+    pub handle_type: Option<i32>,
+    pub handle: String,
+    /// Relative to the backing root; "" if unknown or too long.
+    pub path: String,
+    /// The file lost its last name while the mount ran: after a restart (every descriptor
+    /// of the dead daemon closed) its inode is gone, and so are its records.
+    #[serde(default)]
+    pub unlinked: bool,
+}
+
+impl FileName {
+    /// The name of `file` (open on a backing file whose identity is `id`) under `root`.
+    pub fn of(root: &Path, file: &File, id: &FileId) -> FileName {
+        let generation = match id.generation {
+            Generation::Fs(g) => Some(g),
+            Generation::Local { .. } => None,
+        };
+        let (handle_type, handle) = match handle_of(file) {
+            Some((t, h)) => (Some(t), hex(&h)),
+            None => (None, String::new()),
+        };
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok();
+        let unlinked = link.as_ref().is_some_and(|p| p.as_os_str().as_encoded_bytes().ends_with(b" (deleted)"));
+        let path = link
+            .filter(|_| !unlinked)
+            .and_then(|p| p.strip_prefix(root).ok().map(|r| r.to_string_lossy().into_owned()))
+            .filter(|p| p.len() <= MAX_PATH_BYTES)
+            .unwrap_or_default();
+        FileName { dev: id.dev, ino: id.ino, generation, handle_type, handle, path, unlinked }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a name serialises")
+    }
+
+    pub fn decode(b: &[u8]) -> Option<FileName> {
+        serde_json::from_slice(b).ok()
+    }
+
+    /// Open the file this name names, read-write, under `root` (`root_fd` open on it).
+    pub fn locate(&self, root: &Path, root_fd: &File) -> Located {
+        if self.unlinked {
+            return Located::Gone;
+        }
+        if let (Some(t), Some(h)) = (self.handle_type, unhex(&self.handle)) {
+            match open_by_handle(root_fd, t, &h) {
+                Ok(f) => return Located::Found(f),
+                Err(e) if e.raw_os_error() == Some(libc::ESTALE) => return Located::Gone,
+                Err(_) => {} // not root, or no handles here: by path
+            }
+        }
+        if self.path.is_empty() {
+            return Located::Lost("no usable handle and no path recorded".into());
+        }
+        let p = root.join(&self.path);
+        let f = match std::fs::OpenOptions::new().read(true).write(true).open(&p) {
+            Ok(f) => f,
+            Err(e) => return Located::Lost(format!("{}: {e}", p.display())),
+        };
+        use std::os::unix::fs::MetadataExt;
+        let md = match f.metadata() {
+            Ok(m) => m,
+            Err(e) => return Located::Lost(format!("{}: {e}", p.display())),
+        };
+        let gen_ok = self.generation.is_none_or(|g| fs_generation(std::os::fd::AsFd::as_fd(&f)) == Some(g));
+        if md.ino() != self.ino || !gen_ok {
+            return Located::Lost(format!(
+                "{} is now another file (inode {} generation differs)",
+                p.display(),
+                md.ino()
+            ));
+        }
+        Located::Found(f)
+    }
+}
+
+pub enum Located {
+    Found(File),
+    /// The file system says the inode is gone: the file was deleted.
+    Gone,
+    /// Could not be found; why.
+    Lost(String),
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.is_empty() || !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok()).collect()
+}
+
+#[repr(C)]
+struct Handle {
+    bytes: u32,
+    handle_type: i32,
+    f_handle: [u8; MAX_HANDLE_BYTES],
+}
+
+fn handle_of(file: &File) -> Option<(i32, Vec<u8>)> {
+    let mut h = Handle { bytes: MAX_HANDLE_BYTES as u32, handle_type: 0, f_handle: [0; MAX_HANDLE_BYTES] };
+    let mut mount_id: libc::c_int = 0;
+    let empty = CString::new("").expect("no NUL");
+    // SAFETY: `h` is a file_handle with room for MAX_HANDLE_BYTES; AT_EMPTY_PATH names `file`.
+    let r = unsafe {
+        libc::name_to_handle_at(
+            file.as_raw_fd(),
+            empty.as_ptr(),
+            (&mut h as *mut Handle).cast(),
+            &mut mount_id,
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    (r == 0).then(|| (h.handle_type, h.f_handle[..(h.bytes as usize).min(MAX_HANDLE_BYTES)].to_vec()))
+}
+
+fn open_by_handle(root_fd: &File, handle_type: i32, bytes: &[u8]) -> io::Result<File> {
+    if bytes.len() > MAX_HANDLE_BYTES {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut h = Handle { bytes: bytes.len() as u32, handle_type, f_handle: [0; MAX_HANDLE_BYTES] };
+    h.f_handle[..bytes.len()].copy_from_slice(bytes);
+    // SAFETY: `h` is a valid file_handle; returns a new descriptor or -1.
+    let fd = unsafe {
+        libc::open_by_handle_at(root_fd.as_raw_fd(), (&mut h as *mut Handle).cast(), libc::O_RDWR | libc::O_CLOEXEC)
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// The root as `open_by_handle_at` needs it.
+pub fn open_root(root: &Path) -> io::Result<File> {
+    let c = CString::new(root.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: NUL-terminated path; returns a new descriptor or -1.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::Identities;
+
+    #[test]
+    fn a_name_finds_its_file_after_a_rename_and_refuses_a_replacement() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::fs::write(root.join("d/a"), b"x").unwrap();
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(root.join("d/a")).unwrap();
+        let id = Identities::new().identify(&f).unwrap();
+        let n = FileName::of(&root, &f, &id);
+        assert_eq!(n.path, "d/a");
+        let n = FileName::decode(&n.encode()).unwrap();
+        let rfd = open_root(&root).unwrap();
+        assert!(matches!(n.locate(&root, &rfd), Located::Found(_)));
+        // Renamed: found by handle (root) — or, by path only, lost with the path named.
+        std::fs::rename(root.join("d/a"), root.join("d/b")).unwrap();
+        match n.locate(&root, &rfd) {
+            Located::Found(g) => {
+                use std::os::unix::fs::MetadataExt;
+                assert_eq!(g.metadata().unwrap().ino(), n.ino);
+            }
+            Located::Lost(why) => assert!(why.contains("d/a"), "{why}"),
+            Located::Gone => panic!("a renamed file is not gone"),
+        }
+        // Without a handle (not root, say), by path only: a renamed file is lost, with the path.
+        let by_path = FileName { handle_type: None, handle: String::new(), ..n.clone() };
+        assert!(matches!(by_path.locate(&root, &rfd), Located::Lost(why) if why.contains("d/a")));
+        // Named unlinked: gone, whatever is at its path now.
+        assert!(matches!(FileName { unlinked: true, ..by_path.clone() }.locate(&root, &rfd), Located::Gone));
+        // Deleted and replaced by another file at the old path: never the new one.
+        drop(f);
+        std::fs::remove_file(root.join("d/b")).unwrap();
+        std::fs::write(root.join("d/a"), b"other").unwrap();
+        if let Located::Found(g) = n.locate(&root, &rfd) {
+            use std::os::unix::fs::MetadataExt;
+            let md = g.metadata().unwrap();
+            // Same inode number reused: the generation must differ, so it cannot be found.
+            panic!("found inode {} for a deleted file (recorded {})", md.ino(), n.ino);
+        }
+    }
+}

@@ -1,0 +1,424 @@
+//! The write-back layer against a model of the file: random writes (partial blocks,
+//! extensions), truncates, reads, fsyncs, flushes, crashes (the layer dropped without a
+//! flush) and recoveries, with a tier small enough to fill.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::identity::Identities;
+use crate::DirectPath;
+
+struct Env {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    tier: PathBuf,
+    ids: Identities,
+}
+
+fn env() -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("backing");
+    std::fs::create_dir(&root).unwrap();
+    let root = root.canonicalize().unwrap();
+    let tier = dir.path().join("tier");
+    Env { _dir: dir, root, tier, ids: Identities::new() }
+}
+
+fn cfg(env: &Env, size: u64) -> TierConfig {
+    TierConfig {
+        path: env.tier.display().to_string(),
+        size: farcache_config::ByteSize(size),
+        mode: TierMode::Dram,
+        // Nothing destages by itself unless a test asks.
+        max_dirty_age: farcache_config::HumanDuration::secs(3600),
+        ..TierConfig::default()
+    }
+}
+
+fn open_tier(env: &Env, c: &TierConfig) -> WritebackPath<DirectPath> {
+    WritebackPath::open(DirectPath::new(), c, &env.root, BackingOptions { direct_io: false }).unwrap()
+}
+
+fn open_file(env: &Env, name: &str) -> BackingFile {
+    let p = env.root.join(name);
+    let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&p).unwrap();
+    let id = env.ids.identify(&f).unwrap();
+    BackingFile::new(id, f, libc::O_RDWR, &BackingOptions { direct_io: false })
+}
+
+fn on_disk(p: &Path) -> Vec<u8> {
+    std::fs::read(p).unwrap()
+}
+
+fn read_all(t: &WritebackPath<DirectPath>, f: &BackingFile, len: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    while out.len() < len {
+        let n = (len - out.len()).min(1 << 20);
+        let b = t.read(f, out.len() as u64, n).unwrap();
+        if b.is_empty() {
+            break;
+        }
+        out.extend_from_slice(&b);
+    }
+    out
+}
+
+#[test]
+fn writes_are_served_from_the_tier_and_reach_the_disk_on_flush() {
+    let env = env();
+    let t = open_tier(&env, &cfg(&env, 8 << 20));
+    let f = open_file(&env, "a");
+    t.write(&f, 5000, b"hello").unwrap();
+    t.write(&f, 0, &[7u8; 4096]).unwrap();
+    t.fsync(&f, true).unwrap();
+    assert_eq!(t.stats().fsyncs_absorbed, 0, "the first fsync after the tier met the file reaches the disk");
+    t.write(&f, 0, &[7u8; 4096]).unwrap();
+    t.fsync(&f, true).unwrap();
+    assert_eq!(t.stats().fsyncs_absorbed, 1, "later ones cost nothing");
+    // The size is on the disk at once; the data only in the tier.
+    assert_eq!(f.file().metadata().unwrap().len(), 5005);
+    assert!(on_disk(&env.root.join("a")).iter().all(|&b| b == 0));
+    let mut want = vec![7u8; 4096];
+    want.resize(5000, 0);
+    want.extend_from_slice(b"hello");
+    assert_eq!(read_all(&t, &f, 6000), want);
+    t.flush(Duration::from_secs(10), &mut |_| {}).unwrap();
+    assert_eq!(on_disk(&env.root.join("a")), want);
+    let s = t.stats();
+    assert_eq!((s.log.dirty_blocks, s.destaged_blocks), (0, 2));
+    assert!(marker::read(&env.root).unwrap().is_some());
+    assert!(t.shutdown(Duration::from_secs(10)));
+    assert!(marker::read(&env.root).unwrap().is_none(), "a clean shutdown removes the marker");
+}
+
+#[test]
+fn a_tier_has_one_user_at_a_time() {
+    let env = env();
+    let c = cfg(&env, 8 << 20);
+    let t = open_tier(&env, &c);
+    assert!(tier_in_use(&env.tier));
+    let e = WritebackPath::open(DirectPath::new(), &c, &env.root, BackingOptions { direct_io: false }).err().unwrap();
+    assert!(e.to_string().contains("another process uses this tier") && e.to_string().contains("fix:"), "{e}");
+    drop(t);
+    assert!(!tier_in_use(&env.tier));
+}
+
+#[test]
+fn a_crash_loses_nothing_acknowledged_and_recovery_writes_it_back() {
+    let env = env();
+    let c = cfg(&env, 8 << 20);
+    let t = open_tier(&env, &c);
+    let f = open_file(&env, "a");
+    t.write(&f, 0, &[1u8; 10000]).unwrap();
+    t.write(&f, 4096, &[2u8; 100]).unwrap();
+    t.set_len(&f, 9000).unwrap();
+    let g = open_file(&env, "gone");
+    t.write(&g, 0, &[3u8; 4096]).unwrap();
+    std::fs::remove_file(env.root.join("gone")).unwrap();
+    drop(t); // a crash: nothing destaged
+    assert_eq!(marker::check(&env.root, ""), Err(marker::check(&env.root, "").unwrap_err()));
+    assert!(marker::check(&env.root, "").unwrap_err().contains("--tier"));
+    let t = open_tier(&env, &c);
+    let s = t.stats();
+    assert_eq!(s.recovered.files, 2);
+    let mut want = vec![1u8; 9000];
+    want[4096..4196].fill(2);
+    // Served at once (from the tier, where the destager has not written it back yet).
+    let f = open_file(&env, "a");
+    assert_eq!(read_all(&t, &f, 20000), want);
+    t.flush(Duration::from_secs(10), &mut |_| {}).unwrap();
+    assert_eq!(t.stats().log.dirty_blocks, 0, "recovery writes everything back");
+    assert_eq!(on_disk(&env.root.join("a")), want);
+    assert!(!env.root.join("gone").exists(), "a deleted file is not brought back");
+}
+
+#[test]
+fn random_operations_match_a_model_through_crashes_and_a_full_tier() {
+    let env = env();
+    // 1 MiB tier: 254 ring pages, fills quickly; writes then go through.
+    let mut c = cfg(&env, 1 << 20);
+    c.high_watermark = 95;
+    c.low_watermark = 90;
+    let mut seed = 0x1234_5678_9abc_def1u64 ^ u64::from(std::process::id());
+    let start = seed;
+    let mut rnd = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n.max(1)
+    };
+    let mut model: Vec<u8> = Vec::new();
+    let mut t = open_tier(&env, &c);
+    let mut f = open_file(&env, "m");
+    let mut tag = 1u8;
+    let (mut through, mut tiered) = (0, 0);
+    for step in 0..600 {
+        match rnd(100) {
+            0..=69 => {
+                let off = rnd(600_000);
+                let big = rnd(4) == 0;
+                let len = 1 + rnd(if big { 200_000 } else { 9000 }) as usize;
+                tag = tag.wrapping_add(1).max(1);
+                let data: Vec<u8> = (0..len).map(|i| tag ^ (i as u8)).collect();
+                t.write(&f, off, &data).unwrap();
+                let end = off as usize + len;
+                if model.len() < end {
+                    model.resize(end, 0);
+                }
+                model[off as usize..end].copy_from_slice(&data);
+            }
+            70..=73 => {
+                let size = rnd(model.len() as u64 + 10_000) as usize;
+                t.set_len(&f, size as u64).unwrap();
+                model.resize(size, 0);
+            }
+            74..=89 => {
+                let off = rnd(model.len() as u64 + 5000);
+                let len = 1 + rnd(300_000) as usize;
+                let got = t.read(&f, off, len).unwrap();
+                let lo = (off as usize).min(model.len());
+                let hi = (off as usize + len).min(model.len());
+                assert_eq!(&got[..], &model[lo..hi], "step {step} read {off}+{len} (seed {start:#x})");
+            }
+            90..=95 => t.fsync(&f, rnd(2) == 0).unwrap(),
+            96..=97 => t.flush(Duration::from_secs(30), &mut |_| {}).unwrap(),
+            _ => {
+                // Crash and recover: drop without flushing, reopen, check the disk.
+                through += t.stats().write_through_full;
+                tiered += t.stats().writes;
+                drop(f);
+                drop(t);
+                t = open_tier(&env, &c);
+                f = open_file(&env, "m");
+                let got = read_all(&t, &f, model.len() + 10);
+                assert!(got == model, "read after recovery at step {step} (seed {start:#x})");
+                if rnd(2) == 0 {
+                    t.flush(Duration::from_secs(30), &mut |_| {}).unwrap();
+                    assert!(
+                        on_disk(&env.root.join("m")) == model,
+                        "disk after recovery at step {step} (seed {start:#x})"
+                    );
+                }
+            }
+        }
+    }
+    assert_eq!(read_all(&t, &f, model.len() + 10), model);
+    let s = t.stats();
+    assert!(through + s.write_through_full > 0, "the tier never filled: {s:?}");
+    assert!(tiered + s.writes > 0);
+    t.flush(Duration::from_secs(30), &mut |_| {}).unwrap();
+    assert_eq!(on_disk(&env.root.join("m")), model);
+}
+
+#[test]
+fn destage_starts_at_the_high_watermark_and_by_age() {
+    let env = env();
+    let mut c = cfg(&env, 2 << 20);
+    c.destage_interval = farcache_config::HumanDuration::ms(10);
+    let t = open_tier(&env, &c);
+    let f = open_file(&env, "w");
+    // Past 50% of ~2 MiB (each 4 KiB write costs a data and a header page).
+    for i in 0..200u64 {
+        t.write(&f, i * 4096, &[i as u8; 4096]).unwrap();
+    }
+    let t0 = std::time::Instant::now();
+    loop {
+        let s = t.stats();
+        if s.log.used_bytes <= s.log.capacity_bytes / 2 {
+            assert!(s.log.freed_batches > 0 && s.destaged_blocks > 0, "{s:?}");
+            assert!(s.log.dirty_blocks > 0, "stops at the low watermark, not everything: {s:?}");
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "no destage past the high watermark: {s:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(t);
+    // By age: a young tier with an old block.
+    let mut c2 = cfg(&env, 8 << 20);
+    c2.destage_interval = farcache_config::HumanDuration::ms(10);
+    c2.max_dirty_age = farcache_config::HumanDuration::ms(200);
+    let t = open_tier(&env, &c2);
+    t.write(&f, 0, &[9u8; 4096]).unwrap();
+    let t0 = std::time::Instant::now();
+    while t.stats().log.dirty_blocks > 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "an old block was never destaged");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(&on_disk(&env.root.join("w"))[..4096], &[9u8; 4096][..]);
+}
+
+#[test]
+fn a_backing_that_refuses_writes_keeps_the_data_dirty_and_says_so() {
+    // A DataPath whose writes fail with ENOSPC, or whose syncs fail with EIO, until told
+    // otherwise.
+    struct Refusing {
+        inner: DirectPath,
+        refuse: std::sync::atomic::AtomicBool,
+        fail_sync: std::sync::atomic::AtomicBool,
+    }
+    impl DataPath for Refusing {
+        fn read(&self, f: &BackingFile, o: u64, l: usize) -> io::Result<Bytes> {
+            self.inner.read(f, o, l)
+        }
+        fn write(&self, f: &BackingFile, o: u64, d: &[u8]) -> io::Result<usize> {
+            if self.refuse.load(Ordering::Relaxed) {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            self.inner.write(f, o, d)
+        }
+        fn set_len(&self, f: &BackingFile, s: u64) -> io::Result<()> {
+            self.inner.set_len(f, s)
+        }
+        fn fallocate(&self, f: &BackingFile, m: i32, o: u64, l: u64) -> io::Result<()> {
+            self.inner.fallocate(f, m, o, l)
+        }
+        fn fsync(&self, f: &BackingFile, d: bool) -> io::Result<()> {
+            if self.fail_sync.load(Ordering::Relaxed) {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            self.inner.fsync(f, d)
+        }
+        fn forget(&self, id: &FileId) {
+            self.inner.forget(id)
+        }
+    }
+    let env = env();
+    let mut c = cfg(&env, 8 << 20);
+    c.retry_min = farcache_config::HumanDuration::ms(10);
+    let inner = Arc::new(Refusing { inner: DirectPath::new(), refuse: true.into(), fail_sync: false.into() });
+    let t = WritebackPath::open(inner.clone(), &c, &env.root, BackingOptions { direct_io: false }).unwrap();
+    let f = open_file(&env, "x");
+    t.write(&f, 0, &[5u8; 8192]).unwrap();
+    let e = t.flush(Duration::from_secs(10), &mut |_| {}).unwrap_err();
+    assert!(e.to_string().contains("No space left") || e.to_string().contains("os error 28"), "{e}");
+    let s = t.stats();
+    assert!(s.destage_errors > 0 && s.last_destage_error.is_some() && s.log.dirty_blocks == 2, "{s:?}");
+    assert_eq!(&t.read(&f, 0, 8192).unwrap()[..], &[5u8; 8192][..], "reads still see the data");
+    // The writes go through but the sync fails: nothing may be freed (the disk may not have it).
+    inner.refuse.store(false, Ordering::Relaxed);
+    inner.fail_sync.store(true, Ordering::Relaxed);
+    let e = t.flush(Duration::from_secs(10), &mut |_| {}).unwrap_err();
+    assert!(e.to_string().contains("Input/output error"), "{e}");
+    assert_eq!(t.stats().log.dirty_blocks, 2, "a record is freed only after the sync that covers it succeeded");
+    inner.fail_sync.store(false, Ordering::Relaxed);
+    t.flush(Duration::from_secs(10), &mut |_| {}).unwrap();
+    assert_eq!(on_disk(&env.root.join("x")), vec![5u8; 8192]);
+    let mut whole = File::open(env.root.join("x")).unwrap();
+    let mut b = [0u8; 1];
+    whole.read_exact_at(&mut b, 8191).unwrap();
+    let _ = &mut whole;
+}
+
+#[test]
+fn an_unlinked_file_still_open_reads_its_newest_data() {
+    let env = env();
+    let t = open_tier(&env, &cfg(&env, 8 << 20));
+    let f = open_file(&env, "tmp");
+    t.write(&f, 0, &[4u8; 8192]).unwrap();
+    std::fs::remove_file(env.root.join("tmp")).unwrap();
+    t.forget(f.id());
+    assert_eq!(&t.read(&f, 0, 8192).unwrap()[..], &[4u8; 8192][..], "an open handle sees what it wrote");
+    t.write(&f, 4096, &[5u8; 10]).unwrap();
+    t.flush(Duration::from_secs(10), &mut |_| {}).unwrap();
+    let mut want = vec![4u8; 8192];
+    want[4096..4106].fill(5);
+    assert_eq!(&t.read(&f, 0, 8192).unwrap()[..], &want[..]);
+    assert!(t.shared.files.lock().is_empty(), "the entry of an unlinked, clean file goes");
+}
+
+#[test]
+fn a_hole_punched_in_dirty_data_is_a_hole() {
+    let env = env();
+    let t = open_tier(&env, &cfg(&env, 8 << 20));
+    let f = open_file(&env, "h");
+    t.write(&f, 0, &[6u8; 4 * 4096]).unwrap();
+    let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    t.fallocate(&f, mode, 4096, 8192).unwrap();
+    let mut want = vec![6u8; 4 * 4096];
+    want[4096..3 * 4096].fill(0);
+    assert_eq!(&t.read(&f, 0, 4 * 4096).unwrap()[..], &want[..]);
+    assert_eq!(t.stats().file_flushes, 1);
+    assert_eq!(t.stats().log.dirty_blocks, 0);
+    assert_eq!(on_disk(&env.root.join("h")), want);
+}
+
+#[test]
+fn concurrent_partial_writes_to_shared_blocks_lose_nothing() {
+    // Eight threads each own one 512-byte slice of every block of a 16-block file and rewrite
+    // it over and over: a read-modify-write that raced another would lose a slice.
+    let env = env();
+    let mut c = cfg(&env, 4 << 20);
+    c.destage_interval = farcache_config::HumanDuration::ms(5);
+    c.high_watermark = 10;
+    c.low_watermark = 5;
+    let t = Arc::new(open_tier(&env, &c));
+    let f = Arc::new(open_file(&env, "p"));
+    let threads: Vec<_> = (0..8u8)
+        .map(|i| {
+            let (t, f) = (t.clone(), f.clone());
+            std::thread::spawn(move || {
+                for round in 1..=30u8 {
+                    for b in 0..16u64 {
+                        t.write(&f, b * 4096 + u64::from(i) * 512, &[round.wrapping_mul(8).wrapping_add(i); 512])
+                            .unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for th in threads {
+        th.join().unwrap();
+    }
+    let mut want = Vec::new();
+    for _ in 0..16 {
+        for i in 0..8u8 {
+            want.extend_from_slice(&[30u8.wrapping_mul(8).wrapping_add(i); 512]);
+        }
+    }
+    assert!(read_all(&t, &f, 16 * 4096) == want, "a slice was lost");
+    t.flush(Duration::from_secs(30), &mut |_| {}).unwrap();
+    assert!(on_disk(&env.root.join("p")) == want, "a slice was lost on the way to the disk");
+    assert!(t.stats().destage_rounds > 0);
+}
+
+#[test]
+fn a_crash_after_an_unlink_drops_the_files_records_without_looking_for_it() {
+    let env = env();
+    let c = cfg(&env, 8 << 20);
+    let t = open_tier(&env, &c);
+    let f = open_file(&env, "u");
+    t.write(&f, 0, &[4u8; 8192]).unwrap();
+    // Renamed to a name it will not have at recovery, then a new file takes the old name.
+    std::fs::rename(env.root.join("u"), env.root.join("v")).unwrap();
+    std::fs::remove_file(env.root.join("v")).unwrap();
+    t.forget(f.id());
+    std::fs::write(env.root.join("u"), b"another file").unwrap();
+    drop(f);
+    drop(t); // a crash
+    let t = open_tier(&env, &c);
+    assert_eq!(t.stats().recovered.files, 1);
+    t.flush(Duration::from_secs(10), &mut |_| {}).unwrap();
+    assert_eq!(t.stats().log.dirty_blocks, 0);
+    assert_eq!(on_disk(&env.root.join("u")), b"another file", "the other file is never written");
+}
+
+#[test]
+fn recovery_restores_the_size_a_lost_extension_took_away() {
+    let env = env();
+    let c = cfg(&env, 8 << 20);
+    let t = open_tier(&env, &c);
+    let f = open_file(&env, "x");
+    t.write(&f, 0, &[3u8; 10_000]).unwrap();
+    drop(f);
+    drop(t); // a crash...
+             // ... that lost the size extension too (a power cut before the file system committed it).
+    std::fs::OpenOptions::new().write(true).open(env.root.join("x")).unwrap().set_len(0).unwrap();
+    let t = open_tier(&env, &c);
+    assert_eq!(std::fs::metadata(env.root.join("x")).unwrap().len(), 10_000);
+    let f = open_file(&env, "x");
+    assert_eq!(read_all(&t, &f, 20_000), vec![3u8; 10_000]);
+}

@@ -1,0 +1,118 @@
+//! Group commit and the recovery scan's rate.
+use super::*;
+use std::io;
+
+/// An in-memory medium whose flush takes `flush_us` (a device's cache flush).
+struct Mem {
+    data: Arc<Mutex<Vec<u8>>>,
+    flush_us: u64,
+    flushes: AtomicU64,
+}
+impl Medium for Mem {
+    fn len(&self) -> u64 {
+        self.data.lock().len() as u64
+    }
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
+        buf.copy_from_slice(&self.data.lock()[off as usize..off as usize + buf.len()]);
+        Ok(())
+    }
+    fn write_at(&self, off: u64, d: &[u8]) -> io::Result<()> {
+        self.data.lock()[off as usize..off as usize + d.len()].copy_from_slice(d);
+        Ok(())
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_micros(self.flush_us));
+        Ok(())
+    }
+}
+
+fn data(key: u64, block: u64) -> Append {
+    let mut p = Page::zeroed();
+    p.0[..16].copy_from_slice(&[key.to_le_bytes(), block.to_le_bytes()].concat());
+    Append {
+        entries: vec![Entry::Data { key: FileKey(key), block, valid: PAGE_BYTES as u32, page: p }],
+        names: vec![(FileKey(key), Arc::from(&b"n"[..]))],
+        reserve: false,
+    }
+}
+
+#[test]
+fn concurrent_writers_share_flushes() {
+    let bytes = Arc::new(Mutex::new(vec![0; 64 << 20]));
+    let m = Mem { data: bytes.clone(), flush_us: 2000, flushes: AtomicU64::new(0) };
+    let (log, _) = Log::open(Box::new(m), Mode::Ssd, Some("b")).unwrap();
+    let log = Arc::new(log);
+    let threads: Vec<_> = (0..16)
+        .map(|t| {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for i in 0..40 {
+                    log.append(data(t, i)).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let s = log.stats();
+    assert_eq!((s.appends, s.dirty_blocks), (640, 640));
+    // 16 writers, each waiting on a 2 ms flush: flushes carry several appends (typically
+    // 5 to 15; at least 2 on average even on a loaded machine).
+    assert!(s.groups * 3 <= s.appends, "group commit shares flushes: {} groups for {} appends", s.groups, s.appends);
+    // Packed: fewer pages than a header and a data page per append.
+    assert!(s.used_bytes < 2 * 640 * PB, "appends of a group share headers: {} bytes used", s.used_bytes);
+    for t in 0..16 {
+        for i in 0..40 {
+            let (p, _) = log.read_block(FileKey(t), i).unwrap().unwrap();
+            assert_eq!(&p.0[..16], &[t.to_le_bytes(), i.to_le_bytes()].concat()[..]);
+        }
+    }
+    // And recovery reads the packed batches back.
+    let log = Arc::into_inner(log).unwrap();
+    drop(log);
+    let m = Mem { data: bytes, flush_us: 0, flushes: AtomicU64::new(0) };
+    let (log, r) = Log::open(Box::new(m), Mode::Ssd, Some("b")).unwrap();
+    assert_eq!((r.records, r.files), (640, 16));
+    for t in 0..16 {
+        for i in 0..40 {
+            let (p, _) = log.read_block(FileKey(t), i).unwrap().unwrap();
+            assert_eq!(&p.0[..16], &[t.to_le_bytes(), i.to_le_bytes()].concat()[..]);
+        }
+    }
+}
+
+#[test]
+fn recovery_scans_at_least_a_gib_per_second() {
+    // 64 MiB of one-block appends (the slowest shape: a header per block), then a scan.
+    let bytes = Arc::new(Mutex::new(vec![0; 64 << 20]));
+    let m = Mem { data: bytes.clone(), flush_us: 0, flushes: AtomicU64::new(0) };
+    let (log, _) = Log::open(Box::new(m), Mode::Dram, Some("b")).unwrap();
+    let mut n = 0;
+    while log.append(Append { reserve: true, ..data(n % 7, n) }).is_ok() {
+        n += 1;
+    }
+    let used = log.stats().used_bytes;
+    assert!(used > 60 << 20, "{used}");
+    drop(log);
+    let m = Mem { data: bytes, flush_us: 0, flushes: AtomicU64::new(0) };
+    // CPU time of this thread, not wall time: the scan is CPU-bound here (the medium is
+    // memory), and a loaded machine must not fail the test.
+    let cpu = || {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime fills `ts`.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    };
+    let t0 = cpu();
+    let (log2, rec) = Log::open(Box::new(m), Mode::Dram, Some("b")).unwrap();
+    let took = cpu() - t0;
+    assert_eq!(rec.records, n);
+    assert_eq!(log2.stats().dirty_blocks, n);
+    let per_gib = took.as_secs_f64() * (1u64 << 30) as f64 / used as f64;
+    eprintln!("scanned {used} bytes ({n} records) in {took:?}: {per_gib:.2} s per GiB");
+    // The bound is for optimised builds; an unoptimised test build gets four times it.
+    let bound = if cfg!(debug_assertions) { 4.0 } else { 1.0 };
+    assert!(per_gib <= bound, "{per_gib:.2} s per GiB");
+}
