@@ -127,6 +127,13 @@ impl Progress {
         self.update(done);
     }
 
+    /// `done` units done in all (for work measured by what is left, e.g. dirty bytes).
+    pub fn set(&self, done: u64) {
+        let done = done.min(self.total);
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).done = done;
+        self.update(done);
+    }
+
     /// What is being done now (a file name, a run's label).
     pub fn message(&self, message: impl Into<String>) {
         let message = message.into();

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use farcache_bench::progress::{Progress, Unit};
 use farcache_engine::writeback::{marker, TierConfig, TierControl, WritebackPath};
 use farcache_engine::{BackingOptions, DataPath, DirectPath};
 use serde_json::json;
@@ -190,10 +191,17 @@ pub struct FlushArgs {
 pub fn flush(a: FlushArgs) -> anyhow::Result<()> {
     let socket = crate::control::client::socket_for(&a.mountpoint, a.control_socket.as_deref())?;
     let t0 = Instant::now();
+    // Progress over the bytes dirty at the first answer (a bar on a terminal, plain lines
+    // otherwise); more written meanwhile only moves the bar back.
+    let mut bar: Option<(Progress, u64)> = None;
     loop {
         let wait = crate::control::MAX_FLUSH_WAIT.as_millis() as u64;
         let v = crate::control::client::call_mount(&a.mountpoint, &socket, &json!({"cmd":"flush","wait_ms":wait}))?;
         if v["done"].as_bool() == Some(true) {
+            if let Some((p, total)) = &bar {
+                p.set(*total);
+                p.finish();
+            }
             eprintln!(
                 "flushed: everything the tier held is on the backing directory ({:.1} s)",
                 t0.elapsed().as_secs_f64()
@@ -201,7 +209,9 @@ pub fn flush(a: FlushArgs) -> anyhow::Result<()> {
             return Ok(());
         }
         let left = v["dirty_bytes"].as_u64().unwrap_or(0);
-        eprintln!("flushing: {left} bytes dirty");
+        let (p, total) =
+            bar.get_or_insert_with(|| (Progress::new("flush", left, Unit::Bytes).every(Duration::from_secs(2)), left));
+        p.set(total.saturating_sub(left));
         anyhow::ensure!(t0.elapsed() < a.timeout.get(), "flush: timed out after {} with {left} bytes dirty", a.timeout);
     }
 }
