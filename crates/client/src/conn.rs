@@ -302,25 +302,42 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
     }
 }
 
+/// What a connection's task guard needs of the state it shares with its tasks.
+pub(crate) trait Connection: Send + Sync + 'static {
+    /// Close the connection for `cause` (only the first call counts).
+    fn fail(&self, cause: ClientError);
+    /// How many of its tasks run.
+    fn live_tasks(&self) -> &watch::Sender<usize>;
+}
+
+impl Connection for Shared {
+    fn fail(&self, cause: ClientError) {
+        Shared::fail(self, cause)
+    }
+    fn live_tasks(&self) -> &watch::Sender<usize> {
+        &self.live_tasks
+    }
+}
+
 /// Counts a task as live until it ends, however it ends. Ending the connection here too means
 /// that even a panicking task (a bug) leaves no caller waiting.
-struct TaskGuard(Arc<Shared>);
+pub(crate) struct TaskGuard<S: Connection>(pub(crate) Arc<S>);
 
-impl TaskGuard {
-    fn new(shared: Arc<Shared>) -> TaskGuard {
-        shared.live_tasks.send_modify(|n| *n += 1);
+impl<S: Connection> TaskGuard<S> {
+    pub(crate) fn new(shared: Arc<S>) -> TaskGuard<S> {
+        shared.live_tasks().send_modify(|n| *n += 1);
         TaskGuard(shared)
     }
 }
 
-impl Drop for TaskGuard {
+impl<S: Connection> Drop for TaskGuard<S> {
     fn drop(&mut self) {
         if std::thread::panicking() {
             self.0.fail(ClientError::Protocol("client task panicked (a bug)".into()));
         } else {
             self.0.fail(ClientError::Closed);
         }
-        self.0.live_tasks.send_modify(|n| *n -= 1);
+        self.0.live_tasks().send_modify(|n| *n -= 1);
     }
 }
 
@@ -336,7 +353,7 @@ where
     tokio::spawn(writer(writer_guard, wr, frames));
 }
 
-async fn reader<R: AsyncRead + Unpin>(guard: TaskGuard, mut rd: R, mut buf: BytesMut) {
+async fn reader<R: AsyncRead + Unpin>(guard: TaskGuard<Shared>, mut rd: R, mut buf: BytesMut) {
     let shared = &guard.0;
     let mut closed = shared.closed_rx();
     let max_frame_bytes = shared.limits.max_frame_bytes;
@@ -358,7 +375,7 @@ async fn reader<R: AsyncRead + Unpin>(guard: TaskGuard, mut rd: R, mut buf: Byte
     shared.fail(cause);
 }
 
-async fn writer<W: AsyncWrite + Unpin>(guard: TaskGuard, mut wr: W, mut frames: mpsc::Receiver<Vec<u8>>) {
+async fn writer<W: AsyncWrite + Unpin>(guard: TaskGuard<Shared>, mut wr: W, mut frames: mpsc::Receiver<Vec<u8>>) {
     let shared = &guard.0;
     if let Err(e) = write_frames(&mut wr, &mut frames, shared.closed_rx()).await {
         shared.fail(ClientError::Io(e));

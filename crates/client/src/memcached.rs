@@ -47,7 +47,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{timeout, timeout_at, Instant};
 
-use crate::conn::write_frames;
+use crate::conn::{write_frames, Connection, TaskGuard};
 use crate::{ClientConfig, ClientError};
 
 /// Longest answer line accepted (a `VA` line, a `STAT` line, an error).
@@ -181,26 +181,12 @@ impl Shared {
     }
 }
 
-/// Counts a task as live until it ends; ending the connection when it does, so that even a
-/// panicking task (a bug) leaves no caller waiting.
-struct TaskGuard(Arc<Shared>);
-
-impl TaskGuard {
-    fn new(shared: Arc<Shared>) -> TaskGuard {
-        shared.live_tasks.send_modify(|n| *n += 1);
-        TaskGuard(shared)
+impl Connection for Shared {
+    fn fail(&self, cause: ClientError) {
+        Shared::fail(self, cause)
     }
-}
-
-impl Drop for TaskGuard {
-    fn drop(&mut self) {
-        let cause = if std::thread::panicking() {
-            ClientError::Protocol("memcached client task panicked (a bug)".into())
-        } else {
-            ClientError::Closed
-        };
-        self.0.fail(cause);
-        self.0.live_tasks.send_modify(|n| *n -= 1);
+    fn live_tasks(&self) -> &watch::Sender<usize> {
+        &self.live_tasks
     }
 }
 
@@ -565,7 +551,7 @@ async fn read_answer<R: AsyncBufRead + Unpin>(
     Ok(answer)
 }
 
-async fn reader<R: AsyncBufRead + Unpin>(guard: TaskGuard, mut rd: R) {
+async fn reader<R: AsyncBufRead + Unpin>(guard: TaskGuard<Shared>, mut rd: R) {
     let shared = guard.0.clone();
     let mut closed = shared.closed_tx.subscribe();
     let mut line = Vec::with_capacity(MAX_LINE_BYTES + 2);
@@ -607,7 +593,7 @@ async fn reader<R: AsyncBufRead + Unpin>(guard: TaskGuard, mut rd: R) {
     shared.fail(cause);
 }
 
-async fn writer<W: AsyncWrite + Unpin>(guard: TaskGuard, mut wr: W, mut frames: mpsc::Receiver<Vec<u8>>) {
+async fn writer<W: AsyncWrite + Unpin>(guard: TaskGuard<Shared>, mut wr: W, mut frames: mpsc::Receiver<Vec<u8>>) {
     let shared = &guard.0;
     if let Err(e) = write_frames(&mut wr, &mut frames, shared.closed_tx.subscribe()).await {
         shared.fail(ClientError::Io(e));

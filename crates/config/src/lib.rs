@@ -292,6 +292,40 @@ pub fn load_toml<T: serde::de::DeserializeOwned>(origin: &str, path: &std::path:
     toml::from_str(&text).map_err(|e| parse_error(origin, &shown, e))
 }
 
+/// The check every table's template gets in its tests: `template` (the `[table]` text with
+/// every default written out) parses, with no unknown key, into exactly `T::default()`;
+/// every key `T` serializes is written out in it (`key = ...` at the start of a line); and
+/// every key has a comment above it (or shares one with the key before it). Returns the
+/// keys, for tests that also pin their number.
+pub fn check_template<T>(table: &str, template: &str) -> Result<Vec<String>, String>
+where
+    T: serde::de::DeserializeOwned + serde::Serialize + Default + PartialEq + std::fmt::Debug,
+{
+    let doc: toml::Table = toml::from_str(template).map_err(|e| format!("[{table}] template: {e}"))?;
+    if doc.len() != 1 {
+        return Err(format!("the template holds {} tables; expected [{table}] alone", doc.len()));
+    }
+    let value = doc.get(table).cloned().ok_or_else(|| format!("the template has no [{table}]"))?;
+    let parsed: T = value.try_into().map_err(|e| format!("[{table}] template: {e}"))?;
+    if parsed != T::default() {
+        return Err(format!("[{table}] template is not the defaults:\n{parsed:?}\n!=\n{:?}", T::default()));
+    }
+    let defaults = toml::Value::try_from(T::default()).map_err(|e| e.to_string())?;
+    let keys: Vec<String> = defaults.as_table().map(|t| t.keys().cloned().collect()).unwrap_or_default();
+    for key in &keys {
+        if !template.lines().any(|l| l.starts_with(&format!("{key} ="))) {
+            return Err(format!("the template lacks {table}.{key}"));
+        }
+    }
+    let lines: Vec<&str> = template.lines().collect();
+    for (i, l) in lines.iter().enumerate().skip(1) {
+        if l.contains(" = ") && !(lines[i - 1].starts_with('#') || lines[i - 1].contains(" = ")) {
+            return Err(format!("no comment above {l:?} in [{table}]"));
+        }
+    }
+    Ok(keys)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
