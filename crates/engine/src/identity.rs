@@ -97,18 +97,10 @@ fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
     Ok(unsafe { st.assume_init() })
 }
 
+/// A random u64 from the operating system (`getrandom`, through the AEAD crate's `OsRng`).
 fn random_u64() -> u64 {
-    let mut b = [0u8; 8];
-    // SAFETY: getrandom writes at most b.len() bytes into b.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n == b.len() as isize {
-        return u64::from_ne_bytes(b);
-    }
-    // getrandom(2) cannot fail for 8 bytes on Linux >= 3.17 once the pool is ready; if it
-    // somehow does, time and pid still make a collision with an earlier run unlikely.
-    let t =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
-    t ^ (u64::from(std::process::id()) << 32)
+    use chacha20poly1305::aead::rand_core::RngCore;
+    chacha20poly1305::aead::OsRng.next_u64()
 }
 
 #[cfg(test)]
