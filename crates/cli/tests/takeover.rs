@@ -690,3 +690,36 @@ fn inodes_on_a_file_system_inside_the_backing_directory_survive_an_upgrade() {
     drop(held);
     new.stop();
 }
+
+/// A mount with a write-back tier cannot be taken over yet (both daemons would hold the
+/// tier): the new daemon refuses before it opens the tier, naming the way to upgrade, and
+/// the running daemon serves on — including a write it acknowledged from the tier.
+#[test]
+fn a_takeover_of_a_mount_with_a_write_back_tier_is_refused_and_the_old_daemon_serves_on() {
+    require_fuse();
+    require_root("takeover tests (open_by_handle_at, mounting)");
+    let dir = TestDir::new("tier");
+    write_files(&dir.backing());
+    let tier = PathBuf::from(format!("/dev/shm/farcache-test-takeover-{}.tier", std::process::id()));
+    let _ = fs::remove_file(&tier);
+    let t = tier.to_str().unwrap().to_string();
+    let old = plain(&dir, &["--tier", &t, "--tier-size", "64MiB"]);
+    let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
+    fs::write(old.m("fresh"), b"acknowledged from the tier").unwrap();
+    let ctl = dir.ctl();
+    let e = MountProcess::try_takeover(
+        bin(),
+        &dir.backing(),
+        &dir.mnt(),
+        &["--no-remote", "--control-socket", ctl.to_str().unwrap(), "--tier", &t, "--tier-size", "64MiB"],
+        &dir.log("refused-tier"),
+    )
+    .err()
+    .expect("a takeover of a mount with a write-back tier must be refused");
+    assert!(e.contains("not yet with a write-back tier") && e.contains("farcache flush"), "{e}");
+    still_serves(&old, "after a refused takeover (tier)");
+    assert_eq!(fs::read(old.m("fresh")).unwrap(), b"acknowledged from the tier");
+    assert!(alive(old.pid()));
+    old.stop();
+    let _ = fs::remove_file(&tier);
+}
