@@ -13,7 +13,7 @@
 
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{symlink, FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -22,7 +22,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use farcache_testkit::{fuse_mounted, require_fuse, require_root, MountProcess};
+use farcache_testkit::{fuse_mounted, o_direct_write_then_read, require_fuse, require_root, MountProcess};
 
 /// Every test body runs under this bound; past it the daemon is killed (which fails every
 /// pending file operation) and the test fails.
@@ -194,26 +194,8 @@ fn data_written_on_either_side_is_seen_on_the_other() {
             libc::munmap(p, 18);
         }
         // An application's own O_DIRECT open works (aligned I/O).
-        let mut d = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(m.m("direct"))
-            .unwrap();
-        let layout = std::alloc::Layout::from_size_align(4096, 4096).unwrap();
-        // SAFETY: an aligned 4096-byte buffer, freed below.
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        // SAFETY: p is valid for 4096 bytes.
-        let ab = unsafe { std::slice::from_raw_parts_mut(p, 4096) };
-        ab.fill(0x5a);
-        d.write_all(ab).unwrap();
-        ab.fill(0);
-        d.seek(SeekFrom::Start(0)).unwrap();
-        d.read_exact(ab).unwrap();
+        let ab = o_direct_write_then_read(&m.m("direct"), 4096);
         assert!(ab.iter().all(|&x| x == 0x5a));
-        // SAFETY: allocated above with this layout.
-        unsafe { std::alloc::dealloc(p, layout) };
         assert_eq!(fs::read(m.b("direct")).unwrap(), vec![0x5a; 4096]);
     });
 }

@@ -34,7 +34,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use farcache_testkit::{require_root, run_with_timeout, wait_until, MountProcess, ServerProcess, LENDERS_FIRST};
+use farcache_testkit::{
+    require_root, run_with_timeout, wait_until, MountProcess, ServerProcess, TierFile, LENDERS_FIRST,
+};
 
 const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 /// pgbench scale: 100,000 accounts per unit, about 15 MiB of table and index each; with
@@ -620,26 +622,6 @@ fn pgbench_survives_kills_and_upgrades_of_the_mount_daemon() {
     assert!(log.contains("unanswered requests resent"), "no restart happened?\n{log}");
 }
 
-/// A write-back tier file on tmpfs (`dram` mode) for one test, removed however it ends.
-struct TierFile(PathBuf);
-
-impl TierFile {
-    fn new(tag: &str) -> TierFile {
-        let p = PathBuf::from(format!("/dev/shm/farcache-test-{tag}-{}.tier", std::process::id()));
-        let _ = fs::remove_file(&p);
-        TierFile(p)
-    }
-    fn path(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-}
-
-impl Drop for TierFile {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.0);
-    }
-}
-
 /// PostgreSQL on a mount with a write-back tier (issue 12): its WAL and data files written
 /// into the tier (fsyncs absorbed there), a crash of PostgreSQL itself (`pg_ctl stop -m
 /// immediate`: no shutdown checkpoint) recovered from the WAL the tier holds, the data checks
@@ -657,7 +639,7 @@ fn postgres_on_a_mount_with_a_write_back_tier() {
     let (backing, mnt) = (root.join("backing"), root.join("mnt"));
     let port = free_port();
     let tier = TierFile::new("pg");
-    let t = tier.path();
+    let t = tier.arg();
     let m = MountProcess::start(
         bin(),
         &backing,
@@ -727,7 +709,7 @@ fn postgres_survives_the_mount_daemon_killed_under_it_with_a_tier() {
     let (backing, mnt) = (root.join("backing"), root.join("mnt"));
     let port = free_port();
     let tier = TierFile::new("pgkill");
-    let t = tier.path();
+    let t = tier.arg();
     let args = ["--no-remote", "--tier", t, "--tier-size", "512MiB"];
     let m = MountProcess::start(bin(), &backing, &mnt, &args, &root.join("mount1.log"));
     let pgdata = mnt.join("pgdata");

@@ -15,13 +15,14 @@
 use std::fs::{self, File, OpenOptions};
 use std::net::SocketAddr;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 use farcache_testkit::{
-    pattern, require_fuse, require_root, run_with_timeout, wait_until, MountProcess, ServerProcess, LENDERS_FIRST,
+    pattern, require_fuse, require_root, run_with_timeout, wait_until, MountProcess, ScratchDir, ServerProcess,
+    LENDERS_FIRST,
 };
 
 const BLOCK: usize = 4096;
@@ -54,30 +55,10 @@ fn full_blocks() -> u64 {
     FILES.iter().map(|(_, len, _)| (len / BLOCK) as u64).sum()
 }
 
-/// A fresh directory under Cargo's per-target temporary directory (a disk file system, where
-/// O_DIRECT works); removed when dropped.
-struct TestDir(PathBuf);
-
-impl TestDir {
-    fn new(tag: &str) -> TestDir {
-        let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("restart-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(d.join("backing")).unwrap();
-        fs::create_dir_all(d.join("mnt")).unwrap();
-        TestDir(d)
-    }
-    fn backing(&self) -> PathBuf {
-        self.0.join("backing")
-    }
-    fn mnt(&self) -> PathBuf {
-        self.0.join("mnt")
-    }
-}
-
-impl Drop for TestDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
+/// A fresh [`ScratchDir`] under Cargo's per-target temporary directory (a disk file system,
+/// where O_DIRECT works).
+fn test_dir(tag: &str) -> ScratchDir {
+    ScratchDir::new(Path::new(env!("CARGO_TARGET_TMPDIR")), &format!("restart-{tag}"))
 }
 
 /// The lender's STATS: `(hits, blocks, evictions)`, or `None` if it does not answer within
@@ -194,8 +175,8 @@ impl Drop for Watched<'_> {
 }
 
 /// A running mount borrowing from `lender`; its log goes beside the test directory.
-fn mount<'a>(dir: &TestDir, lender: SocketAddr, run: usize, running: &'a Running) -> Watched<'a> {
-    let log = dir.0.join(format!("mount-{run}.log"));
+fn mount<'a>(dir: &ScratchDir, lender: SocketAddr, run: usize, running: &'a Running) -> Watched<'a> {
+    let log = dir.join(format!("mount-{run}.log"));
     let m = MountProcess::start(
         bin(),
         &dir.backing(),
@@ -383,7 +364,7 @@ fn bounded(body: impl FnOnce(&Running) + Send) {
 
 /// Run 1, the same in every test: write the initial files, mount, cache every block on the
 /// lender, unmount with the lender keeping the copies. Returns the files' contents.
-fn first_run(dir: &TestDir, addr: SocketAddr, running: &Running) -> Expected {
+fn first_run(dir: &ScratchDir, addr: SocketAddr, running: &Running) -> Expected {
     let want = Expected::initial();
     want.write_all(&dir.backing());
     // Before any change there are no older contents for a stale read to show.
@@ -399,7 +380,7 @@ fn first_run(dir: &TestDir, addr: SocketAddr, running: &Running) -> Expected {
 fn remount_reads_changes_made_behind_the_backing_directory() {
     let lender = ServerProcess::start(bin(), &["--capacity", "64MiB"], None);
     let addr = lender.addr();
-    let dir = TestDir::new("behind");
+    let dir = test_dir("behind");
     bounded(|running| {
         let mut want = first_run(&dir, addr, running);
 
@@ -422,7 +403,7 @@ fn remount_reads_changes_made_behind_the_backing_directory() {
 fn remount_reads_changes_made_through_another_mount() {
     let lender = ServerProcess::start(bin(), &["--capacity", "64MiB"], None);
     let addr = lender.addr();
-    let dir = TestDir::new("through");
+    let dir = test_dir("through");
     bounded(|running| {
         let mut want = first_run(&dir, addr, running);
 

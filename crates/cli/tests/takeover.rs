@@ -20,7 +20,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use farcache_testkit::{fuse_mounted, pattern, require_fuse, require_root, wait_until, MountProcess, ServerProcess};
+use farcache_testkit::{
+    fuse_mounted, pattern, require_fuse, require_root, wait_until, MountProcess, ScratchDir, ServerProcess, TierFile,
+};
 
 const BLOCK: usize = 4096;
 const STATIC_BLOCKS: usize = 512;
@@ -38,35 +40,27 @@ fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
 }
 
-/// A fresh directory under Cargo's per-target temporary directory (a disk file system: ext4
-/// here, where node ids resolve by file handle after a crash); removed when dropped.
-struct TestDir(PathBuf);
+/// A [`ScratchDir`] under Cargo's per-target temporary directory (ext4 here, where node ids
+/// resolve by file handle after a crash), with `backing/meta`, a control socket and logs.
+struct TestDir(ScratchDir);
 
 impl TestDir {
     fn new(tag: &str) -> TestDir {
-        let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("takeover-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(d.join("backing/meta")).unwrap();
-        fs::create_dir_all(d.join("mnt")).unwrap();
+        let d = ScratchDir::new(Path::new(env!("CARGO_TARGET_TMPDIR")), &format!("takeover-{tag}"));
+        fs::create_dir_all(d.backing().join("meta")).unwrap();
         TestDir(d)
     }
     fn backing(&self) -> PathBuf {
-        self.0.join("backing")
+        self.0.backing()
     }
     fn mnt(&self) -> PathBuf {
-        self.0.join("mnt")
+        self.0.mnt()
     }
     fn ctl(&self) -> PathBuf {
         self.0.join("ctl.sock")
     }
     fn log(&self, name: &str) -> PathBuf {
         self.0.join(format!("{name}.log"))
-    }
-}
-
-impl Drop for TestDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
     }
 }
 
@@ -700,9 +694,8 @@ fn a_takeover_of_a_mount_with_a_write_back_tier_is_refused_and_the_old_daemon_se
     require_root("takeover tests (open_by_handle_at, mounting)");
     let dir = TestDir::new("tier");
     write_files(&dir.backing());
-    let tier = PathBuf::from(format!("/dev/shm/farcache-test-takeover-{}.tier", std::process::id()));
-    let _ = fs::remove_file(&tier);
-    let t = tier.to_str().unwrap().to_string();
+    let tier = TierFile::new("takeover");
+    let t = tier.arg().to_string();
     let old = plain(&dir, &["--tier", &t, "--tier-size", "64MiB"]);
     let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
     fs::write(old.m("fresh"), b"acknowledged from the tier").unwrap();
@@ -721,5 +714,4 @@ fn a_takeover_of_a_mount_with_a_write_back_tier_is_refused_and_the_old_daemon_se
     assert_eq!(fs::read(old.m("fresh")).unwrap(), b"acknowledged from the tier");
     assert!(alive(old.pid()));
     old.stop();
-    let _ = fs::remove_file(&tier);
 }

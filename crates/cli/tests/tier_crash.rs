@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use farcache_testkit::{require_fuse, require_root, MountProcess};
+use farcache_testkit::{require_fuse, require_root, MountProcess, TierScratch};
 
 const BLOCK: usize = 4096;
 const BLOCKS: u64 = 64;
@@ -35,26 +35,10 @@ fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
 }
 
-struct Dirs {
-    base: PathBuf,
-    tier: PathBuf,
-}
-
-impl Drop for Dirs {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.tier);
-        let _ = std::fs::remove_dir_all(&self.base);
-    }
-}
+type Dirs = TierScratch;
 
 fn dirs(name: &str) -> Dirs {
-    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("tier-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    std::fs::create_dir_all(base.join("b")).unwrap();
-    std::fs::create_dir_all(base.join("m")).unwrap();
-    let tier = PathBuf::from(format!("/dev/shm/farcache-test-{name}-{}.tier", std::process::id()));
-    let _ = std::fs::remove_file(&tier);
-    Dirs { base, tier }
+    TierScratch::new(Path::new(env!("CARGO_TARGET_TMPDIR")), &format!("tier-{name}"))
 }
 
 /// One block's contents: (writer, block, seq) repeated.

@@ -6,40 +6,22 @@
 //! SIGKILL left dirty.
 
 use std::fs::{self, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::process::Command;
 
-use farcache_testkit::{require_fuse, require_root, MountProcess};
+use farcache_testkit::{o_direct_write_then_read, require_fuse, require_root, MountProcess, TierScratch};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
 }
 
-struct Dirs {
-    base: PathBuf,
-    tier: PathBuf,
-}
-
-impl Drop for Dirs {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.tier);
-        if !std::thread::panicking() {
-            let _ = fs::remove_dir_all(&self.base);
-        }
-    }
-}
+type Dirs = TierScratch;
 
 fn dirs(name: &str) -> Dirs {
-    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("tierposix-{name}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&base);
-    fs::create_dir_all(base.join("b")).unwrap();
-    fs::create_dir_all(base.join("m")).unwrap();
-    let tier = PathBuf::from(format!("/dev/shm/farcache-test-posix-{name}-{}.tier", std::process::id()));
-    let _ = fs::remove_file(&tier);
-    Dirs { base, tier }
+    TierScratch::new(Path::new(env!("CARGO_TARGET_TMPDIR")), &format!("tierposix-{name}"))
 }
 
 fn mount(d: &Dirs, log: &str) -> MountProcess {
@@ -97,27 +79,8 @@ fn posix_through_a_tier_and_all_of_it_on_the_disk_after_a_clean_unmount() {
     }
     drop(f);
     // The application's own O_DIRECT, aligned.
-    let mut dfile = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(m.m("direct"))
-        .unwrap();
-    let layout = std::alloc::Layout::from_size_align(8192, 4096).unwrap();
-    // SAFETY: an aligned 8192-byte buffer, freed below.
-    let p = unsafe { std::alloc::alloc_zeroed(layout) };
-    // SAFETY: p is valid for 8192 bytes.
-    let ab = unsafe { std::slice::from_raw_parts_mut(p, 8192) };
-    ab.fill(0x5a);
-    dfile.write_all(ab).unwrap();
-    ab.fill(0);
-    dfile.seek(SeekFrom::Start(0)).unwrap();
-    dfile.read_exact(ab).unwrap();
+    let ab = o_direct_write_then_read(&m.m("direct"), 8192);
     assert!(ab.iter().all(|&x| x == 0x5a), "O_DIRECT reads back what O_DIRECT wrote");
-    // SAFETY: allocated above with this layout.
-    unsafe { std::alloc::dealloc(p, layout) };
-    drop(dfile);
     // Truncate down into dirty data, then up: the cut bytes read as zeros.
     let t = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(m.m("trunc")).unwrap();
     t.write_all_at(&[7u8; 3 * 4096], 0).unwrap();

@@ -34,6 +34,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::io;
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -78,7 +79,15 @@ pub struct McInfo {
 
 /// The memcached key of `key` for `tenant`: `fc:<tenant>:<file>:<block>:<epoch>` in hex.
 pub fn memcached_key(tenant: &str, key: &Key) -> String {
-    format!("{KEY_PREFIX}:{tenant}:{:x}:{:x}:{:x}", key.file, key.block, key.epoch)
+    let mut out = Vec::with_capacity(96);
+    write_key(&mut out, tenant, key);
+    String::from_utf8(out).expect("ASCII")
+}
+
+/// Append [`memcached_key`] to `out` in place (requests build no string per key).
+fn write_key(out: &mut Vec<u8>, tenant: &str, key: &Key) {
+    // Writing into a Vec cannot fail.
+    let _ = write!(out, "{KEY_PREFIX}:{tenant}:{:x}:{:x}:{:x}", key.file, key.block, key.epoch);
 }
 
 /// A connection to one memcached. Cheap to clone; all clones share the connection, which
@@ -250,8 +259,8 @@ impl McClient {
     pub async fn get(&self, keys: &[Key]) -> Result<Vec<Option<Bytes>>, ClientError> {
         let answers = self.run(Cmd::Get, keys.len(), |i, token, out| {
             out.extend_from_slice(b"mg ");
-            out.extend_from_slice(memcached_key(&self.inner.tenant, &keys[i]).as_bytes());
-            out.extend_from_slice(format!(" v O{token}\r\n").as_bytes());
+            write_key(out, &self.inner.tenant, &keys[i]);
+            let _ = write!(out, " v O{token}\r\n");
         });
         Ok(answers
             .await?
@@ -272,8 +281,8 @@ impl McClient {
         let answers = self.run(Cmd::Set, fits.len(), |i, token, out| {
             let (key, value) = entries[fits[i]];
             out.extend_from_slice(b"ms ");
-            out.extend_from_slice(memcached_key(&self.inner.tenant, &key).as_bytes());
-            out.extend_from_slice(format!(" {} T0 O{token}\r\n", value.len()).as_bytes());
+            write_key(out, &self.inner.tenant, &key);
+            let _ = write!(out, " {} T0 O{token}\r\n", value.len());
             out.extend_from_slice(value);
             out.extend_from_slice(b"\r\n");
         });
@@ -292,8 +301,8 @@ impl McClient {
     pub async fn del(&self, keys: &[Key]) -> Result<Vec<DelStatus>, ClientError> {
         let answers = self.run(Cmd::Delete, keys.len(), |i, token, out| {
             out.extend_from_slice(b"md ");
-            out.extend_from_slice(memcached_key(&self.inner.tenant, &keys[i]).as_bytes());
-            out.extend_from_slice(format!(" O{token}\r\n").as_bytes());
+            write_key(out, &self.inner.tenant, &keys[i]);
+            let _ = write!(out, " O{token}\r\n");
         });
         Ok(answers
             .await?

@@ -82,6 +82,8 @@ struct FastConn {
 /// A fetch connection idle this long is dropped rather than used (well under the lender's
 /// default `idle_timeout` of 10 minutes, so a read never meets a connection closed for it).
 pub const FAST_IDLE_MAX: Duration = Duration::from_secs(60);
+/// After a fetch connection failed in use, no new one is made for this long.
+const FAST_RETRY_AFTER_FAILURE: Duration = Duration::from_millis(100);
 
 impl FastConn {
     /// Connect on a new current-thread runtime (blocks the calling thread; never call it on
@@ -424,7 +426,7 @@ impl Lender {
                     }
                     Err(e) => {
                         tracing::debug!(lender = %lender.addr, "fetch connection not made: {e}");
-                        lender.fast_failed(&cfg);
+                        lender.fast_failed(cfg.reconnect_min);
                         lender.fast_made.fetch_sub(1, Ordering::AcqRel);
                     }
                 }
@@ -443,7 +445,7 @@ impl Lender {
             self.fast_idle.lock().push(c);
         } else {
             self.forget_fast(c);
-            self.fast_retry_ms.store(self.born.elapsed().as_millis() as u64 + 100, Ordering::Relaxed);
+            self.fast_failed(FAST_RETRY_AFTER_FAILURE);
         }
     }
 
@@ -480,9 +482,9 @@ impl Lender {
         }
     }
 
-    /// A fetch connection could not be made: wait `reconnect_min` before the next attempt.
-    fn fast_failed(&self, cfg: &RemoteConfig) {
-        let at = self.born.elapsed().as_millis() as u64 + cfg.reconnect_min.as_millis() as u64;
+    /// A fetch connection failed or could not be made: make no new one for `after`.
+    fn fast_failed(&self, after: Duration) {
+        let at = self.born.elapsed().as_millis() as u64 + after.as_millis() as u64;
         self.fast_retry_ms.store(at, Ordering::Relaxed);
     }
 

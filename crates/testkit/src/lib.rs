@@ -20,14 +20,18 @@ pub mod mount;
 mod process;
 mod raw;
 mod rng;
+mod scratch;
 
 pub use memcached::{free_port, memcached_bin, MemcachedProcess};
-pub use mount::{fuse_mounted, require_fuse, require_root, DirectReader, MountProcess, LENDERS_FIRST};
+pub use mount::{
+    fuse_mounted, o_direct_write_then_read, require_fuse, require_root, DirectReader, MountProcess, LENDERS_FIRST,
+};
 pub use process::{run_bin, run_with_timeout, text, ServerProcess, StartError, START_TIMEOUT};
 pub use raw::{
     check_round_trip, frame, frame_with_reserved, hello_body, hello_bytes, hello_bytes_versions, ErrorReply, RawConn,
 };
 pub use rng::Rng;
+pub use scratch::{ScratchDir, TierFile, TierScratch};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};

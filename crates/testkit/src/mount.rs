@@ -97,17 +97,7 @@ impl MountProcess {
             // would unmount it.
             return Err(format!("{} is already a FUSE mount point", mnt.display()));
         }
-        let mut cmd = Command::new(bin);
-        cmd.arg("mount").arg(backing).arg(mnt).args(args).envs(env.iter().copied());
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(File::create(log).map_err(|e| format!("{e}"))?);
-        let child = cmd.spawn().map_err(|e| format!("cannot spawn farcache mount: {e}"))?;
-        let m = MountProcess {
-            backing: backing.to_path_buf(),
-            mnt: mnt.to_path_buf(),
-            log: log.to_path_buf(),
-            child: Mutex::new(child),
-            owns_mount: std::sync::atomic::AtomicBool::new(true),
-        };
+        let m = Self::spawn(bin, backing, mnt, args, env, log, true)?;
         let t0 = Instant::now();
         while !fuse_mounted(mnt) {
             if let Some(st) = m.child.lock().unwrap().try_wait().unwrap() {
@@ -119,11 +109,7 @@ impl MountProcess {
             std::thread::sleep(Duration::from_millis(10));
         }
         // The daemon prints one line once the mount is live.
-        let mut line = String::new();
-        {
-            let mut child = m.child.lock().unwrap();
-            BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-        }
+        let line = m.first_line();
         if !line.starts_with("farcache mounted ") {
             return Err(format!("unexpected first line {line:?}:\n{}", m.log_text()));
         }
@@ -141,28 +127,47 @@ impl MountProcess {
         args: &[&str],
         log: &Path,
     ) -> Result<MountProcess, String> {
-        let mut cmd = Command::new(bin);
-        cmd.arg("mount").arg(backing).arg(mnt).args(args).arg("--takeover");
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(File::create(log).map_err(|e| format!("{e}"))?);
-        let child = cmd.spawn().map_err(|e| format!("cannot spawn farcache mount --takeover: {e}"))?;
-        let m = MountProcess {
-            backing: backing.to_path_buf(),
-            mnt: mnt.to_path_buf(),
-            log: log.to_path_buf(),
-            child: Mutex::new(child),
-            owns_mount: std::sync::atomic::AtomicBool::new(false),
-        };
-        let mut line = String::new();
-        {
-            let mut child = m.child.lock().unwrap();
-            let _ = BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line);
-        }
+        let args: Vec<&str> = args.iter().copied().chain(["--takeover"]).collect();
+        let m = Self::spawn(bin, backing, mnt, &args, &[], log, false)?;
+        let line = m.first_line();
         if !line.starts_with("farcache mounted ") {
             let code = m.wait_exit_timeout(EXIT_WAIT);
             return Err(format!("takeover failed (exit {code:?}), first line {line:?}:\n{}", m.log_text()));
         }
         m.owns_mount.store(true, std::sync::atomic::Ordering::SeqCst);
         Ok(m)
+    }
+
+    /// Spawn `farcache mount BACKING MNT ARGS...` (stdout piped, stderr to `log`); `owns`:
+    /// whether dropping it unmounts `mnt`.
+    fn spawn(
+        bin: &Path,
+        backing: &Path,
+        mnt: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        log: &Path,
+        owns: bool,
+    ) -> Result<MountProcess, String> {
+        let mut cmd = Command::new(bin);
+        cmd.arg("mount").arg(backing).arg(mnt).args(args).envs(env.iter().copied());
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(File::create(log).map_err(|e| format!("{e}"))?);
+        let child = cmd.spawn().map_err(|e| format!("cannot spawn farcache mount {}: {e}", args.join(" ")))?;
+        Ok(MountProcess {
+            backing: backing.to_path_buf(),
+            mnt: mnt.to_path_buf(),
+            log: log.to_path_buf(),
+            child: Mutex::new(child),
+            owns_mount: std::sync::atomic::AtomicBool::new(owns),
+        })
+    }
+
+    /// The daemon's first line on stdout ("" if it closed stdout first).
+    fn first_line(&self) -> String {
+        let mut line = String::new();
+        let mut child = self.child.lock().unwrap();
+        let _ = BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line);
+        line
     }
 
     /// The mount now belongs to another daemon: dropping this one must not unmount it.
@@ -308,4 +313,29 @@ impl DirectReader {
             assert_eq!(self.read(b * 4096), &data[o..o + 4096], "block {b}");
         }
     }
+}
+
+/// Create `path` with `O_DIRECT`, write `len` bytes of 0x5a from an aligned buffer, and read
+/// them back through the same descriptor (also `O_DIRECT`, from offset 0): what came back.
+/// `len` must be a multiple of 4 KiB. Any I/O error fails the test.
+pub fn o_direct_write_then_read(path: &Path, len: usize) -> Vec<u8> {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    assert!(len > 0 && len.is_multiple_of(4096), "O_DIRECT needs whole 4 KiB blocks, not {len} bytes");
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .unwrap_or_else(|e| panic!("open {} with O_DIRECT: {e}", path.display()));
+    let mut buf = vec![0u8; len + 4096];
+    let off = buf.as_ptr().align_offset(4096);
+    let ab = &mut buf[off..off + len];
+    ab.fill(0x5a);
+    f.write_all(ab).unwrap_or_else(|e| panic!("O_DIRECT write to {}: {e}", path.display()));
+    ab.fill(0);
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.read_exact(ab).unwrap_or_else(|e| panic!("O_DIRECT read of {}: {e}", path.display()));
+    ab.to_vec()
 }

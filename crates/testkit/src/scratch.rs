@@ -1,0 +1,95 @@
+//! Scratch space for tests: a directory with a backing directory and a mount point, and for
+//! the write-back tier a tier file on tmpfs (`/dev/shm`, the `dram` mode), removed when
+//! dropped (a [`TierScratch`] keeps its directory when the test panics, for its logs).
+
+use std::path::{Path, PathBuf};
+
+/// A tier file at [`fresh_tier_path`], removed on drop.
+pub struct TierFile(PathBuf);
+
+/// `/dev/shm/farcache-test-TAG-PID.tier`, with whatever an earlier run left there removed.
+fn fresh_tier_path(tag: &str) -> PathBuf {
+    let p = PathBuf::from(format!("/dev/shm/farcache-test-{tag}-{}.tier", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+impl TierFile {
+    pub fn new(tag: &str) -> TierFile {
+        TierFile(fresh_tier_path(tag))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// The path as `--tier` takes it.
+    pub fn arg(&self) -> &str {
+        self.0.to_str().expect("a UTF-8 path")
+    }
+}
+
+impl Drop for TierFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// `PARENT/TAG-PID` with `b/` (the backing directory) and `m/` (the mount point), plus a
+/// tier file at [`fresh_tier_path`] of the same tag. `tier` may be pointed elsewhere (e.g. a file on a disk for
+/// the `ssd` mode); what it names then is removed on drop too.
+pub struct TierScratch {
+    pub base: PathBuf,
+    pub tier: PathBuf,
+}
+
+impl TierScratch {
+    pub fn new(parent: &Path, tag: &str) -> TierScratch {
+        let base = parent.join(format!("{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(base.join("b")).unwrap();
+        std::fs::create_dir_all(base.join("m")).unwrap();
+        TierScratch { base, tier: fresh_tier_path(tag) }
+    }
+}
+
+impl Drop for TierScratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.tier);
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.base);
+        }
+    }
+}
+
+/// A fresh directory `PARENT/TAG-PID` (whatever an earlier run left there is removed) with
+/// `backing/` and `mnt/` in it, removed when dropped. Tests give Cargo's per-target
+/// temporary directory as PARENT: a disk file system, where `O_DIRECT` works and node ids
+/// resolve by file handle.
+pub struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    pub fn new(parent: &Path, tag: &str) -> ScratchDir {
+        let d = parent.join(format!("{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("backing")).unwrap();
+        std::fs::create_dir_all(d.join("mnt")).unwrap();
+        ScratchDir(d)
+    }
+    pub fn backing(&self) -> PathBuf {
+        self.0.join("backing")
+    }
+    pub fn mnt(&self) -> PathBuf {
+        self.0.join("mnt")
+    }
+    /// A path in the directory (logs, sockets, configuration files).
+    pub fn join(&self, rel: impl AsRef<Path>) -> PathBuf {
+        self.0.join(rel)
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
