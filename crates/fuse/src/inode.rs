@@ -73,6 +73,24 @@ struct Maps {
     next_synthetic: u64,
 }
 
+impl Maps {
+    /// Enter a new inode under `nodeid` with `nlookup` lookups (the caller checked that
+    /// neither its node id nor its (dev, ino) is known).
+    fn insert(&mut self, key: (u64, u64), nodeid: u64, fd: OwnedFd, st: &libc::stat, nlookup: u64) -> Arc<Inode> {
+        let inode = Arc::new(Inode {
+            nodeid,
+            fd,
+            dev: st.st_dev,
+            ino: st.st_ino,
+            fmt: st.st_mode & libc::S_IFMT,
+            file_id: OnceLock::new(),
+        });
+        self.by_key.insert(key, nodeid);
+        self.by_node.insert(nodeid, Entry { inode: inode.clone(), nlookup });
+        inode
+    }
+}
+
 pub(crate) struct InodeTable {
     maps: RwLock<Maps>,
     root_dev: u64,
@@ -130,17 +148,7 @@ impl InodeTable {
             }
         };
         debug_assert!(!m.by_node.contains_key(&nodeid), "node id {nodeid} in use");
-        let inode = Arc::new(Inode {
-            nodeid,
-            fd,
-            dev: st.st_dev,
-            ino: st.st_ino,
-            fmt: st.st_mode & libc::S_IFMT,
-            file_id: OnceLock::new(),
-        });
-        m.by_key.insert(key, nodeid);
-        m.by_node.insert(nodeid, Entry { inode: inode.clone(), nlookup: 1 });
-        Ok(inode)
+        Ok(m.insert(key, nodeid, fd, st, 1))
     }
 
     /// The kernel dropped `n` lookups of `nodeid`; true when that was the last.
@@ -200,17 +208,7 @@ impl InodeTable {
         if nodeid >= m.next_synthetic {
             m.next_synthetic = nodeid + 1;
         }
-        let inode = Arc::new(Inode {
-            nodeid,
-            fd,
-            dev: st.st_dev,
-            ino: st.st_ino,
-            fmt: st.st_mode & libc::S_IFMT,
-            file_id: OnceLock::new(),
-        });
-        m.by_key.insert(key, nodeid);
-        m.by_node.insert(nodeid, Entry { inode: inode.clone(), nlookup: nlookup.max(1) });
-        Ok(inode)
+        Ok(m.insert(key, nodeid, fd, st, nlookup.max(1)))
     }
 
     /// Every entry but the root: `(inode, lookups)`, and the next synthetic node id.
