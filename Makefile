@@ -28,6 +28,7 @@ bench: deps build
 	BIN=$(BIN) OUT=bench/results ./scripts/bench-hit-path.sh
 	BIN=$(BIN) ./scripts/bench-paper.sh
 	BIN=$(BIN) ./scripts/bench-nothing-slower.sh
+	BIN=$(BIN) ./scripts/bench-writeback.sh
 
 deps:
 	@./scripts/deps.sh

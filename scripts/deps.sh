@@ -10,6 +10,10 @@ command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 # systemd-analyze: crates/cli/tests/systemd.rs verifies etc/systemd's units with it (offline;
 # it needs no systemd running as PID 1).
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
+# fio and postmark: `bench paper`'s paper 003 experiments (dfsio, postmark), whose quick
+# version runs in crates/cli/tests/bench_paper.rs.
+command -v fio >/dev/null 2>&1 || need_apt+=(fio)
+command -v postmark >/dev/null 2>&1 || need_apt+=(postmark)
 # PostgreSQL 15 for crates/cli/tests/postgres.rs. On Debian 12 postgresql-15 holds initdb,
 # pg_ctl, pgbench, pg_checksums and the contrib modules (amcheck); psql comes with its
 # dependency postgresql-client-15. There is no separate postgresql-contrib-15.

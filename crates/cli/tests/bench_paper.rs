@@ -39,29 +39,21 @@ fn num(v: &Value, path: &[&str]) -> f64 {
     x.as_f64().unwrap_or_else(|| panic!("{path:?} is not a number in {v}"))
 }
 
-#[test]
-fn bench_paper_quick_runs_every_configuration_and_cleans_up() {
-    if !is_root() {
-        // Without root the testbed cannot be built; the error must say so.
-        let out = Command::new(bin()).args(["bench", "paper", "--quick", "--out", "/tmp"]).output().unwrap();
-        assert!(!out.status.success());
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("needs root"), "{err}");
-        return;
-    }
-    let dir = Scratch(std::env::temp_dir().join(format!("farcache-bench-paper-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
-    let (out_path, err_path) = (dir.0.join("stdout"), dir.0.join("stderr"));
+/// `farcache bench paper --quick ARGS --out DIR`, bounded by `limit`; then checks that
+/// nothing of its testbed is left, whatever the outcome. Its status, stdout and stderr.
+fn run_quick(args: &[&str], dir: &Path, limit: Duration) -> (std::process::ExitStatus, String, String) {
+    let (out_path, err_path) = (dir.join("stdout"), dir.join("stderr"));
     let mut child = Command::new(bin())
-        .args(["bench", "paper", "--quick", "--out"])
-        .arg(&dir.0)
+        .args(["bench", "paper", "--quick"])
+        .args(args)
+        .arg("--out")
+        .arg(dir)
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out_path).unwrap())
         .stderr(std::fs::File::create(&err_path).unwrap())
         .spawn()
         .unwrap();
     let prefix = format!("fcb-{:x}", child.id());
-    let limit = Duration::from_secs(400);
     let deadline = Instant::now() + limit;
     let status = loop {
         if let Some(st) = child.try_wait().unwrap() {
@@ -97,7 +89,75 @@ fn bench_paper_quick_runs_every_configuration_and_cleans_up() {
         assert!(!names.iter().any(|n| n.starts_with(&prefix)), "{ctl} cgroup left behind: {names:?}");
     }
     assert!(!Path::new("/var/tmp/farcache-bench").join(&prefix).exists(), "run directory left behind");
+    let shm: Vec<String> =
+        std::fs::read_dir("/dev/shm").unwrap().flatten().map(|e| e.file_name().to_string_lossy().to_string()).collect();
+    assert!(!shm.iter().any(|n| n.starts_with(&prefix)), "tier file left behind in /dev/shm: {shm:?}");
+    (status, stdout, stderr)
+}
 
+/// Paper 003's experiments, scaled down: postmark, dfsio and durable writes in the backing
+/// alone, the mount without a tier and the mount with a `dram` and an `ssd` tier. Every case
+/// of every configuration ran, the tiers took the writes, and every figure is a number.
+#[test]
+fn bench_paper_quick_runs_the_write_back_tier_experiments() {
+    if !is_root() {
+        return;
+    }
+    let dir = Scratch(std::env::temp_dir().join(format!("farcache-bench-paper003-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let args = [
+        "--experiment",
+        "postmark,dfsio,durable",
+        "--profile",
+        "ssd",
+        "--postmark-scale",
+        "0.002",
+        "--dfsio-size",
+        "16MiB",
+        "--durable-secs",
+        "1",
+    ];
+    let (status, stdout, stderr) = run_quick(&args, &dir.0, Duration::from_secs(400));
+    assert!(
+        status.success(),
+        "bench paper --quick (paper 003) failed ({status}); stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.0.join("paper003-quick.json")).unwrap()).unwrap();
+    assert_eq!(json["complete"], true, "{json}");
+    let runs = json["tier_runs"].as_array().unwrap();
+    // postmark 3 cases, dfsio 4, durable 3; in 4 configurations.
+    assert_eq!(runs.len(), 4 * (3 + 4 + 3), "{json}");
+    for r in runs {
+        assert!(r["error"].is_null(), "{r}");
+        assert!(num(r, &["per_sec"]) > 0.0 && num(r, &["secs"]) > 0.0, "{r}");
+        let cfg = r["config"].as_str().unwrap();
+        if let Some(mode) = cfg.strip_prefix("tier-") {
+            assert!(num(r, &["tier", "writes"]) > 0.0, "the tier took no writes: {r}");
+            assert_eq!(r["tier"]["mode"].as_str(), Some(mode), "{r}");
+        } else {
+            assert!(r["tier"].is_null(), "{r}");
+        }
+    }
+    let checks = json["checks"].as_array().unwrap();
+    assert!(checks.len() >= 4 * 3 && checks.iter().all(|c| c["ok"] == true), "{json}");
+    let md = std::fs::read_to_string(dir.0.join("paper003-quick.md")).unwrap();
+    assert!(md.contains("## postmark") && md.contains("tier-dram/native"), "{md}");
+}
+
+#[test]
+fn bench_paper_quick_runs_every_configuration_and_cleans_up() {
+    if !is_root() {
+        // Without root the testbed cannot be built; the error must say so.
+        let out = Command::new(bin()).args(["bench", "paper", "--quick", "--out", "/tmp"]).output().unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("needs root"), "{err}");
+        return;
+    }
+    let dir = Scratch(std::env::temp_dir().join(format!("farcache-bench-paper-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let (status, stdout, stderr) = run_quick(&[], &dir.0, Duration::from_secs(400));
     assert!(status.success(), "bench paper --quick failed ({status}); stdout:\n{stdout}\nstderr:\n{stderr}");
     let json: Value = serde_json::from_str(&std::fs::read_to_string(dir.0.join("paper-quick.json")).unwrap()).unwrap();
     assert_eq!(json["complete"], true, "{json}");

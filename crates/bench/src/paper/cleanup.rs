@@ -94,6 +94,11 @@ pub fn cleanup() -> Vec<String> {
             note(&mut done, r, format!("mount {m} ({fs})"));
         }
     }
+    // Write-back tier files of paper 003's configurations on tmpfs (writeback.rs).
+    for name in list_dir("/dev/shm").into_iter().filter(|n| ours(n)) {
+        let p = Path::new("/dev/shm").join(&name);
+        note(&mut done, std::fs::remove_file(&p).map_err(|e| e.to_string()), p.display().to_string());
+    }
     // 3. Loop devices whose backing file is in a run directory.
     let loops = sys::run("losetup", &["--list", "--noheadings", "-O", "NAME,BACK-FILE"]).unwrap_or_default();
     for l in loops.lines() {

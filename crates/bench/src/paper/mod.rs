@@ -31,6 +31,7 @@ pub mod sys;
 pub mod testbed;
 pub mod tpch;
 pub mod worker;
+pub mod writeback;
 
 use std::path::PathBuf;
 
@@ -57,6 +58,14 @@ pub enum Experiment {
     /// Tables 8/10 (DBT-3, TPC-H-like): PostgreSQL 15 on a TPC-H database of 2–4× the
     /// client's memory (`tpchgen-cli` data): load test, power test, throughput test.
     Tpch,
+    /// Paper 003, Table 1 / Fig. 6: Postmark (Debian's `postmark`), small, medium and large
+    /// files ([`writeback`]).
+    Postmark,
+    /// Paper 003, Fig. 7: TestDFSIO-like sequential writes then reads, one large file and
+    /// several of 100 MB, caches dropped in between ([`writeback`]).
+    Dfsio,
+    /// Durable small writes: 4 KiB `pwrite` + `fdatasync`, 1 and 32 writers ([`writeback`]).
+    Durable,
 }
 
 impl Experiment {
@@ -66,6 +75,24 @@ impl Experiment {
             Experiment::Randread => "randread",
             Experiment::Pgbench => "pgbench",
             Experiment::Tpch => "tpch",
+            Experiment::Postmark => "postmark",
+            Experiment::Dfsio => "dfsio",
+            Experiment::Durable => "durable",
+        }
+    }
+
+    /// Paper 003's experiments: the write-back tier against the backing alone, in the
+    /// configurations [`ConfigKind::TIER_SET`].
+    pub fn of_the_tier(self) -> bool {
+        matches!(self, Experiment::Postmark | Experiment::Dfsio | Experiment::Durable)
+    }
+
+    /// Whether `cfg` is one of this experiment's configurations.
+    pub fn runs_in(self, cfg: ConfigKind) -> bool {
+        if self.of_the_tier() {
+            ConfigKind::TIER_SET.contains(&cfg)
+        } else {
+            ConfigKind::ALL.contains(&cfg)
         }
     }
 
@@ -75,6 +102,9 @@ impl Experiment {
             Experiment::Randread => "Tables 5/6",
             Experiment::Pgbench => "issue 4",
             Experiment::Tpch => "Tables 8/10",
+            Experiment::Postmark => "paper 003, Table 1",
+            Experiment::Dfsio => "paper 003, TestDFSIO",
+            Experiment::Durable => "issue 12",
         }
     }
 
@@ -96,11 +126,23 @@ pub enum ConfigKind {
     Farcache,
     /// ext4 directly with no memory limit: everything fits in local RAM (the ceiling).
     Ideal,
+    /// `farcache mount --no-remote --tier FILE` with the tier file on tmpfs (`dram`, paper
+    /// 003's emulation of persistent memory).
+    #[serde(rename = "tier-dram")]
+    TierDram,
+    /// `farcache mount --no-remote --tier FILE` with the tier file on the machine's own fast
+    /// disk (`ssd`: O_DIRECT and fdatasync).
+    #[serde(rename = "tier-ssd")]
+    TierSsd,
 }
 
 impl ConfigKind {
+    /// Paper 000's configurations (seqread, randread, pgbench, tpch).
     pub const ALL: [ConfigKind; 4] =
         [ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::Farcache, ConfigKind::Ideal];
+    /// Paper 003's: the backing alone, the mount without a tier, the mount with each tier.
+    pub const TIER_SET: [ConfigKind; 4] =
+        [ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::TierDram, ConfigKind::TierSsd];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -108,21 +150,27 @@ impl ConfigKind {
             ConfigKind::Passthrough => "passthrough",
             ConfigKind::Farcache => "farcache",
             ConfigKind::Ideal => "ideal",
+            ConfigKind::TierDram => "tier-dram",
+            ConfigKind::TierSsd => "tier-ssd",
         }
     }
 
     pub fn through_mount(self) -> bool {
-        matches!(self, ConfigKind::Passthrough | ConfigKind::Farcache)
+        matches!(self, ConfigKind::Passthrough | ConfigKind::Farcache | ConfigKind::TierDram | ConfigKind::TierSsd)
+    }
+
+    /// Whether the mount has a write-back tier.
+    pub fn has_tier(self) -> bool {
+        matches!(self, ConfigKind::TierDram | ConfigKind::TierSsd)
     }
 }
 
 impl std::str::FromStr for ConfigKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        ConfigKind::ALL
-            .into_iter()
-            .find(|c| c.name() == s)
-            .ok_or_else(|| format!("unknown configuration {s:?}: native, passthrough, farcache or ideal"))
+        ConfigKind::ALL.into_iter().chain(ConfigKind::TIER_SET).find(|c| c.name() == s).ok_or_else(|| {
+            format!("unknown configuration {s:?}: native, passthrough, farcache, ideal, tier-dram or tier-ssd")
+        })
     }
 }
 
@@ -134,7 +182,13 @@ impl std::str::FromStr for Experiment {
             "randread" => Ok(Experiment::Randread),
             "pgbench" => Ok(Experiment::Pgbench),
             "tpch" => Ok(Experiment::Tpch),
-            _ => Err(format!("unknown experiment {s:?}: seqread, randread, pgbench, tpch (transfers comes with each)")),
+            "postmark" => Ok(Experiment::Postmark),
+            "dfsio" => Ok(Experiment::Dfsio),
+            "durable" => Ok(Experiment::Durable),
+            _ => Err(format!(
+                "unknown experiment {s:?}: seqread, randread, pgbench, tpch (transfers comes with each); postmark, \
+                 dfsio, durable (paper 003)"
+            )),
         }
     }
 }
@@ -182,6 +236,19 @@ pub struct PaperOptions {
     /// tpch: the whole experiment's deadline, shared equally by the configurations.
     #[serde(default)]
     pub tpch_deadline_secs: u64,
+    /// Paper 003: the write-back tier's size (tier-dram, tier-ssd).
+    #[serde(default)]
+    pub tier_bytes: u64,
+    /// postmark: the share of Table 1's files and transactions run (1.0: the paper's).
+    #[serde(default)]
+    pub postmark_scale: f64,
+    /// dfsio: the one large file's size (the paper's 100–800 MB); the several files are
+    /// [`writeback::DFSIO_FILES`] of an eighth of it each (100 MB at the default 800 MiB).
+    #[serde(default)]
+    pub dfsio_bytes: u64,
+    /// durable: seconds of each load.
+    #[serde(default)]
+    pub durable_secs: u64,
 }
 
 impl PaperOptions {
@@ -208,6 +275,10 @@ impl PaperOptions {
             tpch_scale_factor: None,
             tpch_statement_timeout_secs: 600,
             tpch_deadline_secs: 4 * 3600,
+            tier_bytes: 2 * GIB,
+            postmark_scale: 1.0,
+            dfsio_bytes: 800 * MIB,
+            durable_secs: 20,
         }
     }
 
@@ -229,8 +300,17 @@ impl PaperOptions {
             tpch_scale_factor: Some(0.01),
             tpch_statement_timeout_secs: 60,
             tpch_deadline_secs: 600,
+            tier_bytes: 256 * MIB,
+            postmark_scale: 0.01,
+            dfsio_bytes: 64 * MIB,
+            durable_secs: 2,
             ..PaperOptions::full(exe)
         }
+    }
+
+    /// The configurations `exp` runs in, of those asked for.
+    pub fn configs_for(&self, exp: Experiment) -> Vec<ConfigKind> {
+        self.configs.iter().copied().filter(|c| exp.runs_in(*c)).collect()
     }
 
     /// Room for every test file, ext4's own needs and slack (and for pgbench: the pristine
@@ -243,7 +323,8 @@ impl PaperOptions {
             0
         };
         let tpch = if self.experiments.contains(&Experiment::Tpch) { tpch::disk_bytes(self) } else { 0 };
-        files + files / 8 + pg + tpch + 512 * MIB
+        let tier = if self.experiments.iter().any(|e| e.of_the_tier()) { writeback::disk_bytes(self) } else { 0 };
+        files + files / 8 + pg + tpch + tier + 512 * MIB
     }
 }
 

@@ -55,8 +55,23 @@ impl MountDaemon {
         cgroups: &[&Cgroup],
         log: &Path,
     ) -> Result<MountDaemon> {
+        MountDaemon::start_with(exe, backing, mnt, lenders, routing, &[], cgroups, log)
+    }
+
+    /// [`MountDaemon::start`] with more arguments for `farcache mount` (e.g. `--tier`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_with(
+        exe: &Path,
+        backing: &Path,
+        mnt: &Path,
+        lenders: Option<&[std::net::SocketAddr]>,
+        routing: Option<&str>,
+        extra: &[std::ffi::OsString],
+        cgroups: &[&Cgroup],
+        log: &Path,
+    ) -> Result<MountDaemon> {
         let mut cmd = Command::new(exe);
-        cmd.arg("mount").arg(backing).arg(mnt).env("FARCACHE_LOG", "info");
+        cmd.arg("mount").arg(backing).arg(mnt).args(extra).env("FARCACHE_LOG", "info");
         match lenders {
             None => {
                 cmd.arg("--no-remote");
@@ -74,7 +89,8 @@ impl MountDaemon {
         let refs: Vec<&Path> = procs.iter().map(|p| p.as_path()).collect();
         sys::confine(&mut cmd, &refs);
         let mut child = Child::spawn("mount daemon", cmd, log, false)?;
-        child.stop_timeout = Duration::from_secs(30);
+        // A mount with a write-back tier destages everything before it exits.
+        child.stop_timeout = Duration::from_secs(if extra.iter().any(|a| a == "--tier") { 300 } else { 30 });
         let line = child.next_line(Duration::from_secs(30))?;
         if !line.starts_with("farcache mounted") {
             return Err(BenchError::Setup(format!("farcache mount said {line:?}; log:\n{}", child.log_tail())));

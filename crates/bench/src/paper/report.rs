@@ -175,6 +175,9 @@ pub struct PaperReport {
     pub tpch: Vec<TpchRecord>,
     #[serde(default)]
     pub tpch_error: Option<String>,
+    /// Paper 003 (postmark, dfsio, durable): one record per configuration and case.
+    #[serde(default)]
+    pub tier_runs: Vec<super::writeback::TierRecord>,
     pub checks: Vec<Verdict>,
     pub targets: Vec<Verdict>,
     pub complete: bool,
@@ -194,6 +197,7 @@ impl PaperReport {
             tpch_setup: None,
             tpch: Vec::new(),
             tpch_error: None,
+            tier_runs: Vec::new(),
             checks: Vec::new(),
             targets: Vec::new(),
             complete: false,
@@ -294,7 +298,7 @@ fn checks(r: &PaperReport) -> Vec<Verdict> {
         if let Some(e) = &r.pgbench_error {
             v.push(Verdict { what: "pgbench: the database was made".into(), measured: e.clone(), ok: false });
         }
-        for &cfg in &o.configs {
+        for &cfg in &o.configs_for(Experiment::Seqread) {
             for mode in [PgMode::SelectOnly, PgMode::TpcB] {
                 for &c in &o.pgbench_clients {
                     let x = r.pgbench.iter().find(|x| x.config == cfg && x.mode == mode && x.clients == c);
@@ -327,7 +331,7 @@ fn checks(r: &PaperReport) -> Vec<Verdict> {
     }
     for &exp in o.experiments.iter().filter(|e| e.per_size()) {
         for &size in &o.sizes_bytes {
-            for &cfg in &o.configs {
+            for &cfg in &o.configs_for(Experiment::Seqread) {
                 let what = format!("{} {} {} ran both passes", exp.name(), human(size), cfg.name());
                 let Some(run) = r.get(exp, size, cfg) else {
                     v.push(Verdict { what, measured: "missing".into(), ok: false });
@@ -383,7 +387,41 @@ fn checks(r: &PaperReport) -> Vec<Verdict> {
             }
         }
     }
+    tier_checks(r, &mut v);
     v
+}
+
+/// Paper 003's experiments: every case of every configuration ran, and the mounts with a
+/// tier wrote into it.
+fn tier_checks(r: &PaperReport, v: &mut Vec<Verdict>) {
+    let o = &r.options;
+    for &exp in o.experiments.iter().filter(|e| e.of_the_tier()) {
+        for cfg in o.configs_for(exp) {
+            let recs: Vec<_> =
+                r.tier_runs.iter().filter(|x| x.experiment == Some(exp) && x.config == Some(cfg)).collect();
+            let failed: Vec<String> =
+                recs.iter().filter_map(|x| Some(format!("{}: {}", x.case, x.error.as_ref()?))).collect();
+            v.push(Verdict {
+                what: format!("{} {} ran every case", exp.name(), cfg.name()),
+                measured: if recs.is_empty() {
+                    "missing".into()
+                } else if failed.is_empty() {
+                    format!("{} cases", recs.len())
+                } else {
+                    failed.join("; ")
+                },
+                ok: !recs.is_empty() && failed.is_empty(),
+            });
+            if cfg.has_tier() && !recs.is_empty() && failed.is_empty() {
+                let writes: u64 = recs.iter().filter_map(|x| x.tier.as_ref()?["writes"].as_u64()).max().unwrap_or(0);
+                v.push(Verdict {
+                    what: format!("{} {}: writes went into the tier", exp.name(), cfg.name()),
+                    measured: format!("{writes} tier writes"),
+                    ok: writes > 0,
+                });
+            }
+        }
+    }
 }
 
 /// tpch: every configuration loaded every row, ran every query (in `--quick`, to completion),
@@ -395,7 +433,7 @@ fn tpch_checks(r: &PaperReport, v: &mut Vec<Verdict>) {
         return;
     }
     let want: Vec<(String, u64)> = r.tpch_setup.as_ref().map(|s| s.rows.clone()).unwrap_or_default();
-    for &cfg in &o.configs {
+    for &cfg in &o.configs_for(Experiment::Seqread) {
         let name = cfg.name();
         let Some(x) = r.tpch.iter().find(|x| x.config == Some(cfg)) else {
             v.push(Verdict { what: format!("tpch {name} ran"), measured: "missing".into(), ok: false });
@@ -614,7 +652,7 @@ pub fn render(r: &PaperReport) -> String {
             routing["threshold_bytes"]
         );
     }
-    let cfgs = &o.configs;
+    let cfgs = &o.configs_for(Experiment::Seqread);
     for &exp in o.experiments.iter().filter(|e| e.per_size()) {
         let _ = writeln!(s, "## {} ({}): seconds per pass\n", exp.name(), exp.table());
         let mut head = String::from("| size |");
@@ -655,6 +693,7 @@ pub fn render(r: &PaperReport) -> String {
     }
     render_pgbench(&mut s, r);
     render_tpch(&mut s, r);
+    render_tier_runs(&mut s, r);
     render_transfers(&mut s, r);
     render_memory(&mut s, r);
     for (title, list) in [("Sanity checks", &r.checks), ("Targets (issue 4)", &r.targets)] {
@@ -670,12 +709,76 @@ pub fn render(r: &PaperReport) -> String {
     s
 }
 
+/// Paper 003's experiments: per case, each configuration's headline figure and the tiers'
+/// ratios against the backing alone (native) and the mount without a tier.
+fn render_tier_runs(s: &mut String, r: &PaperReport) {
+    let o = &r.options;
+    for &exp in o.experiments.iter().filter(|e| e.of_the_tier()) {
+        let cfgs = o.configs_for(exp);
+        let recs: Vec<&super::writeback::TierRecord> =
+            r.tier_runs.iter().filter(|x| x.experiment == Some(exp)).collect();
+        let mut cases: Vec<&str> = Vec::new();
+        for x in &recs {
+            if !cases.contains(&x.case.as_str()) {
+                cases.push(&x.case);
+            }
+        }
+        let unit = recs.iter().find(|x| x.error.is_none()).map(|x| x.unit.as_str()).unwrap_or("");
+        let _ = writeln!(s, "## {} ({}): {unit}, higher is better\n", exp.name(), exp.table());
+        let mut head = String::from("| case |");
+        let mut rule = String::from("|---|");
+        for c in &cfgs {
+            let _ = write!(head, " {} |", c.name());
+            rule.push_str("---:|");
+        }
+        let tiers: Vec<ConfigKind> = cfgs.iter().copied().filter(|c| c.has_tier()).collect();
+        for t in &tiers {
+            let _ = write!(head, " {0}/native | {0}/passthrough |", t.name());
+            rule.push_str("---:|---:|");
+        }
+        let _ = writeln!(s, "{head}\n{rule}");
+        let get = |case: &str, cfg: ConfigKind| {
+            recs.iter().find(|x| x.case == case && x.config == Some(cfg) && x.error.is_none()).copied()
+        };
+        let ratio = |case: &str, a: ConfigKind, b: ConfigKind| {
+            get(case, a).zip(get(case, b)).filter(|(_, y)| y.per_sec > 0.0).map(|(x, y)| x.per_sec / y.per_sec)
+        };
+        for case in &cases {
+            let mut row = format!("| {case} |");
+            for &c in &cfgs {
+                let v = get(case, c).map(|x| match (x.p50_us, x.p99_us) {
+                    (Some(p50), Some(p99)) => format!("{:.0} (p50 {p50:.0} µs, p99 {p99:.0} µs)", x.per_sec),
+                    _ => format!("{:.1}", x.per_sec),
+                });
+                let _ = write!(row, " {} |", v.unwrap_or_else(|| "–".into()));
+            }
+            for &t in &tiers {
+                let _ = write!(
+                    row,
+                    " {} | {} |",
+                    cell(ratio(case, t, ConfigKind::Native), 2),
+                    cell(ratio(case, t, ConfigKind::Passthrough), 2)
+                );
+            }
+            let _ = writeln!(s, "{row}");
+        }
+        let failed: Vec<String> = recs
+            .iter()
+            .filter_map(|x| Some(format!("{} {}: {}", x.config?.name(), x.case, x.error.as_ref()?)))
+            .collect();
+        if !failed.is_empty() {
+            let _ = writeln!(s, "\nFailed: {}", failed.join("; "));
+        }
+        let _ = writeln!(s);
+    }
+}
+
 fn render_tiers(s: &mut String, r: &PaperReport) {
     let o = &r.options;
     let _ = writeln!(s, "### randread: who served the 4 KiB reads (page cache / lenders / disk, % of reads)\n");
     let mut head = String::from("| size | pass |");
     let mut rule = String::from("|---|---|");
-    for c in &o.configs {
+    for c in &o.configs_for(Experiment::Seqread) {
         let _ = write!(head, " {} |", c.name());
         rule.push_str("---:|");
     }
@@ -683,7 +786,7 @@ fn render_tiers(s: &mut String, r: &PaperReport) {
     for &size in &o.sizes_bytes {
         for pass in [1u32, 2] {
             let mut row = format!("| {} | {pass} |", human(size));
-            for &c in &o.configs {
+            for &c in &o.configs_for(Experiment::Seqread) {
                 let p = r.get(Experiment::Randread, size, c).and_then(|x| x.passes.iter().find(|p| p.pass == pass));
                 let t = p.and_then(|p| Some((p.hit_ratio_page_cache?, p.hit_ratio_remote?, p.hit_ratio_disk?)));
                 let _ = match t {
@@ -781,7 +884,7 @@ fn render_pgbench(s: &mut String, r: &PaperReport) {
     }
     let mut head = String::from("| workload | clients |");
     let mut rule = String::from("|---|---:|");
-    for c in &o.configs {
+    for c in &o.configs_for(Experiment::Seqread) {
         let _ = write!(head, " {} |", c.name());
         rule.push_str("---:|");
     }
@@ -796,7 +899,7 @@ fn render_pgbench(s: &mut String, r: &PaperReport) {
     for mode in [PgMode::SelectOnly, PgMode::TpcB] {
         for &c in &o.pgbench_clients {
             let mut row = format!("| {} | {c} |", mode.name());
-            for &cfg in &o.configs {
+            for &cfg in &o.configs_for(Experiment::Seqread) {
                 let _ = write!(row, " {} |", cell(tps(cfg, mode, c), 0));
             }
             let f = tps(ConfigKind::Farcache, mode, c);
@@ -851,7 +954,7 @@ fn render_tpch(s: &mut String, r: &PaperReport) {
             p.config_deadline_secs
         );
     }
-    let cfgs = &o.configs;
+    let cfgs = &o.configs_for(Experiment::Seqread);
     let mut head = String::from("| test |");
     let mut rule = String::from("|---|");
     for c in cfgs {

@@ -64,14 +64,20 @@ pub fn run(prog: &str, args: &[&str]) -> Result<String> {
 }
 
 pub fn run_with_timeout(prog: &str, args: &[&str], limit: Duration) -> Result<String> {
-    let what = || format!("{prog} {}", args.join(" "));
-    let mut child = Command::new(prog)
-        .args(args)
+    let mut cmd = Command::new(prog);
+    cmd.args(args);
+    output_bounded(cmd, limit, &format!("`{prog} {}`", args.join(" ")))
+}
+
+/// Run `cmd` (prepared by the caller, e.g. [`confine`]d), wait at most `limit`; its stdout
+/// on success, an error naming `what` with its stderr otherwise.
+pub fn output_bounded(mut cmd: Command, limit: Duration, what: &str) -> Result<String> {
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .ctx(|| format!("run `{}` (is it installed?)", what()))?;
+        .ctx(|| format!("run {what} (is it installed? {cmd:?})"))?;
     let out = drain(child.stdout.take());
     let err = drain(child.stderr.take());
     let status = wait_bounded(&mut child, limit);
@@ -79,9 +85,15 @@ pub fn run_with_timeout(prog: &str, args: &[&str], limit: Duration) -> Result<St
     let err = err.join().unwrap_or_default();
     match status {
         Some(st) if st.success() => Ok(out),
-        Some(st) => Err(BenchError::Setup(format!("`{}` failed ({st}): {}", what(), err.trim()))),
-        None => Err(BenchError::Setup(format!("`{}` did not finish within {limit:?}; killed", what()))),
+        Some(st) => Err(BenchError::Setup(format!("{what} failed ({st}): {} {}", err.trim(), tail(&out)))),
+        None => Err(BenchError::Setup(format!("{what} did not finish within {limit:?}; killed"))),
     }
+}
+
+/// The last lines of `text`.
+fn tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join("\n")
 }
 
 /// Run a teardown command: errors are returned as text for a warning, never raised.

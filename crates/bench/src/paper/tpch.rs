@@ -371,7 +371,7 @@ pub fn prepare(tb: &Testbed, o: &PaperOptions) -> Result<TpchSetup> {
         std::fs::write(&p, q).ctx(|| format!("write {}", p.display()))?;
     }
     sys::run("sync", &[])?;
-    let share = o.tpch_deadline_secs / o.configs.len().max(1) as u64;
+    let share = o.tpch_deadline_secs / o.configs_for(super::Experiment::Tpch).len().max(1) as u64;
     let setup = TpchSetup {
         scale_factor: sf,
         generator: version,

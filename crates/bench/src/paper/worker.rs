@@ -16,6 +16,12 @@
 //!   timed: blkio throttling lets about one 100 ms slice's worth of I/Os through at once
 //!   after an idle moment, which would flatter the disk.
 //!
+//! - `durable THREADS SECS [own]`: paper 003's durable small writes — THREADS threads, each a
+//!   loop of one 4 KiB `pwrite` at a random block and an `fdatasync`, for SECS seconds; the
+//!   latency of each pair is one sample. All in the one file, or with `own` each thread in a
+//!   file of its own (FILE.N, of SIZE / THREADS bytes: the same data in all) — FUSE serialises the writes of one file
+//!   (the inode lock) where a disk file system only serialises the copy into its page cache.
+//!
 //! Every block read is checked: its first word must be the one the harness wrote there.
 
 use std::io::{BufRead, Read, Seek, SeekFrom, Write};
@@ -145,6 +151,17 @@ pub fn run(a: &WorkerArgs) -> Result<()> {
                 let seed = seed.parse().map_err(|_| BenchError::Setup(format!("bad probe seed {seed:?}")))?;
                 serde_json::to_value(probe(a, n, seed, &mut buf)?)
             }
+            ["durable", threads, secs, rest @ ..] => {
+                let threads =
+                    threads.parse().map_err(|_| BenchError::Setup(format!("bad thread count {threads:?}")))?;
+                let secs = secs.parse().map_err(|_| BenchError::Setup(format!("bad seconds {secs:?}")))?;
+                let own = match rest {
+                    [] => false,
+                    ["own"] => true,
+                    _ => return Err(BenchError::Setup(format!("worker: unknown command {line:?}"))),
+                };
+                serde_json::to_value(durable(a, threads, secs, own)?)
+            }
             ["quit"] => break,
             _ => return Err(BenchError::Setup(format!("worker: unknown command {line:?}"))),
         }
@@ -237,6 +254,80 @@ fn probe(a: &WorkerArgs, n: u64, seed: u64, buf: &mut AlignedBuf) -> Result<Pass
     Ok(finish(&h, start, n - untimed, (n - untimed) * BLOCK as u64, bad))
 }
 
+/// Most writer threads of `durable`.
+pub const DURABLE_MAX_THREADS: usize = 256;
+
+/// `threads` writers of 4 KiB `pwrite` + `fdatasync` pairs at random blocks of the file for
+/// `secs` seconds; one latency sample per pair. The blocks written keep the file's contents
+/// (each block gets what [`fill_block`] says), so reads after it still check.
+fn durable(a: &WorkerArgs, threads: usize, secs: f64, own: bool) -> Result<PassOutcome> {
+    if threads == 0 || threads > DURABLE_MAX_THREADS || !(0.0..=3600.0).contains(&secs) {
+        return Err(BenchError::Setup(format!(
+            "durable: 1 to {DURABLE_MAX_THREADS} threads and at most 3600 s, not {threads} and {secs}"
+        )));
+    }
+    let open = |p: &std::path::Path| {
+        std::fs::OpenOptions::new().read(true).write(true).open(p).ctx(|| format!("open {} for writing", p.display()))
+    };
+    let shared = open(&a.file)?;
+    let mut files = Vec::new();
+    let bytes = if own { (a.size / threads as u64).max(BLOCK as u64) } else { a.size };
+    if own {
+        let mut data = vec![0u8; BLOCK];
+        for t in 0..threads {
+            let p = a.file.with_extension(t.to_string());
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&p)
+                .ctx(|| format!("create {}", p.display()))?;
+            for b in 0..bytes / BLOCK as u64 {
+                fill_block(b, &mut data);
+                f.write_all_at(&data, b * BLOCK as u64).ctx(|| format!("write {}", p.display()))?;
+            }
+            f.sync_all().ctx(|| format!("fsync {}", p.display()))?;
+            files.push(f);
+        }
+    }
+    let blocks = (bytes / BLOCK as u64).max(1);
+    let until = Instant::now() + std::time::Duration::from_secs_f64(secs);
+    let start = Instant::now();
+    let results: Vec<Result<(Histogram<u64>, u64)>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let f = files.get(t).unwrap_or(&shared);
+                s.spawn(move || {
+                    let mut rng = Rng::new(a.seed ^ mix64(t as u64 + 1));
+                    let mut h = histogram();
+                    let mut b = vec![0u8; BLOCK];
+                    let mut n = 0u64;
+                    while Instant::now() < until {
+                        let blk = rng.below(blocks);
+                        fill_block(blk, &mut b);
+                        let t0 = Instant::now();
+                        f.write_all_at(&b, blk * BLOCK as u64).ctx(|| format!("write block {blk}"))?;
+                        f.sync_data().ctx(|| "fdatasync".into())?;
+                        h.saturating_record(t0.elapsed().as_micros() as u64);
+                        n += 1;
+                    }
+                    Ok((h, n))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("durable writer panicked")).collect()
+    });
+    let mut h = histogram();
+    let mut ops = 0;
+    for r in results {
+        let (th, n) = r?;
+        h.add(&th).map_err(|e| BenchError::Setup(format!("histogram: {e}")))?;
+        ops += n;
+    }
+    Ok(finish(&h, start, ops, ops * BLOCK as u64, 0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,6 +361,16 @@ mod tests {
         let r = rand_pass(&f, a.size, a.seed, &mut buf).unwrap();
         assert_eq!((r.reads, r.mismatches), (64, 0));
         assert!(r.secs > 0.0);
+        let d = durable(&a, 4, 0.2, false).unwrap();
+        assert!(d.reads > 0 && d.lat_us_p50 > 0.0, "{d:?}");
+        let r = rand_pass(&f, a.size, a.seed, &mut buf).unwrap();
+        assert_eq!(r.mismatches, 0, "durable writes keep the contents");
+        let d = durable(&a, 2, 0.2, true).unwrap();
+        assert!(d.reads > 0, "{d:?}");
+        let own = std::fs::File::open(path.with_extension("1")).unwrap();
+        assert_eq!(own.metadata().unwrap().len(), a.size / 2);
+        assert_eq!(rand_pass(&own, a.size / 2, a.seed, &mut buf).unwrap().mismatches, 0);
+        assert!(durable(&a, 0, 1.0, false).is_err() && durable(&a, DURABLE_MAX_THREADS + 1, 1.0, false).is_err());
         std::fs::write(&path, vec![0u8; data.len()]).unwrap();
         let r = rand_pass(&f, a.size, a.seed, &mut buf).unwrap();
         assert_eq!(r.mismatches, 64, "zeroed blocks are caught");

@@ -29,7 +29,7 @@ enum What {
     /// Paper 000's evaluation (Tables 4-6, 9) on a testbed built here (root only): a
     /// throttled loop-device disk, a memory-limited client, lenders in network namespaces;
     /// native, passthrough, farcache and ideal side by side.
-    Paper(PaperArgs),
+    Paper(Box<PaperArgs>),
     /// The load generator of `bench paper`, started by it inside the client's cgroups.
     #[command(hide = true)]
     PaperWorker(PaperWorkerArgs),
@@ -47,7 +47,8 @@ struct PaperArgs {
     /// Print the tables of an earlier run's JSON again (and rewrite its .md beside it).
     #[arg(long, value_name = "JSON")]
     render: Option<PathBuf>,
-    /// Experiments: seqread, randread, pgbench, tpch (transfers, Table 9, comes with each).
+    /// Experiments: seqread, randread, pgbench, tpch (transfers, Table 9, comes with each);
+    /// paper 003's write-back tier: postmark, dfsio, durable (best with --profile ssd).
     /// Default: all (--quick: seqread, randread, tpch).
     /// `transfers` alone means seqread and randread.
     #[arg(long = "experiment", value_delimiter = ',')]
@@ -55,10 +56,13 @@ struct PaperArgs {
     /// Access sizes (= file sizes), e.g. 64MiB,1GiB. Default 64MiB … 2GiB (--quick 128MiB).
     #[arg(long, value_delimiter = ',')]
     sizes: Option<Vec<ByteSize>>,
-    /// Configurations: native, passthrough, farcache, ideal. Default: all four.
+    /// Configurations: native, passthrough, farcache, ideal; tier-dram, tier-ssd (paper 003's
+    /// experiments). Default: each experiment's own (native, passthrough, farcache, ideal; for
+    /// postmark/dfsio/durable native, passthrough, tier-dram, tier-ssd).
     #[arg(long, value_delimiter = ',')]
     configs: Option<Vec<ConfigKind>>,
-    /// Disk profile: cloud (3000 IOPS, 125 MB/s), hdd (200 IOPS, 150 MB/s) or raw.
+    /// Disk profile: cloud (3000 IOPS, 125 MB/s), hdd (200 IOPS, 150 MB/s), ssd (20000 IOPS,
+    /// 500 MB/s) or raw.
     #[arg(long, default_value = "cloud")]
     profile: DiskProfile,
     /// The client's memory (application + mount daemon). Default 512MiB (--quick 96MiB).
@@ -102,6 +106,20 @@ struct PaperArgs {
     /// (default 14400; --quick 600).
     #[arg(long)]
     tpch_deadline: Option<u64>,
+    /// tier-dram / tier-ssd: the write-back tier's size (default 2GiB; --quick 256MiB).
+    #[arg(long)]
+    tier_size: Option<ByteSize>,
+    /// postmark: the share of paper 003's Table 1 files and transactions to run (default 1:
+    /// the paper's; --quick 0.01).
+    #[arg(long)]
+    postmark_scale: Option<f64>,
+    /// dfsio: the large file's size; the several files are 8 of an eighth each (default
+    /// 800MiB; --quick 64MiB).
+    #[arg(long)]
+    dfsio_size: Option<ByteSize>,
+    /// durable: seconds of each load (default 20; --quick 2).
+    #[arg(long)]
+    durable_secs: Option<u64>,
     /// Directory for paper-*.json and paper-*.md.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -197,7 +215,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         What::Server(a) => run_server(a),
         What::Policy(a) => run_policy(a),
         What::Alloc(a) => run_alloc(a),
-        What::Paper(a) => run_paper(a),
+        What::Paper(a) => run_paper(*a),
         What::PaperWorker(a) => {
             let w = paper::worker::WorkerArgs { op: a.op, file: a.file, size: a.size, seed: a.seed };
             Ok(paper::worker::run(&w)?)
@@ -331,8 +349,34 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
     if let Some(s) = a.sizes {
         o.sizes_bytes = s.iter().map(|b| b.bytes()).collect();
     }
-    if let Some(c) = a.configs {
-        o.configs = c;
+    match a.configs {
+        Some(c) => o.configs = c,
+        // Each experiment runs in its own configurations (paper 000's four, paper 003's four).
+        None => {
+            for e in o.experiments.clone() {
+                let own: &[ConfigKind] = if e.of_the_tier() { &ConfigKind::TIER_SET } else { &ConfigKind::ALL };
+                for c in own {
+                    if !o.configs.contains(c) {
+                        o.configs.push(*c);
+                    }
+                }
+            }
+            o.configs.retain(|c| o.experiments.iter().any(|e| e.runs_in(*c)));
+        }
+    }
+    for e in &o.experiments {
+        anyhow::ensure!(
+            !o.configs_for(*e).is_empty(),
+            "--configs: none of them runs {} (it runs in {})",
+            e.name(),
+            [ConfigKind::ALL, ConfigKind::TIER_SET]
+                .concat()
+                .iter()
+                .filter(|c| e.runs_in(**c))
+                .map(|c| c.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     o.profile = a.profile;
     if let Some(m) = a.memory {
@@ -366,6 +410,22 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
     if let Some(t) = a.tpch_timeout {
         o.tpch_statement_timeout_secs = t.max(1);
     }
+    if let Some(t) = a.tier_size {
+        anyhow::ensure!(t.bytes() >= 64 << 20, "--tier-size: at least 64MiB");
+        o.tier_bytes = t.bytes();
+    }
+    if let Some(x) = a.postmark_scale {
+        anyhow::ensure!(x > 0.0 && x <= 1.0, "--postmark-scale: more than 0, at most 1");
+        o.postmark_scale = x;
+    }
+    if let Some(d) = a.dfsio_size {
+        anyhow::ensure!(d.bytes() >= 8 << 20, "--dfsio-size: at least 8MiB");
+        o.dfsio_bytes = d.bytes();
+    }
+    if let Some(d) = a.durable_secs {
+        anyhow::ensure!((1..=3600).contains(&d), "--durable-secs: 1 to 3600");
+        o.durable_secs = d;
+    }
     if let Some(d) = a.tpch_deadline {
         o.tpch_deadline_secs = d.max(60);
     }
@@ -375,7 +435,10 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
     );
     anyhow::ensure!(o.lenders >= 1 && o.lenders <= 32, "--lenders: 1 to 32");
     std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create --out {}", a.out.display()))?;
-    let stem = if o.quick { "paper-quick".to_string() } else { format!("paper-{}", o.profile.name()) };
+    // Paper 003's experiments alone keep their own files (a cloud run of them does not
+    // overwrite paper 000's paper-cloud.json).
+    let family = if o.experiments.iter().all(|e| e.of_the_tier()) { "paper003" } else { "paper" };
+    let stem = if o.quick { format!("{family}-quick") } else { format!("{family}-{}", o.profile.name()) };
     let json = a.out.join(format!("{stem}.json"));
     let md = a.out.join(format!("{stem}.md"));
     let mut save = |r: &paper::PaperReport| {

@@ -1,0 +1,482 @@
+//! Paper 003 (VEMS) reproduced: the write-back tier (`farcache mount --tier`) against the
+//! backing alone, on the same throttled loop disk (`--profile ssd` stands in for the paper's
+//! SATA SSD), each configuration from a cold start:
+//!
+//! - `native`: ext4 on the loop disk directly, in the client's memory cgroup;
+//! - `passthrough`: `farcache mount --no-remote` (write-through, no tier);
+//! - `tier-dram`: the mount with a tier file on tmpfs (`dram`: paper 003's emulation of NVM);
+//! - `tier-ssd`: the mount with a tier file on the machine's own fast disk (`ssd`).
+//!
+//! The experiments:
+//! - `postmark`: Debian's `postmark` with Table 1's three settings (small, medium, large;
+//!   `postmark_scale` scales files and transactions for shorter runs). Throughput is
+//!   transactions per second of wall time, measured here (postmark's own report has whole
+//!   seconds only).
+//! - `dfsio`: TestDFSIO-like, with fio: one file of `dfsio_bytes`, then [`DFSIO_FILES`] files
+//!   of an eighth of it each by as many writers, written sequentially in 1 MiB requests and
+//!   `fsync`ed at the end (a write counts once it is durable: HDFS's close is not a sync, but
+//!   the tier's point is what a sync costs), then the page cache is dropped and they are read
+//!   back. MB/s of wall time, fsync included.
+//! - `durable`: 4 KiB `pwrite` + `fdatasync` pairs at random blocks of a 64 MiB file by 1 and
+//!   by 32 writers, and by 32 writers each in a file of its own ([`super::worker`]); per-pair
+//!   latency and pairs per second. (FUSE serialises one file's writes under its inode lock,
+//!   so 32 writers of one file through the mount commit one by one.)
+//!
+//! The tier file is made (and its space reserved) by the harness, outside the client's
+//! memory cgroup: a `dram` tier's pages are RAM of the machine, not of the client, as
+//! persistent memory would be.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::IoContext;
+use crate::progress::Progress;
+use crate::{BenchError, Result};
+
+use super::mount::MountDaemon;
+use super::report::PaperReport;
+use super::testbed::{DiskStat, Testbed};
+use super::{human, sys, ConfigKind, Experiment, PaperOptions, MIB};
+
+/// How many files the "several files" part of `dfsio` writes and reads, in parallel.
+pub const DFSIO_FILES: u64 = 8;
+/// The `durable` experiment's file.
+const DURABLE_FILE_BYTES: u64 = 64 * MIB;
+/// Writers of the `durable` experiment's second load.
+pub const DURABLE_WRITERS: usize = 32;
+
+/// Table 1 of paper 003: (name, smallest file, largest file, files, transactions).
+pub const POSTMARK_TABLE_1: [(&str, u64, u64, u64, u64); 3] = [
+    ("small", 5_000, 20_000, 30_000, 300_000),
+    ("medium", 30_000, 100_000, 10_000, 500_000),
+    ("large", 500_000, 1_000_000, 1_000, 200_000),
+];
+
+/// One measurement of one configuration.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct TierRecord {
+    pub experiment: Option<Experiment>,
+    pub config: Option<ConfigKind>,
+    /// "small", "write 1 × 800MiB", "1 writer", …
+    pub case: String,
+    pub secs: f64,
+    /// Transactions (postmark), bytes (dfsio) or write+fdatasync pairs (durable).
+    pub ops: u64,
+    /// The headline figure, higher is better: transactions/s, MB/s or pairs/s.
+    pub per_sec: f64,
+    pub unit: String,
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    /// What reached the loop disk while it ran (the tier destages later, in the background).
+    pub disk: DiskStat,
+    /// `farcache stats MNT --json`'s `tier` section at the end of the case.
+    pub tier: Option<Value>,
+    pub error: Option<String>,
+}
+
+impl TierRecord {
+    fn failed(exp: Experiment, cfg: ConfigKind, case: &str, error: String) -> TierRecord {
+        TierRecord {
+            experiment: Some(exp),
+            config: Some(cfg),
+            case: case.into(),
+            error: Some(error),
+            ..TierRecord::default()
+        }
+    }
+}
+
+/// Disk room the experiments need on the loop disk, beyond the fixed slack.
+pub fn disk_bytes(o: &PaperOptions) -> u64 {
+    let mut need = 0;
+    for e in &o.experiments {
+        need = need.max(match e {
+            Experiment::Postmark => postmark_cases(o).iter().map(|c| c.files * c.hi).max().unwrap_or(0) * 2,
+            Experiment::Dfsio => 2 * o.dfsio_bytes,
+            Experiment::Durable => 2 * DURABLE_FILE_BYTES,
+            _ => 0,
+        });
+    }
+    need
+}
+
+/// One postmark setting, scaled.
+#[derive(Clone, Debug)]
+pub struct PostmarkCase {
+    pub name: &'static str,
+    pub lo: u64,
+    pub hi: u64,
+    pub files: u64,
+    pub transactions: u64,
+}
+
+pub fn postmark_cases(o: &PaperOptions) -> Vec<PostmarkCase> {
+    let s = o.postmark_scale.clamp(0.0001, 1.0);
+    POSTMARK_TABLE_1
+        .iter()
+        .map(|&(name, lo, hi, files, tx)| PostmarkCase {
+            name,
+            lo,
+            hi,
+            files: ((files as f64 * s) as u64).max(10),
+            transactions: ((tx as f64 * s) as u64).max(100),
+        })
+        .collect()
+}
+
+/// The postmark script for one case (Table 1; everything else postmark's defaults).
+pub fn postmark_script(c: &PostmarkCase, dir: &Path, seed: u64) -> String {
+    format!(
+        "set location {}\nset size {} {}\nset number {}\nset transactions {}\nset seed {}\nrun\nquit\n",
+        dir.display(),
+        c.lo,
+        c.hi,
+        c.files,
+        c.transactions,
+        seed % 1_000_000_000
+    )
+}
+
+/// Run `exp` in every configuration; a configuration that fails is recorded and the others
+/// still run.
+pub(super) fn run_experiment(
+    tb: &mut Testbed,
+    o: &PaperOptions,
+    exp: Experiment,
+    report: &mut PaperReport,
+    progress: &mut dyn FnMut(&PaperReport),
+    bar: &Progress,
+) -> Result<()> {
+    for cfg in o.configs_for(exp) {
+        bar.message(format!("{} {}", exp.name(), cfg.name()));
+        let recs = match exp {
+            Experiment::Postmark => postmark_cases(o)
+                .into_iter()
+                .map(|c| {
+                    let name = c.name;
+                    in_config(tb, o, exp, cfg, name, |tb, dir, m| postmark(tb, o, &c, dir, m))
+                        .unwrap_or_else(|e| vec![TierRecord::failed(exp, cfg, name, e.to_string())])
+                })
+                .collect::<Vec<_>>()
+                .concat(),
+            Experiment::Dfsio => in_config(tb, o, exp, cfg, "dfsio", |tb, dir, m| dfsio(tb, o, dir, m))
+                .unwrap_or_else(|e| vec![TierRecord::failed(exp, cfg, "dfsio", e.to_string())]),
+            Experiment::Durable => in_config(tb, o, exp, cfg, "durable", |tb, dir, m| durable(tb, o, dir, m))
+                .unwrap_or_else(|e| vec![TierRecord::failed(exp, cfg, "durable", e.to_string())]),
+            _ => unreachable!("not a tier experiment"),
+        };
+        sys::check_interrupt()?;
+        for mut r in recs {
+            r.experiment = Some(exp);
+            r.config = Some(cfg);
+            match &r.error {
+                Some(e) => note!("paper: [{} {} {}] FAILED: {e}", exp.name(), cfg.name(), r.case),
+                None => note!(
+                    "paper: [{} {} {}] {:.1} {} in {:.1} s{}",
+                    exp.name(),
+                    cfg.name(),
+                    r.case,
+                    r.per_sec,
+                    r.unit,
+                    r.secs,
+                    r.p50_us
+                        .map(|p| format!(", p50 {p:.0} µs, p99 {:.0} µs", r.p99_us.unwrap_or(0.0)))
+                        .unwrap_or_default()
+                ),
+            }
+            report.tier_runs.push(r);
+        }
+        progress(report);
+        bar.inc(1);
+    }
+    Ok(())
+}
+
+/// The client of one configuration, from a cold start: the ext4 remounted, a new memory
+/// cgroup, for the mounts a fresh tier file and a new daemon. `body` gets the directory to
+/// work in (on the mount or on ext4) and the daemon.
+fn in_config(
+    tb: &mut Testbed,
+    o: &PaperOptions,
+    exp: Experiment,
+    cfg: ConfigKind,
+    case: &str,
+    body: impl FnOnce(&ClientEnv, &Path, Option<&mut MountDaemon>) -> Result<Vec<TierRecord>>,
+) -> Result<Vec<TierRecord>> {
+    tb.remount()?;
+    let work = tb.ext4.join("work");
+    if work.exists() {
+        std::fs::remove_dir_all(&work).ctx(|| format!("remove {}", work.display()))?;
+    }
+    std::fs::create_dir_all(&work).ctx(|| format!("create {}", work.display()))?;
+    sys::run("sync", &[])?;
+    let mem = tb.memory_cgroup(Some(o.memory_bytes))?;
+    let log = tb.logs.join(format!("{}-{case}-{}.mount.log", exp.name(), cfg.name()));
+    let tier = TierFile::make(tb, cfg, o.tier_bytes)?;
+    let mut mount = if cfg.through_mount() {
+        let mut extra: Vec<OsString> = Vec::new();
+        if let Some(t) = &tier {
+            extra.extend([OsString::from("--tier"), t.path.clone().into_os_string()]);
+            extra.extend([OsString::from("--tier-size"), OsString::from(o.tier_bytes.to_string())]);
+        }
+        Some(MountDaemon::start_with(&o.exe, &tb.ext4, &tb.mnt, None, None, &extra, &[&mem, &tb.blkio], &log)?)
+    } else {
+        None
+    };
+    let dir = if mount.is_some() { tb.mnt.join("work") } else { work.clone() };
+    let env = ClientEnv {
+        procs: vec![mem.procs(), tb.blkio.procs()],
+        tb_disk: Box::new({
+            let dev = tb.loopdev.clone();
+            move || super::testbed::disk_stat_of(&dev)
+        }),
+        logs: tb.logs.clone(),
+        exe: o.exe.clone(),
+        seed: o.seed,
+    };
+    let out = body(&env, &dir, mount.as_mut());
+    let out = out.map(|mut recs| {
+        if let Some(m) = mount.as_mut() {
+            let tier_stats = m.stats_now().and_then(|(_, v)| v.get("tier").cloned());
+            for r in &mut recs {
+                r.tier = r.tier.take().or_else(|| tier_stats.clone());
+            }
+        }
+        recs
+    });
+    if let Some(mut m) = mount {
+        // A clean unmount destages everything first (not timed).
+        m.stop();
+    }
+    drop(tier);
+    let _ = std::fs::remove_dir_all(&work);
+    out
+}
+
+/// What a case needs of its configuration.
+struct ClientEnv {
+    /// `cgroup.procs` of the client's memory and blkio cgroups.
+    procs: Vec<PathBuf>,
+    tb_disk: Box<dyn Fn() -> DiskStat>,
+    logs: PathBuf,
+    exe: PathBuf,
+    seed: u64,
+}
+
+impl ClientEnv {
+    fn disk(&self) -> DiskStat {
+        (self.tb_disk)()
+    }
+
+    /// `cmd` inside the client's cgroups, at most `limit`; its stdout.
+    fn run(&self, mut cmd: Command, limit: Duration, what: &str) -> Result<String> {
+        let refs: Vec<&Path> = self.procs.iter().map(|p| p.as_path()).collect();
+        sys::confine(&mut cmd, &refs);
+        sys::output_bounded(cmd, limit, what)
+    }
+}
+
+/// The tier's medium, made by the harness (space reserved outside the client's cgroup) and
+/// removed when dropped.
+struct TierFile {
+    path: PathBuf,
+}
+
+impl TierFile {
+    fn make(tb: &Testbed, cfg: ConfigKind, bytes: u64) -> Result<Option<TierFile>> {
+        let path = match cfg {
+            ConfigKind::TierDram => PathBuf::from(format!("/dev/shm/{}-tier", tb.prefix)),
+            ConfigKind::TierSsd => tb.dir.join("tier-ssd"),
+            _ => return Ok(None),
+        };
+        let _ = std::fs::remove_file(&path);
+        let f = std::fs::File::create(&path).ctx(|| format!("create the tier file {}", path.display()))?;
+        use std::os::fd::AsRawFd;
+        // SAFETY: plain syscall on a descriptor we own.
+        if unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, bytes as libc::off_t) } != 0 {
+            let e = std::io::Error::last_os_error();
+            let _ = std::fs::remove_file(&path);
+            return Err(BenchError::Setup(format!(
+                "cannot reserve {} for the tier at {}: {e} (free space there, or pass a smaller --tier-size)",
+                human(bytes),
+                path.display()
+            )));
+        }
+        Ok(Some(TierFile { path }))
+    }
+}
+
+impl Drop for TierFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn postmark(
+    env: &ClientEnv,
+    o: &PaperOptions,
+    c: &PostmarkCase,
+    dir: &Path,
+    _m: Option<&mut MountDaemon>,
+) -> Result<Vec<TierRecord>> {
+    let script = env.logs.join(format!("postmark-{}.pm", c.name));
+    std::fs::write(&script, postmark_script(c, dir, env.seed)).ctx(|| format!("write {}", script.display()))?;
+    let mut cmd = Command::new("postmark");
+    cmd.arg(&script);
+    let d0 = env.disk();
+    let t = Instant::now();
+    // Bounded: a disk at its cap moves at least 1 MB/s here; every transaction moves at most
+    // `hi` bytes.
+    let limit = Duration::from_secs(600 + c.transactions * c.hi / 1_000_000 / 4);
+    let out = env.run(cmd, limit, "postmark (apt-get install postmark)")?;
+    let secs = t.elapsed().as_secs_f64();
+    let _ = std::fs::write(env.logs.join(format!("postmark-{}-{}.out", c.name, o.seed)), &out);
+    if !out.contains("transactions") {
+        return Err(BenchError::Setup(format!("postmark did not finish its transactions: {}", out.trim())));
+    }
+    Ok(vec![TierRecord {
+        case: c.name.into(),
+        secs,
+        ops: c.transactions,
+        per_sec: c.transactions as f64 / secs.max(1e-9),
+        unit: "transactions/s".into(),
+        disk: env.disk().since(&d0),
+        ..TierRecord::default()
+    }])
+}
+
+fn drop_caches() -> Result<()> {
+    sys::run("sync", &[])?;
+    sys::write_file(Path::new("/proc/sys/vm/drop_caches"), "3")
+}
+
+fn dfsio(env: &ClientEnv, o: &PaperOptions, dir: &Path, _m: Option<&mut MountDaemon>) -> Result<Vec<TierRecord>> {
+    let mut recs = Vec::new();
+    let each = (o.dfsio_bytes / DFSIO_FILES / MIB).max(1) * MIB;
+    for (files, bytes) in [(1u64, o.dfsio_bytes), (DFSIO_FILES, each)] {
+        for rw in ["write", "read"] {
+            if rw == "read" {
+                drop_caches()?;
+            }
+            let name = format!("f{files}");
+            let mut cmd = Command::new("fio");
+            cmd.args(["--name", &name, "--directory"])
+                .arg(dir)
+                .args(["--rw", rw, "--bs", "1M", "--ioengine", "psync", "--size"])
+                .arg(bytes.to_string())
+                .args(["--numjobs", &files.to_string(), "--group_reporting", "--output-format=json"]);
+            if rw == "write" {
+                cmd.args(["--end_fsync=1", "--create_on_open=1"]);
+            }
+            let d0 = env.disk();
+            let t = Instant::now();
+            let limit = Duration::from_secs(300 + files * bytes / 2_000_000);
+            let out = env.run(cmd, limit, "fio")?;
+            let secs = t.elapsed().as_secs_f64();
+            let _ = std::fs::write(env.logs.join(format!("dfsio-{rw}-{files}.json")), &out);
+            let total = files * bytes;
+            recs.push(TierRecord {
+                case: format!("{rw} {files} × {}", human(bytes)),
+                secs,
+                ops: total,
+                per_sec: total as f64 / secs.max(1e-9) / 1e6,
+                unit: "MB/s".into(),
+                disk: env.disk().since(&d0),
+                ..TierRecord::default()
+            });
+        }
+    }
+    Ok(recs)
+}
+
+fn durable(env: &ClientEnv, o: &PaperOptions, dir: &Path, _m: Option<&mut MountDaemon>) -> Result<Vec<TierRecord>> {
+    let file = dir.join("durable");
+    {
+        // Written in place with the contents the worker checks.
+        let mut data = vec![0u8; MIB as usize];
+        let f = std::fs::File::create(&file).ctx(|| format!("create {}", file.display()))?;
+        use std::os::unix::fs::FileExt;
+        for m in 0..DURABLE_FILE_BYTES / MIB {
+            for (i, b) in data.chunks_mut(super::worker::BLOCK).enumerate() {
+                super::worker::fill_block(m * MIB / super::worker::BLOCK as u64 + i as u64, b);
+            }
+            f.write_all_at(&data, m * MIB).ctx(|| format!("write {}", file.display()))?;
+        }
+        f.sync_all().ctx(|| format!("fsync {}", file.display()))?;
+    }
+    let mut cmd = Command::new(&env.exe);
+    cmd.args(["bench", "paper-worker", "--op", "randread", "--file"])
+        .arg(&file)
+        .args(["--size", &DURABLE_FILE_BYTES.to_string(), "--seed", &env.seed.to_string()])
+        .env("FARCACHE_LOG", "warn");
+    let refs: Vec<&Path> = env.procs.iter().map(|p| p.as_path()).collect();
+    sys::confine(&mut cmd, &refs);
+    let mut w = super::child::Child::spawn("durable writer", cmd, &env.logs.join("durable.worker.log"), true)?;
+    w.next_line(Duration::from_secs(30))?;
+    let mut recs = Vec::new();
+    for (threads, own) in [(1usize, ""), (DURABLE_WRITERS, ""), (DURABLE_WRITERS, " own")] {
+        let d0 = env.disk();
+        w.send(&format!("durable {threads} {}{own}", o.durable_secs))?;
+        let line = w.next_line(Duration::from_secs(o.durable_secs + 120))?;
+        let p: super::worker::PassOutcome =
+            serde_json::from_str(&line).map_err(|e| BenchError::Setup(format!("durable writer said {line:?}: {e}")))?;
+        recs.push(TierRecord {
+            case: match (threads, own.is_empty()) {
+                (1, _) => "1 writer".into(),
+                (n, true) => format!("{n} writers, one file"),
+                (n, false) => format!("{n} writers, a file each"),
+            },
+            secs: p.secs,
+            ops: p.reads,
+            per_sec: p.reads as f64 / p.secs.max(1e-9),
+            unit: "writes/s".into(),
+            p50_us: Some(p.lat_us_p50),
+            p99_us: Some(p.lat_us_p99),
+            disk: env.disk().since(&d0),
+            ..TierRecord::default()
+        });
+    }
+    let _ = w.send("quit");
+    w.close_stdin();
+    w.wait_exit(Duration::from_secs(10));
+    Ok(recs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postmark_settings_are_table_1_scaled() {
+        let mut o = PaperOptions::full(PathBuf::from("farcache"));
+        let full = postmark_cases(&o);
+        assert_eq!(
+            full.iter().map(|c| (c.name, c.lo, c.hi, c.files, c.transactions)).collect::<Vec<_>>(),
+            POSTMARK_TABLE_1.to_vec()
+        );
+        o.postmark_scale = 0.1;
+        let c = &postmark_cases(&o)[0];
+        assert_eq!((c.files, c.transactions), (3_000, 30_000));
+        let s = postmark_script(c, Path::new("/m/work"), 7);
+        assert!(s.contains("set location /m/work\n") && s.contains("set size 5000 20000\n"), "{s}");
+        assert!(
+            s.contains("set number 3000\n") && s.contains("set transactions 30000\n") && s.ends_with("run\nquit\n")
+        );
+    }
+
+    #[test]
+    fn tier_experiments_run_in_their_own_configurations() {
+        for e in [Experiment::Postmark, Experiment::Dfsio, Experiment::Durable] {
+            assert!(e.of_the_tier() && e.runs_in(ConfigKind::TierDram) && !e.runs_in(ConfigKind::Farcache));
+            assert_eq!(e.name().parse::<Experiment>().unwrap(), e);
+        }
+        assert!(!Experiment::Randread.runs_in(ConfigKind::TierSsd));
+        assert_eq!("tier-dram".parse::<ConfigKind>().unwrap(), ConfigKind::TierDram);
+        assert_eq!(serde_json::to_string(&ConfigKind::TierSsd).unwrap(), "\"tier-ssd\"");
+    }
+}
