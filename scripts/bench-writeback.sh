@@ -29,5 +29,6 @@ for exp in ${EXPERIMENTS:-durable dfsio postmark}; do
   "$BIN" bench paper --profile "$PROFILE" --experiment "$exp" --postmark-scale "${POSTMARK_SCALE:-1}" \
     --out "$dir" ${EXTRA:-} >"$dir/log" 2>&1 ||
     { echo "   failed: see $dir/log"; rm -f "$dir"/paper003-*.json; }
-  sed -n '/^## /,/^$/p' "$dir"/paper003-*.md 2>/dev/null || true
+  # The experiment's table (its heading to the next heading).
+  awk '/^## /{p = ($0 !~ /memory|Sanity|Targets/)} p' "$dir"/paper003-*.md 2>/dev/null || true
 done

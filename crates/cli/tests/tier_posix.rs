@@ -145,6 +145,47 @@ fn posix_through_a_tier_and_all_of_it_on_the_disk_after_a_clean_unmount() {
     );
 }
 
+/// Paper 003's small-file gain: a file written and deleted while its data is only in the tier
+/// never costs the disk a write — once no process has it open. One still open keeps its
+/// data readable until it closes.
+#[test]
+fn a_deleted_file_is_never_written_to_the_disk() {
+    require_fuse();
+    require_root("the tier POSIX test (FUSE mounts)");
+    let d = dirs("discard");
+    let m = mount(&d, "log");
+    fs::write(m.m("short-lived"), vec![9u8; 256 << 10]).unwrap();
+    let open = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(m.m("open")).unwrap();
+    open.write_all_at(&[3u8; 64 << 10], 0).unwrap();
+    fs::remove_file(m.m("short-lived")).unwrap();
+    fs::remove_file(m.m("open")).unwrap();
+    // Forgetting is the kernel's, soon after the unlink: wait for it, bounded.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let t = loop {
+        let t = stats(&d)["tier"].clone();
+        if t["discarded_files"].as_u64() >= Some(1) || std::time::Instant::now() > deadline {
+            break t;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(t["discarded_files"], 1, "the closed file's data was dropped, the open one's kept: {t}");
+    assert_eq!(t["discarded_blocks"], 64, "{t}");
+    let mut b = vec![0u8; 64 << 10];
+    open.read_exact_at(&mut b, 0).unwrap();
+    assert_eq!(b, vec![3u8; 64 << 10], "the file still open reads its newest data");
+    let out = Command::new(bin())
+        .args(["flush", "--control-socket"])
+        .arg(d.base.join("ctl"))
+        .arg(d.base.join("m"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let t = stats(&d)["tier"].clone();
+    assert_eq!(t["destaged_blocks"], 16, "only the open file's 16 blocks reached the disk: {t}");
+    drop(open);
+    m.stop();
+}
+
 #[test]
 fn tier_status_and_recover_offline() {
     require_fuse();

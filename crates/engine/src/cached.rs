@@ -445,6 +445,10 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         self.disk.forget(id);
     }
 
+    fn discard(&self, id: &FileId) {
+        self.disk.discard(id);
+    }
+
     fn backing_counters(&self) -> Option<crate::BackingCountersSnapshot> {
         self.disk.backing_counters()
     }

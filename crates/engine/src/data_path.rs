@@ -53,6 +53,14 @@ pub trait DataPath: Send + Sync + 'static {
     /// its real contents. Called after the change, at most once per name lost.
     fn forget(&self, id: &FileId);
 
+    /// The file `id` has no name left and the kernel has forgotten it, so no process has it
+    /// open: its data will never be read again. A tier holding data of it that is not yet on
+    /// the backing store may drop that data instead of writing it back. Called after
+    /// [`DataPath::forget`], at most once per file.
+    fn discard(&self, id: &FileId) {
+        let _ = id;
+    }
+
     /// `file` was just opened through the mount (open or create). A tier that caches may
     /// check here whether the file changed behind the mount since it last saw it (close-to-
     /// open consistency for changes made directly on the backing directory).
@@ -87,6 +95,9 @@ impl<T: DataPath + ?Sized> DataPath for std::sync::Arc<T> {
     }
     fn forget(&self, id: &FileId) {
         (**self).forget(id)
+    }
+    fn discard(&self, id: &FileId) {
+        (**self).discard(id)
     }
     fn opened(&self, file: &BackingFile) {
         (**self).opened(file)

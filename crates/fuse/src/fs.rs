@@ -322,8 +322,16 @@ impl Filesystem for Passthrough {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        let known = self.inodes.get(ino.0);
         if self.inodes.forget(ino.0, nlookup) {
             self.keeper.tell(crate::Kept::Forgotten { nodeid: ino.0 });
+            // Forgotten with no name left: no process can have it open (an open file keeps
+            // the kernel's inode), so its data will never be read again.
+            if let Some(i) = known.filter(|i| i.fmt == libc::S_IFREG) {
+                if let Some(id) = i.file_id.get().filter(|_| sys::fstat(i.fd()).is_ok_and(|st| st.st_nlink == 0)) {
+                    self.data.discard(id);
+                }
+            }
         } else if let Some(r) = &self.resolver {
             // Known to the kernel from the earlier daemon and never used since.
             r.forget(ino.0, nlookup);

@@ -302,10 +302,12 @@ fn render_mount(s: &MountStats) -> String {
         );
         let _ = writeln!(
             out,
-            "           destaged {} blocks ({}) in {} rounds; {} errors{}",
+            "           destaged {} blocks ({}) in {} rounds, {} blocks of {} deleted files never written; {} errors{}",
             t.destaged_blocks,
             ByteSize(t.destaged_bytes).approx(),
             t.destage_rounds,
+            t.discarded_blocks,
+            t.discarded_files,
             t.destage_errors,
             t.last_destage_error.as_deref().map(|e| format!(", last: {e}")).unwrap_or_default()
         );

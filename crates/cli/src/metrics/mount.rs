@@ -117,6 +117,7 @@ impl Collector for Snapshot {
             (TIER_DESTAGE_ROUNDS, t.destage_rounds),
             (TIER_DESTAGED_BLOCKS, t.destaged_blocks),
             (TIER_DESTAGED_BYTES, t.destaged_bytes),
+            (TIER_DISCARDED_BLOCKS, t.discarded_blocks),
             (TIER_DESTAGE_ERRORS, t.destage_errors),
         ] {
             o.value(m, v)?;

@@ -153,6 +153,7 @@ metrics! { MOUNT:
     TIER_DESTAGE_ROUNDS = "farcache_mount_tier_destage_rounds", Counter, "Destage rounds run";
     TIER_DESTAGED_BLOCKS = "farcache_mount_tier_destaged_blocks", Counter, "Blocks written back to the backing store";
     TIER_DESTAGED_BYTES = "farcache_mount_tier_destaged_bytes", Counter, "Bytes written back to the backing store";
+    TIER_DISCARDED_BLOCKS = "farcache_mount_tier_discarded_blocks", Counter, "Dirty blocks of deleted files dropped instead of written back";
     TIER_DESTAGE_ERRORS = "farcache_mount_tier_destage_errors", Counter, "Destage rounds that failed (data kept dirty, retried with back-off)";
 }
 

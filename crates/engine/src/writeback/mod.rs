@@ -16,8 +16,11 @@
 //! - **Truncate** (`set_len`): the backing file first (and, unless the tier is `dram`, synced),
 //!   then a trim record; recovery never replays a record past the new size, and never needs
 //!   to redo the truncate (room for the trim is made before the backing changes). **Unlink**
-//!   (`forget`): nothing is dropped — open handles still read the newest data; the records are
-//!   written back to the unlinked inode, and a restart finds it gone. **Rename**: nothing; the
+//!   (`forget`): nothing is dropped yet — open handles still read the newest data. Once the
+//!   kernel has forgotten the nameless file too (`discard`: no process has it open), its
+//!   records are dropped, never written back: a short-lived file costs the disk nothing
+//!   (paper 003's small-file gain). A crash before that writes them back to the unlinked
+//!   inode, or finds it gone at restart. **Rename**: nothing; the
 //!   name in the log finds the file by its handle. **fallocate** that changes contents: the
 //!   file's dirty blocks are written back, synced and dropped (through that point) first.
 //! - **A full tier** writes through: a write that touches no dirty block goes to the path
@@ -107,6 +110,8 @@ pub struct TierCounters {
     pub destaged_bytes: AtomicU64,
     pub destage_errors: AtomicU64,
     pub fsyncs_absorbed: AtomicU64,
+    pub discarded_files: AtomicU64,
+    pub discarded_blocks: AtomicU64,
 }
 
 /// The tier as `farcache stats` shows it.
@@ -129,6 +134,12 @@ pub struct TierStats {
     pub destage_errors: u64,
     pub last_destage_error: Option<String>,
     pub fsyncs_absorbed: u64,
+    /// Deleted files whose dirty blocks were dropped, never written to the backing store,
+    /// and those blocks.
+    #[serde(default)]
+    pub discarded_files: u64,
+    #[serde(default)]
+    pub discarded_blocks: u64,
     pub recovered: Recovered,
 }
 
@@ -274,6 +285,8 @@ impl<D: DataPath> WritebackPath<D> {
             destage_errors: l(&c.destage_errors),
             last_destage_error: self.shared.ctl.lock().last_error.clone(),
             fsyncs_absorbed: l(&c.fsyncs_absorbed),
+            discarded_files: l(&c.discarded_files),
+            discarded_blocks: l(&c.discarded_blocks),
             recovered: self.shared.recovered.clone(),
         }
     }
@@ -684,6 +697,37 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
             }
         }
         s.inner.forget(id);
+    }
+
+    fn discard(&self, id: &FileId) {
+        let s = &self.shared;
+        let fe = s.files.lock().get(id).cloned();
+        // Only a file with no name left, whatever the caller thinks: dropping a live file's
+        // data would lose acknowledged writes.
+        let nameless = |fe: &FileEntry| {
+            use std::os::unix::fs::MetadataExt;
+            fe.rw.file().metadata().is_ok_and(|m| m.nlink() == 0)
+        };
+        if let Some(fe) = fe.filter(|fe| nameless(fe)) {
+            // Serialised with a destage round of this file (it holds `meta` while it writes
+            // back); every record up to here goes, and no write can add one (nothing has the
+            // file open).
+            let _m = fe.meta.lock();
+            let blocks = s.log.dirty_in(fe.key, 0, u64::MAX).len() as u64;
+            if blocks > 0 {
+                let through = s.log.last_seq();
+                let drop = Entry::Drop { key: fe.key, through };
+                if let Err(e) = s.log.append(Append { entries: vec![drop], names: Vec::new(), reserve: true }) {
+                    // Unlogged, a crash replays them to the unlinked inode (or finds it gone):
+                    // harmless either way.
+                    tracing::debug!("tier: dropping deleted file key {} in memory only ({e})", fe.key.0);
+                    s.log.apply_unlogged(&Entry::Drop { key: fe.key, through });
+                }
+                add(&s.counters.discarded_files, 1);
+                add(&s.counters.discarded_blocks, blocks);
+            }
+        }
+        s.inner.discard(id);
     }
 
     fn opened(&self, file: &BackingFile) {

@@ -331,6 +331,35 @@ fn an_unlinked_file_still_open_reads_its_newest_data() {
 }
 
 #[test]
+fn a_deleted_file_nobody_has_open_is_never_written_back() {
+    let env = env();
+    let c = cfg(&env, 8 << 20);
+    let t = open_tier(&env, &c);
+    let (f, g) = (open_file(&env, "gone"), open_file(&env, "kept"));
+    t.write(&f, 0, &[7u8; 3 * 4096]).unwrap();
+    t.write(&g, 0, &[8u8; 4096]).unwrap();
+    std::fs::remove_file(env.root.join("gone")).unwrap();
+    t.forget(f.id());
+    t.discard(f.id());
+    let st = t.stats();
+    assert_eq!((st.discarded_files, st.discarded_blocks), (1, 3));
+    assert_eq!(st.log.dirty_blocks, 1, "only the other file's block is left");
+    t.discard(f.id());
+    t.discard(g.id());
+    assert_eq!(t.stats().discarded_files, 1, "a second call drops nothing, and a file with a name is never dropped");
+    assert_eq!(t.stats().log.dirty_blocks, 1);
+    t.flush(Duration::from_secs(10), &mut |_| {}).unwrap();
+    let st = t.stats();
+    assert_eq!(st.destaged_blocks, 1, "the deleted file's blocks were never written back: {st:?}");
+    assert_eq!(on_disk(&env.root.join("kept")), vec![8u8; 4096]);
+    // The drop is logged: a crash and recovery do not bring the records back.
+    drop((f, g));
+    drop(t);
+    let t = open_tier(&env, &c);
+    assert_eq!(t.stats().log.dirty_blocks, 0);
+}
+
+#[test]
 fn a_hole_punched_in_dirty_data_is_a_hole() {
     let env = env();
     let t = open_tier(&env, &cfg(&env, 8 << 20));
