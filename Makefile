@@ -29,6 +29,7 @@ bench: deps build
 	BIN=$(BIN) ./scripts/bench-paper.sh
 	BIN=$(BIN) ./scripts/bench-nothing-slower.sh
 	BIN=$(BIN) ./scripts/bench-writeback.sh
+	BIN=$(BIN) ./scripts/bench-engine.sh
 
 deps:
 	@./scripts/deps.sh

@@ -145,6 +145,39 @@ fn bench_paper_quick_runs_the_write_back_tier_experiments() {
     assert!(md.contains("## postmark") && md.contains("tier-dram/native"), "{md}");
 }
 
+/// Paper 002's experiments, the ends of each range: fio through io_uring in native,
+/// passthrough and farcache; the serialization test in native, passthrough and the mount
+/// serving one request at a time. Every point of every configuration ran and is a number.
+#[test]
+fn bench_paper_quick_runs_the_engine_experiments() {
+    if !is_root() {
+        return;
+    }
+    let dir = Scratch(std::env::temp_dir().join(format!("farcache-bench-paper002-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let args = ["--experiment", "engine,serial", "--profile", "raw", "--engine-size", "16MiB", "--engine-secs", "1"];
+    let (status, stdout, stderr) = run_quick(&args, &dir.0, Duration::from_secs(400));
+    assert!(
+        status.success(),
+        "bench paper --quick (paper 002) failed ({status}); stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.0.join("paper002-quick.json")).unwrap()).unwrap();
+    assert_eq!(json["complete"], true, "{json}");
+    let runs = json["engine_runs"].as_array().unwrap();
+    // engine: 2 rw × 2 job counts × 2 queue depths; serial: 2 process counts; 3 configurations each.
+    assert_eq!(runs.len(), 3 * 8 + 3 * 2, "{json}");
+    for r in runs {
+        assert!(r["error"].is_null(), "{r}");
+        assert!(num(r, &["iops"]) > 0.0 && num(r, &["p50_us"]) > 0.0 && num(r, &["disk_queue"]) >= 0.0, "{r}");
+    }
+    for cfg in ["native", "passthrough", "farcache", "serialized"] {
+        assert!(runs.iter().any(|r| r["config"] == cfg), "{cfg} missing: {json}");
+    }
+    let md = std::fs::read_to_string(dir.0.join("paper002-quick.md")).unwrap();
+    assert!(md.contains("## engine") && md.contains("passthrough/serialized"), "{md}");
+}
+
 #[test]
 fn bench_paper_quick_runs_every_configuration_and_cleans_up() {
     if !is_root() {

@@ -23,6 +23,7 @@ pub mod cgroup;
 pub mod child;
 pub mod cleanup;
 pub mod counters;
+pub mod engine;
 pub mod mount;
 pub mod pgbench;
 pub mod report;
@@ -66,6 +67,12 @@ pub enum Experiment {
     Dfsio,
     /// Durable small writes: 4 KiB `pwrite` + `fdatasync`, 1 and 32 writers ([`writeback`]).
     Durable,
+    /// Paper 002: fio 4 KiB random reads and writes, O_DIRECT, queue depth 1–32, 1 and 4
+    /// jobs on one file ([`engine`]).
+    Engine,
+    /// Paper 002's serialization test: 1–16 processes of synchronous 8 KiB reads of one file,
+    /// and the disk's queue depth ([`engine`]).
+    Serial,
 }
 
 impl Experiment {
@@ -78,6 +85,8 @@ impl Experiment {
             Experiment::Postmark => "postmark",
             Experiment::Dfsio => "dfsio",
             Experiment::Durable => "durable",
+            Experiment::Engine => "engine",
+            Experiment::Serial => "serial",
         }
     }
 
@@ -87,13 +96,24 @@ impl Experiment {
         matches!(self, Experiment::Postmark | Experiment::Dfsio | Experiment::Durable)
     }
 
+    /// Paper 002's experiments ([`engine`]).
+    pub fn of_the_engine(self) -> bool {
+        matches!(self, Experiment::Engine | Experiment::Serial)
+    }
+
+    /// The configurations this experiment runs in.
+    pub fn own_configs(self) -> &'static [ConfigKind] {
+        match self {
+            e if e.of_the_tier() => &ConfigKind::TIER_SET,
+            Experiment::Engine => &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::Farcache],
+            Experiment::Serial => &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::Serialized],
+            _ => &ConfigKind::ALL,
+        }
+    }
+
     /// Whether `cfg` is one of this experiment's configurations.
     pub fn runs_in(self, cfg: ConfigKind) -> bool {
-        if self.of_the_tier() {
-            ConfigKind::TIER_SET.contains(&cfg)
-        } else {
-            ConfigKind::ALL.contains(&cfg)
-        }
+        self.own_configs().contains(&cfg)
     }
 
     pub fn table(self) -> &'static str {
@@ -105,6 +125,8 @@ impl Experiment {
             Experiment::Postmark => "paper 003, Table 1",
             Experiment::Dfsio => "paper 003, TestDFSIO",
             Experiment::Durable => "issue 12",
+            Experiment::Engine => "paper 002, issue 11",
+            Experiment::Serial => "paper 002's serialization test",
         }
     }
 
@@ -134,6 +156,9 @@ pub enum ConfigKind {
     /// disk (`ssd`: O_DIRECT and fdatasync).
     #[serde(rename = "tier-ssd")]
     TierSsd,
+    /// `farcache mount --no-remote` serving one request at a time (one FUSE thread, the
+    /// synchronous engine): paper 002's serialized I/O, for its comparison only.
+    Serialized,
 }
 
 impl ConfigKind {
@@ -152,11 +177,19 @@ impl ConfigKind {
             ConfigKind::Ideal => "ideal",
             ConfigKind::TierDram => "tier-dram",
             ConfigKind::TierSsd => "tier-ssd",
+            ConfigKind::Serialized => "serialized",
         }
     }
 
     pub fn through_mount(self) -> bool {
-        matches!(self, ConfigKind::Passthrough | ConfigKind::Farcache | ConfigKind::TierDram | ConfigKind::TierSsd)
+        matches!(
+            self,
+            ConfigKind::Passthrough
+                | ConfigKind::Farcache
+                | ConfigKind::TierDram
+                | ConfigKind::TierSsd
+                | ConfigKind::Serialized
+        )
     }
 
     /// Whether the mount has a write-back tier.
@@ -168,8 +201,8 @@ impl ConfigKind {
 impl std::str::FromStr for ConfigKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        ConfigKind::ALL.into_iter().chain(ConfigKind::TIER_SET).find(|c| c.name() == s).ok_or_else(|| {
-            format!("unknown configuration {s:?}: native, passthrough, farcache, ideal, tier-dram or tier-ssd")
+        ConfigKind::ALL.into_iter().chain(ConfigKind::TIER_SET).chain([ConfigKind::Serialized]).find(|c| c.name() == s).ok_or_else(|| {
+            format!("unknown configuration {s:?}: native, passthrough, farcache, ideal, tier-dram, tier-ssd or serialized")
         })
     }
 }
@@ -185,9 +218,11 @@ impl std::str::FromStr for Experiment {
             "postmark" => Ok(Experiment::Postmark),
             "dfsio" => Ok(Experiment::Dfsio),
             "durable" => Ok(Experiment::Durable),
+            "engine" => Ok(Experiment::Engine),
+            "serial" => Ok(Experiment::Serial),
             _ => Err(format!(
                 "unknown experiment {s:?}: seqread, randread, pgbench, tpch (transfers comes with each); postmark, \
-                 dfsio, durable (paper 003)"
+                 dfsio, durable (paper 003); engine, serial (paper 002)"
             )),
         }
     }
@@ -249,6 +284,11 @@ pub struct PaperOptions {
     /// durable: seconds of each load.
     #[serde(default)]
     pub durable_secs: u64,
+    /// engine, serial: the file's size, and seconds of each fio point.
+    #[serde(default)]
+    pub engine_file_bytes: u64,
+    #[serde(default)]
+    pub engine_secs: u64,
 }
 
 impl PaperOptions {
@@ -279,6 +319,8 @@ impl PaperOptions {
             postmark_scale: 1.0,
             dfsio_bytes: 800 * MIB,
             durable_secs: 20,
+            engine_file_bytes: GIB,
+            engine_secs: 10,
         }
     }
 
@@ -304,6 +346,8 @@ impl PaperOptions {
             postmark_scale: 0.01,
             dfsio_bytes: 64 * MIB,
             durable_secs: 2,
+            engine_file_bytes: 64 * MIB,
+            engine_secs: 1,
             ..PaperOptions::full(exe)
         }
     }
@@ -324,7 +368,8 @@ impl PaperOptions {
         };
         let tpch = if self.experiments.contains(&Experiment::Tpch) { tpch::disk_bytes(self) } else { 0 };
         let tier = if self.experiments.iter().any(|e| e.of_the_tier()) { writeback::disk_bytes(self) } else { 0 };
-        files + files / 8 + pg + tpch + tier + 512 * MIB
+        let engine = if self.experiments.iter().any(|e| e.of_the_engine()) { self.engine_file_bytes } else { 0 };
+        files + files / 8 + pg + tpch + tier + engine + 512 * MIB
     }
 }
 

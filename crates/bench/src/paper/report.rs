@@ -178,6 +178,9 @@ pub struct PaperReport {
     /// Paper 003 (postmark, dfsio, durable): one record per configuration and case.
     #[serde(default)]
     pub tier_runs: Vec<super::writeback::TierRecord>,
+    /// Paper 002 (engine, serial): one record per configuration and fio point.
+    #[serde(default)]
+    pub engine_runs: Vec<super::engine::EngineRecord>,
     pub checks: Vec<Verdict>,
     pub targets: Vec<Verdict>,
     pub complete: bool,
@@ -198,6 +201,7 @@ impl PaperReport {
             tpch: Vec::new(),
             tpch_error: None,
             tier_runs: Vec::new(),
+            engine_runs: Vec::new(),
             checks: Vec::new(),
             targets: Vec::new(),
             complete: false,
@@ -388,6 +392,22 @@ fn checks(r: &PaperReport) -> Vec<Verdict> {
         }
     }
     tier_checks(r, &mut v);
+    for &exp in o.experiments.iter().filter(|e| e.of_the_engine()) {
+        for cfg in o.configs_for(exp) {
+            let recs: Vec<_> =
+                r.engine_runs.iter().filter(|x| x.experiment == Some(exp) && x.config == Some(cfg)).collect();
+            let want = super::engine::points(exp, o.quick).len();
+            let ok = recs.len() == want && recs.iter().all(|x| x.error.is_none() && x.iops > 0.0);
+            v.push(Verdict {
+                what: format!("{} {} ran every point", exp.name(), cfg.name()),
+                measured: match recs.iter().find_map(|x| x.error.clone()) {
+                    Some(e) => e,
+                    None => format!("{} of {want} points", recs.len()),
+                },
+                ok,
+            });
+        }
+    }
     v
 }
 
@@ -694,6 +714,7 @@ pub fn render(r: &PaperReport) -> String {
     render_pgbench(&mut s, r);
     render_tpch(&mut s, r);
     render_tier_runs(&mut s, r);
+    render_engine_runs(&mut s, r);
     render_transfers(&mut s, r);
     render_memory(&mut s, r);
     for (title, list) in [("Sanity checks", &r.checks), ("Targets (issue 4)", &r.targets)] {
@@ -707,6 +728,55 @@ pub fn render(r: &PaperReport) -> String {
         let _ = writeln!(s);
     }
     s
+}
+
+/// Paper 002's experiments: IOPS per fio point and configuration, the ratios to native
+/// (engine) or to the serialized mount (serial), and the disk's queue depth.
+fn render_engine_runs(s: &mut String, r: &PaperReport) {
+    let o = &r.options;
+    for &exp in o.experiments.iter().filter(|e| e.of_the_engine()) {
+        let cfgs = o.configs_for(exp);
+        let recs: Vec<&super::engine::EngineRecord> =
+            r.engine_runs.iter().filter(|x| x.experiment == Some(exp) && x.error.is_none()).collect();
+        let base = if exp == Experiment::Serial { ConfigKind::Serialized } else { ConfigKind::Native };
+        let _ = writeln!(s, "## {} ({}): IOPS (p50 µs; disk queue depth)\n", exp.name(), exp.table());
+        let mut head = String::from("| rw | block | jobs | QD |");
+        let mut rule = String::from("|---|---:|---:|---:|");
+        for c in &cfgs {
+            let _ = write!(head, " {} |", c.name());
+            rule.push_str("---:|");
+        }
+        for c in cfgs.iter().filter(|c| **c != base) {
+            let _ = write!(head, " {}/{} |", c.name(), base.name());
+            rule.push_str("---:|");
+        }
+        let _ = writeln!(s, "{head}\n{rule}");
+        for p in super::engine::points(exp, o.quick) {
+            let get = |cfg: ConfigKind| {
+                recs.iter().find(|x| x.config == Some(cfg) && x.rw == p.0 && x.iodepth == p.2 && x.jobs == p.3).copied()
+            };
+            let mut row = format!("| {} | {} | {} | {} |", p.0, p.1, p.3, p.2);
+            for &c in &cfgs {
+                let v = get(c).map(|x| format!("{:.0} ({:.0}; {:.1})", x.iops, x.p50_us, x.disk_queue));
+                let _ = write!(row, " {} |", v.unwrap_or_else(|| "–".into()));
+            }
+            for &c in cfgs.iter().filter(|c| **c != base) {
+                let ratio = get(c).zip(get(base)).filter(|(_, b)| b.iops > 0.0).map(|(a, b)| a.iops / b.iops);
+                let _ = write!(row, " {} |", cell(ratio, 2));
+            }
+            let _ = writeln!(s, "{row}");
+        }
+        let failed: Vec<String> = r
+            .engine_runs
+            .iter()
+            .filter(|x| x.experiment == Some(exp))
+            .filter_map(|x| Some(format!("{}: {}", x.config?.name(), x.error.as_ref()?)))
+            .collect();
+        if !failed.is_empty() {
+            let _ = writeln!(s, "\nFailed: {}", failed.join("; "));
+        }
+        let _ = writeln!(s);
+    }
 }
 
 /// Paper 003's experiments: per case, each configuration's headline figure and the tiers'

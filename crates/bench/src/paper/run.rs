@@ -73,6 +73,11 @@ pub fn run(o: &PaperOptions, progress: &mut dyn FnMut(&PaperReport)) -> Result<P
             report.secs_total = started.elapsed().as_secs_f64();
             continue;
         }
+        if exp.of_the_engine() {
+            super::engine::run_experiment(&mut tb, o, exp, &mut report, progress, &bar)?;
+            report.secs_total = started.elapsed().as_secs_f64();
+            continue;
+        }
         if exp.of_the_tier() {
             super::writeback::run_experiment(&mut tb, o, exp, &mut report, progress, &bar)?;
             report.secs_total = started.elapsed().as_secs_f64();
@@ -189,7 +194,10 @@ fn pass_limit(o: &PaperOptions, exp: Experiment, size: u64) -> Duration {
         (_, Experiment::Pgbench) => o.pgbench_secs * 3,
         (_, Experiment::Tpch) => o.tpch_deadline_secs,
         // They bound their own steps (writeback.rs).
-        (_, Experiment::Postmark | Experiment::Dfsio | Experiment::Durable) => 0,
+        (
+            _,
+            Experiment::Postmark | Experiment::Dfsio | Experiment::Durable | Experiment::Engine | Experiment::Serial,
+        ) => 0,
     };
     Duration::from_secs(3 * secs + 60)
 }

@@ -48,7 +48,8 @@ struct PaperArgs {
     #[arg(long, value_name = "JSON")]
     render: Option<PathBuf>,
     /// Experiments: seqread, randread, pgbench, tpch (transfers, Table 9, comes with each);
-    /// paper 003's write-back tier: postmark, dfsio, durable (best with --profile ssd).
+    /// paper 003's write-back tier: postmark, dfsio, durable (best with --profile ssd);
+    /// paper 002's engine: engine, serial.
     /// Default: all (--quick: seqread, randread, tpch).
     /// `transfers` alone means seqread and randread.
     #[arg(long = "experiment", value_delimiter = ',')]
@@ -57,8 +58,9 @@ struct PaperArgs {
     #[arg(long, value_delimiter = ',')]
     sizes: Option<Vec<ByteSize>>,
     /// Configurations: native, passthrough, farcache, ideal; tier-dram, tier-ssd (paper 003's
-    /// experiments). Default: each experiment's own (native, passthrough, farcache, ideal; for
-    /// postmark/dfsio/durable native, passthrough, tier-dram, tier-ssd).
+    /// experiments); serialized (serial). Default: each experiment's own (native, passthrough,
+    /// farcache, ideal; postmark/dfsio/durable: native, passthrough, tier-dram, tier-ssd;
+    /// engine: native, passthrough, farcache; serial: native, passthrough, serialized).
     #[arg(long, value_delimiter = ',')]
     configs: Option<Vec<ConfigKind>>,
     /// Disk profile: cloud (3000 IOPS, 125 MB/s), hdd (200 IOPS, 150 MB/s), ssd (20000 IOPS,
@@ -120,6 +122,12 @@ struct PaperArgs {
     /// durable: seconds of each load (default 20; --quick 2).
     #[arg(long)]
     durable_secs: Option<u64>,
+    /// engine, serial: seconds of each fio point (default 10; --quick 1).
+    #[arg(long)]
+    engine_secs: Option<u64>,
+    /// engine, serial: the file's size (default 1GiB; --quick 64MiB).
+    #[arg(long)]
+    engine_size: Option<ByteSize>,
     /// Directory for paper-*.json and paper-*.md.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -354,8 +362,7 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
         // Each experiment runs in its own configurations (paper 000's four, paper 003's four).
         None => {
             for e in o.experiments.clone() {
-                let own: &[ConfigKind] = if e.of_the_tier() { &ConfigKind::TIER_SET } else { &ConfigKind::ALL };
-                for c in own {
+                for c in e.own_configs() {
                     if !o.configs.contains(c) {
                         o.configs.push(*c);
                     }
@@ -369,13 +376,7 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
             !o.configs_for(*e).is_empty(),
             "--configs: none of them runs {} (it runs in {})",
             e.name(),
-            [ConfigKind::ALL, ConfigKind::TIER_SET]
-                .concat()
-                .iter()
-                .filter(|c| e.runs_in(**c))
-                .map(|c| c.name())
-                .collect::<Vec<_>>()
-                .join(", ")
+            e.own_configs().iter().map(|c| c.name()).collect::<Vec<_>>().join(", ")
         );
     }
     o.profile = a.profile;
@@ -426,6 +427,17 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
         anyhow::ensure!((1..=3600).contains(&d), "--durable-secs: 1 to 3600");
         o.durable_secs = d;
     }
+    if let Some(d) = a.engine_secs {
+        anyhow::ensure!((1..=600).contains(&d), "--engine-secs: 1 to 600");
+        o.engine_secs = d;
+    }
+    if let Some(d) = a.engine_size {
+        anyhow::ensure!(
+            d.bytes() >= 16 << 20 && d.bytes() % (1 << 20) == 0,
+            "--engine-size: whole MiB, at least 16MiB"
+        );
+        o.engine_file_bytes = d.bytes();
+    }
     if let Some(d) = a.tpch_deadline {
         o.tpch_deadline_secs = d.max(60);
     }
@@ -437,7 +449,13 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create --out {}", a.out.display()))?;
     // Paper 003's experiments alone keep their own files (a cloud run of them does not
     // overwrite paper 000's paper-cloud.json).
-    let family = if o.experiments.iter().all(|e| e.of_the_tier()) { "paper003" } else { "paper" };
+    let family = if o.experiments.iter().all(|e| e.of_the_tier()) {
+        "paper003"
+    } else if o.experiments.iter().all(|e| e.of_the_engine()) {
+        "paper002"
+    } else {
+        "paper"
+    };
     let stem = if o.quick { format!("{family}-quick") } else { format!("{family}-{}", o.profile.name()) };
     let json = a.out.join(format!("{stem}.json"));
     let md = a.out.join(format!("{stem}.md"));

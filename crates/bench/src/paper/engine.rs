@@ -1,0 +1,287 @@
+//! Paper 002 reproduced: the asynchronous direct-I/O engine under the mount (issue 11).
+//!
+//! - `engine`: fio, 4 KiB random reads and writes with O_DIRECT through io_uring, queue depth
+//!   1/4/16/32, one job or four jobs sharing one file: `native` (ext4 on the loop disk),
+//!   `passthrough` (`farcache mount --no-remote`) and `farcache` (with lenders). IOPS and
+//!   completion latency per point; the ratios to native are the issue's targets.
+//! - `serial`: the paper's serialization test — 1, 2, 4, 8 and 16 processes each doing
+//!   synchronous 8 KiB O_DIRECT reads of one shared file — in `native`, `passthrough` and
+//!   `serialized` (the mount with one FUSE thread and the synchronous engine: one request at
+//!   a time, the behaviour the paper found). Besides IOPS, the loop device's mean queue depth
+//!   (`time_in_queue` over wall time, /sys/block/loopN/stat): it must grow with the processes.
+//!
+//! Every configuration starts cold (ext4 remounted, a new memory cgroup); fio runs inside the
+//! client's memory and blkio cgroups like every other load of the harness.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::progress::Progress;
+use crate::{BenchError, Result};
+
+use super::mount::MountDaemon;
+use super::report::PaperReport;
+use super::testbed::Testbed;
+use super::{sys, ConfigKind, Experiment, PaperOptions};
+
+/// Queue depths of the `engine` experiment.
+pub const QUEUE_DEPTHS: [u32; 4] = [1, 4, 16, 32];
+/// Job counts (all on one shared file).
+pub const JOBS: [u32; 2] = [1, 4];
+/// Process counts of the `serial` experiment.
+pub const PROCESSES: [u32; 5] = [1, 2, 4, 8, 16];
+
+/// One fio point.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct EngineRecord {
+    pub experiment: Option<Experiment>,
+    pub config: Option<ConfigKind>,
+    /// "randread" or "randwrite".
+    pub rw: String,
+    pub block_bytes: u64,
+    pub iodepth: u32,
+    pub jobs: u32,
+    pub secs: f64,
+    pub iops: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    /// The loop device's mean queue depth while it ran.
+    pub disk_queue: f64,
+    pub error: Option<String>,
+}
+
+/// One fio point: (rw, block bytes, iodepth, jobs, ioengine).
+pub type Point = (&'static str, u64, u32, u32, &'static str);
+
+/// The fio points of `exp` (`quick`: the ends of each range only).
+pub fn points(exp: Experiment, quick: bool) -> Vec<Point> {
+    let ends = |x: &[u32]| if quick { vec![x[0], x[x.len() - 1]] } else { x.to_vec() };
+    match exp {
+        Experiment::Engine => {
+            let (jobs, qds) = (ends(&JOBS), ends(&QUEUE_DEPTHS));
+            let mut v = Vec::new();
+            for rw in ["randread", "randwrite"] {
+                for &j in &jobs {
+                    for &q in &qds {
+                        v.push((rw, 4096, q, j, "io_uring"));
+                    }
+                }
+            }
+            v
+        }
+        Experiment::Serial => ends(&PROCESSES).into_iter().map(|p| ("randread", 8192, 1, p, "psync")).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The fio command line of one point (the file exists; `secs` of measured time).
+pub fn fio_args(file: &Path, p: Point, secs: u64) -> Vec<OsString> {
+    let (rw, bs, qd, jobs, engine) = p;
+    let mut a: Vec<OsString> =
+        ["--name=engine", "--direct=1", "--time_based", "--group_reporting", "--output-format=json"]
+            .into_iter()
+            .map(OsString::from)
+            .collect();
+    let mut f = OsString::from("--filename=");
+    f.push(file);
+    a.push(f);
+    for (k, v) in [
+        ("rw", rw.to_string()),
+        ("bs", bs.to_string()),
+        ("iodepth", qd.to_string()),
+        ("numjobs", jobs.to_string()),
+        ("ioengine", engine.to_string()),
+        ("runtime", secs.to_string()),
+        ("ramp_time", "1".to_string()),
+        ("randrepeat", "0".to_string()),
+    ] {
+        a.push(format!("--{k}={v}").into());
+    }
+    a
+}
+
+/// IOPS and completion latency percentiles (µs) of fio's JSON for `rw`.
+pub fn parse_fio(json: &str, rw: &str) -> Result<(f64, f64, f64)> {
+    let start = json.find('{').ok_or_else(|| BenchError::Setup(format!("fio printed no JSON: {json}")))?;
+    let v: Value = serde_json::from_str(&json[start..]).map_err(|e| {
+        BenchError::Setup(format!("fio's JSON does not parse ({e}): {}", &json[start..json.len().min(start + 400)]))
+    })?;
+    let side = if rw.contains("write") { "write" } else { "read" };
+    let j = &v["jobs"][0][side];
+    let iops = j["iops"].as_f64().ok_or_else(|| BenchError::Setup(format!("fio: no {side}.iops in {v}")))?;
+    let pct = |k: &str| j["clat_ns"]["percentile"][k].as_f64().unwrap_or(0.0) / 1000.0;
+    Ok((iops, pct("50.000000"), pct("99.000000")))
+}
+
+/// (time_in_queue ms, wall clock) of block device `dev` now.
+fn queue_clock(dev: &str) -> (u64, Instant) {
+    let name = dev.trim_start_matches("/dev/");
+    let text = std::fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap_or_default();
+    let f: Vec<u64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    (f.get(10).copied().unwrap_or(0), Instant::now())
+}
+
+/// The `[mount]` table that makes the mount serve one request at a time (`serialized`).
+const SERIALIZED_CONFIG: &str = "[mount]\nthreads = 1\nio_engine = \"sync\"\n";
+
+pub(super) fn run_experiment(
+    tb: &mut Testbed,
+    o: &PaperOptions,
+    exp: Experiment,
+    report: &mut PaperReport,
+    progress: &mut dyn FnMut(&PaperReport),
+    bar: &Progress,
+) -> Result<()> {
+    let size = o.engine_file_bytes;
+    let name = tb.ensure_file(size)?;
+    for cfg in o.configs_for(exp) {
+        bar.message(format!("{} {}", exp.name(), cfg.name()));
+        match in_config(tb, o, exp, cfg, &name) {
+            Ok(recs) => report.engine_runs.extend(recs),
+            Err(e) if sys::interrupted() => return Err(e),
+            Err(e) => {
+                note!("paper: {} {}: FAILED: {e}", exp.name(), cfg.name());
+                report.engine_runs.push(EngineRecord {
+                    experiment: Some(exp),
+                    config: Some(cfg),
+                    error: Some(e.to_string()),
+                    ..EngineRecord::default()
+                });
+            }
+        }
+        progress(report);
+        bar.inc(1);
+    }
+    Ok(())
+}
+
+fn in_config(
+    tb: &mut Testbed,
+    o: &PaperOptions,
+    exp: Experiment,
+    cfg: ConfigKind,
+    name: &str,
+) -> Result<Vec<EngineRecord>> {
+    tb.remount()?;
+    let mem = tb.memory_cgroup(Some(o.memory_bytes))?;
+    let log = tb.logs.join(format!("{}-{}.mount.log", exp.name(), cfg.name()));
+    let mut lenders = match cfg {
+        ConfigKind::Farcache => Some(tb.start_lenders(o.lender_capacity_bytes, o.policy.as_deref())?),
+        _ => None,
+    };
+    let mut extra: Vec<OsString> = Vec::new();
+    if cfg == ConfigKind::Serialized {
+        let path = tb.logs.join("serialized.toml");
+        std::fs::write(&path, SERIALIZED_CONFIG)
+            .map_err(|e| BenchError::Setup(format!("write {}: {e}", path.display())))?;
+        extra.extend([OsString::from("--config"), path.into_os_string()]);
+    }
+    let mount = if cfg.through_mount() {
+        let remote = lenders.as_ref().map(|l| &l.addrs[..]);
+        Some(MountDaemon::start_with(
+            &o.exe,
+            &tb.ext4,
+            &tb.mnt,
+            remote,
+            o.routing.as_deref(),
+            &extra,
+            &[&mem, &tb.blkio],
+            &log,
+        )?)
+    } else {
+        None
+    };
+    let file: PathBuf = if mount.is_some() { tb.mnt.join(name) } else { tb.ext4.join(name) };
+    let procs = [mem.procs(), tb.blkio.procs()];
+    let refs: Vec<&Path> = procs.iter().map(|p| p.as_path()).collect();
+    let mut recs = Vec::new();
+    for p in points(exp, o.quick) {
+        sys::check_interrupt()?;
+        let mut cmd = Command::new("fio");
+        cmd.args(fio_args(&file, p, o.engine_secs));
+        sys::confine(&mut cmd, &refs);
+        let (q0, t0) = queue_clock(&tb.loopdev);
+        let out = sys::output_bounded(cmd, Duration::from_secs(o.engine_secs * 3 + 120), "fio (apt-get install fio)")?;
+        let (q1, t1) = queue_clock(&tb.loopdev);
+        let (iops, p50, p99) = parse_fio(&out, p.0)?;
+        let r = EngineRecord {
+            experiment: Some(exp),
+            config: Some(cfg),
+            rw: p.0.into(),
+            block_bytes: p.1,
+            iodepth: p.2,
+            jobs: p.3,
+            secs: (t1 - t0).as_secs_f64(),
+            iops,
+            p50_us: p50,
+            p99_us: p99,
+            disk_queue: q1.saturating_sub(q0) as f64 / ((t1 - t0).as_secs_f64() * 1000.0).max(1.0),
+            error: None,
+        };
+        note!(
+            "paper: [{} {}] {} {} QD {} × {} jobs: {:.0} IOPS, p50 {:.0} µs, p99 {:.0} µs, disk queue {:.1}",
+            exp.name(),
+            cfg.name(),
+            r.rw,
+            r.block_bytes,
+            r.iodepth,
+            r.jobs,
+            r.iops,
+            r.p50_us,
+            r.p99_us,
+            r.disk_queue
+        );
+        recs.push(r);
+    }
+    if let Some(mut m) = mount {
+        m.stop();
+    }
+    if let Some(l) = lenders.as_mut() {
+        l.stop();
+    }
+    Ok(recs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn points_cover_the_issues_matrix() {
+        let e = points(Experiment::Engine, false);
+        assert_eq!(e.len(), 2 * JOBS.len() * QUEUE_DEPTHS.len());
+        assert!(e.contains(&("randwrite", 4096, 32, 4, "io_uring")));
+        assert_eq!(points(Experiment::Engine, true).len(), 8);
+        assert_eq!(points(Experiment::Serial, true).iter().map(|p| p.3).collect::<Vec<_>>(), [1, 16]);
+        let s = points(Experiment::Serial, false);
+        assert_eq!(s.iter().map(|p| p.3).collect::<Vec<_>>(), PROCESSES.to_vec());
+        assert!(s.iter().all(|p| p.1 == 8192 && p.2 == 1 && p.4 == "psync"));
+        let a = fio_args(Path::new("/m/f"), e[0], 7);
+        let a: Vec<String> = a.iter().map(|x| x.to_string_lossy().to_string()).collect();
+        for want in ["--filename=/m/f", "--rw=randread", "--iodepth=1", "--runtime=7", "--direct=1"] {
+            assert!(a.iter().any(|x| x == want), "{want} in {a:?}");
+        }
+    }
+
+    #[test]
+    fn reads_fios_json() {
+        let json = r#"note: both iodepth >= 1 and synchronous I/O engine are selected
+{"jobs":[{"read":{"iops":1234.5,"clat_ns":{"percentile":{"50.000000":55000,"99.000000":120000}}},
+          "write":{"iops":0.0}}]}"#;
+        let (iops, p50, p99) = parse_fio(json, "randread").unwrap();
+        assert_eq!((iops, p50, p99), (1234.5, 55.0, 120.0));
+        assert!(parse_fio(json, "randwrite").unwrap().0 == 0.0);
+        assert!(parse_fio("fio: no such file", "randread").is_err());
+    }
+
+    #[test]
+    fn the_serialized_mount_is_one_thread_and_the_sync_engine() {
+        let lines: Vec<&str> = SERIALIZED_CONFIG.lines().collect();
+        assert_eq!(lines, ["[mount]", "threads = 1", "io_engine = \"sync\""]);
+    }
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Paper 002 (the backing I/O engine, issue 11) reproduced: fio 4 KiB random reads and writes
+# through io_uring at queue depth 1-32, 1 and 4 jobs on one file (native / passthrough /
+# farcache), and the serialization test (1-16 processes of synchronous 8 KiB reads; native /
+# passthrough / serialized), one `farcache bench paper` invocation per disk profile.
+# Resumable: a profile whose JSON exists is skipped (delete it to run it again).
+# Results: bench/results/paper002/<profile>/.
+#   PROFILES   default "raw cloud"
+#   EXTRA      more `bench paper` arguments (e.g. "--engine-secs 5")
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-target/release/farcache}
+OUT=${OUT:-bench/results/paper002}
+if [ "$(id -u)" != 0 ]; then
+  echo "bench-engine: needs root (loop devices, cgroups)" >&2
+  exit 1
+fi
+"$BIN" bench paper --cleanup
+for prof in ${PROFILES:-raw cloud}; do
+  dir="$OUT/$prof"
+  if ls "$dir"/paper002-*.json >/dev/null 2>&1; then
+    echo "== $prof: done before ($dir), skipped"
+    continue
+  fi
+  mkdir -p "$dir"
+  echo "== engine, serial ($prof)"
+  # shellcheck disable=SC2086
+  "$BIN" bench paper --profile "$prof" --experiment engine,serial --out "$dir" ${EXTRA:-} >"$dir/log" 2>&1 ||
+    { echo "   failed: see $dir/log"; rm -f "$dir"/paper002-*.json; }
+  awk '/^## /{p = ($0 !~ /memory|Sanity|Targets/)} p' "$dir"/paper002-*.md 2>/dev/null || true
+done
