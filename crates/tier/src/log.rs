@@ -377,6 +377,23 @@ impl Log {
             }
             None => {
                 rec.formatted = true;
+                if mode == Mode::Ssd {
+                    // Write every page once before use: a preallocated file's extents are
+                    // "unwritten", and the first write to each turns it into data — a journal
+                    // commit in every fdatasync of the first lap (PostgreSQL zero-fills its WAL
+                    // segments for the same reason). Before the superblock: a crash here leaves
+                    // a blank medium, formatted again next time.
+                    let chunk = page::zeroed(256);
+                    let mut at = 0;
+                    while at < pages {
+                        let n = (pages - at).min(chunk.len() as u64) as usize;
+                        medium
+                            .write_at(at * PB, page::bytes(&chunk[..n]))
+                            .map_err(|e| TierError::io("writing the new tier's pages once", e))?;
+                        at += n as u64;
+                    }
+                    medium.flush().map_err(|e| TierError::io("flushing the new tier's pages", e))?;
+                }
                 let sb = Superblock {
                     pages,
                     log_id: crate::random_u64(),
