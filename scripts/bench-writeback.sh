@@ -5,7 +5,8 @@
 # exists is skipped (delete it to run it again). Results: bench/results/paper003/<experiment>/.
 #   EXPERIMENTS      default "durable dfsio postmark"
 #   PROFILE          default ssd
-#   POSTMARK_SCALE   share of Table 1's files and transactions (default 1: the paper's)
+#   POSTMARK_SCALE   share of Table 1's transactions (default 1: the paper's; the files, the
+#                    working set, stay the paper's)
 #   EXTRA            more `bench paper` arguments
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -112,6 +112,8 @@ fn bench_paper_quick_runs_the_write_back_tier_experiments() {
         "ssd",
         "--postmark-scale",
         "0.002",
+        "--postmark-files-scale",
+        "0.002",
         "--dfsio-size",
         "16MiB",
         "--durable-secs",

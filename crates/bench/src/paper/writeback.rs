@@ -116,14 +116,14 @@ pub struct PostmarkCase {
 }
 
 pub fn postmark_cases(o: &PaperOptions) -> Vec<PostmarkCase> {
-    let s = o.postmark_scale.clamp(0.0001, 1.0);
+    let (s, fs) = (o.postmark_scale.clamp(0.0001, 1.0), o.postmark_files_scale.clamp(0.0001, 1.0));
     POSTMARK_TABLE_1
         .iter()
         .map(|&(name, lo, hi, files, tx)| PostmarkCase {
             name,
             lo,
             hi,
-            files: ((files as f64 * s) as u64).max(10),
+            files: ((files as f64 * fs) as u64).max(10),
             transactions: ((tx as f64 * s) as u64).max(100),
         })
         .collect()
@@ -460,6 +460,9 @@ mod tests {
             POSTMARK_TABLE_1.to_vec()
         );
         o.postmark_scale = 0.1;
+        let c = &postmark_cases(&o)[0];
+        assert_eq!((c.files, c.transactions), (30_000, 30_000), "the working set stays the paper's");
+        o.postmark_files_scale = 0.1;
         let c = &postmark_cases(&o)[0];
         assert_eq!((c.files, c.transactions), (3_000, 30_000));
         let s = postmark_script(c, Path::new("/m/work"), 7);

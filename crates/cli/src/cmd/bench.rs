@@ -111,10 +111,13 @@ struct PaperArgs {
     /// tier-dram / tier-ssd: the write-back tier's size (default 2GiB; --quick 256MiB).
     #[arg(long)]
     tier_size: Option<ByteSize>,
-    /// postmark: the share of paper 003's Table 1 files and transactions to run (default 1:
-    /// the paper's; --quick 0.01).
+    /// postmark: the share of paper 003's Table 1 transactions to run (default 1: the paper's;
+    /// --quick 0.01).
     #[arg(long)]
     postmark_scale: Option<f64>,
+    /// postmark: the share of Table 1's files (the working set; default 1; --quick 0.01).
+    #[arg(long)]
+    postmark_files_scale: Option<f64>,
     /// dfsio: the large file's size; the several files are 8 of an eighth each (default
     /// 800MiB; --quick 64MiB).
     #[arg(long)]
@@ -418,6 +421,10 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
     if let Some(x) = a.postmark_scale {
         anyhow::ensure!(x > 0.0 && x <= 1.0, "--postmark-scale: more than 0, at most 1");
         o.postmark_scale = x;
+    }
+    if let Some(x) = a.postmark_files_scale {
+        anyhow::ensure!(x > 0.0 && x <= 1.0, "--postmark-files-scale: more than 0, at most 1");
+        o.postmark_files_scale = x;
     }
     if let Some(d) = a.dfsio_size {
         anyhow::ensure!(d.bytes() >= 8 << 20, "--dfsio-size: at least 8MiB");
