@@ -153,7 +153,15 @@ fn a_deleted_file_is_never_written_to_the_disk() {
     require_fuse();
     require_root("the tier POSIX test (FUSE mounts)");
     let d = dirs("discard");
-    let m = mount(&d, "log");
+    // No write-back because the mount is idle: only the deleted file's fate is measured.
+    let conf = d.base.join("farcache.toml");
+    fs::write(&conf, "[tier]\nidle_destage_after = \"0s\"\n").unwrap();
+    let t = d.tier.display().to_string();
+    let sock = d.base.join("ctl").display().to_string();
+    let args = ["--no-remote", "--tier", &t, "--tier-size", "64MiB", "--control-socket", &sock, "--config"];
+    let conf = conf.display().to_string();
+    let args: Vec<&str> = args.iter().copied().chain([conf.as_str()]).collect();
+    let m = MountProcess::start(bin(), &d.base.join("b"), &d.base.join("m"), &args, &d.base.join("log"));
     fs::write(m.m("short-lived"), vec![9u8; 256 << 10]).unwrap();
     let open = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(m.m("open")).unwrap();
     open.write_all_at(&[3u8; 64 << 10], 0).unwrap();

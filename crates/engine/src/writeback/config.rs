@@ -27,6 +27,9 @@ max_dirty_age = "30s"
 max_dirty_bytes = "4GiB"
 # How often the destager looks at the tier when nobody wakes it.
 destage_interval = "100ms"
+# Once the mount has seen no reads or writes for this long, destage everything: an idle
+# backing store takes the write-back at no one's expense. "0s": only by the rules above.
+idle_destage_after = "2s"
 # Largest single write a destage round merges neighbouring dirty blocks into.
 destage_write = "1MiB"
 # After a destage error (the backing refused a write or a sync): retry after retry_min,
@@ -58,6 +61,7 @@ pub struct TierConfig {
     pub max_dirty_age: HumanDuration,
     pub max_dirty_bytes: ByteSize,
     pub destage_interval: HumanDuration,
+    pub idle_destage_after: HumanDuration,
     pub destage_write: ByteSize,
     pub retry_min: HumanDuration,
     pub retry_max: HumanDuration,
@@ -74,6 +78,7 @@ impl Default for TierConfig {
             max_dirty_age: HumanDuration::secs(30),
             max_dirty_bytes: ByteSize::gib(4),
             destage_interval: HumanDuration::ms(100),
+            idle_destage_after: HumanDuration::secs(2),
             destage_write: ByteSize::mib(1),
             retry_min: HumanDuration::ms(100),
             retry_max: HumanDuration::secs(30),

@@ -13,8 +13,9 @@
 //!
 //! When: every `destage_interval` the thread asks the log what is due — the oldest batches
 //! down to `low_watermark` once the used space reached `high_watermark`, every batch older
-//! than `max_dirty_age` — and everything when the dirty bytes pass `max_dirty_bytes` or a
-//! flush is waiting. A write that pushes the tier past its high watermark wakes it.
+//! than `max_dirty_age` — and everything when the dirty bytes pass `max_dirty_bytes`, a
+//! flush is waiting, or the mount has been idle (no read or write reached it) for
+//! `idle_destage_after`. A write that pushes the tier past its high watermark wakes it.
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -66,8 +67,24 @@ impl<D: DataPath> Shared<D> {
     }
 }
 
+/// Reads and writes that reached the mount's data path so far (the destager's own I/O is
+/// not among them): when it stops moving, the mount is idle.
+fn foreground<D: DataPath>(s: &Shared<D>) -> u64 {
+    let c = &s.counters;
+    let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let below = s.inner.backing_counters().map_or(0, |b| b.reads_direct + b.reads_buffered);
+    l(&c.writes)
+        + l(&c.write_through_full)
+        + l(&c.write_through_broken)
+        + l(&c.write_through_unnamed)
+        + l(&c.reads_from_tier)
+        + below
+}
+
 /// The destager thread.
 pub(crate) fn run<D: DataPath>(s: &Shared<D>) {
+    // (foreground count, when it last moved)
+    let mut seen = (foreground(s), Instant::now());
     loop {
         let flush_ticket = {
             let mut c = s.ctl.lock();
@@ -88,8 +105,14 @@ pub(crate) fn run<D: DataPath>(s: &Shared<D>) {
             }
             (c.flush_asked > c.flush_done).then_some(c.flush_asked)
         };
+        let now = foreground(s);
+        if now != seen.0 {
+            seen = (now, Instant::now());
+        }
+        let idle_after = s.cfg.idle_destage_after.get();
+        let idle = !idle_after.is_zero() && seen.1.elapsed() >= idle_after;
         let recovered = s.ctl.lock().recovered_through.take();
-        let through = match (due(s, flush_ticket.is_some()), recovered) {
+        let through = match (due(s, flush_ticket.is_some() || idle), recovered) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         };

@@ -35,6 +35,7 @@ fn cfg(env: &Env, size: u64) -> TierConfig {
         mode: TierMode::Dram,
         // Nothing destages by itself unless a test asks.
         max_dirty_age: farcache_config::HumanDuration::secs(3600),
+        idle_destage_after: farcache_config::HumanDuration::ms(0),
         ..TierConfig::default()
     }
 }
@@ -249,6 +250,31 @@ fn destage_starts_at_the_high_watermark_and_by_age() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert_eq!(&on_disk(&env.root.join("w"))[..4096], &[9u8; 4096][..]);
+}
+
+#[test]
+fn an_idle_mount_destages_everything_and_a_busy_one_does_not() {
+    let env = env();
+    let mut c = cfg(&env, 8 << 20);
+    c.destage_interval = farcache_config::HumanDuration::ms(10);
+    c.idle_destage_after = farcache_config::HumanDuration::ms(500);
+    let t = open_tier(&env, &c);
+    let f = open_file(&env, "idle");
+    // Busy: a write every 50 ms for a second keeps the block dirty (far below the watermark,
+    // far younger than max_dirty_age).
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_secs(1) {
+        t.write(&f, 0, &[1u8; 4096]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(t.stats().destaged_blocks, 0, "nothing destaged while the mount was busy");
+    // Idle: everything goes, bounded.
+    let t0 = std::time::Instant::now();
+    while t.stats().log.dirty_blocks > 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "an idle mount never destaged: {:?}", t.stats());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(on_disk(&env.root.join("idle")), vec![1u8; 4096]);
 }
 
 #[test]
