@@ -28,6 +28,8 @@ pub(crate) struct FileHandle {
 pub(crate) struct DirHandle {
     pub(crate) inode: Arc<Inode>,
     pub(crate) fd: Mutex<OwnedFd>,
+    /// A union mount's merged listing, made when the kernel reads from the start.
+    pub(crate) merged: Mutex<Option<Vec<crate::union::ops::Merged>>>,
 }
 
 pub(crate) struct Handles<T> {
@@ -80,6 +82,11 @@ impl<T> Handles<T> {
 
     pub(crate) fn len(&self) -> usize {
         self.map.lock().len()
+    }
+
+    /// The handles `f` picks (a walk of every handle: not for the data path).
+    pub(crate) fn matching(&self, f: impl Fn(&T) -> bool) -> Vec<Arc<T>> {
+        self.map.lock().values().filter(|h| f(h)).cloned().collect()
     }
 }
 

@@ -15,6 +15,13 @@ use crate::sys;
 impl Passthrough {
     pub(crate) fn do_open(&self, ino: INodeNo, flags: i32) -> io::Result<u64> {
         let inode = self.inode(ino)?;
+        // A union: no switch of this file between the reopen and the handle's entry (and a
+        // truncation counts as a write).
+        let _g = self.union.as_ref().map(|u| {
+            u.history.record(inode.nodeid);
+            let id = inode.file_id.get().and_then(|f| f.union_id()).unwrap_or(0);
+            u.write_guard(if flags & libc::O_TRUNC != 0 { id } else { 0 })
+        });
         let fd = sys::reopen(inode.fd(), backing_open_flags(flags))?;
         let backing = self.backing(&inode, File::from(fd), flags)?;
         // With atomic O_TRUNC negotiated the kernel leaves truncation on open to us.
@@ -29,6 +36,9 @@ impl Passthrough {
         if !h.backing.readable() {
             return Err(sys::err(libc::EBADF));
         }
+        if let Some(u) = &self.union {
+            u.history.record(ino.0);
+        }
         self.data.read(&h.backing, offset, size as usize)
     }
 
@@ -37,6 +47,7 @@ impl Passthrough {
         if !h.backing.writable() {
             return Err(sys::err(libc::EBADF));
         }
+        let _w = self.union.as_ref().map(|u| u.write_guard(h.backing.id().union_id().unwrap_or(0)));
         let n = self.data.write(&h.backing, offset, data)?;
         Ok(u32::try_from(n).expect("a FUSE write is at most max_write bytes"))
     }
@@ -46,6 +57,7 @@ impl Passthrough {
         if !h.backing.writable() {
             return Err(sys::err(libc::EBADF));
         }
+        let _w = self.union.as_ref().map(|u| u.write_guard(h.backing.id().union_id().unwrap_or(0)));
         self.data.fallocate(&h.backing, mode, offset, length)
     }
 }

@@ -161,6 +161,7 @@ mod tests {
             uptime_secs: 2,
             remote_tier: "lenders".into(),
             cache,
+            union: None,
         };
         let text = super::super::render(Snapshot(s));
         assert!(text.contains("farcache_mount_lender_puts_total{lender=\"127.0.0.1:7411\"} 3"), "{text}");
