@@ -130,7 +130,7 @@ impl Passthrough {
         })?;
         let backing = self.backing(&inode, File::from(fd), flags)?;
         tracing::debug!("takeover: reopened file handle {} of node {}", fh.0, ino.0);
-        self.files.insert_at(fh.0, FileHandle { backing })
+        self.files.insert_at(fh.0, FileHandle::new(backing))
     }
 
     /// The open directory `fh` of node `ino` (reopened after a takeover, as [`Self::file`]).

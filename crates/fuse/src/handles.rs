@@ -20,6 +20,21 @@ use crate::inode::Inode;
 /// An open regular file (or fifo, or device: anything opened through `open`/`create`).
 pub(crate) struct FileHandle {
     pub(crate) backing: BackingFile,
+    /// A union's branch the file is on ([`NO_BRANCH`] otherwise), for the time the daemon
+    /// spends on each branch's I/O (`crate::union::load`); changed by a move.
+    pub(crate) branch: std::sync::atomic::AtomicUsize,
+}
+
+/// [`FileHandle::branch`] of a file outside a union.
+pub(crate) const NO_BRANCH: usize = usize::MAX;
+
+impl FileHandle {
+    pub(crate) fn new(backing: BackingFile) -> FileHandle {
+        FileHandle::on(backing, NO_BRANCH)
+    }
+    pub(crate) fn on(backing: BackingFile, branch: usize) -> FileHandle {
+        FileHandle { backing, branch: std::sync::atomic::AtomicUsize::new(branch) }
+    }
 }
 
 /// An open directory: a real descriptor whose offset `readdir` seeks. The mutex serialises

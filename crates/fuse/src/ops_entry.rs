@@ -222,7 +222,7 @@ impl Passthrough {
             if flags & libc::O_TRUNC != 0 && !created {
                 self.truncate(&inode, Some(&backing), 0)?;
             }
-            self.files.insert(FileHandle { backing })
+            self.files.insert(FileHandle::new(backing))
         })();
         match res {
             Ok(fh) => Ok((self.attr(inode.nodeid, &sys::fstat(inode.fd())?), fh)),

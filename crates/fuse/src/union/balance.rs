@@ -188,11 +188,11 @@ impl UnionHandle {
         let from_arg = o.from.as_deref().map(|s| self.branch_arg(s)).transpose()?;
         let to_arg = o.to.as_deref().map(|s| self.branch_arg(s)).transpose()?;
         let window = Duration::from_millis(o.window_ms.min(MAX_WINDOW_MS));
-        let before = load::ticks_now(&self.u.branches);
+        let before = load::ticks_now(&self.u.branches, &self.u.busy_ns);
         let t = Instant::now();
         // A measurement window, not a wait for an event: the load is what happens meanwhile.
         std::thread::sleep(window);
-        let busy = load::busy_between(&before, &load::ticks_now(&self.u.branches), t.elapsed());
+        let busy = load::busy_between(&before, &load::ticks_now(&self.u.branches, &self.u.busy_ns), t.elapsed());
         // Recent files, with their branch.
         let mut recent: Vec<(Arc<Inode>, u64, usize, PathBuf)> = Vec::new();
         let mut accesses = vec![0u64; n];
@@ -460,6 +460,7 @@ impl UnionHandle {
         dup_onto(new_path.as_fd(), inode.fd())?;
         for (h, f) in &handles {
             h.backing.replace_file(f)?;
+            h.branch.store(to, Ordering::Relaxed);
         }
         u.counters.handles_switched.fetch_add(handles.len() as u64, Ordering::Relaxed);
         self.data.moved(&fid, &out);

@@ -177,6 +177,10 @@ pub(crate) struct Union {
     pub(crate) load: load::LoadSampler,
     /// Test-only fault point (`FARCACHE_FAULT=balance:STEP`): the daemon aborts there.
     pub(crate) fault: Option<String>,
+    /// Per branch: nanoseconds the daemon spent in reads and writes of files there (the
+    /// daemon's own load measure: it sees a throttled device's waits, which the device's
+    /// io_ticks do not).
+    pub(crate) busy_ns: Vec<AtomicU64>,
 }
 
 /// Held by a change of a file's data or metadata: the gate shared, and on release the write
@@ -268,6 +272,7 @@ impl Union {
                 "make the branches writable",
             )
         })?;
+        let busy_ns = (0..branches.len()).map(|_| AtomicU64::new(0)).collect();
         let fault = std::env::var("FARCACHE_FAULT").ok().filter(|f| f.starts_with("balance:"));
         let u = Union {
             branches,
@@ -282,6 +287,7 @@ impl Union {
             counters: Counters::default(),
             load: load::LoadSampler::default(),
             fault,
+            busy_ns,
         };
         let replayed = journal::replay(&u).map_err(|e| {
             branch_err(
@@ -313,6 +319,19 @@ impl Union {
             handles_switched: l(&c.handles_switched),
             journal_replayed: l(&c.journal_replayed),
         }
+    }
+
+    /// `spent` of the daemon's time went to I/O on branch `b`.
+    pub(crate) fn busy(&self, b: usize, spent: std::time::Duration) {
+        if let Some(c) = self.busy_ns.get(b) {
+            c.fetch_add(spent.as_nanos() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// The branch the open file `fd` is on (by device; [`crate::handles::NO_BRANCH`] if none).
+    pub(crate) fn branch_of(&self, fd: BorrowedFd<'_>) -> usize {
+        let dev = sys::fstat(fd).map(|s| s.st_dev).unwrap_or(0);
+        self.branches.iter().position(|b| b.dev == dev).unwrap_or(crate::handles::NO_BRANCH)
     }
 
     /// The gate, shared, for a change to the file `id` (0: not a union file).
@@ -436,7 +455,7 @@ impl Union {
             CreatePolicy::First => candidates.first().copied(),
             CreatePolicy::MostFree => candidates.iter().copied().max_by_key(|&b| (free(b), std::cmp::Reverse(b))),
             CreatePolicy::LeastBusy => {
-                let busy = self.load.busy(&self.branches);
+                let busy = self.load.busy(&self.branches, &self.busy_ns);
                 candidates.iter().copied().min_by_key(|&b| (busy[b], std::cmp::Reverse(free(b)), b))
             }
         }

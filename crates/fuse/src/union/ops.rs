@@ -176,11 +176,12 @@ impl Passthrough {
             let res = (|| {
                 let fd = sys::reopen(inode.fd(), backing_open_flags(flags))?;
                 let backing = self.backing(&inode, File::from(fd), flags)?;
+                let branch = b;
                 if flags & libc::O_TRUNC != 0 {
                     self.truncate(&inode, Some(&backing), 0)?;
                     note_write(u, backing.id());
                 }
-                self.files.insert(FileHandle { backing })
+                self.files.insert(FileHandle::on(backing, branch))
             })();
             return match res {
                 Ok(fh) => Ok((self.attr(inode.nodeid, &sys::fstat(inode.fd())?), fh)),
@@ -224,7 +225,7 @@ impl Passthrough {
         };
         let res = (|| {
             let backing = self.backing(&inode, File::from(fd), flags)?;
-            self.files.insert(FileHandle { backing })
+            self.files.insert(FileHandle::on(backing, b))
         })();
         match res {
             Ok(fh) => Ok((self.attr(inode.nodeid, &sys::fstat(inode.fd())?), fh)),
