@@ -314,7 +314,7 @@ impl UnionHandle {
         source: CopySource,
     ) -> io::Result<Outcome> {
         let u = &*self.u;
-        let (b, rel) = u.locate(inode.fd())?;
+        let (b, _) = u.locate(inode.fd())?;
         if b != from {
             return Ok(Outcome::Skipped("no longer on the source branch"));
         }
@@ -322,9 +322,6 @@ impl UnionHandle {
         if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_nlink != 1 {
             return Ok(Outcome::Skipped("not a regular file with one name"));
         }
-        let m = Move { id, from: u.branches[from].uuid, to: u.branches[to].uuid, rel: rel.clone() };
-        journal::begin(u, to, &m)?;
-        u.fault("before-copy");
         u.moving.store(id, Ordering::SeqCst);
         let r = (|| {
             for attempt in 0..MAX_ATTEMPTS {
@@ -367,6 +364,10 @@ impl UnionHandle {
             return Ok(Some(Outcome::Skipped("no longer on the source branch")));
         }
         let (parent_rel, name) = split(&rel)?;
+        // The record first, at each attempt: a rename since the last one moved the file.
+        let m = Move { id, from: u.branches[from].uuid, to: u.branches[to].uuid, rel: rel.clone() };
+        journal::begin(u, to, &m)?;
+        u.fault("before-copy");
         // The copy.
         let td = journal::tmp_dir(u, to)?;
         let tmp = journal::tmp_name(id);
