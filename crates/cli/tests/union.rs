@@ -8,7 +8,7 @@
 //! (`/dev/shm`): branches must be different file systems. These tests need root and FUSE.
 
 use std::ffi::CString;
-use std::fs::{self, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -444,4 +444,77 @@ fn blocks_of_a_moved_file_still_hit_on_the_lender() {
     let disk = n(&after, "engine", "disk_reads") - n(&before, "engine", "disk_reads");
     assert!(hits >= blocks * 9 / 10 && disk <= blocks / 10, "after the move: {hits} lender hits, {disk} disk reads");
     assert_eq!(n(&after, "engine", "changed_behind"), 0, "the move was taken for a change: {after:#}");
+}
+
+#[test]
+fn renames_during_moves_leave_the_file_once_and_whole() {
+    let d = Dirs::new("renames");
+    let data = pattern(24 << 20, 41);
+    fs::create_dir(d.a.join("x")).unwrap();
+    fs::write(d.a.join("x/f"), &data).unwrap();
+    let _m = d.mount(&["--no-remote"]);
+    let ino = fs::metadata(d.m("x/f")).unwrap().ino();
+    fs::create_dir(d.m("y")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let renamer = {
+        let (mnt, stop) = (d.mnt.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            let names = [mnt.join("x/f"), mnt.join("y/g")];
+            while !stop.load(Ordering::Relaxed) {
+                let (from, to) = (&names[(n % 2) as usize], &names[((n + 1) % 2) as usize]);
+                fs::rename(from, to).unwrap();
+                n += 1;
+                std::thread::sleep(Duration::from_millis(3));
+            }
+            n
+        })
+    };
+    for round in 0..4 {
+        let (from, to) = if round % 2 == 0 { ("0", "1") } else { ("1", "0") };
+        for p in ["x/f", "y/g"] {
+            let _ = fs::metadata(d.m(p)).map(|_| File::open(d.m(p)));
+        }
+        let s = d.balanced(&["--from", from, "--to", to]);
+        assert_eq!(s["failed"].as_u64(), Some(0), "{s:#}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let renames = renamer.join().unwrap();
+    assert!(renames > 10, "{renames} renames");
+    let here: Vec<PathBuf> =
+        [&d.a, &d.b].iter().flat_map(|b| [b.join("x/f"), b.join("y/g")]).filter(|p| p.exists()).collect();
+    assert_eq!(here.len(), 1, "the file is at {here:?}");
+    let rel = here[0].strip_prefix(if here[0].starts_with(&d.a) { &d.a } else { &d.b }).unwrap();
+    let through = d.mnt.join(rel);
+    assert_eq!(fs::metadata(&through).unwrap().ino(), ino);
+    assert!(fs::read(&through).unwrap() == data, "contents changed");
+    let st = d.stats();
+    assert!(n(&st, "union", "moves") + n(&st, "union", "races") >= 2, "the file neither moved nor raced: {st:#}");
+}
+
+#[test]
+fn the_configuration_file_can_name_the_branches() {
+    let d = Dirs::new("config");
+    fs::write(d.b.join("on_b"), b"b").unwrap();
+    let cfg = d.config(&format!(
+        "[mount]\nbacking = [{:?}, {:?}]\ncreate_policy = \"least-busy\"\n",
+        d.a.display().to_string(),
+        d.b.display().to_string()
+    ));
+    let log = File::create(d.root.join("daemon.log")).unwrap();
+    let mut child = std::process::Command::new(bin())
+        .args(["mount", d.mnt.to_str().unwrap(), "--no-remote", "--config", &cfg])
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let up = wait_until(Duration::from_secs(20), Duration::from_millis(20), || fuse_mounted(&d.mnt));
+    let seen = up.then(|| (fs::read(d.m("on_b")).ok(), fs::write(d.m("new"), b"n").is_ok()));
+    let _ = std::process::Command::new("fusermount3").arg("-u").arg(&d.mnt).status();
+    let _ = child.wait();
+    let log = fs::read_to_string(d.root.join("daemon.log")).unwrap_or_default();
+    assert_eq!(seen, Some((Some(b"b".to_vec()), true)), "{log}");
+    assert!(log.contains("mounted 2 branches") && log.contains("LeastBusy"), "{log}");
+    let (a, b) = d.on("new");
+    assert!(a != b, "placed once");
 }
