@@ -44,7 +44,7 @@ pub(crate) struct DirHandle {
     pub(crate) inode: Arc<Inode>,
     pub(crate) fd: Mutex<OwnedFd>,
     /// A union mount's merged listing, made when the kernel reads from the start.
-    pub(crate) merged: Mutex<Option<Vec<crate::union::ops::Merged>>>,
+    pub(crate) merged: Mutex<Option<Arc<Vec<crate::union::ops::Merged>>>>,
 }
 
 pub(crate) struct Handles<T> {

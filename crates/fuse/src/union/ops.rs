@@ -123,11 +123,15 @@ impl Passthrough {
 
     /// Look `name` up in `parent` (the gate held by the caller).
     pub(crate) fn u_entry(&self, parent: &Inode, name: &CStr) -> io::Result<(Arc<Inode>, FileAttr)> {
+        self.u_entry_in(parent, &self.branch_dirs(parent)?, name)
+    }
+
+    /// [`Self::u_entry`] with the parent's per-branch directories known (`dirs`).
+    fn u_entry_in(&self, parent: &Inode, dirs: &[(usize, OwnedFd)], name: &CStr) -> io::Result<(Arc<Inode>, FileAttr)> {
         if Union::hidden(parent.nodeid == ROOT_ID, OsStr::from_bytes(name.to_bytes())) {
             return Err(sys::err(libc::ENOENT));
         }
-        let dirs = self.branch_dirs(parent)?;
-        match self.u_find(&dirs, name)? {
+        match self.u_find(dirs, name)? {
             Some((b, fd, st)) => self.u_enter(b, fd, &st),
             None => Err(sys::err(libc::ENOENT)),
         }
@@ -542,10 +546,10 @@ impl Passthrough {
     }
 
     /// The listing of the handle, made afresh when the kernel reads from the start.
-    fn listing(&self, d: &DirHandle, offset: u64) -> io::Result<Vec<Merged>> {
+    fn listing(&self, d: &DirHandle, offset: u64) -> io::Result<Arc<Vec<Merged>>> {
         let mut m = d.merged.lock();
         if offset == 0 || m.is_none() {
-            *m = Some(self.u_list(&d.inode)?);
+            *m = Some(Arc::new(self.u_list(&d.inode)?));
         }
         Ok(m.as_ref().expect("made above").clone())
     }
@@ -571,6 +575,7 @@ impl Passthrough {
         let d = self.dir(ino, fh)?;
         let list = self.listing(&d, offset)?;
         let _g = self.un().gate.read();
+        let dirs = self.branch_dirs(&d.inode)?;
         for (i, e) in list.iter().enumerate().skip(offset as usize) {
             let name = OsStr::from_bytes(&e.name);
             let off = (i + 1) as u64;
@@ -582,7 +587,7 @@ impl Passthrough {
                 continue;
             }
             let c = std::ffi::CString::new(e.name.clone()).map_err(|_| sys::err(libc::EINVAL))?;
-            let (inode, attr) = match self.u_entry(&d.inode, &c) {
+            let (inode, attr) = match self.u_entry_in(&d.inode, &dirs, &c) {
                 Ok(x) => x,
                 Err(err) if missing(&err) => continue, // gone since
                 Err(err) => return Err(err),
