@@ -444,6 +444,13 @@ fn blocks_of_a_moved_file_still_hit_on_the_lender() {
     let disk = n(&after, "engine", "disk_reads") - n(&before, "engine", "disk_reads");
     assert!(hits >= blocks * 9 / 10 && disk <= blocks / 10, "after the move: {hits} lender hits, {disk} disk reads");
     assert_eq!(n(&after, "engine", "changed_behind"), 0, "the move was taken for a change: {after:#}");
+    // The conventional baseline reads everything from the disk, lenders or not.
+    let s = d.balanced(&["--from", "1", "--to", "0", "--files", "1", "--source", "disk"]);
+    assert_eq!(s["moved"].as_u64(), Some(1), "{s:#}");
+    assert_eq!(s["blocks_from_cache"].as_u64(), Some(0), "{s:#}");
+    assert_eq!(s["blocks_from_disk"].as_u64(), Some(blocks), "{s:#}");
+    assert_eq!(d.on("hot"), (true, false));
+    assert!(fs::read(d.m("hot")).unwrap() == data);
 }
 
 #[test]
