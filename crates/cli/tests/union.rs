@@ -518,6 +518,9 @@ fn the_configuration_file_can_name_the_branches() {
     let up = wait_until(Duration::from_secs(20), Duration::from_millis(20), || fuse_mounted(&d.mnt));
     let seen = up.then(|| (fs::read(d.m("on_b")).ok(), fs::write(d.m("new"), b"n").is_ok()));
     let _ = std::process::Command::new("fusermount3").arg("-u").arg(&d.mnt).status();
+    if !wait_until(Duration::from_secs(20), Duration::from_millis(20), || child.try_wait().is_ok_and(|s| s.is_some())) {
+        let _ = child.kill();
+    }
     let _ = child.wait();
     let log = fs::read_to_string(d.root.join("daemon.log")).unwrap_or_default();
     assert_eq!(seen, Some((Some(b"b".to_vec()), true)), "{log}");

@@ -52,13 +52,16 @@ impl Passthrough {
         if !h.backing.writable() {
             return Err(sys::err(libc::EBADF));
         }
-        let _w = self.union.as_ref().map(|u| u.write_guard(h.backing.id().union_id().unwrap_or(0)));
-        let t = Instant::now();
-        let n = self.data.write(&h.backing, offset, data);
-        if let Some(u) = &self.union {
-            u.busy(h.branch.load(std::sync::atomic::Ordering::Relaxed), t.elapsed());
-        }
-        let n = n?;
+        let n = match &self.union {
+            None => self.data.write(&h.backing, offset, data)?,
+            Some(u) => {
+                let _w = u.write_guard(h.backing.id().union_id().unwrap_or(0));
+                let t = Instant::now();
+                let n = self.data.write(&h.backing, offset, data);
+                u.busy(h.branch.load(std::sync::atomic::Ordering::Relaxed), t.elapsed());
+                n?
+            }
+        };
         Ok(u32::try_from(n).expect("a FUSE write is at most max_write bytes"))
     }
 
