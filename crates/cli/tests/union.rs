@@ -528,3 +528,33 @@ fn the_configuration_file_can_name_the_branches() {
     let (a, b) = d.on("new");
     assert!(a != b, "placed once");
 }
+
+#[test]
+fn a_source_set_aside_whose_target_was_lost_is_put_back_at_start() {
+    // The state a power cut can leave: the source's rename aside reached its disk, the
+    // target's rename did not.
+    let d = Dirs::new("aside");
+    let data = pattern(100_000, 51);
+    let m = d.mount(&["--no-remote"]);
+    fs::write(d.m("f"), &data).unwrap();
+    let ino = fs::metadata(d.m("f")).unwrap().ino();
+    m.stop();
+    let uuid = |b: &Path| fs::read_to_string(b.join(".farcache-union/branch")).unwrap().trim().to_string();
+    let p = CString::new(d.a.join("f").as_os_str().as_bytes()).unwrap();
+    let mut rec = [0u8; 64];
+    // SAFETY: NUL-terminated strings; the kernel writes at most rec.len() bytes.
+    let len =
+        unsafe { libc::getxattr(p.as_ptr(), c"trusted.farcache.id".as_ptr(), rec.as_mut_ptr().cast(), rec.len()) };
+    assert_eq!(len, 32, "the id record: {}", std::io::Error::last_os_error());
+    let id = u64::from_le_bytes(rec[8..16].try_into().unwrap());
+    assert_eq!(id, ino, "the inode number is the id");
+    fs::rename(d.a.join("f"), d.a.join(format!(".farcache-union/tmp/{id}.source"))).unwrap();
+    let record = format!("farcache-move 1\nid {id}\nfrom {}\nto {}\nrel {}\n", uuid(&d.a), uuid(&d.b), "66");
+    fs::write(d.b.join(format!(".farcache-union/journal/{id}")), record).unwrap();
+    let _m = d.mount(&["--no-remote"]);
+    assert_eq!(d.on("f"), (true, false));
+    assert!(fs::read(d.m("f")).unwrap() == data);
+    assert_eq!(fs::metadata(d.m("f")).unwrap().ino(), ino);
+    assert!(names(&d.a.join(".farcache-union/tmp")).is_empty());
+    assert_eq!(n(&d.stats(), "union", "journal_replayed"), 1);
+}

@@ -152,7 +152,8 @@ impl Passthrough {
         if self.u_xattr_hidden(name) {
             return Err(sys::err(libc::EPERM));
         }
-        let _w = self.union.as_ref().map(|u| u.write_guard(0));
+        let _w =
+            self.union.as_ref().map(|u| u.write_guard(inode.file_id.get().and_then(|f| f.union_id()).unwrap_or(0)));
         sys::setxattr(inode.fd(), &sys::cname(name)?, value, flags)
     }
 
@@ -161,7 +162,8 @@ impl Passthrough {
         if self.u_xattr_hidden(name) {
             return Err(sys::err(libc::EPERM));
         }
-        let _w = self.union.as_ref().map(|u| u.write_guard(0));
+        let _w =
+            self.union.as_ref().map(|u| u.write_guard(inode.file_id.get().and_then(|f| f.union_id()).unwrap_or(0)));
         sys::removexattr(inode.fd(), &sys::cname(name)?)
     }
 }

@@ -5,16 +5,17 @@
 //! 1. copy it to `.farcache-union/tmp/<id>` on the target branch, through
 //!    [`DataPath::copy_read`] (`--source cache`) or from the disk only (`--source disk`, the
 //!    conventional baseline); sync it;
+//!    give it the file's mode, owner, times, extended attributes and its id record; sync;
 //! 2. under the gate held exclusive (no write, truncate, metadata change or name operation
-//!    anywhere in the mount for these few system calls): check nothing changed the file
-//!    since the copy began (the mount counts writes to the file being moved; a rename or a
-//!    new hard link shows in its location) — if something did, drop the copy and start
-//!    again, at most [`MAX_ATTEMPTS`] times; else give the copy the file's mode, owner,
-//!    times and extended attributes and its id record, rename it to the file's path on the
-//!    target, make the inode's descriptor and every open handle's descriptors refer to the
-//!    copy (`dup3` onto the same numbers: `BackingFile::replace_file`), and remove the
-//!    source;
-//! 3. sync the directories, close the journal record.
+//!    anywhere in the mount for these few system calls, none of them a sync): check nothing
+//!    changed the file since the copy began (the mount counts writes and metadata changes
+//!    to the file being moved; a rename or a new hard link shows in its location) — if
+//!    something did, drop the copy and start again, at most [`MAX_ATTEMPTS`] times; else
+//!    rename the copy to the file's path on the target, make the inode's descriptor and
+//!    every open handle's descriptors refer to the copy (`dup3` onto the same numbers:
+//!    `BackingFile::replace_file`), and set the source aside (a rename into its branch's
+//!    `.farcache-union/tmp/`, so no lookup finds it);
+//! 3. sync the target directory, remove the source, sync, close the journal record.
 //!
 //! The file's node id, inode number and cache identity do not change, so cached blocks stay
 //! valid and open handles go on, on the new copy. Hard-linked files are not moved.
@@ -402,25 +403,34 @@ impl UnionHandle {
                 u.fault("mid-copy");
             }
         }
-        out.sync_all()?;
-        u.fault("after-copy");
-        let dst_dir = u.ensure_path(to, from, &parent_rel)?;
-        let dst_dir_rd = sys::reopen(dst_dir.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
-        // The switch.
-        let g = u.gate.write();
-        let unchanged = u.moving_writes.load(Ordering::SeqCst) == w0
-            && u.locate(inode.fd()).ok().as_ref() == Some(&(from, rel.clone()))
-            && sys::fstat(inode.fd()).is_ok_and(|s| s.st_nlink == 1 && s.st_size as u64 == off && off == size);
-        if !unchanged {
-            drop(g);
-            let _ = sys::unlinkat(td.as_fd(), &tmp, 0);
-            return Ok(None);
-        }
+        // The copy's metadata and id record before the switch: a change of the file's
+        // metadata since counts as a write to it (the gate's guard), and fails the check.
         let sst = sys::fstat(inode.fd())?;
         copy_metadata(u, inode.fd(), &out, &sst)?;
         let ost = sys::fstat(out.as_fd())?;
         IdRecord { id, branch: u.branches[to].uuid, ino: ost.st_ino }.write(out.as_fd(), &u.xattr)?;
         out.sync_all()?;
+        u.fault("after-copy");
+        let dst_dir = u.ensure_path(to, from, &parent_rel)?;
+        let dst_dir_rd = sys::reopen(dst_dir.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let src_dir = u.walk(from, &parent_rel)?;
+        let aside_dir = journal::tmp_dir(u, from)?;
+        let aside = journal::aside_name(id);
+        // The switch: no fsync under the gate, only renames and descriptor swaps.
+        let g = u.gate.write();
+        let unchanged = u.moving_writes.load(Ordering::SeqCst) == w0
+            && u.locate(inode.fd()).ok().as_ref() == Some(&(from, rel.clone()))
+            && sys::fstat(inode.fd()).is_ok_and(|s| {
+                s.st_nlink == 1
+                    && s.st_size as u64 == off
+                    && off == size
+                    && (s.st_dev, s.st_ino) == (sst.st_dev, sst.st_ino)
+            });
+        if !unchanged {
+            drop(g);
+            let _ = sys::unlinkat(td.as_fd(), &tmp, 0);
+            return Ok(None);
+        }
         match sys::renameat2(td.as_fd(), &tmp, dst_dir.as_fd(), &name, libc::RENAME_NOREPLACE) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
@@ -465,14 +475,23 @@ impl UnionHandle {
         }
         u.counters.handles_switched.fetch_add(handles.len() as u64, Ordering::Relaxed);
         self.data.moved(&fid, &out);
-        sys::fsync_fd(dst_dir_rd.as_fd(), false)?;
-        u.fault("before-remove");
-        let src_dir = u.walk(from, &parent_rel)?;
+        // The source leaves its name (set aside on its own file system, atomically), so no
+        // lookup after the gate can find it; it is removed once the target is durable.
         match sys::statat(src_dir.as_fd(), &name) {
-            Ok(s) if (s.st_dev, s.st_ino) == (sst.st_dev, sst.st_ino) => sys::unlinkat(src_dir.as_fd(), &name, 0)?,
+            Ok(s) if (s.st_dev, s.st_ino) == (sst.st_dev, sst.st_ino) => {
+                sys::renameat2(src_dir.as_fd(), &name, aside_dir.as_fd(), &aside, 0)?
+            }
             _ => tracing::warn!("balance: the source of {} changed name during the switch", rel.display()),
         }
         drop(g);
+        sys::fsync_fd(dst_dir_rd.as_fd(), false)?;
+        u.fault("before-remove");
+        match sys::unlinkat(aside_dir.as_fd(), &aside, 0) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => return Err(e),
+        }
+        sys::fsync_fd(aside_dir.as_fd(), false)?;
         let src_dir_rd = sys::reopen(src_dir.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
         sys::fsync_fd(src_dir_rd.as_fd(), false)?;
         u.counters.moves.fetch_add(1, Ordering::Relaxed);

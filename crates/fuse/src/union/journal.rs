@@ -9,7 +9,9 @@
 //! - the target branch has, at `rel`, a file whose id record is `id` on that branch and that
 //!   inode: the switch happened, the copy is whole and the truth (writes may have reached it
 //!   since) — the source at `rel` is removed if its record names `id`;
-//! - otherwise the switch did not happen: the source is the file, the temporary copy goes.
+//! - otherwise the switch did not happen: the source is the file (put back at `rel` if it was
+//!   set aside — `tmp/<id>.source` on its branch — and the target's rename was lost to a
+//!   power cut), the temporary copy goes.
 //!
 //! Either way each file exists exactly once afterwards, with the contents it had when the
 //! daemon stopped. Leftover temporary copies without a record are removed too.
@@ -79,6 +81,12 @@ pub(crate) fn tmp_dir(u: &Union, b: usize) -> io::Result<std::os::fd::OwnedFd> {
 
 pub(crate) fn tmp_name(id: u64) -> CString {
     CString::new(id.to_string()).expect("no NUL")
+}
+
+/// The name a moved file's source is set aside under in its branch's `tmp/` until the
+/// target is durable.
+pub(crate) fn aside_name(id: u64) -> CString {
+    CString::new(format!("{id}.source")).expect("no NUL")
 }
 
 /// Record `m` on its target branch `to`, durably.
@@ -168,6 +176,11 @@ pub(crate) fn replay(u: &Union) -> io::Result<u64> {
                     }
                 }
             }
+            if !switched {
+                // The source set aside while the target's rename was lost (a power cut can
+                // keep one file system's change and not the other's): it is the file.
+                restore_aside(u, &m, from)?;
+            }
             let td = tmp_dir(u, t)?;
             match sys::unlinkat(td.as_fd(), &tmp_name(m.id), 0) {
                 Ok(()) => sys::fsync_fd(td.as_fd(), false)?,
@@ -184,14 +197,35 @@ pub(crate) fn replay(u: &Union) -> io::Result<u64> {
             end(u, t, m.id)?;
             n += 1;
         }
-        // Copies without a record (the record is written first, removed last): nothing
-        // refers to them.
+    }
+    // Copies and set-aside sources without a record (the record is written first, removed
+    // last): nothing refers to them any more. Only after every branch's records, which may
+    // need a source set aside on another branch.
+    for t in 0..u.branches.len() {
         let td = tmp_dir(u, t)?;
         for name in list(td.as_fd())? {
             let _ = sys::unlinkat(td.as_fd(), &name, 0);
         }
     }
     Ok(n)
+}
+
+/// Put the source of move `m` set aside on branch `from` back at its path, if it is there
+/// and the path is free.
+fn restore_aside(u: &Union, m: &Move, from: usize) -> io::Result<()> {
+    let ad = tmp_dir(u, from)?;
+    let aside = aside_name(m.id);
+    let Ok(fd) = sys::openat(ad.as_fd(), &aside, libc::O_PATH | libc::O_NOFOLLOW, 0) else { return Ok(()) };
+    if !record_is(u, fd.as_fd(), m.id, from)? || file_at(u, from, &m.rel)?.is_some() {
+        return Ok(());
+    }
+    let (parent, name) = super::ops::split(&m.rel)?;
+    let dir = u.walk(from, &parent)?;
+    sys::renameat2(ad.as_fd(), &aside, dir.as_fd(), &name, libc::RENAME_NOREPLACE)?;
+    let dirfd = sys::reopen(dir.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
+    sys::fsync_fd(dirfd.as_fd(), false)?;
+    tracing::warn!("put the source of an interrupted move of {} back", m.rel.display());
+    Ok(())
 }
 
 /// The names in `dir` (an open directory), "." and ".." left out.
