@@ -141,7 +141,7 @@ fn branches_are_checked_and_errors_name_the_fix() {
     let e = try_with(format!("{}:{}", d.a.display(), d.a.display()));
     assert!(e.contains("listed twice"), "{e}");
     let e = try_with(format!("{}:/no/such/branch", d.a.display()));
-    assert!(e.contains("/no/such/branch does not exist"), "{e}");
+    assert!(e.contains("/no/such/branch does not exist") && e.contains("leave it out of the branches"), "{e}");
     let e = try_with(format!("{}:{}", d.a.display(), d.a.join("inner").display()));
     assert!(e.contains("does not exist"), "{e}");
     fs::create_dir(d.a.join("inner")).unwrap();

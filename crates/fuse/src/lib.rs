@@ -246,8 +246,17 @@ impl Mount {
         }
         cfg.validate()?;
         let mut canon = Vec::with_capacity(branches.len());
+        let fix = "create it, or leave it out of the branches (DIR1:DIR2 on the command line, or mount.backing)";
         for b in branches {
-            canon.push(check_dir(b, MountError::BackingMissing, MountError::BackingNotDir)?);
+            canon.push(check_dir(b, MountError::BackingMissing, MountError::BackingNotDir).map_err(|e| match e {
+                MountError::BackingMissing(p) => {
+                    MountError::Branch { path: p, problem: "does not exist".into(), fix: fix.into() }
+                }
+                MountError::BackingNotDir(p) => {
+                    MountError::Branch { path: p, problem: "is not a directory".into(), fix: fix.into() }
+                }
+                e => e,
+            })?);
         }
         let mountpoint = check_dir(mountpoint, MountError::MountpointMissing, MountError::MountpointNotDir)?;
         if let Some(b) = canon.iter().find(|b| mountpoint != **b && mountpoint.starts_with(b)) {
