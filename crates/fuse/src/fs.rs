@@ -492,7 +492,12 @@ impl Filesystem for Passthrough {
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, fh: Fh, datasync: bool, reply: ReplyEmpty) {
-        answer!(reply, self.dir(ino, fh).and_then(|d| sys::fsync_fd(d.fd.lock().as_fd(), datasync)), |()| reply.ok())
+        let r = match &self.union {
+            // Names may have changed on every branch the directory is on.
+            Some(_) => self.u_fsyncdir(ino, fh, datasync),
+            None => self.dir(ino, fh).and_then(|d| sys::fsync_fd(d.fd.lock().as_fd(), datasync)),
+        };
+        answer!(reply, r, |()| reply.ok())
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {

@@ -600,6 +600,17 @@ impl Passthrough {
         Ok(())
     }
 
+    /// fsync of a directory: its directories on every branch (a file made or renamed in it
+    /// went to one of them).
+    pub(crate) fn u_fsyncdir(&self, ino: INodeNo, fh: Fh, datasync: bool) -> io::Result<()> {
+        let d = self.dir(ino, fh)?;
+        for (_, fd) in self.branch_dirs(&d.inode)? {
+            let rd = sys::reopen(fd.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
+            sys::fsync_fd(rd.as_fd(), datasync)?;
+        }
+        Ok(())
+    }
+
     /// The id attribute is farcache's: hidden, and not the application's to set.
     pub(crate) fn u_xattr_hidden(&self, name: &OsStr) -> bool {
         self.union.as_ref().is_some_and(|u| name.as_bytes() == u.xattr.as_bytes())
