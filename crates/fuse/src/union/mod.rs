@@ -379,7 +379,7 @@ impl Union {
     }
 
     /// The directory `rel` on branch `to`, made where missing with the mode, owner and group
-    /// of the same directories on branch `from`.
+    /// of the same directories on branch `from` (each new one synced into its parent).
     pub(crate) fn ensure_path(&self, to: usize, from: usize, rel: &Path) -> io::Result<OwnedFd> {
         let mut cur = sys::openat(self.branches[to].root.as_fd(), c".", libc::O_PATH | libc::O_DIRECTORY, 0)?;
         let mut model = sys::openat(self.branches[from].root.as_fd(), c".", libc::O_PATH | libc::O_DIRECTORY, 0)?;
@@ -400,6 +400,10 @@ impl Union {
                     let fd = sys::openat(cur.as_fd(), &c, flags, 0)?;
                     sys::fchown(fd.as_fd(), st.st_uid, st.st_gid)?;
                     sys::fchmod_path(fd.as_fd(), st.st_mode & 0o7777)?;
+                    // Durable before anything is moved below it (a move syncs only the
+                    // file's own directory).
+                    let parent = sys::reopen(cur.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
+                    sys::fsync_fd(parent.as_fd(), false)?;
                     fd
                 }
                 Err(e) => return Err(e),
