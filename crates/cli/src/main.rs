@@ -54,6 +54,8 @@ enum Command {
     Randread(cmd::randread::Args),
     /// Show a backing directory through FUSE (passthrough) until SIGINT/SIGTERM or unmount.
     Mount(cmd::mount::Args),
+    /// Move recently read files off the busiest backing directory of a mount of several.
+    Balance(cmd::balance::Args),
     /// Destage everything a mount's write-back tier holds, and wait.
     Flush(cmd::tier::FlushArgs),
     /// Inspect or recover a write-back tier offline.
@@ -81,6 +83,7 @@ fn main() {
         Command::Mount(a) => cmd::mount::run(a),
         Command::Randread(a) => cmd::randread::run(a),
         Command::Warmup(a) => cmd::warmup::run(a),
+        Command::Balance(a) => cmd::balance::run(a),
         Command::Flush(a) => cmd::tier::flush(a),
         Command::Tier(a) => cmd::tier::run(a),
         Command::Config(a) => cmd::config::run(a),

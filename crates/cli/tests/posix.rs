@@ -7,6 +7,11 @@
 //! test fails. Without /dev/fuse or fusermount3 the tests fail with a message saying so: a
 //! machine that cannot mount cannot pass.
 //!
+//! `union_posix.rs` runs this same suite against a mount of two backing branches (the test
+//! directory's backing directory first, an empty tmpfs branch second, new files placed on
+//! the first): every operation then takes the union's code paths (farcache ids, merged
+//! directories, placement, summed statfs).
+//!
 //! Several checks need root (chown, other users through `allow_other`, /dev hidden with
 //! `unshare`); CI and developers run as root (see TESTBED.md), and a non-root run fails with
 //! a message saying so rather than passing vacuously.
@@ -37,11 +42,19 @@ fn test_root(tag: &str) -> PathBuf {
     farcache_testkit::fresh_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), &format!("posix-{tag}"))
 }
 
+/// Whether this is the suite as `union_posix.rs` runs it: against two branches.
+fn union_run() -> bool {
+    module_path!().starts_with("union_posix")
+}
+
 /// A running `farcache mount --no-remote` of a fresh backing directory, in a fresh test
 /// directory that is removed afterwards unless the test failed.
 struct Mounted {
     root: PathBuf,
     mnt: PathBuf,
+    backing: PathBuf,
+    /// The second branch (on tmpfs) of a union run.
+    second: Option<PathBuf>,
     proc: MountProcess,
 }
 
@@ -52,14 +65,33 @@ impl Mounted {
         fs::create_dir(&backing).unwrap();
         fs::create_dir(&mnt).unwrap();
         let mut args = vec!["--no-remote".to_string()];
+        let second = union_run().then(|| {
+            let p = PathBuf::from(format!("/dev/shm/farcache-test-union-posix-{tag}-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&p);
+            fs::create_dir(&p).unwrap();
+            p
+        });
+        let config = match (config, union_run()) {
+            (Some(c), true) => Some(c.replacen("[mount]\n", "[mount]\ncreate_policy = \"first\"\n", 1)),
+            (None, true) => Some("[mount]\ncreate_policy = \"first\"\n".to_string()),
+            (c, false) => c.map(str::to_string),
+        };
         if let Some(c) = config {
+            assert!(c.contains("[mount]") || !union_run(), "a union run places files by the [mount] table");
             let p = root.join("farcache.toml");
             fs::write(&p, c).unwrap();
             args.extend(["--config".to_string(), p.to_str().unwrap().to_string()]);
         }
         let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-        let proc = MountProcess::start(bin(), &backing, &mnt, &args, &root.join("daemon.log"));
-        Mounted { root, mnt, proc }
+        let branches = match &second {
+            Some(s) => PathBuf::from(format!("{}:{}", backing.display(), s.display())),
+            None => backing.clone(),
+        };
+        let proc = MountProcess::start(bin(), &branches, &mnt, &args, &root.join("daemon.log"));
+        if union_run() {
+            assert!(proc.log_text().contains("mounted 2 branches"), "not a union: {}", proc.log_text());
+        }
+        Mounted { root, mnt, backing, second, proc }
     }
 
     fn log_text(&self) -> String {
@@ -70,8 +102,9 @@ impl Mounted {
         self.proc.m(rel)
     }
 
+    /// `rel` in the backing directory (the first branch of a union run, where new files go).
     fn b(&self, rel: &str) -> PathBuf {
-        self.proc.b(rel)
+        self.backing.join(rel)
     }
 
     fn signal(&self, sig: i32) {
@@ -94,6 +127,9 @@ impl Drop for Mounted {
             }
             let _ = self.proc.wait_exit_timeout(Duration::from_secs(5));
             let _ = fs::remove_dir_all(&self.root);
+        }
+        if let Some(s) = &self.second {
+            let _ = fs::remove_dir_all(s);
         }
     }
 }
@@ -653,8 +689,20 @@ fn fifos_statfs_fsync_and_access() {
             cvt(unsafe { libc::statvfs(c.as_ptr(), &mut s) } as i64).unwrap();
             s
         };
-        let (a, b) = (sv(&m.mnt), sv(m.proc.backing()));
-        assert_eq!((a.f_bsize, a.f_blocks, a.f_files, a.f_namemax), (b.f_bsize, b.f_blocks, b.f_files, b.f_namemax));
+        let (a, b) = (sv(&m.mnt), sv(&m.backing));
+        match &m.second {
+            // A union: the branches' sizes added up, in the first branch's fragment size.
+            Some(s) => {
+                let s = sv(s);
+                let bytes = |v: &libc::statvfs| v.f_blocks as u128 * v.f_frsize as u128;
+                assert_eq!(a.f_blocks as u128, (bytes(&b) + bytes(&s)) / b.f_frsize as u128);
+                assert_eq!(a.f_files, b.f_files + s.f_files);
+            }
+            None => assert_eq!(
+                (a.f_bsize, a.f_blocks, a.f_files, a.f_namemax),
+                (b.f_bsize, b.f_blocks, b.f_files, b.f_namemax)
+            ),
+        }
         // fsync, fdatasync, and fsync of a directory.
         let f = File::create(m.m("durable")).unwrap();
         (&f).write_all(b"data").unwrap();

@@ -129,6 +129,29 @@ impl BackingFile {
         self.writable
     }
 
+    /// The file moved to another backing branch: `new`, open on the new copy with the same
+    /// access (contents equal), takes the place of this handle's descriptors, under their
+    /// numbers (`dup3`), so I/O already queued on them and every later request reach the new
+    /// copy without any lock on the data path. The direct descriptor follows (opened on the
+    /// new copy now if it was not yet, so a concurrent first open cannot leave it on the old
+    /// one); where the new copy refuses `O_DIRECT` the buffered descriptor stands in for it
+    /// and the rest of this file's I/O is buffered. The caller holds off writes meanwhile.
+    pub fn replace_file(&self, new: &File) -> io::Result<()> {
+        dup3(new.as_raw_fd(), self.file.as_raw_fd())?;
+        if let Some(d) = self.direct_fd(None) {
+            match open_direct(new, &self.id, self.readable, self.writable) {
+                Some(nd) if nd.offset_align == d.offset_align && nd.mem_align == d.mem_align => {
+                    dup3(nd.file.as_raw_fd(), d.file.as_raw_fd())?;
+                }
+                _ => {
+                    self.direct_broken.store(true, Ordering::SeqCst);
+                    dup3(new.as_raw_fd(), d.file.as_raw_fd())?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Whether this file's reads currently go direct (opens the direct descriptor on first
     /// use).
     pub fn reads_direct(&self) -> bool {
@@ -220,6 +243,15 @@ impl BackingFile {
             })
             .as_ref()
     }
+}
+
+/// Make descriptor number `to` refer to what `from` refers to (atomically; `to` stays open).
+fn dup3(from: std::os::fd::RawFd, to: std::os::fd::RawFd) -> io::Result<()> {
+    // SAFETY: both are descriptors this process owns; dup3 replaces `to` atomically.
+    if unsafe { libc::dup3(from, to, libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Reopen `file` with `O_DIRECT` and its own access mode through its /proc/self/fd entry

@@ -41,7 +41,7 @@ use farcache_policy::route::Route;
 use serde::{Deserialize, Serialize};
 
 use crate::backing::BackingFile;
-use crate::data_path::DataPath;
+use crate::data_path::{CopyRead, DataPath};
 use crate::identity::FileId;
 use crate::index::{BlockIndex, BlockKey, FileIndex, Stamp, BLOCK_BYTES};
 use crate::remote::Remote;
@@ -451,5 +451,67 @@ impl<D: DataPath> DataPath for CachedPath<D> {
 
     fn backing_counters(&self) -> Option<crate::BackingCountersSnapshot> {
         self.disk.backing_counters()
+    }
+
+    fn copy_read(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> io::Result<CopyRead> {
+        if !from_cache || len == 0 {
+            return self.disk.copy_read(file, offset, len, false);
+        }
+        debug_assert!(offset.is_multiple_of(BLOCK_BYTES));
+        let first = offset / BLOCK_BYTES;
+        let last = (offset + len as u64 - 1) / BLOCK_BYTES;
+        let f = self.index.file(file.id());
+        let keys: Vec<Option<BlockKey>> = (first..=last).map(|b| self.index.lookup(&f, b)).collect();
+        let asked: Vec<BlockKey> = keys.iter().flatten().copied().collect();
+        let mut got: Vec<Option<Bytes>> = vec![None; keys.len()];
+        if !asked.is_empty() {
+            let fetched = self.remote.fetch(&asked, BLOCK_BYTES as usize);
+            let mut vals = fetched.values.into_iter();
+            for (i, k) in keys.iter().enumerate() {
+                if let Some(k) = k {
+                    match vals.next().flatten() {
+                        Some(v) => got[i] = Some(v),
+                        None => self.index.mark_missing(&f, *k),
+                    }
+                }
+            }
+        }
+        // The blocks no lender gave, read from the disk in runs (never filled: a copy must
+        // not push the cache's working set out).
+        let mut out = BytesMut::with_capacity(keys.len() * BLOCK_BYTES as usize);
+        let (mut cache_blocks, mut disk_blocks) = (0u64, 0u64);
+        let mut i = 0;
+        while i < keys.len() {
+            if let Some(v) = got[i].take() {
+                out.extend_from_slice(&v);
+                cache_blocks += 1;
+                i += 1;
+                continue;
+            }
+            let mut j = i;
+            while j < keys.len() && got[j].is_none() {
+                j += 1;
+            }
+            let at = (first + i as u64) * BLOCK_BYTES;
+            let want = ((j - i) as u64 * BLOCK_BYTES) as usize;
+            let d = self.disk.read(file, at, want)?;
+            disk_blocks += d.len().div_ceil(BLOCK_BYTES as usize) as u64;
+            out.extend_from_slice(&d);
+            if d.len() < want {
+                break; // end of file
+            }
+            i = j;
+        }
+        out.truncate(len.min(out.len()));
+        Ok(CopyRead { data: out.freeze(), cache_blocks, disk_blocks })
+    }
+
+    fn cached_blocks(&self, id: &FileId) -> u64 {
+        self.index.file_remote_blocks(id)
+    }
+
+    fn moved(&self, id: &FileId, file: &std::fs::File) {
+        self.index.restamp(id, || Stamp::of(file));
+        self.disk.moved(id, file);
     }
 }

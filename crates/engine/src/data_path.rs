@@ -73,6 +73,42 @@ pub trait DataPath: Send + Sync + 'static {
     fn backing_counters(&self) -> Option<BackingCountersSnapshot> {
         None
     }
+
+    /// Read `len` bytes of `file` at `offset` for a copy of the file (a migration between
+    /// backing branches): every whole block a tier in front of the disk holds is taken from
+    /// there (with `from_cache`), the rest from the disk; nothing is filled. The bytes are the
+    /// file's current contents, as [`DataPath::read`]'s are. `offset` is block-aligned. The
+    /// default reads from the disk only.
+    fn copy_read(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> io::Result<CopyRead> {
+        let _ = from_cache;
+        let data = self.read(file, offset, len)?;
+        let disk_blocks = data.len().div_ceil(crate::index::BLOCK_BYTES as usize) as u64;
+        Ok(CopyRead { data, cache_blocks: 0, disk_blocks })
+    }
+
+    /// Blocks of the file `id` that a tier in front of the disk holds (to prefer such files
+    /// for a migration). Walks one file's entry: not for the data path.
+    fn cached_blocks(&self, id: &FileId) -> u64 {
+        let _ = id;
+        0
+    }
+
+    /// The file `id` now lives in `file`, a copy with the same contents (it moved between
+    /// backing branches; `id` did not change): cached blocks stay valid, and the next open
+    /// must not take the move for a change behind the mount's back.
+    fn moved(&self, id: &FileId, file: &std::fs::File) {
+        let _ = (id, file);
+    }
+}
+
+/// What [`DataPath::copy_read`] read, and from where.
+#[derive(Clone, Debug, Default)]
+pub struct CopyRead {
+    pub data: Bytes,
+    /// Whole blocks taken from a tier in front of the disk.
+    pub cache_blocks: u64,
+    /// Blocks read from the disk (a short last block counts as one).
+    pub disk_blocks: u64,
 }
 
 /// A shared data path is a data path (the mount keeps an `Arc` of the stack for its control
@@ -104,5 +140,14 @@ impl<T: DataPath + ?Sized> DataPath for std::sync::Arc<T> {
     }
     fn backing_counters(&self) -> Option<BackingCountersSnapshot> {
         (**self).backing_counters()
+    }
+    fn copy_read(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> io::Result<CopyRead> {
+        (**self).copy_read(file, offset, len, from_cache)
+    }
+    fn cached_blocks(&self, id: &FileId) -> u64 {
+        (**self).cached_blocks(id)
+    }
+    fn moved(&self, id: &FileId, file: &std::fs::File) {
+        (**self).moved(id, file)
     }
 }

@@ -26,6 +26,24 @@ pub struct FileId {
     pub generation: Generation,
 }
 
+/// `FileId::dev` of identities a mount of several backing branches gives (`farcache_fuse`'s
+/// union): no `st_dev` has these high bits set, so such an identity never equals one derived
+/// from a backing inode.
+pub const UNION_DEV: u64 = 0xfa2c_ac4e_0000_0000;
+
+impl FileId {
+    /// The identity of a file of a mount of several branches, from its farcache id (kept
+    /// with the file, never reused, unchanged when the file moves to another branch).
+    pub fn union(id: u64) -> FileId {
+        FileId { dev: UNION_DEV, ino: id, generation: Generation::Fs(0) }
+    }
+
+    /// The farcache id of a union identity.
+    pub fn union_id(&self) -> Option<u64> {
+        (self.dev == UNION_DEV).then_some(self.ino)
+    }
+}
+
 /// Which life of an inode number a [`FileId`] names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Generation {

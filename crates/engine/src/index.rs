@@ -508,6 +508,24 @@ impl BlockIndex {
         self.chunks.load(Ordering::Relaxed).max(0) as u64
     }
 
+    /// Blocks of `id` lenders hold (one lock; for choosing files to migrate, not the data
+    /// path).
+    pub fn file_remote_blocks(&self, id: &FileId) -> u64 {
+        let Some(f) = self.shard(id).lock().get(id).cloned() else { return 0 };
+        let n = f.state.lock().remote_blocks();
+        n
+    }
+
+    /// The file `id` names now lives in another backing file with the same contents (a
+    /// migration between branches): record that file's stamp, so the next open does not take
+    /// the move for a change behind the mount's back. Files the index does not know need
+    /// nothing.
+    pub fn restamp(&self, id: &FileId, stamp: impl FnOnce() -> std::io::Result<Stamp>) {
+        let Some(f) = self.shard(id).lock().get(id).cloned() else { return };
+        let mut st = f.state.lock();
+        st.stamp = stamp().ok();
+    }
+
     /// Blocks marked remote, over all files (walks the index: for stats, not the data path).
     pub fn remote_blocks(&self) -> u64 {
         let mut n = 0;

@@ -7,6 +7,16 @@ use serde::{Deserialize, Serialize};
 
 /// The `[mount]` table with every default, as it belongs in etc/farcache.toml.
 pub const TEMPLATE: &str = r#"[mount]
+# Backing directories, when the command line names none (`farcache mount MOUNTPOINT`): one
+# string ("/srv/a", or "/srv/a:/srv/b" in mergerfs's notation) or a list of directories.
+# With several (branches, each on its own file system), every regular file lives on exactly
+# one of them and `farcache balance` moves hot files off a busy one (docs/SEMANTICS.md,
+# "Several backing directories").
+backing = []
+# Where a new file (or symlink, fifo...) of a mount of several branches goes, among the
+# branches where its directory exists: "most-free" (most available bytes), "least-busy"
+# (least device busy time lately, then most free) or "first" (the first in order).
+create_policy = "most-free"
 # Threads serving FUSE requests, each with its own /dev/fuse descriptor: as many requests as
 # there are threads reach the backing I/O engine at once (an application's queue depth of 32
 # needs 32). Each thread keeps a request buffer of up to max_write once it served a write.
@@ -54,6 +64,8 @@ metrics_listen = ""
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MountConfig {
+    pub backing: Backing,
+    pub create_policy: CreatePolicy,
     pub threads: u32,
     pub attr_timeout: HumanDuration,
     pub entry_timeout: HumanDuration,
@@ -73,6 +85,47 @@ pub struct MountConfig {
     pub metrics_listen: String,
 }
 
+/// `mount.backing`: one string (branches separated by `:`) or a list.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Backing {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Default for Backing {
+    fn default() -> Self {
+        Backing::Many(Vec::new())
+    }
+}
+
+impl Backing {
+    /// The branches, in order (empty: none set).
+    pub fn dirs(&self) -> Vec<std::path::PathBuf> {
+        match self {
+            Backing::One(s) => split_branches(s),
+            Backing::Many(v) => v.iter().filter(|s| !s.is_empty()).map(std::path::PathBuf::from).collect(),
+        }
+    }
+}
+
+/// `DIR1:DIR2[:...]` (mergerfs's notation) as directories; one directory without a colon.
+pub fn split_branches(s: &str) -> Vec<std::path::PathBuf> {
+    s.split(':').filter(|p| !p.is_empty()).map(std::path::PathBuf::from).collect()
+}
+
+/// `mount.create_policy`: which branch a new file goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CreatePolicy {
+    /// The branch with the most available bytes.
+    MostFree,
+    /// The branch whose device was least busy lately (ties: most free).
+    LeastBusy,
+    /// The first branch, in order.
+    First,
+}
+
 /// Most FUSE worker threads.
 pub const MAX_THREADS: u32 = 256;
 /// The kernel's largest FUSE request payload with 4 KiB pages (256 pages).
@@ -82,6 +135,8 @@ const _: () = assert!(MAX_WRITE_BYTES as usize <= farcache_engine::MAX_READ_BYTE
 impl Default for MountConfig {
     fn default() -> Self {
         MountConfig {
+            backing: Backing::default(),
+            create_policy: CreatePolicy::MostFree,
             threads: 32,
             attr_timeout: HumanDuration::secs(1),
             entry_timeout: HumanDuration::secs(1),
@@ -172,6 +227,12 @@ mod tests {
         assert!(c.validate().unwrap_err().to_string().contains("mount.io_queue_depth"));
         c.io_queue_depth = 512;
         assert!(c.validate().unwrap_err().to_string().contains("mount.io_max_in_flight"));
+        let f: File = toml::from_str("[mount]\nbacking = \"/a:/b\"\ncreate_policy = \"first\"").unwrap();
+        assert_eq!(f.mount.backing.dirs(), vec![std::path::PathBuf::from("/a"), "/b".into()]);
+        assert_eq!(f.mount.create_policy, CreatePolicy::First);
+        let f: File = toml::from_str("[mount]\nbacking = [\"/a\", \"/b:c\"]").unwrap();
+        assert_eq!(f.mount.backing.dirs(), vec![std::path::PathBuf::from("/a"), "/b:c".into()]);
+        assert!(toml::from_str::<File>("[mount]\ncreate_policy = \"random\"").is_err());
         let f: File = toml::from_str("[mount]\nio_engine = \"sync\"").unwrap();
         assert_eq!(f.mount.io_engine, IoEngineKind::Sync);
         assert!(toml::from_str::<File>("[mount]\nio_engine = \"aio\"").is_err());

@@ -32,6 +32,13 @@ pub enum MountError {
     FusermountMissing,
     #[error("/proc is not mounted: the passthrough reopens files through /proc/self/fd")]
     NoProc,
+    #[error("backing branch {path} {problem}; {fix}")]
+    Branch { path: PathBuf, problem: String, fix: String },
+    #[error(
+        "{what} is not available with several backing branches in this version: mount the branches \
+         without it (docs/SEMANTICS.md, \"Several backing directories\")"
+    )]
+    UnionUnsupported { what: &'static str },
     #[error(transparent)]
     Config(#[from] farcache_config::ConfigError),
     #[error("mount {mountpoint} failed: {source}")]

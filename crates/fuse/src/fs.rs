@@ -25,8 +25,8 @@ use crate::inode::{Inode, InodeTable};
 use crate::sys;
 
 pub(crate) struct Passthrough {
-    pub(crate) inodes: InodeTable,
-    pub(crate) files: Handles<FileHandle>,
+    pub(crate) inodes: Arc<InodeTable>,
+    pub(crate) files: Arc<Handles<FileHandle>>,
     pub(crate) dirs: Handles<DirHandle>,
     pub(crate) data: Arc<dyn DataPath>,
     pub(crate) ids: Identities,
@@ -47,6 +47,8 @@ pub(crate) struct Passthrough {
     /// Told when an inode the kernel knows loses its last name, and when the kernel forgets
     /// it (`crate::Keeper`).
     pub(crate) keeper: crate::KeeperSlot,
+    /// Several backing branches (`crate::union`); `None` for one backing directory.
+    pub(crate) union: Option<Arc<crate::union::Union>>,
 }
 
 /// An unknown node id or handle: the kernel and we disagree, which is a bug somewhere.
@@ -76,8 +78,8 @@ impl Passthrough {
         let fd = sys::openat(at_cwd, &c, libc::O_PATH | libc::O_DIRECTORY, 0)?;
         let st = sys::fstat(fd.as_fd())?;
         Ok(Passthrough {
-            inodes: InodeTable::new(fd, &st, usize::try_from(cfg.max_inodes).unwrap_or(usize::MAX)),
-            files: Handles::new(usize::try_from(cfg.max_open_handles).unwrap_or(usize::MAX), incarnation),
+            inodes: Arc::new(InodeTable::new(fd, &st, usize::try_from(cfg.max_inodes).unwrap_or(usize::MAX))),
+            files: Arc::new(Handles::new(usize::try_from(cfg.max_open_handles).unwrap_or(usize::MAX), incarnation)),
             dirs: Handles::new(usize::try_from(cfg.max_open_handles).unwrap_or(usize::MAX), incarnation),
             data,
             ids: Identities::new(),
@@ -93,6 +95,7 @@ impl Passthrough {
             handover: crate::HandoverSlot::default(),
             incarnation,
             keeper: crate::KeeperSlot::default(),
+            union: None,
         })
     }
 
@@ -127,7 +130,7 @@ impl Passthrough {
         })?;
         let backing = self.backing(&inode, File::from(fd), flags)?;
         tracing::debug!("takeover: reopened file handle {} of node {}", fh.0, ino.0);
-        self.files.insert_at(fh.0, FileHandle { backing })
+        self.files.insert_at(fh.0, FileHandle::new(backing))
     }
 
     /// The open directory `fh` of node `ino` (reopened after a takeover, as [`Self::file`]).
@@ -148,7 +151,7 @@ impl Passthrough {
         let mut scratch = vec![0u8; 8 * 1024];
         sys::getdents(fd.as_fd(), &mut scratch)?;
         tracing::debug!("takeover: reopened directory handle {} of node {}", fh.0, ino.0);
-        self.dirs.insert_at(fh.0, DirHandle { inode, fd: parking_lot::Mutex::new(fd) })
+        self.dirs.insert_at(fh.0, DirHandle { inode, fd: parking_lot::Mutex::new(fd), merged: Default::default() })
     }
 
     pub(crate) fn attr(&self, nodeid: u64, st: &libc::stat) -> FileAttr {
@@ -497,11 +500,20 @@ impl Filesystem for Passthrough {
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, fh: Fh, datasync: bool, reply: ReplyEmpty) {
-        answer!(reply, self.dir(ino, fh).and_then(|d| sys::fsync_fd(d.fd.lock().as_fd(), datasync)), |()| reply.ok())
+        let r = match &self.union {
+            // Names may have changed on every branch the directory is on.
+            Some(_) => self.u_fsyncdir(ino, fh, datasync),
+            None => self.dir(ino, fh).and_then(|d| sys::fsync_fd(d.fd.lock().as_fd(), datasync)),
+        };
+        answer!(reply, r, |()| reply.ok())
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        answer!(reply, self.inode(ino).and_then(|i| sys::fstatvfs(i.fd())), |s| reply.statfs(
+        let s = match &self.union {
+            Some(u) => u.statfs(),
+            None => self.inode(ino).and_then(|i| sys::fstatvfs(i.fd())),
+        };
+        answer!(reply, s, |s| reply.statfs(
             s.f_blocks,
             s.f_bfree,
             s.f_bavail,

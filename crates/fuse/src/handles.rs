@@ -20,6 +20,21 @@ use crate::inode::Inode;
 /// An open regular file (or fifo, or device: anything opened through `open`/`create`).
 pub(crate) struct FileHandle {
     pub(crate) backing: BackingFile,
+    /// A union's branch the file is on ([`NO_BRANCH`] otherwise), for the time the daemon
+    /// spends on each branch's I/O (`crate::union::load`); changed by a move.
+    pub(crate) branch: std::sync::atomic::AtomicUsize,
+}
+
+/// [`FileHandle::branch`] of a file outside a union.
+pub(crate) const NO_BRANCH: usize = usize::MAX;
+
+impl FileHandle {
+    pub(crate) fn new(backing: BackingFile) -> FileHandle {
+        FileHandle::on(backing, NO_BRANCH)
+    }
+    pub(crate) fn on(backing: BackingFile, branch: usize) -> FileHandle {
+        FileHandle { backing, branch: std::sync::atomic::AtomicUsize::new(branch) }
+    }
 }
 
 /// An open directory: a real descriptor whose offset `readdir` seeks. The mutex serialises
@@ -28,6 +43,8 @@ pub(crate) struct FileHandle {
 pub(crate) struct DirHandle {
     pub(crate) inode: Arc<Inode>,
     pub(crate) fd: Mutex<OwnedFd>,
+    /// A union mount's merged listing, made when the kernel reads from the start.
+    pub(crate) merged: Mutex<Option<Arc<Vec<crate::union::ops::Merged>>>>,
 }
 
 pub(crate) struct Handles<T> {
@@ -80,6 +97,11 @@ impl<T> Handles<T> {
 
     pub(crate) fn len(&self) -> usize {
         self.map.lock().len()
+    }
+
+    /// The handles `f` picks (a walk of every handle: not for the data path).
+    pub(crate) fn matching(&self, f: impl Fn(&T) -> bool) -> Vec<Arc<T>> {
+        self.map.lock().values().filter(|h| f(h)).cloned().collect()
     }
 }
 

@@ -151,6 +151,35 @@ impl InodeTable {
         Ok(m.insert(key, nodeid, fd, st, 1))
     }
 
+    /// [`Self::lookup`] with the node id chosen by the caller (a union file's farcache id,
+    /// whose key `(st.st_dev, st.st_ino)` the caller made from it), or a synthetic one
+    /// (`None`).
+    pub(crate) fn lookup_as(&self, fd: OwnedFd, st: &libc::stat, nodeid: Option<u64>) -> std::io::Result<Arc<Inode>> {
+        let key = (st.st_dev, st.st_ino);
+        let mut m = self.maps.write();
+        if let Some(&n) = m.by_key.get(&key) {
+            let e = m.by_node.get_mut(&n).expect("by_key and by_node agree");
+            e.nlookup += 1;
+            return Ok(e.inode.clone());
+        }
+        if m.by_node.len() >= self.max_inodes {
+            return Err(std::io::Error::from_raw_os_error(libc::ENFILE));
+        }
+        let nodeid = match nodeid {
+            Some(n) if !m.by_node.contains_key(&n) => n,
+            Some(n) => {
+                tracing::warn!("node id {n} is in use by another inode");
+                return Err(std::io::Error::from_raw_os_error(libc::ESTALE));
+            }
+            None => {
+                let n = m.next_synthetic;
+                m.next_synthetic += 1;
+                n
+            }
+        };
+        Ok(m.insert(key, nodeid, fd, st, 1))
+    }
+
     /// The kernel dropped `n` lookups of `nodeid`; true when that was the last.
     pub(crate) fn forget(&self, nodeid: u64, n: u64) -> bool {
         if nodeid == ROOT_ID {

@@ -35,6 +35,7 @@ mod ops_entry;
 mod ops_file;
 mod sys;
 pub mod takeover;
+pub mod union;
 
 use std::ffi::CString;
 use std::io;
@@ -47,7 +48,7 @@ use std::sync::Arc;
 use farcache_engine::DataPath;
 use fuser::{MountOption, SessionACL};
 
-pub use config::{MountConfig, MAX_THREADS, TEMPLATE};
+pub use config::{split_branches, Backing, CreatePolicy, MountConfig, MAX_THREADS, TEMPLATE};
 pub use error::MountError;
 pub use takeover::{Handover, HandoverState, INIT_KEYS, TAKEOVER_PROTOCOL};
 
@@ -112,6 +113,8 @@ pub struct Mount {
     _kept: Vec<OwnedFd>,
     /// This daemon's incarnation (0 for the one that mounted; +1 at each takeover).
     incarnation: u32,
+    /// Several backing branches: what `farcache balance` and the stats reach.
+    union: Option<union::UnionHandle>,
 }
 
 /// How [`Mount::run`] ended.
@@ -226,6 +229,83 @@ impl Mount {
         Mount::serve(session, mountpoint, dev, cfg, Vec::new(), (slot, keeper), Vec::new(), 0)
     }
 
+    /// Check everything that can be checked, then mount the union of `branches` (two or more
+    /// backing directories, each its own file system; `crate::union` has the rules) on
+    /// `mountpoint`. One branch is [`Mount::new`]. Moves a crash interrupted are finished
+    /// first. Side effects as [`Mount::new`].
+    pub fn with_branches(
+        branches: &[PathBuf],
+        mountpoint: &Path,
+        cfg: &MountConfig,
+        data: Arc<dyn DataPath>,
+    ) -> Result<Mount, MountError> {
+        match branches {
+            [] => return Err(MountError::BackingMissing(PathBuf::new())),
+            [one] => return Mount::new(one, mountpoint, cfg, data),
+            _ => {}
+        }
+        cfg.validate()?;
+        let mut canon = Vec::with_capacity(branches.len());
+        let fix = "create it, or leave it out of the branches (DIR1:DIR2 on the command line, or mount.backing)";
+        for b in branches {
+            canon.push(check_dir(b, MountError::BackingMissing, MountError::BackingNotDir).map_err(|e| match e {
+                MountError::BackingMissing(p) => {
+                    MountError::Branch { path: p, problem: "does not exist".into(), fix: fix.into() }
+                }
+                MountError::BackingNotDir(p) => {
+                    MountError::Branch { path: p, problem: "is not a directory".into(), fix: fix.into() }
+                }
+                e => e,
+            })?);
+        }
+        let mountpoint = check_dir(mountpoint, MountError::MountpointMissing, MountError::MountpointNotDir)?;
+        if let Some(b) = canon.iter().find(|b| mountpoint != **b && mountpoint.starts_with(b)) {
+            return Err(MountError::MountpointInsideBacking { mountpoint, backing: b.clone() });
+        }
+        if !Path::new("/proc/self/fd").is_dir() {
+            return Err(MountError::NoProc);
+        }
+        let root = sys::is_root();
+        if !root && find_in_path("fusermount3").is_none() {
+            return Err(MountError::FusermountMissing);
+        }
+        std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").map_err(MountError::NoDevFuse)?;
+        sys::set_umask(0);
+        let want_fds = cfg.max_inodes.saturating_add(cfg.max_open_handles.saturating_mul(3)).saturating_add(1024);
+        sys::raise_nofile(want_fds);
+        let u = Arc::new(union::Union::open(&canon, cfg.create_policy)?);
+        let mut fs = fs::Passthrough::new(&canon[0], cfg, data.clone(), 0)
+            .map_err(|source| MountError::BackingOpen { path: canon[0].clone(), source })?;
+        fs.union = Some(u.clone());
+        let handle = union::UnionHandle::new(u, fs.inodes.clone(), fs.files.clone(), data, fs.backing_opts);
+        let slot = fs.handover.clone();
+        let keeper = fs.keeper.clone();
+        let joined: Vec<String> = canon.iter().map(|b| b.display().to_string()).collect();
+        let fc = fuser_config(Path::new(&joined.join(":")), cfg, root);
+        let session = fuser::Session::new(fs, &mountpoint, &fc)
+            .map_err(|source| MountError::Mount { mountpoint: mountpoint.clone(), source })?;
+        let dev = mounted_dev(&mountpoint).ok_or_else(|| MountError::Mount {
+            mountpoint: mountpoint.clone(),
+            source: io::Error::other("mounted, but not found in /proc/self/mountinfo"),
+        })?;
+        tracing::info!(
+            "mounted {} branches ({}) on {}: {} threads, new files placed by {:?}",
+            canon.len(),
+            joined.join(", "),
+            mountpoint.display(),
+            cfg.threads,
+            cfg.create_policy
+        );
+        let mut m = Mount::serve(session, mountpoint, dev, cfg, Vec::new(), (slot, keeper), Vec::new(), 0)?;
+        m.union = Some(handle);
+        Ok(m)
+    }
+
+    /// A mount of several branches: balance and union counters.
+    pub fn union(&self) -> Option<union::UnionHandle> {
+        self.union.clone()
+    }
+
     /// Serve a connection another daemon mounted and initialized, handed over with its
     /// state (`farcache mount --takeover`, or a restart by the supervisor). With `resend`,
     /// the kernel is asked to queue again every request the earlier daemon had read and
@@ -308,7 +388,19 @@ impl Mount {
         let given = workers.iter().map(|w| sys::dup(w.as_fd())).collect::<io::Result<Vec<_>>>().map_err(err)?;
         session.set_worker_fds(given);
         let stopper = session.stopper().map_err(err)?;
-        Ok(Mount { session, mountpoint, dev, fuse, workers, stopper, slot, keeper, _kept: kept, incarnation })
+        Ok(Mount {
+            session,
+            mountpoint,
+            dev,
+            fuse,
+            workers,
+            stopper,
+            slot,
+            keeper,
+            _kept: kept,
+            incarnation,
+            union: None,
+        })
     }
 
     /// Never unmount when this process ends (a supervisor restarts the daemon on the live

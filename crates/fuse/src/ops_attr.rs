@@ -49,6 +49,8 @@ impl Passthrough {
 
     pub(crate) fn do_setattr(&self, ino: INodeNo, fh: Option<Fh>, set: &SetAttr) -> io::Result<FileAttr> {
         let inode = self.inode(ino)?;
+        let _w =
+            self.union.as_ref().map(|u| u.write_guard(inode.file_id.get().and_then(|f| f.union_id()).unwrap_or(0)));
         let handle: Option<std::sync::Arc<FileHandle>> = fh.and_then(|fh| self.files.get(fh.0));
         if let Some(mode) = set.mode {
             let mode = mode & 0o7777;
@@ -109,6 +111,9 @@ impl Passthrough {
 
     pub(crate) fn do_getxattr(&self, ino: INodeNo, name: &OsStr, size: u32) -> io::Result<XattrAnswer> {
         let inode = self.xattr_inode(ino)?;
+        if self.u_xattr_hidden(name) {
+            return Err(sys::err(libc::ENODATA));
+        }
         let c = sys::cname(name)?;
         if size == 0 {
             return Ok(XattrAnswer::Size(sys::getxattr(inode.fd(), &c, &mut [])? as u32));
@@ -121,6 +126,18 @@ impl Passthrough {
 
     pub(crate) fn do_listxattr(&self, ino: INodeNo, size: u32) -> io::Result<XattrAnswer> {
         let inode = self.xattr_inode(ino)?;
+        if self.union.is_some() {
+            // Without the id attribute: read the whole list to know its size.
+            let n = sys::listxattr(inode.fd(), &mut [])?;
+            let mut buf = vec![0u8; n.min(XATTR_MAX_BYTES as usize)];
+            let n = sys::listxattr(inode.fd(), &mut buf)?;
+            let list = self.u_filter_xattrs(&buf[..n]);
+            return match size {
+                0 => Ok(XattrAnswer::Size(list.len() as u32)),
+                s if (s as usize) < list.len() => Err(sys::err(libc::ERANGE)),
+                _ => Ok(XattrAnswer::Data(list)),
+            };
+        }
         if size == 0 {
             return Ok(XattrAnswer::Size(sys::listxattr(inode.fd(), &mut [])? as u32));
         }
@@ -132,11 +149,21 @@ impl Passthrough {
 
     pub(crate) fn do_setxattr(&self, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
         let inode = self.xattr_inode(ino)?;
+        if self.u_xattr_hidden(name) {
+            return Err(sys::err(libc::EPERM));
+        }
+        let _w =
+            self.union.as_ref().map(|u| u.write_guard(inode.file_id.get().and_then(|f| f.union_id()).unwrap_or(0)));
         sys::setxattr(inode.fd(), &sys::cname(name)?, value, flags)
     }
 
     pub(crate) fn do_removexattr(&self, ino: INodeNo, name: &OsStr) -> io::Result<()> {
         let inode = self.xattr_inode(ino)?;
+        if self.u_xattr_hidden(name) {
+            return Err(sys::err(libc::EPERM));
+        }
+        let _w =
+            self.union.as_ref().map(|u| u.write_guard(inode.file_id.get().and_then(|f| f.union_id()).unwrap_or(0)));
         sys::removexattr(inode.fd(), &sys::cname(name)?)
     }
 }

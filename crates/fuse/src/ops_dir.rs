@@ -24,7 +24,7 @@ use crate::sys::{self, Dirent};
 const GETDENTS_BYTES: usize = 8 * 1024;
 const _: () = assert!(GETDENTS_BYTES >= 2 * (19 + 256));
 
-fn dtype_kind(d: u8) -> Option<FileType> {
+pub(crate) fn dtype_kind(d: u8) -> Option<FileType> {
     Some(match d {
         libc::DT_DIR => FileType::Directory,
         libc::DT_REG => FileType::RegularFile,
@@ -41,7 +41,7 @@ impl Passthrough {
     pub(crate) fn do_opendir(&self, ino: INodeNo) -> io::Result<u64> {
         let inode = self.inode(ino)?;
         let fd = sys::openat(inode.fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
-        self.dirs.insert(DirHandle { inode, fd: Mutex::new(fd) })
+        self.dirs.insert(DirHandle { inode, fd: Mutex::new(fd), merged: Mutex::new(None) })
     }
 
     /// Feed the entries from `offset` on to `add` until it reports the reply full (true) or
@@ -72,6 +72,9 @@ impl Passthrough {
     }
 
     pub(crate) fn do_readdir(&self, ino: INodeNo, fh: Fh, offset: u64, reply: &mut ReplyDirectory) -> io::Result<()> {
+        if self.union.is_some() {
+            return self.u_readdir(ino, fh, offset, reply);
+        }
         self.each_entry(ino, fh, offset, |d, e| {
             let kind = match dtype_kind(e.dtype) {
                 Some(k) => k,
@@ -93,6 +96,9 @@ impl Passthrough {
         offset: u64,
         reply: &mut ReplyDirectoryPlus,
     ) -> io::Result<()> {
+        if self.union.is_some() {
+            return self.u_readdirplus(ino, fh, offset, reply);
+        }
         self.each_entry(ino, fh, offset, |d, e| {
             let name = OsStr::from_bytes(e.name);
             if e.name == b"." || e.name == b".." {
@@ -121,7 +127,7 @@ fn name_cstr(name: &[u8]) -> io::Result<std::ffi::CString> {
 }
 
 /// Attributes for "." and ".." in a readdirplus reply, which the kernel ignores.
-fn dir_placeholder(ino: u64) -> FileAttr {
+pub(crate) fn dir_placeholder(ino: u64) -> FileAttr {
     FileAttr {
         ino: INodeNo(ino),
         size: 0,

@@ -47,6 +47,9 @@ pub(crate) fn backing_open_flags(flags: i32) -> i32 {
 
 impl Passthrough {
     pub(crate) fn do_lookup(&self, parent: INodeNo, name: &OsStr) -> io::Result<(std::sync::Arc<Inode>, FileAttr)> {
+        if self.union.is_some() {
+            return self.u_lookup(parent, name);
+        }
         let p = self.inode(parent)?;
         // The kernel resolves "." and ".." itself; refuse them rather than let ".." at the
         // root step out of the backing directory.
@@ -64,6 +67,9 @@ impl Passthrough {
         mode: u32,
         rdev: u32,
     ) -> io::Result<FileAttr> {
+        if self.union.is_some() {
+            return self.u_make(req, parent, name, crate::union::ops::Make::Node { mode, rdev });
+        }
         let p = self.inode(parent)?;
         let c = sys::cname(name)?;
         sys::mknodat(p.fd(), &c, mode, u64::from(rdev))?;
@@ -71,6 +77,9 @@ impl Passthrough {
     }
 
     pub(crate) fn do_mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32) -> io::Result<FileAttr> {
+        if self.union.is_some() {
+            return self.u_make(req, parent, name, crate::union::ops::Make::Dir(mode));
+        }
         let p = self.inode(parent)?;
         let c = sys::cname(name)?;
         sys::mkdirat(p.fd(), &c, mode)?;
@@ -84,6 +93,10 @@ impl Passthrough {
         name: &OsStr,
         target: &Path,
     ) -> io::Result<FileAttr> {
+        if self.union.is_some() {
+            let t = sys::cname(target.as_os_str())?;
+            return self.u_make(req, parent, name, crate::union::ops::Make::Symlink(&t));
+        }
         let p = self.inode(parent)?;
         let c = sys::cname(name)?;
         let t = sys::cname(target.as_os_str())?;
@@ -110,6 +123,9 @@ impl Passthrough {
     }
 
     pub(crate) fn do_link(&self, ino: INodeNo, newparent: INodeNo, newname: &OsStr) -> io::Result<FileAttr> {
+        if self.union.is_some() {
+            return self.u_link(ino, newparent, newname);
+        }
         let inode = self.inode(ino)?;
         let p = self.inode(newparent)?;
         let c = sys::cname(newname)?;
@@ -118,6 +134,9 @@ impl Passthrough {
     }
 
     pub(crate) fn do_unlink(&self, parent: INodeNo, name: &OsStr) -> io::Result<()> {
+        if self.union.is_some() {
+            return self.u_unlink(parent, name);
+        }
         let p = self.inode(parent)?;
         let c = sys::cname(name)?;
         let victim = self.victim(&p, &c);
@@ -129,6 +148,9 @@ impl Passthrough {
     }
 
     pub(crate) fn do_rmdir(&self, parent: INodeNo, name: &OsStr) -> io::Result<()> {
+        if self.union.is_some() {
+            return self.u_rmdir(parent, name);
+        }
         let p = self.inode(parent)?;
         let c = sys::cname(name)?;
         let known = self.known_target(&p, &c);
@@ -145,6 +167,9 @@ impl Passthrough {
         newname: &OsStr,
         flags: u32,
     ) -> io::Result<()> {
+        if self.union.is_some() {
+            return self.u_rename(parent, name, newparent, newname, flags);
+        }
         let p = self.inode(parent)?;
         let np = self.inode(newparent)?;
         let (c, nc) = (sys::cname(name)?, sys::cname(newname)?);
@@ -166,6 +191,9 @@ impl Passthrough {
         mode: u32,
         flags: i32,
     ) -> io::Result<(FileAttr, u64)> {
+        if self.union.is_some() {
+            return self.u_create(req, parent, name, mode, flags);
+        }
         let p = self.inode(parent)?;
         let c = sys::cname(name)?;
         let oflags = backing_open_flags(flags) | libc::O_NOFOLLOW;
@@ -194,7 +222,7 @@ impl Passthrough {
             if flags & libc::O_TRUNC != 0 && !created {
                 self.truncate(&inode, Some(&backing), 0)?;
             }
-            self.files.insert(FileHandle { backing })
+            self.files.insert(FileHandle::new(backing))
         })();
         match res {
             Ok(fh) => Ok((self.attr(inode.nodeid, &sys::fstat(inode.fd())?), fh)),

@@ -3,25 +3,35 @@
 
 use std::fs::File;
 use std::io;
+use std::os::fd::AsFd;
+use std::time::Instant;
 
 use farcache_engine::Bytes;
 use fuser::{FileHandle as Fh, INodeNo};
 
 use crate::fs::Passthrough;
-use crate::handles::FileHandle;
+use crate::handles::{FileHandle, NO_BRANCH};
 use crate::ops_entry::backing_open_flags;
 use crate::sys;
 
 impl Passthrough {
     pub(crate) fn do_open(&self, ino: INodeNo, flags: i32) -> io::Result<u64> {
         let inode = self.inode(ino)?;
+        // A union: no switch of this file between the reopen and the handle's entry (and a
+        // truncation counts as a write).
+        let _g = self.union.as_ref().map(|u| {
+            u.history.record(inode.nodeid);
+            let id = inode.file_id.get().and_then(|f| f.union_id()).unwrap_or(0);
+            u.write_guard(if flags & libc::O_TRUNC != 0 { id } else { 0 })
+        });
         let fd = sys::reopen(inode.fd(), backing_open_flags(flags))?;
+        let branch = self.union.as_ref().map_or(NO_BRANCH, |u| u.branch_of(fd.as_fd()));
         let backing = self.backing(&inode, File::from(fd), flags)?;
         // With atomic O_TRUNC negotiated the kernel leaves truncation on open to us.
         if flags & libc::O_TRUNC != 0 {
             self.truncate(&inode, Some(&backing), 0)?;
         }
-        self.files.insert(FileHandle { backing })
+        self.files.insert(FileHandle::on(backing, branch))
     }
 
     pub(crate) fn do_read(&self, ino: INodeNo, fh: Fh, offset: u64, size: u32, flags: i32) -> io::Result<Bytes> {
@@ -29,7 +39,12 @@ impl Passthrough {
         if !h.backing.readable() {
             return Err(sys::err(libc::EBADF));
         }
-        self.data.read(&h.backing, offset, size as usize)
+        let Some(u) = &self.union else { return self.data.read(&h.backing, offset, size as usize) };
+        u.history.record(ino.0);
+        let t = Instant::now();
+        let r = self.data.read(&h.backing, offset, size as usize);
+        u.busy(h.branch.load(std::sync::atomic::Ordering::Relaxed), t.elapsed());
+        r
     }
 
     pub(crate) fn do_write(&self, ino: INodeNo, fh: Fh, offset: u64, data: &[u8], flags: i32) -> io::Result<u32> {
@@ -37,7 +52,16 @@ impl Passthrough {
         if !h.backing.writable() {
             return Err(sys::err(libc::EBADF));
         }
-        let n = self.data.write(&h.backing, offset, data)?;
+        let n = match &self.union {
+            None => self.data.write(&h.backing, offset, data)?,
+            Some(u) => {
+                let _w = u.write_guard(h.backing.id().union_id().unwrap_or(0));
+                let t = Instant::now();
+                let n = self.data.write(&h.backing, offset, data);
+                u.busy(h.branch.load(std::sync::atomic::Ordering::Relaxed), t.elapsed());
+                n?
+            }
+        };
         Ok(u32::try_from(n).expect("a FUSE write is at most max_write bytes"))
     }
 
@@ -46,6 +70,7 @@ impl Passthrough {
         if !h.backing.writable() {
             return Err(sys::err(libc::EBADF));
         }
+        let _w = self.union.as_ref().map(|u| u.write_guard(h.backing.id().union_id().unwrap_or(0)));
         self.data.fallocate(&h.backing, mode, offset, length)
     }
 }

@@ -1,3 +1,4 @@
+pub mod balance;
 pub mod bench;
 pub mod certs;
 pub mod check;

@@ -47,11 +47,14 @@ impl From<RoutingArg> for Routing {
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Directory whose whole tree the mount shows: the truth, on the (slow) disk.
+    /// Directory whose whole tree the mount shows: the truth, on the (slow) disk. Several,
+    /// each on its own file system, as DIR1:DIR2[:...] (one tree of theirs, hot files moved
+    /// off a busy one by `farcache balance`). Alone, it is the mount point and the
+    /// directories are mount.backing's.
+    #[arg(value_name = "BACKING_DIR")]
     backing_dir: PathBuf,
-    /// Existing directory to mount on (outside the backing directory, or the backing
-    /// directory itself).
-    mountpoint: PathBuf,
+    /// Existing directory to mount on (outside the backing directories, or one of them).
+    mountpoint: Option<PathBuf>,
     /// No remote tier: a plain passthrough, the baseline every benchmark compares against.
     #[arg(long, conflicts_with_all = ["servers", "tenant", "routing", "key_file", "memcached_plaintext"])]
     no_remote: bool,
@@ -135,6 +138,9 @@ pub struct MountStats {
     pub remote_tier: String,
     #[serde(flatten)]
     pub cache: CacheStats,
+    /// A mount of several backing branches: its counters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub union: Option<farcache_fuse::union::UnionStats>,
 }
 
 /// The data path behind the mount, as the control channel sees it.
@@ -154,7 +160,12 @@ struct MountControl {
     backing_dir: String,
     remote_tier: &'static str,
     started: Instant,
+    /// Set once a mount of several branches is live.
+    union: std::sync::OnceLock<farcache_fuse::union::UnionHandle>,
 }
+
+const ONE_BRANCH: &str =
+    "this mount has one backing directory: nothing to balance (mount DIR1:DIR2 MOUNTPOINT to have several)";
 
 const NO_REMOTE: &str = "this mount has no remote tier (--no-remote); remount without it to borrow from lenders";
 
@@ -177,6 +188,7 @@ impl MountControl {
             uptime_secs: self.started.elapsed().as_secs(),
             remote_tier: self.remote_tier.to_string(),
             cache: self.cache_stats(),
+            union: self.union.get().map(|u| u.stats()),
         }
     }
 
@@ -210,6 +222,17 @@ impl Control for MountControl {
                 let _ = crate::control::fds::write_line(&s, &crate::control::error("not serving yet; try again"));
             }
         }
+    }
+    fn balance(&self, options: &Value) -> Result<Value, String> {
+        let u = self.union.get().ok_or(ONE_BRANCH)?;
+        let o: farcache_fuse::union::BalanceOptions =
+            serde_json::from_value(options.clone()).map_err(|e| format!("balance: bad options: {e}"))?;
+        let st = u.start(o)?;
+        serde_json::to_value(st).map_err(|e| e.to_string())
+    }
+    fn balance_status(&self) -> Result<Value, String> {
+        let u = self.union.get().ok_or(ONE_BRANCH)?;
+        serde_json::to_value(u.status()).map_err(|e| e.to_string())
     }
     fn flush(&self, wait: std::time::Duration) -> Result<Value, String> {
         let Some(t) = &self.tier else { return Err("this mount has no write-back tier (--tier)".into()) };
@@ -289,14 +312,54 @@ fn limit_malloc_caching() {
     }
 }
 
+impl Args {
+    /// The mount point: the second directory named, or the only one.
+    fn mountpoint(&self) -> &Path {
+        self.mountpoint.as_deref().unwrap_or(&self.backing_dir)
+    }
+}
+
+/// The backing branches: the command line's (`DIR1:DIR2...`), or mount.backing's when it
+/// names only the mount point.
+fn branches(a: &Args, cfg: &farcache_fuse::MountConfig) -> anyhow::Result<Vec<PathBuf>> {
+    let dirs = match &a.mountpoint {
+        Some(_) => farcache_fuse::split_branches(&a.backing_dir.to_string_lossy()),
+        None => cfg.backing.dirs(),
+    };
+    if dirs.is_empty() {
+        anyhow::bail!(
+            "no backing directory: name it (`farcache mount BACKING_DIR MOUNTPOINT`, or DIR1:DIR2 for several) or set              mount.backing in the configuration file"
+        );
+    }
+    Ok(dirs)
+}
+
 pub fn run(a: Args) -> anyhow::Result<()> {
     if a.supervise {
         let window = std::time::Duration::from_secs(a.restart_window);
-        return super::supervise::run(super::supervise::daemon_args(), a.restart_limit, window, &a.mountpoint);
+        return super::supervise::run(super::supervise::daemon_args(), a.restart_limit, window, a.mountpoint());
     }
     limit_malloc_caching();
     let supervisor = super::supervise::daemon_link();
     let file_cfg = settings(&a)?;
+    let branches = branches(&a, &file_cfg.mount)?;
+    let backing_dir = branches[0].clone();
+    let union = branches.len() > 1;
+    if union {
+        for (on, what) in [
+            (a.takeover, "--takeover"),
+            (supervisor.is_some(), "--supervise"),
+            (!file_cfg.tier.path.is_empty(), "the write-back tier (--tier, tier.path)"),
+        ] {
+            if on {
+                anyhow::bail!(
+                    "{what} is not available with several backing directories in this version: mount the branches \
+                     without it (docs/SEMANTICS.md, \"Several backing directories\")"
+                );
+            }
+        }
+    }
+    let shown = branches.iter().map(|b| b.display().to_string()).collect::<Vec<_>>().join(":");
     if a.takeover && !file_cfg.tier.path.is_empty() {
         // The running daemon holds the tier (its log, its destager): a second daemon opening
         // it now would replay records the first is still writing back.
@@ -312,7 +375,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // The control socket first: if another daemon serves this mount point, stop before
     // starting anything. (A mount point that does not resolve fails in `Mount::new` below,
     // with the right message.)
-    let canonical = canonical_mountpoint(&a.mountpoint);
+    let canonical = canonical_mountpoint(a.mountpoint());
     let socket_path = control_socket_path(a.control_socket.as_deref(), &canonical)?;
     // Taking over, the socket and the metrics port are the running daemon's until it exits.
     let bound = if a.takeover { None } else { Some(BoundSocket::bind(&socket_path).context("the control socket")?) };
@@ -324,7 +387,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             .transpose()
     };
     let metrics = if a.takeover { None } else { bind_metrics()? };
-    let backing_canonical = std::fs::canonicalize(&a.backing_dir).unwrap_or_else(|_| a.backing_dir.clone());
+    let backing_canonical = std::fs::canonicalize(&backing_dir).unwrap_or_else(|_| backing_dir.clone());
     let remote_kind = match (a.no_remote, cache.servers.is_empty()) {
         (true, _) => "none",
         (false, true) => "embedded",
@@ -423,18 +486,20 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     // The write-back tier in front of everything (or the refusal of a backing directory
     // whose tier is dirty but not given).
-    let (data, tier) = super::tier::wrap(&file_cfg.tier, &a.backing_dir, cfg.direct_io_backing, data)?;
+    let (data, tier) = super::tier::wrap(&file_cfg.tier, &backing_dir, cfg.direct_io_backing, data)?;
     let control = Arc::new(MountControl {
         giver: std::sync::Mutex::new(None),
         engine,
         tier,
         mountpoint: canonical.display().to_string(),
-        backing_dir: std::fs::canonicalize(&a.backing_dir)
-            .unwrap_or_else(|_| a.backing_dir.clone())
-            .display()
-            .to_string(),
+        backing_dir: if union {
+            shown.clone()
+        } else {
+            std::fs::canonicalize(&backing_dir).unwrap_or_else(|_| backing_dir.clone()).display().to_string()
+        },
         remote_tier,
         started: Instant::now(),
+        union: std::sync::OnceLock::new(),
     });
 
     // Signal handlers go in before the mount: a SIGTERM between the mount going live and a
@@ -454,7 +519,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let (mut mount, bound, metrics, took_from) = if a.takeover {
         let (mut h, giving) = takeover::request(&socket_path, &handover_settings, supervisor.is_some())?;
         super::supervise::assign_incarnation(&mut h);
-        let m = Mount::adopt(&a.backing_dir, &canonical, &cfg, data.clone(), h, true)?;
+        let m = Mount::adopt(&backing_dir, &canonical, &cfg, data.clone(), h, true)?;
         takeover::confirm(&giving).context("--takeover: confirming to the running daemon")?;
         let bound = takeover::bind_when_free(&socket_path)?;
         let metrics = takeover::retry_bind(bind_metrics)?;
@@ -463,10 +528,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         // The previous daemon died: its connection is alive in the supervisor's hands.
         let mut h = link.withdraw()?;
         super::supervise::assign_incarnation(&mut h);
-        let m = Mount::adopt(&a.backing_dir, &canonical, &cfg, data.clone(), h, true)?;
+        let m = Mount::adopt(&backing_dir, &canonical, &cfg, data.clone(), h, true)?;
         (m, bound.expect("bound unless taking over"), metrics, Some(()))
     } else {
-        let m = Mount::new(&a.backing_dir, &a.mountpoint, &cfg, data.clone())?;
+        let m = Mount::with_branches(&branches, a.mountpoint(), &cfg, data.clone())?;
+        if let Some(u) = m.union() {
+            let _ = control.union.set(u);
+        }
         (m, bound.expect("bound unless taking over"), metrics, None)
     };
     if let Some(link) = &supervisor {
@@ -490,16 +558,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // The one line on stdout, once the mount is live: scripts and tests wait for it.
     println!(
         "farcache mounted {} on {}{}",
-        a.backing_dir.display(),
+        shown,
         mount.mountpoint().display(),
         if took_from.is_some() { " (taken over)" } else { "" }
     );
     std::io::stdout().flush()?;
     let main_pid = if supervisor.is_some() { std::os::unix::process::parent_id() } else { std::process::id() };
-    crate::notify::ready_for(
-        &format!("serving {} on {}", a.backing_dir.display(), mount.mountpoint().display()),
-        main_pid,
-    );
+    crate::notify::ready_for(&format!("serving {} on {}", shown, mount.mountpoint().display()), main_pid);
 
     let grace = cfg.shutdown_grace.get();
     let summary = control.clone();
@@ -583,7 +648,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 }
                 Outcome::Resume(h) => {
                     tracing::warn!("takeover did not complete: serving again");
-                    mount = Mount::adopt(&a.backing_dir, &canonical, &cfg, data.clone(), h, true)?;
+                    mount = Mount::adopt(&backing_dir, &canonical, &cfg, data.clone(), h, true)?;
                     if let Some(link) = &supervisor {
                         mount.keep_mounted_on_drop();
                         mount.set_keeper(link.keeper());

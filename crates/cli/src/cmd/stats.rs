@@ -274,6 +274,32 @@ fn render_mount(s: &MountStats) -> String {
         ByteSize(b.write_bytes).approx(),
         b.fsyncs
     );
+    if let Some(u) = &s.union {
+        let _ = writeln!(
+            out,
+            "union      {} branches ({}), new files {}; {} ids given ({} failed)",
+            u.branches.len(),
+            u.branches.join(", "),
+            u.create_policy,
+            u.ids_assigned,
+            u.id_failures
+        );
+        let _ = writeln!(
+            out,
+            "moves      {} files ({}), {} failed, {} skipped; blocks from cache {}, from disk {}; races {}, retries {}; \
+             {} open handles switched; {} interrupted moves finished at start",
+            u.moves,
+            ByteSize(u.bytes_moved).approx(),
+            u.move_failures,
+            u.move_skips,
+            u.blocks_from_cache,
+            u.blocks_from_disk,
+            u.races,
+            u.retries,
+            u.handles_switched,
+            u.journal_replayed
+        );
+    }
     if let Some(t) = &c.tier {
         let l = &t.log;
         let _ = writeln!(
@@ -345,6 +371,7 @@ mod tests {
             uptime_secs: 5,
             remote_tier: "lenders".into(),
             cache,
+            union: None,
         };
         let t = render_mount(&s);
         for want in [

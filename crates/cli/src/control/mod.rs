@@ -9,6 +9,8 @@
 //! {"cmd":"ping"}                                   {"ok":true,"version":"...","pid":1234}
 //! {"cmd":"takeover",...}                           an exchange of its own (takeover.rs)
 //! {"cmd":"flush","wait_ms":2000}                   {"ok":true,"done":false,"dirty_bytes":N}
+//! {"cmd":"balance","options":{...}}                {"ok":true,"balance":{plan...}}
+//! {"cmd":"balance_status"}                         {"ok":true,"balance":{progress...}}
 //! anything else                                    {"ok":false,"error":"..."}
 //! ```
 //!
@@ -64,13 +66,24 @@ pub trait Control: Send + Sync + 'static {
         let _ = wait;
         Err("this mount has no write-back tier (mount with --tier PATH to have one)".into())
     }
+    /// Plan a balance of a mount of several branches (`farcache_fuse::union::BalanceOptions`
+    /// in `options`) and, unless a dry run, start it in the background: answers the plan.
+    fn balance(&self, options: &Value) -> Result<Value, String> {
+        let _ = options;
+        Err("this mount cannot balance".into())
+    }
+    /// The last balance's plan and progress.
+    fn balance_status(&self) -> Result<Value, String> {
+        Err("this mount cannot balance".into())
+    }
 }
 
 /// Longest a `flush` request waits before answering (the client asks again).
 pub const MAX_FLUSH_WAIT: Duration = Duration::from_secs(3);
 
 /// The commands, in the order error messages list them.
-pub const COMMANDS: [&str; 7] = ["stats", "lenders", "add_lender", "remove_lender", "ping", "takeover", "flush"];
+pub const COMMANDS: [&str; 9] =
+    ["stats", "lenders", "add_lender", "remove_lender", "ping", "takeover", "flush", "balance", "balance_status"];
 
 /// An error response.
 pub fn error(msg: impl Into<String>) -> Value {
@@ -92,6 +105,7 @@ pub fn handle(control: &dyn Control, line: &[u8]) -> Value {
     let expected: &[&str] = match cmd {
         "add_lender" | "remove_lender" => &["cmd", "addr"],
         "flush" => &["cmd", "wait_ms"],
+        "balance" => &["cmd", "options"],
         _ => &["cmd"],
     };
     if let Some(k) = obj.keys().find(|k| !expected.contains(&k.as_str())) {
@@ -100,6 +114,14 @@ pub fn handle(control: &dyn Control, line: &[u8]) -> Value {
     match cmd {
         "stats" => json!({ "ok": true, "stats": control.stats() }),
         "lenders" => json!({ "ok": true, "lenders": control.lenders() }),
+        "balance" => match control.balance(obj.get("options").unwrap_or(&json!({}))) {
+            Ok(v) => json!({ "ok": true, "balance": v }),
+            Err(e) => error(e),
+        },
+        "balance_status" => match control.balance_status() {
+            Ok(v) => json!({ "ok": true, "balance": v }),
+            Err(e) => error(e),
+        },
         "ping" => json!({ "ok": true, "version": env!("CARGO_PKG_VERSION"), "pid": std::process::id() }),
         "flush" => {
             let ms = obj.get("wait_ms").and_then(Value::as_u64).unwrap_or(0);

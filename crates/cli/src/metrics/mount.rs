@@ -122,6 +122,20 @@ impl Collector for Snapshot {
         ] {
             o.value(m, v)?;
         }
+        let u = s.union.clone().unwrap_or_default();
+        for (m, v) in [
+            (UNION_BRANCHES, u.branches.len().max(1) as u64),
+            (UNION_MOVES, u.moves),
+            (UNION_MOVED_BYTES, u.bytes_moved),
+            (UNION_MOVE_FAILURES, u.move_failures),
+            (UNION_RACES, u.races),
+            (UNION_RETRIES, u.retries),
+            (UNION_BLOCKS_FROM_CACHE, u.blocks_from_cache),
+            (UNION_BLOCKS_FROM_DISK, u.blocks_from_disk),
+            (UNION_ID_FAILURES, u.id_failures),
+        ] {
+            o.value(m, v)?;
+        }
         o.histogram(REMOTE_FETCH_SECONDS, &r.fetch_latency)?;
         o.histogram(REMOTE_FILL_SECONDS, &r.fill_latency)?;
         o.histogram(BACKING_READ_SECONDS, &b.read_latency)?;
@@ -162,6 +176,7 @@ mod tests {
             uptime_secs: 2,
             remote_tier: "lenders".into(),
             cache,
+            union: None,
         };
         let text = super::super::render(Snapshot(s));
         assert!(text.contains("farcache_mount_lender_puts_total{lender=\"127.0.0.1:7411\"} 3"), "{text}");

@@ -155,6 +155,15 @@ metrics! { MOUNT:
     TIER_DESTAGED_BYTES = "farcache_mount_tier_destaged_bytes", Counter, "Bytes written back to the backing store";
     TIER_DISCARDED_BLOCKS = "farcache_mount_tier_discarded_blocks", Counter, "Dirty blocks of deleted files dropped instead of written back";
     TIER_DESTAGE_ERRORS = "farcache_mount_tier_destage_errors", Counter, "Destage rounds that failed (data kept dirty, retried with back-off)";
+    UNION_BRANCHES = "farcache_mount_union_branches", Gauge, "Backing branches of the mount (1 for one backing directory)";
+    UNION_MOVES = "farcache_mount_union_moves", Counter, "Files moved to another branch by farcache balance";
+    UNION_MOVED_BYTES = "farcache_mount_union_moved_bytes", Counter, "Bytes of files moved to another branch";
+    UNION_MOVE_FAILURES = "farcache_mount_union_move_failures", Counter, "Moves given up on an error (the file stays where it was, whole)";
+    UNION_RACES = "farcache_mount_union_races", Counter, "Copies found stale at the switch (the file changed during the copy)";
+    UNION_RETRIES = "farcache_mount_union_retries", Counter, "Copies made again after a race";
+    UNION_BLOCKS_FROM_CACHE = "farcache_mount_union_blocks_from_cache", Counter, "Blocks of moved files copied from lenders' RAM";
+    UNION_BLOCKS_FROM_DISK = "farcache_mount_union_blocks_from_disk", Counter, "Blocks of moved files read from the source disk";
+    UNION_ID_FAILURES = "farcache_mount_union_id_failures", Counter, "Files that could not be given a farcache id (never moved)";
 }
 
 #[cfg(test)]

@@ -1,0 +1,560 @@
+//! Mounts of several backing branches (`farcache mount DIR1:DIR2 MOUNTPOINT`) and
+//! `farcache balance`, with the real binary and real FUSE mounts: the union's own rules
+//! (placement, merged directories, renames between branches, hidden state), file identity
+//! across moves and restarts, moves under a verifying writer, a crash at each step of a
+//! move, and lender hits after a move. `union_posix.rs` runs the POSIX suite on a union.
+//!
+//! Each union here is a branch on the test directory's disk file system and one on tmpfs
+//! (`/dev/shm`): branches must be different file systems. These tests need root and FUSE.
+
+use std::ffi::CString;
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use farcache_testkit::{
+    fuse_mounted, pattern, require_root, run_bin, text, wait_until, DirectReader, MountProcess, LENDERS_FIRST,
+};
+use serde_json::Value;
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_farcache"))
+}
+
+/// A test's directories: branch `a` on the disk, branch `b` on tmpfs, the mount point; all
+/// removed on drop.
+struct Dirs {
+    root: PathBuf,
+    a: PathBuf,
+    b: PathBuf,
+    mnt: PathBuf,
+}
+
+impl Dirs {
+    fn new(tag: &str) -> Dirs {
+        require_root("the union tests");
+        let root = farcache_testkit::fresh_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), &format!("union-{tag}"));
+        let b = PathBuf::from(format!("/dev/shm/farcache-test-union-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&b);
+        fs::create_dir(&b).unwrap();
+        let (a, mnt) = (root.join("a"), root.join("mnt"));
+        fs::create_dir(&a).unwrap();
+        fs::create_dir(&mnt).unwrap();
+        Dirs { root, a, b, mnt }
+    }
+
+    fn branches(&self) -> PathBuf {
+        PathBuf::from(format!("{}:{}", self.a.display(), self.b.display()))
+    }
+
+    fn m(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    /// A configuration file with `toml`, for `--config`.
+    fn config(&self, toml: &str) -> String {
+        let p = self.root.join("farcache.toml");
+        fs::write(&p, toml).unwrap();
+        p.display().to_string()
+    }
+
+    fn try_mount(&self, args: &[&str], env: &[(&str, &str)]) -> Result<MountProcess, String> {
+        MountProcess::try_start_env(bin(), &self.branches(), &self.mnt, args, env, &self.root.join("daemon.log"))
+    }
+
+    fn mount(&self, args: &[&str]) -> MountProcess {
+        self.try_mount(args, &[]).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// On which branches `rel` exists.
+    fn on(&self, rel: &str) -> (bool, bool) {
+        (self.a.join(rel).symlink_metadata().is_ok(), self.b.join(rel).symlink_metadata().is_ok())
+    }
+
+    fn balance(&self, extra: &[&str]) -> Output {
+        let mnt = self.mnt.to_str().unwrap();
+        let mut args = vec!["balance", mnt, "--json", "--window-ms", "100"];
+        args.extend_from_slice(extra);
+        run_bin(bin(), &args)
+    }
+
+    /// `farcache balance` that must succeed: its final status.
+    fn balanced(&self, extra: &[&str]) -> Value {
+        let out = self.balance(extra);
+        assert!(out.status.success(), "balance {extra:?}: {}{}", text(&out.stdout), text(&out.stderr));
+        let s = text(&out.stdout);
+        serde_json::from_str(s.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {s}"))
+    }
+
+    fn stats(&self) -> Value {
+        let out = run_bin(bin(), &["stats", self.mnt.to_str().unwrap(), "--json"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+impl Drop for Dirs {
+    fn drop(&mut self) {
+        if fuse_mounted(&self.mnt) {
+            let _ = std::process::Command::new("fusermount3").arg("-u").arg("-z").arg(&self.mnt).status();
+        }
+        let _ = fs::remove_dir_all(&self.b);
+        if !std::thread::panicking() {
+            let _ = fs::remove_dir_all(&self.root);
+        }
+    }
+}
+
+fn n(v: &Value, section: &str, field: &str) -> u64 {
+    v[section][field].as_u64().unwrap_or_else(|| panic!("no {section}.{field} in {v:#}"))
+}
+
+fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
+    r.expect_err("an error was expected").raw_os_error().unwrap_or(0)
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn branches_are_checked_and_errors_name_the_fix() {
+    let d = Dirs::new("checks");
+    let same = d.root.join("a2");
+    fs::create_dir(&same).unwrap();
+    let log = d.root.join("daemon.log");
+    let try_with = |branches: String| {
+        MountProcess::try_start_env(bin(), Path::new(&branches), &d.mnt, &["--no-remote"], &[], &log)
+            .err()
+            .unwrap_or_else(|| panic!("{branches} was mounted"))
+    };
+    let e = try_with(format!("{}:{}", d.a.display(), same.display()));
+    assert!(e.contains("same file system") && e.contains("give each branch a file system"), "{e}");
+    let e = try_with(format!("{}:{}", d.a.display(), d.a.display()));
+    assert!(e.contains("listed twice"), "{e}");
+    let e = try_with(format!("{}:/no/such/branch", d.a.display()));
+    assert!(e.contains("/no/such/branch does not exist") && e.contains("leave it out of the branches"), "{e}");
+    let e = try_with(format!("{}:{}", d.a.display(), d.a.join("inner").display()));
+    assert!(e.contains("does not exist"), "{e}");
+    fs::create_dir(d.a.join("inner")).unwrap();
+    let e = try_with(format!("{}:{}", d.a.display(), d.a.join("inner").display()));
+    assert!(e.contains("is inside branch"), "{e}");
+    let e = try_with(format!("{}:{}", d.b.display(), d.b.join("..").join(d.b.file_name().unwrap()).display()));
+    assert!(e.contains("listed twice"), "{e}");
+    // Not with the write-back tier, a takeover or a supervisor (yet).
+    let e = MountProcess::try_start_env(
+        bin(),
+        &d.branches(),
+        &d.mnt,
+        &["--no-remote", "--tier", "/dev/shm/x.tier"],
+        &[],
+        &log,
+    )
+    .err()
+    .unwrap();
+    assert!(e.contains("not available with several backing directories"), "{e}");
+}
+
+#[test]
+fn placement_merged_directories_renames_links_and_hidden_state() {
+    let d = Dirs::new("rules");
+    fs::create_dir_all(d.a.join("shared")).unwrap();
+    fs::create_dir_all(d.b.join("shared")).unwrap();
+    fs::create_dir_all(d.b.join("only_b")).unwrap();
+    fs::write(d.a.join("shared/x"), b"A").unwrap();
+    fs::write(d.b.join("shared/x"), b"B").unwrap();
+    fs::write(d.b.join("shared/y"), b"yyy").unwrap();
+    fs::write(d.b.join("only_b/z"), b"zz").unwrap();
+    fs::write(d.a.join("top"), b"top").unwrap();
+    let cfg = d.config("[mount]\ncreate_policy = \"first\"\n");
+    let _m = d.mount(&["--no-remote", "--config", &cfg]);
+
+    // Merged listings, first branch wins, farcache's own directory hidden.
+    assert_eq!(names(&d.mnt), vec!["only_b", "shared", "top"]);
+    assert_eq!(names(&d.m("shared")), vec!["x", "y"]);
+    assert_eq!(fs::read(d.m("shared/x")).unwrap(), b"A");
+    assert_eq!(errno(fs::metadata(d.m(".farcache-union"))), libc::ENOENT);
+    assert_eq!(errno(fs::create_dir(d.m(".farcache-union"))), libc::EPERM);
+    // readdir's d_ino is the inode number stat shows.
+    for e in fs::read_dir(d.m("shared")).unwrap() {
+        let e = e.unwrap();
+        assert_eq!(std::os::unix::fs::DirEntryExt::ino(&e), e.metadata().unwrap().ino(), "{:?}", e.file_name());
+    }
+
+    // Placement: "first" among the branches the parent is on; mkdir on every branch.
+    fs::write(d.m("shared/new"), b"n").unwrap();
+    assert_eq!(d.on("shared/new"), (true, false));
+    fs::write(d.m("only_b/new"), b"n").unwrap();
+    assert_eq!(d.on("only_b/new"), (false, true));
+    fs::create_dir(d.m("dir")).unwrap();
+    assert_eq!(d.on("dir"), (true, true));
+
+    // Rename of a file happens on its branch; a missing target directory is made there.
+    fs::rename(d.m("top"), d.m("only_b/top")).unwrap();
+    assert_eq!(d.on("only_b/top"), (true, false));
+    assert_eq!(names(&d.m("only_b")), vec!["new", "top", "z"]);
+    // Over a name on the other branch: that one goes.
+    fs::write(d.m("shared/w"), b"w on a").unwrap();
+    fs::rename(d.m("shared/y"), d.m("shared/w")).unwrap();
+    assert_eq!(d.on("shared/w"), (false, true));
+    assert_eq!(fs::read(d.m("shared/w")).unwrap(), b"yyy");
+    // A hard link is made on the file's branch.
+    fs::hard_link(d.m("shared/w"), d.m("dir/w2")).unwrap();
+    assert_eq!(d.on("dir/w2"), (false, true));
+    assert_eq!(fs::metadata(d.m("dir/w2")).unwrap().ino(), fs::metadata(d.m("shared/w")).unwrap().ino());
+    // An exchange between branches is refused.
+    let (p, q) = (
+        CString::new(d.m("shared/x").as_os_str().as_bytes()).unwrap(),
+        CString::new(d.m("shared/w").as_os_str().as_bytes()).unwrap(),
+    );
+    // SAFETY: NUL-terminated paths.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            p.as_ptr(),
+            libc::AT_FDCWD,
+            q.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!((r, std::io::Error::last_os_error().raw_os_error()), (-1, Some(libc::EXDEV)));
+    // A directory is renamed on every branch it is on.
+    fs::rename(d.m("dir"), d.m("dir2")).unwrap();
+    assert_eq!((d.on("dir"), d.on("dir2")), ((false, false), (true, true)));
+
+    // Unlink removes the name everywhere (the shadowed copy too); rmdir wants the merged
+    // directory empty.
+    fs::remove_file(d.m("shared/x")).unwrap();
+    assert_eq!(d.on("shared/x"), (false, false));
+    assert_eq!(errno(fs::remove_dir(d.m("shared"))), libc::ENOTEMPTY);
+    fs::remove_file(d.m("shared/w")).unwrap();
+    fs::remove_file(d.m("shared/new")).unwrap();
+    fs::remove_dir(d.m("shared")).unwrap();
+    assert_eq!(d.on("shared"), (false, false));
+
+    // The id attribute is farcache's: not listed, not readable, not settable.
+    let f = CString::new(d.m("only_b/z").as_os_str().as_bytes()).unwrap();
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: NUL-terminated path; the kernel writes at most buf.len() bytes.
+    let len = unsafe { libc::listxattr(f.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(len >= 0);
+    assert!(!String::from_utf8_lossy(&buf[..len as usize]).contains("farcache"), "listed");
+    let name = c"trusted.farcache.id";
+    // SAFETY: as above.
+    let r = unsafe { libc::getxattr(f.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert_eq!((r, std::io::Error::last_os_error().raw_os_error()), (-1, Some(libc::ENODATA)));
+    // SAFETY: as above.
+    let r = unsafe { libc::setxattr(f.as_ptr(), name.as_ptr(), b"x".as_ptr().cast(), 1, 0) };
+    assert_eq!((r, std::io::Error::last_os_error().raw_os_error()), (-1, Some(libc::EPERM)));
+}
+
+#[test]
+fn a_files_inode_number_survives_a_move_and_a_remount() {
+    let d = Dirs::new("ino");
+    let files: Vec<(String, Vec<u8>)> =
+        (0..4).map(|i| (format!("d/f{i}"), pattern(300_000 + i * 4096, i as u64))).collect();
+    fs::create_dir(d.a.join("d")).unwrap();
+    for (p, data) in &files {
+        fs::write(d.a.join(p), data).unwrap(); // made behind the mount: ids given at lookup
+    }
+    let m = d.mount(&["--no-remote"]);
+    let inos: Vec<u64> = files
+        .iter()
+        .map(|(p, data)| {
+            assert_eq!(&fs::read(d.m(p)).unwrap(), data);
+            fs::metadata(d.m(p)).unwrap().ino()
+        })
+        .collect();
+    let dry = d.balanced(&["--from", "0", "--to", "1", "--dry-run"]);
+    assert_eq!(dry["planned"].as_array().unwrap().len(), 4, "{dry:#}");
+    assert!(files.iter().all(|(p, _)| d.on(p) == (true, false)), "a dry run moves nothing");
+    let s = d.balanced(&["--from", "0", "--to", d.b.to_str().unwrap(), "--files", "3"]);
+    assert_eq!((s["moved"].as_u64(), s["failed"].as_u64()), (Some(3), Some(0)), "{s:#}");
+    let moved: Vec<bool> = files.iter().map(|(p, _)| d.on(p) == (false, true)).collect();
+    assert_eq!(moved.iter().filter(|m| **m).count(), 3);
+    for ((p, data), ino) in files.iter().zip(&inos) {
+        assert_eq!(&fs::read(d.m(p)).unwrap(), data, "{p}");
+        assert_eq!(fs::metadata(d.m(p)).unwrap().ino(), *ino, "{p}: inode number after the move");
+    }
+    let st = d.stats();
+    assert_eq!(n(&st, "union", "moves"), 3, "{st:#}");
+    assert!(n(&st, "union", "blocks_from_disk") >= 3 * 73, "{st:#}");
+    m.stop();
+    let _m = d.mount(&["--no-remote"]);
+    for ((p, data), ino) in files.iter().zip(&inos) {
+        assert_eq!(fs::metadata(d.m(p)).unwrap().ino(), *ino, "{p}: inode number after a remount");
+        assert_eq!(&fs::read(d.m(p)).unwrap(), data, "{p}");
+    }
+    // An id record copied with the file (cp -a) is not the copy's: it gets a number of its own.
+    let (src, _) = &files[0];
+    let on = if d.on(src).0 { &d.a } else { &d.b };
+    let status = std::process::Command::new("cp").arg("-a").arg(on.join(src)).arg(on.join("d/copy")).status().unwrap();
+    assert!(status.success());
+    assert_ne!(fs::metadata(d.m("d/copy")).unwrap().ino(), inos[0]);
+    assert_eq!(fs::metadata(d.m(src)).unwrap().ino(), inos[0]);
+}
+
+/// 8-byte records written at random offsets of a file, each remembered, so that the file
+/// can be checked byte for byte at the end.
+struct Writer {
+    model: Vec<u8>,
+    writes: u64,
+    wrong_reads: u64,
+}
+
+#[test]
+fn files_open_for_reading_and_writing_move_under_a_verifying_writer() {
+    const SIZE: usize = 2 << 20;
+    let d = Dirs::new("writer");
+    let ro = pattern(SIZE, 7);
+    fs::write(d.a.join("ro"), &ro).unwrap();
+    fs::write(d.a.join("rw"), pattern(SIZE, 8)).unwrap();
+    let _m = d.mount(&["--no-remote"]);
+    let ino = fs::metadata(d.m("rw")).unwrap().ino();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (path, stop) = (d.m("rw"), stop.clone());
+        std::thread::spawn(move || {
+            let f = OpenOptions::new().read(true).write(true).open(&path).unwrap();
+            let mut w = Writer { model: fs::read(&path).unwrap(), writes: 0, wrong_reads: 0 };
+            let mut rng = farcache_testkit::Rng::new(11);
+            while !stop.load(Ordering::Relaxed) {
+                let off = (rng.below((SIZE / 8) as u64) * 8) as usize;
+                w.writes += 1;
+                let rec = w.writes.to_le_bytes();
+                f.write_all_at(&rec, off as u64).unwrap();
+                w.model[off..off + 8].copy_from_slice(&rec);
+                let mut back = [0u8; 8];
+                f.read_exact_at(&mut back, off as u64).unwrap();
+                if back != rec {
+                    w.wrong_reads += 1;
+                }
+                if w.writes.is_multiple_of(64) {
+                    // Pace: give the copies a chance to finish between bursts.
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+            w
+        })
+    };
+    let mut reader = DirectReader::open(&d.m("ro"));
+    let order: Vec<u64> = (0..(SIZE / 4096) as u64).collect();
+    reader.pass(&order, &ro);
+    let mut moved_rw = 0;
+    for round in 0..6 {
+        let (from, to) = if round % 2 == 0 { ("0", "1") } else { ("1", "0") };
+        fs::read(d.m("ro")).unwrap(); // recent again
+        let s = d.balanced(&["--from", from, "--to", to]);
+        assert_eq!(s["failed"].as_u64(), Some(0), "{s:#}");
+        // The held read-only handle reads the file wherever it is now.
+        reader.pass(&order, &ro);
+        let rw_on = d.on("rw");
+        assert!(rw_on == (true, false) || rw_on == (false, true), "rw on {rw_on:?}");
+        if rw_on == if to == "1" { (false, true) } else { (true, false) } {
+            moved_rw += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let w = writer.join().unwrap();
+    assert!(w.writes > 1000, "the writer wrote only {} records", w.writes);
+    assert_eq!(w.wrong_reads, 0, "reads after writes returned other bytes");
+    let now = fs::read(d.m("rw")).unwrap();
+    let wrong = now.iter().zip(&w.model).filter(|(a, b)| a != b).count();
+    assert_eq!(wrong, 0, "{wrong} bytes differ from what was written ({} writes)", w.writes);
+    assert_eq!(fs::metadata(d.m("rw")).unwrap().ino(), ino);
+    let st = d.stats();
+    assert!(n(&st, "union", "moves") >= 6, "{st:#}");
+    assert!(moved_rw > 0 || n(&st, "union", "races") > 0, "the written file neither moved nor raced: {st:#}");
+    assert!(n(&st, "union", "handles_switched") >= 1, "{st:#}");
+    // And on the branch itself: nothing lost below the mount either.
+    let on = if d.on("rw").0 { d.a.join("rw") } else { d.b.join("rw") };
+    assert_eq!(fs::read(on).unwrap(), w.model);
+}
+
+#[test]
+fn a_crash_at_each_step_of_a_move_leaves_each_file_once_and_right() {
+    for step in ["before-copy", "mid-copy", "after-copy", "after-switch", "before-remove"] {
+        let d = Dirs::new(&format!("crash-{step}"));
+        let data = pattern(1 << 20, 21);
+        let fault = format!("balance:{step}");
+        let m = d.try_mount(&["--no-remote"], &[("FARCACHE_FAULT", &fault)]).unwrap();
+        fs::write(d.m("f"), &data).unwrap();
+        let ino = fs::metadata(d.m("f")).unwrap().ino();
+        assert_eq!(fs::read(d.m("f")).unwrap(), data);
+        let out = d.balance(&["--from", "0", "--to", "1"]);
+        assert!(!out.status.success(), "{step}: the daemon did not stop at the fault point");
+        assert!(m.wait_exit_timeout(Duration::from_secs(20)).is_some(), "{step}: the daemon did not die");
+        drop(m); // unmounts the dead mount
+        assert!(m_log_has(&d.root, &fault), "{step}: the fault point was not reached");
+        let _m = d.mount(&["--no-remote"]);
+        let (a, b) = d.on("f");
+        assert!(a != b, "{step}: the file is on {:?} (a, b): not exactly once", (a, b));
+        let switched = matches!(step, "after-switch" | "before-remove");
+        assert_eq!(b, switched, "{step}: on the target only once the switch happened");
+        assert_eq!(fs::read(d.m("f")).unwrap(), data, "{step}");
+        assert_eq!(fs::metadata(d.m("f")).unwrap().ino(), ino, "{step}");
+        assert_eq!(names(&d.mnt), vec!["f"]);
+        for br in [&d.a, &d.b] {
+            assert!(names(&br.join(".farcache-union/tmp")).is_empty(), "{step}: a copy was left");
+            assert!(names(&br.join(".farcache-union/journal")).is_empty(), "{step}: a record was left");
+        }
+        assert_eq!(n(&d.stats(), "union", "journal_replayed"), 1, "{step}");
+    }
+}
+
+fn m_log_has(root: &Path, what: &str) -> bool {
+    fs::read_to_string(root.join("daemon.log")).unwrap_or_default().contains(what)
+}
+
+#[test]
+fn blocks_of_a_moved_file_still_hit_on_the_lender() {
+    const SIZE: usize = 4 << 20;
+    let d = Dirs::new("lender");
+    let data = pattern(SIZE, 31);
+    fs::write(d.a.join("hot"), &data).unwrap();
+    let _m = d.mount(&LENDERS_FIRST);
+    let blocks = (SIZE / 4096) as u64;
+    let order: Vec<u64> = (0..blocks).map(|i| (i * 613) % blocks).collect();
+    DirectReader::open(&d.m("hot")).pass(&order, &data);
+    assert!(
+        wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+            n(&d.stats(), "index", "remote_blocks") >= blocks * 9 / 10
+        }),
+        "the lender never got the file's blocks: {:#}",
+        d.stats()
+    );
+    let s = d.balanced(&["--from", "0", "--to", "1", "--files", "1"]);
+    assert_eq!(s["moved"].as_u64(), Some(1), "{s:#}");
+    assert_eq!(d.on("hot"), (false, true));
+    let from_cache = s["blocks_from_cache"].as_u64().unwrap();
+    assert!(from_cache >= blocks * 9 / 10, "copied {from_cache} of {blocks} blocks from the lender: {s:#}");
+    let before = d.stats();
+    DirectReader::open(&d.m("hot")).pass(&order, &data);
+    let after = d.stats();
+    let hits = n(&after, "remote", "hits") - n(&before, "remote", "hits");
+    let disk = n(&after, "engine", "disk_reads") - n(&before, "engine", "disk_reads");
+    assert!(hits >= blocks * 9 / 10 && disk <= blocks / 10, "after the move: {hits} lender hits, {disk} disk reads");
+    assert_eq!(n(&after, "engine", "changed_behind"), 0, "the move was taken for a change: {after:#}");
+    // The conventional baseline reads everything from the disk, lenders or not.
+    let s = d.balanced(&["--from", "1", "--to", "0", "--files", "1", "--source", "disk"]);
+    assert_eq!(s["moved"].as_u64(), Some(1), "{s:#}");
+    assert_eq!(s["blocks_from_cache"].as_u64(), Some(0), "{s:#}");
+    assert_eq!(s["blocks_from_disk"].as_u64(), Some(blocks), "{s:#}");
+    assert_eq!(d.on("hot"), (true, false));
+    assert!(fs::read(d.m("hot")).unwrap() == data);
+}
+
+#[test]
+fn renames_during_moves_leave_the_file_once_and_whole() {
+    let d = Dirs::new("renames");
+    let data = pattern(24 << 20, 41);
+    fs::create_dir(d.a.join("x")).unwrap();
+    fs::write(d.a.join("x/f"), &data).unwrap();
+    let _m = d.mount(&["--no-remote"]);
+    let ino = fs::metadata(d.m("x/f")).unwrap().ino();
+    fs::create_dir(d.m("y")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let renamer = {
+        let (mnt, stop) = (d.mnt.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            let names = [mnt.join("x/f"), mnt.join("y/g")];
+            while !stop.load(Ordering::Relaxed) {
+                let (from, to) = (&names[(n % 2) as usize], &names[((n + 1) % 2) as usize]);
+                fs::rename(from, to).unwrap();
+                n += 1;
+                std::thread::sleep(Duration::from_millis(3));
+            }
+            n
+        })
+    };
+    for round in 0..4 {
+        let (from, to) = if round % 2 == 0 { ("0", "1") } else { ("1", "0") };
+        for p in ["x/f", "y/g"] {
+            let _ = fs::metadata(d.m(p)).map(|_| File::open(d.m(p)));
+        }
+        let s = d.balanced(&["--from", from, "--to", to]);
+        assert_eq!(s["failed"].as_u64(), Some(0), "{s:#}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let renames = renamer.join().unwrap();
+    assert!(renames > 10, "{renames} renames");
+    let here: Vec<PathBuf> =
+        [&d.a, &d.b].iter().flat_map(|b| [b.join("x/f"), b.join("y/g")]).filter(|p| p.exists()).collect();
+    assert_eq!(here.len(), 1, "the file is at {here:?}");
+    let rel = here[0].strip_prefix(if here[0].starts_with(&d.a) { &d.a } else { &d.b }).unwrap();
+    let through = d.mnt.join(rel);
+    assert_eq!(fs::metadata(&through).unwrap().ino(), ino);
+    assert!(fs::read(&through).unwrap() == data, "contents changed");
+    let st = d.stats();
+    assert!(n(&st, "union", "moves") + n(&st, "union", "races") >= 2, "the file neither moved nor raced: {st:#}");
+}
+
+#[test]
+fn the_configuration_file_can_name_the_branches() {
+    let d = Dirs::new("config");
+    fs::write(d.b.join("on_b"), b"b").unwrap();
+    let cfg = d.config(&format!(
+        "[mount]\nbacking = [{:?}, {:?}]\ncreate_policy = \"least-busy\"\n",
+        d.a.display().to_string(),
+        d.b.display().to_string()
+    ));
+    let log = File::create(d.root.join("daemon.log")).unwrap();
+    let mut child = std::process::Command::new(bin())
+        .args(["mount", d.mnt.to_str().unwrap(), "--no-remote", "--config", &cfg])
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let up = wait_until(Duration::from_secs(20), Duration::from_millis(20), || fuse_mounted(&d.mnt));
+    let seen = up.then(|| (fs::read(d.m("on_b")).ok(), fs::write(d.m("new"), b"n").is_ok()));
+    let _ = std::process::Command::new("fusermount3").arg("-u").arg(&d.mnt).status();
+    if !wait_until(Duration::from_secs(20), Duration::from_millis(20), || child.try_wait().is_ok_and(|s| s.is_some())) {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+    let log = fs::read_to_string(d.root.join("daemon.log")).unwrap_or_default();
+    assert_eq!(seen, Some((Some(b"b".to_vec()), true)), "{log}");
+    assert!(log.contains("mounted 2 branches") && log.contains("LeastBusy"), "{log}");
+    let (a, b) = d.on("new");
+    assert!(a != b, "placed once");
+}
+
+#[test]
+fn a_source_set_aside_whose_target_was_lost_is_put_back_at_start() {
+    // The state a power cut can leave: the source's rename aside reached its disk, the
+    // target's rename did not.
+    let d = Dirs::new("aside");
+    let data = pattern(100_000, 51);
+    let m = d.mount(&["--no-remote"]);
+    fs::write(d.m("f"), &data).unwrap();
+    let ino = fs::metadata(d.m("f")).unwrap().ino();
+    m.stop();
+    let uuid = |b: &Path| fs::read_to_string(b.join(".farcache-union/branch")).unwrap().trim().to_string();
+    let p = CString::new(d.a.join("f").as_os_str().as_bytes()).unwrap();
+    let mut rec = [0u8; 64];
+    // SAFETY: NUL-terminated strings; the kernel writes at most rec.len() bytes.
+    let len =
+        unsafe { libc::getxattr(p.as_ptr(), c"trusted.farcache.id".as_ptr(), rec.as_mut_ptr().cast(), rec.len()) };
+    assert_eq!(len, 32, "the id record: {}", std::io::Error::last_os_error());
+    let id = u64::from_le_bytes(rec[8..16].try_into().unwrap());
+    assert_eq!(id, ino, "the inode number is the id");
+    fs::rename(d.a.join("f"), d.a.join(format!(".farcache-union/tmp/{id}.source"))).unwrap();
+    let record = format!("farcache-move 1\nid {id}\nfrom {}\nto {}\nrel {}\n", uuid(&d.a), uuid(&d.b), "66");
+    fs::write(d.b.join(format!(".farcache-union/journal/{id}")), record).unwrap();
+    let _m = d.mount(&["--no-remote"]);
+    assert_eq!(d.on("f"), (true, false));
+    assert!(fs::read(d.m("f")).unwrap() == data);
+    assert_eq!(fs::metadata(d.m("f")).unwrap().ino(), ino);
+    assert!(names(&d.a.join(".farcache-union/tmp")).is_empty());
+    assert_eq!(n(&d.stats(), "union", "journal_replayed"), 1);
+}

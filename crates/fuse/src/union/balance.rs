@@ -1,0 +1,552 @@
+//! `farcache balance`: move recently read files off the busiest branch, copying every block
+//! lenders (or a tier) hold from there and only the rest from the busy disk.
+//!
+//! A move of one file (journal first: `journal.rs`):
+//! 1. copy it to `.farcache-union/tmp/<id>` on the target branch, through
+//!    [`DataPath::copy_read`] (`--source cache`) or from the disk only (`--source disk`, the
+//!    conventional baseline); sync it;
+//!    give it the file's mode, owner, times, extended attributes and its id record; sync;
+//! 2. under the gate held exclusive (no write, truncate, metadata change or name operation
+//!    anywhere in the mount for these few system calls, none of them a sync): check nothing
+//!    changed the file since the copy began (the mount counts writes and metadata changes
+//!    to the file being moved; a rename or a new hard link shows in its location) — if
+//!    something did, drop the copy and start again, at most [`MAX_ATTEMPTS`] times; else
+//!    rename the copy to the file's path on the target, make the inode's descriptor and
+//!    every open handle's descriptors refer to the copy (`dup3` onto the same numbers:
+//!    `BackingFile::replace_file`), and set the source aside (a rename into its branch's
+//!    `.farcache-union/tmp/`, so no lookup finds it);
+//! 3. sync the target directory, remove the source, sync, close the journal record.
+//!
+//! The file's node id, inode number and cache identity do not change, so cached blocks stay
+//! valid and open handles go on, on the new copy. Hard-linked files are not moved.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use farcache_engine::{BackingFile, BackingOptions, DataPath, FileId};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use super::journal::{self, Move};
+use super::ops::split;
+use super::{load, IdRecord, Union};
+use crate::handles::{FileHandle, Handles};
+use crate::inode::{Inode, InodeTable};
+use crate::sys;
+
+/// Copies of one file started before a balance gives it up (each restarted after a write
+/// to it during the copy).
+pub const MAX_ATTEMPTS: u32 = 3;
+/// Bytes read per copy request.
+const COPY_CHUNK_BYTES: usize = 1 << 20;
+/// Most files one balance moves.
+pub const MAX_FILES: usize = 100_000;
+/// Longest load-measuring window.
+pub const MAX_WINDOW_MS: u64 = 3_000;
+
+/// Where a move reads the file from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CopySource {
+    /// Every block lenders (or a tier) hold from there, the rest from the disk.
+    #[default]
+    Cache,
+    /// Everything from the source disk (the conventional migration, for comparison).
+    Disk,
+}
+
+/// What `farcache balance` asks.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BalanceOptions {
+    /// Plan only: which files would move where.
+    pub dry_run: bool,
+    pub source: CopySource,
+    /// Files to move, at most.
+    pub files: usize,
+    /// The target branch (its path or its position, from 0); else the least busy.
+    pub to: Option<String>,
+    /// The branch to move from; else the busiest.
+    pub from: Option<String>,
+    /// How long the device load is measured before choosing.
+    pub window_ms: u64,
+}
+
+impl Default for BalanceOptions {
+    fn default() -> Self {
+        BalanceOptions { dry_run: false, source: CopySource::Cache, files: 16, to: None, from: None, window_ms: 500 }
+    }
+}
+
+/// One file a balance moves.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedFile {
+    /// Relative to the mount's root.
+    pub path: String,
+    pub id: u64,
+    pub bytes: u64,
+    /// Its blocks lenders hold.
+    pub cached_blocks: u64,
+}
+
+/// A balance's plan and progress (`{"cmd":"balance_status"}`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BalanceStatus {
+    pub running: bool,
+    pub dry_run: bool,
+    pub source: CopySource,
+    pub from: String,
+    pub to: String,
+    /// Each branch's device busy time over the window, per mille.
+    pub busy_permille: Vec<u32>,
+    /// Recent accesses found on each branch.
+    pub recent_accesses: Vec<u64>,
+    pub planned: Vec<PlannedFile>,
+    pub files_done: u64,
+    pub bytes_total: u64,
+    pub bytes_done: u64,
+    pub moved: u64,
+    pub skipped: u64,
+    pub failed: u64,
+    pub races: u64,
+    pub retries: u64,
+    pub blocks_from_cache: u64,
+    pub blocks_from_disk: u64,
+    pub elapsed_ms: u64,
+    /// Why the balance stopped early, or the last file's failure.
+    pub error: Option<String>,
+}
+
+/// The union as the control socket sees it: balance, and the counters.
+#[derive(Clone)]
+pub struct UnionHandle {
+    pub(crate) u: Arc<Union>,
+    pub(crate) inodes: Arc<InodeTable>,
+    pub(crate) files: Arc<Handles<FileHandle>>,
+    pub(crate) data: Arc<dyn DataPath>,
+    pub(crate) opts: BackingOptions,
+    status: Arc<Mutex<BalanceStatus>>,
+}
+
+/// How one file's move ended.
+enum Outcome {
+    Moved,
+    Skipped(&'static str),
+}
+
+impl UnionHandle {
+    pub(crate) fn new(
+        u: Arc<Union>,
+        inodes: Arc<InodeTable>,
+        files: Arc<Handles<FileHandle>>,
+        data: Arc<dyn DataPath>,
+        opts: BackingOptions,
+    ) -> UnionHandle {
+        UnionHandle { u, inodes, files, data, opts, status: Arc::default() }
+    }
+
+    /// The union's counters.
+    pub fn stats(&self) -> super::UnionStats {
+        self.u.stats()
+    }
+
+    /// The plan and progress of the last balance.
+    pub fn status(&self) -> BalanceStatus {
+        self.status.lock().clone()
+    }
+
+    fn branch_arg(&self, s: &str) -> Result<usize, String> {
+        if let Ok(i) = s.parse::<usize>() {
+            if i < self.u.branches.len() {
+                return Ok(i);
+            }
+        }
+        let p = std::fs::canonicalize(s).unwrap_or_else(|_| PathBuf::from(s));
+        self.u.branches.iter().position(|b| b.path == p).ok_or_else(|| {
+            let all: Vec<String> = self.u.branches.iter().map(|b| b.path.display().to_string()).collect();
+            format!(
+                "{s} is not a branch of this mount; its branches are {} (or their positions from 0)",
+                all.join(", ")
+            )
+        })
+    }
+
+    /// Plan a balance (measuring the load for `window_ms`); unless `dry_run`, start moving
+    /// in the background. Answers the plan. One balance at a time.
+    pub fn start(&self, o: BalanceOptions) -> Result<BalanceStatus, String> {
+        if self.status.lock().running {
+            return Err("a balance is running on this mount; wait for it (farcache balance shows its progress)".into());
+        }
+        if o.files == 0 || o.files > MAX_FILES {
+            return Err(format!("--files must be 1 to {MAX_FILES}"));
+        }
+        let n = self.u.branches.len();
+        let from_arg = o.from.as_deref().map(|s| self.branch_arg(s)).transpose()?;
+        let to_arg = o.to.as_deref().map(|s| self.branch_arg(s)).transpose()?;
+        let window = Duration::from_millis(o.window_ms.min(MAX_WINDOW_MS));
+        let before = load::ticks_now(&self.u.branches, &self.u.busy_ns);
+        let t = Instant::now();
+        // A measurement window, not a wait for an event: the load is what happens meanwhile.
+        std::thread::sleep(window);
+        let busy = load::busy_between(&before, &load::ticks_now(&self.u.branches, &self.u.busy_ns), t.elapsed());
+        // Recent files, with their branch.
+        let mut recent: Vec<(Arc<Inode>, u64, usize, PathBuf)> = Vec::new();
+        let mut accesses = vec![0u64; n];
+        for nodeid in self.u.history.recent() {
+            let Some(inode) = self.inodes.get(nodeid) else { continue };
+            let Some(id) = inode.file_id.get().and_then(FileId::union_id) else { continue };
+            let Ok((b, rel)) = self.u.locate(inode.fd()) else { continue };
+            accesses[b] += 1;
+            recent.push((inode, id, b, rel));
+        }
+        let from = from_arg
+            .unwrap_or_else(|| (0..n).max_by_key(|&b| (busy[b], accesses[b], std::cmp::Reverse(b))).unwrap_or(0));
+        let free = |b: usize| {
+            sys::fstatvfs(self.u.branches[b].root.as_fd()).map(|s| s.f_bavail as u128 * s.f_frsize as u128).unwrap_or(0)
+        };
+        let to = match to_arg {
+            Some(t) => t,
+            None => (0..n)
+                .filter(|&b| b != from)
+                .min_by_key(|&b| (busy[b], std::cmp::Reverse(free(b)), b))
+                .ok_or("a balance needs two branches")?,
+        };
+        if from == to {
+            return Err("the source and target branch are the same".into());
+        }
+        let mut cands: Vec<(PlannedFile, usize)> = Vec::new();
+        for (rank, (inode, id, b, rel)) in recent.iter().enumerate() {
+            if *b != from {
+                continue;
+            }
+            let Ok(st) = sys::fstat(inode.fd()) else { continue };
+            if st.st_nlink != 1 {
+                continue;
+            }
+            let cached_blocks = self.data.cached_blocks(&FileId::union(*id));
+            let path = rel.display().to_string();
+            cands.push((PlannedFile { path, id: *id, bytes: st.st_size as u64, cached_blocks }, rank));
+        }
+        // Files whose blocks lenders hold first (most first), then the most recent.
+        cands.sort_by_key(|(f, rank)| (std::cmp::Reverse(f.cached_blocks), *rank));
+        cands.truncate(o.files);
+        let planned: Vec<PlannedFile> = cands.into_iter().map(|(f, _)| f).collect();
+        let st = BalanceStatus {
+            running: !o.dry_run && !planned.is_empty(),
+            dry_run: o.dry_run,
+            source: o.source,
+            from: self.u.branches[from].path.display().to_string(),
+            to: self.u.branches[to].path.display().to_string(),
+            busy_permille: busy,
+            recent_accesses: accesses,
+            bytes_total: planned.iter().map(|f| f.bytes).sum(),
+            planned,
+            ..BalanceStatus::default()
+        };
+        *self.status.lock() = st.clone();
+        if st.running {
+            let h = self.clone();
+            std::thread::Builder::new()
+                .name("farcache-balance".into())
+                .spawn(move || h.run(from, to, o.source))
+                .map_err(|e| format!("cannot start the balance thread: {e}"))?;
+        }
+        Ok(st)
+    }
+
+    fn run(&self, from: usize, to: usize, source: CopySource) {
+        let t = Instant::now();
+        let planned = self.status.lock().planned.clone();
+        for f in planned {
+            let r = match self.inodes.get(f.id) {
+                Some(inode) => self.move_file(&inode, f.id, from, to, source),
+                None => Ok(Outcome::Skipped("no longer known to the kernel")),
+            };
+            let mut s = self.status.lock();
+            s.files_done += 1;
+            s.bytes_done += f.bytes;
+            match r {
+                Ok(Outcome::Moved) => s.moved += 1,
+                Ok(Outcome::Skipped(why)) => {
+                    s.skipped += 1;
+                    self.u.counters.move_skips.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!("balance: {} not moved: {why}", f.path);
+                }
+                Err(e) => {
+                    s.failed += 1;
+                    self.u.counters.move_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!("balance: moving {} failed: {e}", f.path);
+                    s.error = Some(format!("{}: {e}", f.path));
+                }
+            }
+            s.elapsed_ms = t.elapsed().as_millis() as u64;
+        }
+        let mut s = self.status.lock();
+        s.elapsed_ms = t.elapsed().as_millis() as u64;
+        s.running = false;
+        tracing::info!(
+            "balance done: {} moved, {} skipped, {} failed in {} ms ({} blocks from cache, {} from disk, {} races)",
+            s.moved,
+            s.skipped,
+            s.failed,
+            s.elapsed_ms,
+            s.blocks_from_cache,
+            s.blocks_from_disk,
+            s.races
+        );
+    }
+
+    fn count(&self, f: impl FnOnce(&mut BalanceStatus)) {
+        f(&mut self.status.lock());
+    }
+
+    /// Move the file `inode` (farcache id `id`) from branch `from` to `to`.
+    fn move_file(
+        &self,
+        inode: &Arc<Inode>,
+        id: u64,
+        from: usize,
+        to: usize,
+        source: CopySource,
+    ) -> io::Result<Outcome> {
+        let u = &*self.u;
+        let (b, _) = u.locate(inode.fd())?;
+        if b != from {
+            return Ok(Outcome::Skipped("no longer on the source branch"));
+        }
+        let st = sys::fstat(inode.fd())?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_nlink != 1 {
+            return Ok(Outcome::Skipped("not a regular file with one name"));
+        }
+        u.moving.store(id, Ordering::SeqCst);
+        let r = (|| {
+            for attempt in 0..MAX_ATTEMPTS {
+                if attempt > 0 {
+                    u.counters.retries.fetch_add(1, Ordering::Relaxed);
+                    self.count(|s| s.retries += 1);
+                }
+                match self.attempt(inode, id, from, to, source)? {
+                    Some(o) => return Ok(o),
+                    None => {
+                        u.counters.races.fetch_add(1, Ordering::Relaxed);
+                        self.count(|s| s.races += 1);
+                    }
+                }
+            }
+            Ok(Outcome::Skipped("written to during every copy"))
+        })();
+        u.moving.store(0, Ordering::SeqCst);
+        if let Ok(td) = journal::tmp_dir(u, to) {
+            let _ = sys::unlinkat(td.as_fd(), &journal::tmp_name(id), 0);
+        }
+        journal::end(u, to, id)?;
+        r
+    }
+
+    /// One copy and switch; `None` when the file changed during the copy.
+    fn attempt(
+        &self,
+        inode: &Arc<Inode>,
+        id: u64,
+        from: usize,
+        to: usize,
+        source: CopySource,
+    ) -> io::Result<Option<Outcome>> {
+        let u = &*self.u;
+        let fid = FileId::union(id);
+        let w0 = u.moving_writes.load(Ordering::SeqCst);
+        let (b, rel) = u.locate(inode.fd())?;
+        if b != from {
+            return Ok(Some(Outcome::Skipped("no longer on the source branch")));
+        }
+        let (parent_rel, name) = split(&rel)?;
+        // The record first, at each attempt: a rename since the last one moved the file.
+        let m = Move { id, from: u.branches[from].uuid, to: u.branches[to].uuid, rel: rel.clone() };
+        journal::begin(u, to, &m)?;
+        u.fault("before-copy");
+        // The copy.
+        let td = journal::tmp_dir(u, to)?;
+        let tmp = journal::tmp_name(id);
+        let _ = sys::unlinkat(td.as_fd(), &tmp, 0);
+        let out = std::fs::File::from(sys::openat(
+            td.as_fd(),
+            &tmp,
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+            0o600,
+        )?);
+        let src = std::fs::File::from(sys::reopen(inode.fd(), libc::O_RDONLY)?);
+        let size = src.metadata()?.len();
+        let src = BackingFile::new(fid, src, libc::O_RDONLY, &self.opts);
+        let mut off = 0u64;
+        let mut mid_copy_fault = true;
+        while off < size {
+            let len = ((size - off) as usize).min(COPY_CHUNK_BYTES);
+            let r = self.data.copy_read(&src, off, len, source == CopySource::Cache)?;
+            if r.data.is_empty() {
+                break; // shrank: the check below sees it
+            }
+            out.write_all_at(&r.data, off)?;
+            off += r.data.len() as u64;
+            u.counters.blocks_from_cache.fetch_add(r.cache_blocks, Ordering::Relaxed);
+            u.counters.blocks_from_disk.fetch_add(r.disk_blocks, Ordering::Relaxed);
+            self.count(|s| {
+                s.blocks_from_cache += r.cache_blocks;
+                s.blocks_from_disk += r.disk_blocks;
+            });
+            if mid_copy_fault && off * 2 >= size {
+                mid_copy_fault = false;
+                u.fault("mid-copy");
+            }
+        }
+        // The copy's metadata and id record before the switch: a change of the file's
+        // metadata since counts as a write to it (the gate's guard), and fails the check.
+        let sst = sys::fstat(inode.fd())?;
+        copy_metadata(u, inode.fd(), &out, &sst)?;
+        let ost = sys::fstat(out.as_fd())?;
+        IdRecord { id, branch: u.branches[to].uuid, ino: ost.st_ino }.write(out.as_fd(), &u.xattr)?;
+        out.sync_all()?;
+        u.fault("after-copy");
+        let dst_dir = u.ensure_path(to, from, &parent_rel)?;
+        let dst_dir_rd = sys::reopen(dst_dir.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let src_dir = u.walk(from, &parent_rel)?;
+        let aside_dir = journal::tmp_dir(u, from)?;
+        let aside = journal::aside_name(id);
+        // The switch: no fsync under the gate, only renames and descriptor swaps.
+        let g = u.gate.write();
+        let unchanged = u.moving_writes.load(Ordering::SeqCst) == w0
+            && u.locate(inode.fd()).ok().as_ref() == Some(&(from, rel.clone()))
+            && sys::fstat(inode.fd()).is_ok_and(|s| {
+                s.st_nlink == 1
+                    && s.st_size as u64 == off
+                    && off == size
+                    && (s.st_dev, s.st_ino) == (sst.st_dev, sst.st_ino)
+            });
+        if !unchanged {
+            drop(g);
+            let _ = sys::unlinkat(td.as_fd(), &tmp, 0);
+            return Ok(None);
+        }
+        match sys::renameat2(td.as_fd(), &tmp, dst_dir.as_fd(), &name, libc::RENAME_NOREPLACE) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                drop(g);
+                let _ = sys::unlinkat(td.as_fd(), &tmp, 0);
+                return Ok(Some(Outcome::Skipped("its name exists on the target branch")));
+            }
+            Err(e) => return Err(e),
+        }
+        u.fault("after-switch");
+        // Everything that can fail before anything is switched: new descriptors for the
+        // inode and for each open handle (same access and status flags).
+        let prepared = (|| {
+            let new_path = sys::openat(dst_dir.as_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+            let mut handles = Vec::new();
+            for h in self.files.matching(|h| h.backing.id() == &fid) {
+                // SAFETY: plain fcntl on a descriptor the handle owns.
+                let fl = unsafe { libc::fcntl(h.backing.file().as_raw_fd(), libc::F_GETFL) };
+                if fl < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                let keep = libc::O_ACCMODE | libc::O_SYNC | libc::O_DSYNC | libc::O_NONBLOCK | libc::O_NOATIME;
+                let f = std::fs::File::from(sys::reopen(new_path.as_fd(), fl & keep)?);
+                handles.push((h, f));
+            }
+            Ok::<_, io::Error>((new_path, handles))
+        })();
+        let (new_path, handles) = match prepared {
+            Ok(p) => p,
+            Err(e) => {
+                // Undo the rename: the source is still the file.
+                let _ = sys::renameat2(dst_dir.as_fd(), &name, td.as_fd(), &tmp, 0);
+                drop(g);
+                let _ = sys::unlinkat(td.as_fd(), &tmp, 0);
+                return Err(e);
+            }
+        };
+        dup_onto(new_path.as_fd(), inode.fd())?;
+        for (h, f) in &handles {
+            h.backing.replace_file(f)?;
+            h.branch.store(to, Ordering::Relaxed);
+        }
+        u.counters.handles_switched.fetch_add(handles.len() as u64, Ordering::Relaxed);
+        self.data.moved(&fid, &out);
+        // The source leaves its name (set aside on its own file system, atomically), so no
+        // lookup after the gate can find it; it is removed once the target is durable.
+        match sys::statat(src_dir.as_fd(), &name) {
+            Ok(s) if (s.st_dev, s.st_ino) == (sst.st_dev, sst.st_ino) => {
+                sys::renameat2(src_dir.as_fd(), &name, aside_dir.as_fd(), &aside, 0)?
+            }
+            _ => tracing::warn!("balance: the source of {} changed name during the switch", rel.display()),
+        }
+        drop(g);
+        sys::fsync_fd(dst_dir_rd.as_fd(), false)?;
+        u.fault("before-remove");
+        match sys::unlinkat(aside_dir.as_fd(), &aside, 0) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => return Err(e),
+        }
+        sys::fsync_fd(aside_dir.as_fd(), false)?;
+        let src_dir_rd = sys::reopen(src_dir.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
+        sys::fsync_fd(src_dir_rd.as_fd(), false)?;
+        u.counters.moves.fetch_add(1, Ordering::Relaxed);
+        u.counters.bytes_moved.fetch_add(size, Ordering::Relaxed);
+        tracing::debug!("balance: moved {} ({} bytes) to {}", rel.display(), size, u.branches[to].path.display());
+        Ok(Some(Outcome::Moved))
+    }
+}
+
+/// Give `out` the mode, owner, times and extended attributes (the id record excepted) of
+/// the file `src` (stat `st`).
+fn copy_metadata(u: &Union, src: BorrowedFd<'_>, out: &std::fs::File, st: &libc::stat) -> io::Result<()> {
+    sys::fchown(out.as_fd(), st.st_uid, st.st_gid)?;
+    sys::fchmod(out.as_fd(), st.st_mode & 0o7777)?;
+    let mut names = vec![0u8; 64 * 1024];
+    let n = sys::listxattr(src, &mut names)?;
+    for name in names[..n].split(|b| *b == 0).filter(|n| !n.is_empty()) {
+        let c = std::ffi::CString::new(name).map_err(|_| sys::err(libc::EINVAL))?;
+        if u.is_id_xattr(&c) {
+            continue;
+        }
+        let mut v = vec![0u8; 64 * 1024];
+        match sys::getxattr(src, &c, &mut v) {
+            Ok(len) => sys::setxattr(out.as_fd(), &c, &v[..len], 0)?,
+            Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let times = [
+        libc::timespec { tv_sec: st.st_atime, tv_nsec: st.st_atime_nsec },
+        libc::timespec { tv_sec: st.st_mtime, tv_nsec: st.st_mtime_nsec },
+    ];
+    sys::utimens(out.as_fd(), &times, true, false)
+}
+
+/// Make descriptor number `to` refer to what `from` refers to (atomically; `to` stays open,
+/// so everyone holding it reaches the new file from the next system call on).
+fn dup_onto(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: both are open descriptors of this process; dup3 replaces `to` atomically.
+    if unsafe { libc::dup3(from.as_raw_fd(), to.as_raw_fd(), libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_parse_with_defaults_and_refuse_unknown_fields() {
+        let o: BalanceOptions = serde_json::from_str(r#"{"dry_run":true,"source":"disk"}"#).unwrap();
+        assert!(o.dry_run);
+        assert_eq!(o.source, CopySource::Disk);
+        assert_eq!(o.files, 16);
+        assert!(serde_json::from_str::<BalanceOptions>(r#"{"filez":3}"#).is_err());
+    }
+}
