@@ -145,13 +145,17 @@ struct Seen {
     /// operation that started during each.
     phase: AtomicU64,
     longest_by_phase_us: [AtomicU64; 3],
+    /// Operations under way now, by kind (what a kill lands in the middle of).
+    in_flight: Mutex<std::collections::BTreeMap<String, u32>>,
 }
 
 impl Seen {
     fn op<T>(&self, what: &str, f: impl FnOnce() -> std::io::Result<T>) -> Option<T> {
         let phase = self.phase.load(Ordering::Relaxed).min(2) as usize;
+        *self.in_flight.lock().unwrap().entry(what.to_string()).or_default() += 1;
         let t0 = Instant::now();
         let r = f();
+        *self.in_flight.lock().unwrap().get_mut(what).expect("counted above") -= 1;
         let us = t0.elapsed().as_micros() as u64;
         self.longest_us.fetch_max(us, Ordering::Relaxed);
         self.longest_by_phase_us[phase].fetch_max(us, Ordering::Relaxed);
@@ -163,6 +167,10 @@ impl Seen {
                 None
             }
         }
+    }
+    /// The kinds of operation under way now.
+    fn under_way(&self) -> Vec<String> {
+        self.in_flight.lock().unwrap().iter().filter(|(_, n)| **n > 0).map(|(k, _)| k.clone()).collect()
     }
     fn fail(&self, msg: String) {
         let mut e = self.errors.lock().unwrap();
@@ -226,7 +234,7 @@ impl Load {
                 if s.op("write data (O_DIRECT)", || f.write_at(a.get(), (b * BLOCK) as u64)).is_some() {
                     model[b * BLOCK..(b + 1) * BLOCK].copy_from_slice(&content);
                 }
-                if seq.is_multiple_of(8) {
+                if seq.is_multiple_of(4) {
                     s.op("fsync data", || f.sync_all());
                 }
                 // Read back the block written, and another one.
@@ -328,19 +336,19 @@ fn renamer(d: &Path, s: &Seen, stop: &AtomicBool, deadline: Instant) {
             s.fail(format!("{what}: {} still exists", p.display()));
         }
     };
-    let mut i = 0usize;
     while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-        i += 1;
-        let k = i % RENAMED;
-        let (from, to) = (name(k, moved[k]), name(k, !moved[k]));
-        if s.op("rename", || fs::rename(&from, &to)).is_none() {
-            return; // the names are unknown now: one error is enough
-        }
-        moved[k] = !moved[k];
-        absent(&from, "after a rename");
-        if let Some(got) = s.op("read renamed", || fs::read(&to)) {
-            if got != body(k) {
-                s.fail(format!("{} after a rename: wrong contents", to.display()));
+        // Every file moves once per round, then the other operations on names.
+        for (k, m) in moved.iter_mut().enumerate() {
+            let (from, to) = (name(k, *m), name(k, !*m));
+            if s.op("rename", || fs::rename(&from, &to)).is_none() {
+                return; // the names are unknown now: one error is enough
+            }
+            *m = !*m;
+            absent(&from, "after a rename");
+            if let Some(got) = s.op("read renamed", || fs::read(&to)) {
+                if got != body(k) {
+                    s.fail(format!("{} after a rename: wrong contents", to.display()));
+                }
             }
         }
         let (x, y, z, sym, sub) = (d.join("x"), d.join("y"), d.join("z"), d.join("sym"), d.join("sub"));
@@ -438,6 +446,8 @@ fn reader_and_writer_verify_every_byte_across_kills_and_takeovers() {
     let load = Load::start(&dir.mnt(), Instant::now() + bound);
     let mut daemon = daemon_of(&sup, None);
     let (mut killed, mut upgrades) = (0, 0);
+    // How many kills landed during each kind of operation.
+    let mut landed = std::collections::BTreeMap::new();
     let t0 = Instant::now();
     while killed < kills {
         load.seen.phase.store(0, Ordering::SeqCst);
@@ -449,9 +459,13 @@ fn reader_and_writer_verify_every_byte_across_kills_and_takeovers() {
             sup.signal(libc::SIGHUP);
             upgrades += 1;
         } else {
+            let during = load.seen.under_way();
             // SAFETY: kill(2) on the supervisor's child, a process this test started.
             unsafe { libc::kill(daemon as i32, libc::SIGKILL) };
             killed += 1;
+            for k in during {
+                *landed.entry(k).or_insert(0u32) += 1;
+            }
         }
         let next = daemon_of(&sup, Some(daemon));
         assert!(wait_until(EVENT_WAIT, Duration::from_millis(2), || !alive(daemon)), "pid {daemon} lingers");
@@ -477,6 +491,15 @@ fn reader_and_writer_verify_every_byte_across_kills_and_takeovers() {
         sup.log_text()
     );
     assert!(ops > 1000, "too little load to mean anything: {ops} operations");
+    eprintln!("kills landed during (operations under way at the SIGKILL): {landed:?}");
+    if kills >= KILLS {
+        // Kills at random points land in the middle of every kind of operation that takes a
+        // round trip to the daemon: too few of one would mean the load is not what it says.
+        for kind in ["read", "write", "fsync", "rename"] {
+            let n: u32 = landed.iter().filter(|(k, _)| k.starts_with(kind)).map(|(_, n)| n).sum();
+            assert!(n > 0, "no kill landed during a {kind}: {landed:?}");
+        }
+    }
     // The lender was in the path (so a stale block would have been served from it).
     let out = farcache_testkit::run_bin(bin(), &["stats", "--server", &lender_addr, "--json"]);
     let stats: serde_json::Value = serde_json::from_slice(&out.stdout).expect("lender stats");
