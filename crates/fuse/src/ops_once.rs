@@ -58,9 +58,19 @@ impl Passthrough {
         created: impl FnOnce(&T) -> Option<Ident>,
     ) -> Once<'_, T> {
         let j = self.journal.as_deref();
+        let intent = intent();
         if unique & RESEND_BIT != 0 {
             if let Some((t, rec)) = j.and_then(|j| j.claim(unique)) {
-                let settled = settle(&rec);
+                // The request's id names it for the connection's life; a record of another
+                // operation or parent under it is not this request's (a bug): ignored.
+                let same = (rec.intent.op, rec.intent.parent) == (intent.op, intent.parent);
+                if !same {
+                    tracing::warn!(
+                        "resent request {}: its journal record is of another operation; ignored",
+                        unique & !RESEND_BIT
+                    );
+                }
+                let settled = if same { settle(&rec) } else { None };
                 tracing::debug!(
                     "resent request {}: {:?} {}",
                     unique & !RESEND_BIT,
@@ -76,7 +86,6 @@ impl Passthrough {
                 return (res, Some(t));
             }
         }
-        let intent = intent();
         let t = j.and_then(|j| j.begin(unique, &intent));
         fault::die_at(intent.op, fault::Point::Begun);
         let res = run();
