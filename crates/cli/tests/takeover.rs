@@ -742,7 +742,12 @@ fn refused_takeovers_leave_the_old_daemon_serving_and_a_matching_one_replaces_it
     assert_eq!(buf, pattern(STATIC_BLOCKS * BLOCK, 1)[5 * BLOCK..8 * BLOCK], "a file opened before the takeover");
     still_serves(&new, "after the takeover");
     drop(held);
+    // The intent journal lives beside the control socket while the mount does, and goes
+    // with a clean unmount.
+    let journal = dir.0.join("ctl.sock.journal");
+    assert!(journal.exists(), "no intent journal at {}", journal.display());
     new.stop();
+    assert!(!journal.exists(), "the intent journal outlived a clean unmount");
 }
 
 /// Kills in the middle of an in-place upgrade (SIGHUP to the supervisor): at growing delays

@@ -514,6 +514,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 
     let grace = cfg.shutdown_grace.get();
     let summary = control.clone();
+    let signal_journal = journal_path.clone();
     std::thread::Builder::new().name("farcache-signals".into()).spawn(move || {
         rt.block_on(async move {
             let which = tokio::select! {
@@ -575,6 +576,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
             log_summary(&summary);
             socket_file.remove();
+            if code == 0 {
+                // Unmounted: no request of this connection can be resent any more.
+                let _ = std::fs::remove_file(&signal_journal);
+            }
             std::process::exit(code);
         })
     })?;
