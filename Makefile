@@ -17,6 +17,7 @@ test: deps
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
 
 ## make bench: the full benchmarks; results go to BENCHMARKS.md by hand, raw JSON to bench/results/.
+## bench restart (root): the stall per upgrade and per crash of a supervised mount (about 4 min).
 ## The paper reproduction (root; about 2 h, tpch 70 of them) also writes bench/results/paper-cloud.{json,md} and plots.
 bench: deps build
 	mkdir -p bench/results
@@ -30,6 +31,7 @@ bench: deps build
 	BIN=$(BIN) ./scripts/bench-nothing-slower.sh
 	BIN=$(BIN) ./scripts/bench-writeback.sh
 	BIN=$(BIN) ./scripts/bench-engine.sh
+	$(BIN) bench restart --json bench/results/restart.json
 
 deps:
 	@./scripts/deps.sh

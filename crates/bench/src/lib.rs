@@ -11,6 +11,9 @@
 //!   mechanisms (loop device, blkio throttling, memory cgroup, network namespaces), every
 //!   configuration side by side.
 //!
+//! * [`restart`]: `farcache bench restart`, the stall an application sees through a mount
+//!   whose daemon is upgraded in place or crashes under `--supervise` (issue 15).
+//!
 //! Both systems run as real child processes ([`proc`]); the clients here are small and
 //! synchronous on purpose ([`fc_client`], [`mc_client`]), so that the two systems see
 //! identical client behaviour and the client's cost is easy to reason about.
@@ -27,6 +30,7 @@ mod policysim;
 pub mod proc;
 pub mod progress;
 mod recv;
+pub mod restart;
 pub mod rng;
 pub mod server;
 pub mod value;

@@ -222,3 +222,31 @@ fn bench_alloc_quick_two_modes() {
         assert!(stdout.lines().any(|l| l.starts_with(scenario)), "no {scenario} line in:\n{stdout}");
     }
 }
+
+/// `farcache bench restart --quick --events 1` (root: it mounts): one upgrade and one crash
+/// of a supervised mount under load, each measured (a stall above zero, throughput back),
+/// and nothing left mounted.
+#[test]
+fn bench_restart_quick_measures_an_upgrade_and_a_crash() {
+    farcache_testkit::require_fuse();
+    farcache_testkit::require_root("bench restart (mounting)");
+    let dir = Scratch::new("restart");
+    let json = dir.0.join("restart.json");
+    let under = dir.0.to_str().unwrap().to_string();
+    let (stdout, stderr) = farcache(
+        &dir,
+        &["bench", "restart", "--quick", "--events", "1", "--dir", &under, "--json", json.to_str().unwrap()],
+        Duration::from_secs(120),
+    );
+    assert!(stdout.contains("| upgrade | 1 |") && stdout.contains("| crash | 1 |"), "{stdout}\n{stderr}");
+    let r: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let events = r["events"].as_array().unwrap();
+    assert_eq!(events.len(), 2, "{r}");
+    for e in events {
+        assert!(e["stall_us"].as_u64().unwrap() > 0, "{e}");
+        assert!(e["baseline_ops_per_s"].as_f64().unwrap() > 10.0, "{e}");
+        assert!(e["recovery_us"].as_u64().is_some(), "throughput never came back: {e}");
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&under), "left mounted:\n{mounts}");
+}

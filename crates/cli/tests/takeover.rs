@@ -1,8 +1,9 @@
 //! The mount outlives its daemon: real `farcache mount` daemons SIGKILLed under load and
-//! upgraded in place (`--takeover`, and SIGHUP to `--supervise`), while a reader and a writer
-//! verify every byte they see; a takeover refused on a settings or protocol mismatch leaves
-//! the running daemon serving; a new daemon killed in the middle of a takeover leaves the
-//! old one serving.
+//! upgraded in place (`--takeover`, and SIGHUP to `--supervise`), while a reader, a writer
+//! and a renamer verify every byte and every name they see; operations on names resent
+//! after a crash at each point of their execution answer as done; a takeover refused on a
+//! settings or protocol mismatch leaves the running daemon serving; a new daemon killed in
+//! the middle of a takeover leaves the old one serving.
 //!
 //! A real lender process runs across all the daemons of a test, so blocks an earlier daemon
 //! stored stay on it: a daemon that read one of them after a write would fail the writer's
@@ -21,16 +22,22 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use farcache_testkit::{
-    fuse_mounted, pattern, require_fuse, require_root, wait_until, MountProcess, ScratchDir, ServerProcess, TierFile,
+    fuse_mounted, pattern, require_fuse, require_root, wait_until, MountProcess, Rng, ScratchDir, ServerProcess,
+    TierFile,
 };
 
 const BLOCK: usize = 4096;
+/// Files the renamer moves back and forth.
+const RENAMED: usize = 4;
 const STATIC_BLOCKS: usize = 512;
 const DATA_BLOCKS: usize = 256;
-/// Kills and upgrades in the load test (alternating), and the pause between them. CI runs
-/// 12; `FARCACHE_TAKEOVER_EVENTS=100` runs the long version.
-const EVENTS: usize = 12;
-const BETWEEN_EVENTS: Duration = Duration::from_millis(400);
+/// SIGKILLs in the load test (`FARCACHE_TAKEOVER_KILLS` overrides); one upgrade follows
+/// every [`KILLS_PER_UPGRADE`] of them.
+const KILLS: usize = 100;
+const KILLS_PER_UPGRADE: usize = 5;
+/// Each event comes this long (uniformly drawn, seeded) after the mount serves again, so it
+/// lands at a random point of whatever the load is doing.
+const EVENT_DELAY_MS: std::ops::Range<u64> = 10..250;
 /// How long a new daemon may take to appear after an event.
 const EVENT_WAIT: Duration = Duration::from_secs(15);
 /// Past this, the watchdog aborts the test's FUSE connection.
@@ -48,6 +55,7 @@ impl TestDir {
     fn new(tag: &str) -> TestDir {
         let d = ScratchDir::new(Path::new(env!("CARGO_TARGET_TMPDIR")), &format!("takeover-{tag}"));
         fs::create_dir_all(d.backing().join("meta")).unwrap();
+        fs::create_dir_all(d.backing().join("ren")).unwrap();
         TestDir(d)
     }
     fn backing(&self) -> PathBuf {
@@ -137,13 +145,17 @@ struct Seen {
     /// operation that started during each.
     phase: AtomicU64,
     longest_by_phase_us: [AtomicU64; 3],
+    /// Operations under way now, by kind (what a kill lands in the middle of).
+    in_flight: Mutex<std::collections::BTreeMap<String, u32>>,
 }
 
 impl Seen {
     fn op<T>(&self, what: &str, f: impl FnOnce() -> std::io::Result<T>) -> Option<T> {
         let phase = self.phase.load(Ordering::Relaxed).min(2) as usize;
+        *self.in_flight.lock().unwrap().entry(what.to_string()).or_default() += 1;
         let t0 = Instant::now();
         let r = f();
+        *self.in_flight.lock().unwrap().get_mut(what).expect("counted above") -= 1;
         let us = t0.elapsed().as_micros() as u64;
         self.longest_us.fetch_max(us, Ordering::Relaxed);
         self.longest_by_phase_us[phase].fetch_max(us, Ordering::Relaxed);
@@ -155,6 +167,10 @@ impl Seen {
                 None
             }
         }
+    }
+    /// The kinds of operation under way now.
+    fn under_way(&self) -> Vec<String> {
+        self.in_flight.lock().unwrap().iter().filter(|(_, n)| **n > 0).map(|(k, _)| k.clone()).collect()
     }
     fn fail(&self, msg: String) {
         let mut e = self.errors.lock().unwrap();
@@ -218,7 +234,7 @@ impl Load {
                 if s.op("write data (O_DIRECT)", || f.write_at(a.get(), (b * BLOCK) as u64)).is_some() {
                     model[b * BLOCK..(b + 1) * BLOCK].copy_from_slice(&content);
                 }
-                if seq.is_multiple_of(8) {
+                if seq.is_multiple_of(4) {
                     s.op("fsync data", || f.sync_all());
                 }
                 // Read back the block written, and another one.
@@ -278,6 +294,11 @@ impl Load {
             unsafe { libc::closedir(stream) };
             None
         }));
+        let (d, s, st) = (mnt.join("ren"), seen.clone(), stop.clone());
+        threads.push(std::thread::spawn(move || {
+            renamer(&d, &s, &st, deadline);
+            None
+        }));
         Load { stop, seen, threads }
     }
 
@@ -293,6 +314,67 @@ impl Load {
         let errors = self.seen.errors.lock().unwrap().clone();
         let longest = Duration::from_micros(self.seen.longest_us.load(Ordering::Relaxed));
         (errors, self.seen.ops.load(Ordering::Relaxed), longest, model)
+    }
+}
+
+/// Operations on names, each of which fails if done twice: renames back and forth (one
+/// replacing an existing name), exclusive creates, hard and symbolic links, unlinks, mkdir
+/// and rmdir. Each must succeed, and afterwards the names must be exactly as it left them
+/// with the right contents — a rename resent after a crash that answered `ENOENT`, or one
+/// carried out twice, shows here.
+fn renamer(d: &Path, s: &Seen, stop: &AtomicBool, deadline: Instant) {
+    let body = |k: usize| format!("renamed file {k}\n").repeat(k + 1).into_bytes();
+    let name = |k: usize, moved: bool| d.join(format!("{}{k}", if moved { "b" } else { "a" }));
+    let mut moved = [false; RENAMED];
+    for (k, m) in moved.iter().enumerate() {
+        if s.op("renamer setup", || fs::write(name(k, *m), body(k))).is_none() {
+            return;
+        }
+    }
+    let absent = |p: &Path, what: &str| {
+        if p.symlink_metadata().is_ok() {
+            s.fail(format!("{what}: {} still exists", p.display()));
+        }
+    };
+    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+        // Every file moves once per round, then the other operations on names.
+        for (k, m) in moved.iter_mut().enumerate() {
+            let (from, to) = (name(k, *m), name(k, !*m));
+            if s.op("rename", || fs::rename(&from, &to)).is_none() {
+                return; // the names are unknown now: one error is enough
+            }
+            *m = !*m;
+            absent(&from, "after a rename");
+            if let Some(got) = s.op("read renamed", || fs::read(&to)) {
+                if got != body(k) {
+                    s.fail(format!("{} after a rename: wrong contents", to.display()));
+                }
+            }
+        }
+        let (x, y, z, sym, sub) = (d.join("x"), d.join("y"), d.join("z"), d.join("sym"), d.join("sub"));
+        let ok = s
+            .op("create O_EXCL", || OpenOptions::new().write(true).create_new(true).open(&x)?.write_all(b"x"))
+            .is_some()
+            && s.op("link", || fs::hard_link(&x, &y)).is_some()
+            && s.op("unlink", || fs::remove_file(&x)).is_some()
+            && s.op("write the name a rename replaces", || fs::write(&z, b"old")).is_some()
+            && s.op("rename over an existing name", || fs::rename(&y, &z)).is_some()
+            && s.op("read the replaced name", || fs::read(&z)).is_some_and(|got| {
+                if got != b"x" {
+                    s.fail(format!("{} after a rename over it: {got:?}", z.display()));
+                }
+                true
+            })
+            && s.op("unlink the replaced name", || fs::remove_file(&z)).is_some()
+            && s.op("symlink", || std::os::unix::fs::symlink("target", &sym)).is_some()
+            && s.op("unlink a symlink", || fs::remove_file(&sym)).is_some()
+            && s.op("mkdir", || fs::create_dir(&sub)).is_some()
+            && s.op("rmdir", || fs::remove_dir(&sub)).is_some();
+        if !ok {
+            return;
+        }
+        absent(&y, "after a rename over another name");
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -318,10 +400,17 @@ fn alive(pid: u32) -> bool {
     unsafe { libc::kill(pid as i32, 0) == 0 }
 }
 
-/// The load test: `EVENTS` alternating SIGKILLs of the daemon and in-place upgrades
-/// (SIGHUP to the supervisor), under a reader, a writer and a metadata thread that verify
-/// every byte; nothing they do may fail; afterwards the backing files hold exactly what
-/// the writer wrote.
+/// The mount serves again: an open reaches the daemon whatever the kernel caches, so it
+/// returns once a daemon answers (bounded by the watchdog).
+fn served(mnt: &Path) {
+    File::open(mnt.join("static")).unwrap_or_else(|e| panic!("open through the mount after an event: {e}"));
+}
+
+/// The load test: `KILLS` SIGKILLs of the daemon and one in-place upgrade (SIGHUP to the
+/// supervisor) after every `KILLS_PER_UPGRADE`, each at a random moment (seeded, printed;
+/// `FARCACHE_TAKEOVER_SEED` replays one) after the mount serves again, under a reader, a
+/// writer, a metadata thread and a renamer that verify every byte and name; nothing they do
+/// may fail; afterwards the backing files hold exactly what the writer wrote.
 #[test]
 fn reader_and_writer_verify_every_byte_across_kills_and_takeovers() {
     require_fuse();
@@ -331,10 +420,13 @@ fn reader_and_writer_verify_every_byte_across_kills_and_takeovers() {
     let lender = ServerProcess::start(bin(), &["--capacity", "64MiB"], None);
     let lender_addr = lender.addr().to_string();
     let ctl = dir.ctl();
+    // A crash a second ago is forgotten (no backoff): the kills come faster than anyone's.
     let args = [
         "--supervise",
         "--restart-limit",
         "100",
+        "--restart-window",
+        "1",
         "--server",
         lender_addr.as_str(),
         "--routing",
@@ -343,40 +435,71 @@ fn reader_and_writer_verify_every_byte_across_kills_and_takeovers() {
         ctl.to_str().unwrap(),
     ];
     let sup = MountProcess::start(bin(), &dir.backing(), &dir.mnt(), &args, &dir.log("supervisor"));
-    let events: usize = std::env::var("FARCACHE_TAKEOVER_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(EVENTS);
-    let bound = TEST_BOUND.max(Duration::from_secs(2 * events as u64));
+    let kills: usize = std::env::var("FARCACHE_TAKEOVER_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(KILLS);
+    let seed: u64 = std::env::var("FARCACHE_TAKEOVER_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+    });
+    eprintln!("{kills} kills, seed {seed} (FARCACHE_TAKEOVER_SEED={seed} replays the kill points)");
+    let mut rng = Rng::new(seed);
+    let bound = TEST_BOUND.max(Duration::from_secs(2 * kills as u64));
     let _dog = Watchdog::start(&dir.mnt(), bound);
     let load = Load::start(&dir.mnt(), Instant::now() + bound);
     let mut daemon = daemon_of(&sup, None);
-    let (mut kills, mut upgrades) = (0, 0);
-    for i in 0..events {
+    let (mut killed, mut upgrades) = (0, 0);
+    // How many kills landed during each kind of operation.
+    let mut landed = std::collections::BTreeMap::new();
+    let t0 = Instant::now();
+    while killed < kills {
         load.seen.phase.store(0, Ordering::SeqCst);
-        std::thread::sleep(BETWEEN_EVENTS);
-        load.seen.phase.store(1 + (i % 2) as u64, Ordering::SeqCst);
-        if i % 2 == 0 {
-            // SAFETY: kill(2) on the supervisor's child, a process this test started.
-            unsafe { libc::kill(daemon as i32, libc::SIGKILL) };
-            kills += 1;
-        } else {
+        let delay = EVENT_DELAY_MS.start + rng.below(EVENT_DELAY_MS.end - EVENT_DELAY_MS.start);
+        std::thread::sleep(Duration::from_millis(delay));
+        let upgrade = killed > 0 && killed % KILLS_PER_UPGRADE == 0 && upgrades < killed / KILLS_PER_UPGRADE;
+        load.seen.phase.store(if upgrade { 2 } else { 1 }, Ordering::SeqCst);
+        if upgrade {
             sup.signal(libc::SIGHUP);
             upgrades += 1;
+        } else {
+            let during = load.seen.under_way();
+            // SAFETY: kill(2) on the supervisor's child, a process this test started.
+            unsafe { libc::kill(daemon as i32, libc::SIGKILL) };
+            killed += 1;
+            for k in during {
+                *landed.entry(k).or_insert(0u32) += 1;
+            }
         }
         let next = daemon_of(&sup, Some(daemon));
-        assert!(wait_until(EVENT_WAIT, Duration::from_millis(5), || !alive(daemon)), "pid {daemon} lingers");
+        assert!(wait_until(EVENT_WAIT, Duration::from_millis(2), || !alive(daemon)), "pid {daemon} lingers");
         daemon = next;
+        served(&dir.mnt());
     }
+    let per_event = t0.elapsed() / (killed + upgrades) as u32;
     load.seen.phase.store(0, Ordering::SeqCst);
-    std::thread::sleep(BETWEEN_EVENTS);
+    std::thread::sleep(Duration::from_millis(EVENT_DELAY_MS.end));
     let by_phase: Vec<Duration> =
         load.seen.longest_by_phase_us.iter().map(|a| Duration::from_micros(a.load(Ordering::Relaxed))).collect();
     let (errors, ops, longest, model) = load.finish();
     eprintln!(
-        "{kills} kills, {upgrades} upgrades: {ops} operations, longest {longest:?}; longest operation started during \
-         a kill {:?}, an upgrade {:?}, neither {:?} (noisy: shared machine, debug build)",
+        "{killed} kills, {upgrades} upgrades (seed {seed}), {per_event:?} per event: {ops} operations, longest \
+         {longest:?}; longest operation started during a kill {:?}, an upgrade {:?}, neither {:?} (noisy: shared \
+         machine, debug build)",
         by_phase[1], by_phase[2], by_phase[0]
     );
-    assert!(errors.is_empty(), "the load saw errors:\n{}\n{}", errors.join("\n"), sup.log_text());
+    assert!(
+        errors.is_empty(),
+        "the load saw errors (seed {seed}; FARCACHE_TAKEOVER_SEED={seed} replays the kill points):\n{}\n{}",
+        errors.join("\n"),
+        sup.log_text()
+    );
     assert!(ops > 1000, "too little load to mean anything: {ops} operations");
+    eprintln!("kills landed during (operations under way at the SIGKILL): {landed:?}");
+    if kills >= KILLS {
+        // Kills at random points land in the middle of every kind of operation that takes a
+        // round trip to the daemon: too few of one would mean the load is not what it says.
+        for kind in ["read", "write", "fsync", "rename"] {
+            let n: u32 = landed.iter().filter(|(k, _)| k.starts_with(kind)).map(|(_, n)| n).sum();
+            assert!(n > 0, "no kill landed during a {kind}: {landed:?}");
+        }
+    }
     // The lender was in the path (so a stale block would have been served from it).
     let out = farcache_testkit::run_bin(bin(), &["stats", "--server", &lender_addr, "--json"]);
     let stats: serde_json::Value = serde_json::from_slice(&out.stdout).expect("lender stats");
@@ -387,6 +510,144 @@ fn reader_and_writer_verify_every_byte_across_kills_and_takeovers() {
     assert_eq!(fs::read(dir.backing().join("static")).unwrap(), pattern(STATIC_BLOCKS * BLOCK, 1));
     let log = sup.stop();
     assert!(log.contains("unanswered requests resent"), "{log}");
+}
+
+/// Every operation on names, killed at each point of its execution — intent recorded and
+/// nothing done, done and its result not recorded, result recorded and the reply not
+/// written — then resent by the kernel to the next daemon: the application sees it succeed
+/// once, and the names are as one execution leaves them. Without the intent journal the
+/// last two points answer `ENOENT` or `EEXIST`.
+#[test]
+fn operations_on_names_resent_after_a_crash_answer_as_done() {
+    require_fuse();
+    require_root("takeover tests (open_by_handle_at, mounting)");
+    let dir = TestDir::new("resend");
+    write_files(&dir.backing());
+    let token = dir.0.join("fault");
+    let ctl = dir.ctl();
+    let args = [
+        "--supervise",
+        "--restart-limit",
+        "100",
+        "--restart-window",
+        "1",
+        "--no-remote",
+        "--control-socket",
+        ctl.to_str().unwrap(),
+    ];
+    let sup = MountProcess::try_start_env(
+        bin(),
+        &dir.backing(),
+        &dir.mnt(),
+        &args,
+        &[("FARCACHE_FAULT_DIE", token.to_str().unwrap())],
+        &dir.log("supervisor"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
+    let d = sup.m("ren");
+    type Case = (&'static str, fn(&Path) -> std::io::Result<()>, fn(&Path) -> std::io::Result<()>, fn(&Path));
+    let cases: [Case; 9] = [
+        (
+            "rename",
+            |d| fs::write(d.join("src"), b"moved"),
+            |d| fs::rename(d.join("src"), d.join("dst")),
+            |d| {
+                assert_eq!(fs::read(d.join("dst")).unwrap(), b"moved");
+                assert!(!d.join("src").exists());
+                fs::remove_file(d.join("dst")).unwrap();
+            },
+        ),
+        (
+            "rename",
+            |d| fs::write(d.join("src"), b"moved").and_then(|()| fs::write(d.join("dst"), b"replaced")),
+            |d| fs::rename(d.join("src"), d.join("dst")),
+            |d| {
+                assert_eq!(fs::read(d.join("dst")).unwrap(), b"moved");
+                assert!(!d.join("src").exists());
+                fs::remove_file(d.join("dst")).unwrap();
+            },
+        ),
+        (
+            "unlink",
+            |d| fs::write(d.join("u"), b"u"),
+            |d| fs::remove_file(d.join("u")),
+            |d| assert!(!d.join("u").exists()),
+        ),
+        ("rmdir", |d| fs::create_dir(d.join("r")), |d| fs::remove_dir(d.join("r")), |d| assert!(!d.join("r").exists())),
+        (
+            "mkdir",
+            |_| Ok(()),
+            |d| fs::create_dir(d.join("m")),
+            |d| {
+                assert!(d.join("m").is_dir());
+                fs::remove_dir(d.join("m")).unwrap();
+            },
+        ),
+        (
+            "create",
+            |_| Ok(()),
+            |d| OpenOptions::new().write(true).create_new(true).open(d.join("c"))?.write_all(b"created"),
+            |d| {
+                assert_eq!(fs::read(d.join("c")).unwrap(), b"created");
+                fs::remove_file(d.join("c")).unwrap();
+            },
+        ),
+        (
+            "link",
+            |d| fs::write(d.join("l1"), b"l"),
+            |d| fs::hard_link(d.join("l1"), d.join("l2")),
+            |d| {
+                use std::os::unix::fs::MetadataExt;
+                assert_eq!(fs::metadata(d.join("l1")).unwrap().ino(), fs::metadata(d.join("l2")).unwrap().ino());
+                fs::remove_file(d.join("l1")).unwrap();
+                fs::remove_file(d.join("l2")).unwrap();
+            },
+        ),
+        (
+            "symlink",
+            |_| Ok(()),
+            |d| std::os::unix::fs::symlink("target", d.join("s")),
+            |d| {
+                assert_eq!(fs::read_link(d.join("s")).unwrap(), Path::new("target"));
+                fs::remove_file(d.join("s")).unwrap();
+            },
+        ),
+        (
+            "mknod",
+            |_| Ok(()),
+            |d| {
+                let c = std::ffi::CString::new(d.join("fifo").as_os_str().as_encoded_bytes()).unwrap();
+                // SAFETY: mkfifo with a NUL-terminated path.
+                match unsafe { libc::mkfifo(c.as_ptr(), 0o600) } {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
+            },
+            |d| {
+                use std::os::unix::fs::FileTypeExt;
+                assert!(fs::symlink_metadata(d.join("fifo")).unwrap().file_type().is_fifo());
+                fs::remove_file(d.join("fifo")).unwrap();
+            },
+        ),
+    ];
+    let mut daemon = daemon_of(&sup, None);
+    for (op, setup, act, check) in cases {
+        for point in ["begun", "ran", "done"] {
+            let what = format!("{op} killed at {point}");
+            setup(&d).unwrap_or_else(|e| panic!("{what}: setup: {e}"));
+            fs::write(&token, format!("{op}:{point}")).unwrap();
+            act(&d).unwrap_or_else(|e| panic!("{what}: the application saw {e}\n{}", sup.log_text()));
+            assert!(!token.exists(), "{what}: the fault did not fire (the daemon did not die there)");
+            let next = daemon_of(&sup, Some(daemon));
+            assert!(wait_until(EVENT_WAIT, Duration::from_millis(2), || !alive(daemon)), "pid {daemon} lingers");
+            daemon = next;
+            check(&d);
+            let left: Vec<_> = fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
+            assert!(left.is_empty(), "{what}: left behind {left:?}");
+        }
+    }
+    sup.stop();
 }
 
 /// Start a plain daemon (no supervisor) for the tests of `--takeover` itself.
@@ -481,7 +742,12 @@ fn refused_takeovers_leave_the_old_daemon_serving_and_a_matching_one_replaces_it
     assert_eq!(buf, pattern(STATIC_BLOCKS * BLOCK, 1)[5 * BLOCK..8 * BLOCK], "a file opened before the takeover");
     still_serves(&new, "after the takeover");
     drop(held);
+    // The intent journal lives beside the control socket while the mount does, and goes
+    // with a clean unmount.
+    let journal = dir.0.join("ctl.sock.journal");
+    assert!(journal.exists(), "no intent journal at {}", journal.display());
     new.stop();
+    assert!(!journal.exists(), "the intent journal outlived a clean unmount");
 }
 
 /// Kills in the middle of an in-place upgrade (SIGHUP to the supervisor): at growing delays

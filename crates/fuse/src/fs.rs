@@ -22,6 +22,7 @@ use fuser::{
 use crate::config::MountConfig;
 use crate::handles::{DirHandle, FileHandle, Handles};
 use crate::inode::{Inode, InodeTable};
+use crate::journal::Op;
 use crate::sys;
 
 pub(crate) struct Passthrough {
@@ -49,6 +50,9 @@ pub(crate) struct Passthrough {
     pub(crate) keeper: crate::KeeperSlot,
     /// Several backing branches (`crate::union`); `None` for one backing directory.
     pub(crate) union: Option<Arc<crate::union::Union>>,
+    /// Where operations on names record what they are about to do (`journal.rs`); `None`
+    /// when it could not be opened (then a resent one may fail although it took effect).
+    pub(crate) journal: Option<Arc<crate::journal::Journal>>,
 }
 
 /// An unknown node id or handle: the kernel and we disagree, which is a bug somewhere.
@@ -96,6 +100,7 @@ impl Passthrough {
             incarnation,
             keeper: crate::KeeperSlot::default(),
             union: None,
+            journal: None,
         })
     }
 
@@ -381,28 +386,36 @@ impl Filesystem for Passthrough {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        answer!(reply, self.do_mknod(req, parent, name, mode, rdev), |a| { self.entry(reply, &a) })
+        // Each journaled operation's ticket (`_held`) is dropped after the reply is written.
+        let (res, _held) =
+            self.make_once(req, Op::Mknod, parent, name, || self.do_mknod(req, parent, name, mode, rdev));
+        answer!(reply, res, |a| { self.entry(reply, &a) })
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
-        answer!(reply, self.do_mkdir(req, parent, name, mode), |a| self.entry(reply, &a))
+        let (res, _held) = self.make_once(req, Op::Mkdir, parent, name, || self.do_mkdir(req, parent, name, mode));
+        answer!(reply, res, |a| self.entry(reply, &a))
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        answer!(reply, self.do_unlink(parent, name), |()| reply.ok())
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let (res, _held) = self.unlink_once(req.unique().0, parent, name, false);
+        answer!(reply, res, |()| reply.ok())
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        answer!(reply, self.do_rmdir(parent, name), |()| reply.ok())
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let (res, _held) = self.unlink_once(req.unique().0, parent, name, true);
+        answer!(reply, res, |()| reply.ok())
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        answer!(reply, self.do_symlink(req, parent, link_name, target), |a| self.entry(reply, &a))
+        let (res, _held) =
+            self.make_once(req, Op::Symlink, parent, link_name, || self.do_symlink(req, parent, link_name, target));
+        answer!(reply, res, |a| self.entry(reply, &a))
     }
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -410,11 +423,13 @@ impl Filesystem for Passthrough {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        answer!(reply, self.do_rename(parent, name, newparent, newname, flags.bits()), |()| reply.ok())
+        let (res, _held) = self.rename_once(req.unique().0, parent, name, newparent, newname, flags.bits());
+        answer!(reply, res, |()| reply.ok())
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        answer!(reply, self.do_link(ino, newparent, newname), |a| self.entry(reply, &a))
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let (res, _held) = self.link_once(req.unique().0, ino, newparent, newname);
+        answer!(reply, res, |a| self.entry(reply, &a))
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -570,13 +585,8 @@ impl Filesystem for Passthrough {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        answer!(reply, self.do_create(req, parent, name, mode, flags), |(a, fh)| reply.created(
-            &self.attr_ttl,
-            &a,
-            Generation(0),
-            Fh(fh),
-            self.fopen_flags()
-        ))
+        let (res, _held) = self.create_once(req, parent, name, mode, flags);
+        answer!(reply, res, |(a, fh)| reply.created(&self.attr_ttl, &a, Generation(0), Fh(fh), self.fopen_flags()))
     }
 
     fn fallocate(&self, _req: &Request, ino: INodeNo, fh: Fh, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {

@@ -14,6 +14,8 @@
 //! - `handles.rs`: open file and directory handles, bounded.
 //! - `fs.rs`: shared state and the `fuser::Filesystem` glue (errno conversion).
 //! - `ops_entry.rs`, `ops_attr.rs`, `ops_file.rs`, `ops_dir.rs`: the operations.
+//! - `journal.rs`, `ops_once.rs`: the intent journal, by which an operation on names that a
+//!   dead daemon carried out and the kernel resent answers as it did the first time.
 //! - `sys.rs`: the system calls.
 //! - `takeover.rs`: serving a connection another daemon started ([`Mount::adopt`]); what
 //!   travels with the descriptors and how the kernel's node ids and handles are resolved.
@@ -29,10 +31,12 @@ mod error;
 mod fs;
 mod handles;
 mod inode;
+mod journal;
 mod ops_attr;
 mod ops_dir;
 mod ops_entry;
 mod ops_file;
+mod ops_once;
 mod sys;
 pub mod takeover;
 pub mod union;
@@ -95,6 +99,19 @@ impl KeeperSlot {
             f(k);
         }
     }
+}
+
+/// The intent journal at `path` (`journal.rs`), or `None` with a warning that says what is lost.
+fn open_journal(path: &Path, conn: u64, fresh: bool) -> Option<Arc<journal::Journal>> {
+    journal::Journal::open(path, conn, fresh)
+        .map(Arc::new)
+        .map_err(|e| {
+            tracing::warn!(
+                "the intent journal {} cannot be opened ({e}): after a crash, a rename, unlink or create the dead                  daemon had done may be answered with an error. Make its directory writable (it is the control                  socket's) or choose another with --control-socket",
+                path.display()
+            )
+        })
+        .ok()
 }
 
 /// A live mount. Dropping it without [`Mount::run`] unmounts.
@@ -179,6 +196,7 @@ impl Mount {
         mountpoint: &Path,
         cfg: &MountConfig,
         data: Arc<dyn DataPath>,
+        journal: &Path,
     ) -> Result<Mount, MountError> {
         cfg.validate()?;
         let backing = check_dir(backing, MountError::BackingMissing, MountError::BackingNotDir)?;
@@ -207,8 +225,11 @@ impl Mount {
 
         // The backing root is opened before mounting, so even a mount on top of the backing
         // directory itself reaches the files underneath.
-        let fs = fs::Passthrough::new(&backing, cfg, data, 0)
+        let mut fs = fs::Passthrough::new(&backing, cfg, data, 0)
             .map_err(|source| MountError::BackingOpen { path: backing.clone(), source })?;
+        // A new connection: its request numbers start again, so the journal starts empty.
+        fs.journal = open_journal(journal, 0, true);
+        let journal = fs.journal.clone();
         let slot = fs.handover.clone();
         let keeper = fs.keeper.clone();
         let fc = fuser_config(&backing, cfg, root);
@@ -219,6 +240,9 @@ impl Mount {
             mountpoint: mountpoint.clone(),
             source: io::Error::other("mounted, but not found in /proc/self/mountinfo"),
         })?;
+        if let Some(j) = &journal {
+            j.set_conn(dev);
+        }
         tracing::info!(
             "mounted {} on {}: {} threads, backing reads {}",
             backing.display(),
@@ -232,16 +256,19 @@ impl Mount {
     /// Check everything that can be checked, then mount the union of `branches` (two or more
     /// backing directories, each its own file system; `crate::union` has the rules) on
     /// `mountpoint`. One branch is [`Mount::new`]. Moves a crash interrupted are finished
-    /// first. Side effects as [`Mount::new`].
+    /// first. Side effects as [`Mount::new`]. `journal`: the intent journal of a one-branch
+    /// mount; a union has none (it refuses `--supervise` and `--takeover`, so nothing is ever
+    /// resent to it).
     pub fn with_branches(
         branches: &[PathBuf],
         mountpoint: &Path,
         cfg: &MountConfig,
         data: Arc<dyn DataPath>,
+        journal: &Path,
     ) -> Result<Mount, MountError> {
         match branches {
             [] => return Err(MountError::BackingMissing(PathBuf::new())),
-            [one] => return Mount::new(one, mountpoint, cfg, data),
+            [one] => return Mount::new(one, mountpoint, cfg, data, journal),
             _ => {}
         }
         cfg.validate()?;
@@ -320,6 +347,7 @@ impl Mount {
         data: Arc<dyn DataPath>,
         h: Handover,
         resend: bool,
+        journal: &Path,
     ) -> Result<Mount, MountError> {
         cfg.validate()?;
         let backing = check_dir(backing, MountError::BackingMissing, MountError::BackingNotDir)?;
@@ -341,6 +369,9 @@ impl Mount {
         fs.resolver = Some(takeover::Resolver::new(&h.state, root_inode.fd()));
         fs.inodes.reserve_synthetic(h.state.next_synthetic);
         takeover::adopt_kept(&fs.inodes, &h.state, &h.keep);
+        // Before the kernel resends anything: the records the earlier daemon left decide
+        // how a resent operation on names is answered.
+        fs.journal = open_journal(journal, h.state.dev, false);
         let slot = (fs.handover.clone(), fs.keeper.clone());
         let fc = fuser_config(&backing, cfg, root);
         let acl = fc.acl;

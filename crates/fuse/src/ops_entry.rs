@@ -106,7 +106,7 @@ impl Passthrough {
 
     /// After creating `parent/name`: give it to the caller and count the kernel's reference.
     /// If that fails the new name is removed again, so a failed call leaves nothing behind.
-    fn finish_new(&self, req: &Request, parent: &Inode, name: &std::ffi::CStr) -> io::Result<FileAttr> {
+    pub(crate) fn finish_new(&self, req: &Request, parent: &Inode, name: &std::ffi::CStr) -> io::Result<FileAttr> {
         let res = (|| {
             let fd = sys::openat(parent.fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
             self.give_to_caller(req, parent, fd.as_fd())?;
@@ -190,6 +190,7 @@ impl Passthrough {
         name: &OsStr,
         mode: u32,
         flags: i32,
+        made: bool,
     ) -> io::Result<(FileAttr, u64)> {
         if self.union.is_some() {
             return self.u_create(req, parent, name, mode, flags);
@@ -200,11 +201,12 @@ impl Passthrough {
         let mode = mode & !libc::S_IFMT;
         // Create exclusively first, so that we know whether this call made the file: only
         // then does it become the caller's. Without O_EXCL an existing name (made behind the
-        // mount's back) is opened instead.
+        // mount's back) is opened instead — or, with `made`, one an earlier daemon created
+        // for this very request (`ops_once.rs`), which is then this call's.
         let (fd, created) = match sys::openat(p.fd(), &c, oflags | libc::O_CREAT | libc::O_EXCL, mode) {
             Ok(fd) => (fd, true),
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) && flags & libc::O_EXCL == 0 => {
-                (sys::openat(p.fd(), &c, oflags, 0)?, false)
+                (sys::openat(p.fd(), &c, oflags, 0)?, made)
             }
             Err(e) => return Err(e),
         };

@@ -67,6 +67,26 @@ pub(crate) fn statat(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<libc::stat>
     Ok(unsafe { st.assume_init() })
 }
 
+/// Which inode `dir/name` is (without following a symlink): device, inode number and birth
+/// time, which tells a reused inode number from the inode that had it (0 where the file
+/// system keeps no birth time). An empty name is `dir` itself.
+pub(crate) fn ident_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<crate::journal::Ident> {
+    let mut sx = MaybeUninit::<libc::statx>::uninit();
+    let flags =
+        libc::AT_SYMLINK_NOFOLLOW | libc::AT_STATX_SYNC_AS_STAT | if name.is_empty() { libc::AT_EMPTY_PATH } else { 0 };
+    let mask = libc::STATX_INO | libc::STATX_BTIME;
+    // SAFETY: statx fills sx on success; we read it only then.
+    retry(|| unsafe { libc::statx(dir.as_raw_fd(), name.as_ptr(), flags, mask, sx.as_mut_ptr()) })?;
+    // SAFETY: initialised by the successful statx.
+    let sx = unsafe { sx.assume_init() };
+    let birth = if sx.stx_mask & libc::STATX_BTIME != 0 {
+        (sx.stx_btime.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(u64::from(sx.stx_btime.tv_nsec))
+    } else {
+        0
+    };
+    Ok(crate::journal::Ident { dev: libc::makedev(sx.stx_dev_major, sx.stx_dev_minor), ino: sx.stx_ino, birth })
+}
+
 pub(crate) fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
     statat(fd, c"")
 }

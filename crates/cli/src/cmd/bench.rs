@@ -30,6 +30,10 @@ enum What {
     /// throttled loop-device disk, a memory-limited client, lenders in network namespaces;
     /// native, passthrough, farcache and ideal side by side.
     Paper(Box<PaperArgs>),
+    /// The stall an application sees when the mount daemon is upgraded in place (SIGHUP to
+    /// `--supervise`) or SIGKILLed and restarted (root only): longest request per event and
+    /// time until throughput is back to 95%.
+    Restart(RestartArgs),
     /// The load generator of `bench paper`, started by it inside the client's cgroups.
     #[command(hide = true)]
     PaperWorker(PaperWorkerArgs),
@@ -193,6 +197,23 @@ struct ServerArgs {
 }
 
 #[derive(clap::Args)]
+struct RestartArgs {
+    /// Three upgrades and three crashes on a 16 MiB file: a smoke run of half a minute.
+    #[arg(long)]
+    quick: bool,
+    /// Upgrades, and as many crashes (default 30; --quick 3).
+    #[arg(long)]
+    events: Option<usize>,
+    /// Where the backing directory and mount point go (removed afterwards). Its file system
+    /// must resolve node ids by file handle after a crash (ext4 does; docs/SEMANTICS.md).
+    #[arg(long, default_value = "/var/tmp")]
+    dir: PathBuf,
+    /// Write the full results (every event) as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
 struct AllocArgs {
     /// A small lender and short traces: a smoke run of a minute or two.
     #[arg(long)]
@@ -227,11 +248,41 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         What::Policy(a) => run_policy(a),
         What::Alloc(a) => run_alloc(a),
         What::Paper(a) => run_paper(*a),
+        What::Restart(a) => run_restart(a),
         What::PaperWorker(a) => {
             let w = paper::worker::WorkerArgs { op: a.op, file: a.file, size: a.size, seed: a.seed };
             Ok(paper::worker::run(&w)?)
         }
     }
+}
+
+fn run_restart(a: RestartArgs) -> anyhow::Result<()> {
+    use farcache_bench::restart::{self, RestartBenchOptions};
+    let exe = this_binary()?;
+    let dir = a.dir.join(format!("farcache-bench-restart-{}", std::process::id()));
+    let mut o = if a.quick {
+        RestartBenchOptions::quick(exe, dir.clone())
+    } else {
+        RestartBenchOptions::full(exe, dir.clone())
+    };
+    if let Some(n) = a.events {
+        o.events = n;
+    }
+    println!(
+        "bench restart: {} upgrades and {} crashes of a supervised --no-remote mount under {}; reader and writer of \
+         4 KiB O_DIRECT, queue depth 1",
+        o.events,
+        o.events,
+        dir.display()
+    );
+    let report = restart::run(&o, &|line| eprintln!("{line}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let report = report?;
+    print!("{}", restart::render(&report));
+    if let Some(p) = a.json {
+        std::fs::write(&p, serde_json::to_vec_pretty(&report)?).with_context(|| format!("write {}", p.display()))?;
+    }
+    Ok(())
 }
 
 fn this_binary() -> anyhow::Result<PathBuf> {

@@ -247,6 +247,15 @@ impl Control for MountControl {
 
 /// The control socket this mount answers on: `--control-socket`, or the default path for
 /// its canonical mount point (in a private directory, created if need be).
+/// The mount's intent journal (`farcache_fuse`'s `journal.rs`): the control socket's path
+/// with `.journal` added, so that every daemon of the mount — restarted, or taking over —
+/// names the same file.
+fn journal_path(socket: &Path) -> PathBuf {
+    let mut p = socket.as_os_str().to_owned();
+    p.push(".journal");
+    PathBuf::from(p)
+}
+
 fn control_socket_path(explicit: Option<&Path>, canonical_mountpoint: &Path) -> anyhow::Result<PathBuf> {
     if let Some(p) = explicit {
         return std::path::absolute(p).with_context(|| format!("--control-socket {}", p.display()));
@@ -377,6 +386,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // with the right message.)
     let canonical = canonical_mountpoint(a.mountpoint());
     let socket_path = control_socket_path(a.control_socket.as_deref(), &canonical)?;
+    // The intent journal lives beside the socket: every daemon of this mount finds it there.
+    let journal_path = journal_path(&socket_path);
     // Taking over, the socket and the metrics port are the running daemon's until it exits.
     let bound = if a.takeover { None } else { Some(BoundSocket::bind(&socket_path).context("the control socket")?) };
     // The metrics port too: taken before the mount goes live, or the daemon stops here.
@@ -519,7 +530,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let (mut mount, bound, metrics, took_from) = if a.takeover {
         let (mut h, giving) = takeover::request(&socket_path, &handover_settings, supervisor.is_some())?;
         super::supervise::assign_incarnation(&mut h);
-        let m = Mount::adopt(&backing_dir, &canonical, &cfg, data.clone(), h, true)?;
+        let m = Mount::adopt(&backing_dir, &canonical, &cfg, data.clone(), h, true, &journal_path)?;
         takeover::confirm(&giving).context("--takeover: confirming to the running daemon")?;
         let bound = takeover::bind_when_free(&socket_path)?;
         let metrics = takeover::retry_bind(bind_metrics)?;
@@ -528,10 +539,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         // The previous daemon died: its connection is alive in the supervisor's hands.
         let mut h = link.withdraw()?;
         super::supervise::assign_incarnation(&mut h);
-        let m = Mount::adopt(&backing_dir, &canonical, &cfg, data.clone(), h, true)?;
+        let m = Mount::adopt(&backing_dir, &canonical, &cfg, data.clone(), h, true, &journal_path)?;
         (m, bound.expect("bound unless taking over"), metrics, Some(()))
     } else {
-        let m = Mount::with_branches(&branches, a.mountpoint(), &cfg, data.clone())?;
+        let m = Mount::with_branches(&branches, a.mountpoint(), &cfg, data.clone(), &journal_path)?;
         if let Some(u) = m.union() {
             let _ = control.union.set(u);
         }
@@ -568,6 +579,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 
     let grace = cfg.shutdown_grace.get();
     let summary = control.clone();
+    let signal_journal = journal_path.clone();
     std::thread::Builder::new().name("farcache-signals".into()).spawn(move || {
         rt.block_on(async move {
             let which = tokio::select! {
@@ -629,6 +641,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
             log_summary(&summary);
             socket_file.remove();
+            if code == 0 {
+                // Unmounted: no request of this connection can be resent any more.
+                let _ = std::fs::remove_file(&signal_journal);
+            }
             std::process::exit(code);
         })
     })?;
@@ -648,7 +664,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 }
                 Outcome::Resume(h) => {
                     tracing::warn!("takeover did not complete: serving again");
-                    mount = Mount::adopt(&backing_dir, &canonical, &cfg, data.clone(), h, true)?;
+                    mount = Mount::adopt(&backing_dir, &canonical, &cfg, data.clone(), h, true, &journal_path)?;
                     if let Some(link) = &supervisor {
                         mount.keep_mounted_on_drop();
                         mount.set_keeper(link.keeper());
@@ -666,6 +682,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     crate::notify::stopping();
     log_summary(&control);
     drop(control_server);
+    // The connection is gone, and with it every request the journal could answer for.
+    let _ = std::fs::remove_file(&journal_path);
     Ok(())
 }
 
