@@ -111,9 +111,10 @@ impl Experiment {
         }
     }
 
-    /// Whether `cfg` is one of this experiment's configurations.
+    /// Whether `cfg` is one of this experiment's configurations: its own, and for pgbench
+    /// also the write-back tier's (TPC-B with the tier, issue 12; asked for with --configs).
     pub fn runs_in(self, cfg: ConfigKind) -> bool {
-        self.own_configs().contains(&cfg)
+        self.own_configs().contains(&cfg) || (self == Experiment::Pgbench && cfg.has_tier())
     }
 
     pub fn table(self) -> &'static str {

@@ -358,14 +358,18 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
         _ => None,
     };
     let addrs: Vec<_> = lenders.as_ref().map(|l| l.addrs.clone()).unwrap_or_default();
+    // tier-dram / tier-ssd: TPC-B with the write-back tier (issue 12).
+    let tier = super::writeback::TierFile::make(tb, cfg, o.tier_bytes)?;
     let mut mount = if cfg.through_mount() {
         let log = tb.logs.join(format!("pgbench-{}.mount.log", cfg.name()));
-        Some(MountDaemon::start(
+        let extra = tier.as_ref().map(|t| t.mount_args(o.tier_bytes)).unwrap_or_default();
+        Some(MountDaemon::start_with(
             &o.exe,
             &tb.ext4,
             &tb.mnt,
             lenders.as_ref().map(|l| &l.addrs[..]),
             o.routing.as_deref(),
+            &extra,
             &[&mem, &tb.blkio],
             &log,
         )?)

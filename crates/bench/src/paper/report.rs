@@ -302,7 +302,7 @@ fn checks(r: &PaperReport) -> Vec<Verdict> {
         if let Some(e) = &r.pgbench_error {
             v.push(Verdict { what: "pgbench: the database was made".into(), measured: e.clone(), ok: false });
         }
-        for &cfg in &o.configs_for(Experiment::Seqread) {
+        for &cfg in &o.configs_for(Experiment::Pgbench) {
             for mode in [PgMode::SelectOnly, PgMode::TpcB] {
                 for &c in &o.pgbench_clients {
                     let x = r.pgbench.iter().find(|x| x.config == cfg && x.mode == mode && x.clients == c);
@@ -453,7 +453,7 @@ fn tpch_checks(r: &PaperReport, v: &mut Vec<Verdict>) {
         return;
     }
     let want: Vec<(String, u64)> = r.tpch_setup.as_ref().map(|s| s.rows.clone()).unwrap_or_default();
-    for &cfg in &o.configs_for(Experiment::Seqread) {
+    for &cfg in &o.configs_for(Experiment::Tpch) {
         let name = cfg.name();
         let Some(x) = r.tpch.iter().find(|x| x.config == Some(cfg)) else {
             v.push(Verdict { what: format!("tpch {name} ran"), measured: "missing".into(), ok: false });
@@ -954,8 +954,13 @@ fn render_pgbench(s: &mut String, r: &PaperReport) {
     }
     let mut head = String::from("| workload | clients |");
     let mut rule = String::from("|---|---:|");
-    for c in &o.configs_for(Experiment::Seqread) {
+    for c in &o.configs_for(Experiment::Pgbench) {
         let _ = write!(head, " {} |", c.name());
+        rule.push_str("---:|");
+    }
+    let tiers: Vec<ConfigKind> = o.configs_for(Experiment::Pgbench).into_iter().filter(|c| c.has_tier()).collect();
+    for t in &tiers {
+        let _ = write!(head, " {}/passthrough |", t.name());
         rule.push_str("---:|");
     }
     let _ = writeln!(s, "{head} farcache/passthrough | farcache/ideal |\n{rule}---:|---:|");
@@ -969,12 +974,15 @@ fn render_pgbench(s: &mut String, r: &PaperReport) {
     for mode in [PgMode::SelectOnly, PgMode::TpcB] {
         for &c in &o.pgbench_clients {
             let mut row = format!("| {} | {c} |", mode.name());
-            for &cfg in &o.configs_for(Experiment::Seqread) {
+            for &cfg in &o.configs_for(Experiment::Pgbench) {
                 let _ = write!(row, " {} |", cell(tps(cfg, mode, c), 0));
             }
             let f = tps(ConfigKind::Farcache, mode, c);
             let pt = tps(ConfigKind::Passthrough, mode, c);
             let id = tps(ConfigKind::Ideal, mode, c);
+            for &t in &tiers {
+                let _ = write!(row, " {} |", cell(tps(t, mode, c).zip(pt).map(|(t, p)| t / p), 2));
+            }
             let _ = writeln!(
                 s,
                 "{row} {} | {} |",
@@ -1024,11 +1032,16 @@ fn render_tpch(s: &mut String, r: &PaperReport) {
             p.config_deadline_secs
         );
     }
-    let cfgs = &o.configs_for(Experiment::Seqread);
+    let cfgs = &o.configs_for(Experiment::Tpch);
     let mut head = String::from("| test |");
     let mut rule = String::from("|---|");
     for c in cfgs {
         let _ = write!(head, " {} |", c.name());
+        rule.push_str("---:|");
+    }
+    let tiers: Vec<ConfigKind> = o.configs_for(Experiment::Pgbench).into_iter().filter(|c| c.has_tier()).collect();
+    for t in &tiers {
+        let _ = write!(head, " {}/passthrough |", t.name());
         rule.push_str("---:|");
     }
     let _ = writeln!(s, "{head} farcache/passthrough | farcache/ideal |\n{rule}---:|---:|");

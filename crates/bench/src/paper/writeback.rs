@@ -219,11 +219,7 @@ fn in_config(
     let log = tb.logs.join(format!("{}-{case}-{}.mount.log", exp.name(), cfg.name()));
     let tier = TierFile::make(tb, cfg, o.tier_bytes)?;
     let mut mount = if cfg.through_mount() {
-        let mut extra: Vec<OsString> = Vec::new();
-        if let Some(t) = &tier {
-            extra.extend([OsString::from("--tier"), t.path.clone().into_os_string()]);
-            extra.extend([OsString::from("--tier-size"), OsString::from(o.tier_bytes.to_string())]);
-        }
+        let extra = tier.as_ref().map(|t| t.mount_args(o.tier_bytes)).unwrap_or_default();
         Some(MountDaemon::start_with(&o.exe, &tb.ext4, &tb.mnt, None, None, &extra, &[&mem, &tb.blkio], &log)?)
     } else {
         None
@@ -283,12 +279,23 @@ impl ClientEnv {
 
 /// The tier's medium, made by the harness (space reserved outside the client's cgroup) and
 /// removed when dropped.
-struct TierFile {
+pub(super) struct TierFile {
     path: PathBuf,
 }
 
 impl TierFile {
-    fn make(tb: &Testbed, cfg: ConfigKind, bytes: u64) -> Result<Option<TierFile>> {
+    /// `farcache mount`'s arguments for this tier of `bytes`.
+    pub(super) fn mount_args(&self, bytes: u64) -> Vec<OsString> {
+        vec![
+            OsString::from("--tier"),
+            self.path.clone().into_os_string(),
+            OsString::from("--tier-size"),
+            OsString::from(bytes.to_string()),
+        ]
+    }
+
+    /// The tier of configuration `cfg`, if it has one.
+    pub(super) fn make(tb: &Testbed, cfg: ConfigKind, bytes: u64) -> Result<Option<TierFile>> {
         let path = match cfg {
             ConfigKind::TierDram => PathBuf::from(format!("/dev/shm/{}-tier", tb.prefix)),
             ConfigKind::TierSsd => tb.dir.join("tier-ssd"),
