@@ -26,6 +26,6 @@ for prof in ${PROFILES:-raw cloud}; do
   echo "== engine, serial ($prof)"
   # shellcheck disable=SC2086
   "$BIN" bench paper --profile "$prof" --experiment engine,serial --out "$dir" ${EXTRA:-} >"$dir/log" 2>&1 ||
-    { echo "   failed: see $dir/log"; rm -f "$dir"/paper002-*.json; }
+    { echo "   failed: see $dir/log (what ran is kept as partial-*.json)"; for j in "$dir"/paper002-*.json; do [ -e "$j" ] && mv "$j" "$dir/partial-$(basename "$j")"; done; }
   awk '/^## /{p = ($0 !~ /memory|Sanity|Targets/)} p' "$dir"/paper002-*.md 2>/dev/null || true
 done

@@ -29,7 +29,7 @@ for exp in ${EXPERIMENTS:-durable dfsio postmark}; do
   # shellcheck disable=SC2086
   "$BIN" bench paper --profile "$PROFILE" --experiment "$exp" --postmark-scale "${POSTMARK_SCALE:-1}" \
     --out "$dir" ${EXTRA:-} >"$dir/log" 2>&1 ||
-    { echo "   failed: see $dir/log"; rm -f "$dir"/paper003-*.json; }
+    { echo "   failed: see $dir/log (what ran is kept as partial-*.json)"; for j in "$dir"/paper003-*.json; do [ -e "$j" ] && mv "$j" "$dir/partial-$(basename "$j")"; done; }
   # The experiment's table (its heading to the next heading).
   awk '/^## /{p = ($0 !~ /memory|Sanity|Targets/)} p' "$dir"/paper003-*.md 2>/dev/null || true
 done
