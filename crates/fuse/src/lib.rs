@@ -185,6 +185,29 @@ pub enum Unmounted {
     NotMounted,
 }
 
+/// What every new mount needs of the process, checked and set once: /proc, /dev/fuse, a way
+/// to mount (root, or fusermount3), umask 0 (the kernel applies the caller's umask before
+/// asking us) and a descriptor limit for the inodes and handles the config allows. Whether
+/// the process is root.
+fn prepare_daemon(cfg: &MountConfig) -> Result<bool, MountError> {
+    if !Path::new("/proc/self/fd").is_dir() {
+        return Err(MountError::NoProc);
+    }
+    let root = sys::is_root();
+    if !root && find_in_path("fusermount3").is_none() {
+        return Err(MountError::FusermountMissing);
+    }
+    std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").map_err(MountError::NoDevFuse)?;
+    if root && find_in_path("fusermount3").is_none() {
+        tracing::warn!("fusermount3 not found: mounting directly as root, but `fusermount3 -u` will not be available");
+    }
+    sys::set_umask(0);
+    let want_fds = cfg.max_inodes.saturating_add(cfg.max_open_handles.saturating_mul(3)).saturating_add(1024);
+    let nofile = sys::raise_nofile(want_fds);
+    tracing::debug!("open descriptor limit {nofile}");
+    Ok(root)
+}
+
 impl Mount {
     /// Check everything that can be checked, then mount `backing` on `mountpoint`.
     ///
@@ -204,24 +227,7 @@ impl Mount {
         if mountpoint != backing && mountpoint.starts_with(&backing) {
             return Err(MountError::MountpointInsideBacking { mountpoint, backing });
         }
-        if !Path::new("/proc/self/fd").is_dir() {
-            return Err(MountError::NoProc);
-        }
-        let root = sys::is_root();
-        if !root && find_in_path("fusermount3").is_none() {
-            return Err(MountError::FusermountMissing);
-        }
-        std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").map_err(MountError::NoDevFuse)?;
-        if root && find_in_path("fusermount3").is_none() {
-            tracing::warn!(
-                "fusermount3 not found: mounting directly as root, but `fusermount3 -u` will not be available"
-            );
-        }
-
-        sys::set_umask(0);
-        let want_fds = cfg.max_inodes.saturating_add(cfg.max_open_handles.saturating_mul(3)).saturating_add(1024);
-        let nofile = sys::raise_nofile(want_fds);
-        tracing::debug!("open descriptor limit {nofile}");
+        let root = prepare_daemon(cfg)?;
 
         // The backing root is opened before mounting, so even a mount on top of the backing
         // directory itself reaches the files underneath.
@@ -289,17 +295,7 @@ impl Mount {
         if let Some(b) = canon.iter().find(|b| mountpoint != **b && mountpoint.starts_with(b)) {
             return Err(MountError::MountpointInsideBacking { mountpoint, backing: b.clone() });
         }
-        if !Path::new("/proc/self/fd").is_dir() {
-            return Err(MountError::NoProc);
-        }
-        let root = sys::is_root();
-        if !root && find_in_path("fusermount3").is_none() {
-            return Err(MountError::FusermountMissing);
-        }
-        std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").map_err(MountError::NoDevFuse)?;
-        sys::set_umask(0);
-        let want_fds = cfg.max_inodes.saturating_add(cfg.max_open_handles.saturating_mul(3)).saturating_add(1024);
-        sys::raise_nofile(want_fds);
+        let root = prepare_daemon(cfg)?;
         let u = Arc::new(union::Union::open(&canon, cfg.create_policy)?);
         let mut fs = fs::Passthrough::new(&canon[0], cfg, data.clone(), 0)
             .map_err(|source| MountError::BackingOpen { path: canon[0].clone(), source })?;

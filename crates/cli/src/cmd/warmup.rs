@@ -8,7 +8,8 @@
 //! data path whose invariants are tested (a block is cached under the key of the bytes the disk
 //! has now, whatever writes race with it), and never fills the host's page cache. The control
 //! socket says whether the mount can be warmed (it has a remote tier), how wide its read-around
-//! window is, and how many blocks the warm-up filled.
+//! window is, and how many blocks the warm-up filled. It never outruns the lenders: past
+//! [`MAX_BACKLOG_BLOCKS`] fills not yet stored it waits (bounded), whatever `--rate` says.
 
 use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -28,6 +29,23 @@ pub const MAX_FILES: usize = 1_000_000;
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// How long to wait for the fills still queued at the end to be stored.
 const DRAIN_WAIT: Duration = Duration::from_secs(5);
+/// Warm-up looks at the mount's fill queue after this many bytes read...
+const BACKLOG_CHECK_BYTES: u64 = 1 << 20;
+/// ... and waits while more than this many of its blocks are not yet stored (or dropped or
+/// failed): the queue is bounded and drops what overflows, and a warm-up must not outrun
+/// the lenders whatever --rate says.
+const MAX_BACKLOG_BLOCKS: u64 = 256;
+/// The longest one such wait (then it goes on: the lenders are slow, not the warm-up's fault).
+const BACKLOG_WAIT: Duration = Duration::from_secs(5);
+
+/// Fills asked of the mount since `before` that are not settled yet (stored, dropped or
+/// failed), in blocks.
+fn backlog(before: &Value, now: &Value) -> u64 {
+    let settled =
+        |v: &Value| count(v, "remote", "puts") + count(v, "remote", "puts_dropped") + count(v, "remote", "puts_failed");
+    let asked = count(now, "engine", "fills") - count(before, "engine", "fills");
+    asked.saturating_sub(settled(now).saturating_sub(settled(before)))
+}
 const BLOCK: u64 = 4096;
 
 #[derive(clap::Args)]
@@ -139,6 +157,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             done += step;
             bar.inc(step);
             pace.wait(done);
+            if done % BACKLOG_CHECK_BYTES < step {
+                let t0 = Instant::now();
+                while backlog(&before, &counters(&mnt, &socket)?) > MAX_BACKLOG_BLOCKS && t0.elapsed() < BACKLOG_WAIT {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
         }
     }
     bar.finish();
@@ -148,14 +172,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let sent = filled(&after) - filled(&before);
     let t0 = Instant::now();
     while t0.elapsed() < DRAIN_WAIT {
-        let settled = count(&after, "remote", "puts")
-            + count(&after, "remote", "puts_dropped")
-            + count(&after, "remote", "puts_failed");
-        let asked = count(&before, "remote", "puts")
-            + count(&before, "remote", "puts_dropped")
-            + count(&before, "remote", "puts_failed")
-            + sent;
-        if settled >= asked {
+        if backlog(&before, &after) == 0 {
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
