@@ -181,21 +181,8 @@ fn in_config(
             .map_err(|e| BenchError::Setup(format!("write {}: {e}", path.display())))?;
         extra.extend([OsString::from("--config"), path.into_os_string()]);
     }
-    let mount = if cfg.through_mount() {
-        let remote = lenders.as_ref().map(|l| &l.addrs[..]);
-        Some(MountDaemon::start_with(
-            &o.exe,
-            &tb.ext4,
-            &tb.mnt,
-            remote,
-            o.routing.as_deref(),
-            &extra,
-            &[&mem, &tb.blkio],
-            &log,
-        )?)
-    } else {
-        None
-    };
+    let remote = lenders.as_ref().map(|l| &l.addrs[..]);
+    let mount = MountDaemon::for_config(tb, o, cfg, remote, &extra, &[&mem, &tb.blkio], &log)?;
     let file: PathBuf = if mount.is_some() { tb.mnt.join(name) } else { tb.ext4.join(name) };
     let procs = [mem.procs(), tb.blkio.procs()];
     let refs: Vec<&Path> = procs.iter().map(|p| p.as_path()).collect();

@@ -98,6 +98,24 @@ impl MountDaemon {
         Ok(MountDaemon { child, mnt: mnt.to_path_buf(), exe: exe.to_path_buf(), stats_works: None })
     }
 
+    /// The mount of configuration `cfg` on the testbed — none for the configurations that
+    /// read ext4 directly (native, ideal) — borrowing from `remote` lenders (none:
+    /// `--no-remote`), with `extra` arguments, joined to `cgroups`.
+    pub(super) fn for_config(
+        tb: &super::testbed::Testbed,
+        o: &super::PaperOptions,
+        cfg: super::ConfigKind,
+        remote: Option<&[std::net::SocketAddr]>,
+        extra: &[std::ffi::OsString],
+        cgroups: &[&Cgroup],
+        log: &Path,
+    ) -> Result<Option<MountDaemon>> {
+        if !cfg.through_mount() {
+            return Ok(None);
+        }
+        MountDaemon::start_with(&o.exe, &tb.ext4, &tb.mnt, remote, o.routing.as_deref(), extra, cgroups, log).map(Some)
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.pid()
     }

@@ -360,22 +360,10 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
     let addrs: Vec<_> = lenders.as_ref().map(|l| l.addrs.clone()).unwrap_or_default();
     // tier-dram / tier-ssd: TPC-B with the write-back tier (issue 12).
     let tier = super::writeback::TierFile::make(tb, cfg, o.tier_bytes)?;
-    let mut mount = if cfg.through_mount() {
-        let log = tb.logs.join(format!("pgbench-{}.mount.log", cfg.name()));
-        let extra = tier.as_ref().map(|t| t.mount_args(o.tier_bytes)).unwrap_or_default();
-        Some(MountDaemon::start_with(
-            &o.exe,
-            &tb.ext4,
-            &tb.mnt,
-            lenders.as_ref().map(|l| &l.addrs[..]),
-            o.routing.as_deref(),
-            &extra,
-            &[&mem, &tb.blkio],
-            &log,
-        )?)
-    } else {
-        None
-    };
+    let log = tb.logs.join(format!("pgbench-{}.mount.log", cfg.name()));
+    let extra = tier.as_ref().map(|t| t.mount_args(o.tier_bytes)).unwrap_or_default();
+    let remote = lenders.as_ref().map(|l| &l.addrs[..]);
+    let mut mount = MountDaemon::for_config(tb, o, cfg, remote, &extra, &[&mem, &tb.blkio], &log)?;
     let base = if mount.is_some() { tb.mnt.join("pg").join("data") } else { data.clone() };
     let log = tb.logs.join(format!("pgbench-{}.postgres.log", cfg.name()));
     let tb_ref: &Testbed = tb;

@@ -291,20 +291,8 @@ fn run_one(
         _ => None,
     };
     let addrs: Vec<_> = lenders.as_ref().map(|l| l.addrs.clone()).unwrap_or_default();
-    let mut mount = if cfg.through_mount() {
-        let remote = lenders.as_ref().map(|l| &l.addrs[..]);
-        Some(MountDaemon::start(
-            &o.exe,
-            &tb.ext4,
-            &tb.mnt,
-            remote,
-            o.routing.as_deref(),
-            &[&mem, &tb.blkio],
-            &log("mount"),
-        )?)
-    } else {
-        None
-    };
+    let remote = lenders.as_ref().map(|l| &l.addrs[..]);
+    let mut mount = MountDaemon::for_config(tb, o, cfg, remote, &[], &[&mem, &tb.blkio], &log("mount"))?;
     let dir = if mount.is_some() { &tb.mnt } else { &tb.ext4 };
     let mut w = start_worker(o, exp, &dir.join(file), size, &[&mem, &tb.blkio], &log("worker"))?;
     let mut own = vec![std::process::id(), w.pid()];

@@ -426,13 +426,9 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, setup: &TpchSetup, cfg: Co
         _ => None,
     };
     let addrs: Vec<_> = lenders.as_ref().map(|l| l.addrs.clone()).unwrap_or_default();
-    let mut mount = if cfg.through_mount() {
-        let log = tb.logs.join(format!("tpch-{}.mount.log", cfg.name()));
-        let remote = lenders.as_ref().map(|l| &l.addrs[..]);
-        Some(MountDaemon::start(&o.exe, &tb.ext4, &tb.mnt, remote, o.routing.as_deref(), &[&mem, &tb.blkio], &log)?)
-    } else {
-        None
-    };
+    let log = tb.logs.join(format!("tpch-{}.mount.log", cfg.name()));
+    let remote = lenders.as_ref().map(|l| &l.addrs[..]);
+    let mut mount = MountDaemon::for_config(tb, o, cfg, remote, &[], &[&mem, &tb.blkio], &log)?;
     let fs = if mount.is_some() { tb.mnt.join("tpch") } else { base.clone() };
     let tb_ref: &Testbed = tb;
     let log = tb_ref.logs.join(format!("tpch-{}.postgres.log", cfg.name()));

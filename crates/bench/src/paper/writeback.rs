@@ -218,12 +218,8 @@ fn in_config(
     let mem = tb.memory_cgroup(Some(o.memory_bytes))?;
     let log = tb.logs.join(format!("{}-{case}-{}.mount.log", exp.name(), cfg.name()));
     let tier = TierFile::make(tb, cfg, o.tier_bytes)?;
-    let mut mount = if cfg.through_mount() {
-        let extra = tier.as_ref().map(|t| t.mount_args(o.tier_bytes)).unwrap_or_default();
-        Some(MountDaemon::start_with(&o.exe, &tb.ext4, &tb.mnt, None, None, &extra, &[&mem, &tb.blkio], &log)?)
-    } else {
-        None
-    };
+    let extra = tier.as_ref().map(|t| t.mount_args(o.tier_bytes)).unwrap_or_default();
+    let mut mount = MountDaemon::for_config(tb, o, cfg, None, &extra, &[&mem, &tb.blkio], &log)?;
     let dir = if mount.is_some() { tb.mnt.join("work") } else { work.clone() };
     let env = ClientEnv {
         procs: vec![mem.procs(), tb.blkio.procs()],
