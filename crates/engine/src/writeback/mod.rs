@@ -198,6 +198,18 @@ impl<D: DataPath> WritebackPath<D> {
     /// `inner`, recover what it holds into the backing files, and start destaging. Writes
     /// the backing root's marker. `root` must be canonical.
     pub fn open(inner: D, cfg: &TierConfig, root: &Path, backing_opts: BackingOptions) -> Result<Self, TierOpenError> {
+        Self::open_waiting(inner, cfg, root, backing_opts, std::time::Duration::ZERO)
+    }
+
+    /// [`WritebackPath::open`], waiting up to `wait` for another process to let go of the
+    /// tier (a daemon handing its mount over releases it when it exits).
+    pub fn open_waiting(
+        inner: D,
+        cfg: &TierConfig,
+        root: &Path,
+        backing_opts: BackingOptions,
+        wait: std::time::Duration,
+    ) -> Result<Self, TierOpenError> {
         let mode = resolve_mode(cfg)?;
         let path = Path::new(&cfg.path);
         let size = match std::fs::metadata(path) {
@@ -205,7 +217,7 @@ impl<D: DataPath> WritebackPath<D> {
             _ => cfg.size.bytes(),
         };
         let medium = farcache_tier::medium::open(path, mode, size)?;
-        let lock = lock_tier(path)?;
+        let lock = lock_tier(path, wait)?;
         let root_s = root.to_string_lossy().into_owned();
         let (log, recovered) = Log::open(medium, mode, Some(&root_s))?;
         marker::write(root, &cfg.path).map_err(|e| TierOpenError::Config {
@@ -305,11 +317,7 @@ impl<D: DataPath> WritebackPath<D> {
         // nothing new becomes dirty after the last flush, so a clean tier stays clean.
         self.shared.closing.store(true, Ordering::SeqCst);
         let r = self.flush(timeout, &mut |left| tracing::info!("tier: destaging before exit, {left} bytes left"));
-        self.shared.ctl.lock().stop = true;
-        self.shared.cv.notify_all();
-        if let Some(h) = self.destager.lock().take() {
-            let _ = h.join();
-        }
+        self.stop_destager();
         match r {
             Ok(()) if self.shared.log.is_clean() && !self.shared.log.is_broken() => {
                 if let Err(e) = marker::remove(&self.shared.root) {
@@ -348,6 +356,10 @@ pub trait TierControl: Send + Sync {
     fn stats(&self) -> TierStats;
     fn flush(&self, timeout: std::time::Duration, progress: &mut dyn FnMut(u64)) -> Result<(), FlushError>;
     fn shutdown(&self, timeout: std::time::Duration) -> bool;
+    /// Stop destaging, leaving everything dirty in the tier, for a daemon that handed its
+    /// mount over and exits: the new one takes the tier (and its lock) once this process is
+    /// gone. Waits for the destage round under way (no backing write of it left in flight).
+    fn release(&self);
 }
 
 impl<D: DataPath> TierControl for WritebackPath<D> {
@@ -360,15 +372,24 @@ impl<D: DataPath> TierControl for WritebackPath<D> {
     fn shutdown(&self, timeout: std::time::Duration) -> bool {
         WritebackPath::shutdown(self, timeout)
     }
+    fn release(&self) {
+        self.stop_destager();
+    }
 }
 
-impl<D: DataPath> Drop for WritebackPath<D> {
-    fn drop(&mut self) {
+impl<D: DataPath> WritebackPath<D> {
+    fn stop_destager(&self) {
         self.shared.ctl.lock().stop = true;
         self.shared.cv.notify_all();
         if let Some(h) = self.destager.lock().take() {
             let _ = h.join();
         }
+    }
+}
+
+impl<D: DataPath> Drop for WritebackPath<D> {
+    fn drop(&mut self) {
+        self.stop_destager();
     }
 }
 
@@ -469,20 +490,31 @@ fn stripe(key: FileKey, b: u64) -> usize {
 }
 
 /// Take the tier's exclusive lock, or say who holds it.
-fn lock_tier(path: &Path) -> Result<File, TierOpenError> {
+/// An exclusive `flock` on the tier at `path`, waiting up to `wait` (polled every 2 ms) for
+/// the process holding it to let go.
+fn lock_tier(path: &Path, wait: std::time::Duration) -> Result<File, TierOpenError> {
     let f = File::open(path).map_err(|e| TierOpenError::Config {
         path: path.display().to_string(),
         problem: format!("cannot open it to lock it: {e}"),
         fix: "check the path".into(),
     })?;
+    let deadline = std::time::Instant::now() + wait;
     // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(TierOpenError::Config {
-            path: path.display().to_string(),
-            problem: "another process uses this tier (a running mount, or `farcache tier recover`)".into(),
-            fix: "stop it first (a running mount: `farcache flush MOUNTPOINT` destages it), or give another tier path"
-                .into(),
-        });
+    while unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        if std::time::Instant::now() >= deadline {
+            return Err(TierOpenError::Config {
+                path: path.display().to_string(),
+                problem: if wait.is_zero() {
+                    "another process uses this tier (a running mount, or `farcache tier recover`)".into()
+                } else {
+                    format!("the process holding this tier did not let go of it within {wait:?}")
+                },
+                fix: "stop it first (a running mount: `farcache flush MOUNTPOINT` destages it), or give another tier \
+                      path"
+                    .into(),
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
     }
     Ok(f)
 }
