@@ -67,6 +67,10 @@ pub enum Experiment {
     Dfsio,
     /// Durable small writes: 4 KiB `pwrite` + `fdatasync`, 1 and 32 writers ([`writeback`]).
     Durable,
+    /// The tier's write-back: how fast a randomly written region goes to the disk against
+    /// the disk's own sequential writes, and what a durable writer sees meanwhile
+    /// ([`writeback`]).
+    Destage,
     /// Paper 002: fio 4 KiB random reads and writes, O_DIRECT, queue depth 1–32, 1 and 4
     /// jobs on one file ([`engine`]).
     Engine,
@@ -85,6 +89,7 @@ impl Experiment {
             Experiment::Postmark => "postmark",
             Experiment::Dfsio => "dfsio",
             Experiment::Durable => "durable",
+            Experiment::Destage => "destage",
             Experiment::Engine => "engine",
             Experiment::Serial => "serial",
         }
@@ -93,7 +98,7 @@ impl Experiment {
     /// Paper 003's experiments: the write-back tier against the backing alone, in the
     /// configurations [`ConfigKind::TIER_SET`].
     pub fn of_the_tier(self) -> bool {
-        matches!(self, Experiment::Postmark | Experiment::Dfsio | Experiment::Durable)
+        matches!(self, Experiment::Postmark | Experiment::Dfsio | Experiment::Durable | Experiment::Destage)
     }
 
     /// Paper 002's experiments ([`engine`]).
@@ -126,6 +131,7 @@ impl Experiment {
             Experiment::Postmark => "paper 003, Table 1",
             Experiment::Dfsio => "paper 003, TestDFSIO",
             Experiment::Durable => "issue 12",
+            Experiment::Destage => "issue 12, destage",
             Experiment::Engine => "paper 002, issue 11",
             Experiment::Serial => "paper 002's serialization test",
         }
@@ -219,11 +225,12 @@ impl std::str::FromStr for Experiment {
             "postmark" => Ok(Experiment::Postmark),
             "dfsio" => Ok(Experiment::Dfsio),
             "durable" => Ok(Experiment::Durable),
+            "destage" => Ok(Experiment::Destage),
             "engine" => Ok(Experiment::Engine),
             "serial" => Ok(Experiment::Serial),
             _ => Err(format!(
                 "unknown experiment {s:?}: seqread, randread, pgbench, tpch (transfers comes with each); postmark, \
-                 dfsio, durable (paper 003); engine, serial (paper 002)"
+                 dfsio, durable, destage (paper 003); engine, serial (paper 002)"
             )),
         }
     }
@@ -289,6 +296,10 @@ pub struct PaperOptions {
     /// durable: seconds of each load.
     #[serde(default)]
     pub durable_secs: u64,
+    /// destage: the region written at random into the tier, then written back (and, without
+    /// a tier, written sequentially: the disk's own rate).
+    #[serde(default)]
+    pub destage_bytes: u64,
     /// engine, serial: the file's size, and seconds of each fio point.
     #[serde(default)]
     pub engine_file_bytes: u64,
@@ -325,6 +336,7 @@ impl PaperOptions {
             postmark_files_scale: 1.0,
             dfsio_bytes: 800 * MIB,
             durable_secs: 20,
+            destage_bytes: 512 * MIB,
             engine_file_bytes: GIB,
             engine_secs: 10,
         }
@@ -353,6 +365,7 @@ impl PaperOptions {
             postmark_files_scale: 0.01,
             dfsio_bytes: 64 * MIB,
             durable_secs: 2,
+            destage_bytes: 32 * MIB,
             engine_file_bytes: 64 * MIB,
             engine_secs: 1,
             ..PaperOptions::full(exe)

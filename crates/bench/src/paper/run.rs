@@ -196,7 +196,12 @@ fn pass_limit(o: &PaperOptions, exp: Experiment, size: u64) -> Duration {
         // They bound their own steps (writeback.rs).
         (
             _,
-            Experiment::Postmark | Experiment::Dfsio | Experiment::Durable | Experiment::Engine | Experiment::Serial,
+            Experiment::Postmark
+            | Experiment::Dfsio
+            | Experiment::Durable
+            | Experiment::Destage
+            | Experiment::Engine
+            | Experiment::Serial,
         ) => 0,
     };
     Duration::from_secs(3 * secs + 60)

@@ -129,6 +129,10 @@ struct PaperArgs {
     /// durable: seconds of each load (default 20; --quick 2).
     #[arg(long)]
     durable_secs: Option<u64>,
+    /// destage: the region written at random into the tier and written back (default
+    /// 512MiB; --quick 32MiB; at most a quarter of --tier-size, under the tier's watermark).
+    #[arg(long)]
+    destage_size: Option<ByteSize>,
     /// engine, serial: seconds of each fio point (default 10; --quick 1).
     #[arg(long)]
     engine_secs: Option<u64>,
@@ -480,6 +484,10 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
     if let Some(d) = a.dfsio_size {
         anyhow::ensure!(d.bytes() >= 8 << 20, "--dfsio-size: at least 8MiB");
         o.dfsio_bytes = d.bytes();
+    }
+    if let Some(d) = a.destage_size {
+        anyhow::ensure!(d.bytes() >= 4 << 20, "--destage-size: at least 4MiB");
+        o.destage_bytes = d.bytes();
     }
     if let Some(d) = a.durable_secs {
         anyhow::ensure!((1..=3600).contains(&d), "--durable-secs: 1 to 3600");
