@@ -99,6 +99,13 @@ pub trait DataPath: Send + Sync + 'static {
     fn moved(&self, id: &FileId, file: &std::fs::File) {
         let _ = (id, file);
     }
+
+    /// Whether every byte written through this path is in the backing files (no tier in
+    /// front holds data the disk lacks): what the backing file says of its holes and data
+    /// (`SEEK_HOLE`/`SEEK_DATA`) is then the truth.
+    fn backing_is_complete(&self) -> bool {
+        true
+    }
 }
 
 /// What [`DataPath::copy_read`] read, and from where.
@@ -149,6 +156,9 @@ impl<T: DataPath + ?Sized> DataPath for std::sync::Arc<T> {
     }
     fn moved(&self, id: &FileId, file: &std::fs::File) {
         (**self).moved(id, file)
+    }
+    fn backing_is_complete(&self) -> bool {
+        (**self).backing_is_complete()
     }
 }
 
@@ -252,6 +262,10 @@ impl DataPath for Deferred {
         if let Ok(p) = self.get() {
             p.moved(id, file)
         }
+    }
+    fn backing_is_complete(&self) -> bool {
+        // Deferred only in front of a tier (a takeover of its mount).
+        self.slot.get().is_some_and(|p| p.backing_is_complete())
     }
 }
 

@@ -163,6 +163,11 @@ pub enum ConfigKind {
     /// disk (`ssd`: O_DIRECT and fdatasync).
     #[serde(rename = "tier-ssd")]
     TierSsd,
+    /// The whole stack: lenders' RAM below the page cache (as `farcache`) and a write-back
+    /// tier on tmpfs in front (as `tier-dram`). For TPC-B with the tier (issue 12): the tier
+    /// takes the writes, the lenders the reads.
+    #[serde(rename = "farcache-tier")]
+    FarcacheTier,
     /// `farcache mount --no-remote` serving one request at a time (one FUSE thread, the
     /// synchronous engine): paper 002's serialized I/O, for its comparison only.
     Serialized,
@@ -184,6 +189,7 @@ impl ConfigKind {
             ConfigKind::Ideal => "ideal",
             ConfigKind::TierDram => "tier-dram",
             ConfigKind::TierSsd => "tier-ssd",
+            ConfigKind::FarcacheTier => "farcache-tier",
             ConfigKind::Serialized => "serialized",
         }
     }
@@ -195,21 +201,27 @@ impl ConfigKind {
                 | ConfigKind::Farcache
                 | ConfigKind::TierDram
                 | ConfigKind::TierSsd
+                | ConfigKind::FarcacheTier
                 | ConfigKind::Serialized
         )
     }
 
     /// Whether the mount has a write-back tier.
     pub fn has_tier(self) -> bool {
-        matches!(self, ConfigKind::TierDram | ConfigKind::TierSsd)
+        matches!(self, ConfigKind::TierDram | ConfigKind::TierSsd | ConfigKind::FarcacheTier)
+    }
+
+    /// Whether it borrows lenders' RAM.
+    pub fn has_lenders(self) -> bool {
+        matches!(self, ConfigKind::Farcache | ConfigKind::FarcacheTier)
     }
 }
 
 impl std::str::FromStr for ConfigKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        ConfigKind::ALL.into_iter().chain(ConfigKind::TIER_SET).chain([ConfigKind::Serialized]).find(|c| c.name() == s).ok_or_else(|| {
-            format!("unknown configuration {s:?}: native, passthrough, farcache, ideal, tier-dram, tier-ssd or serialized")
+        ConfigKind::ALL.into_iter().chain(ConfigKind::TIER_SET).chain([ConfigKind::Serialized, ConfigKind::FarcacheTier]).find(|c| c.name() == s).ok_or_else(|| {
+            format!("unknown configuration {s:?}: native, passthrough, farcache, ideal, tier-dram, tier-ssd, farcache-tier or serialized")
         })
     }
 }
@@ -260,6 +272,10 @@ pub struct PaperOptions {
     /// farcache's routing rule (`--routing` of its mounts; default: the mount's default).
     #[serde(default)]
     pub routing: Option<String>,
+    /// A configuration file every mount of the run is started with (`--config`): an A/B of
+    /// any `[mount]`/`[cache]`/`[tier]` setting, e.g. `mount.writeback_cache`.
+    #[serde(default)]
+    pub mount_config: Option<PathBuf>,
     pub seed: u64,
     /// O_DIRECT 4 KiB reads per probe (the disk's and a remote hit's read time); 0 = none.
     pub probe_reads: u64,
@@ -324,6 +340,7 @@ impl PaperOptions {
             link_rate: Some("1gbit".into()),
             policy: None,
             routing: None,
+            mount_config: None,
             seed: 0x000D_C5EE,
             probe_reads: 3000,
             pgbench_secs: 30,

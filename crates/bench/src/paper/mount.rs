@@ -115,7 +115,11 @@ impl MountDaemon {
         if !cfg.through_mount() {
             return Ok(None);
         }
-        MountDaemon::start_with(&o.exe, &tb.ext4, &tb.mnt, remote, o.routing.as_deref(), extra, cgroups, log).map(Some)
+        let mut extra = extra.to_vec();
+        if let Some(c) = &o.mount_config {
+            extra.extend([std::ffi::OsString::from("--config"), c.clone().into_os_string()]);
+        }
+        MountDaemon::start_with(&o.exe, &tb.ext4, &tb.mnt, remote, o.routing.as_deref(), &extra, cgroups, log).map(Some)
     }
 
     pub fn pid(&self) -> u32 {

@@ -296,7 +296,7 @@ impl TierFile {
     /// The tier of configuration `cfg`, if it has one.
     pub(super) fn make(tb: &Testbed, cfg: ConfigKind, bytes: u64) -> Result<Option<TierFile>> {
         let path = match cfg {
-            ConfigKind::TierDram => PathBuf::from(format!("/dev/shm/{}-tier", tb.prefix)),
+            ConfigKind::TierDram | ConfigKind::FarcacheTier => PathBuf::from(format!("/dev/shm/{}-tier", tb.prefix)),
             ConfigKind::TierSsd => tb.dir.join("tier-ssd"),
             _ => return Ok(None),
         };

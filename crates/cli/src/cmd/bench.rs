@@ -62,7 +62,7 @@ struct PaperArgs {
     #[arg(long, value_delimiter = ',')]
     sizes: Option<Vec<ByteSize>>,
     /// Configurations: native, passthrough, farcache, ideal; tier-dram, tier-ssd (paper 003's
-    /// experiments); serialized (serial). Default: each experiment's own (native, passthrough,
+    /// experiments); farcache-tier (lenders and a dram tier: pgbench); serialized (serial). Default: each experiment's own (native, passthrough,
     /// farcache, ideal; postmark/dfsio/durable: native, passthrough, tier-dram, tier-ssd;
     /// engine: native, passthrough, farcache; serial: native, passthrough, serialized).
     #[arg(long, value_delimiter = ',')]
@@ -89,6 +89,10 @@ struct PaperArgs {
     /// farcache's routing rule, `threshold` or `adaptive` (default: the mount's default).
     #[arg(long, value_parser = ["threshold", "adaptive"])]
     routing: Option<String>,
+    /// A configuration file (TOML) every mount of the run is started with (`farcache mount
+    /// --config`): an A/B of a setting, e.g. `[mount] writeback_cache = true`.
+    #[arg(long, value_name = "FILE")]
+    mount_config: Option<std::path::PathBuf>,
     /// O_DIRECT 4 KiB probe reads per randread configuration (0: no probes).
     #[arg(long)]
     probe_reads: Option<u64>,
@@ -450,6 +454,11 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
     o.link_rate = (a.link != "none").then_some(a.link);
     o.policy = a.policy;
     o.routing = a.routing;
+    if let Some(c) = a.mount_config {
+        // Checked now, in full: a bad file would otherwise fail every configuration's mount.
+        crate::config::Config::load_from("--mount-config", &c)?;
+        o.mount_config = Some(std::path::absolute(&c)?);
+    }
     if let Some(n) = a.probe_reads {
         o.probe_reads = n;
     }

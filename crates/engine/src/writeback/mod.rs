@@ -731,6 +731,9 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
         s.inner.forget(id);
     }
 
+    fn backing_is_complete(&self) -> bool {
+        false
+    }
     fn discard(&self, id: &FileId) {
         let s = &self.shared;
         let fe = s.files.lock().get(id).cloned();
