@@ -167,8 +167,10 @@ struct MountControl {
 }
 
 /// How long a daemon taking a mount over waits for the running one to let go of the
-/// write-back tier (it does when it exits, right after the handover).
-const TIER_HANDOVER_WAIT: Duration = Duration::from_secs(10);
+/// write-back tier (it does when it exits, right after the handover, having waited at most
+/// `RELEASE_WAIT` for its destage round).
+const TIER_HANDOVER_WAIT: Duration = Duration::from_secs(15);
+const _: () = assert!(TIER_HANDOVER_WAIT.as_secs() > 2 * farcache_engine::writeback::RELEASE_WAIT.as_secs());
 
 const ONE_BRANCH: &str =
     "this mount has one backing directory: nothing to balance (mount DIR1:DIR2 MOUNTPOINT to have several)";

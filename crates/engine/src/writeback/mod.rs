@@ -373,9 +373,14 @@ impl<D: DataPath> TierControl for WritebackPath<D> {
         WritebackPath::shutdown(self, timeout)
     }
     fn release(&self) {
-        self.stop_destager();
+        self.stop_destager_within(RELEASE_WAIT);
     }
 }
+
+/// How long [`TierControl::release`] waits for the destage round under way (a stalled
+/// backing must not keep a daemon that handed its mount over from exiting: the next one
+/// waits for the tier longer than this).
+pub const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl<D: DataPath> WritebackPath<D> {
     fn stop_destager(&self) {
@@ -384,6 +389,28 @@ impl<D: DataPath> WritebackPath<D> {
         if let Some(h) = self.destager.lock().take() {
             let _ = h.join();
         }
+    }
+
+    /// [`WritebackPath::stop_destager`], waiting at most `wait` for the round under way;
+    /// past it the thread is left to the process's exit (what it was writing is in the
+    /// tier still, and the next daemon writes it again, as after a crash).
+    fn stop_destager_within(&self, wait: std::time::Duration) {
+        self.shared.ctl.lock().stop = true;
+        self.shared.cv.notify_all();
+        let Some(h) = self.destager.lock().take() else { return };
+        let deadline = std::time::Instant::now() + wait;
+        while !h.is_finished() {
+            if std::time::Instant::now() >= deadline {
+                tracing::warn!(
+                    "tier {}: the destage round under way did not end within {wait:?} (a stalled backing?); exiting \
+                     without it — the next daemon writes it back again",
+                    self.shared.path
+                );
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let _ = h.join();
     }
 }
 
