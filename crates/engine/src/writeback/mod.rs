@@ -101,6 +101,7 @@ pub struct TierCounters {
     pub writes: AtomicU64,
     pub write_bytes: AtomicU64,
     pub reads_from_tier: AtomicU64,
+    pub reads_only_from_tier: AtomicU64,
     pub write_through_full: AtomicU64,
     pub write_through_broken: AtomicU64,
     pub write_through_unnamed: AtomicU64,
@@ -124,6 +125,9 @@ pub struct TierStats {
     pub writes: u64,
     pub write_bytes: u64,
     pub reads_from_tier: u64,
+    /// Reads the tier answered whole, without asking the path below.
+    #[serde(default)]
+    pub reads_only_from_tier: u64,
     pub write_through_full: u64,
     pub write_through_broken: u64,
     pub write_through_unnamed: u64,
@@ -287,6 +291,7 @@ impl<D: DataPath> WritebackPath<D> {
             writes: l(&c.writes),
             write_bytes: l(&c.write_bytes),
             reads_from_tier: l(&c.reads_from_tier),
+            reads_only_from_tier: l(&c.reads_only_from_tier),
             write_through_full: l(&c.write_through_full),
             write_through_broken: l(&c.write_through_broken),
             write_through_unnamed: l(&c.write_through_unnamed),
@@ -580,8 +585,17 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
             return s.inner.read(file, offset, len);
         }
         add(&s.counters.reads_from_tier, 1);
-        let base = s.inner.read(file, offset, len)?;
-        let mut out = BytesMut::from(&base[..]);
+        // Every block of the range dirty here, each valid up to where the range needs it: the
+        // path below has nothing to add (a block destaged meanwhile is read from it below).
+        let end = offset + len as u64;
+        let covered = dirty.len() as u64 == last - first + 1
+            && dirty.iter().all(|(b, r)| b * B + u64::from(r.valid) >= end.min((b + 1) * B));
+        let mut out = if covered {
+            add(&s.counters.reads_only_from_tier, 1);
+            BytesMut::with_capacity(len)
+        } else {
+            BytesMut::from(&s.inner.read(file, offset, len)?[..])
+        };
         for (b, _) in dirty {
             let (page, valid) = match s.log.read_block(fe.key, b)? {
                 Some((p, v)) => (p, v as u64),
