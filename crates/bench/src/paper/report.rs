@@ -832,6 +832,21 @@ fn render_tier_runs(s: &mut String, r: &PaperReport) {
             }
             let _ = writeln!(s, "{row}");
         }
+        if exp == Experiment::Durable {
+            use super::writeback::FUSE_NOOP_CASE;
+            for &t in &tiers {
+                let p50 = |case: &str| get(case, t).and_then(|x| x.p50_us);
+                if let (Some(tier), Some(noop)) = (p50("1 writer"), p50(FUSE_NOOP_CASE)) {
+                    let _ = writeln!(
+                        s,
+                        "\n{}: one writer's write + fdatasync p50 {tier:.0} µs against {noop:.0} µs through a mount that \
+                         does nothing costly (+{:.0} µs; target ≤ +10 µs for dram)",
+                        t.name(),
+                        tier - noop
+                    );
+                }
+            }
+        }
         if exp == Experiment::Destage {
             use super::writeback::DESTAGE_CASES;
             for &t in &tiers {
