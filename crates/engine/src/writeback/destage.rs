@@ -223,6 +223,10 @@ fn describe(name: &[u8]) -> String {
 
 /// Write `blocks` of `fe` (all its dirty blocks with `None`) back through the path below,
 /// merged, then fdatasync the file. The caller holds `fe.meta`.
+/// Merged writes of one file a destage round has in flight at once (each at most
+/// `tier.destage_write`): the memory a round holds is this many of them.
+const DESTAGE_IN_FLIGHT: usize = 4;
+
 pub(crate) fn write_back_file<D: DataPath>(s: &Shared<D>, fe: &FileEntry, blocks: Option<&[u64]>) -> io::Result<()> {
     let mut list: Vec<u64> = match blocks {
         Some(b) => b.to_vec(),
@@ -231,15 +235,28 @@ pub(crate) fn write_back_file<D: DataPath>(s: &Shared<D>, fe: &FileEntry, blocks
     list.sort_unstable();
     let max = s.cfg.destage_write.bytes();
     let mut run: Option<(u64, BytesMut)> = None;
+    // Merged runs waiting to be written, [`DESTAGE_IN_FLIGHT`] at a time, in parallel: a
+    // disk with a queue writes them together (one 1 MiB write at a time left it half idle).
+    let mut ready: Vec<(u64, BytesMut)> = Vec::with_capacity(DESTAGE_IN_FLIGHT);
     let mut n = 0u64;
-    let flush = |run: &mut Option<(u64, BytesMut)>| -> io::Result<()> {
-        if let Some((start, buf)) = run.take() {
-            if !buf.is_empty() {
-                s.inner.write(&fe.rw, start * B, &buf)?;
-                add(&s.counters.destaged_bytes, buf.len() as u64);
-            }
+    let write_all = |ready: &mut Vec<(u64, BytesMut)>| -> io::Result<()> {
+        let runs: Vec<(u64, BytesMut)> = ready.drain(..).filter(|(_, b)| !b.is_empty()).collect();
+        let one = |(start, buf): &(u64, BytesMut)| -> io::Result<()> {
+            s.inner.write(&fe.rw, start * B, buf)?;
+            add(&s.counters.destaged_bytes, buf.len() as u64);
+            Ok(())
+        };
+        match runs.len() {
+            0 => Ok(()),
+            1 => one(&runs[0]),
+            _ => std::thread::scope(|sc| {
+                let hs: Vec<_> = runs[1..].iter().map(|r| sc.spawn(move || one(r))).collect();
+                let first = one(&runs[0]);
+                hs.into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("destage writer panicked"))))
+                    .fold(first, |a, r| a.and(r))
+            }),
         }
-        Ok(())
     };
     for b in list {
         // Newest contents now; gone if cut or dropped since the plan.
@@ -248,14 +265,20 @@ pub(crate) fn write_back_file<D: DataPath>(s: &Shared<D>, fe: &FileEntry, blocks
             (buf.len() as u64).is_multiple_of(B) && start + buf.len() as u64 / B == b && buf.len() as u64 + B <= max
         });
         if !contiguous {
-            flush(&mut run)?;
+            if let Some(r) = run.take() {
+                ready.push(r);
+                if ready.len() == DESTAGE_IN_FLIGHT {
+                    write_all(&mut ready)?;
+                }
+            }
             run = Some((b, BytesMut::with_capacity(max as usize)));
         }
         let (_, buf) = run.as_mut().expect("a run");
         buf.extend_from_slice(&page.0[..valid as usize]);
         n += 1;
     }
-    flush(&mut run)?;
+    ready.extend(run.take());
+    write_all(&mut ready)?;
     if n > 0 {
         s.inner.fsync(&fe.rw, true)?;
         add(&s.counters.destaged_blocks, n);
