@@ -218,6 +218,16 @@ fn bench_alloc_quick_two_modes() {
         assert!(tenants.len() >= 2, "{r}");
         assert!(tenants.iter().any(|t| t[1].as_u64().unwrap() > 0), "no tenant has a target: {r}");
     }
+    // The offline optimum of every scenario: no allocation avoids the cold misses, and the
+    // best split per tenth is at least as good as the equal one.
+    let optimum = json["optimum"].as_array().unwrap();
+    assert_eq!(optimum.len(), 7, "{json}");
+    for o in optimum {
+        let (cold, best, equal) = (num(o, &["cold"]), num(o, &["best_per_window"]), num(o, &["static_simulated"]));
+        assert!(cold > 0.0 && cold <= best && best <= equal, "{o}");
+        assert!(best <= num(o, &["best_fixed"]), "{o}");
+    }
+    assert!(stdout.contains("best/tenth") && stdout.contains("Share of the per-tenth optimum"), "{stdout}");
     for scenario in ["skews", "scan+steep", "loop>share", "phase", "idle", "identical", "rate100:1", "total"] {
         assert!(stdout.lines().any(|l| l.starts_with(scenario)), "no {scenario} line in:\n{stdout}");
     }

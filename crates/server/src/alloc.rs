@@ -121,27 +121,54 @@ struct State {
     seen: Vec<(u64, Duration)>,
     last_tick: Option<Duration>,
     views: Vec<TenantView>,
-    /// Per tenant: the running mean of (measured − predicted) hit ratio ([`phase_shift`]).
-    gaps: Vec<Option<f64>>,
+    /// Per tenant: the running mean of (measured − predicted) hit ratio, and the last gap if
+    /// it departed from it ([`phase_shift`]).
+    gaps: Vec<(Option<f64>, Option<f64>)>,
+    /// Per tenant: (hits, GETs, target) since its last comparison, until there are
+    /// [`PHASE_MIN_GETS`] (a slow tenant is compared over several ticks); started afresh
+    /// when its target changes or there is no prediction to compare with.
+    pending: Vec<(u64, u64, u64)>,
+    /// Per tenant: (GETs, time) when its curve last started from nothing (its estimator's
+    /// start or a phase change), for [`mature`].
+    young: Vec<(u64, Duration)>,
+}
+
+/// A curve shows a reuse distance only after the tenant has made that many GETs: until it
+/// has made as many as the lender has blocks, a curve of mostly first accesses says "no
+/// reuse seen yet", not "memory is worth nothing" (a loop over half the lender is all cold
+/// misses for its first pass). So a curve counts as measured once the tenant has made
+/// `capacity` GETs since it started from nothing, or after this many intervals whatever it
+/// made (a slow tenant, whose curve is worth little to the others, is not held at its static
+/// share for long).
+pub const MATURE_INTERVALS: u32 = 1;
+
+/// Whether a curve started at `young` = (GETs, time) is mature at `now` with `gets` GETs made.
+pub fn mature(young: (u64, Duration), gets: u64, now: Duration, capacity: u64, interval: Duration) -> bool {
+    gets.saturating_sub(young.0) >= capacity || now.saturating_sub(young.1) >= interval * MATURE_INTERVALS
 }
 
 /// A tick's measured hit ratio that departs from the running mean of (measured − predicted)
 /// by more than this is a phase change: the tenant's curve forgets its past at once.
 pub const PHASE_SHIFT: f64 = 0.15;
-/// GETs a tick needs before its hit ratio is compared (fewer are noise).
+/// GETs a comparison needs (fewer are noise); they accumulate over ticks.
 pub const PHASE_MIN_GETS: u64 = 256;
 /// How much of the past a tenant's curve keeps after a phase change.
 pub const PHASE_DECAY: f64 = 0.05;
 
 /// The closed loop on one tenant's prediction: given the running mean of its gap (measured −
-/// predicted hit ratio) and this tick's gap, whether the workload changed phase, and the new
-/// mean. A steady bias (the lender's S3-FIFO hits more than the LRU curve predicts on scans)
-/// moves into the mean and is no change; a jump away from it is.
-pub fn phase_shift(mean: Option<f64>, gap: f64) -> (bool, f64) {
+/// predicted hit ratio), whether the last comparison already departed from it, and this
+/// comparison's gap: whether the workload changed phase, the new mean, and whether this one
+/// departs. A steady bias (the lender's S3-FIFO hits more than the LRU curve predicts on
+/// scans) moves into the mean and is no change; a jump away from it is, once two comparisons
+/// in a row depart the same way (one noisy window is not).
+pub fn phase_shift(mean: Option<f64>, departed: Option<f64>, gap: f64) -> (bool, f64, Option<f64>) {
     match mean {
-        None => (false, gap),
-        Some(m) if (gap - m).abs() > PHASE_SHIFT => (true, gap),
-        Some(m) => (false, 0.7 * m + 0.3 * gap),
+        None => (false, gap, None),
+        Some(m) if (gap - m).abs() > PHASE_SHIFT => match departed {
+            Some(d) if (d - m).signum() == (gap - m).signum() => (true, gap, None),
+            _ => (false, m, Some(gap)),
+        },
+        Some(m) => (false, 0.7 * m + 0.3 * gap, None),
     }
 }
 
@@ -171,6 +198,8 @@ impl Allocation {
                 last_tick: None,
                 views: vec![],
                 gaps: vec![],
+                pending: vec![],
+                young: vec![],
             }),
         }
     }
@@ -214,7 +243,9 @@ impl Allocation {
         st.targets.resize(n, 0);
         st.seen.resize(n, (0, now));
         st.views.resize(n, TenantView::default());
-        st.gaps.resize(n, None);
+        st.gaps.resize(n, (None, None));
+        st.pending.resize(n, (0, 0, 0));
+        st.young.resize(n, (0, now));
         for (i, (t, c)) in tenants.iter().zip(&counters).enumerate() {
             let requests = c.hits + c.misses + c.puts;
             if requests != st.seen[i].0 {
@@ -229,23 +260,46 @@ impl Allocation {
             if let Some(sampler) = store.sampler(i as u16) {
                 // GETs since the last tick, none before the estimator existed.
                 let started = sampler.start(capacity);
+                if started {
+                    st.young[i] = (c.hits + c.misses, now);
+                }
                 let gets = if started { 0 } else { (c.hits + c.misses).saturating_sub(s.hits + s.misses) };
                 let mut decay = decay;
-                if let Some(predicted) = st.allocator.predicted_hit_ratio(i).filter(|_| gets >= PHASE_MIN_GETS) {
-                    let measured = c.hits.saturating_sub(s.hits) as f64 / gets as f64;
-                    let (shifted, mean) = phase_shift(st.gaps[i], measured - predicted);
-                    st.gaps[i] = Some(mean);
+                let pending = &mut st.pending[i];
+                let predicted = st.allocator.predicted_hit_ratio(i);
+                if started || predicted.is_none() || pending.2 != st.targets[i] {
+                    *pending = (0, 0, st.targets[i]);
+                } else {
+                    *pending = (pending.0 + c.hits.saturating_sub(s.hits), pending.1 + gets, pending.2);
+                }
+                if let Some(predicted) = predicted.filter(|_| pending.1 >= PHASE_MIN_GETS) {
+                    let measured = pending.0 as f64 / pending.1 as f64;
+                    *pending = (0, 0, st.targets[i]);
+                    let (shifted, mean, departed) = phase_shift(st.gaps[i].0, st.gaps[i].1, measured - predicted);
+                    st.gaps[i] = (Some(mean), departed);
                     if shifted {
                         tracing::debug!(tenant = i, measured, predicted, "phase change: the curve forgets its past");
                         decay = decay.min(PHASE_DECAY);
+                        st.young[i] = (c.hits + c.misses, now);
                     }
                 }
                 s.curve = sampler.curve(gets, decay);
+                s.curve.valid &= mature(st.young[i], c.hits + c.misses, now, capacity, self.interval);
             }
             s.hits = c.hits;
             s.misses = c.misses;
         }
         st.allocator.decide(now, capacity, &st.samples, &mut st.targets);
+        for (i, s) in st.samples.iter().enumerate() {
+            tracing::debug!(
+                tenant = i,
+                target = st.targets[i],
+                used = s.used_blocks,
+                measured = s.curve.valid,
+                at_target = s.curve.hit_ratio_at(st.targets[i] as f64),
+                "allocation"
+            );
+        }
         for (i, t) in tenants.iter().enumerate() {
             if self.is_dynamic() {
                 store.set_tenant_limit(i as u16, st.targets[i] * slot);
@@ -289,25 +343,45 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_curve_matures_after_capacity_gets_or_an_interval() {
+        let (cap, iv) = (1000, Duration::from_secs(5));
+        let young = (500, Duration::from_secs(10));
+        // 999 GETs within 4 s: not yet (a loop of 1000 would not have shown its reuse).
+        assert!(!mature(young, 1499, Duration::from_secs(14), cap, iv));
+        assert!(mature(young, 1500, Duration::from_secs(11), cap, iv));
+        // A slow tenant: an interval is enough whatever it asked.
+        assert!(mature(young, 510, Duration::from_secs(15), cap, iv));
+    }
+
+    #[test]
     fn a_jump_in_the_prediction_gap_is_a_phase_change_a_steady_bias_is_not() {
-        // A tenant the curve under-predicts by 0.2 every tick (S3-FIFO on a scan): no change.
-        let mut mean = None;
+        // A tenant the curve under-predicts by 0.2 every comparison (S3-FIFO on a scan): no
+        // change.
+        let (mut mean, mut departed) = (None, None);
         for _ in 0..20 {
-            let (shifted, m) = phase_shift(mean, 0.2);
+            let (shifted, m, d) = phase_shift(mean, departed, 0.2);
             assert!(!shifted);
-            mean = Some(m);
+            (mean, departed) = (Some(m), d);
         }
         // Small noise around it: still none.
         for g in [0.25, 0.15, 0.22, 0.18] {
-            let (shifted, m) = phase_shift(mean, g);
+            let (shifted, m, d) = phase_shift(mean, departed, g);
             assert!(!shifted, "{g}");
-            mean = Some(m);
+            (mean, departed) = (Some(m), d);
         }
-        // Its working set grew: measured drops 0.5 below what the curve said.
-        let (shifted, m) = phase_shift(mean, -0.3);
+        // One noisy window far off, then back: no change, and the mean did not move.
+        let (shifted, m, d) = phase_shift(mean, departed, -0.3);
+        assert!(!shifted && d == Some(-0.3) && m == mean.unwrap());
+        let (shifted, m, d) = phase_shift(Some(m), d, 0.21);
+        assert!(!shifted && d.is_none());
+        (mean, departed) = (Some(m), d);
+        // Its working set grew: measured drops 0.5 below what the curve said, twice.
+        let (shifted, m, d) = phase_shift(mean, departed, -0.3);
+        assert!(!shifted);
+        let (shifted, m, d) = phase_shift(Some(m), d, -0.32);
         assert!(shifted);
-        // The new gap is the new mean: the next ticks of the new phase are no change.
-        assert_eq!(m, -0.3);
-        assert!(!phase_shift(Some(m), -0.28).0);
+        // The new gap is the new mean: the next comparisons of the new phase are no change.
+        assert_eq!(m, -0.32);
+        assert!(!phase_shift(Some(m), d, -0.28).0);
     }
 }

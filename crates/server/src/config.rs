@@ -52,7 +52,8 @@ pub struct ServerConfig {
     pub default_tenant_share_percent: u8,
     /// How memory is divided among tenants: "shared" (limits only; the fullest tenant
     /// relative to its limit gives way), "static" (equal split among active tenants),
-    /// "hit-ratio" (paper 004's rule) or "mrc" (marginal benefit over miss-ratio curves).
+    /// "hit-ratio" (paper 004's rule) or "mrc" (marginal benefit over miss-ratio curves; the
+    /// default: fewest misses of the four on `farcache bench alloc`, BENCHMARKS.md).
     pub allocation: String,
     /// Time between two decisions of the "mrc" allocator, each moving at most 2% of capacity.
     pub allocation_interval: HumanDuration,
@@ -123,7 +124,7 @@ impl Default for ServerConfig {
             write_timeout: HumanDuration::secs(10),
             max_tenants: 64,
             default_tenant_share_percent: 100,
-            allocation: "shared".into(),
+            allocation: "mrc".into(),
             allocation_interval: HumanDuration::secs(5),
             tls_cert: String::new(),
             tls_key: String::new(),

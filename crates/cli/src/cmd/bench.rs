@@ -232,6 +232,15 @@ struct AllocArgs {
     /// GETs per scenario, all tenants together.
     #[arg(long)]
     requests: Option<usize>,
+    /// Scenarios to run (default: all).
+    #[arg(long, value_delimiter = ',')]
+    scenarios: Option<Vec<String>>,
+    /// Rounds per scenario, five per allocation interval (the scenario's length).
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// The lender's `allocation_interval` in milliseconds (the time scale).
+    #[arg(long)]
+    interval_ms: Option<u64>,
     /// Write the full results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -364,6 +373,15 @@ fn run_alloc(a: AllocArgs) -> anyhow::Result<()> {
     }
     if let Some(r) = a.requests {
         o.requests = r;
+    }
+    if let Some(r) = a.rounds {
+        o.rounds = r;
+    }
+    if let Some(s) = a.scenarios {
+        o.only = s;
+    }
+    if let Some(ms) = a.interval_ms {
+        o.interval = std::time::Duration::from_millis(ms);
     }
     let report = alloc_bench::run(&o)?;
     print!("{}", alloc_bench::render(&report));

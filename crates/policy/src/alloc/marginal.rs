@@ -15,18 +15,21 @@
 //!   taken from tenants above their ideal. Not counted against that bound, because none of
 //!   them evicts a warm block for another tenant's gain: raising a tenant to its minimum,
 //!   handing out capacity no target claims, the part of a donor's target it does not hold
-//!   (`used_blocks` below its target), and the part its own curve says it gains nothing from
-//!   (taking it loses less than [`FLAT_LOSS`] of the donor's hit ratio: a tenant whose
-//!   working set shrank in a phase change, or that holds blocks it does not reuse);
+//!   (`used_blocks` below its target), and the part whose loss costs less than
+//!   [`FLAT_LOSS`] of the lender's hits by the donor's curve and request rate (a tenant
+//!   whose working set shrank in a phase change, that holds blocks it does not reuse, or
+//!   that stopped asking);
 //! - *with hysteresis*: no move at all unless the ideal's predicted hits exceed the current
 //!   targets' by `hysteresis_percent`, so estimation noise does not shuffle memory; once a
-//!   move starts it continues to the ideal (the ideal of stationary input is fixed, so the
-//!   targets approach it monotonically and stop: no oscillation);
+//!   move starts it continues towards the ideal until what is left is worth a quarter of
+//!   that (the ideal of stationary input is fixed, so the targets approach it monotonically
+//!   and stop: no oscillation);
 //! - *idle tenants* (inactive) are planned at their minimum, and reclaiming their memory
 //!   bypasses the hysteresis.
 //!
-//! Tenants whose curve is not yet measured keep their current target (at least their
-//! minimum) and take part only in the split of what no slope wants.
+//! Tenants whose curve is not yet measured keep their current target, at least their
+//! minimum and their static share (capacity split by weight among the active tenants), and
+//! take part only in the split of what no slope wants.
 
 use std::time::Duration;
 
@@ -48,8 +51,8 @@ impl Default for MarginalConfig {
     }
 }
 
-/// Blocks whose removal lowers a donor's predicted hit ratio by less than this (absolute)
-/// are taken without counting against the per-decision bound.
+/// Blocks whose removal costs less than this part of the lender's hits (by the donor's
+/// curve and request rate) are taken without counting against the per-decision bound.
 pub const FLAT_LOSS: f64 = 0.001;
 
 /// One piece of a tenant's hull: `blocks` more blocks gain `slope` hits/s each.
@@ -64,7 +67,8 @@ pub struct Marginal {
     cfg: MarginalConfig,
     last: Option<Duration>,
     deltas: Deltas,
-    /// Requests per second per tenant, smoothed over two intervals.
+    /// Requests per second per tenant, smoothed over two intervals (0 after an interval
+    /// without any).
     rate: Vec<f64>,
     predicted: Vec<Option<f64>>,
     ideal: Vec<u64>,
@@ -102,22 +106,41 @@ impl Marginal {
         f64::from(s.weight.max(1)) * self.rate[i] * s.curve.hit_ratio_at(blocks as f64)
     }
 
-    /// How many blocks tenant `s` (index `i`) can give from `target` down towards `ideal`
-    /// without costing hits: what it targets but does not hold, or more where its curve is
-    /// flat (a loss under [`FLAT_LOSS`] of hit ratio).
-    pub fn free_to_give(s: &TenantSample, target: u64, ideal: u64) -> u64 {
+    /// Tenant `i`'s share of the lender's (weighted) request rate, in 0..=1 (1 when no
+    /// tenant asks anything: then every loss counts in full).
+    pub fn rate_share(&self, tenants: &[TenantSample], i: usize) -> f64 {
+        let w = |j: usize| f64::from(tenants[j].weight.max(1)) * self.rate.get(j).copied().unwrap_or(0.0);
+        let total: f64 = (0..tenants.len()).map(w).sum();
+        if total <= 0.0 {
+            1.0
+        } else {
+            w(i) / total
+        }
+    }
+
+    /// How many blocks tenant `s` can give from `target` down towards `ideal` without costing
+    /// hits: what it targets but does not hold, or more where the hits it loses are under
+    /// [`FLAT_LOSS`] of the lender's: a loss of hit ratio `Δ` costs `Δ × share` of the
+    /// lender's hits, `share` being its part of the request rate ([`Self::rate_share`]). So a
+    /// flat curve (a tenant whose working set shrank, or that holds blocks it does not reuse)
+    /// gives at once, and so does a tenant that stopped asking (share 0), whatever its curve.
+    pub fn free_to_give(s: &TenantSample, share: f64, target: u64, ideal: u64) -> u64 {
         let over = target.saturating_sub(ideal);
         let unheld = target.saturating_sub(s.used_blocks).min(over);
         if !s.curve.valid || over == 0 {
             return unheld;
         }
+        if share <= 0.0 {
+            return over;
+        }
+        let allowed = FLAT_LOSS / share.min(1.0);
         let at = s.curve.hit_ratio_at(target as f64);
         // The loss grows with the blocks taken (hit ratios never fall as memory grows): the
-        // largest k with a loss under FLAT_LOSS, by bisection.
+        // largest k with a loss under `allowed`, by bisection.
         let (mut lo, mut hi) = (0u64, over + 1);
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
-            if at - s.curve.hit_ratio_at((target - mid) as f64) < FLAT_LOSS {
+            if at - s.curve.hit_ratio_at((target - mid) as f64) < allowed {
                 lo = mid;
             } else {
                 hi = mid;
@@ -134,9 +157,13 @@ impl Marginal {
     fn plan(&mut self, capacity: u64, tenants: &[TenantSample], current: &[u64]) {
         self.ideal.clear();
         self.segments.clear();
+        let active_weight: u64 = tenants.iter().filter(|s| s.active).map(|s| u64::from(s.weight.max(1))).sum();
         for (i, s) in tenants.iter().enumerate() {
             let measured = s.active && s.curve.valid;
-            let start = if s.active && !measured { current[i].max(s.floor()) } else { s.floor() };
+            // A tenant not yet measured keeps at least its static share: what it would have
+            // under `static`, so that one measured first does not take everything.
+            let fair = capacity * u64::from(s.weight.max(1)) / active_weight.max(1);
+            let start = if s.active && !measured { current[i].max(s.floor()).max(fair) } else { s.floor() };
             self.ideal.push(start.min(s.max_blocks.max(s.floor())));
             if measured && self.rate[i] > 0.0 {
                 self.hull_segments(i, s, capacity);
@@ -205,7 +232,9 @@ impl Allocator for Marginal {
         self.predicted.resize(n, None);
         let first = self.last.is_none() || targets.iter().sum::<u64>() == 0;
         if !first && self.last.is_some_and(|l| now < l + self.cfg.interval) {
-            clamp(capacity, tenants, targets); // a new tenant gets its minimum at once
+            // A new tenant gets its minimum, and its static share, at once.
+            clamp(capacity, tenants, targets);
+            raise_newcomers(capacity, tenants, targets);
             return;
         }
         let secs = self.last.map_or(self.cfg.interval, |l| now.saturating_sub(l)).as_secs_f64().max(1e-3);
@@ -213,20 +242,35 @@ impl Allocator for Marginal {
         for (i, s) in tenants.iter().enumerate() {
             let (h, m) = self.deltas.take(i, s);
             let r = (h + m) as f64 / secs;
-            self.rate[i] = if self.rate[i] == 0.0 { r } else { 0.5 * (self.rate[i] + r) };
+            // Smoothed over two intervals; but a tenant that asked nothing for a whole
+            // interval gains nothing from memory now (its blocks are free to give at once,
+            // long before it counts as idle).
+            self.rate[i] = if self.rate[i] == 0.0 || r == 0.0 { r } else { 0.5 * (self.rate[i] + r) };
         }
         clamp(capacity, tenants, targets);
+        raise_newcomers(capacity, tenants, targets);
         self.plan(capacity, tenants, targets);
         let reclaim = tenants.iter().zip(targets.iter()).any(|(s, &t)| !s.active && t > s.floor());
         let now_value = self.total_value(tenants, targets);
         let gain = self.total_value(tenants, &self.ideal) - now_value;
-        self.moving |= gain > self.cfg.hysteresis_percent / 100.0 * now_value.max(1e-9);
+        // Two thresholds: a move starts when the ideal is worth `hysteresis_percent` more
+        // than the targets, and stops once what is left is worth a quarter of that (so an
+        // ideal that wanders with estimation noise does not drag the targets along).
+        let threshold = self.cfg.hysteresis_percent / 100.0 * now_value.max(1e-9);
+        if gain > threshold {
+            self.moving = true;
+        } else if gain < threshold / 4.0 {
+            self.moving = false;
+        }
         if first {
             targets.copy_from_slice(&self.ideal);
         } else if self.moving || reclaim {
             let budget = ((capacity as f64 * self.cfg.max_move_percent / 100.0) as u64).max(1);
-            let free: Vec<u64> =
-                tenants.iter().enumerate().map(|(i, s)| Self::free_to_give(s, targets[i], self.ideal[i])).collect();
+            let free: Vec<u64> = tenants
+                .iter()
+                .enumerate()
+                .map(|(i, s)| Self::free_to_give(s, self.rate_share(tenants, i), targets[i], self.ideal[i]))
+                .collect();
             step(capacity, targets, &self.ideal, &free, budget);
         }
         clamp(capacity, tenants, targets);
@@ -239,6 +283,30 @@ impl Allocator for Marginal {
     fn predicted_hit_ratio(&self, tenant: usize) -> Option<f64> {
         self.predicted.get(tenant).copied().flatten()
     }
+}
+
+/// Raise every active tenant not yet measured to its static share (capacity split by weight
+/// among the active tenants, at most its maximum) at once, taking from the tenants furthest
+/// above their floors, as a minimum is raised: a tenant that connects after another took
+/// the whole lender starts where `static` would put it, not at its minimum climbing 2% per
+/// decision.
+fn raise_newcomers(capacity: u64, tenants: &[TenantSample], targets: &mut [u64]) {
+    let active_weight: u64 = tenants.iter().filter(|s| s.active).map(|s| u64::from(s.weight.max(1))).sum();
+    if !tenants.iter().any(|s| s.active && !s.curve.valid) {
+        return;
+    }
+    let floors: Vec<TenantSample> = tenants
+        .iter()
+        .map(|s| {
+            let mut f = TenantSample { curve: super::Curve::default(), ..s.clone() };
+            if s.active && !s.curve.valid {
+                let fair = capacity * u64::from(s.weight.max(1)) / active_weight.max(1);
+                f.min_blocks = f.min_blocks.max(fair.min(s.max_blocks));
+            }
+            f
+        })
+        .collect();
+    clamp(capacity, &floors, targets);
 }
 
 /// Move `targets` towards `ideal`: first into capacity no target claims, then what each

@@ -21,6 +21,7 @@
 
 pub mod hit_ratio;
 pub mod marginal;
+pub mod minisim;
 pub mod mrc;
 #[cfg(test)]
 mod tests;
@@ -29,6 +30,7 @@ use std::time::Duration;
 
 pub use hit_ratio::HitRatio;
 pub use marginal::{Marginal, MarginalConfig};
+pub use minisim::MiniSim;
 pub use mrc::{Curve, ShardsMrc, CURVE_POINTS};
 
 /// How a lender divides its memory among tenants.

@@ -190,14 +190,47 @@ fn a_donor_gives_at_once_what_it_does_not_hold_or_does_not_use() {
     let cap = 1000;
     // Holds 300 of a target of 800: 500 are free to give.
     let s = TenantSample { used_blocks: 300, ..tenant(0, cap, uniform(cap, 2000.0)) };
-    assert_eq!(Marginal::free_to_give(&s, 800, 100), 500);
+    assert_eq!(Marginal::free_to_give(&s, 1.0, 800, 100), 500);
     // Its working set is 200 blocks: above that its curve is flat, so all above 200 are free.
     let s = TenantSample { used_blocks: 800, ..tenant(0, cap, uniform(cap, 200.0)) };
-    let f = Marginal::free_to_give(&s, 800, 100);
+    let f = Marginal::free_to_give(&s, 1.0, 800, 100);
     assert!((590..=600).contains(&f), "{f}");
     // A steep curve it uses: only what loses under FLAT_LOSS in all (a block or two here).
     let s = TenantSample { used_blocks: 800, ..tenant(0, cap, uniform(cap, 2000.0)) };
-    assert!(Marginal::free_to_give(&s, 800, 100) <= 2);
+    assert!(Marginal::free_to_give(&s, 1.0, 800, 100) <= 2);
+    // The same curve, but a tenth of the lender's requests: ten times as much is free.
+    let f = Marginal::free_to_give(&s, 0.1, 800, 100);
+    assert!((15..=25).contains(&f), "{f}");
+    // It stopped asking: everything above its ideal is free.
+    assert_eq!(Marginal::free_to_give(&s, 0.0, 800, 100), 700);
+}
+
+#[test]
+fn a_tenant_that_stops_asking_gives_its_memory_within_two_decisions() {
+    let cap = 1000;
+    let mut ts = vec![tenant(0, cap, uniform(cap, 800.0)), tenant(0, cap, uniform(cap, 800.0))];
+    let mut a = Marginal::new(MarginalConfig::default());
+    let rounds = run(&mut a, cap, &mut ts, &[100, 100], 10, Duration::from_secs(5));
+    assert!(rounds.last().unwrap()[0] >= 400, "{:?}", rounds.last());
+    // Still active (not yet idle), but no GETs: not 2% per decision, all at once.
+    let rounds = run(&mut a, cap, &mut ts, &[0, 100], 2, Duration::from_secs(5));
+    assert!(rounds.last().unwrap()[1] >= 795, "{rounds:?}");
+}
+
+#[test]
+fn a_tenant_not_yet_measured_keeps_its_static_share() {
+    let cap = 900;
+    // The first two are measured and steep; the third has no curve yet.
+    let mut ts = vec![
+        tenant(0, cap, uniform(cap, 2000.0)),
+        tenant(0, cap, uniform(cap, 2000.0)),
+        tenant(0, cap, Curve::default()),
+    ];
+    let mut a = Marginal::new(MarginalConfig::default());
+    let rounds = run(&mut a, cap, &mut ts, &[100, 100, 100], 5, Duration::from_secs(5));
+    for r in &rounds {
+        assert!(r[2] >= 300, "{rounds:?}");
+    }
 }
 
 #[test]
@@ -289,16 +322,21 @@ proptest! {
         let mut a = Marginal::new(MarginalConfig::default());
         let rounds = run(&mut a, CAP, &mut ts, &rates, 400, Duration::from_secs(5));
         let budget = CAP * 2 / 100;
+        // Each tenant's part of the (weighted) request rate, as the allocator sees it.
+        let weighted: Vec<f64> = ts.iter().zip(&rates).map(|(s, &r)| f64::from(s.weight.max(1)) * r as f64).collect();
+        let total: f64 = weighted.iter().sum();
+        let shares: Vec<f64> = weighted.iter().map(|w| if total > 0.0 { w / total } else { 1.0 }).collect();
         for w in rounds.windows(2).skip(1) {
-            // Blocks taken beyond what each donor's curve says it gains nothing from (every
-            // tenant holds its target here): at most the budget.
+            // Blocks taken beyond what each donor's curve and request rate say costs nothing
+            // (every tenant holds its target here): at most the budget.
             let costly: u64 = w[0]
                 .iter()
                 .zip(&w[1])
                 .zip(&ts)
-                .map(|((a, b), s)| {
+                .enumerate()
+                .map(|(i, ((a, b), s))| {
                     let s = TenantSample { used_blocks: *a, ..s.clone() };
-                    a.saturating_sub(*b).saturating_sub(Marginal::free_to_give(&s, *a, *b))
+                    a.saturating_sub(*b).saturating_sub(Marginal::free_to_give(&s, shares[i], *a, *b))
                 })
                 .sum();
             prop_assert!(costly <= budget, "moved {} > {}: {:?}", costly, budget, w);
