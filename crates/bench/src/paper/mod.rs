@@ -24,6 +24,7 @@ pub mod child;
 pub mod cleanup;
 pub mod counters;
 pub mod engine;
+pub mod migrate;
 pub mod mount;
 pub mod pgbench;
 pub mod report;
@@ -73,6 +74,9 @@ pub enum Experiment {
     /// Paper 002's serialization test: 1–16 processes of synchronous 8 KiB reads of one file,
     /// and the disk's queue depth ([`engine`]).
     Serial,
+    /// Paper 001: half of the files moved from one disk to another during random whole-file
+    /// reads, copied from lenders' RAM vs from the disk ([`migrate`]).
+    Migrate,
 }
 
 impl Experiment {
@@ -87,6 +91,7 @@ impl Experiment {
             Experiment::Durable => "durable",
             Experiment::Engine => "engine",
             Experiment::Serial => "serial",
+            Experiment::Migrate => "migrate",
         }
     }
 
@@ -107,6 +112,7 @@ impl Experiment {
             e if e.of_the_tier() => &ConfigKind::TIER_SET,
             Experiment::Engine => &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::Farcache],
             Experiment::Serial => &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::Serialized],
+            Experiment::Migrate => &[ConfigKind::Farcache],
             _ => &ConfigKind::ALL,
         }
     }
@@ -128,6 +134,7 @@ impl Experiment {
             Experiment::Durable => "issue 12",
             Experiment::Engine => "paper 002, issue 11",
             Experiment::Serial => "paper 002's serialization test",
+            Experiment::Migrate => "paper 001, issue 14",
         }
     }
 
@@ -221,9 +228,10 @@ impl std::str::FromStr for Experiment {
             "durable" => Ok(Experiment::Durable),
             "engine" => Ok(Experiment::Engine),
             "serial" => Ok(Experiment::Serial),
+            "migrate" => Ok(Experiment::Migrate),
             _ => Err(format!(
                 "unknown experiment {s:?}: seqread, randread, pgbench, tpch (transfers comes with each); postmark, \
-                 dfsio, durable (paper 003); engine, serial (paper 002)"
+                 dfsio, durable (paper 003); engine, serial (paper 002); migrate (paper 001)"
             )),
         }
     }
@@ -294,6 +302,21 @@ pub struct PaperOptions {
     pub engine_file_bytes: u64,
     #[serde(default)]
     pub engine_secs: u64,
+    /// migrate: files of 4 MiB on the first disk (half of them move).
+    #[serde(default)]
+    pub migrate_files: u64,
+    /// migrate: foreground reader threads, one configuration each.
+    #[serde(default)]
+    pub migrate_threads: Vec<u32>,
+    /// migrate: copy sources ("cache", "disk"), one configuration each.
+    #[serde(default)]
+    pub migrate_sources: Vec<String>,
+    /// migrate: seconds of foreground before and after the migration.
+    #[serde(default)]
+    pub migrate_phase_secs: u64,
+    /// migrate: configurations an earlier run finished (`--resume`), kept rather than run.
+    #[serde(skip)]
+    pub migrate_resume: Vec<migrate::MigrateRecord>,
 }
 
 impl PaperOptions {
@@ -327,6 +350,13 @@ impl PaperOptions {
             durable_secs: 20,
             engine_file_bytes: GIB,
             engine_secs: 10,
+            // Paper 001 used 1,024 files; 128 (512 MiB) keeps a full run (2 sources × 3
+            // thread counts, each warmed through 200-IOPS disks) under 15 minutes.
+            migrate_files: 128,
+            migrate_threads: vec![1, 2, 3],
+            migrate_sources: vec!["cache".into(), "disk".into()],
+            migrate_phase_secs: 20,
+            migrate_resume: Vec::new(),
         }
     }
 
@@ -355,6 +385,9 @@ impl PaperOptions {
             durable_secs: 2,
             engine_file_bytes: 64 * MIB,
             engine_secs: 1,
+            migrate_files: 16,
+            migrate_threads: vec![1],
+            migrate_phase_secs: 3,
             ..PaperOptions::full(exe)
         }
     }
@@ -376,7 +409,8 @@ impl PaperOptions {
         let tpch = if self.experiments.contains(&Experiment::Tpch) { tpch::disk_bytes(self) } else { 0 };
         let tier = if self.experiments.iter().any(|e| e.of_the_tier()) { writeback::disk_bytes(self) } else { 0 };
         let engine = if self.experiments.iter().any(|e| e.of_the_engine()) { self.engine_file_bytes } else { 0 };
-        files + files / 8 + pg + tpch + tier + engine + 512 * MIB
+        let migrate = if self.experiments.contains(&Experiment::Migrate) { migrate::disk_bytes(self) } else { 0 };
+        files + files / 8 + pg + tpch + tier + engine + migrate + 512 * MIB
     }
 }
 
