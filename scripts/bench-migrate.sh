@@ -29,5 +29,6 @@ if ! "$BIN" bench paper --profile hdd --experiment migrate --migrate-files "${FI
   echo "bench-migrate: failed or a check did not pass: see $OUT/log; partial results stay in $OUT/paper001-hdd.json" >&2
   if [ -e "$OUT/paper001-hdd.json" ]; then cp "$OUT/paper001-hdd.json" "$OUT/partial-paper001-hdd.json"; fi
 fi
+python3 scripts/bench-paper-plot.py "$OUT/paper001-hdd.json" || true
 # The experiment's section of the report.
 awk '/^## /{p = ($0 ~ /^## migrate/)} p' "$OUT"/paper001-hdd.md 2>/dev/null || true

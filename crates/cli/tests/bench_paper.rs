@@ -227,6 +227,17 @@ fn bench_paper_quick_runs_the_migration_experiment() {
     assert!(checks.len() >= 6 && checks.iter().all(|c| c["ok"] == true), "{json}");
     let md = std::fs::read_to_string(dir.0.join("paper001-quick.md")).unwrap();
     assert!(md.contains("## migrate") && md.contains("cache/disk") && md.contains("disk2 daemon"), "{md}");
+
+    // --resume keeps what the JSON holds and runs nothing again.
+    let mut again = args.to_vec();
+    again.push("--resume");
+    let (status, stdout, stderr) = run_quick(&again, &dir.0, Duration::from_secs(200));
+    assert!(status.success(), "--resume failed ({status}); stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stderr.contains("2 configuration(s) done before, kept"), "{stderr}");
+    assert_eq!(stderr.matches("done in an earlier run, kept").count(), 2, "{stderr}");
+    let resumed: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.0.join("paper001-quick.json")).unwrap()).unwrap();
+    assert_eq!(resumed["migrate_runs"], json["migrate_runs"], "the kept records changed");
 }
 
 #[test]
