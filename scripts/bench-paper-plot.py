@@ -170,7 +170,13 @@ def plot_migrate(report, png):
         return False
     fig, axes = plt.subplots(len(runs), 2, figsize=(12, 2.2 * len(runs)), squeeze=False)
     for row, r in zip(axes, runs):
-        s = r["samples"]
+        s = sorted(r["samples"], key=lambda q: q["t_secs"])
+        # Whole seconds only (the migration's start and end are extra readings).
+        secs = [s[0]]
+        for q in s[1:]:
+            if q["t_secs"] - secs[-1]["t_secs"] >= 0.5:
+                secs.append(q)
+        s = secs
         for b in range(2):
             t, y = per_second(s, "daemon_busy_ms", b)
             row[0].plot(t, y, label=f"disk {b + 1}")

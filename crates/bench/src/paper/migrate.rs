@@ -509,7 +509,10 @@ fn one(tb: &mut Testbed, disk2: &ExtraDisk, o: &PaperOptions, source: &str, thre
         .find_map(|l| serde_json::from_str(l).ok())
         .ok_or_else(|| BenchError::Setup(format!("farcache balance printed no status: {out}")))?;
     let after_inos = inos("after the migration")?;
-    let samples = std::mem::take(&mut *lock(&samples));
+    // The sampler's and the boundary readings, in time order (each is stamped before its
+    // `farcache stats` call, pushed after it).
+    let mut samples = std::mem::take(&mut *lock(&samples));
+    samples.sort_by(|a, b| a.t_secs.total_cmp(&b.t_secs));
     let g = |k: &str| balance[k].as_u64().unwrap_or(0);
     let rec = MigrateRecord {
         source: source.into(),
