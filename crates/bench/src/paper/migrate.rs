@@ -721,20 +721,22 @@ pub fn render(s: &mut String, r: &PaperReport) {
     for x in r.migrate_runs.iter().filter(|x| x.error.is_none()) {
         for b in 0..2 {
             let (daemon, ticks) = utilization(&x.samples, b);
-            let m0 = x.migration_start_secs.floor() as usize;
-            let m1 = x.migration_end_secs.ceil() as usize;
-            let mut line = String::new();
-            for (i, c) in spark(&daemon).chars().enumerate() {
-                if i == m0 {
-                    line.push('[');
+            let (m0, m1) = (x.migration_start_secs.floor() as usize, x.migration_end_secs.ceil() as usize);
+            let mark = |xs: &[f64]| {
+                let mut line = String::new();
+                for (i, c) in spark(xs).chars().enumerate() {
+                    if i == m0 {
+                        line.push('[');
+                    }
+                    line.push(c);
+                    if i + 1 == m1 {
+                        line.push(']');
+                    }
                 }
-                line.push(c);
-                if i + 1 == m1 {
-                    line.push(']');
-                }
-            }
-            let _ = writeln!(s, "{:>5} T={} disk{} daemon {line}", x.source, x.threads, b + 1);
-            let _ = writeln!(s, "{:>5} T={} disk{} ticks  {}", x.source, x.threads, b + 1, spark(&ticks));
+                line
+            };
+            let _ = writeln!(s, "{:>5} T={} disk{} daemon {}", x.source, x.threads, b + 1, mark(&daemon));
+            let _ = writeln!(s, "{:>5} T={} disk{} ticks  {}", x.source, x.threads, b + 1, mark(&ticks));
         }
     }
     let _ = writeln!(s, "```\n");

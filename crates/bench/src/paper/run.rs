@@ -52,7 +52,12 @@ pub fn run(o: &PaperOptions, progress: &mut dyn FnMut(&PaperReport)) -> Result<P
         o.profile.describe(),
         human(o.memory_bytes),
         tb.nets.len(),
-        human(o.lender_capacity_bytes),
+        // migrate sizes its lenders to its files.
+        human(if o.experiments == [Experiment::Migrate] {
+            super::migrate::lender_bytes(o.migrate_files)
+        } else {
+            o.lender_capacity_bytes
+        }),
         o.link_rate.as_deref().unwrap_or("unshaped veth")
     );
     // One step per experiment × size × configuration (pgbench and tpch: per configuration).
