@@ -625,11 +625,14 @@ fn automatic_balance_moves_off_a_loaded_branch_and_holds_still_when_even() {
     for (i, d) in data.iter().enumerate() {
         fs::write(a.dir.join(format!("f{i}")), d).unwrap();
     }
-    // Hysteresis wide apart: a round starts at 4×, rounds stop at 3×; one file per round.
+    // Hysteresis wide apart: a round starts at 8×, rounds stop at 3×; one file per round.
+    // With k of the 8 files on b and the reads spread evenly, a/b is at most (8 - k)/k (less
+    // where a's busy share is capped at 100%): 7 at k = 1, so nothing starts again once a
+    // file moved, and at most 3 from k = 2 on, so the rounds stop by then.
     let cfg = root.join("farcache.toml");
     fs::write(
         &cfg,
-        "[balance]\nenabled = true\ninterval = \"300ms\"\nstart_ratio = 4.0\nstop_ratio = 3.0\n\
+        "[balance]\nenabled = true\ninterval = \"300ms\"\nstart_ratio = 8.0\nstop_ratio = 3.0\n\
          min_busy_percent = 5\nmax_files_per_round = 1\ncopy_bytes_per_sec = \"8MiB\"\nidle_io_priority = true\n",
     )
     .unwrap();
