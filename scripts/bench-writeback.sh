@@ -3,7 +3,7 @@
 # native / passthrough / tier-dram / tier-ssd, one `farcache bench paper` invocation per
 # experiment on the ssd disk profile (20k IOPS, 500 MB/s). Resumable: an experiment whose JSON
 # exists is skipped (delete it to run it again). Results: bench/results/paper003/<experiment>/.
-#   EXPERIMENTS      default "durable dfsio postmark"
+#   EXPERIMENTS      default "durable dfsio destage postmark"
 #   PROFILE          default ssd
 #   POSTMARK_SCALE   share of Table 1's transactions (default 1: the paper's; the files, the
 #                    working set, stay the paper's)
@@ -18,7 +18,7 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 "$BIN" bench paper --cleanup
-for exp in ${EXPERIMENTS:-durable dfsio postmark}; do
+for exp in ${EXPERIMENTS:-durable dfsio destage postmark}; do
   dir="$OUT/$exp"
   if ls "$dir"/paper003-*.json >/dev/null 2>&1; then
     echo "== $exp: done before ($dir), skipped"

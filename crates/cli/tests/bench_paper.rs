@@ -95,7 +95,7 @@ fn run_quick(args: &[&str], dir: &Path, limit: Duration) -> (std::process::ExitS
     (status, stdout, stderr)
 }
 
-/// Paper 003's experiments, scaled down: postmark, dfsio and durable writes in the backing
+/// Paper 003's experiments, scaled down: postmark, dfsio, durable writes and destage in the backing
 /// alone, the mount without a tier and the mount with a `dram` and an `ssd` tier. Every case
 /// of every configuration ran, the tiers took the writes, and every figure is a number.
 #[test]
@@ -107,7 +107,7 @@ fn bench_paper_quick_runs_the_write_back_tier_experiments() {
     std::fs::create_dir_all(&dir.0).unwrap();
     let args = [
         "--experiment",
-        "postmark,dfsio,durable",
+        "postmark,dfsio,durable,destage",
         "--profile",
         "ssd",
         "--postmark-scale",
@@ -118,6 +118,8 @@ fn bench_paper_quick_runs_the_write_back_tier_experiments() {
         "16MiB",
         "--durable-secs",
         "1",
+        "--destage-size",
+        "8MiB",
     ];
     let (status, stdout, stderr) = run_quick(&args, &dir.0, Duration::from_secs(400));
     assert!(
@@ -128,12 +130,17 @@ fn bench_paper_quick_runs_the_write_back_tier_experiments() {
         serde_json::from_str(&std::fs::read_to_string(dir.0.join("paper003-quick.json")).unwrap()).unwrap();
     assert_eq!(json["complete"], true, "{json}");
     let runs = json["tier_runs"].as_array().unwrap();
-    // postmark 3 cases, dfsio 4, durable 3; in 4 configurations.
-    assert_eq!(runs.len(), 4 * (3 + 4 + 3), "{json}");
+    // postmark 3 cases, dfsio 4, durable 3, destage 3; in 4 configurations.
+    assert_eq!(runs.len(), 4 * (3 + 4 + 3 + 3), "{json}");
     for r in runs {
         assert!(r["error"].is_null(), "{r}");
         assert!(num(r, &["per_sec"]) > 0.0 && num(r, &["secs"]) > 0.0, "{r}");
         let cfg = r["config"].as_str().unwrap();
+        if r["experiment"] == "destage" && r["case"].as_str().unwrap().starts_with("written back") {
+            // The write-back (with a tier: `farcache flush`) or the sequential write really
+            // reached the loop disk.
+            assert!(num(r, &["disk", "write_bytes"]) >= (8 << 20) as f64, "{r}");
+        }
         if let Some(mode) = cfg.strip_prefix("tier-") {
             assert!(num(r, &["tier", "writes"]) > 0.0, "the tier took no writes: {r}");
             assert_eq!(r["tier"]["mode"].as_str(), Some(mode), "{r}");
@@ -144,7 +151,7 @@ fn bench_paper_quick_runs_the_write_back_tier_experiments() {
     let checks = json["checks"].as_array().unwrap();
     assert!(checks.len() >= 4 * 3 && checks.iter().all(|c| c["ok"] == true), "{json}");
     let md = std::fs::read_to_string(dir.0.join("paper003-quick.md")).unwrap();
-    assert!(md.contains("## postmark") && md.contains("tier-dram/native"), "{md}");
+    assert!(md.contains("## postmark") && md.contains("tier-dram/native") && md.contains("## destage"), "{md}");
 }
 
 /// Paper 002's experiments, the ends of each range: fio through io_uring in native,

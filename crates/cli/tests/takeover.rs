@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use farcache_testkit::{
-    fuse_mounted, pattern, require_fuse, require_root, wait_until, MountProcess, Rng, ScratchDir, ServerProcess,
-    TierFile,
+    fuse_mounted, pattern, require_fuse, require_root, wait_until, DirectReader, MountProcess, Rng, ScratchDir,
+    ServerProcess, TierFile,
 };
 
 const BLOCK: usize = 4096;
@@ -951,33 +951,153 @@ fn inodes_on_a_file_system_inside_the_backing_directory_survive_an_upgrade() {
     new.stop();
 }
 
-/// A mount with a write-back tier cannot be taken over yet (both daemons would hold the
-/// tier): the new daemon refuses before it opens the tier, naming the way to upgrade, and
-/// the running daemon serves on — including a write it acknowledged from the tier.
+/// A mount with a write-back tier is upgraded in place: a takeover naming another tier is
+/// refused before anything is handed over; one naming the same tier gets the connection, the
+/// running daemon stops destaging and exits, and the new one takes the tier over (recovering
+/// what it held, never written to the disk) while requests wait; what the tier held reads
+/// back, writes go on, and a clean unmount of the new daemon puts everything on the backing.
 #[test]
-fn a_takeover_of_a_mount_with_a_write_back_tier_is_refused_and_the_old_daemon_serves_on() {
+fn a_mount_with_a_write_back_tier_is_upgraded_in_place_and_keeps_what_the_tier_held() {
     require_fuse();
     require_root("takeover tests (open_by_handle_at, mounting)");
     let dir = TestDir::new("tier");
     write_files(&dir.backing());
     let tier = TierFile::new("takeover");
-    let t = tier.arg().to_string();
-    let old = plain(&dir, &["--tier", &t, "--tier-size", "64MiB"]);
-    let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
-    fs::write(old.m("fresh"), b"acknowledged from the tier").unwrap();
+    let other = TierFile::new("takeover-other");
+    // Nothing is destaged while the test looks (no idle write-back, a long dirty age).
+    let conf = dir.0.join("farcache.toml");
+    fs::write(&conf, "[tier]\nidle_destage_after = \"0s\"\nmax_dirty_age = \"10m\"\n").unwrap();
+    let (t, conf) = (tier.arg().to_string(), conf.display().to_string());
     let ctl = dir.ctl();
+    let args = |tier: &str| -> Vec<String> {
+        ["--no-remote", "--control-socket", ctl.to_str().unwrap(), "--tier", tier, "--tier-size", "64MiB", "--config"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([conf.clone()])
+            .collect()
+    };
+    let strs = |v: &[String]| v.iter().map(String::to_string).collect::<Vec<String>>();
+    let old_args = strs(&args(&t));
+    let old = MountProcess::start(
+        bin(),
+        &dir.backing(),
+        &dir.mnt(),
+        &old_args.iter().map(String::as_str).collect::<Vec<_>>(),
+        &dir.log("old"),
+    );
+    let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
+    let held = pattern(64 * BLOCK, 21);
+    {
+        let mut f = File::create(old.m("fresh")).unwrap();
+        f.write_all(&held).unwrap();
+        f.sync_all().unwrap();
+    }
+    let on_disk = |what: &str| {
+        let b = fs::read(dir.backing().join("fresh")).unwrap_or_default();
+        assert!(b != held, "{what}: the backing file already has the tier's data: nothing was left to hand over");
+    };
+    on_disk("before the takeover");
+
+    let other_args = strs(&args(other.arg()));
     let e = MountProcess::try_takeover(
         bin(),
         &dir.backing(),
         &dir.mnt(),
-        &["--no-remote", "--control-socket", ctl.to_str().unwrap(), "--tier", &t, "--tier-size", "64MiB"],
-        &dir.log("refused-tier"),
+        &other_args.iter().map(String::as_str).collect::<Vec<_>>(),
+        &dir.log("other-tier"),
     )
     .err()
-    .expect("a takeover of a mount with a write-back tier must be refused");
-    assert!(e.contains("not yet with a write-back tier") && e.contains("farcache flush"), "{e}");
-    still_serves(&old, "after a refused takeover (tier)");
-    assert_eq!(fs::read(old.m("fresh")).unwrap(), b"acknowledged from the tier");
-    assert!(alive(old.pid()));
-    old.stop();
+    .expect("a takeover naming another tier must be refused");
+    // Refused by the backing's marker (its tier is dirty) before the running daemon is asked.
+    assert!(e.contains("belongs to the write-back tier") && e.contains(other.arg()), "{e}");
+    still_serves(&old, "after a takeover naming another tier was refused");
+
+    let new = MountProcess::try_takeover(
+        bin(),
+        &dir.backing(),
+        &dir.mnt(),
+        &old_args.iter().map(String::as_str).collect::<Vec<_>>(),
+        &dir.log("new"),
+    )
+    .unwrap_or_else(|e| panic!("{e}\nold daemon's log:\n{}", old.log_text()));
+    assert!(old.wait_exit_timeout(Duration::from_secs(10)).is_some(), "the old daemon did not exit after handing over");
+    let log = new.log_text();
+    assert!(log.contains("took the write-back tier over"), "{log}");
+    let recovered = log
+        .split("recovered ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("the new daemon's log names no recovery:\n{log}"));
+    assert!(recovered > 0, "the new daemon recovered no record from the tier:\n{log}");
+    // Past the page cache: what the application reads now comes from the new daemon.
+    let blocks: Vec<u64> = (0..(held.len() / BLOCK) as u64).collect();
+    DirectReader::open(&new.m("fresh")).pass(&blocks, &held);
+    still_serves(&new, "after the takeover");
+    let later = pattern(16 * BLOCK, 22);
+    fs::write(new.m("later"), &later).unwrap();
+    new.stop();
+    assert_eq!(fs::read(dir.backing().join("fresh")).unwrap(), held, "after a clean unmount");
+    assert_eq!(fs::read(dir.backing().join("later")).unwrap(), later, "after a clean unmount");
+}
+
+/// Under `--supervise` with a write-back tier: a crashed daemon's successor recovers the
+/// tier (what it held, never on the disk, reads back), an upgrade (SIGHUP) hands it over,
+/// writes go on across both, and stopping the supervisor destages everything.
+#[test]
+fn a_supervised_mount_with_a_write_back_tier_survives_a_crash_and_an_upgrade() {
+    require_fuse();
+    require_root("takeover tests (open_by_handle_at, mounting)");
+    let dir = TestDir::new("tier-sup");
+    write_files(&dir.backing());
+    let tier = TierFile::new("takeover-sup");
+    let conf = dir.0.join("farcache.toml");
+    fs::write(&conf, "[tier]\nidle_destage_after = \"0s\"\nmax_dirty_age = \"10m\"\n").unwrap();
+    let (t, conf, ctl) = (tier.arg().to_string(), conf.display().to_string(), dir.ctl().display().to_string());
+    let args = [
+        "--supervise",
+        "--no-remote",
+        "--control-socket",
+        &ctl,
+        "--tier",
+        &t,
+        "--tier-size",
+        "64MiB",
+        "--config",
+        &conf,
+    ];
+    let sup = MountProcess::start(bin(), &dir.backing(), &dir.mnt(), &args, &dir.log("supervisor"));
+    let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut write = |name: &str, seed: u64| {
+        let body = pattern(32 * BLOCK, seed);
+        let mut f = File::create(sup.m(name)).unwrap_or_else(|e| panic!("create {name}: {e}\n{}", sup.log_text()));
+        f.write_all(&body).unwrap();
+        f.sync_all().unwrap();
+        assert!(fs::read(sup.b(name)).unwrap_or_default() != body, "{name} reached the disk: nothing left in the tier");
+        files.push((name.to_string(), body));
+        files.clone()
+    };
+    let check = |files: &[(String, Vec<u8>)], what: &str| {
+        for (name, body) in files {
+            let blocks: Vec<u64> = (0..(body.len() / BLOCK) as u64).collect();
+            DirectReader::open(&sup.m(name)).pass(&blocks, body);
+        }
+        still_serves(&sup, what);
+    };
+    let daemon = daemon_of(&sup, None);
+    let now = write("before-crash", 31);
+    // SAFETY: kill(2) on the supervisor's child.
+    unsafe { libc::kill(daemon as i32, libc::SIGKILL) };
+    let daemon = daemon_of(&sup, Some(daemon));
+    check(&now, "after a crash");
+    let now = write("before-upgrade", 32);
+    sup.signal(libc::SIGHUP);
+    let _ = daemon_of(&sup, Some(daemon));
+    check(&now, "after an upgrade");
+    let now = write("after-upgrade", 33);
+    let log = sup.stop();
+    for (name, body) in &now {
+        assert!(fs::read(dir.backing().join(name)).unwrap() == *body, "{name} after stopping the supervisor:\n{log}");
+    }
 }

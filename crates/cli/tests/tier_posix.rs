@@ -101,6 +101,16 @@ fn posix_through_a_tier_and_all_of_it_on_the_disk_after_a_clean_unmount() {
     want_hole[4096..3 * 4096].fill(0);
     assert_eq!(fs::read(m.m("hole")).unwrap(), want_hole);
     drop(h);
+    // SEEK_DATA / SEEK_HOLE never call a range the tier holds a hole: a sparse file whose
+    // only data is dirty in the tier (the backing file has a hole there) is all data.
+    let sparse = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(m.m("sparse")).unwrap();
+    sparse.write_all_at(b"tail", 1 << 24).unwrap();
+    // SAFETY: plain syscalls on an open descriptor.
+    let (data, hole) = unsafe {
+        (libc::lseek(sparse.as_raw_fd(), 0, libc::SEEK_DATA), libc::lseek(sparse.as_raw_fd(), 0, libc::SEEK_HOLE))
+    };
+    assert_eq!((data, hole), (0, (1 << 24) + 4), "{}", std::io::Error::last_os_error());
+    drop(sparse);
     // Renamed while its data is only in the tier; a hard link; an unlinked file still open.
     fs::write(m.m("old"), vec![9u8; 20000]).unwrap();
     fs::rename(m.m("old"), m.m("new")).unwrap();

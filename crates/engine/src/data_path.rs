@@ -99,6 +99,13 @@ pub trait DataPath: Send + Sync + 'static {
     fn moved(&self, id: &FileId, file: &std::fs::File) {
         let _ = (id, file);
     }
+
+    /// Whether every byte written through this path is in the backing files (no tier in
+    /// front holds data the disk lacks): what the backing file says of its holes and data
+    /// (`SEEK_HOLE`/`SEEK_DATA`) is then the truth.
+    fn backing_is_complete(&self) -> bool {
+        true
+    }
 }
 
 /// What [`DataPath::copy_read`] read, and from where.
@@ -149,5 +156,155 @@ impl<T: DataPath + ?Sized> DataPath for std::sync::Arc<T> {
     }
     fn moved(&self, id: &FileId, file: &std::fs::File) {
         (**self).moved(id, file)
+    }
+    fn backing_is_complete(&self) -> bool {
+        (**self).backing_is_complete()
+    }
+}
+
+/// A data path that becomes another once it is ready: until [`Deferred::set`], every request
+/// waits for it, at most [`Deferred::new`]'s bound, then fails with `EIO`.
+///
+/// For a daemon taking a mount over whose tier the running daemon still holds: it serves
+/// the connection at once, and the first requests wait the few milliseconds until the old
+/// daemon has let go of the tier and this one has recovered it — a stall, not an error.
+/// Calls that answer no request (`forget`, `discard`, `opened`, `moved`, counters) wait as
+/// well, except the counters, which read as empty meanwhile.
+pub struct Deferred {
+    slot: std::sync::OnceLock<std::sync::Arc<dyn DataPath>>,
+    wait: std::sync::Mutex<()>,
+    ready: std::sync::Condvar,
+    bound: std::time::Duration,
+}
+
+impl Deferred {
+    pub fn new(bound: std::time::Duration) -> Deferred {
+        Deferred {
+            slot: std::sync::OnceLock::new(),
+            wait: std::sync::Mutex::new(()),
+            ready: std::sync::Condvar::new(),
+            bound,
+        }
+    }
+
+    /// Make every waiting and later request go to `path`. Only the first call counts.
+    pub fn set(&self, path: std::sync::Arc<dyn DataPath>) {
+        let _g = self.wait.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self.slot.set(path);
+        self.ready.notify_all();
+    }
+
+    fn get(&self) -> io::Result<&std::sync::Arc<dyn DataPath>> {
+        if let Some(p) = self.slot.get() {
+            return Ok(p);
+        }
+        let deadline = std::time::Instant::now() + self.bound;
+        let mut g = self.wait.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(p) = self.slot.get() {
+                return Ok(p);
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::other(format!("the data path was not ready within {:?}", self.bound)));
+            }
+            g = self.ready.wait_timeout(g, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    fn eio(e: io::Error) -> io::Error {
+        tracing::error!("{e}");
+        io::Error::from_raw_os_error(libc::EIO)
+    }
+}
+
+impl DataPath for Deferred {
+    fn read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<Bytes> {
+        self.get().map_err(Self::eio)?.read(file, offset, len)
+    }
+    fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {
+        self.get().map_err(Self::eio)?.write(file, offset, data)
+    }
+    fn set_len(&self, file: &BackingFile, size: u64) -> io::Result<()> {
+        self.get().map_err(Self::eio)?.set_len(file, size)
+    }
+    fn fallocate(&self, file: &BackingFile, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+        self.get().map_err(Self::eio)?.fallocate(file, mode, offset, len)
+    }
+    fn fsync(&self, file: &BackingFile, datasync: bool) -> io::Result<()> {
+        self.get().map_err(Self::eio)?.fsync(file, datasync)
+    }
+    fn forget(&self, id: &FileId) {
+        if let Ok(p) = self.get() {
+            p.forget(id)
+        }
+    }
+    fn discard(&self, id: &FileId) {
+        if let Ok(p) = self.get() {
+            p.discard(id)
+        }
+    }
+    fn opened(&self, file: &BackingFile) {
+        if let Ok(p) = self.get() {
+            p.opened(file)
+        }
+    }
+    fn backing_counters(&self) -> Option<BackingCountersSnapshot> {
+        self.slot.get().and_then(|p| p.backing_counters())
+    }
+    fn copy_read(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> io::Result<CopyRead> {
+        self.get().map_err(Self::eio)?.copy_read(file, offset, len, from_cache)
+    }
+    fn cached_blocks(&self, id: &FileId) -> u64 {
+        self.slot.get().map_or(0, |p| p.cached_blocks(id))
+    }
+    fn moved(&self, id: &FileId, file: &std::fs::File) {
+        if let Ok(p) = self.get() {
+            p.moved(id, file)
+        }
+    }
+    fn backing_is_complete(&self) -> bool {
+        // Deferred only in front of a tier (a takeover of its mount).
+        self.slot.get().is_some_and(|p| p.backing_is_complete())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    fn file() -> (tempfile::TempDir, BackingFile) {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        std::fs::write(&p, b"deferred").unwrap();
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+        (d, BackingFile::new(FileId::union(1), f, libc::O_RDWR, &crate::BackingOptions { direct_io: false }))
+    }
+
+    #[test]
+    fn requests_wait_until_the_path_is_set_and_fail_after_the_bound() {
+        let (_d, f) = file();
+        let late = Deferred::new(Duration::from_millis(50));
+        let t0 = Instant::now();
+        let e = late.read(&f, 0, 8).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EIO));
+        assert!(t0.elapsed() >= Duration::from_millis(50));
+        assert!(late.backing_counters().is_none() && late.cached_blocks(&FileId::union(1)) == 0);
+
+        let d = Arc::new(Deferred::new(Duration::from_secs(10)));
+        let reader = {
+            let d = d.clone();
+            std::thread::spawn(move || {
+                let (_dir, f) = file();
+                d.read(&f, 0, 8).map(|b| b.to_vec())
+            })
+        };
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(!reader.is_finished(), "a read must wait for the path");
+        d.set(Arc::new(crate::DirectPath::new()));
+        assert_eq!(reader.join().unwrap().unwrap(), b"deferred");
+        assert_eq!(d.read(&f, 0, 8).unwrap().as_ref(), b"deferred");
     }
 }

@@ -44,6 +44,14 @@ io_max_in_flight = 256
 allow_other = true
 # Offer READDIRPLUS (names and attributes in one reply) for large directories.
 readdirplus = true
+# The kernel's write-back cache (FUSE_WRITEBACK_CACHE): write() returns once the data is in
+# the page cache, and the kernel sends it on later in large requests (at fsync, close, or
+# when it writes dirty pages back) — as a local file system does. Much faster small writes,
+# the same durability contract as a disk (only fsync makes data durable), but: a daemon that
+# crashes without --supervise loses what was written and not yet sent, and the kernel keeps
+# the file size it knows, so changes behind the mount are seen later still
+# (docs/SEMANTICS.md, "The kernel's write-back cache").
+writeback_cache = false
 # Requests the kernel may queue in the background (readahead, async reads).
 max_background = 64
 # Largest write request the kernel sends (at most 1MiB with 4KiB pages).
@@ -76,6 +84,7 @@ pub struct MountConfig {
     pub io_max_in_flight: u32,
     pub allow_other: bool,
     pub readdirplus: bool,
+    pub writeback_cache: bool,
     pub max_background: u16,
     pub max_write: farcache_config::ByteSize,
     pub max_inodes: u64,
@@ -147,6 +156,7 @@ impl Default for MountConfig {
             io_max_in_flight: 256,
             allow_other: true,
             readdirplus: true,
+            writeback_cache: false,
             max_background: 64,
             max_write: farcache_config::ByteSize::mib(1),
             max_inodes: 1_000_000,

@@ -36,6 +36,8 @@ pub(crate) struct Passthrough {
     pub(crate) entry_ttl: Duration,
     pub(crate) keep_cache: bool,
     pub(crate) readdirplus: bool,
+    /// `mount.writeback_cache`: asked of the kernel at INIT.
+    pub(crate) writeback_cache: bool,
     pub(crate) max_write: u32,
     pub(crate) max_background: u16,
     /// We run as root: inodes we create are given to the calling user.
@@ -71,6 +73,17 @@ fn errno(e: io::Error) -> Errno {
 }
 
 impl Passthrough {
+    /// An application's open flags as this mount serves them: under the kernel's write-back
+    /// cache the kernel reads pages of files opened write-only (to fill partial pages it
+    /// caches), so those are opened for reading too.
+    pub(crate) fn app_flags(&self, flags: i32) -> i32 {
+        if self.writeback_cache && flags & libc::O_ACCMODE == libc::O_WRONLY {
+            (flags & !libc::O_ACCMODE) | libc::O_RDWR
+        } else {
+            flags
+        }
+    }
+
     pub(crate) fn new(
         root: &Path,
         cfg: &MountConfig,
@@ -92,6 +105,7 @@ impl Passthrough {
             entry_ttl: cfg.entry_timeout.get(),
             keep_cache: cfg.keep_cache,
             readdirplus: cfg.readdirplus,
+            writeback_cache: cfg.writeback_cache,
             max_write: u32::try_from(cfg.max_write.bytes()).unwrap_or(u32::MAX),
             max_background: cfg.max_background,
             chown_new: sys::is_root(),
@@ -124,7 +138,7 @@ impl Passthrough {
             return Err(sys::err(libc::EBADF));
         }
         let inode = self.inode(ino)?;
-        let flags = flags.unwrap_or(libc::O_RDWR);
+        let flags = self.app_flags(flags.unwrap_or(libc::O_RDWR));
         let fd = sys::reopen(inode.fd(), crate::ops_entry::backing_open_flags(flags)).or_else(|e| {
             // No flags known and not writable by us: a read-only reopen still serves fsync/lseek.
             if flags == libc::O_RDWR {
@@ -305,6 +319,9 @@ impl Filesystem for Passthrough {
         if self.readdirplus {
             want.push(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
         }
+        if self.writeback_cache {
+            want.push(InitFlags::FUSE_WRITEBACK_CACHE);
+        }
         for f in want {
             if let Err(missing) = config.add_capabilities(f) {
                 tracing::debug!("kernel lacks FUSE capability {missing:?}");
@@ -436,7 +453,7 @@ impl Filesystem for Passthrough {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        answer!(reply, self.do_open(ino, flags.0), |fh| reply.opened(Fh(fh), self.fopen_flags(flags.0)))
+        answer!(reply, self.do_open(ino, self.app_flags(flags.0)), |fh| reply.opened(Fh(fh), self.fopen_flags(flags.0)))
     }
 
     fn read(
@@ -588,7 +605,7 @@ impl Filesystem for Passthrough {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let (res, _held) = self.create_once(req, parent, name, mode, flags);
+        let (res, _held) = self.create_once(req, parent, name, mode, self.app_flags(flags));
         answer!(reply, res, |(a, fh)| reply.created(&self.attr_ttl, &a, Generation(0), Fh(fh), self.fopen_flags(flags)))
     }
 
@@ -597,6 +614,15 @@ impl Filesystem for Passthrough {
     }
 
     fn lseek(&self, _req: &Request, ino: INodeNo, fh: Fh, offset: i64, whence: i32, reply: ReplyLseek) {
+        // The kernel asks only for SEEK_DATA / SEEK_HOLE. Where written data may not be in
+        // the backing file yet — in the kernel's write-back cache, or in a write-back tier —
+        // the backing file's holes are not the file's: ENOSYS has the kernel answer for good
+        // as for any file system without them (the whole file is data, the hole at its end).
+        if (whence == libc::SEEK_DATA || whence == libc::SEEK_HOLE)
+            && (self.writeback_cache || !self.data.backing_is_complete())
+        {
+            return reply.error(Errno::ENOSYS);
+        }
         answer!(
             reply,
             self.file(ino, fh, None).and_then(|h| sys::lseek(h.backing.file().as_fd(), offset, whence)),

@@ -68,6 +68,10 @@ pub enum Experiment {
     Dfsio,
     /// Durable small writes: 4 KiB `pwrite` + `fdatasync`, 1 and 32 writers ([`writeback`]).
     Durable,
+    /// The tier's write-back: how fast a randomly written region goes to the disk against
+    /// the disk's own sequential writes, and what a durable writer sees meanwhile
+    /// ([`writeback`]).
+    Destage,
     /// Paper 002: fio 4 KiB random reads and writes, O_DIRECT, queue depth 1–32, 1 and 4
     /// jobs on one file ([`engine`]).
     Engine,
@@ -89,6 +93,7 @@ impl Experiment {
             Experiment::Postmark => "postmark",
             Experiment::Dfsio => "dfsio",
             Experiment::Durable => "durable",
+            Experiment::Destage => "destage",
             Experiment::Engine => "engine",
             Experiment::Serial => "serial",
             Experiment::Migrate => "migrate",
@@ -98,7 +103,7 @@ impl Experiment {
     /// Paper 003's experiments: the write-back tier against the backing alone, in the
     /// configurations [`ConfigKind::TIER_SET`].
     pub fn of_the_tier(self) -> bool {
-        matches!(self, Experiment::Postmark | Experiment::Dfsio | Experiment::Durable)
+        matches!(self, Experiment::Postmark | Experiment::Dfsio | Experiment::Durable | Experiment::Destage)
     }
 
     /// Paper 002's experiments ([`engine`]).
@@ -132,6 +137,7 @@ impl Experiment {
             Experiment::Postmark => "paper 003, Table 1",
             Experiment::Dfsio => "paper 003, TestDFSIO",
             Experiment::Durable => "issue 12",
+            Experiment::Destage => "issue 12, destage",
             Experiment::Engine => "paper 002, issue 11",
             Experiment::Serial => "paper 002's serialization test",
             Experiment::Migrate => "paper 001, issue 14",
@@ -164,6 +170,11 @@ pub enum ConfigKind {
     /// disk (`ssd`: O_DIRECT and fdatasync).
     #[serde(rename = "tier-ssd")]
     TierSsd,
+    /// The whole stack: lenders' RAM below the page cache (as `farcache`) and a write-back
+    /// tier on tmpfs in front (as `tier-dram`). For TPC-B with the tier (issue 12): the tier
+    /// takes the writes, the lenders the reads.
+    #[serde(rename = "farcache-tier")]
+    FarcacheTier,
     /// `farcache mount --no-remote` serving one request at a time (one FUSE thread, the
     /// synchronous engine): paper 002's serialized I/O, for its comparison only.
     Serialized,
@@ -185,6 +196,7 @@ impl ConfigKind {
             ConfigKind::Ideal => "ideal",
             ConfigKind::TierDram => "tier-dram",
             ConfigKind::TierSsd => "tier-ssd",
+            ConfigKind::FarcacheTier => "farcache-tier",
             ConfigKind::Serialized => "serialized",
         }
     }
@@ -196,21 +208,27 @@ impl ConfigKind {
                 | ConfigKind::Farcache
                 | ConfigKind::TierDram
                 | ConfigKind::TierSsd
+                | ConfigKind::FarcacheTier
                 | ConfigKind::Serialized
         )
     }
 
     /// Whether the mount has a write-back tier.
     pub fn has_tier(self) -> bool {
-        matches!(self, ConfigKind::TierDram | ConfigKind::TierSsd)
+        matches!(self, ConfigKind::TierDram | ConfigKind::TierSsd | ConfigKind::FarcacheTier)
+    }
+
+    /// Whether it borrows lenders' RAM.
+    pub fn has_lenders(self) -> bool {
+        matches!(self, ConfigKind::Farcache | ConfigKind::FarcacheTier)
     }
 }
 
 impl std::str::FromStr for ConfigKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        ConfigKind::ALL.into_iter().chain(ConfigKind::TIER_SET).chain([ConfigKind::Serialized]).find(|c| c.name() == s).ok_or_else(|| {
-            format!("unknown configuration {s:?}: native, passthrough, farcache, ideal, tier-dram, tier-ssd or serialized")
+        ConfigKind::ALL.into_iter().chain(ConfigKind::TIER_SET).chain([ConfigKind::Serialized, ConfigKind::FarcacheTier]).find(|c| c.name() == s).ok_or_else(|| {
+            format!("unknown configuration {s:?}: native, passthrough, farcache, ideal, tier-dram, tier-ssd, farcache-tier or serialized")
         })
     }
 }
@@ -226,12 +244,13 @@ impl std::str::FromStr for Experiment {
             "postmark" => Ok(Experiment::Postmark),
             "dfsio" => Ok(Experiment::Dfsio),
             "durable" => Ok(Experiment::Durable),
+            "destage" => Ok(Experiment::Destage),
             "engine" => Ok(Experiment::Engine),
             "serial" => Ok(Experiment::Serial),
             "migrate" => Ok(Experiment::Migrate),
             _ => Err(format!(
                 "unknown experiment {s:?}: seqread, randread, pgbench, tpch (transfers comes with each); postmark, \
-                 dfsio, durable (paper 003); engine, serial (paper 002); migrate (paper 001)"
+                 dfsio, durable, destage (paper 003); engine, serial (paper 002); migrate (paper 001)"
             )),
         }
     }
@@ -261,6 +280,10 @@ pub struct PaperOptions {
     /// farcache's routing rule (`--routing` of its mounts; default: the mount's default).
     #[serde(default)]
     pub routing: Option<String>,
+    /// A configuration file every mount of the run is started with (`--config`): an A/B of
+    /// any `[mount]`/`[cache]`/`[tier]` setting, e.g. `mount.writeback_cache`.
+    #[serde(default)]
+    pub mount_config: Option<PathBuf>,
     pub seed: u64,
     /// O_DIRECT 4 KiB reads per probe (the disk's and a remote hit's read time); 0 = none.
     pub probe_reads: u64,
@@ -297,6 +320,10 @@ pub struct PaperOptions {
     /// durable: seconds of each load.
     #[serde(default)]
     pub durable_secs: u64,
+    /// destage: the region written at random into the tier, then written back (and, without
+    /// a tier, written sequentially: the disk's own rate).
+    #[serde(default)]
+    pub destage_bytes: u64,
     /// engine, serial: the file's size, and seconds of each fio point.
     #[serde(default)]
     pub engine_file_bytes: u64,
@@ -336,6 +363,7 @@ impl PaperOptions {
             link_rate: Some("1gbit".into()),
             policy: None,
             routing: None,
+            mount_config: None,
             seed: 0x000D_C5EE,
             probe_reads: 3000,
             pgbench_secs: 30,
@@ -348,6 +376,7 @@ impl PaperOptions {
             postmark_files_scale: 1.0,
             dfsio_bytes: 800 * MIB,
             durable_secs: 20,
+            destage_bytes: 512 * MIB,
             engine_file_bytes: GIB,
             engine_secs: 10,
             // Paper 001 used 1,024 files; 128 (512 MiB) keeps a full run (2 sources × 3
@@ -383,6 +412,7 @@ impl PaperOptions {
             postmark_files_scale: 0.01,
             dfsio_bytes: 64 * MIB,
             durable_secs: 2,
+            destage_bytes: 32 * MIB,
             engine_file_bytes: 64 * MIB,
             engine_secs: 1,
             migrate_files: 16,

@@ -41,6 +41,7 @@ pub struct MountDaemon {
     exe: PathBuf,
     /// Whether `farcache stats MNT --json` answered (None: not tried yet).
     stats_works: Option<bool>,
+    tier: bool,
 }
 
 impl MountDaemon {
@@ -90,12 +91,13 @@ impl MountDaemon {
         sys::confine(&mut cmd, &refs);
         let mut child = Child::spawn("mount daemon", cmd, log, false)?;
         // A mount with a write-back tier destages everything before it exits.
-        child.stop_timeout = Duration::from_secs(if extra.iter().any(|a| a == "--tier") { 300 } else { 30 });
+        let tier = extra.iter().any(|a| a == "--tier");
+        child.stop_timeout = Duration::from_secs(if tier { 300 } else { 30 });
         let line = child.next_line(Duration::from_secs(30))?;
         if !line.starts_with("farcache mounted") {
             return Err(BenchError::Setup(format!("farcache mount said {line:?}; log:\n{}", child.log_tail())));
         }
-        Ok(MountDaemon { child, mnt: mnt.to_path_buf(), exe: exe.to_path_buf(), stats_works: None })
+        Ok(MountDaemon { child, mnt: mnt.to_path_buf(), exe: exe.to_path_buf(), stats_works: None, tier })
     }
 
     /// The mount of configuration `cfg` on the testbed — none for the configurations that
@@ -113,7 +115,11 @@ impl MountDaemon {
         if !cfg.through_mount() {
             return Ok(None);
         }
-        MountDaemon::start_with(&o.exe, &tb.ext4, &tb.mnt, remote, o.routing.as_deref(), extra, cgroups, log).map(Some)
+        let mut extra = extra.to_vec();
+        if let Some(c) = &o.mount_config {
+            extra.extend([std::ffi::OsString::from("--config"), c.clone().into_os_string()]);
+        }
+        MountDaemon::start_with(&o.exe, &tb.ext4, &tb.mnt, remote, o.routing.as_deref(), &extra, cgroups, log).map(Some)
     }
 
     /// The mount of a configuration over several branches (paper 001's two disks,
@@ -132,11 +138,24 @@ impl MountDaemon {
     ) -> Result<MountDaemon> {
         let joined: Vec<String> = branches.iter().map(|b| b.display().to_string()).collect();
         let backing = PathBuf::from(joined.join(":"));
-        MountDaemon::start_with(&o.exe, &backing, &tb.mnt, remote, routing, extra, cgroups, log)
+        let mut extra = extra.to_vec();
+        if let Some(c) = &o.mount_config {
+            extra.extend([std::ffi::OsString::from("--config"), c.clone().into_os_string()]);
+        }
+        MountDaemon::start_with(&o.exe, &backing, &tb.mnt, remote, routing, &extra, cgroups, log)
     }
 
     pub fn pid(&self) -> u32 {
         self.child.pid()
+    }
+
+    pub fn mountpoint(&self) -> &Path {
+        &self.mnt
+    }
+
+    /// Whether it runs with a write-back tier (`--tier`).
+    pub fn has_tier(&self) -> bool {
+        self.tier
     }
 
     /// The counters now, if `farcache stats MNT --json` works (tried once per mount).

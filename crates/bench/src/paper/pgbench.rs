@@ -353,9 +353,9 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
     let cached_at_start = cached_under(&data);
     let limit = (cfg != ConfigKind::Ideal).then_some(o.memory_bytes);
     let mem = tb.memory_cgroup(limit)?;
-    let mut lenders = match cfg {
-        ConfigKind::Farcache => Some(tb.start_lenders(o.lender_capacity_bytes, o.policy.as_deref())?),
-        _ => None,
+    let mut lenders = match cfg.has_lenders() {
+        true => Some(tb.start_lenders(o.lender_capacity_bytes, o.policy.as_deref())?),
+        false => None,
     };
     let addrs: Vec<_> = lenders.as_ref().map(|l| l.addrs.clone()).unwrap_or_default();
     // tier-dram / tier-ssd: TPC-B with the write-back tier (issue 12).

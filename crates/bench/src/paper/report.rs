@@ -837,6 +837,22 @@ fn render_tier_runs(s: &mut String, r: &PaperReport) {
             }
             let _ = writeln!(s, "{row}");
         }
+        if exp == Experiment::Destage {
+            use super::writeback::DESTAGE_CASES;
+            for &t in &tiers {
+                let wb = ratio(DESTAGE_CASES[0], t, ConfigKind::Native);
+                let p99 = |case: &str| get(case, t).and_then(|x| x.p99_us);
+                let fg = p99(DESTAGE_CASES[1]).zip(p99(DESTAGE_CASES[2])).map(|(a, b)| a / b.max(1.0));
+                let _ = writeln!(
+                    s,
+                    "\n{}: write-back at {} of the disk's sequential write rate (target ≥ 0.80); a durable writer's \
+                     p99 while it ran {} its p99 idle (target ≤ 2)",
+                    t.name(),
+                    cell(wb, 2),
+                    cell(fg, 2),
+                );
+            }
+        }
         let failed: Vec<String> = recs
             .iter()
             .filter_map(|x| Some(format!("{} {}: {}", x.config?.name(), x.case, x.error.as_ref()?)))

@@ -213,6 +213,7 @@ fn pass_limit(o: &PaperOptions, exp: Experiment, size: u64) -> Duration {
             Experiment::Postmark
             | Experiment::Dfsio
             | Experiment::Durable
+            | Experiment::Destage
             | Experiment::Engine
             | Experiment::Serial
             | Experiment::Migrate,

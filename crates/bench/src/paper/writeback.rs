@@ -99,6 +99,7 @@ pub fn disk_bytes(o: &PaperOptions) -> u64 {
             Experiment::Postmark => postmark_cases(o).iter().map(|c| c.files * c.hi).max().unwrap_or(0) * 2,
             Experiment::Dfsio => 2 * o.dfsio_bytes,
             Experiment::Durable => 2 * DURABLE_FILE_BYTES,
+            Experiment::Destage => 2 * o.destage_bytes + DURABLE_FILE_BYTES,
             _ => 0,
         });
     }
@@ -168,6 +169,8 @@ pub(super) fn run_experiment(
                 .unwrap_or_else(|e| vec![TierRecord::failed(exp, cfg, "dfsio", e.to_string())]),
             Experiment::Durable => in_config(tb, o, exp, cfg, "durable", |tb, dir, m| durable(tb, o, dir, m))
                 .unwrap_or_else(|e| vec![TierRecord::failed(exp, cfg, "durable", e.to_string())]),
+            Experiment::Destage => in_config(tb, o, exp, cfg, "destage", |tb, dir, m| destage(tb, o, dir, m))
+                .unwrap_or_else(|e| vec![TierRecord::failed(exp, cfg, "destage", e.to_string())]),
             _ => unreachable!("not a tier experiment"),
         };
         sys::check_interrupt()?;
@@ -254,7 +257,7 @@ fn in_config(
 struct ClientEnv {
     /// `cgroup.procs` of the client's memory and blkio cgroups.
     procs: Vec<PathBuf>,
-    tb_disk: Box<dyn Fn() -> DiskStat>,
+    tb_disk: Box<dyn Fn() -> DiskStat + Send + Sync>,
     logs: PathBuf,
     exe: PathBuf,
     seed: u64,
@@ -293,7 +296,7 @@ impl TierFile {
     /// The tier of configuration `cfg`, if it has one.
     pub(super) fn make(tb: &Testbed, cfg: ConfigKind, bytes: u64) -> Result<Option<TierFile>> {
         let path = match cfg {
-            ConfigKind::TierDram => PathBuf::from(format!("/dev/shm/{}-tier", tb.prefix)),
+            ConfigKind::TierDram | ConfigKind::FarcacheTier => PathBuf::from(format!("/dev/shm/{}-tier", tb.prefix)),
             ConfigKind::TierSsd => tb.dir.join("tier-ssd"),
             _ => return Ok(None),
         };
@@ -397,42 +400,77 @@ fn dfsio(env: &ClientEnv, o: &PaperOptions, dir: &Path, _m: Option<&mut MountDae
     Ok(recs)
 }
 
-fn durable(env: &ClientEnv, o: &PaperOptions, dir: &Path, _m: Option<&mut MountDaemon>) -> Result<Vec<TierRecord>> {
-    let file = dir.join("durable");
-    {
-        // Written in place with the contents the worker checks.
-        let mut data = vec![0u8; MIB as usize];
-        let f = std::fs::File::create(&file).ctx(|| format!("create {}", file.display()))?;
-        use std::os::unix::fs::FileExt;
-        for m in 0..DURABLE_FILE_BYTES / MIB {
-            for (i, b) in data.chunks_mut(super::worker::BLOCK).enumerate() {
-                super::worker::fill_block(m * MIB / super::worker::BLOCK as u64 + i as u64, b);
+/// The `durable` experiment's writer: a worker process (in the client's cgroups) doing
+/// 4 KiB `pwrite` + `fdatasync` pairs at random blocks of a 64 MiB file in `dir`.
+struct DurableWriter {
+    w: super::child::Child,
+}
+
+impl DurableWriter {
+    fn start(env: &ClientEnv, dir: &Path) -> Result<DurableWriter> {
+        let file = dir.join("durable");
+        {
+            // Written in place with the contents the worker checks.
+            let mut data = vec![0u8; MIB as usize];
+            let f = std::fs::File::create(&file).ctx(|| format!("create {}", file.display()))?;
+            use std::os::unix::fs::FileExt;
+            for m in 0..DURABLE_FILE_BYTES / MIB {
+                for (i, b) in data.chunks_mut(super::worker::BLOCK).enumerate() {
+                    super::worker::fill_block(m * MIB / super::worker::BLOCK as u64 + i as u64, b);
+                }
+                f.write_all_at(&data, m * MIB).ctx(|| format!("write {}", file.display()))?;
             }
-            f.write_all_at(&data, m * MIB).ctx(|| format!("write {}", file.display()))?;
+            f.sync_all().ctx(|| format!("fsync {}", file.display()))?;
         }
-        f.sync_all().ctx(|| format!("fsync {}", file.display()))?;
+        let mut cmd = Command::new(&env.exe);
+        cmd.args(["bench", "paper-worker", "--op", "randread", "--file"])
+            .arg(&file)
+            .args(["--size", &DURABLE_FILE_BYTES.to_string(), "--seed", &env.seed.to_string()])
+            .env("FARCACHE_LOG", "warn");
+        let refs: Vec<&Path> = env.procs.iter().map(|p| p.as_path()).collect();
+        sys::confine(&mut cmd, &refs);
+        let mut w = super::child::Child::spawn("durable writer", cmd, &env.logs.join("durable.worker.log"), true)?;
+        w.next_line(Duration::from_secs(30))?;
+        Ok(DurableWriter { w })
     }
-    let mut cmd = Command::new(&env.exe);
-    cmd.args(["bench", "paper-worker", "--op", "randread", "--file"])
-        .arg(&file)
-        .args(["--size", &DURABLE_FILE_BYTES.to_string(), "--seed", &env.seed.to_string()])
-        .env("FARCACHE_LOG", "warn");
-    let refs: Vec<&Path> = env.procs.iter().map(|p| p.as_path()).collect();
-    sys::confine(&mut cmd, &refs);
-    let mut w = super::child::Child::spawn("durable writer", cmd, &env.logs.join("durable.worker.log"), true)?;
-    w.next_line(Duration::from_secs(30))?;
+
+    /// `threads` writers (each on a file of its own if `own`) for `secs` seconds.
+    fn run(&mut self, threads: usize, secs: u64, own: bool) -> Result<super::worker::PassOutcome> {
+        self.w.send(&format!("durable {threads} {secs}{}", if own { " own" } else { "" }))?;
+        let line = self.w.next_line(Duration::from_secs(secs + 120))?;
+        serde_json::from_str(&line).map_err(|e| BenchError::Setup(format!("durable writer said {line:?}: {e}")))
+    }
+
+    /// One writer in one-second passes while `busy()` holds (at least one pass, at most
+    /// `max` seconds): pairs per second over all of them, the mean p50 and the worst p99.
+    fn run_while(&mut self, max: u64, busy: impl Fn() -> bool) -> Result<(f64, u64, f64, f64)> {
+        let (mut secs, mut n, mut p50, mut p99, mut passes) = (0.0, 0u64, 0.0f64, 0.0f64, 0u32);
+        while passes == 0 || (busy() && u64::from(passes) < max) {
+            let p = self.run(1, 1, false)?;
+            (secs, n, p50, p99, passes) =
+                (secs + p.secs, n + p.reads, p50 + p.lat_us_p50, p99.max(p.lat_us_p99), passes + 1);
+        }
+        Ok((secs, n, p50 / f64::from(passes), p99))
+    }
+
+    fn quit(mut self) {
+        let _ = self.w.send("quit");
+        self.w.close_stdin();
+        self.w.wait_exit(Duration::from_secs(10));
+    }
+}
+
+fn durable(env: &ClientEnv, o: &PaperOptions, dir: &Path, _m: Option<&mut MountDaemon>) -> Result<Vec<TierRecord>> {
+    let mut w = DurableWriter::start(env, dir)?;
     let mut recs = Vec::new();
-    for (threads, own) in [(1usize, ""), (DURABLE_WRITERS, ""), (DURABLE_WRITERS, " own")] {
+    for (threads, own) in [(1usize, false), (DURABLE_WRITERS, false), (DURABLE_WRITERS, true)] {
         let d0 = env.disk();
-        w.send(&format!("durable {threads} {}{own}", o.durable_secs))?;
-        let line = w.next_line(Duration::from_secs(o.durable_secs + 120))?;
-        let p: super::worker::PassOutcome =
-            serde_json::from_str(&line).map_err(|e| BenchError::Setup(format!("durable writer said {line:?}: {e}")))?;
+        let p = w.run(threads, o.durable_secs, own)?;
         recs.push(TierRecord {
-            case: match (threads, own.is_empty()) {
+            case: match (threads, own) {
                 (1, _) => "1 writer".into(),
-                (n, true) => format!("{n} writers, one file"),
-                (n, false) => format!("{n} writers, a file each"),
+                (n, false) => format!("{n} writers, one file"),
+                (n, true) => format!("{n} writers, a file each"),
             },
             secs: p.secs,
             ops: p.reads,
@@ -444,9 +482,126 @@ fn durable(env: &ClientEnv, o: &PaperOptions, dir: &Path, _m: Option<&mut MountD
             ..TierRecord::default()
         });
     }
-    let _ = w.send("quit");
-    w.close_stdin();
-    w.wait_exit(Duration::from_secs(10));
+    w.quit();
+    Ok(recs)
+}
+
+/// The case names of `destage`, shared by every configuration so the report sets them side
+/// by side: the write-back (with a tier) against the disk's own sequential writes (without),
+/// and a durable writer while each runs and while nothing does.
+pub const DESTAGE_CASES: [&str; 3] =
+    ["written back (tier) / sequential write (no tier), MB/s", "1 writer, meanwhile", "1 writer, idle"];
+
+/// Issue 12's destage targets: write-back at ≥ 80% of the disk's sequential rate, and the
+/// foreground p99 meanwhile ≤ 2× idle. With a tier: `destage_bytes` written into it at
+/// random 4 KiB blocks (fio, each block once), then `farcache flush` times the write-back of
+/// what the tier holds (sorted and merged into large writes); again, with a durable writer
+/// in one-second passes while the flush runs; then the writer alone. Without a tier (native
+/// ext4, the write-through mount): the same region written sequentially in 1 MiB requests
+/// and fsynced — the disk's own rate — alone, then beside the writer.
+fn destage(env: &ClientEnv, o: &PaperOptions, dir: &Path, mut m: Option<&mut MountDaemon>) -> Result<Vec<TierRecord>> {
+    let mut w = DurableWriter::start(env, dir)?;
+    let limit = Duration::from_secs(300 + o.destage_bytes / 1_000_000);
+    let tiered = m.as_ref().is_some_and(|m| m.has_tier());
+    let fio = |name: &str| {
+        let mut cmd = Command::new("fio");
+        cmd.args(["--name", name, "--directory"]).arg(dir);
+        if tiered {
+            cmd.args(["--rw", "randwrite", "--bs", "4k"]);
+        } else {
+            cmd.args(["--rw", "write", "--bs", "1M"]);
+        }
+        cmd.args(["--ioengine", "psync", "--end_fsync=1", "--size"])
+            .arg(o.destage_bytes.to_string())
+            .arg("--output-format=json");
+        cmd
+    };
+    let mnt = m.as_ref().map(|m| m.mountpoint().to_path_buf());
+    let exe = env.exe.clone();
+    // What the tier holds dirty now (it may have begun writing back while fio wrote, past
+    // its watermark): what a flush then writes back.
+    let dirty = |m: &mut Option<&mut MountDaemon>| -> u64 {
+        m.as_mut()
+            .and_then(|m| m.stats_now())
+            .and_then(|(_, v)| v["tier"]["log"]["dirty_bytes"].as_u64())
+            .unwrap_or(o.destage_bytes)
+    };
+    // The write-back of what the tier holds (with a tier), or the sequential write itself
+    // (without): (seconds, bytes).
+    let background = |round: &str, held: u64| -> Result<(f64, u64)> {
+        if let Some(mnt) = mnt.as_ref().filter(|_| tiered) {
+            let t = Instant::now();
+            let mut cmd = Command::new(&exe);
+            cmd.arg("flush").arg(mnt).args(["--timeout", "30m"]);
+            sys::output_bounded(cmd, limit, "farcache flush")?;
+            Ok((t.elapsed().as_secs_f64(), held))
+        } else {
+            let t = Instant::now();
+            env.run(fio(round), limit, "fio")?;
+            Ok((t.elapsed().as_secs_f64(), o.destage_bytes))
+        }
+    };
+    let mut recs = Vec::new();
+    // 1. Alone.
+    if tiered {
+        env.run(fio("region1"), limit, "fio into the tier")?;
+    }
+    let held = dirty(&mut m);
+    let d0 = env.disk();
+    let (secs, bytes) = background("seq1", held)?;
+    recs.push(TierRecord {
+        case: DESTAGE_CASES[0].into(),
+        secs,
+        ops: bytes,
+        per_sec: bytes as f64 / secs.max(1e-9) / 1e6,
+        unit: "MB/s".into(),
+        disk: env.disk().since(&d0),
+        ..TierRecord::default()
+    });
+    // 2. Beside a durable writer.
+    if tiered {
+        env.run(fio("region2"), limit, "fio into the tier")?;
+    }
+    let held = dirty(&mut m);
+    let d0 = env.disk();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (bg, fg) = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let r = background("seq2", held);
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            r
+        });
+        let fg = w.run_while(limit.as_secs(), || !done.load(std::sync::atomic::Ordering::SeqCst));
+        (h.join().unwrap_or_else(|_| Err(BenchError::Setup("the write-back thread panicked".into()))), fg)
+    });
+    let ((bg_secs, _), (secs, n, p50, p99)) = (bg?, fg?);
+    recs.push(TierRecord {
+        case: DESTAGE_CASES[1].into(),
+        secs,
+        ops: n,
+        per_sec: n as f64 / secs.max(1e-9),
+        unit: format!("writes/s (write-back took {bg_secs:.1} s)"),
+        p50_us: Some(p50),
+        p99_us: Some(p99),
+        disk: env.disk().since(&d0),
+        ..TierRecord::default()
+    });
+    // 3. Alone, as many one-second passes as ran beside the write-back.
+    let passes = (secs.round() as u64).max(1);
+    let d0 = env.disk();
+    let (secs, n, p50, p99) = w.run_while(passes, || true)?;
+    recs.push(TierRecord {
+        case: DESTAGE_CASES[2].into(),
+        secs,
+        ops: n,
+        per_sec: n as f64 / secs.max(1e-9),
+        unit: "writes/s".into(),
+        p50_us: Some(p50),
+        p99_us: Some(p99),
+        disk: env.disk().since(&d0),
+        ..TierRecord::default()
+    });
+    w.quit();
     Ok(recs)
 }
 

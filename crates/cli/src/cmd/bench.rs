@@ -63,7 +63,7 @@ struct PaperArgs {
     #[arg(long, value_delimiter = ',')]
     sizes: Option<Vec<ByteSize>>,
     /// Configurations: native, passthrough, farcache, ideal; tier-dram, tier-ssd (paper 003's
-    /// experiments); serialized (serial). Default: each experiment's own (native, passthrough,
+    /// experiments); farcache-tier (lenders and a dram tier: pgbench); serialized (serial). Default: each experiment's own (native, passthrough,
     /// farcache, ideal; postmark/dfsio/durable: native, passthrough, tier-dram, tier-ssd;
     /// engine: native, passthrough, farcache; serial: native, passthrough, serialized).
     #[arg(long, value_delimiter = ',')]
@@ -90,6 +90,10 @@ struct PaperArgs {
     /// farcache's routing rule, `threshold` or `adaptive` (default: the mount's default).
     #[arg(long, value_parser = ["threshold", "adaptive"])]
     routing: Option<String>,
+    /// A configuration file (TOML) every mount of the run is started with (`farcache mount
+    /// --config`): an A/B of a setting, e.g. `[mount] writeback_cache = true`.
+    #[arg(long, value_name = "FILE")]
+    mount_config: Option<std::path::PathBuf>,
     /// O_DIRECT 4 KiB probe reads per randread configuration (0: no probes).
     #[arg(long)]
     probe_reads: Option<u64>,
@@ -130,6 +134,10 @@ struct PaperArgs {
     /// durable: seconds of each load (default 20; --quick 2).
     #[arg(long)]
     durable_secs: Option<u64>,
+    /// destage: the region written at random into the tier and written back (default
+    /// 512MiB; --quick 32MiB; at most a quarter of --tier-size, under the tier's watermark).
+    #[arg(long)]
+    destage_size: Option<ByteSize>,
     /// engine, serial: seconds of each fio point (default 10; --quick 1).
     #[arg(long)]
     engine_secs: Option<u64>,
@@ -464,6 +472,11 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
     o.link_rate = (a.link != "none").then_some(a.link);
     o.policy = a.policy;
     o.routing = a.routing;
+    if let Some(c) = a.mount_config {
+        // Checked now, in full: a bad file would otherwise fail every configuration's mount.
+        crate::config::Config::load_from("--mount-config", &c)?;
+        o.mount_config = Some(std::path::absolute(&c)?);
+    }
     if let Some(n) = a.probe_reads {
         o.probe_reads = n;
     }
@@ -498,6 +511,10 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
     if let Some(d) = a.dfsio_size {
         anyhow::ensure!(d.bytes() >= 8 << 20, "--dfsio-size: at least 8MiB");
         o.dfsio_bytes = d.bytes();
+    }
+    if let Some(d) = a.destage_size {
+        anyhow::ensure!(d.bytes() >= 4 << 20, "--destage-size: at least 4MiB");
+        o.destage_bytes = d.bytes();
     }
     if let Some(d) = a.durable_secs {
         anyhow::ensure!((1..=3600).contains(&d), "--durable-secs: 1 to 3600");

@@ -10,7 +10,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use farcache_client::LenderAddr;
@@ -107,8 +107,9 @@ pub struct Args {
     config: Option<PathBuf>,
     /// Take the live mount on MOUNTPOINT over from the daemon serving it (an upgrade in
     /// place): same arguments otherwise. The running daemon hands over its FUSE connection
-    /// and exits; applications see a short stall, no error. Refused, with the running daemon
-    /// serving on, when the settings the kernel was promised differ.
+    /// and exits; applications see a short stall, no error. A write-back tier (the same
+    /// --tier) is handed over too. Refused, with the running daemon serving on, when the
+    /// settings the kernel was promised differ.
     #[arg(long)]
     takeover: bool,
     /// Run under a supervisor that keeps the FUSE connection alive when the daemon dies and
@@ -154,8 +155,9 @@ struct MountControl {
     /// Answers `--takeover` requests, once the mount serves.
     giver: std::sync::Mutex<Option<Arc<Giver>>>,
     engine: Engine,
-    /// The write-back tier in front of the engine (`--tier`).
-    tier: Option<Arc<dyn farcache_engine::writeback::TierControl>>,
+    /// The write-back tier in front of the engine (`--tier`); set once this daemon holds it
+    /// (taking a mount over, only once the running daemon let go of it).
+    tier: std::sync::OnceLock<Arc<dyn farcache_engine::writeback::TierControl>>,
     mountpoint: String,
     backing_dir: String,
     remote_tier: &'static str,
@@ -163,6 +165,12 @@ struct MountControl {
     /// Set once a mount of several branches is live.
     union: std::sync::OnceLock<farcache_fuse::union::UnionHandle>,
 }
+
+/// How long a daemon taking a mount over waits for the running one to let go of the
+/// write-back tier (it does when it exits, right after the handover, having waited at most
+/// `RELEASE_WAIT` for its destage round).
+const TIER_HANDOVER_WAIT: Duration = Duration::from_secs(15);
+const _: () = assert!(TIER_HANDOVER_WAIT.as_secs() > 2 * farcache_engine::writeback::RELEASE_WAIT.as_secs());
 
 const ONE_BRANCH: &str =
     "this mount has one backing directory: nothing to balance (mount DIR1:DIR2 MOUNTPOINT to have several)";
@@ -175,7 +183,7 @@ impl MountControl {
             Engine::Cached(c) => c.stats(),
             Engine::Passthrough(d) => CacheStats::passthrough(d.snapshot()),
         };
-        s.tier = self.tier.as_ref().map(|t| t.stats());
+        s.tier = self.tier.get().map(|t| t.stats());
         s
     }
 
@@ -235,7 +243,7 @@ impl Control for MountControl {
         serde_json::to_value(u.status()).map_err(|e| e.to_string())
     }
     fn flush(&self, wait: std::time::Duration) -> Result<Value, String> {
-        let Some(t) = &self.tier else { return Err("this mount has no write-back tier (--tier)".into()) };
+        let Some(t) = self.tier.get() else { return Err("this mount has no write-back tier (--tier)".into()) };
         use farcache_engine::writeback::FlushError;
         match t.flush(wait, &mut |_| {}) {
             Ok(()) => Ok(serde_json::json!({ "done": true, "dirty_bytes": t.stats().log.dirty_bytes })),
@@ -370,15 +378,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     let shown = branches.iter().map(|b| b.display().to_string()).collect::<Vec<_>>().join(":");
-    if a.takeover && !file_cfg.tier.path.is_empty() {
-        // The running daemon holds the tier (its log, its destager): a second daemon opening
-        // it now would replay records the first is still writing back.
-        anyhow::bail!(
-            "--takeover: not yet with a write-back tier (tier.path = {:?}); the running daemon keeps serving. To upgrade, \
-             run `farcache flush MOUNTPOINT`, unmount, and mount again with the new binary",
-            file_cfg.tier.path
-        );
-    }
     let cfg = file_cfg.mount.clone();
     let cache = file_cfg.cache.clone();
 
@@ -405,7 +404,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         (false, true) => "embedded",
         (false, false) => "lenders",
     };
-    let handover_settings = takeover::settings(&backing_canonical, &canonical, remote_kind, &cfg);
+    let tier_path = match file_cfg.tier.enabled() {
+        true => Some(std::path::absolute(&file_cfg.tier.path)?),
+        false => None,
+    };
+    let handover_settings = takeover::settings(&backing_canonical, &canonical, remote_kind, &cfg, tier_path.as_deref());
 
     // The embedded lender's runtime must outlive the mount: kept here until `run` returns.
     let mut _embedded: Option<tokio::runtime::Runtime> = None;
@@ -497,12 +500,23 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         (c.clone(), Engine::Cached(c), tier)
     };
     // The write-back tier in front of everything (or the refusal of a backing directory
-    // whose tier is dirty but not given).
-    let (data, tier) = super::tier::wrap(&file_cfg.tier, &backing_dir, cfg.direct_io_backing, data)?;
+    // whose tier is dirty but not given). Taking a mount over, the running daemon holds the
+    // tier until it exits: the mount is served through a deferred path, whose requests wait
+    // until this daemon has the tier (after the handover, below).
+    let (data, tier, deferred) = if a.takeover && tier_path.is_some() {
+        // What can be checked before the running daemon lets go is checked now: a failure
+        // after the handover would leave nobody serving the mount.
+        super::tier::precheck(&file_cfg.tier, &backing_dir)?;
+        let d = Arc::new(farcache_engine::Deferred::new(TIER_HANDOVER_WAIT + Duration::from_secs(300)));
+        (d.clone() as Arc<dyn DataPath>, None, Some((d, data)))
+    } else {
+        let (data, tier) = super::tier::wrap(&file_cfg.tier, &backing_dir, cfg.direct_io_backing, data)?;
+        (data, tier, None)
+    };
     let control = Arc::new(MountControl {
         giver: std::sync::Mutex::new(None),
         engine,
-        tier,
+        tier: tier.map(std::sync::OnceLock::from).unwrap_or_default(),
         mountpoint: canonical.display().to_string(),
         backing_dir: if union {
             shown.clone()
@@ -536,6 +550,24 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         super::supervise::assign_incarnation(&mut h);
         let m = Mount::adopt(&backing_dir, &canonical, &cfg, data.clone(), h, true, &journal_path)?;
         takeover::confirm(&giving).context("--takeover: confirming to the running daemon")?;
+        if let Some((d, inner)) = deferred {
+            // The running daemon lets go of the tier when it exits, right after its goodbye;
+            // the requests that came meanwhile wait in `d`.
+            let t0 = Instant::now();
+            let (data, tier) = super::tier::wrap_waiting(
+                &file_cfg.tier,
+                &backing_dir,
+                cfg.direct_io_backing,
+                inner,
+                TIER_HANDOVER_WAIT,
+            )
+            .context("--takeover: taking the write-back tier over from the running daemon")?;
+            d.set(data);
+            if let Some(t) = tier {
+                let _ = control.tier.set(t);
+            }
+            tracing::info!("took the write-back tier over in {} ms", t0.elapsed().as_millis());
+        }
         let bound = takeover::bind_when_free(&socket_path)?;
         let metrics = takeover::retry_bind(bind_metrics)?;
         (m, bound, metrics, Some(()))
@@ -643,7 +675,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             // Exiting without unwinding: the tier's write-back (unless a second signal asked
             // to exit now: the next mount recovers it), the counters and the control socket
             // go first.
-            if let (false, Some(t)) = (forced, &summary.tier) {
+            if let (false, Some(t)) = (forced, summary.tier.get()) {
                 super::tier::shutdown(t);
             }
             log_summary(&summary);
@@ -663,7 +695,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             Ended::Unmounted => break,
             Ended::HandedOver(h) => match giver.complete(h) {
                 Outcome::Done => {
-                    // The new daemon serves the mount (and binds the socket once we are gone).
+                    // The new daemon serves the mount (and binds the socket once we are gone),
+                    // and takes the tier once this process has exited: its destaging stops
+                    // here, and what is dirty stays in the tier for the new daemon.
+                    if let Some(t) = control.tier.get() {
+                        t.release();
+                    }
                     log_summary(&control);
                     own_socket.remove();
                     // Under a supervisor, a distinct code: it follows the new daemon.
@@ -685,7 +722,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // as after a crash).
     drop(auto_balancer);
     // Unmounted (by us on a signal, or by someone else): a clean unmount destages everything.
-    if let Some(t) = &control.tier {
+    if let Some(t) = control.tier.get() {
         super::tier::shutdown(t);
     }
     // Unmounted by someone else (fusermount3 -u, umount): stopping as well.

@@ -135,17 +135,36 @@ pub fn wrap(
     direct_io: bool,
     data: Arc<dyn DataPath>,
 ) -> anyhow::Result<(Arc<dyn DataPath>, Option<Tier>)> {
+    wrap_waiting(cfg, backing, direct_io, data, Duration::ZERO)
+}
+
+/// [`wrap`], waiting up to `wait` for the process that holds the tier to let go of it (a
+/// daemon handing the mount over to this one).
+pub fn wrap_waiting(
+    cfg: &TierConfig,
+    backing: &Path,
+    direct_io: bool,
+    data: Arc<dyn DataPath>,
+    wait: Duration,
+) -> anyhow::Result<(Arc<dyn DataPath>, Option<Tier>)> {
+    let Some((root, cfg)) = precheck(cfg, backing)? else { return Ok((data, None)) };
+    let t = Arc::new(WritebackPath::open_waiting(data, &cfg, &root, BackingOptions { direct_io }, wait)?);
+    Ok((t.clone(), Some(t)))
+}
+
+/// The checks of [`wrap`] that need not open the tier: the backing root's marker against
+/// the tier given, and the tier's settings. `Some` (the canonical root and the settings with
+/// the tier's absolute path) when there is a tier to open.
+pub fn precheck(cfg: &TierConfig, backing: &Path) -> anyhow::Result<Option<(PathBuf, TierConfig)>> {
     // A backing directory that is missing or not a directory: `Mount::new` says so, in its words.
-    let Some(root) = backing.canonicalize().ok().filter(|r| r.is_dir()) else { return Ok((data, None)) };
+    let Some(root) = backing.canonicalize().ok().filter(|r| r.is_dir()) else { return Ok(None) };
     let tier_path = if cfg.enabled() { std::path::absolute(&cfg.path)?.display().to_string() } else { String::new() };
     marker::check(&root, &tier_path).map_err(anyhow::Error::msg)?;
     if !cfg.enabled() {
-        return Ok((data, None));
+        return Ok(None);
     }
     cfg.validate()?;
-    let cfg = TierConfig { path: tier_path, ..cfg.clone() };
-    let t = Arc::new(WritebackPath::open(data, &cfg, &root, BackingOptions { direct_io })?);
-    Ok((t.clone(), Some(t)))
+    Ok(Some((root, TierConfig { path: tier_path, ..cfg.clone() })))
 }
 
 /// Set while the mount writes its tier back on the way out: the signal thread's grace

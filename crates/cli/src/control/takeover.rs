@@ -43,22 +43,37 @@ const MAX_LINE_BYTES: usize = 1 << 20;
 
 /// The settings two daemons must share to hand a mount over: what the mount is, and what
 /// the kernel was promised at INIT ([`INIT_KEYS`]). Other settings may change.
-pub fn settings(backing: &Path, mountpoint: &Path, remote_tier: &str, mount: &farcache_fuse::MountConfig) -> Value {
+///
+/// A mount with a write-back tier also names it (`tier`): a new daemon given another tier
+/// (or none) would leave what the running one's tier holds behind. The key is absent
+/// without a tier, as from daemons of versions that could not hand a tier over (they
+/// refused to take a tier's mount over, and a tier's mount from one does not match).
+pub fn settings(
+    backing: &Path,
+    mountpoint: &Path,
+    remote_tier: &str,
+    mount: &farcache_fuse::MountConfig,
+    tier: Option<&Path>,
+) -> Value {
     let m = serde_json::to_value(mount).unwrap_or(Value::Null);
     let init: serde_json::Map<String, Value> =
         INIT_KEYS.iter().map(|k| (format!("mount.{k}"), m.get(*k).cloned().unwrap_or(Value::Null))).collect();
-    json!({
+    let mut v = json!({
         "backing_dir": backing.display().to_string(),
         "mountpoint": mountpoint.display().to_string(),
         "remote_tier": remote_tier,
         "init": init,
-    })
+    });
+    if let Some(t) = tier {
+        v["tier"] = json!(t.display().to_string());
+    }
+    v
 }
 
 /// The first difference between the running daemon's settings and ours, as `key: problem`.
 fn mismatch(running: &Value, ours: &Value) -> Option<String> {
-    for k in ["backing_dir", "mountpoint", "remote_tier"] {
-        if running[k] != ours[k] {
+    for k in ["backing_dir", "mountpoint", "remote_tier", "tier"] {
+        if running.get(k) != ours.get(k) {
             return Some(format!("{k}: the running daemon has {}, this one {}", running[k], ours[k]));
         }
     }
@@ -332,17 +347,23 @@ mod tests {
     #[test]
     fn settings_that_shape_init_must_match_others_may_change() {
         let a = farcache_fuse::MountConfig::default();
-        let base = settings(Path::new("/b"), Path::new("/m"), "embedded", &a);
+        let base = settings(Path::new("/b"), Path::new("/m"), "embedded", &a, None);
         let mut b = a.clone();
         b.threads = 4;
         b.attr_timeout = farcache_config::HumanDuration::secs(5);
-        assert_eq!(mismatch(&base, &settings(Path::new("/b"), Path::new("/m"), "embedded", &b)), None);
+        assert_eq!(mismatch(&base, &settings(Path::new("/b"), Path::new("/m"), "embedded", &b, None)), None);
         b.max_write = farcache_config::ByteSize::kib(128);
-        let m = mismatch(&base, &settings(Path::new("/b"), Path::new("/m"), "embedded", &b)).unwrap();
+        let m = mismatch(&base, &settings(Path::new("/b"), Path::new("/m"), "embedded", &b, None)).unwrap();
         assert!(m.starts_with("mount.max_write: "), "{m}");
-        let m = mismatch(&base, &settings(Path::new("/other"), Path::new("/m"), "embedded", &a)).unwrap();
+        let m = mismatch(&base, &settings(Path::new("/other"), Path::new("/m"), "embedded", &a, None)).unwrap();
         assert!(m.starts_with("backing_dir: "), "{m}");
-        let m = mismatch(&base, &settings(Path::new("/b"), Path::new("/m"), "none", &a)).unwrap();
+        let m = mismatch(&base, &settings(Path::new("/b"), Path::new("/m"), "none", &a, None)).unwrap();
         assert!(m.starts_with("remote_tier: "), "{m}");
+        // A tier named on one side only, or two different tiers, do not match.
+        let t = |p: &str| settings(Path::new("/b"), Path::new("/m"), "embedded", &a, Some(Path::new(p)));
+        assert!(mismatch(&base, &t("/t")).unwrap().starts_with("tier: "));
+        assert!(mismatch(&t("/t"), &base).unwrap().starts_with("tier: "));
+        assert!(mismatch(&t("/t"), &t("/u")).unwrap().starts_with("tier: "));
+        assert_eq!(mismatch(&t("/t"), &t("/t")), None);
     }
 }

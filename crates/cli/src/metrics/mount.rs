@@ -112,6 +112,7 @@ impl Collector for Snapshot {
             (TIER_GROUPS, t.log.groups),
             (TIER_FSYNCS_ABSORBED, t.fsyncs_absorbed),
             (TIER_READS, t.reads_from_tier),
+            (TIER_READS_WHOLE, t.reads_only_from_tier),
             (TIER_THROUGH_FULL, t.write_through_full),
             (TIER_THROUGH_BROKEN, t.write_through_broken),
             (TIER_DESTAGE_ROUNDS, t.destage_rounds),

@@ -148,6 +148,7 @@ metrics! { MOUNT:
     TIER_GROUPS = "farcache_mount_tier_group_commits", Counter, "Flushes of the tier's medium (each carries one or more appends)";
     TIER_FSYNCS_ABSORBED = "farcache_mount_tier_fsyncs_absorbed", Counter, "fsyncs answered without the disk (data durable in the tier)";
     TIER_READS = "farcache_mount_tier_reads", Counter, "Reads that took at least one block from the tier";
+    TIER_READS_WHOLE = "farcache_mount_tier_reads_whole", Counter, "Reads the tier answered whole, without the disk";
     TIER_THROUGH_FULL = "farcache_mount_tier_write_through_full", Counter, "Writes that went through because the tier was full";
     TIER_THROUGH_BROKEN = "farcache_mount_tier_write_through_broken", Counter, "Writes that went through because the tier's medium failed";
     TIER_DESTAGE_ROUNDS = "farcache_mount_tier_destage_rounds", Counter, "Destage rounds run";

@@ -101,6 +101,7 @@ pub struct TierCounters {
     pub writes: AtomicU64,
     pub write_bytes: AtomicU64,
     pub reads_from_tier: AtomicU64,
+    pub reads_only_from_tier: AtomicU64,
     pub write_through_full: AtomicU64,
     pub write_through_broken: AtomicU64,
     pub write_through_unnamed: AtomicU64,
@@ -124,6 +125,9 @@ pub struct TierStats {
     pub writes: u64,
     pub write_bytes: u64,
     pub reads_from_tier: u64,
+    /// Reads the tier answered whole, without asking the path below.
+    #[serde(default)]
+    pub reads_only_from_tier: u64,
     pub write_through_full: u64,
     pub write_through_broken: u64,
     pub write_through_unnamed: u64,
@@ -198,6 +202,18 @@ impl<D: DataPath> WritebackPath<D> {
     /// `inner`, recover what it holds into the backing files, and start destaging. Writes
     /// the backing root's marker. `root` must be canonical.
     pub fn open(inner: D, cfg: &TierConfig, root: &Path, backing_opts: BackingOptions) -> Result<Self, TierOpenError> {
+        Self::open_waiting(inner, cfg, root, backing_opts, std::time::Duration::ZERO)
+    }
+
+    /// [`WritebackPath::open`], waiting up to `wait` for another process to let go of the
+    /// tier (a daemon handing its mount over releases it when it exits).
+    pub fn open_waiting(
+        inner: D,
+        cfg: &TierConfig,
+        root: &Path,
+        backing_opts: BackingOptions,
+        wait: std::time::Duration,
+    ) -> Result<Self, TierOpenError> {
         let mode = resolve_mode(cfg)?;
         let path = Path::new(&cfg.path);
         let size = match std::fs::metadata(path) {
@@ -205,7 +221,7 @@ impl<D: DataPath> WritebackPath<D> {
             _ => cfg.size.bytes(),
         };
         let medium = farcache_tier::medium::open(path, mode, size)?;
-        let lock = lock_tier(path)?;
+        let lock = lock_tier(path, wait)?;
         let root_s = root.to_string_lossy().into_owned();
         let (log, recovered) = Log::open(medium, mode, Some(&root_s))?;
         marker::write(root, &cfg.path).map_err(|e| TierOpenError::Config {
@@ -275,6 +291,7 @@ impl<D: DataPath> WritebackPath<D> {
             writes: l(&c.writes),
             write_bytes: l(&c.write_bytes),
             reads_from_tier: l(&c.reads_from_tier),
+            reads_only_from_tier: l(&c.reads_only_from_tier),
             write_through_full: l(&c.write_through_full),
             write_through_broken: l(&c.write_through_broken),
             write_through_unnamed: l(&c.write_through_unnamed),
@@ -305,11 +322,7 @@ impl<D: DataPath> WritebackPath<D> {
         // nothing new becomes dirty after the last flush, so a clean tier stays clean.
         self.shared.closing.store(true, Ordering::SeqCst);
         let r = self.flush(timeout, &mut |left| tracing::info!("tier: destaging before exit, {left} bytes left"));
-        self.shared.ctl.lock().stop = true;
-        self.shared.cv.notify_all();
-        if let Some(h) = self.destager.lock().take() {
-            let _ = h.join();
-        }
+        self.stop_destager();
         match r {
             Ok(()) if self.shared.log.is_clean() && !self.shared.log.is_broken() => {
                 if let Err(e) = marker::remove(&self.shared.root) {
@@ -348,6 +361,10 @@ pub trait TierControl: Send + Sync {
     fn stats(&self) -> TierStats;
     fn flush(&self, timeout: std::time::Duration, progress: &mut dyn FnMut(u64)) -> Result<(), FlushError>;
     fn shutdown(&self, timeout: std::time::Duration) -> bool;
+    /// Stop destaging, leaving everything dirty in the tier, for a daemon that handed its
+    /// mount over and exits: the new one takes the tier (and its lock) once this process is
+    /// gone. Waits for the destage round under way (no backing write of it left in flight).
+    fn release(&self);
 }
 
 impl<D: DataPath> TierControl for WritebackPath<D> {
@@ -360,15 +377,51 @@ impl<D: DataPath> TierControl for WritebackPath<D> {
     fn shutdown(&self, timeout: std::time::Duration) -> bool {
         WritebackPath::shutdown(self, timeout)
     }
+    fn release(&self) {
+        self.stop_destager_within(RELEASE_WAIT);
+    }
 }
 
-impl<D: DataPath> Drop for WritebackPath<D> {
-    fn drop(&mut self) {
+/// How long [`TierControl::release`] waits for the destage round under way (a stalled
+/// backing must not keep a daemon that handed its mount over from exiting: the next one
+/// waits for the tier longer than this).
+pub const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl<D: DataPath> WritebackPath<D> {
+    fn stop_destager(&self) {
         self.shared.ctl.lock().stop = true;
         self.shared.cv.notify_all();
         if let Some(h) = self.destager.lock().take() {
             let _ = h.join();
         }
+    }
+
+    /// [`WritebackPath::stop_destager`], waiting at most `wait` for the round under way;
+    /// past it the thread is left to the process's exit (what it was writing is in the
+    /// tier still, and the next daemon writes it again, as after a crash).
+    fn stop_destager_within(&self, wait: std::time::Duration) {
+        self.shared.ctl.lock().stop = true;
+        self.shared.cv.notify_all();
+        let Some(h) = self.destager.lock().take() else { return };
+        let deadline = std::time::Instant::now() + wait;
+        while !h.is_finished() {
+            if std::time::Instant::now() >= deadline {
+                tracing::warn!(
+                    "tier {}: the destage round under way did not end within {wait:?} (a stalled backing?); exiting \
+                     without it — the next daemon writes it back again",
+                    self.shared.path
+                );
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let _ = h.join();
+    }
+}
+
+impl<D: DataPath> Drop for WritebackPath<D> {
+    fn drop(&mut self) {
+        self.stop_destager();
     }
 }
 
@@ -469,20 +522,31 @@ fn stripe(key: FileKey, b: u64) -> usize {
 }
 
 /// Take the tier's exclusive lock, or say who holds it.
-fn lock_tier(path: &Path) -> Result<File, TierOpenError> {
+/// An exclusive `flock` on the tier at `path`, waiting up to `wait` (polled every 2 ms) for
+/// the process holding it to let go.
+fn lock_tier(path: &Path, wait: std::time::Duration) -> Result<File, TierOpenError> {
     let f = File::open(path).map_err(|e| TierOpenError::Config {
         path: path.display().to_string(),
         problem: format!("cannot open it to lock it: {e}"),
         fix: "check the path".into(),
     })?;
+    let deadline = std::time::Instant::now() + wait;
     // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(TierOpenError::Config {
-            path: path.display().to_string(),
-            problem: "another process uses this tier (a running mount, or `farcache tier recover`)".into(),
-            fix: "stop it first (a running mount: `farcache flush MOUNTPOINT` destages it), or give another tier path"
-                .into(),
-        });
+    while unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        if std::time::Instant::now() >= deadline {
+            return Err(TierOpenError::Config {
+                path: path.display().to_string(),
+                problem: if wait.is_zero() {
+                    "another process uses this tier (a running mount, or `farcache tier recover`)".into()
+                } else {
+                    format!("the process holding this tier did not let go of it within {wait:?}")
+                },
+                fix: "stop it first (a running mount: `farcache flush MOUNTPOINT` destages it), or give another tier \
+                      path"
+                    .into(),
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
     }
     Ok(f)
 }
@@ -521,8 +585,17 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
             return s.inner.read(file, offset, len);
         }
         add(&s.counters.reads_from_tier, 1);
-        let base = s.inner.read(file, offset, len)?;
-        let mut out = BytesMut::from(&base[..]);
+        // Every block of the range dirty here, each valid up to where the range needs it: the
+        // path below has nothing to add (a block destaged meanwhile is read from it below).
+        let end = offset + len as u64;
+        let covered = dirty.len() as u64 == last - first + 1
+            && dirty.iter().all(|(b, r)| b * B + u64::from(r.valid) >= end.min((b + 1) * B));
+        let mut out = if covered {
+            add(&s.counters.reads_only_from_tier, 1);
+            BytesMut::with_capacity(len)
+        } else {
+            BytesMut::from(&s.inner.read(file, offset, len)?[..])
+        };
         for (b, _) in dirty {
             let (page, valid) = match s.log.read_block(fe.key, b)? {
                 Some((p, v)) => (p, v as u64),
@@ -699,6 +772,9 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
         s.inner.forget(id);
     }
 
+    fn backing_is_complete(&self) -> bool {
+        false
+    }
     fn discard(&self, id: &FileId) {
         let s = &self.shared;
         let fe = s.files.lock().get(id).cloned();

@@ -477,3 +477,68 @@ fn recovery_restores_the_size_a_lost_extension_took_away() {
     let f = open_file(&env, "x");
     assert_eq!(read_all(&t, &f, 20_000), vec![3u8; 10_000]);
 }
+
+#[test]
+fn a_range_the_tier_holds_whole_is_read_from_it_alone() {
+    // Counts the reads that reach the path below.
+    struct Counting {
+        inner: DirectPath,
+        reads: AtomicU64,
+    }
+    impl DataPath for Counting {
+        fn read(&self, f: &BackingFile, o: u64, l: usize) -> io::Result<Bytes> {
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            self.inner.read(f, o, l)
+        }
+        fn write(&self, f: &BackingFile, o: u64, d: &[u8]) -> io::Result<usize> {
+            self.inner.write(f, o, d)
+        }
+        fn set_len(&self, f: &BackingFile, s: u64) -> io::Result<()> {
+            self.inner.set_len(f, s)
+        }
+        fn fallocate(&self, f: &BackingFile, m: i32, o: u64, l: u64) -> io::Result<()> {
+            self.inner.fallocate(f, m, o, l)
+        }
+        fn fsync(&self, f: &BackingFile, d: bool) -> io::Result<()> {
+            self.inner.fsync(f, d)
+        }
+        fn forget(&self, id: &FileId) {
+            self.inner.forget(id)
+        }
+    }
+    let env = env();
+    let inner = Arc::new(Counting { inner: DirectPath::new(), reads: AtomicU64::new(0) });
+    let t = WritebackPath::open(inner.clone(), &cfg(&env, 8 << 20), &env.root, BackingOptions { direct_io: false })
+        .unwrap();
+    // On the disk first: 16 KiB of 1s; then 8 KiB of 2s over its start, and 100 bytes of 3s
+    // into its third block, through the tier.
+    std::fs::write(env.root.join("f"), vec![1u8; 16384]).unwrap();
+    let f = open_file(&env, "f");
+    t.write(&f, 0, &[2u8; 8192]).unwrap();
+    t.write(&f, 8192 + 50, &[3u8; 100]).unwrap();
+    let reads = || inner.reads.load(Ordering::Relaxed);
+    let before = reads();
+    // Whole blocks, all dirty: the tier alone.
+    assert_eq!(&t.read(&f, 0, 8192).unwrap()[..], &[2u8; 8192][..]);
+    assert_eq!(&t.read(&f, 100, 5000).unwrap()[..], &[2u8; 5000][..]);
+    assert_eq!(reads(), before, "a range the tier holds whole must not be read from the disk");
+    assert_eq!(t.stats().reads_only_from_tier, 2);
+    // A range reaching past the tier's blocks, or into a block it holds only partly: the disk
+    // supplies the rest, and the tier's bytes win where it has them.
+    let mut want = vec![2u8; 8192];
+    want.extend_from_slice(&[1u8; 4096]);
+    want[8192 + 50..8192 + 150].fill(3);
+    want.extend_from_slice(&[1u8; 4096]);
+    assert_eq!(&t.read(&f, 0, 16384).unwrap()[..], &want[..]);
+    assert!(reads() > before);
+    // A block written in part over data on the disk was completed from it when written:
+    // the tier holds it whole.
+    let before = reads();
+    assert_eq!(&t.read(&f, 8192, 4096).unwrap()[..], &want[8192..12288]);
+    assert_eq!(reads(), before);
+    // A block the tier holds only in part (a write past the end): the disk is asked.
+    t.write(&f, 16384, &[4u8; 100]).unwrap();
+    let before = reads();
+    assert_eq!(&t.read(&f, 16384, 4096).unwrap()[..], &[4u8; 100][..]);
+    assert!(reads() > before, "a block the tier holds in part is completed by the path below");
+}
