@@ -121,6 +121,11 @@ pub fn lender_bytes(files: u64) -> u64 {
     (files / 2 * FILE_BYTES) * 9 / 8 + 16 * MIB
 }
 
+/// The lender's size in a run: `--lender-capacity`, else [`lender_bytes`].
+pub fn lender_of(o: &PaperOptions) -> u64 {
+    o.migrate_lender_bytes.unwrap_or_else(|| lender_bytes(o.migrate_files))
+}
+
 /// Room on each disk.
 pub fn disk_bytes(o: &PaperOptions) -> u64 {
     o.migrate_files * FILE_BYTES * 5 / 4
@@ -428,7 +433,7 @@ fn one(tb: &mut Testbed, disk2: &ExtraDisk, o: &PaperOptions, source: &str, thre
     tb.remount()?;
     disk2.remount()?;
     let mem = tb.memory_cgroup(Some(o.memory_bytes))?;
-    let mut lenders = tb.start_lenders(lender_bytes(n), o.policy.as_deref())?;
+    let mut lenders = tb.start_lenders(lender_of(o), o.policy.as_deref())?;
     let log = tb.logs.join(format!("migrate-{source}-{threads}.mount.log"));
     let routing = o.routing.as_deref().or(Some("threshold"));
     let branches = [tb.ext4.as_path(), disk2.dir.as_path()];
@@ -657,13 +662,13 @@ pub fn render(s: &mut String, r: &PaperReport) {
     let _ = writeln!(
         s,
         "## migrate ({}): migration between two disks, from cache vs from disk\n\n{} files × 4 MiB on disk 1 of two \
-         loop devices ({}), lenders holding about half ({}), random whole-file reads ({} KiB O_DIRECT requests) by \
+         loop devices ({}), a lender of {}, random whole-file reads ({} KiB O_DIRECT requests) by \
          the foreground; {} s before, then `farcache balance --files {}` from disk 1 to disk 2, then {} s after. \
          Each configuration from a fresh setup.\n",
         Experiment::Migrate.table(),
         o.migrate_files,
         o.profile.describe(),
-        super::human(lender_bytes(o.migrate_files)),
+        super::human(lender_of(o)),
         READ_BYTES / 1024,
         o.migrate_phase_secs,
         o.migrate_files / 2,

@@ -341,6 +341,10 @@ pub struct PaperOptions {
     /// migrate: seconds of foreground before and after the migration.
     #[serde(default)]
     pub migrate_phase_secs: u64,
+    /// migrate: the lender's size when `--lender-capacity` is given (else
+    /// [`migrate::lender_bytes`]: a little more than half of the files).
+    #[serde(default)]
+    pub migrate_lender_bytes: Option<u64>,
     /// migrate: configurations an earlier run finished (`--resume`), kept rather than run.
     #[serde(skip)]
     pub migrate_resume: Vec<migrate::MigrateRecord>,
@@ -385,6 +389,7 @@ impl PaperOptions {
             migrate_threads: vec![1, 2, 3],
             migrate_sources: vec!["cache".into(), "disk".into()],
             migrate_phase_secs: 20,
+            migrate_lender_bytes: None,
             migrate_resume: Vec::new(),
         }
     }

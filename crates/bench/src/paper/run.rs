@@ -54,7 +54,7 @@ pub fn run(o: &PaperOptions, progress: &mut dyn FnMut(&PaperReport)) -> Result<P
         tb.nets.len(),
         // migrate sizes its lenders to its files.
         human(if o.experiments == [Experiment::Migrate] {
-            super::migrate::lender_bytes(o.migrate_files)
+            super::migrate::lender_of(o)
         } else {
             o.lender_capacity_bytes
         }),

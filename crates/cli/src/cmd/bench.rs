@@ -468,6 +468,8 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
     }
     if let Some(c) = a.lender_capacity {
         o.lender_capacity_bytes = c.bytes();
+        // migrate sizes its lender to its files unless told.
+        o.migrate_lender_bytes = Some(c.bytes());
     }
     o.link_rate = (a.link != "none").then_some(a.link);
     o.policy = a.policy;
