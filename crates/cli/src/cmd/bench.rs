@@ -78,7 +78,8 @@ struct PaperArgs {
     /// Number of lenders, each in its own network namespace.
     #[arg(long)]
     lenders: Option<usize>,
-    /// Memory each lender lends. Default 1228MiB (1.2 GiB; --quick 256MiB).
+    /// Memory each lender lends. Default 1228MiB (1.2 GiB; --quick 256MiB; migrate: a little more
+    /// than half of its files).
     #[arg(long)]
     lender_capacity: Option<ByteSize>,
     /// Rate of each lender's link (tc TBF), e.g. 1gbit, 10gbit, or "none".
