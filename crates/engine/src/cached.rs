@@ -462,17 +462,23 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         let last = (offset + len as u64 - 1) / BLOCK_BYTES;
         let f = self.index.file(file.id());
         let keys: Vec<Option<BlockKey>> = (first..=last).map(|b| self.index.lookup(&f, b)).collect();
-        let asked: Vec<BlockKey> = keys.iter().flatten().copied().collect();
+        // The blocks between the first and the last one no lender holds come from the disk
+        // anyway, in the one request below: asking lenders for them too would only add their
+        // round trip (measured: with a lender holding a few scattered blocks of each file,
+        // the copy from cache took 1.7× the disk's time). Lenders are asked for the rest.
+        let nokey = (keys.iter().position(Option::is_none), keys.iter().rposition(Option::is_none));
+        let inside = |i: usize| matches!(nokey, (Some(a), Some(b)) if (a..=b).contains(&i));
+        let asked: Vec<(usize, BlockKey)> =
+            keys.iter().enumerate().filter(|(i, _)| !inside(*i)).filter_map(|(i, k)| k.map(|k| (i, k))).collect();
         let mut got: Vec<Option<Bytes>> = vec![None; keys.len()];
         if !asked.is_empty() {
-            let fetched = self.remote.fetch(&asked, BLOCK_BYTES as usize);
+            let want: Vec<BlockKey> = asked.iter().map(|(_, k)| *k).collect();
+            let fetched = self.remote.fetch(&want, BLOCK_BYTES as usize);
             let mut vals = fetched.values.into_iter();
-            for (i, k) in keys.iter().enumerate() {
-                if let Some(k) = k {
-                    match vals.next().flatten() {
-                        Some(v) => got[i] = Some(v),
-                        None => self.index.mark_missing(&f, *k),
-                    }
+            for (i, k) in &asked {
+                match vals.next().flatten() {
+                    Some(v) => got[*i] = Some(v),
+                    None => self.index.mark_missing(&f, *k),
                 }
             }
         }
