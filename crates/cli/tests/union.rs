@@ -718,4 +718,6 @@ fn automatic_balance_moves_off_a_loaded_branch_and_holds_still_when_even() {
     }
     eprintln!("automatic balance: {n_moved} files moved under {reads} reads; {after:#}");
     drop(m);
+    drop((a, b));
+    let _ = fs::remove_dir_all(&root);
 }
