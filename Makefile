@@ -31,6 +31,7 @@ bench: deps build
 	BIN=$(BIN) ./scripts/bench-nothing-slower.sh
 	BIN=$(BIN) ./scripts/bench-writeback.sh
 	BIN=$(BIN) ./scripts/bench-engine.sh
+	BIN=$(BIN) ./scripts/bench-migrate.sh
 	$(BIN) bench restart --json bench/results/restart.json
 
 deps:

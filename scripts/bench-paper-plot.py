@@ -5,7 +5,8 @@ farcache's performance ratio per access size, 1st and 2nd pass, against passthro
 
 usage: scripts/bench-paper-plot.py bench/results/paper-cloud.json [...]
 writes bench/results/paper-cloud-seqread.png, paper-cloud-randread.png, ... beside each JSON
-(pgbench: tps ratios; tpch: load/power/throughput ratios and the power test per query).
+(pgbench: tps ratios; tpch: load/power/throughput ratios and the power test per query;
+migrate: each disk's utilization and the foreground's throughput over time).
 """
 import json
 import os
@@ -149,6 +150,61 @@ def plot_tpch(report, png):
     plt.close(fig)
 
 
+def per_second(samples, key, b):
+    """(t, share of each second) of a cumulative per-branch counter in ms."""
+    t, y = [], []
+    for p, q in zip(samples, samples[1:]):
+        dt = (q["t_secs"] - p["t_secs"]) * 1000.0
+        if dt < 500:
+            continue  # a boundary reading, not a second
+        t.append(q["t_secs"])
+        y.append(min(1.0, (q[key][b] - p[key][b]) / dt))
+    return t, y
+
+
+def plot_migrate(report, png):
+    """Paper 001's Figs. 14-17: each disk's utilization over time, and the foreground's
+    throughput, per copy source and thread count; the migration shaded."""
+    runs = [r for r in report["migrate_runs"] if not r.get("error")]
+    if not runs:
+        return False
+    fig, axes = plt.subplots(len(runs), 2, figsize=(12, 2.2 * len(runs)), squeeze=False)
+    for row, r in zip(axes, runs):
+        s = sorted(r["samples"], key=lambda q: q["t_secs"])
+        # Whole seconds only (the migration's start and end are extra readings).
+        secs = [s[0]]
+        for q in s[1:]:
+            if q["t_secs"] - secs[-1]["t_secs"] >= 0.5:
+                secs.append(q)
+        s = secs
+        for b in range(2):
+            t, y = per_second(s, "daemon_busy_ms", b)
+            row[0].plot(t, y, label=f"disk {b + 1}")
+        t = [q["t_secs"] for q in s[1:]]
+        mbps = [
+            (q["fg_bytes"] - p["fg_bytes"]) / max(q["t_secs"] - p["t_secs"], 1e-9) / 1e6 for p, q in zip(s, s[1:])
+        ]
+        row[1].plot(t, mbps, color="black")
+        for ax in row:
+            ax.axvspan(r["migration_start_secs"], r["migration_end_secs"], color="orange", alpha=0.25)
+        row[0].set_ylim(0, 1.05)
+        row[0].set_ylabel(f"{r['source']}, T={r['threads']}\nutilization", fontsize=8)
+        row[1].set_ylabel("foreground MB/s", fontsize=8)
+        row[0].legend(fontsize=7, loc="lower left")
+    axes[-1][0].set_xlabel("seconds (migration shaded)")
+    axes[-1][1].set_xlabel("seconds (migration shaded)")
+    o = report["options"]
+    fig.suptitle(
+        f"Migration of {o['migrate_files'] // 2} of {o['migrate_files']} files x 4 MiB between two {o['profile']} "
+        "disks (paper 001, Figs. 14-17): per-disk utilization (daemon I/O time) and foreground throughput",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return True
+
+
 def plot(path):
     report = json.load(open(path))
     o = report["options"]
@@ -156,6 +212,10 @@ def plot(path):
     sizes = o["sizes_bytes"]
     out = []
     for exp in o["experiments"]:
+        if exp == "migrate":
+            if plot_migrate(report, f"{stem}-migrate.png"):
+                out.append(f"{stem}-migrate.png")
+            continue
         if exp == "pgbench":
             if report.get("pgbench"):
                 plot_pgbench(report, f"{stem}-pgbench.png")

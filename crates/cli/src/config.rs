@@ -16,6 +16,7 @@ pub struct Config {
     pub mount: farcache_fuse::MountConfig,
     pub cache: farcache_engine::config::CacheConfig,
     pub tier: farcache_engine::writeback::TierConfig,
+    pub balance: farcache_fuse::union::BalanceConfig,
 }
 
 impl Config {
@@ -59,6 +60,7 @@ mod tests {
         parsed.mount.validate().unwrap();
         parsed.cache.validate().unwrap();
         parsed.tier.validate().unwrap();
+        parsed.balance.validate().unwrap();
     }
 
     #[test]
@@ -90,6 +92,10 @@ mod tests {
             TEMPLATE.contains(farcache_engine::writeback::TEMPLATE),
             "etc/farcache.toml's [tier] differs from farcache_engine::writeback::TEMPLATE"
         );
+        assert!(
+            TEMPLATE.contains(farcache_fuse::union::BALANCE_TEMPLATE),
+            "etc/farcache.toml's [balance] differs from farcache_fuse::union::BALANCE_TEMPLATE"
+        );
     }
 
     #[test]
@@ -115,5 +121,10 @@ mod tests {
             farcache_config::parse_toml("t", "[cache]\nservers = [\"10.0.0.1:7411\"]\nrouting = \"adaptive\"").unwrap();
         c.cache.validate().unwrap();
         assert_eq!(c.cache.routing, farcache_engine::config::Routing::Adaptive);
+        let e = farcache_config::parse_toml::<Config>("t", "[balance]\nenabeld = true").unwrap_err().to_string();
+        assert!(e.contains("enabeld"), "{e}");
+        let c: Config = farcache_config::parse_toml("t", "[balance]\nstart_ratio = 1.5\nstop_ratio = 1.5").unwrap();
+        let e = c.balance.validate().unwrap_err().to_string();
+        assert!(e.starts_with("balance.stop_ratio:") && e.contains("hysteresis"), "{e}");
     }
 }

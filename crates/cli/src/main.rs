@@ -54,7 +54,8 @@ enum Command {
     Randread(cmd::randread::Args),
     /// Show a backing directory through FUSE (passthrough) until SIGINT/SIGTERM or unmount.
     Mount(cmd::mount::Args),
-    /// Move recently read files off the busiest backing directory of a mount of several.
+    /// Move recently read files off the busiest backing directory of a mount of several
+    /// (on demand; `[balance] enabled = true` has the mount do it by itself).
     Balance(cmd::balance::Args),
     /// Destage everything a mount's write-back tier holds, and wait.
     Flush(cmd::tier::FlushArgs),

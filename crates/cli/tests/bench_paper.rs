@@ -191,6 +191,66 @@ fn bench_paper_quick_runs_the_engine_experiments() {
     assert!(md.contains("## engine") && md.contains("passthrough/serialized"), "{md}");
 }
 
+/// Paper 001's migration, tiny: 8 files of 4 MiB on the first of two throttled loop disks,
+/// one reader thread, half the files moved by `farcache balance` from the cache and, from a
+/// fresh setup, from the disk. Every planned file moved, every block read during the run
+/// was right, the inode numbers did not change, and only the cache copy took blocks from the
+/// lenders.
+#[test]
+fn bench_paper_quick_runs_the_migration_experiment() {
+    if !is_root() {
+        return;
+    }
+    let dir = Scratch(std::env::temp_dir().join(format!("farcache-bench-paper001-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let args = ["--experiment", "migrate", "--profile", "hdd", "--migrate-files", "8", "--migrate-phase-secs", "2"];
+    let (status, stdout, stderr) = run_quick(&args, &dir.0, Duration::from_secs(400));
+    assert!(
+        status.success(),
+        "bench paper --quick (paper 001) failed ({status}); stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.0.join("paper001-quick.json")).unwrap()).unwrap();
+    assert_eq!(json["complete"], true, "{json}");
+    let runs = json["migrate_runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "cache and disk, one thread each: {json}");
+    for r in runs {
+        assert!(r["error"].is_null(), "{r}");
+        assert_eq!((num(r, &["planned"]), num(r, &["moved"])), (4.0, 4.0), "{r}");
+        assert_eq!(num(r, &["wrong_blocks"]), 0.0, "{r}");
+        assert!(num(r, &["reads"]) > 0.0, "{r}");
+        assert_eq!((num(r, &["inodes_checked"]), num(r, &["inodes_changed"])), (8.0, 0.0), "{r}");
+        assert!(num(r, &["migration_secs"]) > 0.0 && num(r, &["mbps", "before"]) > 0.0, "{r}");
+        assert!(r["samples"].as_array().unwrap().len() >= 4, "{r}");
+        // The second disk took the copies while the samples ran.
+        let samples = r["samples"].as_array().unwrap();
+        let written = |s: &Value| s["write_bytes"][1].as_u64().unwrap();
+        let copied = written(samples.last().unwrap()) - written(&samples[0]);
+        assert!(copied >= 4 * (4 << 20), "disk 2 took {copied} bytes: {r}");
+        let blocks = 4.0 * 1024.0;
+        match r["source"].as_str().unwrap() {
+            "cache" => assert!(num(r, &["blocks_from_cache"]) > 0.0, "no block copied from the lenders: {r}"),
+            "disk" => assert_eq!((num(r, &["blocks_from_cache"]), num(r, &["blocks_from_disk"])), (0.0, blocks), "{r}"),
+            s => panic!("source {s}"),
+        }
+    }
+    let checks = json["checks"].as_array().unwrap();
+    assert!(checks.len() >= 6 && checks.iter().all(|c| c["ok"] == true), "{json}");
+    let md = std::fs::read_to_string(dir.0.join("paper001-quick.md")).unwrap();
+    assert!(md.contains("## migrate") && md.contains("cache/disk") && md.contains("disk2 daemon"), "{md}");
+
+    // --resume keeps what the JSON holds and runs nothing again.
+    let mut again = args.to_vec();
+    again.push("--resume");
+    let (status, stdout, stderr) = run_quick(&again, &dir.0, Duration::from_secs(200));
+    assert!(status.success(), "--resume failed ({status}); stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stderr.contains("2 configuration(s) done before, kept"), "{stderr}");
+    assert_eq!(stderr.matches("done in an earlier run, kept").count(), 2, "{stderr}");
+    let resumed: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.0.join("paper001-quick.json")).unwrap()).unwrap();
+    assert_eq!(resumed["migrate_runs"], json["migrate_runs"], "the kept records changed");
+}
+
 #[test]
 fn bench_paper_quick_runs_every_configuration_and_cleans_up() {
     if !is_root() {

@@ -558,3 +558,166 @@ fn a_source_set_aside_whose_target_was_lost_is_put_back_at_start() {
     assert!(names(&d.a.join(".farcache-union/tmp")).is_empty());
     assert_eq!(n(&d.stats(), "union", "journal_replayed"), 1);
 }
+
+/// An ext4 file system of its own on a loop device (an image under `dir`), mounted at
+/// `dir/<tag>`; unmounted and detached on drop. For tests whose branches must behave alike
+/// (two tmpfs or a disk and tmpfs differ by far in what a read costs).
+struct LoopFs {
+    image: PathBuf,
+    dev: String,
+    dir: PathBuf,
+}
+
+impl LoopFs {
+    fn new(parent: &Path, tag: &str) -> LoopFs {
+        let image = parent.join(format!("{tag}.img"));
+        let dir = parent.join(tag);
+        fs::create_dir_all(&dir).unwrap();
+        File::create(&image).unwrap().set_len(96 << 20).unwrap();
+        let run = |cmd: &str, args: &[&str]| {
+            let out = std::process::Command::new(cmd).args(args).output().unwrap();
+            assert!(out.status.success(), "{cmd} {args:?}: {}", text(&out.stderr));
+            text(&out.stdout).trim().to_string()
+        };
+        let dev = run("losetup", &["--direct-io=on", "--show", "-f", image.to_str().unwrap()]);
+        let lf = LoopFs { image, dev, dir };
+        run("mkfs.ext4", &["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", &lf.dev]);
+        run("mount", &["-o", "noatime", &lf.dev, lf.dir.to_str().unwrap()]);
+        lf
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        let d = self.dir.to_str().unwrap();
+        let quiet =
+            |cmd: &str, args: &[&str]| std::process::Command::new(cmd).args(args).status().is_ok_and(|s| s.success());
+        if !quiet("umount", &[d]) {
+            quiet("umount", &["-l", d]);
+        }
+        quiet("losetup", &["-d", &self.dev]);
+        let _ = fs::remove_file(&self.image);
+    }
+}
+
+/// The I/O priority (ioprio_get) of the daemon's thread named `comm`.
+fn io_priority_of_thread(pid: u32, comm: &str) -> Option<i64> {
+    for t in fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+        if fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == comm) {
+            let tid: i64 = t.file_name().to_str()?.parse().ok()?;
+            // SAFETY: a plain system call with integer arguments (IOPRIO_WHO_PROCESS = 1).
+            return Some(unsafe { libc::syscall(libc::SYS_ioprio_get, 1, tid) });
+        }
+    }
+    None
+}
+
+#[test]
+fn automatic_balance_moves_off_a_loaded_branch_and_holds_still_when_even() {
+    require_root("the automatic balance test (loop devices)");
+    const FILES: usize = 8;
+    const SIZE: usize = 1 << 20;
+    let root = farcache_testkit::fresh_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), "union-auto");
+    let (a, b) = (LoopFs::new(&root, "a"), LoopFs::new(&root, "b"));
+    let mnt = root.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let data: Vec<Vec<u8>> = (0..FILES).map(|i| pattern(SIZE, 500 + i as u64)).collect();
+    for (i, d) in data.iter().enumerate() {
+        fs::write(a.dir.join(format!("f{i}")), d).unwrap();
+    }
+    // Hysteresis wide apart: a round starts at 8×, rounds stop at 3×; one file per round.
+    // With k of the 8 files on b and the reads spread evenly, a/b is at most (8 - k)/k (less
+    // where a's busy share is capped at 100%): 7 at k = 1, so nothing starts again once a
+    // file moved, and at most 3 from k = 2 on, so the rounds stop by then.
+    let cfg = root.join("farcache.toml");
+    fs::write(
+        &cfg,
+        "[balance]\nenabled = true\ninterval = \"300ms\"\nstart_ratio = 8.0\nstop_ratio = 3.0\n\
+         min_busy_percent = 5\nmax_files_per_round = 1\ncopy_bytes_per_sec = \"8MiB\"\nidle_io_priority = true\n",
+    )
+    .unwrap();
+    let branches = PathBuf::from(format!("{}:{}", a.dir.display(), b.dir.display()));
+    let m = MountProcess::start(
+        bin(),
+        &branches,
+        &mnt,
+        &["--no-remote", "--config", cfg.to_str().unwrap()],
+        &root.join("daemon.log"),
+    );
+    let stats = || {
+        let out = run_bin(bin(), &["stats", mnt.to_str().unwrap(), "--json"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["union"].clone()
+    };
+    let u = |v: &Value, f: &str| v[f].as_u64().unwrap_or_else(|| panic!("no union.{f} in {v:#}"));
+    let inos: Vec<u64> = (0..FILES).map(|i| fs::metadata(mnt.join(format!("f{i}"))).unwrap().ino()).collect();
+
+    // Idle: the balancer reads the load and moves nothing.
+    assert!(wait_until(Duration::from_secs(10), Duration::from_millis(100), || u(&stats(), "auto_checks") >= 3));
+    let s = stats();
+    assert_eq!(s["auto_enabled"], Value::Bool(true), "{s:#}");
+    assert_eq!((u(&s, "moves"), u(&s, "auto_rounds")), (0, 0), "moved files of an idle mount: {s:#}");
+    // The copying thread is in the idle I/O class (IOPRIO_CLASS_IDLE << 13, level 0).
+    assert_eq!(io_priority_of_thread(m.pid(), "farcache-auto"), Some(3 << 13), "the balancer's I/O priority");
+
+    // Load on branch a alone: four threads of verified O_DIRECT 4 KiB reads of every file.
+    let stop = Arc::new(AtomicBool::new(false));
+    let wrong = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let readers: Vec<_> = (0..4u64)
+        .map(|t| {
+            let (stop, wrong, data, mnt) = (stop.clone(), wrong.clone(), data.clone(), mnt.clone());
+            std::thread::spawn(move || {
+                let mut files: Vec<DirectReader> =
+                    (0..FILES).map(|i| DirectReader::open(&mnt.join(format!("f{i}")))).collect();
+                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (t + 1);
+                let mut reads = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let (i, blk) = ((x % FILES as u64) as usize, ((x >> 8) % (SIZE as u64 / 4096)) as usize);
+                    if files[i].read(blk as u64 * 4096) != &data[i][blk * 4096..(blk + 1) * 4096] {
+                        wrong.fetch_add(1, Ordering::Relaxed);
+                    }
+                    reads += 1;
+                }
+                reads
+            })
+        })
+        .collect();
+    let moved = wait_until(Duration::from_secs(60), Duration::from_millis(200), || u(&stats(), "auto_moves") >= 1);
+    assert!(moved, "no automatic move off the loaded branch: {:#}\n{}", stats(), m.log_text());
+    // Moves continue while uneven, then stop once the load is even enough (below 3×) and the
+    // balancer is idle again; from then on, with the same load, nothing moves.
+    let settled =
+        wait_until(Duration::from_secs(60), Duration::from_millis(300), || !stats()["auto_active"].as_bool().unwrap());
+    assert!(settled, "the balancer never stopped: {:#}", stats());
+    let before = stats();
+    std::thread::sleep(Duration::from_secs(3)); // ten intervals of the same load
+    let after = stats();
+    stop.store(true, Ordering::Relaxed);
+    let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+    assert_eq!(wrong.load(Ordering::Relaxed), 0, "wrong bytes read during the moves");
+    assert!(u(&after, "auto_checks") >= u(&before, "auto_checks") + 5, "{after:#}");
+    assert_eq!(
+        (u(&after, "moves"), u(&after, "auto_rounds")),
+        (u(&before, "moves"), u(&before, "auto_rounds")),
+        "moved files under an even load (hysteresis): before {before:#} after {after:#}"
+    );
+    let n_moved = u(&after, "auto_moves") as usize;
+    assert!((1..FILES).contains(&n_moved), "{n_moved} files moved: {after:#}");
+    assert_eq!(u(&after, "moves"), n_moved as u64, "only the automatic balancer moved files");
+    // Each file exactly once, whole, with its inode number.
+    let on_b = (0..FILES).filter(|i| b.dir.join(format!("f{i}")).exists()).count();
+    assert_eq!(on_b, n_moved, "files on branch b");
+    for (i, d) in data.iter().enumerate() {
+        let name = format!("f{i}");
+        assert!(a.dir.join(&name).exists() != b.dir.join(&name).exists(), "{name} is on exactly one branch");
+        assert!(fs::read(mnt.join(&name)).unwrap() == *d, "{name}'s contents after the moves");
+        assert_eq!(fs::metadata(mnt.join(&name)).unwrap().ino(), inos[i], "{name}'s inode number");
+    }
+    eprintln!("automatic balance: {n_moved} files moved under {reads} reads; {after:#}");
+    drop(m);
+    drop((a, b));
+    let _ = fs::remove_dir_all(&root);
+}

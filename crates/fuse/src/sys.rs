@@ -326,6 +326,22 @@ pub(crate) fn raise_nofile(want: u64) -> u64 {
     }
 }
 
+/// `IOPRIO_CLASS_IDLE` (linux/ioprio.h), in the class bits of an I/O priority.
+pub(crate) const IOPRIO_IDLE: i32 = 3 << 13;
+
+/// Put the calling thread in the idle I/O priority class (`ioprio_set(IOPRIO_WHO_PROCESS,
+/// 0, IOPRIO_CLASS_IDLE)`; 0 names the calling thread). Its reads and writes — io_uring's
+/// too, which take the submitter's priority when a request carries none — then go to the
+/// device only when nothing else waits, where the scheduler has priorities (bfq,
+/// mq-deadline).
+pub(crate) fn set_idle_io_priority() -> io::Result<()> {
+    // SAFETY: a plain system call with integer arguments.
+    if unsafe { libc::syscall(libc::SYS_ioprio_set, 1, 0, IOPRIO_IDLE) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 pub(crate) fn is_root() -> bool {
     // SAFETY: no arguments, cannot fail.
     unsafe { libc::geteuid() == 0 }

@@ -24,6 +24,7 @@ pub mod child;
 pub mod cleanup;
 pub mod counters;
 pub mod engine;
+pub mod migrate;
 pub mod mount;
 pub mod pgbench;
 pub mod report;
@@ -77,6 +78,9 @@ pub enum Experiment {
     /// Paper 002's serialization test: 1–16 processes of synchronous 8 KiB reads of one file,
     /// and the disk's queue depth ([`engine`]).
     Serial,
+    /// Paper 001: half of the files moved from one disk to another during random whole-file
+    /// reads, copied from lenders' RAM vs from the disk ([`migrate`]).
+    Migrate,
 }
 
 impl Experiment {
@@ -92,6 +96,7 @@ impl Experiment {
             Experiment::Destage => "destage",
             Experiment::Engine => "engine",
             Experiment::Serial => "serial",
+            Experiment::Migrate => "migrate",
         }
     }
 
@@ -112,6 +117,7 @@ impl Experiment {
             e if e.of_the_tier() => &ConfigKind::TIER_SET,
             Experiment::Engine => &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::Farcache],
             Experiment::Serial => &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::Serialized],
+            Experiment::Migrate => &[ConfigKind::Farcache],
             _ => &ConfigKind::ALL,
         }
     }
@@ -134,6 +140,7 @@ impl Experiment {
             Experiment::Destage => "issue 12, destage",
             Experiment::Engine => "paper 002, issue 11",
             Experiment::Serial => "paper 002's serialization test",
+            Experiment::Migrate => "paper 001, issue 14",
         }
     }
 
@@ -240,9 +247,10 @@ impl std::str::FromStr for Experiment {
             "destage" => Ok(Experiment::Destage),
             "engine" => Ok(Experiment::Engine),
             "serial" => Ok(Experiment::Serial),
+            "migrate" => Ok(Experiment::Migrate),
             _ => Err(format!(
                 "unknown experiment {s:?}: seqread, randread, pgbench, tpch (transfers comes with each); postmark, \
-                 dfsio, durable, destage (paper 003); engine, serial (paper 002)"
+                 dfsio, durable, destage (paper 003); engine, serial (paper 002); migrate (paper 001)"
             )),
         }
     }
@@ -321,6 +329,25 @@ pub struct PaperOptions {
     pub engine_file_bytes: u64,
     #[serde(default)]
     pub engine_secs: u64,
+    /// migrate: files of 4 MiB on the first disk (half of them move).
+    #[serde(default)]
+    pub migrate_files: u64,
+    /// migrate: foreground reader threads, one configuration each.
+    #[serde(default)]
+    pub migrate_threads: Vec<u32>,
+    /// migrate: copy sources ("cache", "disk"), one configuration each.
+    #[serde(default)]
+    pub migrate_sources: Vec<String>,
+    /// migrate: seconds of foreground before and after the migration.
+    #[serde(default)]
+    pub migrate_phase_secs: u64,
+    /// migrate: the lender's size when `--lender-capacity` is given (else
+    /// [`migrate::lender_bytes`]: a little more than half of the files).
+    #[serde(default)]
+    pub migrate_lender_bytes: Option<u64>,
+    /// migrate: configurations an earlier run finished (`--resume`), kept rather than run.
+    #[serde(skip)]
+    pub migrate_resume: Vec<migrate::MigrateRecord>,
 }
 
 impl PaperOptions {
@@ -356,6 +383,14 @@ impl PaperOptions {
             destage_bytes: 512 * MIB,
             engine_file_bytes: GIB,
             engine_secs: 10,
+            // Paper 001 used 1,024 files; 128 (512 MiB) keeps a full run (2 sources × 3
+            // thread counts, each warmed through 200-IOPS disks) under 15 minutes.
+            migrate_files: 128,
+            migrate_threads: vec![1, 2, 3],
+            migrate_sources: vec!["cache".into(), "disk".into()],
+            migrate_phase_secs: 20,
+            migrate_lender_bytes: None,
+            migrate_resume: Vec::new(),
         }
     }
 
@@ -385,6 +420,9 @@ impl PaperOptions {
             destage_bytes: 32 * MIB,
             engine_file_bytes: 64 * MIB,
             engine_secs: 1,
+            migrate_files: 16,
+            migrate_threads: vec![1],
+            migrate_phase_secs: 3,
             ..PaperOptions::full(exe)
         }
     }
@@ -406,7 +444,8 @@ impl PaperOptions {
         let tpch = if self.experiments.contains(&Experiment::Tpch) { tpch::disk_bytes(self) } else { 0 };
         let tier = if self.experiments.iter().any(|e| e.of_the_tier()) { writeback::disk_bytes(self) } else { 0 };
         let engine = if self.experiments.iter().any(|e| e.of_the_engine()) { self.engine_file_bytes } else { 0 };
-        files + files / 8 + pg + tpch + tier + engine + 512 * MIB
+        let migrate = if self.experiments.contains(&Experiment::Migrate) { migrate::disk_bytes(self) } else { 0 };
+        files + files / 8 + pg + tpch + tier + engine + migrate + 512 * MIB
     }
 }
 

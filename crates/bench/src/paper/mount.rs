@@ -122,6 +122,29 @@ impl MountDaemon {
         MountDaemon::start_with(&o.exe, &tb.ext4, &tb.mnt, remote, o.routing.as_deref(), &extra, cgroups, log).map(Some)
     }
 
+    /// The mount of a configuration over several branches (paper 001's two disks,
+    /// `farcache mount DIR1:DIR2 MNT`) with `routing`, otherwise as
+    /// [`MountDaemon::for_config`].
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn for_union(
+        tb: &super::testbed::Testbed,
+        o: &super::PaperOptions,
+        branches: &[&Path],
+        remote: Option<&[std::net::SocketAddr]>,
+        routing: Option<&str>,
+        extra: &[std::ffi::OsString],
+        cgroups: &[&Cgroup],
+        log: &Path,
+    ) -> Result<MountDaemon> {
+        let joined: Vec<String> = branches.iter().map(|b| b.display().to_string()).collect();
+        let backing = PathBuf::from(joined.join(":"));
+        let mut extra = extra.to_vec();
+        if let Some(c) = &o.mount_config {
+            extra.extend([std::ffi::OsString::from("--config"), c.clone().into_os_string()]);
+        }
+        MountDaemon::start_with(&o.exe, &backing, &tb.mnt, remote, routing, &extra, cgroups, log)
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.pid()
     }

@@ -181,6 +181,9 @@ pub struct PaperReport {
     /// Paper 002 (engine, serial): one record per configuration and fio point.
     #[serde(default)]
     pub engine_runs: Vec<super::engine::EngineRecord>,
+    /// Paper 001 (migrate): one record per copy source and thread count.
+    #[serde(default)]
+    pub migrate_runs: Vec<super::migrate::MigrateRecord>,
     pub checks: Vec<Verdict>,
     pub targets: Vec<Verdict>,
     pub complete: bool,
@@ -202,6 +205,7 @@ impl PaperReport {
             tpch_error: None,
             tier_runs: Vec::new(),
             engine_runs: Vec::new(),
+            migrate_runs: Vec::new(),
             checks: Vec::new(),
             targets: Vec::new(),
             complete: false,
@@ -297,7 +301,7 @@ fn cell(x: Option<f64>, digits: usize) -> String {
 
 fn checks(r: &PaperReport) -> Vec<Verdict> {
     let o = &r.options;
-    let mut v = Vec::new();
+    let mut v = super::migrate::checks(r);
     if o.experiments.contains(&Experiment::Pgbench) {
         if let Some(e) = &r.pgbench_error {
             v.push(Verdict { what: "pgbench: the database was made".into(), measured: e.clone(), ok: false });
@@ -539,7 +543,7 @@ pub fn probe_times(r: &PaperReport, size: u64) -> (Option<f64>, Option<f64>, Opt
 
 fn targets(r: &PaperReport) -> Vec<Verdict> {
     let o = &r.options;
-    let mut v = Vec::new();
+    let mut v = super::migrate::targets(r);
     if o.experiments.contains(&Experiment::Randread) {
         for &size in &o.sizes_bytes {
             if !fits_lenders_not_client(o, size) {
@@ -715,6 +719,7 @@ pub fn render(r: &PaperReport) -> String {
     render_tpch(&mut s, r);
     render_tier_runs(&mut s, r);
     render_engine_runs(&mut s, r);
+    super::migrate::render(&mut s, r);
     render_transfers(&mut s, r);
     render_memory(&mut s, r);
     for (title, list) in [("Sanity checks", &r.checks), ("Targets (issue 4)", &r.targets)] {

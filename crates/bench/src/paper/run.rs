@@ -52,14 +52,23 @@ pub fn run(o: &PaperOptions, progress: &mut dyn FnMut(&PaperReport)) -> Result<P
         o.profile.describe(),
         human(o.memory_bytes),
         tb.nets.len(),
-        human(o.lender_capacity_bytes),
+        // migrate sizes its lenders to its files.
+        human(if o.experiments == [Experiment::Migrate] {
+            super::migrate::lender_of(o)
+        } else {
+            o.lender_capacity_bytes
+        }),
         o.link_rate.as_deref().unwrap_or("unshaped veth")
     );
     // One step per experiment × size × configuration (pgbench and tpch: per configuration).
     let steps: usize = o
         .experiments
         .iter()
-        .map(|&e| if e.per_size() { o.sizes_bytes.len() } else { 1 } * o.configs_for(e).len())
+        .map(|&e| match e {
+            Experiment::Migrate => o.migrate_sources.len() * o.migrate_threads.len(),
+            e if e.per_size() => o.sizes_bytes.len() * o.configs_for(e).len(),
+            e => o.configs_for(e).len(),
+        })
         .sum();
     let bar = Progress::new("paper", steps as u64, Unit::Items("runs")).every(Duration::from_secs(60));
     for &exp in &o.experiments {
@@ -75,6 +84,11 @@ pub fn run(o: &PaperOptions, progress: &mut dyn FnMut(&PaperReport)) -> Result<P
         }
         if exp.of_the_engine() {
             super::engine::run_experiment(&mut tb, o, exp, &mut report, progress, &bar)?;
+            report.secs_total = started.elapsed().as_secs_f64();
+            continue;
+        }
+        if exp == Experiment::Migrate {
+            super::migrate::run_experiment(&mut tb, o, &mut report, progress, &bar)?;
             report.secs_total = started.elapsed().as_secs_f64();
             continue;
         }
@@ -201,7 +215,8 @@ fn pass_limit(o: &PaperOptions, exp: Experiment, size: u64) -> Duration {
             | Experiment::Durable
             | Experiment::Destage
             | Experiment::Engine
-            | Experiment::Serial,
+            | Experiment::Serial
+            | Experiment::Migrate,
         ) => 0,
     };
     Duration::from_secs(3 * secs + 60)

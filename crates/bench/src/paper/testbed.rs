@@ -360,9 +360,73 @@ impl Testbed {
         Ok(name)
     }
 
+    /// A second slow disk (paper 001's two HDDs): another loop device of `bytes` with its own
+    /// ext4, mounted at `dir/<tag>`, throttled like the first in the same blkio cgroup;
+    /// torn down with the testbed.
+    pub fn add_disk(&mut self, tag: &str, bytes: u64) -> Result<ExtraDisk> {
+        let dir = self.dir.join(tag);
+        std::fs::create_dir_all(&dir).ctx(|| format!("create {}", dir.display()))?;
+        let image = self.dir.join(format!("{tag}.img"));
+        let f = std::fs::File::create(&image).ctx(|| format!("create {}", image.display()))?;
+        f.set_len(bytes).ctx(|| format!("size {}", image.display()))?;
+        drop(f);
+        let img = image.to_string_lossy().to_string();
+        let loopdev = sys::run("losetup", &["--direct-io=on", "--show", "-f", &img])?.trim().to_string();
+        let dev = loopdev.clone();
+        self.push("detach the second loop device", move || sys::run_quiet("losetup", &["-d", &dev]));
+        let name = loopdev.trim_start_matches("/dev/").to_string();
+        let devno = std::fs::read_to_string(format!("/sys/block/{name}/dev"))
+            .ctx(|| format!("read the device number of {loopdev}"))?
+            .trim()
+            .to_string();
+        sys::run("mkfs.ext4", &["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", &loopdev])?;
+        let d = ExtraDisk { loopdev, devno, dir };
+        d.mount()?;
+        let (dev, mnt) = (d.loopdev.clone(), d.dir.clone());
+        self.push("unmount the second ext4", move || unmount(&mnt, &dev));
+        if let Some((iops, bps)) = self.spec.profile.limits() {
+            for (file, v) in [
+                ("blkio.throttle.read_iops_device", iops),
+                ("blkio.throttle.write_iops_device", iops),
+                ("blkio.throttle.read_bps_device", bps),
+                ("blkio.throttle.write_bps_device", bps),
+            ] {
+                self.blkio.set(file, &format!("{} {v}", d.devno))?;
+            }
+        }
+        Ok(d)
+    }
+
     /// Reads and writes the loop device has served so far.
     pub fn disk_stat(&self) -> DiskStat {
         disk_stat_of(&self.loopdev)
+    }
+}
+
+/// A disk made by [`Testbed::add_disk`].
+#[derive(Clone, Debug)]
+pub struct ExtraDisk {
+    pub loopdev: String,
+    /// "MAJ:MIN".
+    pub devno: String,
+    /// Where its ext4 is mounted.
+    pub dir: PathBuf,
+}
+
+impl ExtraDisk {
+    fn mount(&self) -> Result<()> {
+        let target = self.dir.to_string_lossy().to_string();
+        sys::run("mount", &["-t", "ext4", "-o", "noatime", &self.loopdev, &target]).map(|_| ())
+    }
+
+    /// Unmount and mount again: nothing of it stays in the page cache ([`Testbed::remount`]).
+    pub fn remount(&self) -> Result<()> {
+        let target = self.dir.to_string_lossy().to_string();
+        sys::run("sync", &[])?;
+        sys::run("umount", &[&target])?;
+        self.mount()?;
+        drop_cached(&self.dir);
+        Ok(())
     }
 }
 

@@ -53,7 +53,8 @@ struct PaperArgs {
     render: Option<PathBuf>,
     /// Experiments: seqread, randread, pgbench, tpch (transfers, Table 9, comes with each);
     /// paper 003's write-back tier: postmark, dfsio, durable (best with --profile ssd);
-    /// paper 002's engine: engine, serial.
+    /// paper 002's engine: engine, serial; paper 001's migration between two disks: migrate
+    /// (best with --profile hdd).
     /// Default: all (--quick: seqread, randread, tpch).
     /// `transfers` alone means seqread and randread.
     #[arg(long = "experiment", value_delimiter = ',')]
@@ -77,7 +78,8 @@ struct PaperArgs {
     /// Number of lenders, each in its own network namespace.
     #[arg(long)]
     lenders: Option<usize>,
-    /// Memory each lender lends. Default 1228MiB (1.2 GiB; --quick 256MiB).
+    /// Memory each lender lends. Default 1228MiB (1.2 GiB; --quick 256MiB; migrate: a little more
+    /// than half of its files).
     #[arg(long)]
     lender_capacity: Option<ByteSize>,
     /// Rate of each lender's link (tc TBF), e.g. 1gbit, 10gbit, or "none".
@@ -143,6 +145,23 @@ struct PaperArgs {
     /// engine, serial: the file's size (default 1GiB; --quick 64MiB).
     #[arg(long)]
     engine_size: Option<ByteSize>,
+    /// migrate: files of 4 MiB on the first disk, half of which move (default 128; --quick 16;
+    /// the paper: 1024).
+    #[arg(long)]
+    migrate_files: Option<u64>,
+    /// migrate: foreground reader threads, one configuration each (default 1,2,3; --quick 1).
+    #[arg(long, value_delimiter = ',')]
+    migrate_threads: Option<Vec<u32>>,
+    /// migrate: where the copies read from, one configuration each: cache, disk (default both).
+    #[arg(long, value_delimiter = ',', value_parser = ["cache", "disk"])]
+    migrate_sources: Option<Vec<String>>,
+    /// migrate: seconds of foreground before and after the migration (default 20; --quick 3).
+    #[arg(long)]
+    migrate_phase_secs: Option<u64>,
+    /// migrate: keep the configurations the JSON at --out already holds (from an earlier,
+    /// interrupted run with the same --migrate-files) and run only the others.
+    #[arg(long)]
+    resume: bool,
     /// Directory for paper-*.json and paper-*.md.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -468,6 +487,8 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
     }
     if let Some(c) = a.lender_capacity {
         o.lender_capacity_bytes = c.bytes();
+        // migrate sizes its lender to its files unless told.
+        o.migrate_lender_bytes = Some(c.bytes());
     }
     o.link_rate = (a.link != "none").then_some(a.link);
     o.policy = a.policy;
@@ -534,6 +555,25 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
     if let Some(d) = a.tpch_deadline {
         o.tpch_deadline_secs = d.max(60);
     }
+    if let Some(n) = a.migrate_files {
+        anyhow::ensure!(
+            (2..=paper::migrate::MAX_FILES).contains(&n),
+            "--migrate-files: 2 to {}",
+            paper::migrate::MAX_FILES
+        );
+        o.migrate_files = n;
+    }
+    if let Some(t) = a.migrate_threads {
+        anyhow::ensure!(!t.is_empty() && t.iter().all(|t| (1..=64).contains(t)), "--migrate-threads: 1 to 64 each");
+        o.migrate_threads = t;
+    }
+    if let Some(s) = a.migrate_sources {
+        o.migrate_sources = s;
+    }
+    if let Some(s) = a.migrate_phase_secs {
+        anyhow::ensure!((1..=3600).contains(&s), "--migrate-phase-secs: 1 to 3600");
+        o.migrate_phase_secs = s;
+    }
     anyhow::ensure!(
         o.sizes_bytes.iter().all(|s| *s >= 1 << 20 && s.trailing_zeros() >= 12),
         "--sizes: whole 4 KiB blocks, at least 1MiB"
@@ -546,12 +586,22 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
         "paper003"
     } else if o.experiments.iter().all(|e| e.of_the_engine()) {
         "paper002"
+    } else if o.experiments.iter().all(|e| *e == Experiment::Migrate) {
+        "paper001"
     } else {
         "paper"
     };
     let stem = if o.quick { format!("{family}-quick") } else { format!("{family}-{}", o.profile.name()) };
     let json = a.out.join(format!("{stem}.json"));
     let md = a.out.join(format!("{stem}.md"));
+    if a.resume {
+        if let Ok(text) = std::fs::read_to_string(&json) {
+            let earlier: paper::PaperReport = serde_json::from_str(&text)
+                .with_context(|| format!("--resume: {} is not a bench paper report; move it away", json.display()))?;
+            o.migrate_resume = earlier.migrate_runs.into_iter().filter(|r| r.error.is_none()).collect();
+            eprintln!("paper: --resume: {} configuration(s) done before, kept", o.migrate_resume.len());
+        }
+    }
     let mut save = |r: &paper::PaperReport| {
         if let Err(e) = write_json(&json, r) {
             eprintln!("paper: warning: {e:#}");

@@ -304,6 +304,7 @@ fn settings(a: &Args) -> anyhow::Result<crate::config::Config> {
         c.tier.size = n;
     }
     c.tier.validate()?;
+    c.balance.validate()?;
     if !a.no_remote {
         crate::config::check_cache_tls_files(&c.cache)?;
         c.cache.tenant_from_certificate()?;
@@ -539,6 +540,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         )
     };
 
+    // The automatic balancer (`[balance]`) of a mount of several branches: stopped when this
+    // function returns.
+    let mut auto_balancer: Option<farcache_fuse::union::AutoBalancer> = None;
     // Everything above (lenders, the engine) is ready before the running daemon is asked to
     // stop: the stall is the handover alone.
     let (mut mount, bound, metrics, took_from) = if a.takeover {
@@ -576,7 +580,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     } else {
         let m = Mount::with_branches(&branches, a.mountpoint(), &cfg, data.clone(), &journal_path)?;
         if let Some(u) = m.union() {
+            auto_balancer = u.configure(&file_cfg.balance).map_err(|e| anyhow::anyhow!("[balance]: {e}"))?;
             let _ = control.union.set(u);
+        } else if file_cfg.balance.enabled {
+            tracing::info!("balance.enabled: this mount has one backing directory, nothing to balance");
         }
         (m, bound.expect("bound unless taking over"), metrics, None)
     };
@@ -711,6 +718,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             },
         }
     }
+    // No more moves: the one in hand finishes (a move cut short by an exit is the journal's,
+    // as after a crash).
+    drop(auto_balancer);
     // Unmounted (by us on a signal, or by someone else): a clean unmount destages everything.
     if let Some(t) = control.tier.get() {
         super::tier::shutdown(t);

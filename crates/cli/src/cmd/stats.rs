@@ -299,6 +299,19 @@ fn render_mount(s: &MountStats) -> String {
             u.handles_switched,
             u.journal_replayed
         );
+        if u.auto_enabled {
+            let _ = writeln!(
+                out,
+                "auto       {}: {} checks, {} rounds moved {} files, {} rounds skipped (a balance was running); \
+                 last busy per mille {:?}",
+                if u.auto_active { "active" } else { "idle" },
+                u.auto_checks,
+                u.auto_rounds,
+                u.auto_moves,
+                u.auto_skips,
+                u.auto_busy_permille
+            );
+        }
     }
     if let Some(t) = &c.tier {
         let l = &t.log;

@@ -134,6 +134,11 @@ impl Collector for Snapshot {
             (UNION_BLOCKS_FROM_CACHE, u.blocks_from_cache),
             (UNION_BLOCKS_FROM_DISK, u.blocks_from_disk),
             (UNION_ID_FAILURES, u.id_failures),
+            (UNION_AUTO_ACTIVE, u.auto_active as u64),
+            (UNION_AUTO_CHECKS, u.auto_checks),
+            (UNION_AUTO_ROUNDS, u.auto_rounds),
+            (UNION_AUTO_MOVES, u.auto_moves),
+            (UNION_AUTO_SKIPS, u.auto_skips),
         ] {
             o.value(m, v)?;
         }

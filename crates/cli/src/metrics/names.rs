@@ -165,6 +165,11 @@ metrics! { MOUNT:
     UNION_BLOCKS_FROM_CACHE = "farcache_mount_union_blocks_from_cache", Counter, "Blocks of moved files copied from lenders' RAM";
     UNION_BLOCKS_FROM_DISK = "farcache_mount_union_blocks_from_disk", Counter, "Blocks of moved files read from the source disk";
     UNION_ID_FAILURES = "farcache_mount_union_id_failures", Counter, "Files that could not be given a farcache id (never moved)";
+    UNION_AUTO_ACTIVE = "farcache_mount_union_auto_active", Gauge, "1 while the automatic balancer is between a start and a stop";
+    UNION_AUTO_CHECKS = "farcache_mount_union_auto_checks", Counter, "Intervals whose load the automatic balancer read";
+    UNION_AUTO_ROUNDS = "farcache_mount_union_auto_rounds", Counter, "Rounds of moves the automatic balancer ran";
+    UNION_AUTO_MOVES = "farcache_mount_union_auto_moves", Counter, "Files the automatic balancer moved";
+    UNION_AUTO_SKIPS = "farcache_mount_union_auto_skips", Counter, "Automatic rounds not started because a balance asked for was running";
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -48,6 +48,43 @@ const COPY_CHUNK_BYTES: usize = 1 << 20;
 pub const MAX_FILES: usize = 100_000;
 /// Longest load-measuring window.
 pub const MAX_WINDOW_MS: u64 = 3_000;
+/// Why a second balance is refused.
+const RUNNING: &str = "a balance is running on this mount (asked for, or a round of the automatic one); wait for it \
+     (farcache balance shows its progress)";
+
+/// What bounds one balance: files, bytes, and the copy's rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Limits {
+    pub(crate) files: usize,
+    pub(crate) bytes: u64,
+    /// Bytes per second of copy, at most (0: as fast as the disks go).
+    pub(crate) bytes_per_sec: u64,
+}
+
+/// Holds a balance's copying to its rate: after each chunk, waits until the bytes copied
+/// so far are due (at most one chunk's worth of waiting at a time).
+struct Pacer {
+    bytes_per_sec: u64,
+    start: Instant,
+    bytes: u64,
+}
+
+impl Pacer {
+    fn new(bytes_per_sec: u64) -> Pacer {
+        Pacer { bytes_per_sec, start: Instant::now(), bytes: 0 }
+    }
+
+    fn copied(&mut self, n: u64) {
+        self.bytes += n;
+        if self.bytes_per_sec == 0 {
+            return;
+        }
+        let due = Duration::from_secs_f64(self.bytes as f64 / self.bytes_per_sec as f64);
+        let ahead = due.saturating_sub(self.start.elapsed());
+        // A rate limit, not a wait for an event: the copy may not go faster than this.
+        std::thread::sleep(ahead.min(Duration::from_secs(1)));
+    }
+}
 
 /// Where a move reads the file from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,6 +135,9 @@ pub struct PlannedFile {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BalanceStatus {
     pub running: bool,
+    /// Started by the automatic balancer (`[balance]`), not asked for.
+    #[serde(default)]
+    pub automatic: bool,
     pub dry_run: bool,
     pub source: CopySource,
     pub from: String,
@@ -131,6 +171,10 @@ pub struct UnionHandle {
     pub(crate) data: Arc<dyn DataPath>,
     pub(crate) opts: BackingOptions,
     status: Arc<Mutex<BalanceStatus>>,
+    /// Copy at the idle I/O priority (`balance.idle_io_priority`).
+    pub(crate) idle_io: Arc<AtomicBool>,
+    /// Set when the daemon stops: a balance ends after the file in hand.
+    pub(crate) cancel: Arc<AtomicBool>,
 }
 
 /// How one file's move ended.
@@ -147,7 +191,16 @@ impl UnionHandle {
         data: Arc<dyn DataPath>,
         opts: BackingOptions,
     ) -> UnionHandle {
-        UnionHandle { u, inodes, files, data, opts, status: Arc::default() }
+        UnionHandle {
+            u,
+            inodes,
+            files,
+            data,
+            opts,
+            status: Arc::default(),
+            idle_io: Arc::default(),
+            cancel: Arc::default(),
+        }
     }
 
     /// The union's counters.
@@ -180,12 +233,11 @@ impl UnionHandle {
     /// in the background. Answers the plan. One balance at a time.
     pub fn start(&self, o: BalanceOptions) -> Result<BalanceStatus, String> {
         if self.status.lock().running {
-            return Err("a balance is running on this mount; wait for it (farcache balance shows its progress)".into());
+            return Err(RUNNING.into());
         }
         if o.files == 0 || o.files > MAX_FILES {
             return Err(format!("--files must be 1 to {MAX_FILES}"));
         }
-        let n = self.u.branches.len();
         let from_arg = o.from.as_deref().map(|s| self.branch_arg(s)).transpose()?;
         let to_arg = o.to.as_deref().map(|s| self.branch_arg(s)).transpose()?;
         let window = Duration::from_millis(o.window_ms.min(MAX_WINDOW_MS));
@@ -194,6 +246,62 @@ impl UnionHandle {
         // A measurement window, not a wait for an event: the load is what happens meanwhile.
         std::thread::sleep(window);
         let busy = load::busy_between(&before, &load::ticks_now(&self.u.branches, &self.u.busy_ns), t.elapsed());
+        let limits = Limits { files: o.files, bytes: u64::MAX, bytes_per_sec: 0 };
+        let (st, from, to) = self.plan(o.dry_run, o.source, limits, from_arg, to_arg, busy, false)?;
+        if o.dry_run || st.planned.is_empty() {
+            let mut s = self.status.lock();
+            if s.running {
+                return Err(RUNNING.into());
+            }
+            *s = st.clone();
+            return Ok(st);
+        }
+        if !self.claim(&st) {
+            return Err(RUNNING.into());
+        }
+        let h = self.clone();
+        let source = o.source;
+        if let Err(e) = std::thread::Builder::new().name("farcache-balance".into()).spawn(move || {
+            if h.idle_io.load(Ordering::Relaxed) {
+                if let Err(e) = sys::set_idle_io_priority() {
+                    tracing::warn!("balance: the idle I/O priority could not be set ({e}); copying at the default");
+                }
+            }
+            h.run(from, to, source, limits);
+        }) {
+            self.status.lock().running = false;
+            return Err(format!("cannot start the balance thread: {e}"));
+        }
+        Ok(BalanceStatus { running: true, ..st })
+    }
+
+    /// Make `st` the running balance, unless one runs. Whether it did.
+    pub(crate) fn claim(&self, st: &BalanceStatus) -> bool {
+        let mut s = self.status.lock();
+        if s.running {
+            return false;
+        }
+        *s = BalanceStatus { running: true, ..st.clone() };
+        true
+    }
+
+    /// The plan of a balance given each branch's busy per mille: the source (`from`, else
+    /// the busiest), the target (`to`, else the least busy other one) and the files — the
+    /// most recently used ones on the source with one name, those with the most blocks on
+    /// lenders first, within `limits`. `automatic`: for the automatic balancer. Plans the
+    /// automatic balancer and `farcache balance` alike. With the source and target.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn plan(
+        &self,
+        dry_run: bool,
+        source: CopySource,
+        limits: Limits,
+        from_arg: Option<usize>,
+        to_arg: Option<usize>,
+        busy: Vec<u32>,
+        automatic: bool,
+    ) -> Result<(BalanceStatus, usize, usize), String> {
+        let n = self.u.branches.len();
         // Recent files, with their branch.
         let mut recent: Vec<(Arc<Inode>, u64, usize, PathBuf)> = Vec::new();
         let mut accesses = vec![0u64; n];
@@ -234,12 +342,23 @@ impl UnionHandle {
         }
         // Files whose blocks lenders hold first (most first), then the most recent.
         cands.sort_by_key(|(f, rank)| (std::cmp::Reverse(f.cached_blocks), *rank));
-        cands.truncate(o.files);
-        let planned: Vec<PlannedFile> = cands.into_iter().map(|(f, _)| f).collect();
+        let mut planned: Vec<PlannedFile> = Vec::new();
+        let mut bytes = 0u64;
+        for (f, _) in cands {
+            if planned.len() >= limits.files {
+                break;
+            }
+            if bytes.saturating_add(f.bytes) > limits.bytes {
+                continue;
+            }
+            bytes += f.bytes;
+            planned.push(f);
+        }
         let st = BalanceStatus {
-            running: !o.dry_run && !planned.is_empty(),
-            dry_run: o.dry_run,
-            source: o.source,
+            running: false,
+            automatic,
+            dry_run,
+            source,
             from: self.u.branches[from].path.display().to_string(),
             to: self.u.branches[to].path.display().to_string(),
             busy_permille: busy,
@@ -248,23 +367,22 @@ impl UnionHandle {
             planned,
             ..BalanceStatus::default()
         };
-        *self.status.lock() = st.clone();
-        if st.running {
-            let h = self.clone();
-            std::thread::Builder::new()
-                .name("farcache-balance".into())
-                .spawn(move || h.run(from, to, o.source))
-                .map_err(|e| format!("cannot start the balance thread: {e}"))?;
-        }
-        Ok(st)
+        Ok((st, from, to))
     }
 
-    fn run(&self, from: usize, to: usize, source: CopySource) {
+    /// Move the planned files (the balance [`claim`](Self::claim)ed) on this thread, at most
+    /// `limits.bytes_per_sec`; its final status.
+    pub(crate) fn run(&self, from: usize, to: usize, source: CopySource, limits: Limits) -> BalanceStatus {
         let t = Instant::now();
         let planned = self.status.lock().planned.clone();
+        let mut pacer = Pacer::new(limits.bytes_per_sec);
         for f in planned {
+            if self.cancel.load(Ordering::Relaxed) {
+                self.status.lock().error = Some("stopped: the mount is going away".into());
+                break;
+            }
             let r = match self.inodes.get(f.id) {
-                Some(inode) => self.move_file(&inode, f.id, from, to, source),
+                Some(inode) => self.move_file(&inode, f.id, from, to, source, &mut pacer),
                 None => Ok(Outcome::Skipped("no longer known to the kernel")),
             };
             let mut s = self.status.lock();
@@ -290,7 +408,8 @@ impl UnionHandle {
         s.elapsed_ms = t.elapsed().as_millis() as u64;
         s.running = false;
         tracing::info!(
-            "balance done: {} moved, {} skipped, {} failed in {} ms ({} blocks from cache, {} from disk, {} races)",
+            "balance{} done: {} moved, {} skipped, {} failed in {} ms ({} blocks from cache, {} from disk, {} races)",
+            if s.automatic { " (automatic)" } else { "" },
             s.moved,
             s.skipped,
             s.failed,
@@ -299,6 +418,7 @@ impl UnionHandle {
             s.blocks_from_disk,
             s.races
         );
+        s.clone()
     }
 
     fn count(&self, f: impl FnOnce(&mut BalanceStatus)) {
@@ -313,6 +433,7 @@ impl UnionHandle {
         from: usize,
         to: usize,
         source: CopySource,
+        pacer: &mut Pacer,
     ) -> io::Result<Outcome> {
         let u = &*self.u;
         let (b, _) = u.locate(inode.fd())?;
@@ -330,7 +451,7 @@ impl UnionHandle {
                     u.counters.retries.fetch_add(1, Ordering::Relaxed);
                     self.count(|s| s.retries += 1);
                 }
-                match self.attempt(inode, id, from, to, source)? {
+                match self.attempt(inode, id, from, to, source, pacer)? {
                     Some(o) => return Ok(o),
                     None => {
                         u.counters.races.fetch_add(1, Ordering::Relaxed);
@@ -356,6 +477,7 @@ impl UnionHandle {
         from: usize,
         to: usize,
         source: CopySource,
+        pacer: &mut Pacer,
     ) -> io::Result<Option<Outcome>> {
         let u = &*self.u;
         let fid = FileId::union(id);
@@ -392,6 +514,7 @@ impl UnionHandle {
             }
             out.write_all_at(&r.data, off)?;
             off += r.data.len() as u64;
+            pacer.copied(r.data.len() as u64);
             u.counters.blocks_from_cache.fetch_add(r.cache_blocks, Ordering::Relaxed);
             u.counters.blocks_from_disk.fetch_add(r.disk_blocks, Ordering::Relaxed);
             self.count(|s| {

@@ -26,6 +26,7 @@
 //! calls, so that nothing writes to a file, or reaches it by its old name, while it changes
 //! branch. Reads of data never take it.
 
+pub(crate) mod auto;
 pub(crate) mod balance;
 mod ids;
 mod journal;
@@ -46,6 +47,7 @@ use crate::config::CreatePolicy;
 use crate::error::MountError;
 use crate::sys;
 
+pub use auto::{AutoBalancer, BalanceConfig, TEMPLATE as BALANCE_TEMPLATE};
 pub use balance::{BalanceOptions, BalanceStatus, CopySource, UnionHandle};
 pub(crate) use ids::IdRecord;
 
@@ -86,10 +88,17 @@ pub(crate) struct Counters {
     pub(crate) bytes_moved: AtomicU64,
     pub(crate) handles_switched: AtomicU64,
     pub(crate) journal_replayed: AtomicU64,
+    pub(crate) auto_enabled: AtomicU64,
+    pub(crate) auto_active: AtomicU64,
+    pub(crate) auto_checks: AtomicU64,
+    pub(crate) auto_rounds: AtomicU64,
+    pub(crate) auto_moves: AtomicU64,
+    pub(crate) auto_skips: AtomicU64,
 }
 
 /// What `farcache stats` shows of a union (`union` in the stats document).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct UnionStats {
     pub branches: Vec<String>,
     pub create_policy: String,
@@ -117,6 +126,22 @@ pub struct UnionStats {
     pub handles_switched: u64,
     /// Moves found in progress at start (a crash) and resolved.
     pub journal_replayed: u64,
+    /// The automatic balancer runs (`[balance] enabled`).
+    pub auto_enabled: bool,
+    /// It is between a start and a stop (rounds go on while the load stays uneven).
+    pub auto_active: bool,
+    /// Intervals whose load it read.
+    pub auto_checks: u64,
+    /// Rounds it ran, and the files they moved (also counted in `moves`).
+    pub auto_rounds: u64,
+    pub auto_moves: u64,
+    /// Rounds not started because a balance asked for was running.
+    pub auto_skips: u64,
+    /// Each branch's busy per mille over its last interval.
+    pub auto_busy_permille: Vec<u32>,
+    /// Per branch, milliseconds the daemon's reads and writes of files there took (summed
+    /// over threads): the daemon's own load measure, which sees a throttled device's waits.
+    pub branch_busy_ms: Vec<u64>,
 }
 
 /// A bounded, lock-free ring of recently accessed node ids (two atomic operations per
@@ -181,6 +206,8 @@ pub(crate) struct Union {
     /// daemon's own load measure: it sees a throttled device's waits, which the device's
     /// io_ticks do not).
     pub(crate) busy_ns: Vec<AtomicU64>,
+    /// The automatic balancer's last reading (busy per mille of each branch).
+    pub(crate) auto_busy: Mutex<Vec<u32>>,
 }
 
 /// Held by a change of a file's data or metadata: the gate shared, and on release the write
@@ -288,6 +315,7 @@ impl Union {
             load: load::LoadSampler::default(),
             fault,
             busy_ns,
+            auto_busy: Mutex::new(Vec::new()),
         };
         let replayed = journal::replay(&u).map_err(|e| {
             branch_err(
@@ -318,6 +346,14 @@ impl Union {
             bytes_moved: l(&c.bytes_moved),
             handles_switched: l(&c.handles_switched),
             journal_replayed: l(&c.journal_replayed),
+            auto_enabled: l(&c.auto_enabled) != 0,
+            auto_active: l(&c.auto_active) != 0,
+            auto_checks: l(&c.auto_checks),
+            auto_rounds: l(&c.auto_rounds),
+            auto_moves: l(&c.auto_moves),
+            auto_skips: l(&c.auto_skips),
+            auto_busy_permille: self.auto_busy.lock().clone(),
+            branch_busy_ms: self.busy_ns.iter().map(|c| c.load(Ordering::Relaxed) / 1_000_000).collect(),
         }
     }
 
