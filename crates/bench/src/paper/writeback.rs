@@ -469,21 +469,12 @@ fn durable(env: &ClientEnv, o: &PaperOptions, dir: &Path, m: Option<&mut MountDa
     for (threads, own) in [(1usize, false), (DURABLE_WRITERS, false), (DURABLE_WRITERS, true)] {
         let d0 = env.disk();
         let p = w.run(threads, o.durable_secs, own)?;
-        recs.push(TierRecord {
-            case: match (threads, own) {
-                (1, _) => "1 writer".into(),
-                (n, false) => format!("{n} writers, one file"),
-                (n, true) => format!("{n} writers, a file each"),
-            },
-            secs: p.secs,
-            ops: p.reads,
-            per_sec: p.reads as f64 / p.secs.max(1e-9),
-            unit: "writes/s".into(),
-            p50_us: Some(p.lat_us_p50),
-            p99_us: Some(p.lat_us_p99),
-            disk: env.disk().since(&d0),
-            ..TierRecord::default()
-        });
+        let case = match (threads, own) {
+            (1, _) => "1 writer".into(),
+            (n, false) => format!("{n} writers, one file"),
+            (n, true) => format!("{n} writers, a file each"),
+        };
+        recs.push(TierRecord { disk: env.disk().since(&d0), ..pairs_record(case, &p) });
     }
     w.quit();
     Ok(recs)
@@ -515,9 +506,13 @@ fn fuse_noop_pair(env: &ClientEnv, o: &PaperOptions) -> Result<TierRecord> {
     let p = w.run(1, o.durable_secs, false);
     w.quit();
     noop.stop();
-    let p = p?;
-    Ok(TierRecord {
-        case: FUSE_NOOP_CASE.into(),
+    Ok(pairs_record(FUSE_NOOP_CASE.into(), &p?))
+}
+
+/// A durable writer's pass as a record: write + fdatasync pairs per second and latencies.
+fn pairs_record(case: String, p: &super::worker::PassOutcome) -> TierRecord {
+    TierRecord {
+        case,
         secs: p.secs,
         ops: p.reads,
         per_sec: p.reads as f64 / p.secs.max(1e-9),
@@ -525,7 +520,7 @@ fn fuse_noop_pair(env: &ClientEnv, o: &PaperOptions) -> Result<TierRecord> {
         p50_us: Some(p.lat_us_p50),
         p99_us: Some(p.lat_us_p99),
         ..TierRecord::default()
-    })
+    }
 }
 
 /// The case names of `destage`, shared by every configuration so the report sets them side
