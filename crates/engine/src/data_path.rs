@@ -165,9 +165,11 @@ impl<T: DataPath + ?Sized> DataPath for std::sync::Arc<T> {
 /// A data path that becomes another once it is ready: until [`Deferred::set`], every request
 /// waits for it, at most [`Deferred::new`]'s bound, then fails with `EIO`.
 ///
-/// For a daemon taking a mount over whose tier the running daemon still holds: it serves
-/// the connection at once, and the first requests wait the few milliseconds until the old
-/// daemon has let go of the tier and this one has recovered it — a stall, not an error.
+/// For a daemon taking a mount over whose tier the running daemon still holds: its mount is
+/// made (and can still be given back) before the running daemon lets go of the tier, so it
+/// is made over this path, which becomes the tier once this daemon holds it. The session
+/// serves only after that; the wait here is a safety net, bounded, for a request that would
+/// come earlier.
 /// Calls that answer no request (`forget`, `discard`, `opened`, `moved`, counters) wait as
 /// well, except the counters, which read as empty meanwhile.
 pub struct Deferred {

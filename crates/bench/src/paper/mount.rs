@@ -115,10 +115,7 @@ impl MountDaemon {
         if !cfg.through_mount() {
             return Ok(None);
         }
-        let mut extra = extra.to_vec();
-        if let Some(c) = &o.mount_config {
-            extra.extend([std::ffi::OsString::from("--config"), c.clone().into_os_string()]);
-        }
+        let extra = with_mount_config(o, extra);
         MountDaemon::start_with(&o.exe, &tb.ext4, &tb.mnt, remote, o.routing.as_deref(), &extra, cgroups, log).map(Some)
     }
 
@@ -138,11 +135,7 @@ impl MountDaemon {
     ) -> Result<MountDaemon> {
         let joined: Vec<String> = branches.iter().map(|b| b.display().to_string()).collect();
         let backing = PathBuf::from(joined.join(":"));
-        let mut extra = extra.to_vec();
-        if let Some(c) = &o.mount_config {
-            extra.extend([std::ffi::OsString::from("--config"), c.clone().into_os_string()]);
-        }
-        MountDaemon::start_with(&o.exe, &backing, &tb.mnt, remote, routing, &extra, cgroups, log)
+        MountDaemon::start_with(&o.exe, &backing, &tb.mnt, remote, routing, &with_mount_config(o, extra), cgroups, log)
     }
 
     pub fn pid(&self) -> u32 {
@@ -186,6 +179,15 @@ impl MountDaemon {
     pub fn log_tail(&self) -> String {
         self.child.log_tail()
     }
+}
+
+/// `extra`, and `--config FILE` when the run has `--mount-config FILE`.
+fn with_mount_config(o: &super::PaperOptions, extra: &[std::ffi::OsString]) -> Vec<std::ffi::OsString> {
+    let mut extra = extra.to_vec();
+    if let Some(c) = &o.mount_config {
+        extra.extend([std::ffi::OsString::from("--config"), c.clone().into_os_string()]);
+    }
+    extra
 }
 
 impl Drop for MountDaemon {

@@ -501,8 +501,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     // The write-back tier in front of everything (or the refusal of a backing directory
     // whose tier is dirty but not given). Taking a mount over, the running daemon holds the
-    // tier until it exits: the mount is served through a deferred path, whose requests wait
-    // until this daemon has the tier (after the handover, below).
+    // tier until it exits: the mount is made over a deferred path that becomes the tier once
+    // this daemon holds it (after the handover, below, before the session serves).
     let (data, tier, deferred) = if a.takeover && tier_path.is_some() {
         // What can be checked before the running daemon lets go is checked now: a failure
         // after the handover would leave nobody serving the mount.
@@ -552,7 +552,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         takeover::confirm(&giving).context("--takeover: confirming to the running daemon")?;
         if let Some((d, inner)) = deferred {
             // The running daemon lets go of the tier when it exits, right after its goodbye;
-            // the requests that came meanwhile wait in `d`.
+            // requests meanwhile wait in the kernel (nobody serves yet).
             let t0 = Instant::now();
             let (data, tier) = super::tier::wrap_waiting(
                 &file_cfg.tier,

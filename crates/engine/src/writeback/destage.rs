@@ -240,23 +240,24 @@ pub(crate) fn write_back_file<D: DataPath>(s: &Shared<D>, fe: &FileEntry, blocks
     let mut ready: Vec<(u64, BytesMut)> = Vec::with_capacity(DESTAGE_IN_FLIGHT);
     let mut n = 0u64;
     let write_all = |ready: &mut Vec<(u64, BytesMut)>| -> io::Result<()> {
-        let runs: Vec<(u64, BytesMut)> = ready.drain(..).filter(|(_, b)| !b.is_empty()).collect();
         let one = |(start, buf): &(u64, BytesMut)| -> io::Result<()> {
             s.inner.write(&fe.rw, start * B, buf)?;
             add(&s.counters.destaged_bytes, buf.len() as u64);
             Ok(())
         };
-        match runs.len() {
-            0 => Ok(()),
-            1 => one(&runs[0]),
-            _ => std::thread::scope(|sc| {
-                let hs: Vec<_> = runs[1..].iter().map(|r| sc.spawn(move || one(r))).collect();
-                let first = one(&runs[0]);
+        let r = match &ready[..] {
+            [] => Ok(()),
+            [only] => one(only),
+            [first, rest @ ..] => std::thread::scope(|sc| {
+                let hs: Vec<_> = rest.iter().map(|r| sc.spawn(move || one(r))).collect();
+                let first = one(first);
                 hs.into_iter()
                     .map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("destage writer panicked"))))
                     .fold(first, |a, r| a.and(r))
             }),
-        }
+        };
+        ready.clear();
+        r
     };
     for b in list {
         // Newest contents now; gone if cut or dropped since the plan.
@@ -265,7 +266,7 @@ pub(crate) fn write_back_file<D: DataPath>(s: &Shared<D>, fe: &FileEntry, blocks
             (buf.len() as u64).is_multiple_of(B) && start + buf.len() as u64 / B == b && buf.len() as u64 + B <= max
         });
         if !contiguous {
-            if let Some(r) = run.take() {
+            if let Some(r) = run.take().filter(|(_, b)| !b.is_empty()) {
                 ready.push(r);
                 if ready.len() == DESTAGE_IN_FLIGHT {
                     write_all(&mut ready)?;
@@ -277,7 +278,7 @@ pub(crate) fn write_back_file<D: DataPath>(s: &Shared<D>, fe: &FileEntry, blocks
         buf.extend_from_slice(&page.0[..valid as usize]);
         n += 1;
     }
-    ready.extend(run.take());
+    ready.extend(run.take().filter(|(_, b)| !b.is_empty()));
     write_all(&mut ready)?;
     if n > 0 {
         s.inner.fsync(&fe.rw, true)?;

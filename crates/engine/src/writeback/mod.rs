@@ -322,7 +322,7 @@ impl<D: DataPath> WritebackPath<D> {
         // nothing new becomes dirty after the last flush, so a clean tier stays clean.
         self.shared.closing.store(true, Ordering::SeqCst);
         let r = self.flush(timeout, &mut |left| tracing::info!("tier: destaging before exit, {left} bytes left"));
-        self.stop_destager();
+        self.stop_destager(None);
         match r {
             Ok(()) if self.shared.log.is_clean() && !self.shared.log.is_broken() => {
                 if let Err(e) = marker::remove(&self.shared.root) {
@@ -378,7 +378,7 @@ impl<D: DataPath> TierControl for WritebackPath<D> {
         WritebackPath::shutdown(self, timeout)
     }
     fn release(&self) {
-        self.stop_destager_within(RELEASE_WAIT);
+        self.stop_destager(Some(RELEASE_WAIT));
     }
 }
 
@@ -388,21 +388,18 @@ impl<D: DataPath> TierControl for WritebackPath<D> {
 pub const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl<D: DataPath> WritebackPath<D> {
-    fn stop_destager(&self) {
-        self.shared.ctl.lock().stop = true;
-        self.shared.cv.notify_all();
-        if let Some(h) = self.destager.lock().take() {
-            let _ = h.join();
-        }
-    }
-
-    /// [`WritebackPath::stop_destager`], waiting at most `wait` for the round under way;
-    /// past it the thread is left to the process's exit (what it was writing is in the
-    /// tier still, and the next daemon writes it again, as after a crash).
-    fn stop_destager_within(&self, wait: std::time::Duration) {
+    /// Stop the destager once its round under way ends, waiting for that at most `wait`
+    /// (`None`: as long as it takes). Past `wait` the thread is left to the process's exit:
+    /// what it was writing is in the tier still, and the next daemon writes it again, as
+    /// after a crash.
+    fn stop_destager(&self, wait: Option<std::time::Duration>) {
         self.shared.ctl.lock().stop = true;
         self.shared.cv.notify_all();
         let Some(h) = self.destager.lock().take() else { return };
+        let Some(wait) = wait else {
+            let _ = h.join();
+            return;
+        };
         let deadline = std::time::Instant::now() + wait;
         while !h.is_finished() {
             if std::time::Instant::now() >= deadline {
@@ -421,7 +418,7 @@ impl<D: DataPath> WritebackPath<D> {
 
 impl<D: DataPath> Drop for WritebackPath<D> {
     fn drop(&mut self) {
-        self.stop_destager();
+        self.stop_destager(None);
     }
 }
 
