@@ -29,3 +29,115 @@ pub fn lender_totals(addrs: &[SocketAddr]) -> Result<LenderTotals> {
     }
     Ok(t)
 }
+
+/// CPU time spent during one run, in milliseconds, by who spent it: the figure that decides a
+/// CPU-bound comparison on a shared two-core machine better than the rate alone (issue 17:
+/// where a TPC-B loss goes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CpuTime {
+    /// Every process of the client's cpuacct cgroup: PostgreSQL, pgbench and the mount daemon.
+    pub client_ms: f64,
+    /// The mount daemon alone (a part of `client_ms`; 0 without a mount).
+    pub daemon_ms: f64,
+    /// The lenders' processes (outside the client's cgroups, as on other machines).
+    pub lenders_ms: f64,
+    /// The whole machine, softirq (the lenders' veth links) included, other work too.
+    pub machine_ms: f64,
+}
+
+impl CpuTime {
+    pub fn since(&self, earlier: &CpuTime) -> CpuTime {
+        CpuTime {
+            client_ms: self.client_ms - earlier.client_ms,
+            daemon_ms: self.daemon_ms - earlier.daemon_ms,
+            lenders_ms: self.lenders_ms - earlier.lenders_ms,
+            machine_ms: self.machine_ms - earlier.machine_ms,
+        }
+    }
+}
+
+/// Where a run's CPU time is read from.
+pub struct CpuProbe {
+    /// The client's cpuacct cgroup directory.
+    pub cgroup: std::path::PathBuf,
+    pub daemon: Option<u32>,
+    pub lenders: Vec<u32>,
+}
+
+impl CpuProbe {
+    pub fn sample(&self) -> CpuTime {
+        let usage_ns = std::fs::read_to_string(self.cgroup.join("cpuacct.usage"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        CpuTime {
+            client_ms: usage_ns as f64 / 1e6,
+            daemon_ms: self.daemon.map(process_cpu_ms).unwrap_or(0.0),
+            lenders_ms: self.lenders.iter().map(|&p| process_cpu_ms(p)).sum(),
+            machine_ms: machine_busy_ms(),
+        }
+    }
+}
+
+fn ticks_per_sec() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// User + system time of a process (all its threads, live and exited) from /proc/PID/stat;
+/// 0 for a process that is gone.
+pub fn process_cpu_ms(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| stat_cpu_ticks(&s)).unwrap_or(0) as f64
+        * 1000.0
+        / ticks_per_sec()
+}
+
+/// utime + stime of a /proc/PID/stat line: fields 14 and 15, counted after the command name's
+/// closing parenthesis (the name itself may hold spaces and parentheses).
+fn stat_cpu_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// The machine's busy time: user, nice, system, irq and softirq of /proc/stat's `cpu` line.
+fn machine_busy_ms() -> f64 {
+    let Ok(s) = std::fs::read_to_string("/proc/stat") else { return 0.0 };
+    let Some(line) = s.lines().find(|l| l.starts_with("cpu ")) else { return 0.0 };
+    let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let busy: u64 = [0, 1, 2, 5, 6].iter().filter_map(|&i| f.get(i)).sum();
+    busy as f64 * 1000.0 / ticks_per_sec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_with_odd_names_parse() {
+        let line = "4242 (farcache (mount) x) S 1 2 3 4 5 6 7 8 9 10 150 25 0 0 20 0 33 0 100";
+        assert_eq!(stat_cpu_ticks(line), Some(175));
+        assert_eq!(stat_cpu_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn this_process_and_the_machine_have_spent_cpu() {
+        // Spin until the kernel has charged this process a tick (bounded: 5 s of wall time).
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while process_cpu_ms(std::process::id()) == 0.0 && t.elapsed() < std::time::Duration::from_secs(5) {
+            for _ in 0..100_000 {
+                x = x.wrapping_add(std::hint::black_box(1));
+            }
+        }
+        assert!(x > 0);
+        assert!(process_cpu_ms(std::process::id()) > 0.0, "no CPU time charged after 5 s of spinning");
+        assert_eq!(process_cpu_ms(u32::MAX), 0.0);
+        assert!(machine_busy_ms() > 0.0);
+    }
+}

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::cgroup::Cgroup;
-use super::counters::{lender_totals, LenderTotals};
+use super::counters::{lender_totals, CpuProbe, CpuTime, LenderTotals};
 use super::mount::{MountCounters, MountDaemon};
 use super::testbed::{DiskStat, Testbed};
 use super::{human, sys, ConfigKind, PaperOptions, MIB};
@@ -68,6 +68,9 @@ pub struct PgRecord {
     /// Pages of the database in the page cache when the configuration started (0: cold).
     #[serde(default)]
     pub cached_pages_at_start: u64,
+    /// CPU time the run took, by who spent it.
+    #[serde(default)]
+    pub cpu: CpuTime,
     pub error: Option<String>,
 }
 
@@ -87,6 +90,7 @@ impl PgRecord {
             lenders: LenderTotals::default(),
             mount: None,
             cached_pages_at_start: 0,
+            cpu: CpuTime::default(),
             error: Some(error),
         }
     }
@@ -353,6 +357,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
     let cached_at_start = cached_under(&data);
     let limit = (cfg != ConfigKind::Ideal).then_some(o.memory_bytes);
     let mem = tb.memory_cgroup(limit)?;
+    let cpu = tb.cpu_cgroup()?;
     let mut lenders = match cfg.has_lenders() {
         true => Some(tb.start_lenders(o.lender_capacity_bytes, o.policy.as_deref())?),
         false => None,
@@ -363,17 +368,23 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
     let log = tb.logs.join(format!("pgbench-{}.mount.log", cfg.name()));
     let extra = tier.as_ref().map(|t| t.mount_args(o.tier_bytes)).unwrap_or_default();
     let remote = lenders.as_ref().map(|l| &l.addrs[..]);
-    let mut mount = MountDaemon::for_config(tb, o, cfg, remote, &extra, &[&mem, &tb.blkio], &log)?;
+    let mut mount = MountDaemon::for_config(tb, o, cfg, remote, &extra, &[&mem, &cpu, &tb.blkio], &log)?;
+    let probe = CpuProbe {
+        cgroup: cpu.path().to_path_buf(),
+        daemon: mount.as_ref().map(|m| m.pid()),
+        lenders: lenders.as_ref().map(|l| l.procs.iter().map(|p| p.pid()).collect()).unwrap_or_default(),
+    };
     let base = if mount.is_some() { tb.mnt.join("pg").join("data") } else { data.clone() };
     let log = tb.logs.join(format!("pgbench-{}.postgres.log", cfg.name()));
     let tb_ref: &Testbed = tb;
-    let mut server = Server::start(tb_ref, base, &[&mem, &tb_ref.blkio], &log, user)?;
+    let mut server = Server::start(tb_ref, base, &[&mem, &cpu, &tb_ref.blkio], &log, user)?;
     let mut out = Vec::new();
     for mode in [PgMode::SelectOnly, PgMode::TpcB] {
         for &clients in &o.pgbench_clients {
             sys::check_interrupt()?;
             let d0 = tb_ref.disk_stat();
             let l0 = if addrs.is_empty() { LenderTotals::default() } else { lender_totals(&addrs)? };
+            let c0 = probe.sample();
             let secs = o.pgbench_secs.to_string();
             let (c, j) = (clients.to_string(), clients.min(2).to_string());
             let mut args = vec!["-n", "-c", &c, "-j", &j, "-T", &secs];
@@ -382,7 +393,8 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
             }
             let t = Instant::now();
             let limit = Duration::from_secs(o.pgbench_secs * 3 + 120);
-            let res = pg_run(tb_ref, "pgbench", &args, &[&mem, &tb_ref.blkio], limit);
+            let res = pg_run(tb_ref, "pgbench", &args, &[&mem, &cpu, &tb_ref.blkio], limit);
+            let cpu_used = probe.sample().since(&c0);
             let l1 = if addrs.is_empty() { LenderTotals::default() } else { lender_totals(&addrs)? };
             let mut rec = PgRecord {
                 config: cfg,
@@ -397,6 +409,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
                 lenders: l1.since(&l0),
                 mount: mount.as_mut().and_then(|m| m.stats_now()).map(|(c, _)| c),
                 cached_pages_at_start: cached_at_start,
+                cpu: cpu_used,
                 error: None,
             };
             match res.map(|s| parse_pgbench(&s).ok_or(s)) {
@@ -410,7 +423,8 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
                 }
             }
             note!(
-                "paper: [pgbench {} {} {clients} clients] {:.0} tps, {:.2} ms, disk {} reads / {} writes, lenders {} hits{}",
+                "paper: [pgbench {} {} {clients} clients] {:.0} tps, {:.2} ms, disk {} reads / {} writes, lenders {} hits, \
+                 CPU s: client {:.1} (daemon {:.1}), lenders {:.1}, machine {:.1}{}",
                 cfg.name(),
                 mode.name(),
                 rec.tps,
@@ -418,6 +432,10 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
                 rec.disk.read_ios,
                 rec.disk.write_ios,
                 rec.lenders.hits,
+                rec.cpu.client_ms / 1e3,
+                rec.cpu.daemon_ms / 1e3,
+                rec.cpu.lenders_ms / 1e3,
+                rec.cpu.machine_ms / 1e3,
                 rec.error.as_deref().map(|e| format!(" — FAILED: {e}")).unwrap_or_default()
             );
             out.push(rec);

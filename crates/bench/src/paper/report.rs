@@ -1028,6 +1028,43 @@ fn render_pgbench(s: &mut String, r: &PaperReport) {
         }
     }
     let _ = writeln!(s);
+    render_pgbench_cpu(s, r);
+}
+
+/// CPU time per transaction, by who spent it: on two shared cores a CPU-bound run's rate is
+/// what its CPU per transaction allows, and this is the figure other work on the machine
+/// disturbs least (the machine's column shows how much other work there was).
+fn render_pgbench_cpu(s: &mut String, r: &PaperReport) {
+    let runs: Vec<&PgRecord> = r.pgbench.iter().filter(|x| x.error.is_none() && x.transactions > 0).collect();
+    if runs.iter().all(|x| x.cpu.client_ms == 0.0) {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "CPU per transaction (µs): the client's cgroup (PostgreSQL, pgbench, the mount daemon), the daemon \
+         alone, the lenders' processes, and the whole machine (softirq and any other work included).\n\n\
+         | workload | clients | configuration | tps | client | daemon | lenders | machine |\n\
+         |---|---:|---|---:|---:|---:|---:|---:|"
+    );
+    let per_tx = |ms: f64, tx: u64| cell(Some(ms * 1e3 / tx as f64), 0);
+    for mode in [PgMode::SelectOnly, PgMode::TpcB] {
+        for &c in &r.options.pgbench_clients {
+            for x in runs.iter().filter(|x| x.mode == mode && x.clients == c) {
+                let _ = writeln!(
+                    s,
+                    "| {} | {c} | {} | {:.0} | {} | {} | {} | {} |",
+                    mode.name(),
+                    x.config.name(),
+                    x.tps,
+                    per_tx(x.cpu.client_ms, x.transactions),
+                    per_tx(x.cpu.daemon_ms, x.transactions),
+                    per_tx(x.cpu.lenders_ms, x.transactions),
+                    per_tx(x.cpu.machine_ms, x.transactions)
+                );
+            }
+        }
+    }
+    let _ = writeln!(s);
 }
 
 fn render_tpch(s: &mut String, r: &PaperReport) {

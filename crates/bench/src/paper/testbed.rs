@@ -294,6 +294,11 @@ impl Testbed {
         Ok(cg)
     }
 
+    /// A new cpuacct cgroup beside a configuration's memory cgroup: the client's CPU time.
+    pub fn cpu_cgroup(&mut self) -> Result<Cgroup> {
+        Cgroup::create("cpuacct", &format!("{}-c{}", self.prefix, self.cgroups_made))
+    }
+
     /// Start one `farcache server` per lender namespace, each lending `capacity` bytes.
     pub fn start_lenders(&self, capacity: u64, policy: Option<&str>) -> Result<Lenders> {
         let mut procs = Vec::new();
