@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 BIN := target/release/farcache
 
-.PHONY: run test bench deps build fuzz lint clean
+.PHONY: run test test-long bench deps build fuzz lint clean
 
 ## make run: build, then random reads on an emulated slow disk, passthrough vs farcache (embedded lender), side by side.
 run: deps build
@@ -15,6 +15,14 @@ test: deps
 	$(CARGO) build --locked --workspace --all-targets
 	$(CARGO) test --locked --workspace -- --color never
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+
+## make test-long: the long crash runs, beyond CI's short versions (root; about 30 min): 1,000 SIGKILLs
+## of a mount with a write-back tier under fdatasync'ing writers, 1,000 rounds of the tier's emulated
+## power cuts (random crash states), 500 kills and 100 upgrades of a supervised mount under load.
+test-long: deps
+	FARCACHE_TIER_CRASH_CYCLES=1000 $(CARGO) test --locked -p farcache-cli --test tier_crash -- --color never acknowledged_writes_survive_sigkill --exact
+	FARCACHE_CRASH_ROUNDS=1000 $(CARGO) test --locked -p farcache-tier --lib -- --color never crash::random_crash_states
+	FARCACHE_TAKEOVER_KILLS=500 $(CARGO) test --locked -p farcache-cli --test takeover -- --color never reader_and_writer_verify_every_byte_across_kills_and_takeovers --exact
 
 ## make bench: the full benchmarks; results go to BENCHMARKS.md by hand, raw JSON to bench/results/.
 ## bench restart (root): the stall per upgrade and per crash of a supervised mount (about 4 min).

@@ -29,7 +29,12 @@ use farcache_testkit::{require_fuse, require_root, MountProcess, TierScratch};
 const BLOCK: usize = 4096;
 const BLOCKS: u64 = 64;
 const WRITERS: usize = 4;
+/// Kill cycles in CI; `FARCACHE_TIER_CRASH_CYCLES` overrides (`make test-long`: 1,000).
 const CYCLES: usize = 20;
+
+fn cycles() -> usize {
+    std::env::var("FARCACHE_TIER_CRASH_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(CYCLES)
+}
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
@@ -114,7 +119,7 @@ fn verify(m: &MountProcess, ledgers: &[Arc<Mutex<Ledger>>], when: &str) {
 #[test]
 fn acknowledged_writes_survive_sigkill() {
     // The tier on tmpfs (mode dram): survives the daemon.
-    kill_cycles(dirs("crash"), CYCLES);
+    kill_cycles(dirs("crash"), cycles());
 }
 
 #[test]

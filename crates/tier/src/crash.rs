@@ -570,7 +570,9 @@ fn random_crash_states() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ u64::from(std::process::id()));
     let seed = rng.0;
     let mut states = 0;
-    for round in 0..30 {
+    // 30 rounds in CI; `FARCACHE_CRASH_ROUNDS` overrides (`make test-long`: 1,000).
+    let rounds: usize = std::env::var("FARCACHE_CRASH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
+    for round in 0..rounds {
         let n = 10 + rng.below(30) as usize;
         let ops: Vec<Op> = (0..n)
             .map(|_| match rng.below(20) {
