@@ -7,11 +7,17 @@
 //! is vCPU wake-up). Now the data path only appends to a queue under a mutex held for a push;
 //! the first entry of an empty queue wakes the flusher once, which waits [`FLUSH_WINDOW`]
 //! for more to gather, then sends everything queued as one PUT and one DEL batch per lender.
+//! Deletions wait longer, [`DEL_WINDOW`] (or until [`DEL_BATCH`] keys are queued): nothing
+//! reads a retired key, so the only cost of the wait is lender memory held a few
+//! milliseconds longer, while a write-heavy load (TPC-B: three retired keys per transaction)
+//! sent a DEL request, its answer and a task per lender every millisecond — measured in
+//! BENCHMARKS.md ("Nothing gets slower", session 11).
 //!
 //! Bounds: at most `max_puts` blocks and `max_dels` keys are queued or in flight at once
 //! (more are dropped and counted: the disk has every block, and a retired key can never be
 //! read again, its lender evicts it in time); at most [`FLUSH_WINDOW`] between a block's
-//! queueing and its batch's departure, whatever the load. Entries are never ordered
+//! queueing and its batch's departure, and [`DEL_WINDOW`] for a deletion, whatever the
+//! load. Entries are never ordered
 //! against each other: a fill's ticket (see `index.rs`) already voids a fill that a write
 //! overtook, and a deletion only ever names keys no lookup can return.
 
@@ -26,6 +32,11 @@ use crate::index::BlockKey;
 
 /// How long the flusher lets entries gather after the first one arrives.
 pub const FLUSH_WINDOW: Duration = Duration::from_millis(1);
+/// The longest a deletion waits for others to share its request.
+pub const DEL_WINDOW: Duration = Duration::from_millis(20);
+/// Deletions queued that make a batch leave before [`DEL_WINDOW`] has passed.
+pub const DEL_BATCH: usize = 512;
+const _: () = assert!(DEL_BATCH > 0 && DEL_WINDOW.as_millis() >= FLUSH_WINDOW.as_millis());
 
 /// A block to store, and what to run once its lender has it.
 pub(crate) struct PendingPut {
@@ -45,8 +56,27 @@ pub(crate) struct Batch {
 
 /// The queues and their bounds. The flusher is `Remote`'s (it knows the lenders); the
 /// outbox only queues, counts and wakes it.
+/// What waits in the outbox.
+#[derive(Default)]
+struct Queued {
+    batch: Batch,
+    /// When the oldest deletion queued arrived (tokio's clock: tests can pause it).
+    dels_since: Option<tokio::time::Instant>,
+}
+
+impl Queued {
+    fn is_empty(&self) -> bool {
+        self.batch.puts.is_empty() && self.batch.dels.is_empty()
+    }
+
+    /// Whether the deletions queued are due to leave now.
+    fn dels_due(&self, now: tokio::time::Instant) -> bool {
+        self.batch.dels.len() >= DEL_BATCH || self.dels_since.is_some_and(|t| now.duration_since(t) >= DEL_WINDOW)
+    }
+}
+
 pub(crate) struct Outbox {
-    queued: Mutex<Batch>,
+    queued: Mutex<Queued>,
     wake: Notify,
     max_puts: usize,
     max_dels: usize,
@@ -64,7 +94,7 @@ fn reserve(c: &AtomicUsize, n: usize, max: usize) -> bool {
 impl Outbox {
     pub fn new(max_puts: usize, max_dels: usize) -> Outbox {
         Outbox {
-            queued: Mutex::new(Batch::default()),
+            queued: Mutex::new(Queued::default()),
             wake: Notify::new(),
             max_puts,
             max_dels,
@@ -79,10 +109,11 @@ impl Outbox {
             return Err(p);
         }
         let mut q = self.queued.lock();
-        let was_empty = q.puts.is_empty() && q.dels.is_empty();
-        q.puts.push(p);
+        // The flusher sleeps while no block is queued (at most until queued deletions are due).
+        let wake = q.batch.puts.is_empty();
+        q.batch.puts.push(p);
         drop(q);
-        if was_empty {
+        if wake {
             self.wake.notify_one();
         }
         Ok(())
@@ -98,25 +129,51 @@ impl Outbox {
             return false;
         }
         let mut q = self.queued.lock();
-        let was_empty = q.puts.is_empty() && q.dels.is_empty();
-        if q.dels.is_empty() {
-            q.dels = keys;
+        let before = q.batch.dels.len();
+        if before == 0 {
+            q.dels_since = Some(tokio::time::Instant::now());
+            q.batch.dels = keys;
         } else {
-            q.dels.extend(keys);
+            q.batch.dels.extend(keys);
         }
+        // Wake the flusher for the first deletion (it then sleeps until they are due) and when
+        // a full batch has gathered.
+        let wake = before == 0 || (before < DEL_BATCH && q.batch.dels.len() >= DEL_BATCH);
         drop(q);
-        if was_empty {
+        if wake {
             self.wake.notify_one();
         }
         true
     }
 
-    /// Wait for the first entry, let more gather for [`FLUSH_WINDOW`], take them all.
+    /// Wait for the first entry, let more gather for [`FLUSH_WINDOW`], take every block
+    /// queued and the deletions if they are due (else they wait, at most [`DEL_WINDOW`]).
     pub async fn next_batch(&self) -> Batch {
         loop {
-            self.wake.notified().await;
+            let due = self.queued.lock().dels_since.map(|t| t + DEL_WINDOW);
+            match due {
+                Some(at) => {
+                    tokio::select! {
+                        _ = self.wake.notified() => {}
+                        _ = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => self.wake.notified().await,
+            }
             tokio::time::sleep(FLUSH_WINDOW).await;
-            let b = std::mem::take(&mut *self.queued.lock());
+            let mut q = self.queued.lock();
+            if q.is_empty() {
+                continue;
+            }
+            let b = Batch {
+                puts: std::mem::take(&mut q.batch.puts),
+                dels: if q.dels_due(tokio::time::Instant::now()) {
+                    q.dels_since = None;
+                    std::mem::take(&mut q.batch.dels)
+                } else {
+                    Vec::new()
+                },
+            };
             if !b.puts.is_empty() || !b.dels.is_empty() {
                 return b;
             }
@@ -152,18 +209,32 @@ mod tests {
         PendingPut { key: key(block), value: Bytes::from_static(b"x"), done: Box::new(|| {}), queued: Instant::now() }
     }
 
+    /// A runtime whose clock stands still until everything waits (tokio's test clock): the
+    /// windows are checked exactly, not against the machine's load.
+    fn paused() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap()
+    }
+
+    /// Queue `keys` on the paused clock (the outbox stamps deletions with tokio's clock).
+    fn del_at(rt: &tokio::runtime::Runtime, o: &Outbox, keys: Vec<BlockKey>) -> bool {
+        let _clock = rt.enter();
+        o.del(keys)
+    }
+
     #[test]
     fn bounds_hold_until_batches_are_sent() {
         let o = Outbox::new(3, 5);
+        let rt = paused();
         assert!(o.put(put(1)).is_ok() && o.put(put(2)).is_ok() && o.put(put(3)).is_ok());
         assert!(o.put(put(4)).is_err(), "a fourth block passes max_puts");
-        assert!(o.del(vec![key(1), key(2), key(3)]));
-        assert!(!o.del(vec![key(4), key(5), key(6)]), "all or nothing past max_dels");
-        assert!(o.del(vec![key(4), key(5)]));
+        assert!(del_at(&rt, &o, vec![key(1), key(2), key(3)]));
+        assert!(!del_at(&rt, &o, vec![key(4), key(5), key(6)]), "all or nothing past max_dels");
+        assert!(del_at(&rt, &o, vec![key(4), key(5)]));
         assert_eq!(o.outstanding(), (3, 5));
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let b = rt.block_on(o.next_batch());
         assert_eq!(b.puts.iter().map(|p| p.key.block).collect::<Vec<_>>(), [1, 2, 3]);
+        assert!(b.dels.is_empty(), "deletions wait for their own window");
+        let b = rt.block_on(o.next_batch());
         assert_eq!(b.dels.iter().map(|k| k.block).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
         // Taken but not yet sent: still counted against the bounds.
         assert!(o.put(put(9)).is_err());
@@ -174,17 +245,50 @@ mod tests {
     }
 
     #[test]
-    fn one_wake_gathers_everything_queued() {
+    fn one_wake_gathers_every_block_queued() {
         let o = Outbox::new(1000, 1000);
         for b in 0..100 {
             assert!(o.put(put(b)).is_ok());
         }
-        assert!(o.del(vec![key(1)]));
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = paused();
+        let t = rt.block_on(async { tokio::time::Instant::now() });
         let b = rt.block_on(o.next_batch());
-        assert_eq!((b.puts.len(), b.dels.len()), (100, 1), "one batch holds all that was queued");
+        assert_eq!((b.puts.len(), b.dels.len()), (100, 0), "one batch holds all that was queued");
+        assert_eq!(rt.block_on(async { t.elapsed() }), FLUSH_WINDOW, "blocks leave after the flush window");
         // Nothing queued now: the next batch waits for a new entry.
-        let waited = rt.block_on(async { tokio::time::timeout(10 * FLUSH_WINDOW, o.next_batch()).await.is_err() });
+        let waited = rt.block_on(async { tokio::time::timeout(10 * DEL_WINDOW, o.next_batch()).await.is_err() });
         assert!(waited);
+    }
+
+    #[test]
+    fn deletions_leave_within_their_window_or_as_a_full_batch() {
+        let o = Outbox::new(1000, 10 * DEL_BATCH);
+        let rt = paused();
+        // Alone, a deletion waits DEL_WINDOW, gathering what comes meanwhile.
+        let t = rt.block_on(async { tokio::time::Instant::now() });
+        assert!(del_at(&rt, &o, vec![key(1)]));
+        let b = rt.block_on(async {
+            tokio::time::sleep(DEL_WINDOW / 2).await;
+            assert!(o.del(vec![key(2), key(3)]));
+            o.next_batch().await
+        });
+        assert_eq!(b.dels.iter().map(|k| k.block).collect::<Vec<_>>(), [1, 2, 3]);
+        let waited = rt.block_on(async { t.elapsed() });
+        assert!(waited >= DEL_WINDOW && waited <= DEL_WINDOW + 2 * FLUSH_WINDOW, "{waited:?}");
+        // A full batch leaves at once.
+        let t = rt.block_on(async { tokio::time::Instant::now() });
+        assert!(del_at(&rt, &o, (0..DEL_BATCH as u64).map(key).collect()));
+        let b = rt.block_on(o.next_batch());
+        assert_eq!(b.dels.len(), DEL_BATCH);
+        assert_eq!(rt.block_on(async { t.elapsed() }), FLUSH_WINDOW);
+        // Blocks queued beside waiting deletions do not wait for them.
+        assert!(del_at(&rt, &o, vec![key(7)]));
+        assert!(o.put(put(8)).is_ok());
+        let t = rt.block_on(async { tokio::time::Instant::now() });
+        let b = rt.block_on(o.next_batch());
+        assert_eq!((b.puts.len(), b.dels.len()), (1, 0));
+        assert_eq!(rt.block_on(async { t.elapsed() }), FLUSH_WINDOW);
+        let b = rt.block_on(o.next_batch());
+        assert_eq!(b.dels.iter().map(|k| k.block).collect::<Vec<_>>(), [7]);
     }
 }
