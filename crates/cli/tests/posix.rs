@@ -670,6 +670,40 @@ fn xattr_set(p: &Path, name: &str, v: &[u8], flags: i32) -> io::Result<i64> {
     cvt(unsafe { libc::setxattr(cp.as_ptr(), cn.as_ptr(), v.as_ptr().cast(), v.len(), flags) } as i64)
 }
 
+/// `mount.xattrs = false`: every xattr call through the mount is "not supported" (the
+/// kernel stops asking the daemon, which spares every write(2) its security.capability
+/// lookup), and a write still drops a file's capabilities, as a local file system does.
+#[test]
+fn extended_attributes_off() {
+    with_mount("xattr-off", Some("[mount]\nxattrs = false\n"), |m| {
+        fs::write(m.m("f"), b"before").unwrap();
+        assert_eq!(errno(xattr_set(&m.m("f"), "user.color", b"blue", 0)), libc::EOPNOTSUPP);
+        xattr_set(&m.b("f"), "user.color", b"blue", 0).unwrap();
+        assert_eq!(errno(xattr_get(&m.m("f"), "user.color", 64)), libc::EOPNOTSUPP, "set behind the mount");
+        let cp = cpath(&m.m("f"));
+        let mut list = vec![0u8; 256];
+        // SAFETY: NUL-terminated path; at most 256 bytes written.
+        let r = cvt(unsafe { libc::listxattr(cp.as_ptr(), list.as_mut_ptr().cast(), list.len()) } as i64);
+        assert_eq!(errno(r), libc::EOPNOTSUPP);
+        // SAFETY: no arguments, no memory.
+        if unsafe { libc::geteuid() } == 0 {
+            // File capabilities (VFS_CAP_REVISION_2: cap_net_raw permitted), set behind the
+            // mount, must go with the next write through it.
+            let mut cap = Vec::new();
+            for w in [0x0200_0000u32, 1 << 13, 0, 0, 0] {
+                cap.extend_from_slice(&w.to_le_bytes());
+            }
+            xattr_set(&m.b("f"), "security.capability", &cap, 0).unwrap();
+            assert_eq!(xattr_get(&m.b("f"), "security.capability", 64).unwrap().len(), cap.len());
+        }
+        let f = OpenOptions::new().write(true).open(m.m("f")).unwrap();
+        f.write_all_at(b"after!", 0).unwrap();
+        f.sync_all().unwrap();
+        assert_eq!(errno(xattr_get(&m.b("f"), "security.capability", 64)), libc::ENODATA);
+        assert_eq!(fs::read(m.m("f")).unwrap(), b"after!");
+    });
+}
+
 #[test]
 fn extended_attributes() {
     with_mount("xattr", None, |m| {

@@ -52,6 +52,12 @@ readdirplus = true
 # the file size it knows, so changes behind the mount are seen later still
 # (docs/SEMANTICS.md, "The kernel's write-back cache").
 writeback_cache = false
+# Extended attributes through the mount (getxattr, setxattr, listxattr, removexattr; ACLs).
+# Off: they are answered "not supported", and the kernel stops asking — including the
+# security.capability lookup it makes before every write(2) to a FUSE file (one extra FUSE
+# round trip per write: BENCHMARKS.md, "Nothing gets slower", session 11). For a database
+# that uses no xattrs or ACLs, off is the faster write path.
+xattrs = true
 # Requests the kernel may queue in the background (readahead, async reads).
 max_background = 64
 # Largest write request the kernel sends (at most 1MiB with 4KiB pages).
@@ -85,6 +91,7 @@ pub struct MountConfig {
     pub allow_other: bool,
     pub readdirplus: bool,
     pub writeback_cache: bool,
+    pub xattrs: bool,
     pub max_background: u16,
     pub max_write: farcache_config::ByteSize,
     pub max_inodes: u64,
@@ -157,6 +164,7 @@ impl Default for MountConfig {
             allow_other: true,
             readdirplus: true,
             writeback_cache: false,
+            xattrs: true,
             max_background: 64,
             max_write: farcache_config::ByteSize::mib(1),
             max_inodes: 1_000_000,

@@ -38,6 +38,8 @@ pub(crate) struct Passthrough {
     pub(crate) readdirplus: bool,
     /// `mount.writeback_cache`: asked of the kernel at INIT.
     pub(crate) writeback_cache: bool,
+    /// `mount.xattrs`: false answers every xattr request ENOSYS, which the kernel remembers.
+    pub(crate) xattrs: bool,
     pub(crate) max_write: u32,
     pub(crate) max_background: u16,
     /// We run as root: inodes we create are given to the calling user.
@@ -106,6 +108,7 @@ impl Passthrough {
             keep_cache: cfg.keep_cache,
             readdirplus: cfg.readdirplus,
             writeback_cache: cfg.writeback_cache,
+            xattrs: cfg.xattrs,
             max_write: u32::try_from(cfg.max_write.bytes()).unwrap_or(u32::MAX),
             max_background: cfg.max_background,
             chown_new: sys::is_root(),
@@ -570,10 +573,18 @@ impl Filesystem for Passthrough {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if !self.xattrs {
+            return reply.error(Errno::ENOSYS);
+        }
         answer!(reply, self.do_setxattr(ino, name, value, flags), |()| reply.ok())
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if !self.xattrs {
+            // The kernel answers every later getxattr itself ("not supported"), including the
+            // security.capability check it makes before each write.
+            return reply.error(Errno::ENOSYS);
+        }
         answer!(reply, self.do_getxattr(ino, name, size), |v| match v {
             crate::ops_attr::XattrAnswer::Size(n) => reply.size(n),
             crate::ops_attr::XattrAnswer::Data(d) => reply.data(&d),
@@ -581,6 +592,9 @@ impl Filesystem for Passthrough {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if !self.xattrs {
+            return reply.error(Errno::ENOSYS);
+        }
         answer!(reply, self.do_listxattr(ino, size), |v| match v {
             crate::ops_attr::XattrAnswer::Size(n) => reply.size(n),
             crate::ops_attr::XattrAnswer::Data(d) => reply.data(&d),
@@ -588,6 +602,9 @@ impl Filesystem for Passthrough {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if !self.xattrs {
+            return reply.error(Errno::ENOSYS);
+        }
         answer!(reply, self.do_removexattr(ino, name), |()| reply.ok())
     }
 

@@ -290,6 +290,20 @@ pub(crate) fn setxattr(fd: BorrowedFd<'_>, name: &CStr, value: &[u8], flags: i32
     Ok(())
 }
 
+/// Drop a file's capabilities (`security.capability`), as a local file system does on every
+/// write: with `mount.xattrs = false` the kernel no longer asks the mount about them, so the
+/// daemon does it (a file without them costs one system call answered ENODATA).
+pub(crate) fn drop_capabilities(fd: BorrowedFd<'_>) {
+    // SAFETY: a descriptor we hold and a NUL-terminated name.
+    let r = unsafe { libc::fremovexattr(fd.as_raw_fd(), c"security.capability".as_ptr()) };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        if !matches!(e.raw_os_error(), Some(libc::ENODATA | libc::EOPNOTSUPP)) {
+            tracing::debug!("dropping a written file's capabilities: {e}");
+        }
+    }
+}
+
 pub(crate) fn removexattr(fd: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
     let p = proc_path(fd.as_raw_fd());
     // SAFETY: NUL-terminated strings.

@@ -46,7 +46,9 @@ pub const TAKEOVER_PROTOCOL: u32 = 1;
 
 /// `[mount]` keys that shape the INIT reply (or the kernel's view of the mount) and so must
 /// be equal in the daemon taking over.
-pub const INIT_KEYS: [&str; 5] = ["max_write", "max_background", "readdirplus", "allow_other", "writeback_cache"];
+/// (`xattrs` too: a kernel told ENOSYS for xattrs never asks again on that connection.)
+pub const INIT_KEYS: [&str; 6] =
+    ["max_write", "max_background", "readdirplus", "allow_other", "writeback_cache", "xattrs"];
 
 /// The file system's handle type for "32-bit inode number, 32-bit generation" (ext2/3/4).
 const FILEID_INO32_GEN: i32 = 1;
