@@ -473,6 +473,11 @@ fn reader_and_writer_verify_every_byte_across_kills_and_takeovers() {
         served(&dir.mnt());
     }
     let per_event = t0.elapsed() / (killed + upgrades) as u32;
+    // A restarted or upgraded daemon prints no second "farcache mounted" line into the
+    // supervisor's stdout (a pipe here that nobody reads past the first line: ~500 restarts'
+    // lines once filled it and blocked the next daemon before it served).
+    let out = fs::read_link(format!("/proc/{daemon}/fd/1")).unwrap();
+    assert_eq!(out, Path::new("/dev/null"), "the supervised daemon {daemon} writes its stdout to {out:?}");
     load.seen.phase.store(0, Ordering::SeqCst);
     std::thread::sleep(Duration::from_millis(EVENT_DELAY_MS.end));
     let by_phase: Vec<Duration> =

@@ -285,6 +285,14 @@ impl Spawner {
                 cmd.arg("--takeover");
             }
         }
+        if mode != Mode::First {
+            // The supervised mount's one stdout line ("farcache mounted ...") is the first
+            // daemon's. A restarted or upgraded one writes its line nowhere: stdout is often a
+            // pipe whose reader took the first line and left (a script, a test harness), and
+            // ~500 restarts' lines filled its 64 KiB, blocking the next daemon before it
+            // served (found by `make test-long`). Its log says it started.
+            cmd.stdout(std::process::Stdio::null());
+        }
         // SAFETY: between fork and exec only async-signal-safe calls: clear close-on-exec
         // on the daemon's end, and (the supervisor blocks them) unblock the usual signals.
         unsafe {
