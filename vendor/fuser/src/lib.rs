@@ -49,6 +49,7 @@ pub use crate::ll::request::LockOwner;
 pub use crate::ll::request::Version;
 pub use crate::mnt::mount_options::Config;
 pub use crate::mnt::mount_options::MountOption;
+// farcache patch: FUSE-over-io_uring's settings and counters.
 pub use crate::uring::MAX_QUEUE_DEPTH as URING_MAX_QUEUE_DEPTH;
 pub use crate::uring::UringConfig;
 pub use crate::uring::UringStats;

@@ -816,6 +816,7 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                 },
             };
             match received {
+                // farcache patch: the request names where its reply goes.
                 Ok(size) => match RequestWithSender::new(ReplySender::Channel(self.ch.sender()), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {

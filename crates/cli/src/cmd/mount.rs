@@ -45,6 +45,24 @@ impl From<RoutingArg> for Routing {
     }
 }
 
+/// `--fuse-uring`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum FuseUringArg {
+    Off,
+    Auto,
+    On,
+}
+
+impl From<FuseUringArg> for farcache_fuse::FuseUring {
+    fn from(a: FuseUringArg) -> farcache_fuse::FuseUring {
+        match a {
+            FuseUringArg::Off => farcache_fuse::FuseUring::Off,
+            FuseUringArg::Auto => farcache_fuse::FuseUring::Auto,
+            FuseUringArg::On => farcache_fuse::FuseUring::On,
+        }
+    }
+}
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Directory whose whole tree the mount shows: the truth, on the (slow) disk. Several,
@@ -105,6 +123,11 @@ pub struct Args {
     /// process) [server] tables apply. Flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// How the kernel's requests reach the daemon: off (/dev/fuse read loops), auto
+    /// (FUSE-over-io_uring where the kernel offers it) or on (refuse to start without it).
+    /// Overrides mount.fuse_uring.
+    #[arg(long, value_enum, value_name = "MODE")]
+    fuse_uring: Option<FuseUringArg>,
     /// Take the live mount on MOUNTPOINT over from the daemon serving it (an upgrade in
     /// place): same arguments otherwise. The running daemon hands over its FUSE connection
     /// and exits; applications see a short stall, no error. A write-back tier (the same
@@ -291,6 +314,9 @@ fn settings(a: &Args) -> anyhow::Result<crate::config::Config> {
     let mut c = crate::config::Config::load(a.config.as_deref())?;
     if let Some(m) = &a.metrics_listen {
         c.mount.metrics_listen = m.clone();
+    }
+    if let Some(u) = a.fuse_uring {
+        c.mount.fuse_uring = u.into();
     }
     c.mount.validate()?;
     if !a.servers.is_empty() {
