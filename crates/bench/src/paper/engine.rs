@@ -79,6 +79,21 @@ pub fn points(exp: Experiment, quick: bool) -> Vec<Point> {
     }
 }
 
+/// The fio points of `exp` this run asks for (`--engine-rw`, `--engine-qds` narrow the
+/// engine's matrix).
+pub fn points_of(o: &PaperOptions, exp: Experiment) -> Vec<Point> {
+    let mut v = points(exp, o.quick);
+    if exp == Experiment::Engine {
+        if !o.engine_qds.is_empty() {
+            v = o.engine_qds.iter().flat_map(|&q| v.iter().map(move |p| (p.0, p.1, q, p.3, p.4))).collect();
+            v.sort_by_key(|p| (p.0, p.3, p.2));
+            v.dedup();
+        }
+        v.retain(|p| o.engine_rw.is_empty() || o.engine_rw.iter().any(|r| r == p.0));
+    }
+    v
+}
+
 /// The fio command line of one point (the file exists; `secs` of measured time).
 pub fn fio_args(file: &Path, p: Point, secs: u64) -> Vec<OsString> {
     let (rw, bs, qd, jobs, engine) = p;
@@ -139,9 +154,36 @@ pub(super) fn run_experiment(
 ) -> Result<()> {
     let size = o.engine_file_bytes;
     let name = tb.ensure_file(size)?;
+    if exp == Experiment::Engine && o.engine_interleave {
+        for p in points_of(o, exp) {
+            for cfg in o.configs_for(exp) {
+                bar.message(format!("{} {} QD {} x {}", exp.name(), cfg.name(), p.2, p.3));
+                match in_config(tb, o, exp, cfg, &name, &[p]) {
+                    Ok(recs) => report.engine_runs.extend(recs),
+                    Err(e) if sys::interrupted() => return Err(e),
+                    Err(e) => {
+                        note!("paper: {} {} {} QD {} x {}: FAILED: {e}", exp.name(), cfg.name(), p.0, p.2, p.3);
+                        report.engine_runs.push(EngineRecord {
+                            experiment: Some(exp),
+                            config: Some(cfg),
+                            rw: p.0.into(),
+                            block_bytes: p.1,
+                            iodepth: p.2,
+                            jobs: p.3,
+                            error: Some(e.to_string()),
+                            ..EngineRecord::default()
+                        });
+                    }
+                }
+                progress(report);
+            }
+        }
+        bar.inc(o.configs_for(exp).len() as u64);
+        return Ok(());
+    }
     for cfg in o.configs_for(exp) {
         bar.message(format!("{} {}", exp.name(), cfg.name()));
-        match in_config(tb, o, exp, cfg, &name) {
+        match in_config(tb, o, exp, cfg, &name, &points_of(o, exp)) {
             Ok(recs) => report.engine_runs.extend(recs),
             Err(e) if sys::interrupted() => return Err(e),
             Err(e) => {
@@ -166,6 +208,7 @@ fn in_config(
     exp: Experiment,
     cfg: ConfigKind,
     name: &str,
+    points: &[Point],
 ) -> Result<Vec<EngineRecord>> {
     tb.remount()?;
     let mem = tb.memory_cgroup(Some(o.memory_bytes))?;
@@ -181,13 +224,20 @@ fn in_config(
             .map_err(|e| BenchError::Setup(format!("write {}: {e}", path.display())))?;
         extra.extend([OsString::from("--config"), path.into_os_string()]);
     }
+    // The ring transport: the kernel's switch on while this configuration runs.
+    let _rings = if cfg == ConfigKind::PassthroughRing {
+        extra.extend(["--fuse-uring", "on"].map(OsString::from));
+        Some(KernelSwitch::on()?)
+    } else {
+        None
+    };
     let remote = lenders.as_ref().map(|l| &l.addrs[..]);
     let mount = MountDaemon::for_config(tb, o, cfg, remote, &extra, &[&mem, &tb.blkio], &log)?;
     let file: PathBuf = if mount.is_some() { tb.mnt.join(name) } else { tb.ext4.join(name) };
     let procs = [mem.procs(), tb.blkio.procs()];
     let refs: Vec<&Path> = procs.iter().map(|p| p.as_path()).collect();
     let mut recs = Vec::new();
-    for p in points(exp, o.quick) {
+    for &p in points {
         sys::check_interrupt()?;
         let mut cmd = Command::new("fio");
         cmd.args(fio_args(&file, p, o.engine_secs));
@@ -232,6 +282,30 @@ fn in_config(
         l.stop();
     }
     Ok(recs)
+}
+
+/// `/sys/module/fuse/parameters/enable_uring`, on while this lives, then as it was.
+struct KernelSwitch {
+    before: String,
+}
+
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+impl KernelSwitch {
+    fn on() -> Result<KernelSwitch> {
+        let before = std::fs::read_to_string(ENABLE_URING)
+            .map_err(|e| BenchError::Setup(format!("{ENABLE_URING}: {e} (passthrough-ring needs Linux 6.14+)")))?;
+        std::fs::write(ENABLE_URING, "Y").map_err(|e| BenchError::Setup(format!("writing {ENABLE_URING}: {e}")))?;
+        Ok(KernelSwitch { before: before.trim().to_string() })
+    }
+}
+
+impl Drop for KernelSwitch {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(ENABLE_URING, &self.before) {
+            note!("paper: could not restore {ENABLE_URING} to {}: {e}", self.before);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -755,8 +755,14 @@ fn render_engine_runs(s: &mut String, r: &PaperReport) {
             let _ = write!(head, " {}/{} |", c.name(), base.name());
             rule.push_str("---:|");
         }
+        // The transport alone: the same passthrough over rings and over read loops.
+        let rings = cfgs.contains(&ConfigKind::Passthrough) && cfgs.contains(&ConfigKind::PassthroughRing);
+        if rings {
+            head.push_str(" passthrough-ring/passthrough |");
+            rule.push_str("---:|");
+        }
         let _ = writeln!(s, "{head}\n{rule}");
-        for p in super::engine::points(exp, o.quick) {
+        for p in super::engine::points_of(o, exp) {
             let get = |cfg: ConfigKind| {
                 recs.iter().find(|x| x.config == Some(cfg) && x.rw == p.0 && x.iodepth == p.2 && x.jobs == p.3).copied()
             };
@@ -767,6 +773,11 @@ fn render_engine_runs(s: &mut String, r: &PaperReport) {
             }
             for &c in cfgs.iter().filter(|c| **c != base) {
                 let ratio = get(c).zip(get(base)).filter(|(_, b)| b.iops > 0.0).map(|(a, b)| a.iops / b.iops);
+                let _ = write!(row, " {} |", cell(ratio, 2));
+            }
+            if rings {
+                let (r, l) = (get(ConfigKind::PassthroughRing), get(ConfigKind::Passthrough));
+                let ratio = r.zip(l).filter(|(_, b)| b.iops > 0.0).map(|(a, b)| a.iops / b.iops);
                 let _ = write!(row, " {} |", cell(ratio, 2));
             }
             let _ = writeln!(s, "{row}");
