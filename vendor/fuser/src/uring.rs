@@ -277,7 +277,17 @@ impl Entry {
             payload: payload.as_mut_ptr(),
             payload_len,
         });
-        let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(4)?;
+        // The ring is this thread's alone: the kernel's task work for it (a request being
+        // copied in) then runs only when the thread asks for completions, not as a signal-
+        // like interruption (SINGLE_ISSUER + DEFER_TASKRUN, Linux 6.1+); plain if refused.
+        let ring = match std::env::var_os("FUSER_URING_PLAIN") {
+            Some(_) => IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(4)?,
+            None => IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+                .setup_single_issuer()
+                .setup_defer_taskrun()
+                .build(4)
+                .or_else(|_| IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(4))?,
+        };
         Ok(Entry {
             qid,
             header,

@@ -400,7 +400,7 @@ fn checks(r: &PaperReport) -> Vec<Verdict> {
         for cfg in o.configs_for(exp) {
             let recs: Vec<_> =
                 r.engine_runs.iter().filter(|x| x.experiment == Some(exp) && x.config == Some(cfg)).collect();
-            let want = super::engine::points(exp, o.quick).len();
+            let want = super::engine::points_of(o, exp).len();
             let ok = recs.len() == want && recs.iter().all(|x| x.error.is_none() && x.iops > 0.0);
             v.push(Verdict {
                 what: format!("{} {} ran every point", exp.name(), cfg.name()),
