@@ -782,6 +782,29 @@ fn render_engine_runs(s: &mut String, r: &PaperReport) {
             }
             let _ = writeln!(s, "{row}");
         }
+        // The daemon's CPU per I/O, where measured (runs before it was recorded have 0).
+        let mounts: Vec<ConfigKind> = cfgs.iter().copied().filter(|c| c.through_mount()).collect();
+        if recs.iter().any(|x| x.daemon_cpu_us_per_io > 0.0) && !mounts.is_empty() {
+            let _ = writeln!(s, "\nThe mount daemon's CPU time per I/O (µs, user + system, all threads):\n");
+            let mut head = String::from("| rw | jobs | QD |");
+            let mut rule = String::from("|---|---:|---:|");
+            for c in &mounts {
+                let _ = write!(head, " {} |", c.name());
+                rule.push_str("---:|");
+            }
+            let _ = writeln!(s, "{head}\n{rule}");
+            for p in super::engine::points_of(o, exp) {
+                let mut row = format!("| {} | {} | {} |", p.0, p.3, p.2);
+                for &c in &mounts {
+                    let v = recs
+                        .iter()
+                        .find(|x| x.config == Some(c) && x.rw == p.0 && x.iodepth == p.2 && x.jobs == p.3)
+                        .map(|x| format!("{:.1}", x.daemon_cpu_us_per_io));
+                    let _ = write!(row, " {} |", v.unwrap_or_else(|| "–".into()));
+                }
+                let _ = writeln!(s, "{row}");
+            }
+        }
         let failed: Vec<String> = r
             .engine_runs
             .iter()
