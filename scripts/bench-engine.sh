@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Paper 002 (the backing I/O engine, issue 11) reproduced: fio 4 KiB random reads and writes
 # through io_uring at queue depth 1-32, 1 and 4 jobs on one file (native / passthrough /
-# farcache), and the serialization test (1-16 processes of synchronous 8 KiB reads; native /
+# passthrough-ring, the passthrough over FUSE-over-io_uring / farcache), and the serialization test (1-16 processes of synchronous 8 KiB reads; native /
 # passthrough / serialized), one `farcache bench paper` invocation per disk profile.
 # Resumable: a profile whose JSON exists is skipped (delete it to run it again).
 # Results: bench/results/paper002/<profile>/.

@@ -159,7 +159,7 @@ fn bench_paper_quick_runs_the_write_back_tier_experiments() {
 }
 
 /// Paper 002's experiments, the ends of each range: fio through io_uring in native,
-/// passthrough and farcache; the serialization test in native, passthrough and the mount
+/// passthrough, passthrough over FUSE-over-io_uring and farcache; the serialization test in native, passthrough and the mount
 /// serving one request at a time. Every point of every configuration ran and is a number.
 #[test]
 fn bench_paper_quick_runs_the_engine_experiments() {
@@ -168,6 +168,8 @@ fn bench_paper_quick_runs_the_engine_experiments() {
     }
     let dir = Scratch(std::env::temp_dir().join(format!("farcache-bench-paper002-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0).unwrap();
+    // The kernel's FUSE-over-io_uring switch, which passthrough-ring turns on and restores.
+    let before = std::fs::read_to_string(farcache_testkit::ENABLE_URING).unwrap();
     let args = ["--experiment", "engine,serial", "--profile", "raw", "--engine-size", "16MiB", "--engine-secs", "1"];
     let (status, stdout, stderr) = run_quick(&args, &dir.0, Duration::from_secs(400));
     assert!(
@@ -178,17 +180,22 @@ fn bench_paper_quick_runs_the_engine_experiments() {
         serde_json::from_str(&std::fs::read_to_string(dir.0.join("paper002-quick.json")).unwrap()).unwrap();
     assert_eq!(json["complete"], true, "{json}");
     let runs = json["engine_runs"].as_array().unwrap();
-    // engine: 2 rw × 2 job counts × 2 queue depths; serial: 2 process counts; 3 configurations each.
-    assert_eq!(runs.len(), 3 * 8 + 3 * 2, "{json}");
+    // engine: 2 rw × 2 job counts × 2 queue depths in 4 configurations (native, passthrough,
+    // passthrough-ring, farcache); serial: 2 process counts in 3.
+    assert_eq!(runs.len(), 4 * 8 + 3 * 2, "{json}");
     for r in runs {
         assert!(r["error"].is_null(), "{r}");
         assert!(num(r, &["iops"]) > 0.0 && num(r, &["p50_us"]) > 0.0 && num(r, &["disk_queue"]) >= 0.0, "{r}");
+        // Every mounted configuration's daemon used CPU for its requests.
+        assert_eq!(num(r, &["daemon_cpu_us_per_io"]) > 0.0, r["config"] != "native", "{r}");
     }
-    for cfg in ["native", "passthrough", "farcache", "serialized"] {
+    for cfg in ["native", "passthrough", "passthrough-ring", "farcache", "serialized"] {
         assert!(runs.iter().any(|r| r["config"] == cfg), "{cfg} missing: {json}");
     }
     let md = std::fs::read_to_string(dir.0.join("paper002-quick.md")).unwrap();
     assert!(md.contains("## engine") && md.contains("passthrough/serialized"), "{md}");
+    assert!(md.contains("passthrough-ring/passthrough") && md.contains("CPU time per I/O"), "{md}");
+    assert_eq!(std::fs::read_to_string(farcache_testkit::ENABLE_URING).unwrap().trim(), before.trim(), "restored");
 }
 
 /// Paper 001's migration, tiny: 8 files of 4 MiB on the first of two throttled loop disks,

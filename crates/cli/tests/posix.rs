@@ -12,6 +12,10 @@
 //! the first): every operation then takes the union's code paths (farcache ids, merged
 //! directories, placement, summed statfs).
 //!
+//! `ring_posix.rs` runs it over FUSE-over-io_uring (`mount.fuse_uring = "on"`, the kernel's
+//! `enable_uring` switched on for the run and restored after, `farcache_testkit::uring_on`):
+//! every request but FORGET and INTERRUPT then comes and goes through ring entries.
+//!
 //! Several checks need root (chown, other users through `allow_other`, /dev hidden with
 //! `unshare`); CI and developers run as root (see TESTBED.md), and a non-root run fails with
 //! a message saying so rather than passing vacuously.
@@ -53,6 +57,11 @@ fn writeback_run() -> bool {
     module_path!().starts_with("writeback_posix")
 }
 
+/// Whether this is the suite as `ring_posix.rs` runs it: over FUSE-over-io_uring.
+fn ring_run() -> bool {
+    module_path!().starts_with("ring_posix")
+}
+
 /// A running `farcache mount --no-remote` of a fresh backing directory, in a fresh test
 /// directory that is removed afterwards unless the test failed.
 struct Mounted {
@@ -62,6 +71,8 @@ struct Mounted {
     /// The second branch (on tmpfs) of a union run.
     second: Option<PathBuf>,
     proc: MountProcess,
+    /// The kernel's switch, on for a ring run (after `proc`: restored once unmounted).
+    _rings: Option<farcache_testkit::UringOn>,
 }
 
 impl Mounted {
@@ -77,11 +88,13 @@ impl Mounted {
             fs::create_dir(&p).unwrap();
             p
         });
-        let extra = match (union_run(), writeback_run()) {
-            (true, _) => Some("create_policy = \"first\"\n"),
-            (_, true) => Some("writeback_cache = true\n"),
+        let extra = match (union_run(), writeback_run(), ring_run()) {
+            (true, _, _) => Some("create_policy = \"first\"\n"),
+            (_, true, _) => Some("writeback_cache = true\n"),
+            (_, _, true) => Some("fuse_uring = \"on\"\n"),
             _ => None,
         };
+        let rings = ring_run().then(farcache_testkit::uring_on);
         let config = match (config, extra) {
             (Some(c), Some(x)) if c.contains("[mount]\n") => Some(c.replacen("[mount]\n", &format!("[mount]\n{x}"), 1)),
             (Some(c), Some(x)) => Some(format!("[mount]\n{x}{c}")),
@@ -103,7 +116,15 @@ impl Mounted {
         if union_run() {
             assert!(proc.log_text().contains("mounted 2 branches"), "not a union: {}", proc.log_text());
         }
-        Mounted { root, mnt, backing, second, proc }
+        if ring_run() {
+            // The queues are registered as serving starts, before any request is answered.
+            let t0 = std::time::Instant::now();
+            while !proc.log_text().contains("FUSE-over-io_uring: ") && t0.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            assert!(proc.log_text().contains("entries registered"), "no rings: {}", proc.log_text());
+        }
+        Mounted { root, mnt, backing, second, proc, _rings: rings }
     }
 
     fn log_text(&self) -> String {

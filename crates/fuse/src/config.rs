@@ -40,6 +40,16 @@ io_engine = "uring"
 io_queue_depth = 32
 # Most backing operations in flight across the mount at once; callers beyond it wait.
 io_max_in_flight = 256
+# How the kernel's FUSE requests reach the daemon: "off" (read loops on /dev/fuse, one per
+# thread), "auto" (FUSE-over-io_uring where the kernel offers it — Linux 6.14+ with
+# /sys/module/fuse/parameters/enable_uring on — else read loops; the log and `farcache stats`
+# say which) or "on" (refuse to start without it). Not with --supervise or --takeover: a
+# request in flight on a ring cannot be handed to another daemon (ARCHITECTURE.md, "The FUSE
+# transport").
+fuse_uring = "off"
+# Ring entries per queue with FUSE-over-io_uring (one queue per possible CPU, one serving
+# thread per entry, each with a payload buffer of max_write): requests served at once per CPU.
+fuse_uring_queue_depth = 16
 # Let other users use the mount (only when run as root; the kernel still checks permissions).
 allow_other = true
 # Offer READDIRPLUS (names and attributes in one reply) for large directories.
@@ -88,6 +98,8 @@ pub struct MountConfig {
     pub io_engine: IoEngineKind,
     pub io_queue_depth: u32,
     pub io_max_in_flight: u32,
+    pub fuse_uring: FuseUring,
+    pub fuse_uring_queue_depth: u32,
     pub allow_other: bool,
     pub readdirplus: bool,
     pub writeback_cache: bool,
@@ -142,6 +154,33 @@ pub enum CreatePolicy {
     First,
 }
 
+/// `mount.fuse_uring`: how requests reach the daemon.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FuseUring {
+    /// `/dev/fuse` read loops.
+    Off,
+    /// FUSE-over-io_uring when the kernel offers it, else read loops (said in the log and
+    /// in `farcache stats`).
+    Auto,
+    /// FUSE-over-io_uring or refuse to start.
+    On,
+}
+
+impl std::fmt::Display for FuseUring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FuseUring::Off => "off",
+            FuseUring::Auto => "auto",
+            FuseUring::On => "on",
+        })
+    }
+}
+
+/// Most ring entries per queue (`mount.fuse_uring_queue_depth`).
+pub const MAX_FUSE_URING_QUEUE_DEPTH: u32 = 256;
+const _: () = assert!(MAX_FUSE_URING_QUEUE_DEPTH as usize <= fuser::URING_MAX_QUEUE_DEPTH);
+
 /// Most FUSE worker threads.
 pub const MAX_THREADS: u32 = 256;
 /// The kernel's largest FUSE request payload with 4 KiB pages (256 pages).
@@ -161,6 +200,8 @@ impl Default for MountConfig {
             io_engine: IoEngineKind::Uring,
             io_queue_depth: 32,
             io_max_in_flight: 256,
+            fuse_uring: FuseUring::Off,
+            fuse_uring_queue_depth: 16,
             allow_other: true,
             readdirplus: true,
             writeback_cache: false,
@@ -201,6 +242,13 @@ impl MountConfig {
         if let Some(p) = self.io_options().problem() {
             let key = if p.starts_with("io_queue_depth") { "mount.io_queue_depth" } else { "mount.io_max_in_flight" };
             return Err(ConfigError::invalid(key, p, "see etc/farcache.toml for the ranges"));
+        }
+        if self.fuse_uring_queue_depth == 0 || self.fuse_uring_queue_depth > MAX_FUSE_URING_QUEUE_DEPTH {
+            return Err(ConfigError::invalid(
+                "mount.fuse_uring_queue_depth",
+                format!("{} is out of range", self.fuse_uring_queue_depth),
+                format!("set 1 to {MAX_FUSE_URING_QUEUE_DEPTH}"),
+            ));
         }
         if self.max_background == 0 {
             return Err(ConfigError::invalid("mount.max_background", "0 stalls readahead", "set at least 1"));
@@ -254,6 +302,12 @@ mod tests {
         let f: File = toml::from_str("[mount]\nio_engine = \"sync\"").unwrap();
         assert_eq!(f.mount.io_engine, IoEngineKind::Sync);
         assert!(toml::from_str::<File>("[mount]\nio_engine = \"aio\"").is_err());
+        let f: File = toml::from_str("[mount]\nfuse_uring = \"auto\"").unwrap();
+        assert_eq!(f.mount.fuse_uring, FuseUring::Auto);
+        assert!(toml::from_str::<File>("[mount]\nfuse_uring = \"yes\"").is_err());
+        c.io_queue_depth = 32;
+        c.fuse_uring_queue_depth = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("mount.fuse_uring_queue_depth"));
         let e = toml::from_str::<File>("[mount]\nthreds = 3").err().unwrap().to_string();
         assert!(e.contains("threds"), "{e}");
     }

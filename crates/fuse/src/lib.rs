@@ -39,6 +39,7 @@ mod ops_file;
 mod ops_once;
 mod sys;
 pub mod takeover;
+mod transport;
 pub mod union;
 
 use std::ffi::CString;
@@ -52,9 +53,12 @@ use std::sync::Arc;
 use farcache_engine::DataPath;
 use fuser::{MountOption, SessionACL};
 
-pub use config::{split_branches, Backing, CreatePolicy, MountConfig, MAX_THREADS, TEMPLATE};
+pub use config::{
+    split_branches, Backing, CreatePolicy, FuseUring, MountConfig, MAX_FUSE_URING_QUEUE_DEPTH, MAX_THREADS, TEMPLATE,
+};
 pub use error::MountError;
 pub use takeover::{Handover, HandoverState, INIT_KEYS, TAKEOVER_PROTOCOL};
+pub use transport::{kernel_enable_uring, Transport, TransportStats, ENABLE_URING_PARAM};
 
 /// The state and the kept descriptors a stopped session leaves.
 type Left = (HandoverState, Vec<OwnedFd>);
@@ -132,6 +136,8 @@ pub struct Mount {
     incarnation: u32,
     /// Several backing branches: what `farcache balance` and the stats reach.
     union: Option<union::UnionHandle>,
+    /// How requests reach this daemon (read loops or FUSE-over-io_uring), for the stats.
+    transport: Transport,
 }
 
 /// How [`Mount::run`] ended.
@@ -238,9 +244,11 @@ impl Mount {
         let journal = fs.journal.clone();
         let slot = fs.handover.clone();
         let keeper = fs.keeper.clone();
-        let fc = fuser_config(&backing, cfg, root);
+        let why_not = transport::plan(cfg)?;
+        let fc = fuser_config(&backing, cfg, root, why_not.is_none());
         let session = fuser::Session::new(fs, &mountpoint, &fc)
             .map_err(|source| MountError::Mount { mountpoint: mountpoint.clone(), source })?;
+        let transport = Transport::negotiated(cfg, why_not, session.uring_stats())?;
         // Not stat(2): that would ask the file system, which serves nothing before `run`.
         let dev = mounted_dev(&mountpoint).ok_or_else(|| MountError::Mount {
             mountpoint: mountpoint.clone(),
@@ -250,13 +258,16 @@ impl Mount {
             j.set_conn(dev);
         }
         tracing::info!(
-            "mounted {} on {}: {} threads, backing reads {}",
+            "mounted {} on {}: {} threads, backing reads {}, requests by {}",
             backing.display(),
             mountpoint.display(),
             cfg.threads,
-            if cfg.direct_io_backing { "direct (O_DIRECT where supported)" } else { "buffered" }
+            if cfg.direct_io_backing { "direct (O_DIRECT where supported)" } else { "buffered" },
+            transport.describe()
         );
-        Mount::serve(session, mountpoint, dev, cfg, Vec::new(), (slot, keeper), Vec::new(), 0)
+        let mut m = Mount::serve(session, mountpoint, dev, cfg, Vec::new(), (slot, keeper), Vec::new(), 0)?;
+        m.transport = transport;
+        Ok(m)
     }
 
     /// Check everything that can be checked, then mount the union of `branches` (two or more
@@ -304,9 +315,11 @@ impl Mount {
         let slot = fs.handover.clone();
         let keeper = fs.keeper.clone();
         let joined: Vec<String> = canon.iter().map(|b| b.display().to_string()).collect();
-        let fc = fuser_config(Path::new(&joined.join(":")), cfg, root);
+        let why_not = transport::plan(cfg)?;
+        let fc = fuser_config(Path::new(&joined.join(":")), cfg, root, why_not.is_none());
         let session = fuser::Session::new(fs, &mountpoint, &fc)
             .map_err(|source| MountError::Mount { mountpoint: mountpoint.clone(), source })?;
+        let transport = Transport::negotiated(cfg, why_not, session.uring_stats())?;
         let dev = mounted_dev(&mountpoint).ok_or_else(|| MountError::Mount {
             mountpoint: mountpoint.clone(),
             source: io::Error::other("mounted, but not found in /proc/self/mountinfo"),
@@ -319,8 +332,10 @@ impl Mount {
             cfg.threads,
             cfg.create_policy
         );
+        tracing::info!("requests by {}", transport.describe());
         let mut m = Mount::serve(session, mountpoint, dev, cfg, Vec::new(), (slot, keeper), Vec::new(), 0)?;
         m.union = Some(handle);
+        m.transport = transport;
         Ok(m)
     }
 
@@ -369,7 +384,9 @@ impl Mount {
         // how a resent operation on names is answered.
         fs.journal = open_journal(journal, h.state.dev, false);
         let slot = (fs.handover.clone(), fs.keeper.clone());
-        let fc = fuser_config(&backing, cfg, root);
+        // Read loops always: a connection that used rings is never handed over (the CLI
+        // refuses it, and so does the running daemon).
+        let fc = fuser_config(&backing, cfg, root, false);
         let acl = fc.acl;
         let main = sys::dup(h.fuse.as_fd())
             .map_err(|source| MountError::Session { mountpoint: mountpoint.clone(), source })?;
@@ -389,7 +406,9 @@ impl Mount {
             h.state.nodes.len(),
             if resend { ", unanswered requests resent" } else { "" }
         );
-        Mount::serve(session, mountpoint, dev, cfg, h.workers, slot, h.keep, incarnation)
+        let mut m = Mount::serve(session, mountpoint, dev, cfg, h.workers, slot, h.keep, incarnation)?;
+        m.transport = Transport::read_loops(cfg, "a taken-over connection is served by read loops");
+        Ok(m)
     }
 
     #[allow(clippy::too_many_arguments)] // one private constructor for both entry points
@@ -427,6 +446,7 @@ impl Mount {
             _kept: kept,
             incarnation,
             union: None,
+            transport: Transport::read_loops(cfg, ""),
         })
     }
 
@@ -470,7 +490,7 @@ impl Mount {
     }
 }
 
-fn fuser_config(backing: &Path, cfg: &MountConfig, root: bool) -> fuser::Config {
+fn fuser_config(backing: &Path, cfg: &MountConfig, root: bool, rings: bool) -> fuser::Config {
     let mut fc = fuser::Config::default();
     fc.mount_options = vec![
         MountOption::FSName(format!("farcache:{}", backing.display())),
@@ -482,12 +502,20 @@ fn fuser_config(backing: &Path, cfg: &MountConfig, root: bool) -> fuser::Config 
     }
     fc.n_threads = Some(cfg.threads as usize);
     fc.clone_fd = true;
+    if rings {
+        fc.uring = Some(fuser::UringConfig { queue_depth: cfg.fuse_uring_queue_depth as usize });
+    }
     fc
 }
 
 impl Mount {
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
+    }
+
+    /// How requests reach this daemon; its counters move while the mount serves.
+    pub fn transport(&self) -> Transport {
+        self.transport.clone()
     }
 
     pub fn unmounter(&mut self) -> Unmounter {

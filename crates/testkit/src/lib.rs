@@ -21,6 +21,7 @@ mod process;
 mod raw;
 mod rng;
 mod scratch;
+mod uring;
 
 pub use memcached::{free_port, memcached_bin, MemcachedProcess};
 pub use mount::{
@@ -32,6 +33,7 @@ pub use raw::{
 };
 pub use rng::Rng;
 pub use scratch::{ScratchDir, TierFile, TierScratch};
+pub use uring::{uring_at, uring_on, UringAt, UringOn, ENABLE_URING};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -49,6 +49,11 @@ pub use crate::ll::request::LockOwner;
 pub use crate::ll::request::Version;
 pub use crate::mnt::mount_options::Config;
 pub use crate::mnt::mount_options::MountOption;
+// farcache patch: FUSE-over-io_uring's settings and counters.
+pub use crate::uring::MAX_QUEUE_DEPTH as URING_MAX_QUEUE_DEPTH;
+pub use crate::uring::UringConfig;
+pub use crate::uring::UringStats;
+pub use crate::uring::possible_cpus;
 pub use crate::notify::Notifier;
 pub use crate::notify::PollHandle;
 pub use crate::notify::PollNotifier;
@@ -102,6 +107,8 @@ mod request;
 mod request_param;
 mod session;
 mod time;
+/// farcache patch: FUSE-over-io_uring.
+mod uring;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]

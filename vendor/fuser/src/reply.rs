@@ -38,6 +38,8 @@ use crate::passthrough::BackingId;
 #[derive(Debug)]
 pub(crate) enum ReplySender {
     Channel(ChannelSender),
+    /// farcache patch: into a FUSE-over-io_uring entry (`uring.rs`).
+    Ring(crate::uring::RingReplySender),
     #[cfg(test)]
     Assert(AssertSender),
     #[cfg(test)]
@@ -45,10 +47,22 @@ pub(crate) enum ReplySender {
 }
 
 impl ReplySender {
+    /// farcache patch: a sender for another reply to the same place (request.rs used to
+    /// clone the channel sender itself).
+    pub(crate) fn clone_sender(&self) -> ReplySender {
+        match self {
+            ReplySender::Channel(sender) => ReplySender::Channel(sender.clone()),
+            ReplySender::Ring(sender) => ReplySender::Ring(sender.clone()),
+            #[cfg(test)]
+            _ => unreachable!("test senders are never cloned"),
+        }
+    }
+
     /// Send data.
     pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> std::io::Result<()> {
         match self {
             ReplySender::Channel(sender) => sender.send(data),
+            ReplySender::Ring(sender) => sender.send(data),
             #[cfg(test)]
             ReplySender::Assert(sender) => sender.send(data),
             #[cfg(test)]
@@ -63,6 +77,7 @@ impl ReplySender {
     pub(crate) fn open_backing(&self, fd: BorrowedFd<'_>) -> std::io::Result<BackingId> {
         match self {
             ReplySender::Channel(sender) => sender.open_backing(fd),
+            ReplySender::Ring(sender) => sender.ch.open_backing(fd),
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]
@@ -74,6 +89,7 @@ impl ReplySender {
     pub(crate) unsafe fn wrap_backing(&self, id: u32) -> BackingId {
         match self {
             ReplySender::Channel(sender) => unsafe { sender.wrap_backing(id) },
+            ReplySender::Ring(sender) => unsafe { sender.ch.wrap_backing(id) },
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]

@@ -144,6 +144,10 @@ pub struct Session<FS: Filesystem> {
     worker_fds: Vec<OwnedFd>,
     /// farcache patch: when set, the loop can be stopped cleanly (see [`SessionStopper`]).
     stopper: Option<SessionStopper>,
+    /// farcache patch: what the FUSE-over-io_uring transport negotiated and did.
+    uring_stats: Arc<crate::UringStats>,
+    /// farcache patch: the ring payload buffer the kernel requires (set at INIT).
+    uring_payload: usize,
 }
 
 /// farcache patch: stops a session loop at a clean point. After [`SessionStopper::stop`],
@@ -307,6 +311,8 @@ impl<FS: Filesystem> Session<FS> {
             config: options.clone(),
             worker_fds: Vec::new(),
             stopper: None,
+            uring_stats: Arc::default(),
+            uring_payload: 0,
         };
 
         session.handshake()?;
@@ -337,6 +343,8 @@ impl<FS: Filesystem> Session<FS> {
             config,
             worker_fds: Vec::new(),
             stopper: None,
+            uring_stats: Arc::default(),
+            uring_payload: 0,
         };
 
         session.handshake()?;
@@ -368,6 +376,8 @@ impl<FS: Filesystem> Session<FS> {
             config,
             worker_fds: Vec::new(),
             stopper: None,
+            uring_stats: Arc::default(),
+            uring_payload: 0,
         }
     }
 
@@ -385,6 +395,12 @@ impl<FS: Filesystem> Session<FS> {
             self.stopper = Some(SessionStopper::new()?);
         }
         Ok(self.stopper.clone().expect("just set"))
+    }
+
+    /// farcache patch: what the FUSE-over-io_uring transport negotiated at INIT and, once
+    /// [`Session::run`] started, whether the rings serve and how many requests they did.
+    pub fn uring_stats(&self) -> Arc<crate::UringStats> {
+        self.uring_stats.clone()
     }
 
     /// Run the session loop in a background thread. If the returned handle is dropped,
@@ -420,6 +436,8 @@ impl<FS: Filesystem> Session<FS> {
             config,
             worker_fds,
             stopper,
+            uring_stats,
+            uring_payload,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -466,6 +484,45 @@ impl<FS: Filesystem> Session<FS> {
             }
         }
 
+        // farcache patch: with FUSE-over-io_uring negotiated, register the ring entries
+        // first (the kernel holds every request until all queues have one); the read loops
+        // then only see what never goes over the rings (FORGET, INTERRUPT), so two do.
+        let mut rings = None;
+        if let (true, Some(ucfg)) = (
+            uring_stats.negotiated.load(std::sync::atomic::Ordering::SeqCst),
+            config.uring,
+        ) {
+            let queues = crate::uring::possible_cpus();
+            let (r, res) = crate::uring::start(
+                &channels[channels.len() - 1],
+                queues,
+                ucfg.queue_depth.clamp(1, crate::uring::MAX_QUEUE_DEPTH),
+                uring_payload,
+                uring_stats.clone(),
+                |thread_name| SessionEventLoop {
+                    thread_name,
+                    filesystem: filesystem.clone(),
+                    ch: channels[channels.len() - 1].clone(),
+                    allowed,
+                    session_owner,
+                    stopper: None,
+                },
+            );
+            match res {
+                Ok(()) => {
+                    info!(
+                        "FUSE-over-io_uring: {queues} queues x {} entries registered",
+                        ucfg.queue_depth
+                    );
+                    channels.truncate(2.min(channels.len()));
+                }
+                Err(e) => error!(
+                    "FUSE-over-io_uring registration failed ({e}): requests go through /dev/fuse read loops"
+                ),
+            }
+            rings = Some(r);
+        }
+
         let mut threads = Vec::with_capacity(n_threads);
 
         for (i, ch) in channels.into_iter().enumerate() {
@@ -496,6 +553,16 @@ impl<FS: Filesystem> Session<FS> {
             if let Err(e) = res {
                 if reply.is_ok() {
                     reply = Err(e);
+                }
+            }
+        }
+
+        // farcache patch: the ring threads end when the kernel tears their entries down
+        // (unmount or abort), which is also what ended the read loops.
+        if let Some(rings) = rings {
+            for t in rings.threads {
+                if t.join().is_err() && reply.is_ok() {
+                    reply = Err(io::Error::other("ring thread panicked"));
                 }
             }
         }
@@ -606,6 +673,23 @@ impl<FS: Filesystem> Session<FS> {
                 <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
                     .send_ll(&ResponseErrno(errno));
                 return Err(error);
+            }
+
+            // farcache patch: FUSE-over-io_uring, when asked for and offered.
+            let offered = init.capabilities().contains(InitFlags::FUSE_OVER_IO_URING);
+            self.uring_stats
+                .offered
+                .store(offered, std::sync::atomic::Ordering::SeqCst);
+            if offered
+                && self.config.uring.is_some()
+                && config
+                    .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                    .is_ok()
+            {
+                self.uring_payload = crate::uring::payload_size(config.max_write, config.max_pages());
+                self.uring_stats
+                    .negotiated
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
             }
 
             // Remember the ABI version supported by kernel and mark the session initialized.
@@ -732,7 +816,8 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                 },
             };
             match received {
-                Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
+                // farcache patch: the request names where its reply goes.
+                Ok(size) => match RequestWithSender::new(ReplySender::Channel(self.ch.sender()), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {
                         if let Ok(Operation::Destroy(_)) = req.request.operation() {

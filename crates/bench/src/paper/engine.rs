@@ -52,6 +52,10 @@ pub struct EngineRecord {
     pub p99_us: f64,
     /// The loop device's mean queue depth while it ran.
     pub disk_queue: f64,
+    /// The mount daemon's CPU time (user + system, all threads) per I/O fio completed, µs;
+    /// 0 without a mount. Less disturbed by other load on the machine than IOPS.
+    #[serde(default)]
+    pub daemon_cpu_us_per_io: f64,
     pub error: Option<String>,
 }
 
@@ -77,6 +81,21 @@ pub fn points(exp: Experiment, quick: bool) -> Vec<Point> {
         Experiment::Serial => ends(&PROCESSES).into_iter().map(|p| ("randread", 8192, 1, p, "psync")).collect(),
         _ => Vec::new(),
     }
+}
+
+/// The fio points of `exp` this run asks for (`--engine-rw`, `--engine-qds` narrow the
+/// engine's matrix).
+pub fn points_of(o: &PaperOptions, exp: Experiment) -> Vec<Point> {
+    let mut v = points(exp, o.quick);
+    if exp == Experiment::Engine {
+        if !o.engine_qds.is_empty() {
+            v = o.engine_qds.iter().flat_map(|&q| v.iter().map(move |p| (p.0, p.1, q, p.3, p.4))).collect();
+            v.sort_by_key(|p| (p.0, p.3, p.2));
+            v.dedup();
+        }
+        v.retain(|p| o.engine_rw.is_empty() || o.engine_rw.iter().any(|r| r == p.0));
+    }
+    v
 }
 
 /// The fio command line of one point (the file exists; `secs` of measured time).
@@ -118,6 +137,27 @@ pub fn parse_fio(json: &str, rw: &str) -> Result<(f64, f64, f64)> {
     Ok((iops, pct("50.000000"), pct("99.000000")))
 }
 
+/// I/Os fio completed (`total_ios` of the side `rw` names), from its JSON.
+fn fio_total_ios(json: &str, rw: &str) -> f64 {
+    let side = if rw.contains("write") { "write" } else { "read" };
+    json.find('{')
+        .and_then(|start| serde_json::from_str::<Value>(&json[start..]).ok())
+        .and_then(|v| v["jobs"][0][side]["total_ios"].as_f64())
+        .unwrap_or(0.0)
+}
+
+/// CPU seconds (user + system, every thread) process `pid` used so far; 0 if unknown.
+fn cpu_secs(pid: u32) -> f64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = text.rsplit_once(')').map_or("", |(_, r)| r);
+    // After the command: state (field 3) first; utime and stime are fields 14 and 15.
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let field = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    (field(11) + field(12)) as f64 / hz
+}
+
 /// (time_in_queue ms, wall clock) of block device `dev` now.
 fn queue_clock(dev: &str) -> (u64, Instant) {
     let name = dev.trim_start_matches("/dev/");
@@ -139,9 +179,36 @@ pub(super) fn run_experiment(
 ) -> Result<()> {
     let size = o.engine_file_bytes;
     let name = tb.ensure_file(size)?;
+    if exp == Experiment::Engine && o.engine_interleave {
+        for p in points_of(o, exp) {
+            for cfg in o.configs_for(exp) {
+                bar.message(format!("{} {} QD {} x {}", exp.name(), cfg.name(), p.2, p.3));
+                match in_config(tb, o, exp, cfg, &name, &[p]) {
+                    Ok(recs) => report.engine_runs.extend(recs),
+                    Err(e) if sys::interrupted() => return Err(e),
+                    Err(e) => {
+                        note!("paper: {} {} {} QD {} x {}: FAILED: {e}", exp.name(), cfg.name(), p.0, p.2, p.3);
+                        report.engine_runs.push(EngineRecord {
+                            experiment: Some(exp),
+                            config: Some(cfg),
+                            rw: p.0.into(),
+                            block_bytes: p.1,
+                            iodepth: p.2,
+                            jobs: p.3,
+                            error: Some(e.to_string()),
+                            ..EngineRecord::default()
+                        });
+                    }
+                }
+                progress(report);
+            }
+        }
+        bar.inc(o.configs_for(exp).len() as u64);
+        return Ok(());
+    }
     for cfg in o.configs_for(exp) {
         bar.message(format!("{} {}", exp.name(), cfg.name()));
-        match in_config(tb, o, exp, cfg, &name) {
+        match in_config(tb, o, exp, cfg, &name, &points_of(o, exp)) {
             Ok(recs) => report.engine_runs.extend(recs),
             Err(e) if sys::interrupted() => return Err(e),
             Err(e) => {
@@ -166,6 +233,7 @@ fn in_config(
     exp: Experiment,
     cfg: ConfigKind,
     name: &str,
+    points: &[Point],
 ) -> Result<Vec<EngineRecord>> {
     tb.remount()?;
     let mem = tb.memory_cgroup(Some(o.memory_bytes))?;
@@ -181,21 +249,35 @@ fn in_config(
             .map_err(|e| BenchError::Setup(format!("write {}: {e}", path.display())))?;
         extra.extend([OsString::from("--config"), path.into_os_string()]);
     }
+    // The ring transport: the kernel's switch on while this configuration runs.
+    let _rings = if cfg == ConfigKind::PassthroughRing {
+        extra.extend(["--fuse-uring", "on"].map(OsString::from));
+        Some(KernelSwitch::on()?)
+    } else {
+        None
+    };
     let remote = lenders.as_ref().map(|l| &l.addrs[..]);
     let mount = MountDaemon::for_config(tb, o, cfg, remote, &extra, &[&mem, &tb.blkio], &log)?;
     let file: PathBuf = if mount.is_some() { tb.mnt.join(name) } else { tb.ext4.join(name) };
     let procs = [mem.procs(), tb.blkio.procs()];
     let refs: Vec<&Path> = procs.iter().map(|p| p.as_path()).collect();
     let mut recs = Vec::new();
-    for p in points(exp, o.quick) {
+    for &p in points {
         sys::check_interrupt()?;
         let mut cmd = Command::new("fio");
         cmd.args(fio_args(&file, p, o.engine_secs));
         sys::confine(&mut cmd, &refs);
         let (q0, t0) = queue_clock(&tb.loopdev);
+        let c0 = mount.as_ref().map(|m| cpu_secs(m.pid()));
         let out = sys::output_bounded(cmd, Duration::from_secs(o.engine_secs * 3 + 120), "fio (apt-get install fio)")?;
         let (q1, t1) = queue_clock(&tb.loopdev);
+        let c1 = mount.as_ref().map(|m| cpu_secs(m.pid()));
         let (iops, p50, p99) = parse_fio(&out, p.0)?;
+        let ios = fio_total_ios(&out, p.0);
+        let daemon_cpu_us_per_io = match (c0, c1) {
+            (Some(a), Some(b)) if ios > 0.0 => (b - a) * 1e6 / ios,
+            _ => 0.0,
+        };
         let r = EngineRecord {
             experiment: Some(exp),
             config: Some(cfg),
@@ -208,10 +290,12 @@ fn in_config(
             p50_us: p50,
             p99_us: p99,
             disk_queue: q1.saturating_sub(q0) as f64 / ((t1 - t0).as_secs_f64() * 1000.0).max(1.0),
+            daemon_cpu_us_per_io,
             error: None,
         };
         note!(
-            "paper: [{} {}] {} {} QD {} × {} jobs: {:.0} IOPS, p50 {:.0} µs, p99 {:.0} µs, disk queue {:.1}",
+            "paper: [{} {}] {} {} QD {} × {} jobs: {:.0} IOPS, p50 {:.0} µs, p99 {:.0} µs, disk queue {:.1}, daemon CPU \
+             {:.1} µs per I/O",
             exp.name(),
             cfg.name(),
             r.rw,
@@ -221,7 +305,8 @@ fn in_config(
             r.iops,
             r.p50_us,
             r.p99_us,
-            r.disk_queue
+            r.disk_queue,
+            r.daemon_cpu_us_per_io
         );
         recs.push(r);
     }
@@ -232,6 +317,30 @@ fn in_config(
         l.stop();
     }
     Ok(recs)
+}
+
+/// `/sys/module/fuse/parameters/enable_uring`, on while this lives, then as it was.
+struct KernelSwitch {
+    before: String,
+}
+
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+impl KernelSwitch {
+    fn on() -> Result<KernelSwitch> {
+        let before = std::fs::read_to_string(ENABLE_URING)
+            .map_err(|e| BenchError::Setup(format!("{ENABLE_URING}: {e} (passthrough-ring needs Linux 6.14+)")))?;
+        std::fs::write(ENABLE_URING, "Y").map_err(|e| BenchError::Setup(format!("writing {ENABLE_URING}: {e}")))?;
+        Ok(KernelSwitch { before: before.trim().to_string() })
+    }
+}
+
+impl Drop for KernelSwitch {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(ENABLE_URING, &self.before) {
+            note!("paper: could not restore {ENABLE_URING} to {}: {e}", self.before);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -253,6 +362,19 @@ mod tests {
         for want in ["--filename=/m/f", "--rw=randread", "--iodepth=1", "--runtime=7", "--direct=1"] {
             assert!(a.iter().any(|x| x == want), "{want} in {a:?}");
         }
+    }
+
+    #[test]
+    fn reads_a_process_cpu_time() {
+        let before = cpu_secs(std::process::id());
+        let t0 = Instant::now();
+        let mut x = 0u64;
+        while t0.elapsed() < Duration::from_millis(300) {
+            x = x.wrapping_mul(31).wrapping_add(1);
+        }
+        assert!(x != 1);
+        let spent = cpu_secs(std::process::id()) - before;
+        assert!((0.1..5.0).contains(&spent), "{spent}");
     }
 
     #[test]

@@ -115,7 +115,9 @@ impl Experiment {
     pub fn own_configs(self) -> &'static [ConfigKind] {
         match self {
             e if e.of_the_tier() => &ConfigKind::TIER_SET,
-            Experiment::Engine => &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::Farcache],
+            Experiment::Engine => {
+                &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::PassthroughRing, ConfigKind::Farcache]
+            }
             Experiment::Serial => &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::Serialized],
             Experiment::Migrate => &[ConfigKind::Farcache],
             _ => &ConfigKind::ALL,
@@ -178,6 +180,11 @@ pub enum ConfigKind {
     /// `farcache mount --no-remote` serving one request at a time (one FUSE thread, the
     /// synchronous engine): paper 002's serialized I/O, for its comparison only.
     Serialized,
+    /// `farcache mount --no-remote --fuse-uring on`: the passthrough with FUSE-over-io_uring
+    /// instead of `/dev/fuse` read loops (issue 11; the kernel's switch is turned on for it
+    /// and restored after).
+    #[serde(rename = "passthrough-ring")]
+    PassthroughRing,
 }
 
 impl ConfigKind {
@@ -198,6 +205,7 @@ impl ConfigKind {
             ConfigKind::TierSsd => "tier-ssd",
             ConfigKind::FarcacheTier => "farcache-tier",
             ConfigKind::Serialized => "serialized",
+            ConfigKind::PassthroughRing => "passthrough-ring",
         }
     }
 
@@ -210,6 +218,7 @@ impl ConfigKind {
                 | ConfigKind::TierSsd
                 | ConfigKind::FarcacheTier
                 | ConfigKind::Serialized
+                | ConfigKind::PassthroughRing
         )
     }
 
@@ -227,8 +236,8 @@ impl ConfigKind {
 impl std::str::FromStr for ConfigKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        ConfigKind::ALL.into_iter().chain(ConfigKind::TIER_SET).chain([ConfigKind::Serialized, ConfigKind::FarcacheTier]).find(|c| c.name() == s).ok_or_else(|| {
-            format!("unknown configuration {s:?}: native, passthrough, farcache, ideal, tier-dram, tier-ssd, farcache-tier or serialized")
+        ConfigKind::ALL.into_iter().chain(ConfigKind::TIER_SET).chain([ConfigKind::Serialized, ConfigKind::FarcacheTier, ConfigKind::PassthroughRing]).find(|c| c.name() == s).ok_or_else(|| {
+            format!("unknown configuration {s:?}: native, passthrough, passthrough-ring, farcache, ideal, tier-dram, tier-ssd, farcache-tier or serialized")
         })
     }
 }
@@ -329,6 +338,16 @@ pub struct PaperOptions {
     pub engine_file_bytes: u64,
     #[serde(default)]
     pub engine_secs: u64,
+    /// engine: fio points of these kinds only ("randread", "randwrite"; empty: both).
+    #[serde(default)]
+    pub engine_rw: Vec<String>,
+    /// engine: these queue depths only (empty: all of `engine::QUEUE_DEPTHS`).
+    #[serde(default)]
+    pub engine_qds: Vec<u32>,
+    /// engine: each fio point in every configuration before the next point (a fresh mount
+    /// for each), so that the machine's drift falls on every configuration alike.
+    #[serde(default)]
+    pub engine_interleave: bool,
     /// migrate: files of 4 MiB on the first disk (half of them move).
     #[serde(default)]
     pub migrate_files: u64,
@@ -383,6 +402,9 @@ impl PaperOptions {
             destage_bytes: 512 * MIB,
             engine_file_bytes: GIB,
             engine_secs: 10,
+            engine_rw: Vec::new(),
+            engine_qds: Vec::new(),
+            engine_interleave: false,
             // Paper 001 used 1,024 files; 128 (512 MiB) keeps a full run (2 sources × 3
             // thread counts, each warmed through 200-IOPS disks) under 15 minutes.
             migrate_files: 128,

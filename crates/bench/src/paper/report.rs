@@ -400,7 +400,7 @@ fn checks(r: &PaperReport) -> Vec<Verdict> {
         for cfg in o.configs_for(exp) {
             let recs: Vec<_> =
                 r.engine_runs.iter().filter(|x| x.experiment == Some(exp) && x.config == Some(cfg)).collect();
-            let want = super::engine::points(exp, o.quick).len();
+            let want = super::engine::points_of(o, exp).len();
             let ok = recs.len() == want && recs.iter().all(|x| x.error.is_none() && x.iops > 0.0);
             v.push(Verdict {
                 what: format!("{} {} ran every point", exp.name(), cfg.name()),
@@ -755,8 +755,14 @@ fn render_engine_runs(s: &mut String, r: &PaperReport) {
             let _ = write!(head, " {}/{} |", c.name(), base.name());
             rule.push_str("---:|");
         }
+        // The transport alone: the same passthrough over rings and over read loops.
+        let rings = cfgs.contains(&ConfigKind::Passthrough) && cfgs.contains(&ConfigKind::PassthroughRing);
+        if rings {
+            head.push_str(" passthrough-ring/passthrough |");
+            rule.push_str("---:|");
+        }
         let _ = writeln!(s, "{head}\n{rule}");
-        for p in super::engine::points(exp, o.quick) {
+        for p in super::engine::points_of(o, exp) {
             let get = |cfg: ConfigKind| {
                 recs.iter().find(|x| x.config == Some(cfg) && x.rw == p.0 && x.iodepth == p.2 && x.jobs == p.3).copied()
             };
@@ -769,7 +775,35 @@ fn render_engine_runs(s: &mut String, r: &PaperReport) {
                 let ratio = get(c).zip(get(base)).filter(|(_, b)| b.iops > 0.0).map(|(a, b)| a.iops / b.iops);
                 let _ = write!(row, " {} |", cell(ratio, 2));
             }
+            if rings {
+                let (r, l) = (get(ConfigKind::PassthroughRing), get(ConfigKind::Passthrough));
+                let ratio = r.zip(l).filter(|(_, b)| b.iops > 0.0).map(|(a, b)| a.iops / b.iops);
+                let _ = write!(row, " {} |", cell(ratio, 2));
+            }
             let _ = writeln!(s, "{row}");
+        }
+        // The daemon's CPU per I/O, where measured (runs before it was recorded have 0).
+        let mounts: Vec<ConfigKind> = cfgs.iter().copied().filter(|c| c.through_mount()).collect();
+        if recs.iter().any(|x| x.daemon_cpu_us_per_io > 0.0) && !mounts.is_empty() {
+            let _ = writeln!(s, "\nThe mount daemon's CPU time per I/O (µs, user + system, all threads):\n");
+            let mut head = String::from("| rw | jobs | QD |");
+            let mut rule = String::from("|---|---:|---:|");
+            for c in &mounts {
+                let _ = write!(head, " {} |", c.name());
+                rule.push_str("---:|");
+            }
+            let _ = writeln!(s, "{head}\n{rule}");
+            for p in super::engine::points_of(o, exp) {
+                let mut row = format!("| {} | {} | {} |", p.0, p.3, p.2);
+                for &c in &mounts {
+                    let v = recs
+                        .iter()
+                        .find(|x| x.config == Some(c) && x.rw == p.0 && x.iodepth == p.2 && x.jobs == p.3)
+                        .map(|x| format!("{:.1}", x.daemon_cpu_us_per_io));
+                    let _ = write!(row, " {} |", v.unwrap_or_else(|| "–".into()));
+                }
+                let _ = writeln!(s, "{row}");
+            }
         }
         let failed: Vec<String> = r
             .engine_runs

@@ -142,6 +142,16 @@ struct PaperArgs {
     /// engine, serial: seconds of each fio point (default 10; --quick 1).
     #[arg(long)]
     engine_secs: Option<u64>,
+    /// engine: fio points of these kinds only: randread, randwrite (default both).
+    #[arg(long, value_delimiter = ',')]
+    engine_rw: Vec<String>,
+    /// engine: these queue depths only, e.g. 1,16,32 (default 1,4,16,32).
+    #[arg(long, value_delimiter = ',')]
+    engine_qds: Vec<u32>,
+    /// engine: run each fio point in every configuration before the next point (a fresh
+    /// mount each time), so that the machine's drift falls on all configurations alike.
+    #[arg(long)]
+    engine_interleave: bool,
     /// engine, serial: the file's size (default 1GiB; --quick 64MiB).
     #[arg(long)]
     engine_size: Option<ByteSize>,
@@ -545,6 +555,15 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
         anyhow::ensure!((1..=600).contains(&d), "--engine-secs: 1 to 600");
         o.engine_secs = d;
     }
+    for rw in &a.engine_rw {
+        anyhow::ensure!(rw == "randread" || rw == "randwrite", "--engine-rw: randread or randwrite, not {rw:?}");
+    }
+    o.engine_rw = a.engine_rw.clone();
+    for q in &a.engine_qds {
+        anyhow::ensure!((1..=1024).contains(q), "--engine-qds: 1 to 1024");
+    }
+    o.engine_qds = a.engine_qds.clone();
+    o.engine_interleave = a.engine_interleave;
     if let Some(d) = a.engine_size {
         anyhow::ensure!(
             d.bytes() >= 16 << 20 && d.bytes() % (1 << 20) == 0,

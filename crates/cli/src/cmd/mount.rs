@@ -45,6 +45,24 @@ impl From<RoutingArg> for Routing {
     }
 }
 
+/// `--fuse-uring`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum FuseUringArg {
+    Off,
+    Auto,
+    On,
+}
+
+impl From<FuseUringArg> for farcache_fuse::FuseUring {
+    fn from(a: FuseUringArg) -> farcache_fuse::FuseUring {
+        match a {
+            FuseUringArg::Off => farcache_fuse::FuseUring::Off,
+            FuseUringArg::Auto => farcache_fuse::FuseUring::Auto,
+            FuseUringArg::On => farcache_fuse::FuseUring::On,
+        }
+    }
+}
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Directory whose whole tree the mount shows: the truth, on the (slow) disk. Several,
@@ -105,6 +123,11 @@ pub struct Args {
     /// process) [server] tables apply. Flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// How the kernel's requests reach the daemon: off (/dev/fuse read loops), auto
+    /// (FUSE-over-io_uring where the kernel offers it) or on (refuse to start without it).
+    /// Overrides mount.fuse_uring.
+    #[arg(long, value_enum, value_name = "MODE")]
+    fuse_uring: Option<FuseUringArg>,
     /// Take the live mount on MOUNTPOINT over from the daemon serving it (an upgrade in
     /// place): same arguments otherwise. The running daemon hands over its FUSE connection
     /// and exits; applications see a short stall, no error. A write-back tier (the same
@@ -142,6 +165,9 @@ pub struct MountStats {
     /// A mount of several backing branches: its counters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub union: Option<farcache_fuse::union::UnionStats>,
+    /// How requests reach the daemon: read loops or FUSE-over-io_uring, and why.
+    #[serde(default)]
+    pub fuse: farcache_fuse::TransportStats,
 }
 
 /// The data path behind the mount, as the control channel sees it.
@@ -164,6 +190,8 @@ struct MountControl {
     started: Instant,
     /// Set once a mount of several branches is live.
     union: std::sync::OnceLock<farcache_fuse::union::UnionHandle>,
+    /// Set once the mount is live.
+    transport: std::sync::OnceLock<farcache_fuse::Transport>,
 }
 
 /// How long a daemon taking a mount over waits for the running one to let go of the
@@ -174,6 +202,12 @@ const _: () = assert!(TIER_HANDOVER_WAIT.as_secs() > 2 * farcache_engine::writeb
 
 const ONE_BRANCH: &str =
     "this mount has one backing directory: nothing to balance (mount DIR1:DIR2 MOUNTPOINT to have several)";
+
+/// `mount.fuse_uring = "on"` with a way of handing the connection to another daemon.
+const RINGS_NOT_HANDED_OVER: &str = "mount.fuse_uring = \"on\" cannot be combined with WHAT: a request in flight on \
+     a FUSE-over-io_uring entry cannot be handed to another daemon (there is no commit without a fetch and the kernel \
+     resends none of them), so the mount would hang when its daemon changes; fix: set mount.fuse_uring = \"auto\" \
+     (read loops with WHAT) or \"off\", or leave WHAT out";
 
 const NO_REMOTE: &str = "this mount has no remote tier (--no-remote); remount without it to borrow from lenders";
 
@@ -197,6 +231,7 @@ impl MountControl {
             remote_tier: self.remote_tier.to_string(),
             cache: self.cache_stats(),
             union: self.union.get().map(|u| u.stats()),
+            fuse: self.transport.get().map(|t| t.snapshot()).unwrap_or_default(),
         }
     }
 
@@ -280,6 +315,9 @@ fn settings(a: &Args) -> anyhow::Result<crate::config::Config> {
     if let Some(m) = &a.metrics_listen {
         c.mount.metrics_listen = m.clone();
     }
+    if let Some(u) = a.fuse_uring {
+        c.mount.fuse_uring = u.into();
+    }
     c.mount.validate()?;
     if !a.servers.is_empty() {
         c.cache.servers = a.servers.clone();
@@ -354,6 +392,11 @@ fn branches(a: &Args, cfg: &farcache_fuse::MountConfig) -> anyhow::Result<Vec<Pa
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     if a.supervise {
+        // Checked here, not only in the daemon: a daemon that refuses to start would be
+        // restarted until the limit.
+        if settings(&a)?.mount.fuse_uring == farcache_fuse::FuseUring::On {
+            anyhow::bail!("{}", RINGS_NOT_HANDED_OVER.replace("WHAT", "--supervise"));
+        }
         let window = std::time::Duration::from_secs(a.restart_window);
         return super::supervise::run(super::supervise::daemon_args(), a.restart_limit, window, a.mountpoint());
     }
@@ -378,7 +421,19 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     let shown = branches.iter().map(|b| b.display().to_string()).collect::<Vec<_>>().join(":");
-    let cfg = file_cfg.mount.clone();
+    let mut cfg = file_cfg.mount.clone();
+    if cfg.fuse_uring != farcache_fuse::FuseUring::Off && (a.takeover || supervisor.is_some()) {
+        let what = if a.takeover { "--takeover" } else { "--supervise" };
+        if cfg.fuse_uring == farcache_fuse::FuseUring::On {
+            anyhow::bail!("{}", RINGS_NOT_HANDED_OVER.replace("WHAT", what));
+        }
+        tracing::info!(
+            "mount.fuse_uring = \"auto\" with {what}: /dev/fuse read loops (a request in flight on a ring cannot \
+             be handed to another daemon)"
+        );
+        cfg.fuse_uring = farcache_fuse::FuseUring::Off;
+    }
+    let cfg = cfg;
     let cache = file_cfg.cache.clone();
 
     // The control socket first: if another daemon serves this mount point, stop before
@@ -526,6 +581,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         remote_tier,
         started: Instant::now(),
         union: std::sync::OnceLock::new(),
+        transport: std::sync::OnceLock::new(),
     });
 
     // Signal handlers go in before the mount: a SIGTERM between the mount going live and a
@@ -587,6 +643,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         (m, bound.expect("bound unless taking over"), metrics, None)
     };
+    let _ = control.transport.set(mount.transport());
     if let Some(link) = &supervisor {
         // Only an explicit unmount (a signal, fusermount3) ends a supervised mount, never
         // this process ending.
@@ -689,7 +746,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     })?;
 
     loop {
-        let giver = Arc::new(Giver::new(mount.handle(), handover_settings.clone(), supervisor.is_some()));
+        // A connection whose INIT asked for rings refuses to be taken over.
+        let mut offered = handover_settings.clone();
+        offered["fuse_transport"] =
+            serde_json::json!(if mount.transport().negotiated_rings() { "io_uring" } else { "read-loops" });
+        let giver = Arc::new(Giver::new(mount.handle(), offered, supervisor.is_some()));
         *control.giver.lock().unwrap_or_else(|e| e.into_inner()) = Some(giver.clone());
         match mount.run()? {
             Ended::Unmounted => break,

@@ -274,6 +274,26 @@ fn render_mount(s: &MountStats) -> String {
         ByteSize(b.write_bytes).approx(),
         b.fsyncs
     );
+    let f = &s.fuse;
+    match f.mode.as_str() {
+        "io_uring" => {
+            let _ = writeln!(
+                out,
+                "fuse       FUSE-over-io_uring (mount.fuse_uring = {}): {} queues, {} entries, {} requests over the \
+                 rings, {} replies refused",
+                f.fuse_uring, f.ring_queues, f.ring_entries, f.ring_requests, f.ring_commit_errors
+            );
+        }
+        "" => {}
+        _ => {
+            let _ = writeln!(
+                out,
+                "fuse       /dev/fuse read loops (mount.fuse_uring = {}){}",
+                f.fuse_uring,
+                if f.reason.is_empty() { String::new() } else { format!(": {}", f.reason) }
+            );
+        }
+    }
     if let Some(u) = &s.union {
         let _ = writeln!(
             out,
@@ -385,6 +405,12 @@ mod tests {
             remote_tier: "lenders".into(),
             cache,
             union: None,
+            fuse: farcache_fuse::TransportStats {
+                mode: "read-loops".into(),
+                fuse_uring: "auto".into(),
+                reason: "FUSE-over-io_uring is off in the kernel".into(),
+                ..Default::default()
+            },
         };
         let t = render_mount(&s);
         for want in [
@@ -396,6 +422,7 @@ mod tests {
             "no lenders",
             "invalidations",
             "fallbacks",
+            "read loops (mount.fuse_uring = auto): FUSE-over-io_uring is off",
         ] {
             assert!(t.contains(want), "no {want:?} in\n{t}");
         }

@@ -72,6 +72,15 @@ pub fn settings(
 
 /// The first difference between the running daemon's settings and ours, as `key: problem`.
 fn mismatch(running: &Value, ours: &Value) -> Option<String> {
+    // A ring entry's request in flight cannot be handed over: there is no commit without a
+    // fetch, and the kernel resends none of them (ARCHITECTURE.md, "The FUSE transport").
+    if running.get("fuse_transport").and_then(Value::as_str) == Some("io_uring") {
+        return Some(
+            "fuse_transport: the running daemon serves over FUSE-over-io_uring, whose requests in flight cannot be \
+             handed to another daemon (mount it with mount.fuse_uring = \"off\" to be able to take it over)"
+                .into(),
+        );
+    }
     for k in ["backing_dir", "mountpoint", "remote_tier", "tier"] {
         if running.get(k) != ours.get(k) {
             return Some(format!("{k}: the running daemon has {}, this one {}", running[k], ours[k]));
@@ -365,5 +374,10 @@ mod tests {
         assert!(mismatch(&t("/t"), &base).unwrap().starts_with("tier: "));
         assert!(mismatch(&t("/t"), &t("/u")).unwrap().starts_with("tier: "));
         assert_eq!(mismatch(&t("/t"), &t("/t")), None);
+        let mut rings = base.clone();
+        rings["fuse_transport"] = json!("io_uring");
+        assert!(mismatch(&rings, &base).unwrap().starts_with("fuse_transport: "));
+        rings["fuse_transport"] = json!("read-loops");
+        assert_eq!(mismatch(&rings, &base), None);
     }
 }

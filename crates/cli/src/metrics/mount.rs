@@ -123,6 +123,13 @@ impl Collector for Snapshot {
         ] {
             o.value(m, v)?;
         }
+        for (m, v) in [
+            (FUSE_RING_ACTIVE, u64::from(s.fuse.mode == "io_uring")),
+            (FUSE_RING_REQUESTS, s.fuse.ring_requests),
+            (FUSE_RING_COMMIT_ERRORS, s.fuse.ring_commit_errors),
+        ] {
+            o.value(m, v)?;
+        }
         let u = s.union.clone().unwrap_or_default();
         for (m, v) in [
             (UNION_BRANCHES, u.branches.len().max(1) as u64),
@@ -183,6 +190,7 @@ mod tests {
             remote_tier: "lenders".into(),
             cache,
             union: None,
+            fuse: Default::default(),
         };
         let text = super::super::render(Snapshot(s));
         assert!(text.contains("farcache_mount_lender_puts_total{lender=\"127.0.0.1:7411\"} 3"), "{text}");

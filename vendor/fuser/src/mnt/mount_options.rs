@@ -18,6 +18,8 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// farcache patch: ask for FUSE-over-io_uring when the kernel offers it (`uring.rs`).
+    pub uring: Option<crate::UringConfig>,
 }
 
 /// Mount options accepted by the FUSE filesystem type

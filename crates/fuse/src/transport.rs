@@ -1,0 +1,150 @@
+//! How the kernel's requests reach this daemon: `/dev/fuse` read loops, or FUSE-over-io_uring
+//! (`mount.fuse_uring`; the transport itself is in the vendored fuser, `uring.rs`). Which one
+//! serves is never silent: it is logged at mount and shown by `farcache stats` with the
+//! reason when rings were asked for and are not used.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{FuseUring, MountConfig, MountError};
+
+/// The kernel's switch for FUSE-over-io_uring (Linux 6.14+, off by default).
+pub const ENABLE_URING_PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+const IO_URING_DISABLED: &str = "/proc/sys/kernel/io_uring_disabled";
+
+/// The kernel parameter: `None` when this kernel has no FUSE-over-io_uring at all.
+pub fn kernel_enable_uring() -> Option<bool> {
+    let s = std::fs::read_to_string(ENABLE_URING_PARAM).ok()?;
+    Some(matches!(s.trim(), "Y" | "y" | "1"))
+}
+
+/// Whether to ask for rings at INIT: `Ok(None)` yes, `Ok(Some(reason))` no, and why; an
+/// error when `mount.fuse_uring = "on"` cannot be honoured.
+pub(crate) fn plan(cfg: &MountConfig) -> Result<Option<String>, MountError> {
+    if cfg.fuse_uring == FuseUring::Off {
+        return Ok(Some("mount.fuse_uring = \"off\"".into()));
+    }
+    let problem = match kernel_enable_uring() {
+        None => Some("this kernel has no FUSE-over-io_uring (Linux 6.14+ built with CONFIG_FUSE_IO_URING)".to_string()),
+        Some(false) => Some(format!("FUSE-over-io_uring is off in the kernel ({ENABLE_URING_PARAM} is N)")),
+        Some(true) => match std::fs::read_to_string(IO_URING_DISABLED).map(|s| s.trim().to_string()) {
+            Ok(v) if v == "2" => Some("io_uring is disabled on this machine (kernel.io_uring_disabled = 2)".into()),
+            _ => None,
+        },
+    };
+    match (problem, cfg.fuse_uring) {
+        (None, _) => Ok(None),
+        (Some(p), FuseUring::On) => Err(MountError::FuseUring {
+            problem: format!("\"on\", but {p}"),
+            fix: format!(
+                "as root, `echo Y > {ENABLE_URING_PARAM}` (and kernel.io_uring_disabled = 0), or set mount.fuse_uring \
+                 = \"auto\" (rings when available) or \"off\""
+            ),
+        }),
+        (Some(p), _) => Ok(Some(p)),
+    }
+}
+
+/// How requests reach this daemon, and the ring transport's counters.
+#[derive(Clone)]
+pub struct Transport {
+    setting: FuseUring,
+    /// Why rings are not asked for ("" when they are).
+    why_not: String,
+    rings: Option<Arc<fuser::UringStats>>,
+}
+
+/// What `farcache stats` shows of the transport (docs/METRICS.md, `fuse`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransportStats {
+    /// "io_uring" (FUSE-over-io_uring serves) or "read-loops" (`/dev/fuse`).
+    pub mode: String,
+    /// `mount.fuse_uring` as configured: "off", "auto" or "on".
+    pub fuse_uring: String,
+    /// Why rings do not serve, when asked for ("" otherwise).
+    pub reason: String,
+    /// Ring queues (one per possible CPU) and entries registered.
+    pub ring_queues: u64,
+    pub ring_entries: u64,
+    /// Requests received and answered over the rings (FORGET and INTERRUPT never are).
+    pub ring_requests: u64,
+    /// Replies the kernel refused over the rings.
+    pub ring_commit_errors: u64,
+}
+
+impl Transport {
+    pub(crate) fn read_loops(cfg: &MountConfig, why: &str) -> Transport {
+        Transport { setting: cfg.fuse_uring, why_not: why.to_string(), rings: None }
+    }
+
+    /// After INIT: rings asked for (`why_not` None) and agreed, or the reason they are not.
+    pub(crate) fn negotiated(
+        cfg: &MountConfig,
+        why_not: Option<String>,
+        stats: Arc<fuser::UringStats>,
+    ) -> Result<Transport, MountError> {
+        if let Some(why) = why_not {
+            return Ok(Transport { setting: cfg.fuse_uring, why_not: why, rings: None });
+        }
+        if !stats.negotiated.load(Ordering::SeqCst) {
+            let problem = if stats.offered.load(Ordering::SeqCst) {
+                "the INIT reply could not ask for FUSE_OVER_IO_URING".to_string()
+            } else {
+                "the kernel's INIT did not offer FUSE_OVER_IO_URING".to_string()
+            };
+            if cfg.fuse_uring == FuseUring::On {
+                return Err(MountError::FuseUring {
+                    problem: format!("\"on\", but {problem}"),
+                    fix: format!("check {ENABLE_URING_PARAM} is Y, or set mount.fuse_uring = \"auto\" or \"off\""),
+                });
+            }
+            return Ok(Transport { setting: cfg.fuse_uring, why_not: problem, rings: None });
+        }
+        Ok(Transport { setting: cfg.fuse_uring, why_not: String::new(), rings: Some(stats) })
+    }
+
+    /// For the mount's log line.
+    pub fn describe(&self) -> String {
+        match (&self.rings, self.why_not.is_empty()) {
+            (Some(_), _) => "FUSE-over-io_uring (negotiated at INIT; queues registered when serving starts)".into(),
+            (None, true) => "/dev/fuse read loops".into(),
+            (None, false) => format!("/dev/fuse read loops ({})", self.why_not),
+        }
+    }
+
+    /// Whether the INIT reply asked for rings: from then on the kernel routes requests to
+    /// ring queues (once registered), so the connection can no longer be handed over.
+    pub fn negotiated_rings(&self) -> bool {
+        self.rings.is_some()
+    }
+
+    /// Whether the rings serve (negotiated and every entry registered).
+    pub fn uses_rings(&self) -> bool {
+        self.rings.as_ref().is_some_and(|s| s.active.load(Ordering::SeqCst))
+    }
+
+    pub fn snapshot(&self) -> TransportStats {
+        let mut t = TransportStats {
+            mode: "read-loops".into(),
+            fuse_uring: self.setting.to_string(),
+            reason: self.why_not.clone(),
+            ..TransportStats::default()
+        };
+        if let Some(s) = &self.rings {
+            if s.active.load(Ordering::SeqCst) {
+                t.mode = "io_uring".into();
+            } else if let Some(e) = s.error.lock().as_ref() {
+                t.reason = format!("ring registration failed: {e}");
+            } else {
+                t.reason = "rings negotiated, not registered yet".into();
+            }
+            t.ring_queues = s.queues.load(Ordering::Relaxed);
+            t.ring_entries = s.entries.load(Ordering::Relaxed);
+            t.ring_requests = s.requests.load(Ordering::Relaxed);
+            t.ring_commit_errors = s.commit_errors.load(Ordering::Relaxed);
+        }
+        t
+    }
+}
