@@ -62,6 +62,21 @@ pub struct EngineRecord {
 /// One fio point: (rw, block bytes, iodepth, jobs, ioengine).
 pub type Point = (&'static str, u64, u32, u32, &'static str);
 
+impl EngineRecord {
+    /// A record of point `p` of `exp` in `cfg`, its measurements still empty.
+    fn at(exp: Experiment, cfg: ConfigKind, p: &Point) -> EngineRecord {
+        EngineRecord {
+            experiment: Some(exp),
+            config: Some(cfg),
+            rw: p.0.into(),
+            block_bytes: p.1,
+            iodepth: p.2,
+            jobs: p.3,
+            ..EngineRecord::default()
+        }
+    }
+}
+
 /// The fio points of `exp` (`quick`: the ends of each range only).
 pub fn points(exp: Experiment, quick: bool) -> Vec<Point> {
     let ends = |x: &[u32]| if quick { vec![x[0], x[x.len() - 1]] } else { x.to_vec() };
@@ -188,16 +203,9 @@ pub(super) fn run_experiment(
                     Err(e) if sys::interrupted() => return Err(e),
                     Err(e) => {
                         note!("paper: {} {} {} QD {} x {}: FAILED: {e}", exp.name(), cfg.name(), p.0, p.2, p.3);
-                        report.engine_runs.push(EngineRecord {
-                            experiment: Some(exp),
-                            config: Some(cfg),
-                            rw: p.0.into(),
-                            block_bytes: p.1,
-                            iodepth: p.2,
-                            jobs: p.3,
-                            error: Some(e.to_string()),
-                            ..EngineRecord::default()
-                        });
+                        report
+                            .engine_runs
+                            .push(EngineRecord { error: Some(e.to_string()), ..EngineRecord::at(exp, cfg, &p) });
                     }
                 }
                 progress(report);
@@ -279,12 +287,6 @@ fn in_config(
             _ => 0.0,
         };
         let r = EngineRecord {
-            experiment: Some(exp),
-            config: Some(cfg),
-            rw: p.0.into(),
-            block_bytes: p.1,
-            iodepth: p.2,
-            jobs: p.3,
             secs: (t1 - t0).as_secs_f64(),
             iops,
             p50_us: p50,
@@ -292,6 +294,7 @@ fn in_config(
             disk_queue: q1.saturating_sub(q0) as f64 / ((t1 - t0).as_secs_f64() * 1000.0).max(1.0),
             daemon_cpu_us_per_io,
             error: None,
+            ..EngineRecord::at(exp, cfg, &p)
         };
         note!(
             "paper: [{} {}] {} {} QD {} × {} jobs: {:.0} IOPS, p50 {:.0} µs, p99 {:.0} µs, disk queue {:.1}, daemon CPU \
