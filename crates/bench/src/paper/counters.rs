@@ -135,7 +135,7 @@ mod tests {
                 x = x.wrapping_add(std::hint::black_box(1));
             }
         }
-        assert!(x > 0);
+        std::hint::black_box(x); // (the process may have been charged before the loop ran)
         assert!(process_cpu_ms(std::process::id()) > 0.0, "no CPU time charged after 5 s of spinning");
         assert_eq!(process_cpu_ms(u32::MAX), 0.0);
         assert!(machine_busy_ms() > 0.0);
