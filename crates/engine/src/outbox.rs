@@ -54,8 +54,6 @@ pub(crate) struct Batch {
     pub dels: Vec<BlockKey>,
 }
 
-/// The queues and their bounds. The flusher is `Remote`'s (it knows the lenders); the
-/// outbox only queues, counts and wakes it.
 /// What waits in the outbox.
 #[derive(Default)]
 struct Queued {
@@ -75,6 +73,8 @@ impl Queued {
     }
 }
 
+/// The queues and their bounds. The flusher is `Remote`'s (it knows the lenders); the
+/// outbox only queues, counts and wakes it.
 pub(crate) struct Outbox {
     queued: Mutex<Queued>,
     wake: Notify,

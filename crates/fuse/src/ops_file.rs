@@ -52,9 +52,10 @@ impl Passthrough {
         if !h.backing.writable() {
             return Err(sys::err(libc::EBADF));
         }
-        if !self.xattrs {
-            // The kernel asks no more (ENOSYS), so a write drops capabilities here: at once,
-            // even when a write-back tier holds the data.
+        if !self.xattrs && !self.data.backing_is_complete() {
+            // The kernel asks no more (ENOSYS). A write that reaches the backing file has its
+            // file system drop the capabilities (as for any writer); one a write-back tier
+            // holds would drop them only at destage, so it is done here, at once.
             sys::drop_capabilities(h.backing.file().as_fd());
         }
         let n = match &self.union {

@@ -291,8 +291,9 @@ pub(crate) fn setxattr(fd: BorrowedFd<'_>, name: &CStr, value: &[u8], flags: i32
 }
 
 /// Drop a file's capabilities (`security.capability`), as a local file system does on every
-/// write: with `mount.xattrs = false` the kernel no longer asks the mount about them, so the
-/// daemon does it (a file without them costs one system call answered ENODATA).
+/// write: with `mount.xattrs = false` and a write-back tier the kernel no longer asks the mount
+/// about them and the backing file is written later, so the daemon does it (a file without
+/// them costs one system call answered ENODATA).
 pub(crate) fn drop_capabilities(fd: BorrowedFd<'_>) {
     // SAFETY: a descriptor we hold and a NUL-terminated name.
     let r = unsafe { libc::fremovexattr(fd.as_raw_fd(), c"security.capability".as_ptr()) };
