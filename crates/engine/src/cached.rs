@@ -45,7 +45,7 @@ use crate::data_path::{CopyRead, DataPath};
 use crate::identity::FileId;
 use crate::index::{BlockIndex, BlockKey, FileIndex, Stamp, BLOCK_BYTES};
 use crate::remote::Remote;
-use crate::routing::{Router, RouterState};
+use crate::routing::{Decision, Router, RouterState, STREAM_PROBE_MIN_BYTES};
 use crate::stats::{CacheStats, IndexStats, RoutingStats};
 
 /// Counters of the cache engine beyond the remote tier's own.
@@ -249,12 +249,56 @@ impl<D: DataPath> CachedPath<D> {
         if !self.routing.measures() {
             return self.disk.read(file, offset, len);
         }
+        let stream = self.routing.stream_begin(sequential, false);
         let t = Instant::now();
         let data = self.disk.read(file, offset, len)?;
         if !data.is_empty() {
-            self.routing.disk_read(data.len().min(asked) as u64, sequential, t.elapsed());
+            let (got, took) = (data.len().min(asked) as u64, t.elapsed());
+            self.routing.disk_read(got, sequential, took);
+            self.routing.stream_read(stream, got, Some(took));
         }
         Ok(data)
+    }
+
+    /// A stream probe: fetch the last stream seeds the lenders still hold back from them, at
+    /// least [`STREAM_PROBE_MIN_BYTES`] at once, and time it (the data is dropped; the read
+    /// the probe was offered on then goes to the disk as decided). One per probe interval
+    /// like any probe, counted in `adaptive_probes`; seeds the lenders lost are forgotten.
+    fn probe_stream_seeds(&self, d: &Decision) {
+        let mut keys = Vec::new();
+        let mut files = Vec::new();
+        for (id, first, last) in self.routing.stream_seeds().into_iter().rev() {
+            if !self.index.holds_all(&id, first, last) {
+                continue;
+            }
+            let f = self.index.file(&id);
+            if let Some(k) = (first..=last).map(|b| self.index.lookup(&f, b)).collect::<Option<Vec<BlockKey>>>() {
+                files.extend(std::iter::repeat_n(f, k.len()));
+                keys.extend(k);
+            }
+            if keys.len() as u64 * BLOCK_BYTES >= STREAM_PROBE_MIN_BYTES {
+                break;
+            }
+        }
+        let bytes = keys.len() as u64 * BLOCK_BYTES;
+        if bytes < STREAM_PROBE_MIN_BYTES || !self.routing.claim_remote_probe(d) {
+            return;
+        }
+        add(&self.counters.adaptive_probes, 1);
+        let stream = self.routing.stream_probe_begin();
+        let t = Instant::now();
+        let fetched = self.remote.fetch(&keys, BLOCK_BYTES as usize);
+        let took = t.elapsed();
+        let whole = !fetched.failed && fetched.values.iter().all(Option::is_some);
+        self.routing.stream_read(stream, bytes, whole.then_some(took));
+        if fetched.failed {
+            self.routing.remote_failed(took);
+        }
+        for ((k, f), v) in keys.iter().zip(&files).zip(&fetched.values) {
+            if v.is_none() {
+                self.index.mark_missing(f, *k);
+            }
+        }
     }
 
     /// Read the whole blocks covering `offset..offset + len` (`len > 0`) from the disk —
@@ -304,9 +348,12 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         }
         let mut d = self.routing.decide(file.id(), offset, len as u64);
         if d.may_probe_remote {
-            // The lenders are due a measurement: this read is it if they hold all of it.
+            // The lenders are due a measurement: this read is it if they hold all of it; a
+            // stream's is the last stream seeds fetched back (see `probe_stream_seeds`).
             let (first, last) = (offset / BLOCK_BYTES, (offset + len as u64 - 1) / BLOCK_BYTES);
-            if self.index.holds_all(file.id(), first, last) && self.routing.claim_remote_probe() {
+            if d.sequential {
+                self.probe_stream_seeds(&d);
+            } else if self.index.holds_all(file.id(), first, last) && self.routing.claim_remote_probe(&d) {
                 (d.route, d.probe) = (Route::Remote, true);
             }
         }
@@ -347,8 +394,11 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         let wanted: Vec<usize> =
             (0..keys.len()).filter(|i| !span.is_some_and(|(lo, hi)| (lo..=hi).contains(i))).collect();
         let asked: Vec<BlockKey> = wanted.iter().map(|&i| keys[i].expect("held outside the span")).collect();
+        let stream = self.routing.stream_begin(d.sequential, true);
         let t = Instant::now();
         let fetched = self.remote.fetch(&asked, BLOCK_BYTES as usize);
+        let stream_took = (fetched.asked > 0 && !fetched.failed).then(|| t.elapsed());
+        self.routing.stream_read(stream, fetched.asked as u64 * BLOCK_BYTES, stream_took);
         if self.routing.measures() {
             if fetched.asked > 0 {
                 self.routing.remote_fetch(fetched.asked as u64 * BLOCK_BYTES, t.elapsed());

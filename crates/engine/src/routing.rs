@@ -72,6 +72,14 @@
 //! Sequential reads are decided whole, with hysteresis: a stream goes where it is expected
 //! to finish sooner (the lenders only on a link faster than the disk's stream), and changes
 //! side only when the other is faster by more than [`HYSTERESIS`]; every change is counted.
+//! Streams are measured at the lenders on fetches of their own size only, on a clock of their
+//! own (random hits say nothing about a stream's rate): while streams are on the disk, one
+//! read in [`SEED_EVERY`] fills the lenders (a stream seed, [`RouterState::stream_seed`]),
+//! and when a stream probe is due the engine fetches the last seed back and times it — on the
+//! reading thread, before the read it serves from the disk, bounded like every probe. A
+//! stream reads each offset once a pass, so a probe that waited for a read of blocks the
+//! lenders hold would wait for the next pass (and, with seeds falling on the same offsets
+//! each pass, for ever: measured, a 10 Gbit/s link was never probed in three passes).
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -129,6 +137,24 @@ pub const SEED_EVERY: u64 = 64;
 pub const SHARE_ONE: u64 = 1024;
 /// The other side must be expected faster by this fraction before the rule switches to it.
 pub const HYSTERESIS: f64 = 0.1;
+/// A stream probe fetches the blocks of up to this many of the last stream seeds at once.
+pub const STREAM_PROBE_SEEDS: usize = 8;
+/// A stream probe counts only if it fetched at least this much: a shaped link's burst (a
+/// token bucket's, an emulated link's) lets a lone 128 KiB fetch through at the wire's
+/// speed, not the link's rate — measured here, 541 µs on a 1 Gbit/s TBF link with a 256 KiB
+/// bucket, where the rate alone takes 1,049 µs.
+pub const STREAM_PROBE_MIN_BYTES: u64 = 1 << 20;
+/// A probe (a fetch alone, at no load) must find the lenders this many times faster than the
+/// disk at its load before streams move to them; on the lenders their own fetches judge them.
+pub const STREAM_PROBE_MARGIN: f64 = 1.5;
+/// Lenders whose own stream fetches measured them slower than their probes are judged by
+/// those fetches for this long after the last of them (then the probes may try them again).
+pub const STREAM_RETRY: Duration = Duration::from_secs(30);
+/// A stream cost window closes after at least this many reads (and [`WINDOW_TIME`]).
+pub const STREAM_WINDOW_READS: u32 = 8;
+/// Streams stay on a side at least this long after changing to it (at most one change a
+/// second, however noisy the two sides' measurements).
+pub const STREAM_DWELL: Duration = Duration::from_secs(1);
 const _: () = assert!(STREAM_SLOTS.is_power_of_two());
 const _: () = assert!(HYSTERESIS > 0.0 && HYSTERESIS < 0.5);
 const _: () = assert!(WINDOW_STEP > 0 && WINDOW_MIN_READS > 0);
@@ -209,6 +235,13 @@ pub struct AdaptiveEstimates {
     /// lenders µs]` (-1: not measured).
     #[serde(default)]
     pub classes: Vec<[f64; 4]>,
+    /// What stream reads cost, µs per MiB: `[disk at its load, lenders at theirs, lenders'
+    /// probes]` (0: not measured).
+    #[serde(default)]
+    pub stream_us_per_mib: [f64; 3],
+    /// Where sequential reads go now: true = the lenders.
+    #[serde(default)]
+    pub stream_remote: bool,
 }
 
 /// One read's route.
@@ -241,6 +274,80 @@ impl Decision {
             (Route::Remote, true) => Route::Disk,
             (Route::Disk, true) => Route::Remote,
         }
+    }
+}
+
+/// What stream reads cost one side, in µs per byte at the side's own load: each read's time
+/// divided by the stream reads in flight on its side when it started (by Little's law, the
+/// time the side takes per read at that load), summed over windows of at least
+/// [`STREAM_WINDOW_READS`] reads and [`WINDOW_TIME`], each window's cost per byte moving the
+/// estimate halfway.
+///
+/// Why not a moving mean of each read's time, as for random reads: a throttled disk answers
+/// most of a stream's reads at once and holds one for the rest of its slice (measured here:
+/// 128 KiB reads at 0.3 ms and, a few times a second, 15–30 ms), so one stall moved the mean
+/// ten times past the disk's real cost; and reads at different loads do not compare (the
+/// disk carrying a stream against lenders idle, and the other way round): streams changed
+/// sides every second. The window mean is the real cost, and the side not carrying the
+/// stream keeps the estimate it had when it did — except the lenders' probes, fetched alone:
+/// a lender's cost at load is at most its cost alone, so a probe is the safe side of it.
+#[derive(Clone, Copy, Debug)]
+struct StreamCost {
+    sum_us: f64,
+    bytes: u64,
+    reads: u32,
+    /// When the window opened, µs after `born`.
+    start_us: u64,
+    /// The estimate: µs per byte (0: not measured yet).
+    per_byte_us: f64,
+    /// When a window last closed, µs after `born`.
+    closed_us: u64,
+}
+
+impl StreamCost {
+    fn new() -> StreamCost {
+        StreamCost { sum_us: 0.0, bytes: 0, reads: 0, start_us: 0, per_byte_us: 0.0, closed_us: 0 }
+    }
+
+    /// A read of `len` bytes that cost `us` at its load and took `took_us`, ending at `now`.
+    fn add(&mut self, len: u64, us: f64, now: u64, took_us: f64) {
+        if len == 0 || !us.is_finite() {
+            return;
+        }
+        if self.reads == 0 {
+            self.start_us = now.saturating_sub(took_us as u64);
+        }
+        self.sum_us += us;
+        self.bytes += len;
+        self.reads += 1;
+        if self.reads >= STREAM_WINDOW_READS && now.saturating_sub(self.start_us) >= WINDOW_TIME.as_micros() as u64 {
+            let cost = self.sum_us / self.bytes as f64;
+            self.per_byte_us = if self.per_byte_us > 0.0 { (self.per_byte_us + cost) / 2.0 } else { cost };
+            *self = StreamCost { per_byte_us: self.per_byte_us, closed_us: now, ..StreamCost::new() };
+        }
+    }
+}
+
+/// What streams cost: each side's reads at its load (`[0]` the disk, `[1]` the lenders),
+/// and the lenders' stream probes (µs per byte, each probe moving it halfway; 0: none yet).
+struct StreamCosts {
+    side: [StreamCost; 2],
+    probe_per_byte_us: f64,
+}
+
+/// A stream read in flight on one side ([`RouterState::stream_begin`]).
+pub struct StreamRead<'a> {
+    busy: &'a AtomicU64,
+    /// Stream reads in flight on its side when it started, itself included.
+    in_flight: u64,
+    remote: bool,
+    /// A probe's fetch, not a read's.
+    probe: bool,
+}
+
+impl Drop for StreamRead<'_> {
+    fn drop(&mut self) {
+        self.busy.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -284,6 +391,18 @@ pub(crate) struct Measured {
     remote_cost_us: AtomicU64,
     disk_cost_us: AtomicU64,
     disk_probes: AtomicU64,
+    /// Streams' own probe clock: when a stream-sized fetch was last timed, and what it took.
+    stream_seen_us: AtomicU64,
+    stream_cost_us: AtomicU64,
+    /// The blocks of the last [`STREAM_PROBE_SEEDS`] stream reads that seeded the lenders:
+    /// (file, first, last), oldest first.
+    stream_seeds: Mutex<std::collections::VecDeque<(FileId, u64, u64)>>,
+    /// When streams last changed sides, in µs after `born` (0: never).
+    stream_switched_us: AtomicU64,
+    /// Stream reads in flight on the disk (`[0]`) and the lenders (`[1]`).
+    stream_busy: [AtomicU64; 2],
+    /// What stream reads cost on each side, and the lenders' stream probes.
+    stream_cost: Mutex<StreamCosts>,
     born: Instant,
 }
 
@@ -378,6 +497,15 @@ impl RouterState {
                 disk_cost_us: AtomicU64::new(0),
                 disk_probes: AtomicU64::new(0),
                 remote_cost_us: AtomicU64::new(0),
+                stream_seen_us: AtomicU64::new(0),
+                stream_cost_us: AtomicU64::new(0),
+                stream_seeds: Mutex::new(std::collections::VecDeque::with_capacity(STREAM_PROBE_SEEDS)),
+                stream_switched_us: AtomicU64::new(0),
+                stream_busy: [AtomicU64::new(0), AtomicU64::new(0)],
+                stream_cost: Mutex::new(StreamCosts {
+                    side: [StreamCost::new(), StreamCost::new()],
+                    probe_per_byte_us: 0.0,
+                }),
                 born: Instant::now(),
             })),
         }
@@ -419,29 +547,74 @@ impl RouterState {
                 // continues the one before it.
                 let sequential = m.streams.observe(id, offset, len) || len >= STREAM_MIN_BYTES;
                 let (remote, fill) = if sequential {
-                    let (remote_us, disk_us) = {
-                        let a = m.model.lock();
-                        // Streams go to the lenders only on fetches of their size measured
-                        // (probes on seeded blocks), never on the model's extrapolation from
-                        // small fetches: a few 16 KiB fetches say little about a 1 Gbit/s
-                        // link's rate, and a stream sent to a slower side loses its whole
-                        // length.
-                        (a.remote_class_us(len).unwrap_or(f64::INFINITY), a.disk_us(len, true))
-                    };
+                    // Streams go to the lenders only on stream reads measured there (probes
+                    // on seeded blocks), never on the model's extrapolation from small
+                    // fetches: a few 16 KiB fetches say little about a 1 Gbit/s link's rate,
+                    // and a stream sent to a slower side loses its whole length. Both sides
+                    // by their cost per byte at their own load (`StreamCost`); a side not
+                    // yet measured keeps streams where they are.
                     let was_remote = m.stream_remote.load(Ordering::Relaxed);
-                    // Stay unless the other side is clearly faster.
-                    let remote = if was_remote {
+                    let (remote_us, disk_us) = {
+                        let c = m.stream_cost.lock();
+                        let probed = c.probe_per_byte_us * STREAM_PROBE_MARGIN;
+                        // On the lenders, they are judged by the stream's own fetches; on the
+                        // disk, by their probes (fresh, but taken alone: with a margin), or
+                        // by what the stream's fetches measured if that is worse and less
+                        // than STREAM_RETRY old (lenders fast alone and slow at a stream's
+                        // load would otherwise win every probe and lose every stream).
+                        let at_load = c.side[1].per_byte_us;
+                        let recent = at_load > 0.0
+                            && m.now_us().saturating_sub(c.side[1].closed_us) < STREAM_RETRY.as_micros() as u64;
+                        let remote = match was_remote {
+                            true if at_load > 0.0 => at_load,
+                            false if recent => at_load.max(probed),
+                            _ => probed,
+                        };
+                        match (remote, c.side[0].per_byte_us) {
+                            (r, d) if r > 0.0 && d > 0.0 => (r * len as f64, d * len as f64),
+                            _ => (f64::NAN, f64::NAN),
+                        }
+                    };
+                    // Stay unless the other side is clearly faster, and for at least
+                    // STREAM_DWELL after a change (one slow fetch or disk read moves a class
+                    // mean by half: without the dwell, streams changed sides ~15 times a
+                    // second on a 10 Gbit/s link twice the disk's speed, measured).
+                    let mut remote = if remote_us.is_nan() {
+                        was_remote
+                    } else if was_remote {
                         remote_us <= disk_us * (1.0 + HYSTERESIS)
                     } else {
                         remote_us * (1.0 + HYSTERESIS) < disk_us
                     };
-                    if remote != was_remote && m.stream_remote.swap(remote, Ordering::Relaxed) == was_remote {
-                        m.switches.fetch_add(1, Ordering::Relaxed);
+                    if remote != was_remote {
+                        let now = m.now_us();
+                        let last = m.stream_switched_us.load(Ordering::Relaxed);
+                        let dwelt = last == 0 || now.saturating_sub(last) >= STREAM_DWELL.as_micros() as u64;
+                        if !dwelt {
+                            remote = was_remote;
+                        } else if m.stream_remote.swap(remote, Ordering::Relaxed) == was_remote {
+                            m.switches.fetch_add(1, Ordering::Relaxed);
+                            m.stream_switched_us.store(now.max(1), Ordering::Relaxed);
+                            tracing::info!(
+                                len,
+                                remote_us,
+                                disk_us,
+                                "sequential reads now go to the {}",
+                                if remote { "lenders" } else { "disk" }
+                            );
+                        }
                     }
                     // A stream on the disk seeds the lenders one read in SEED_EVERY, so that
                     // a probe can measure them at its size (on a link faster than the disk,
                     // the next pass's stream then moves to them).
                     let seed = !remote && m.seed_acc.fetch_add(1, Ordering::Relaxed) % SEED_EVERY == SEED_EVERY - 1;
+                    if seed {
+                        let mut seeds = m.stream_seeds.lock();
+                        if seeds.len() == STREAM_PROBE_SEEDS {
+                            seeds.pop_front();
+                        }
+                        seeds.push_back((*id, offset / BLOCK, (offset + len - 1) / BLOCK));
+                    }
                     (remote, seed)
                 } else {
                     let share = m.disk_share.load(Ordering::Relaxed);
@@ -470,6 +643,11 @@ impl RouterState {
                     } else {
                         (Route::Remote, false, false)
                     }
+                } else if sequential {
+                    // A stream's probe is due on its own clock, seed or not (see the module
+                    // doc): the engine claims it ([`Self::claim_remote_probe`]) on this read's
+                    // blocks if the lenders hold them all, else on the last seed's.
+                    (Route::Disk, false, m.probe_wanted(&m.stream_seen_us, &m.stream_cost_us, REMOTE_PROBE_INTERVAL))
                 } else {
                     // The lenders are due a measurement: the engine claims it
                     // ([`Self::claim_remote_probe`]) once it knows they hold this read's blocks.
@@ -485,11 +663,72 @@ impl RouterState {
     }
 
     /// Claim the lenders' probe a [`Decision::may_probe_remote`] offered (one per interval,
-    /// however many threads ask); `false` if another read took it.
-    pub fn claim_remote_probe(&self) -> bool {
+    /// however many threads ask; streams' on their own clock); `false` if another read took
+    /// it.
+    pub fn claim_remote_probe(&self, d: &Decision) -> bool {
         match self {
+            RouterState::Adaptive(m) if d.sequential => {
+                m.probe_due(&m.stream_seen_us, &m.stream_cost_us, REMOTE_PROBE_INTERVAL)
+            }
             RouterState::Adaptive(m) => m.probe_due(&m.remote_seen_us, &m.remote_cost_us, REMOTE_PROBE_INTERVAL),
             RouterState::Threshold(_) => false,
+        }
+    }
+
+    /// A stream read starts on the disk (`remote` false) or the lenders: the guard counts it
+    /// in flight until dropped, and [`Self::stream_read`] takes it back with the time.
+    /// `None` for the threshold rule and for reads that are not a stream's.
+    pub fn stream_begin(&self, sequential: bool, remote: bool) -> Option<StreamRead<'_>> {
+        self.stream_start(sequential, remote, false)
+    }
+
+    /// A stream probe's fetch starts ([`Self::stream_begin`] for a probe).
+    pub fn stream_probe_begin(&self) -> Option<StreamRead<'_>> {
+        self.stream_start(true, true, true)
+    }
+
+    fn stream_start(&self, sequential: bool, remote: bool, probe: bool) -> Option<StreamRead<'_>> {
+        match self {
+            RouterState::Adaptive(m) if sequential => {
+                let busy = &m.stream_busy[remote as usize];
+                let in_flight = busy.fetch_add(1, Ordering::Relaxed) + 1;
+                Some(StreamRead { busy, in_flight, remote, probe })
+            }
+            _ => None,
+        }
+    }
+
+    /// A stream read of `len` bytes begun with [`Self::stream_begin`] took `took` (`None`:
+    /// it failed, and only leaves the count). A disk read while streams are on the lenders
+    /// (a block they lack) is not the disk at a stream's load, and is not counted.
+    pub fn stream_read(&self, read: Option<StreamRead<'_>>, len: u64, took: Option<Duration>) {
+        if let (RouterState::Adaptive(m), Some(r), Some(took)) = (self, read, took) {
+            if !r.remote && m.stream_remote.load(Ordering::Relaxed) {
+                return;
+            }
+            let now = m.now_us();
+            let us = took.as_secs_f64() * 1e6;
+            let mut c = m.stream_cost.lock();
+            if r.probe {
+                // The next probe waits PROBE_COST_FACTOR times this one's time (1 MiB on a
+                // 1 Gbit/s link: 8 ms, so a probe at most every 0.4 s, 2% of the link).
+                m.stream_seen_us.store(now, Ordering::Relaxed);
+                m.stream_cost_us.store(us as u64, Ordering::Relaxed);
+                let cost = us / len as f64;
+                let old = c.probe_per_byte_us;
+                c.probe_per_byte_us = if old > 0.0 { (old + cost) / 2.0 } else { cost };
+            } else {
+                c.side[r.remote as usize].add(len, us / r.in_flight as f64, now, us);
+            }
+        }
+    }
+
+    /// The blocks of the last stream reads that seeded the lenders, `(file, first, last)`,
+    /// oldest first: what a stream probe fetches.
+    pub fn stream_seeds(&self) -> Vec<(FileId, u64, u64)> {
+        match self {
+            RouterState::Adaptive(m) => m.stream_seeds.lock().iter().copied().collect(),
+            RouterState::Threshold(_) => Vec::new(),
         }
     }
 
@@ -563,8 +802,13 @@ impl RouterState {
                 m.step_share_by(true, WINDOW_STEP);
             }
             m.remote_samples.fetch_add(1, Ordering::Relaxed);
-            m.remote_seen_us.store(m.now_us(), Ordering::Relaxed);
-            m.remote_cost_us.store(took.as_micros() as u64, Ordering::Relaxed);
+            let (seen, cost) = if len >= STREAM_MIN_BYTES {
+                (&m.stream_seen_us, &m.stream_cost_us)
+            } else {
+                (&m.remote_seen_us, &m.remote_cost_us)
+            };
+            seen.store(m.now_us(), Ordering::Relaxed);
+            cost.store(took.as_micros() as u64, Ordering::Relaxed);
         }
     }
 
@@ -616,6 +860,12 @@ impl RouterState {
                     [c.bytes as f64, v(c.disk_random), v(c.disk_sequential), v(c.remote)]
                 })
                 .collect(),
+            stream_remote: m.stream_remote.load(Ordering::Relaxed),
+            stream_us_per_mib: {
+                let c = m.stream_cost.lock();
+                let mib = (1 << 20) as f64;
+                [c.side[0].per_byte_us * mib, c.side[1].per_byte_us * mib, c.probe_per_byte_us * mib]
+            },
         })
     }
 }
@@ -650,7 +900,6 @@ impl Streams {
 mod tests {
     use super::*;
     use crate::identity::Generation;
-    use farcache_policy::route::CLASS_MIN_SAMPLES;
 
     fn id(ino: u64) -> FileId {
         FileId { dev: 1, ino, generation: Generation::Fs(3) }
@@ -717,7 +966,7 @@ mod tests {
             seeds += d.fill as u64;
             // The lenders are offered for a probe while one is due; the engine claims it
             // when they hold the read's blocks (here: always).
-            if d.may_probe_remote && r.claim_remote_probe() {
+            if d.may_probe_remote && r.claim_remote_probe(&d) {
                 probes += 1;
             }
         }
@@ -742,7 +991,7 @@ mod tests {
         let mut probes = 0;
         while t.elapsed() < Duration::from_millis(400) {
             let d = r.decide(&id(5), 1 << 30, 4096);
-            if d.may_probe_remote && r.claim_remote_probe() {
+            if d.may_probe_remote && r.claim_remote_probe(&d) {
                 probes += 1;
                 r.remote_fetch(4096, Duration::from_millis(10));
             }
@@ -779,7 +1028,7 @@ mod tests {
             assert_eq!(d.route, Route::Disk);
             fills += d.fill as u64;
             r.disk_read(4096, false, Duration::from_micros(60));
-            if d.may_probe_remote && r.claim_remote_probe() {
+            if d.may_probe_remote && r.claim_remote_probe(&d) {
                 r.remote_fetch(4096, Duration::from_micros(120));
             }
         }
@@ -826,31 +1075,49 @@ mod tests {
         assert_eq!(throttled(400.0, 0.0).0, 0.0);
     }
 
-    #[test]
-    fn streams_change_sides_only_past_the_hysteresis() {
-        let r = RouterState::new(Adaptive::new().into());
-        // Streams as fast from the disk as from the lenders, noisy: the rule stays put.
-        for i in 0..2000u64 {
-            let jitter = i * 37 % 11;
-            r.disk_read(65536, true, Duration::from_micros(495 + jitter));
-            r.remote_fetch(65536, Duration::from_micros(495 + (10 - jitter)));
-            r.decide(&id(6), i * 65536, 65536);
-        }
-        let e = r.estimates().unwrap();
-        assert!(e.switches <= 1, "streams changed sides {} times: {e:?}", e.switches);
+    /// A stream read of `len` bytes on one side that took `us` (the clock moves by it).
+    fn stream(r: &RouterState, remote: bool, len: u64, us: u64) {
+        let g = r.stream_begin(true, remote);
+        r.skip(Duration::from_micros(us));
+        r.stream_read(g, len, Some(Duration::from_micros(us)));
+    }
+
+    /// A stream probe that fetched `len` bytes in `us`.
+    fn stream_probe(r: &RouterState, len: u64, us: u64) {
+        let g = r.stream_probe_begin();
+        r.stream_read(g, len, Some(Duration::from_micros(us)));
     }
 
     #[test]
-    fn streams_go_to_the_lenders_only_on_fetches_of_their_size_measured() {
+    fn streams_change_sides_only_past_the_margin() {
         let r = RouterState::new(Adaptive::new().into());
-        // Small fetches that would extrapolate to a fast link, and a slow disk stream.
+        // Streams as fast from the disk as the lenders' probes say the lenders are, noisy:
+        // the rule stays put.
+        for i in 0..2000u64 {
+            let jitter = i * 37 % 11;
+            stream(&r, false, 65536, 495 + jitter);
+            if i % 16 == 0 {
+                stream_probe(&r, 1 << 20, (495 + (10 - jitter)) * 16);
+            }
+            r.decide(&id(6), i * 65536, 65536);
+        }
+        let e = r.estimates().unwrap();
+        assert_eq!(e.switches, 0, "streams changed sides: {e:?}");
+        assert!(e.stream_us_per_mib[0] > 0.0 && e.stream_us_per_mib[2] > 0.0, "{e:?}");
+    }
+
+    #[test]
+    fn streams_go_to_the_lenders_only_on_stream_probes_clear_of_the_margin() {
+        let r = RouterState::new(Adaptive::new().into());
+        // Small fetches that would extrapolate to a fast link, and a slow disk stream: 1 MiB
+        // in 8 ms.
         for _ in 0..100 {
             r.remote_fetch(4096, Duration::from_micros(50));
             r.remote_fetch(16384, Duration::from_micros(60));
-            r.disk_read(1 << 20, true, Duration::from_millis(8));
+            stream(&r, false, 1 << 20, 8000);
         }
         // A 1 MiB read (a stream's, even as the first of its file) stays on the disk, and one
-        // read in SEED_EVERY seeds the lenders.
+        // read in SEED_EVERY seeds the lenders (and is kept for probes).
         let mut seeds = 0;
         for i in 0..SEED_EVERY {
             let d = r.decide(&id(10), i << 20, 1 << 20);
@@ -858,13 +1125,78 @@ mod tests {
             seeds += d.fill as u64;
         }
         assert_eq!(seeds, 1);
-        // Probes measure 1 MiB fetches at 2 ms (a 10 Gbit/s link): streams move to the lenders.
-        for _ in 0..CLASS_MIN_SAMPLES {
-            r.remote_fetch(1 << 20, Duration::from_millis(2));
-        }
+        assert_eq!(r.stream_seeds(), vec![(id(10), 256 * (SEED_EVERY - 1), 256 * SEED_EVERY - 1)]);
+        // Probes at 6 ms a MiB (a shaped link's burst, or a link as fast as the disk): inside
+        // the margin, streams stay on the disk.
+        stream_probe(&r, 1 << 20, 6000);
         let d = r.decide(&id(10), 100 << 20, 1 << 20);
-        assert!(d.sequential && d.route == Route::Remote, "{d:?}");
+        assert!(d.route == Route::Disk, "{d:?}");
+        // Probes at 2 ms a MiB (a 10 Gbit/s link): streams move to the lenders, once.
+        for _ in 0..4 {
+            stream_probe(&r, 1 << 20, 2000);
+        }
+        for i in 0..10 {
+            let d = r.decide(&id(10), (101 + i) << 20, 1 << 20);
+            assert!(d.sequential && d.route == Route::Remote, "{d:?}");
+        }
         assert_eq!(r.estimates().unwrap().switches, 1);
+    }
+
+    #[test]
+    fn a_throttled_disk_does_not_make_streams_change_sides_back_and_forth() {
+        let r = RouterState::new(Adaptive::new().into());
+        // A throttled disk: 128 KiB readahead answered in 0.3 ms, and one read in eight held
+        // for the rest of a throttle slice (15 ms): 2.1 ms a read on average.
+        let throttled = |i: u64| if i % 8 == 7 { 15_000 } else { 300 };
+        for i in 0..800 {
+            stream(&r, false, 128 << 10, throttled(i));
+        }
+        // Lenders that probe at 0.3 ms per 128 KiB take the streams…
+        for _ in 0..2 {
+            stream_probe(&r, 1 << 20, 2400);
+        }
+        let mut at = 0u64;
+        let mut decide = |r: &RouterState| {
+            at += 1;
+            r.decide(&id(12), at * (128 << 10), 128 << 10)
+        };
+        assert_eq!(decide(&r).route, Route::Remote);
+        // …and keep them for a minute of their own fetches at 0.45 ms (three in flight at
+        // once, 1.35 ms each), while the disk answers the few blocks they lack at once (an
+        // idle disk: not the disk at a stream's load, and not counted).
+        for i in 0..60_000u64 {
+            let g: Vec<_> = (0..3).map(|_| r.stream_begin(true, true)).collect();
+            r.skip(Duration::from_micros(450));
+            for g in g {
+                r.stream_read(g, 128 << 10, Some(Duration::from_micros(1350)));
+            }
+            if i % 16 == 0 {
+                stream(&r, false, 128 << 10, 250);
+            }
+            assert_eq!(decide(&r).route, Route::Remote, "read {i}: {:?}", r.estimates());
+        }
+        assert_eq!(r.estimates().unwrap().switches, 1);
+        // Lenders that slow down to 4 ms a read at their load give the streams back.
+        for _ in 0..4000u64 {
+            stream(&r, true, 128 << 10, 4000);
+            decide(&r);
+        }
+        let e = r.estimates().unwrap();
+        assert_eq!(decide(&r).route, Route::Disk, "{e:?}");
+        assert_eq!(e.switches, 2);
+        // Fast probes do not win them back while the lenders' fetches at load are recent…
+        for i in 0..20_000u64 {
+            stream(&r, false, 128 << 10, throttled(i));
+            if i % 64 == 0 {
+                stream_probe(&r, 1 << 20, 2400);
+            }
+            if r.estimates().unwrap().stream_us_per_mib[1] > 0.0 && i < 5000 {
+                assert_eq!(decide(&r).route, Route::Disk, "read {i}");
+            }
+        }
+        // …and may try them again once those are STREAM_RETRY old (20,000 reads: 42 s).
+        assert_eq!(decide(&r).route, Route::Remote);
+        assert_eq!(r.estimates().unwrap().switches, 3);
     }
 
     #[test]

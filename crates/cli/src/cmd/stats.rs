@@ -199,7 +199,8 @@ fn render_mount(s: &MountStats) -> String {
             Some(a) => format!(
                 "adaptive: {} to lenders, {} to the disk, {} probes, {} switches; \
                  disk share {:.0}%, a disk read {:.1}x a lender's (fills above {FILL_MARGIN}x); \
-                 disk {:.0}us + {:.0} MB/s ({} samples), lenders {:.0}us + {:.0} MB/s ({} samples)",
+                 disk {:.0}us + {:.0} MB/s ({} samples), lenders {:.0}us + {:.0} MB/s ({} samples); \
+                 streams to the {}: disk {}, lenders {} (probes {})",
                 e.adaptive_remote,
                 e.adaptive_disk,
                 e.adaptive_probes,
@@ -211,7 +212,11 @@ fn render_mount(s: &MountStats) -> String {
                 a.disk_samples,
                 a.remote_access_us,
                 a.remote_bytes_per_us,
-                a.remote_samples
+                a.remote_samples,
+                if a.stream_remote { "lenders" } else { "disk" },
+                stream_rate(a.stream_us_per_mib[0]),
+                stream_rate(a.stream_us_per_mib[1]),
+                stream_rate(a.stream_us_per_mib[2]),
             ),
             None => "adaptive".to_string(),
         },
@@ -455,5 +460,14 @@ mod tests {
         }
         let back: MountStats = serde_json::from_value(serde_json::to_value(&with_tier).unwrap()).unwrap();
         assert_eq!(back.cache, with_tier.cache);
+    }
+}
+
+/// A stream cost in µs per MiB as a rate ("-" before it is measured).
+fn stream_rate(us_per_mib: f64) -> String {
+    if us_per_mib > 0.0 {
+        format!("{:.0} MB/s", (1u64 << 20) as f64 / us_per_mib)
+    } else {
+        "-".to_string()
     }
 }
