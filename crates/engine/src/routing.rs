@@ -710,10 +710,11 @@ impl RouterState {
             let us = took.as_secs_f64() * 1e6;
             let mut c = m.stream_cost.lock();
             if r.probe {
-                // The next probe waits PROBE_COST_FACTOR times this one's time (1 MiB on a
-                // 1 Gbit/s link: 8 ms, so a probe at most every 0.4 s, 2% of the link).
+                // The next probe waits PROBE_COST_FACTOR times twice this one's time: a
+                // stream probe delays the read it rides on by all of it (1 MiB on a 1 Gbit/s
+                // link: 8 ms, so a probe at most every 0.8 s, 1% of the stream's time).
                 m.stream_seen_us.store(now, Ordering::Relaxed);
-                m.stream_cost_us.store(us as u64, Ordering::Relaxed);
+                m.stream_cost_us.store(2 * us as u64, Ordering::Relaxed);
                 let cost = us / len as f64;
                 let old = c.probe_per_byte_us;
                 c.probe_per_byte_us = if old > 0.0 { (old + cost) / 2.0 } else { cost };
