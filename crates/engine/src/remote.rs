@@ -182,7 +182,7 @@ impl RemoteConfig {
             connect_timeout: Duration::from_millis(500),
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(5),
-            max_pending_puts: 256,
+            max_pending_puts: 2048,
             max_pending_dels: 4096,
             threads: 2,
             max_lenders: DEFAULT_MAX_LENDERS,
