@@ -153,14 +153,19 @@ impl InodeTable {
 
     /// [`Self::lookup`] with the node id chosen by the caller (a union file's farcache id,
     /// whose key `(st.st_dev, st.st_ino)` the caller made from it), or a synthetic one
-    /// (`None`).
-    pub(crate) fn lookup_as(&self, fd: OwnedFd, st: &libc::stat, nodeid: Option<u64>) -> std::io::Result<Arc<Inode>> {
+    /// (`None`). With whether the entry is new (the kernel did not know the node).
+    pub(crate) fn lookup_as(
+        &self,
+        fd: OwnedFd,
+        st: &libc::stat,
+        nodeid: Option<u64>,
+    ) -> std::io::Result<(Arc<Inode>, bool)> {
         let key = (st.st_dev, st.st_ino);
         let mut m = self.maps.write();
         if let Some(&n) = m.by_key.get(&key) {
             let e = m.by_node.get_mut(&n).expect("by_key and by_node agree");
             e.nlookup += 1;
-            return Ok(e.inode.clone());
+            return Ok((e.inode.clone(), false));
         }
         if m.by_node.len() >= self.max_inodes {
             return Err(std::io::Error::from_raw_os_error(libc::ENFILE));
@@ -177,7 +182,7 @@ impl InodeTable {
                 n
             }
         };
-        Ok(m.insert(key, nodeid, fd, st, 1))
+        Ok((m.insert(key, nodeid, fd, st, 1), true))
     }
 
     /// The kernel dropped `n` lookups of `nodeid`; true when that was the last.
@@ -252,6 +257,11 @@ impl InodeTable {
     pub(crate) fn reserve_synthetic(&self, next: u64) {
         let mut m = self.maps.write();
         m.next_synthetic = m.next_synthetic.max(next);
+    }
+
+    /// Whether `nodeid` is a synthetic node id (given out by this table, not derived).
+    pub(crate) fn is_synthetic(nodeid: u64) -> bool {
+        nodeid >= SYNTHETIC_BASE
     }
 
     /// The node id a backing inode on the root's device has, if it is a direct one.

@@ -39,6 +39,9 @@ impl Passthrough {
     fn ident(&self, parent: u64, name: &[u8]) -> Option<Ident> {
         let p = self.inode(INodeNo(parent)).ok()?;
         let c = std::ffi::CString::new(name).ok()?;
+        if self.union.is_some() {
+            return self.u_ident(&p, &c);
+        }
         sys::ident_at(p.fd(), &c).ok()
     }
 
@@ -191,6 +194,9 @@ impl Passthrough {
     fn adopt_new(&self, req: &Request, parent: INodeNo, name: &OsStr) -> io::Result<FileAttr> {
         let p = self.inode(parent)?;
         let c = sys::cname(name)?;
+        if self.union.is_some() {
+            return self.u_adopt_new(req, &p, &c);
+        }
         self.finish_new(req, &p, &c)
     }
 
@@ -213,7 +219,11 @@ impl Passthrough {
                 let linked = rec.intent.a.is_some() && self.ident(newparent.0, newname.as_bytes()) == rec.intent.a;
                 linked.then(|| {
                     let p = self.inode(newparent)?;
-                    Ok(self.entry_of(&p, &sys::cname(newname)?)?.1)
+                    let c = sys::cname(newname)?;
+                    if self.union.is_some() {
+                        return Ok(self.u_entry_gated(&p, &c)?.1);
+                    }
+                    Ok(self.entry_of(&p, &c)?.1)
                 })
             },
             || self.do_link(ino, newparent, newname),
