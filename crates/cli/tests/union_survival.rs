@@ -4,7 +4,8 @@
 //! in-place upgrade (`--takeover`) with files open on both branches, and a SIGKILL at each
 //! step of a `farcache balance` move under `--supervise` — after the automatic restart each
 //! file is there once, right, under its inode number, and the descriptors opened before
-//! read and write the surviving copy.
+//! read and write the surviving copy — and operations on names killed at each point of
+//! their execution, which the next daemon answers as done (the intent journal).
 //!
 //! Each union is a branch on the test directory's disk file system and one on tmpfs
 //! (`/dev/shm`). Root and FUSE needed. Every test is bounded: a watchdog aborts the FUSE
@@ -505,4 +506,106 @@ fn a_kill_during_a_balance_under_supervise_leaves_each_file_once_and_open_files_
         drop(held);
         sup.stop();
     }
+}
+
+/// Operations on names of a supervised union, each killed at each point of its execution
+/// (intent recorded and nothing done; done and its result not recorded; result recorded and
+/// the reply not written), then resent by the kernel to the next daemon: the application
+/// sees it succeed once, and every name is on the branches one execution leaves it on —
+/// also for a rename from one branch over a name on the other.
+#[test]
+fn operations_on_names_of_a_union_resent_after_a_crash_answer_as_done() {
+    let d = Dirs::new("resend");
+    fs::create_dir(d.a.join("ren")).unwrap();
+    fs::create_dir(d.b.join("ren")).unwrap();
+    let token = d.root.join("fault");
+    let sup = d.supervised(&[("FARCACHE_FAULT_DIE", token.to_str().unwrap())]);
+    let _dog = Watchdog::start(&d.mnt, TEST_BOUND);
+    let m = d.m("ren");
+    type Step = fn(&Dirs) -> std::io::Result<()>;
+    type Check = fn(&Dirs);
+    let cases: [(&str, Step, Step, Check); 7] = [
+        (
+            "rename",
+            // The source on branch b, the name it replaces on branch a.
+            |d| fs::write(d.b.join("ren/src"), b"moved").and_then(|()| fs::write(d.a.join("ren/dst"), b"replaced")),
+            |d| fs::rename(d.m("ren/src"), d.m("ren/dst")),
+            |d| {
+                assert_eq!(fs::read(d.m("ren/dst")).unwrap(), b"moved");
+                assert_eq!(d.on("ren/dst"), (false, true), "the target name once, on the source's branch");
+                assert_eq!(d.on("ren/src"), (false, false));
+                fs::remove_file(d.m("ren/dst")).unwrap();
+            },
+        ),
+        (
+            "unlink",
+            |d| fs::write(d.b.join("ren/u"), b"u"),
+            |d| fs::remove_file(d.m("ren/u")),
+            |d| assert_eq!(d.on("ren/u"), (false, false)),
+        ),
+        (
+            "rmdir",
+            |d| fs::create_dir(d.a.join("ren/r")).and_then(|()| fs::create_dir(d.b.join("ren/r"))),
+            |d| fs::remove_dir(d.m("ren/r")),
+            |d| assert_eq!(d.on("ren/r"), (false, false)),
+        ),
+        (
+            "mkdir",
+            |_| Ok(()),
+            |d| fs::create_dir(d.m("ren/m")),
+            |d| {
+                assert_eq!(d.on("ren/m"), (true, true), "made on every branch");
+                fs::remove_dir(d.m("ren/m")).unwrap();
+            },
+        ),
+        (
+            "create",
+            |_| Ok(()),
+            |d| {
+                use std::io::Write;
+                OpenOptions::new().write(true).create_new(true).open(d.m("ren/c"))?.write_all(b"created")
+            },
+            |d| {
+                assert_eq!(fs::read(d.m("ren/c")).unwrap(), b"created");
+                assert!(matches!(d.on("ren/c"), (true, false) | (false, true)), "once: {:?}", d.on("ren/c"));
+                fs::remove_file(d.m("ren/c")).unwrap();
+            },
+        ),
+        (
+            "link",
+            |d| fs::write(d.b.join("ren/l1"), b"l"),
+            |d| fs::hard_link(d.m("ren/l1"), d.m("ren/l2")),
+            |d| {
+                assert_eq!(fs::metadata(d.m("ren/l1")).unwrap().ino(), fs::metadata(d.m("ren/l2")).unwrap().ino());
+                assert_eq!(d.on("ren/l2"), (false, true), "on the file's branch");
+                fs::remove_file(d.m("ren/l1")).unwrap();
+                fs::remove_file(d.m("ren/l2")).unwrap();
+            },
+        ),
+        (
+            "symlink",
+            |_| Ok(()),
+            |d| std::os::unix::fs::symlink("target", d.m("ren/s")),
+            |d| {
+                assert_eq!(fs::read_link(d.m("ren/s")).unwrap(), Path::new("target"));
+                fs::remove_file(d.m("ren/s")).unwrap();
+            },
+        ),
+    ];
+    let mut daemon = daemon_of(&sup, None);
+    for (op, setup, act, check) in cases {
+        for point in ["begun", "ran", "done"] {
+            let what = format!("{op} killed at {point}");
+            setup(&d).unwrap_or_else(|e| panic!("{what}: setup: {e}"));
+            fs::write(&token, format!("{op}:{point}")).unwrap();
+            act(&d).unwrap_or_else(|e| panic!("{what}: the application saw {e}\n{}", sup.log_text()));
+            assert!(!token.exists(), "{what}: the fault did not fire (the daemon did not die there)");
+            let next = daemon_of(&sup, Some(daemon));
+            assert!(wait_until(EVENT_WAIT, Duration::from_millis(2), || !alive(daemon)), "pid {daemon} lingers");
+            daemon = next;
+            check(&d);
+            assert!(names(&m).is_empty(), "{what}: left behind {:?}", names(&m));
+        }
+    }
+    sup.stop();
 }
