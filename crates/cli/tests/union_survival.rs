@@ -512,7 +512,8 @@ fn a_kill_during_a_balance_under_supervise_leaves_each_file_once_and_open_files_
 /// (intent recorded and nothing done; done and its result not recorded; result recorded and
 /// the reply not written), then resent by the kernel to the next daemon: the application
 /// sees it succeed once, and every name is on the branches one execution leaves it on —
-/// also for a rename from one branch over a name on the other.
+/// also for a rename from one branch over a name on the other, killed at those points and
+/// between its two steps.
 #[test]
 fn operations_on_names_of_a_union_resent_after_a_crash_answer_as_done() {
     let d = Dirs::new("resend");
@@ -593,8 +594,12 @@ fn operations_on_names_of_a_union_resent_after_a_crash_answer_as_done() {
         ),
     ];
     let mut daemon = daemon_of(&sup, None);
-    for (op, setup, act, check) in cases {
-        for point in ["begun", "ran", "done"] {
+    // A rename of a file also between its two steps: renamed on its branch, the name it
+    // replaces not yet removed from the other.
+    let rename_between = (cases[0].0, cases[0].1, cases[0].2, cases[0].3, &["between"][..]);
+    let all = cases.into_iter().map(|(op, s, a, c)| (op, s, a, c, &["begun", "ran", "done"][..]));
+    for (op, setup, act, check, points) in all.chain([rename_between]) {
+        for &point in points {
             let what = format!("{op} killed at {point}");
             setup(&d).unwrap_or_else(|e| panic!("{what}: setup: {e}"));
             fs::write(&token, format!("{op}:{point}")).unwrap();

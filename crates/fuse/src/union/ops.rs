@@ -176,6 +176,39 @@ impl Passthrough {
         Ok(self.u_entry_in(parent, &dirs, name)?.1)
     }
 
+    /// A resent rename whose first execution died (`ops_once.rs`): if `newparent/newname`
+    /// names the regular file `source` on some branch, the rename of the file happened; the
+    /// target name is then removed from the other branches, as the first execution would
+    /// have. Whether it happened.
+    pub(crate) fn u_finish_rename(&self, newparent: INodeNo, newname: &OsStr, source: crate::journal::Ident) -> bool {
+        let _g = self.un().gate.read();
+        let (Ok(np), Ok(nc)) = (self.inode(newparent), sys::cname(newname)) else { return false };
+        let Ok(dirs) = self.branch_dirs(&np) else { return false };
+        let is_source = |d: BorrowedFd<'_>| sys::ident_at(d, &nc).ok() == Some(source);
+        let Some(at) = dirs.iter().position(|(_, d)| is_source(d.as_fd())) else { return false };
+        if sys::statat(dirs[at].1.as_fd(), &nc).map_or(true, |st| !is_reg(&st)) {
+            return false;
+        }
+        for (i, (_, d)) in dirs.iter().enumerate() {
+            if i == at {
+                continue;
+            }
+            match sys::statat(d.as_fd(), &nc) {
+                Ok(st) if is_dir(&st) => {
+                    let _ = sys::unlinkat(d.as_fd(), &nc, libc::AT_REMOVEDIR);
+                }
+                Ok(_) => {
+                    let victim = self.u_victim(d.as_fd(), &nc);
+                    if sys::unlinkat(d.as_fd(), &nc, 0).is_ok() {
+                        self.u_bury(victim);
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        true
+    }
+
     /// [`Self::u_entry`] with the gate taken here.
     pub(crate) fn u_entry_gated(&self, parent: &Inode, name: &CStr) -> io::Result<(Arc<Inode>, FileAttr)> {
         let _g = self.un().gate.read();
@@ -523,6 +556,9 @@ impl Passthrough {
             let victim = self.u_victim(nd.as_fd(), &nc);
             sys::renameat2(d, &c, nd.as_fd(), &nc, flags)?;
             self.u_bury(victim);
+        }
+        if !is_dir(&sst) {
+            crate::ops_once::fault::die_at(crate::journal::Op::Rename, crate::ops_once::fault::Point::Between);
         }
         // The target name on the branches the source was not on would shadow or duplicate it.
         for (b, st) in dst.iter().filter(|(b, _)| !srcs.contains(b)) {
