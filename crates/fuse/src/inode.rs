@@ -259,6 +259,14 @@ impl InodeTable {
         m.next_synthetic = m.next_synthetic.max(next);
     }
 
+    /// Where a daemon of incarnation `incarnation` starts giving out synthetic node ids: each
+    /// incarnation has 2^38 of its own, so a daemon restarted after a crash never gives out
+    /// a number an earlier one gave to an inode the kernel may still know (one whose
+    /// descriptor nobody kept for the new daemon).
+    pub(crate) fn synthetic_start(incarnation: u32) -> u64 {
+        SYNTHETIC_BASE + (u64::from(incarnation & 0xff_ffff) << 38)
+    }
+
     /// Whether `nodeid` is a synthetic node id (given out by this table, not derived).
     pub(crate) fn is_synthetic(nodeid: u64) -> bool {
         nodeid >= SYNTHETIC_BASE
@@ -323,6 +331,14 @@ mod tests {
         assert!(t.get(ROOT_ID).is_some(), "the root is pinned");
         assert_eq!(t.dirent_ino(rst.st_ino), ROOT_ID);
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn each_incarnation_has_synthetic_ids_of_its_own() {
+        assert_eq!(InodeTable::synthetic_start(0), SYNTHETIC_BASE);
+        let last = InodeTable::synthetic_start(0xff_ffff);
+        assert!(last > InodeTable::synthetic_start(0xff_fffe) && last.checked_add(1 << 38).is_some());
+        assert!(InodeTable::is_synthetic(InodeTable::synthetic_start(7)));
     }
 
     #[test]

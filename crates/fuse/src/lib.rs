@@ -428,7 +428,7 @@ impl Mount {
             .map_err(|source| MountError::BackingOpen { path: backing.clone(), source })?;
         let root_inode = fs.inodes.get(inode::ROOT_ID).expect("the root is always there");
         fs.resolver = Some(takeover::Resolver::new(&h.state, root_inode.fd(), u.is_some()));
-        fs.inodes.reserve_synthetic(h.state.next_synthetic);
+        fs.inodes.reserve_synthetic(h.state.next_synthetic.max(inode::InodeTable::synthetic_start(incarnation)));
         takeover::adopt_kept(&fs.inodes, &h.state, &h.keep, u.as_deref());
         let handle = u.map(|u| {
             fs.union = Some(u.clone());
