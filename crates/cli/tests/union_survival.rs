@@ -27,8 +27,10 @@ use serde_json::Value;
 const BLOCK: usize = 4096;
 /// Blocks of each file the load writes and reads.
 const FILE_BLOCKS: usize = 256;
-/// SIGKILLs in the load test (`FARCACHE_UNION_KILLS` overrides, for a long run).
+/// SIGKILLs in the load test (`FARCACHE_UNION_KILLS` overrides, for a long run); an
+/// in-place upgrade (SIGHUP to the supervisor) follows every [`KILLS_PER_UPGRADE`].
 const KILLS: usize = 10;
+const KILLS_PER_UPGRADE: usize = 5;
 /// Each kill comes this long (seeded, uniformly drawn) after the mount serves again.
 const KILL_DELAY_MS: std::ops::Range<u64> = 20..250;
 /// How long a new daemon may take to appear after an event.
@@ -281,8 +283,9 @@ impl FileLoad {
     }
 }
 
-/// `KILLS` SIGKILLs (`FARCACHE_UNION_KILLS`) of a supervised union's daemon, each at a
-/// random moment (seeded, printed; `FARCACHE_UNION_SEED` replays), while a writer and a
+/// `KILLS` SIGKILLs (`FARCACHE_UNION_KILLS`) of a supervised union's daemon, and an
+/// in-place upgrade after every fifth, each at a random moment (seeded, printed;
+/// `FARCACHE_UNION_SEED` replays), while a writer and a
 /// reader per file — two files on each branch — verify every byte through descriptors held
 /// open across all the kills. Nothing may fail; afterwards each file is on its branch
 /// alone and holds exactly what was written, under the inode number it had.
@@ -302,10 +305,17 @@ fn a_supervised_union_keeps_every_byte_and_open_file_across_kills() {
     let loads: Vec<FileLoad> = LOAD_FILES.iter().map(|(rel, seed)| FileLoad::start(d.m(rel), *seed)).collect();
     let mut rng = Rng::new(seed);
     let mut daemon = daemon_of(&sup, None);
-    for k in 0..kills {
+    let mut upgrades = 0;
+    for k in 0..kills + kills / KILLS_PER_UPGRADE {
         let delay = KILL_DELAY_MS.start + rng.below(KILL_DELAY_MS.end - KILL_DELAY_MS.start);
         std::thread::sleep(Duration::from_millis(delay));
-        kill9(daemon);
+        if k % (KILLS_PER_UPGRADE + 1) == KILLS_PER_UPGRADE {
+            // An in-place upgrade of the supervised union (SIGHUP: a new daemon takes over).
+            sup.signal(libc::SIGHUP);
+            upgrades += 1;
+        } else {
+            kill9(daemon);
+        }
         let next = daemon_of(&sup, Some(daemon));
         assert!(wait_until(EVENT_WAIT, Duration::from_millis(2), || !alive(daemon)), "pid {daemon} lingers");
         daemon = next;
@@ -329,7 +339,7 @@ fn a_supervised_union_keeps_every_byte_and_open_file_across_kills() {
     }
     assert!(errors.is_empty(), "the load saw errors (seed {seed}):\n{}\n{}", errors.join("\n"), sup.log_text());
     assert!(ops >= 200, "too little load to mean anything: {ops} write+read rounds");
-    eprintln!("{kills} kills: {ops} write+read rounds, none failed");
+    eprintln!("{kills} kills, {upgrades} upgrades: {ops} write+read rounds, none failed");
     let after: Vec<u64> =
         ["fa", "fb", "dir", "dir/ga", "dir/gb"].iter().map(|r| fs::metadata(d.m(r)).unwrap().ino()).collect();
     assert_eq!(after, inos, "inode numbers changed across the kills");
@@ -344,6 +354,9 @@ fn a_supervised_union_keeps_every_byte_and_open_file_across_kills() {
     let log = sup.stop();
     if kills > 0 {
         assert!(log.contains("took over the FUSE connection"), "{log}");
+    }
+    if upgrades > 0 {
+        assert!(log.contains("takeover: the new daemon serves"), "no upgrade completed:\n{log}");
     }
 }
 
