@@ -209,6 +209,21 @@ fn kill9(pid: u32) {
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
 }
 
+/// Small files made through the mount before the kills (more than a usual descriptor limit).
+const MANY: usize = 1500;
+
+/// Lower this test process's soft descriptor limit to `n` (children inherit it); the hard
+/// limit stays, so a process that needs more can raise it.
+fn lower_soft_nofile(n: u64) {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: plain syscalls on a local struct.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+        lim.rlim_cur = lim.rlim_cur.min(n);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+    }
+}
+
 /// Files of the load: name, and the seed of its first contents. Two on each branch, one of
 /// each pair in a directory that is on both.
 const LOAD_FILES: [(&str, u64); 4] = [("fa", 1), ("fb", 2), ("dir/ga", 3), ("dir/gb", 4)];
@@ -293,7 +308,25 @@ impl FileLoad {
 fn a_supervised_union_keeps_every_byte_and_open_file_across_kills() {
     let d = Dirs::new("kills");
     lay_out(&d);
+    // The usual soft limit on descriptors (systemd's, a login shell's): the supervisor holds
+    // one per inode the kernel knows, more than that here.
+    lower_soft_nofile(1024);
+    // Many inodes the kernel knows, files on both branches: each must resolve after every
+    // kill, under its inode number.
+    for br in [&d.a, &d.b] {
+        fs::create_dir(br.join("many")).unwrap();
+    }
+    for i in 0..MANY {
+        fs::write([&d.a, &d.b][i % 2].join(format!("many/{i}")), i.to_string()).unwrap();
+    }
     let sup = d.supervised(&[]);
+    let many: Vec<(PathBuf, u64)> = (0..MANY)
+        .map(|i| {
+            let p = d.m(&format!("many/{i}"));
+            let ino = fs::metadata(&p).unwrap().ino();
+            (p, ino)
+        })
+        .collect();
     let kills: usize = std::env::var("FARCACHE_UNION_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(KILLS);
     let seed: u64 = std::env::var("FARCACHE_UNION_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|t| t.as_nanos() as u64).unwrap_or(1)
@@ -348,6 +381,14 @@ fn a_supervised_union_keeps_every_byte_and_open_file_across_kills() {
         assert_eq!(d.on(rel), want_on, "{rel} left its branch");
         assert!(fs::read(d.backing_of(rel)).unwrap() == *model, "{rel}: the backing file is not what was written");
         assert!(fs::read(d.m(rel)).unwrap() == *model, "{rel}: read through the mount differs");
+    }
+    // Known to the kernel before the kills, resolved after them (the attributes the kernel
+    // cached have expired: each stat asks the daemon).
+    std::thread::sleep(Duration::from_millis(1100));
+    for (i, (p, ino)) in many.iter().enumerate() {
+        let m = fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}\n{}", p.display(), sup.log_text()));
+        assert_eq!(m.ino(), *ino, "{}: inode number", p.display());
+        assert_eq!(fs::read_to_string(p).unwrap(), i.to_string());
     }
     // The restarted daemon serves the union (its counters, its balance).
     assert_eq!(d.stats()["union"]["branches"].as_array().map(Vec::len), Some(2));

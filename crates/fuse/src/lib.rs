@@ -123,6 +123,13 @@ fn open_journal(path: &Path, conn: u64, fresh: bool) -> Option<Arc<journal::Jour
         .ok()
 }
 
+/// Raise this process's limit on open descriptors towards `want` (as far as the hard limit,
+/// or, as root, `fs.nr_open` allow); the limit now in force. For a supervisor, which holds a
+/// descriptor per inode it keeps (`Kept`).
+pub fn raise_descriptor_limit(want: u64) -> u64 {
+    sys::raise_nofile(want)
+}
+
 /// A live mount. Dropping it without [`Mount::run`] unmounts.
 pub struct Mount {
     session: fuser::Session<fs::Passthrough>,

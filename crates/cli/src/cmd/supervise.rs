@@ -210,12 +210,25 @@ fn serve_link(s: UnixStream, deposit: Deposit, kept: KeptMap, deposited: mpsc::S
                 }
             },
             Some("keep") => {
-                let (Some(nodeid), Ok(mut fd)) = (req["nodeid"].as_u64(), fds::recv_fds(&s, 1)) else {
+                let Some(nodeid) = req["nodeid"].as_u64() else {
                     tracing::error!("supervisor: a bad keep from pid {pid}: {req}");
                     return;
                 };
+                let mut fd = match fds::recv_fds(&s, 1) {
+                    Ok(fd) => fd,
+                    // The message came (the stream is in step) but its descriptor did not:
+                    // this process is out of descriptors. That node will not survive a crash.
+                    Err(e) if e.kind() == std::io::ErrorKind::Other => {
+                        tracing::warn!("supervisor: cannot keep node {nodeid} of pid {pid}: {e}");
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::error!("supervisor: a bad keep from pid {pid}: {e}");
+                        return;
+                    }
+                };
                 let mut k = kept.lock().unwrap_or_else(|e| e.into_inner());
-                if k.len() < MAX_KEPT {
+                if k.len() < MAX_KEPT || k.contains_key(&nodeid) {
                     k.insert(nodeid, fd.remove(0));
                 }
             }
@@ -345,6 +358,10 @@ impl Spawner {
 /// options.
 pub fn run(args: Vec<OsString>, restart_limit: u32, restart_window: Duration, mountpoint: &Path) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("supervisor: where is this binary?")?;
+    // One descriptor per inode kept (a mount of several branches keeps every inode the
+    // kernel knows), beyond the usual soft limit of 1,024.
+    let limit = farcache_fuse::raise_descriptor_limit(MAX_KEPT as u64 + 1024);
+    tracing::debug!("supervisor: open descriptor limit {limit}");
     // Signals are taken synchronously (sigwait-style polling below), so none can kill the
     // supervisor between a crash and the restart.
     let signals = Signals::block()?;
