@@ -161,6 +161,19 @@ fn branches_are_checked_and_errors_name_the_fix() {
     .err()
     .unwrap();
     assert!(e.contains("not available with several backing directories") && e.contains("fix:"), "{e}");
+    // Under a supervisor too, before any daemon starts.
+    let e = MountProcess::try_start_env(
+        bin(),
+        &d.branches(),
+        &d.mnt,
+        &["--supervise", "--no-remote", "--tier", "/dev/shm/x.tier"],
+        &[],
+        &log,
+    )
+    .err()
+    .unwrap();
+    assert!(e.contains("not available with several backing directories") && e.contains("fix:"), "{e}");
+    assert!(!e.contains("supervisor: daemon pid"), "a daemon was started: {e}");
 }
 
 #[test]

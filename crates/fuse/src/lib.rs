@@ -175,9 +175,6 @@ pub struct MountHandle {
 pub const QUIESCE_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 impl MountHandle {
-    /// Stop reading requests at a clean point: each worker thread finishes the request in
-    /// hand; [`Mount::run`] then returns [`Ended::HandedOver`]. The mount stays mounted
-    /// (requests wait in the kernel for the next reader). Returns at once.
     /// Before [`Self::stop_for_handover`]: a mount of several branches stops moving files
     /// (the move in hand finishes, at most [`QUIESCE_WAIT`]); an error if one still runs
     /// (then the handover must not happen: call [`Self::resume`]).
@@ -197,6 +194,9 @@ impl MountHandle {
         }
     }
 
+    /// Stop reading requests at a clean point: each worker thread finishes the request in
+    /// hand; [`Mount::run`] then returns [`Ended::HandedOver`]. The mount stays mounted
+    /// (requests wait in the kernel for the next reader). Returns at once.
     pub fn stop_for_handover(&self) {
         self.unmounter.lock().disarm();
         self.slot.armed.store(true, Ordering::SeqCst);

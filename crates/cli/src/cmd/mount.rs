@@ -205,6 +205,11 @@ const ONE_BRANCH: &str =
     "this mount has one backing directory: nothing to balance (mount DIR1:DIR2 MOUNTPOINT to have several)";
 
 /// `mount.fuse_uring = "on"` with a way of handing the connection to another daemon.
+/// Why a mount of several branches refuses a write-back tier, and the fix.
+const TIER_WITH_BRANCHES: &str = "the write-back tier (--tier, tier.path) is not available with several backing \
+     directories in this version: fix: mount the branches without it (leave out --tier and tier.path), or give the \
+     tier to a mount of one backing directory (docs/SEMANTICS.md, \"Several backing directories\")";
+
 const RINGS_NOT_HANDED_OVER: &str = "mount.fuse_uring = \"on\" cannot be combined with WHAT: a request in flight on \
      a FUSE-over-io_uring entry cannot be handed to another daemon (there is no commit without a fetch and the kernel \
      resends none of them), so the mount would hang when its daemon changes; fix: set mount.fuse_uring = \"auto\" \
@@ -412,8 +417,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if a.supervise {
         // Checked here, not only in the daemon: a daemon that refuses to start would be
         // restarted until the limit.
-        if settings(&a)?.mount.fuse_uring == farcache_fuse::FuseUring::On {
+        let s = settings(&a)?;
+        if s.mount.fuse_uring == farcache_fuse::FuseUring::On {
             anyhow::bail!("{}", RINGS_NOT_HANDED_OVER.replace("WHAT", "--supervise"));
+        }
+        if branches(&a, &s.mount)?.len() > 1 && !s.tier.path.is_empty() {
+            anyhow::bail!("{TIER_WITH_BRANCHES}");
         }
         let window = std::time::Duration::from_secs(a.restart_window);
         return super::supervise::run(super::supervise::daemon_args(), a.restart_limit, window, a.mountpoint());
@@ -426,11 +435,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let union = branches.len() > 1;
     if union && !file_cfg.tier.path.is_empty() {
         // --supervise and --takeover work with several branches; the tier does not yet.
-        anyhow::bail!(
-            "the write-back tier (--tier, tier.path) is not available with several backing directories in this \
-             version: fix: mount the branches without it (leave out --tier and tier.path), or give the tier to a \
-             mount of one backing directory (docs/SEMANTICS.md, \"Several backing directories\")"
-        );
+        anyhow::bail!("{TIER_WITH_BRANCHES}");
     }
     let shown = branches.iter().map(|b| b.display().to_string()).collect::<Vec<_>>().join(":");
     let mut cfg = file_cfg.mount.clone();
