@@ -18,11 +18,13 @@ test: deps
 
 ## make test-long: the long crash runs, beyond CI's short versions (root; about 30 min): 1,000 SIGKILLs
 ## of a mount with a write-back tier under fdatasync'ing writers, 1,000 rounds of the tier's emulated
-## power cuts (random crash states), 500 kills and 100 upgrades of a supervised mount under load.
+## power cuts (random crash states), 500 kills and 100 upgrades of a supervised mount under load,
+## 500 kills of a supervised mount of two backing directories under load.
 test-long: deps
 	FARCACHE_TIER_CRASH_CYCLES=1000 $(CARGO) test --locked -p farcache-cli --test tier_crash -- --color never acknowledged_writes_survive_sigkill --exact
 	FARCACHE_CRASH_ROUNDS=1000 $(CARGO) test --locked -p farcache-tier --lib -- --color never crash::random_crash_states
 	FARCACHE_TAKEOVER_KILLS=500 $(CARGO) test --locked -p farcache-cli --test takeover -- --color never reader_and_writer_verify_every_byte_across_kills_and_takeovers --exact
+	FARCACHE_UNION_KILLS=500 $(CARGO) test --locked -p farcache-cli --test union_survival -- --color never a_supervised_union_keeps_every_byte_and_open_file_across_kills --exact
 
 ## make bench: the full benchmarks; results go to BENCHMARKS.md by hand, raw JSON to bench/results/.
 ## bench restart (root): the stall per upgrade and per crash of a supervised mount (about 4 min).

@@ -141,6 +141,9 @@ impl Passthrough {
             return Err(sys::err(libc::EBADF));
         }
         let inode = self.inode(ino)?;
+        // A union: no move of this file between the reopen and the handle's entry (as in
+        // `do_open`; never called with the gate held).
+        let _g = self.union.as_ref().map(|u| u.gate.read());
         let flags = self.app_flags(flags.unwrap_or(libc::O_RDWR));
         let fd = sys::reopen(inode.fd(), crate::ops_entry::backing_open_flags(flags)).or_else(|e| {
             // No flags known and not writable by us: a read-only reopen still serves fsync/lseek.
@@ -150,9 +153,10 @@ impl Passthrough {
                 Err(e)
             }
         })?;
+        let branch = self.union.as_ref().map_or(crate::handles::NO_BRANCH, |u| u.branch_of(fd.as_fd()));
         let backing = self.backing(&inode, File::from(fd), flags)?;
         tracing::debug!("takeover: reopened file handle {} of node {}", fh.0, ino.0);
-        self.files.insert_at(fh.0, FileHandle::new(backing))
+        self.files.insert_at(fh.0, FileHandle::on(backing, branch))
     }
 
     /// The open directory `fh` of node `ino` (reopened after a takeover, as [`Self::file`]).

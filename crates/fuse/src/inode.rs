@@ -153,14 +153,19 @@ impl InodeTable {
 
     /// [`Self::lookup`] with the node id chosen by the caller (a union file's farcache id,
     /// whose key `(st.st_dev, st.st_ino)` the caller made from it), or a synthetic one
-    /// (`None`).
-    pub(crate) fn lookup_as(&self, fd: OwnedFd, st: &libc::stat, nodeid: Option<u64>) -> std::io::Result<Arc<Inode>> {
+    /// (`None`). With whether the entry is new (the kernel did not know the node).
+    pub(crate) fn lookup_as(
+        &self,
+        fd: OwnedFd,
+        st: &libc::stat,
+        nodeid: Option<u64>,
+    ) -> std::io::Result<(Arc<Inode>, bool)> {
         let key = (st.st_dev, st.st_ino);
         let mut m = self.maps.write();
         if let Some(&n) = m.by_key.get(&key) {
             let e = m.by_node.get_mut(&n).expect("by_key and by_node agree");
             e.nlookup += 1;
-            return Ok(e.inode.clone());
+            return Ok((e.inode.clone(), false));
         }
         if m.by_node.len() >= self.max_inodes {
             return Err(std::io::Error::from_raw_os_error(libc::ENFILE));
@@ -177,7 +182,7 @@ impl InodeTable {
                 n
             }
         };
-        Ok(m.insert(key, nodeid, fd, st, 1))
+        Ok((m.insert(key, nodeid, fd, st, 1), true))
     }
 
     /// The kernel dropped `n` lookups of `nodeid`; true when that was the last.
@@ -254,6 +259,19 @@ impl InodeTable {
         m.next_synthetic = m.next_synthetic.max(next);
     }
 
+    /// Where a daemon of incarnation `incarnation` starts giving out synthetic node ids: each
+    /// incarnation has 2^38 of its own, so a daemon restarted after a crash never gives out
+    /// a number an earlier one gave to an inode the kernel may still know (one whose
+    /// descriptor nobody kept for the new daemon).
+    pub(crate) fn synthetic_start(incarnation: u32) -> u64 {
+        SYNTHETIC_BASE + (u64::from(incarnation & 0xff_ffff) << 38)
+    }
+
+    /// Whether `nodeid` is a synthetic node id (given out by this table, not derived).
+    pub(crate) fn is_synthetic(nodeid: u64) -> bool {
+        nodeid >= SYNTHETIC_BASE
+    }
+
     /// The node id a backing inode on the root's device has, if it is a direct one.
     pub(crate) fn is_direct(&self, nodeid: u64) -> bool {
         nodeid != ROOT_ID && nodeid < SYNTHETIC_BASE && nodeid != 0 && nodeid != self.root_ino
@@ -313,6 +331,14 @@ mod tests {
         assert!(t.get(ROOT_ID).is_some(), "the root is pinned");
         assert_eq!(t.dirent_ino(rst.st_ino), ROOT_ID);
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn each_incarnation_has_synthetic_ids_of_its_own() {
+        assert_eq!(InodeTable::synthetic_start(0), SYNTHETIC_BASE);
+        let last = InodeTable::synthetic_start(0xff_ffff);
+        assert!(last > InodeTable::synthetic_start(0xff_fffe) && last.checked_add(1 << 38).is_some());
+        assert!(InodeTable::is_synthetic(InodeTable::synthetic_start(7)));
     }
 
     #[test]

@@ -84,6 +84,11 @@ pub enum Kept<'a> {
     /// An inode the kernel knows lost its last name; `fd` is its `O_PATH` descriptor (copy it
     /// to keep the inode, and so its number, alive).
     Unlinked { nodeid: u64, fd: std::os::fd::BorrowedFd<'a> },
+    /// A mount of several branches: the kernel learned node `nodeid`, or (after a move) its
+    /// inode is now `fd`. Its node id cannot be resolved from the branches after a crash
+    /// (`crate::union`), so `fd` is to be kept (replacing what was kept for the node) until
+    /// [`Kept::Forgotten`].
+    Known { nodeid: u64, fd: std::os::fd::BorrowedFd<'a> },
     /// The kernel forgot the node: whatever was kept for it may go.
     Forgotten { nodeid: u64 },
 }
@@ -116,6 +121,13 @@ fn open_journal(path: &Path, conn: u64, fresh: bool) -> Option<Arc<journal::Jour
             )
         })
         .ok()
+}
+
+/// Raise this process's limit on open descriptors towards `want` (as far as the hard limit,
+/// or, as root, `fs.nr_open` allow); the limit now in force. For a supervisor, which holds a
+/// descriptor per inode it keeps (`Kept`).
+pub fn raise_descriptor_limit(want: u64) -> u64 {
+    sys::raise_nofile(want)
 }
 
 /// A live mount. Dropping it without [`Mount::run`] unmounts.
@@ -156,9 +168,32 @@ pub struct MountHandle {
     stopper: fuser::SessionStopper,
     unmounter: Arc<parking_lot::Mutex<fuser::SessionUnmounter>>,
     slot: HandoverSlot,
+    union: Option<union::UnionHandle>,
 }
 
+/// Longest wait for a union's move in progress before a handover ([`MountHandle::quiesce`]).
+pub const QUIESCE_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 impl MountHandle {
+    /// Before [`Self::stop_for_handover`]: a mount of several branches stops moving files
+    /// (the move in hand finishes, at most [`QUIESCE_WAIT`]); an error if one still runs
+    /// (then the handover must not happen: call [`Self::resume`]).
+    pub fn quiesce(&self) -> io::Result<()> {
+        match &self.union {
+            Some(u) if !u.quiesce(QUIESCE_WAIT) => Err(io::Error::other(format!(
+                "a move of a file between branches (farcache balance) did not finish within {QUIESCE_WAIT:?}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Moves may start again: the handover [`Self::quiesce`] prepared did not happen.
+    pub fn resume(&self) {
+        if let Some(u) = &self.union {
+            u.resume();
+        }
+    }
+
     /// Stop reading requests at a clean point: each worker thread finishes the request in
     /// hand; [`Mount::run`] then returns [`Ended::HandedOver`]. The mount stays mounted
     /// (requests wait in the kernel for the next reader). Returns at once.
@@ -273,9 +308,7 @@ impl Mount {
     /// Check everything that can be checked, then mount the union of `branches` (two or more
     /// backing directories, each its own file system; `crate::union` has the rules) on
     /// `mountpoint`. One branch is [`Mount::new`]. Moves a crash interrupted are finished
-    /// first. Side effects as [`Mount::new`]. `journal`: the intent journal of a one-branch
-    /// mount; a union has none (it refuses `--supervise` and `--takeover`, so nothing is ever
-    /// resent to it).
+    /// first. Side effects as [`Mount::new`]. `journal`: the intent journal (`journal.rs`).
     pub fn with_branches(
         branches: &[PathBuf],
         mountpoint: &Path,
@@ -311,7 +344,11 @@ impl Mount {
         let mut fs = fs::Passthrough::new(&canon[0], cfg, data.clone(), 0)
             .map_err(|source| MountError::BackingOpen { path: canon[0].clone(), source })?;
         fs.union = Some(u.clone());
-        let handle = union::UnionHandle::new(u, fs.inodes.clone(), fs.files.clone(), data, fs.backing_opts);
+        // A new connection: its request numbers start again, so the journal starts empty.
+        fs.journal = open_journal(journal, 0, true);
+        let journal = fs.journal.clone();
+        let handle =
+            union::UnionHandle::new(u, fs.inodes.clone(), fs.files.clone(), data, fs.backing_opts, fs.keeper.clone());
         let slot = fs.handover.clone();
         let keeper = fs.keeper.clone();
         let joined: Vec<String> = canon.iter().map(|b| b.display().to_string()).collect();
@@ -324,6 +361,9 @@ impl Mount {
             mountpoint: mountpoint.clone(),
             source: io::Error::other("mounted, but not found in /proc/self/mountinfo"),
         })?;
+        if let Some(j) = &journal {
+            j.set_conn(dev);
+        }
         tracing::info!(
             "mounted {} branches ({}) on {}: {} threads, new files placed by {:?}",
             canon.len(),
@@ -351,8 +391,14 @@ impl Mount {
     /// would ask the file system, which nobody serves). Checks the mount is still there;
     /// the caller has checked
     /// that `cfg` agrees with the earlier daemon's on [`INIT_KEYS`].
+    ///
+    /// `branches`: the backing directory, or a union's branches (as the earlier daemon had
+    /// them: the CLI checks they are the same). A union is opened as [`Mount::with_branches`]
+    /// opens it — moves a crash interrupted are finished — before anything is served; its
+    /// files' node ids (farcache ids) and the synthetic ones of its other inodes are resolved
+    /// only from the descriptors handed over (`takeover.rs`).
     pub fn adopt(
-        backing: &Path,
+        branches: &[PathBuf],
         mountpoint: &Path,
         cfg: &MountConfig,
         data: Arc<dyn DataPath>,
@@ -361,7 +407,14 @@ impl Mount {
         journal: &Path,
     ) -> Result<Mount, MountError> {
         cfg.validate()?;
-        let backing = check_dir(backing, MountError::BackingMissing, MountError::BackingNotDir)?;
+        if branches.is_empty() {
+            return Err(MountError::BackingMissing(PathBuf::new()));
+        }
+        let mut canon = Vec::with_capacity(branches.len());
+        for b in branches {
+            canon.push(check_dir(b, MountError::BackingMissing, MountError::BackingNotDir)?);
+        }
+        let backing = canon[0].clone();
         // Not canonicalize(2): the last component is the mount, which nobody serves now.
         let mountpoint = mountpoint.to_path_buf();
         let dev = mounted_dev(&mountpoint).filter(|d| *d == h.state.dev).ok_or_else(|| MountError::Mount {
@@ -374,12 +427,21 @@ impl Mount {
         let want_fds = cfg.max_inodes.saturating_add(cfg.max_open_handles.saturating_mul(3)).saturating_add(1024);
         sys::raise_nofile(want_fds);
         let incarnation = h.state.incarnation.wrapping_add(1) & 0xff_ffff;
-        let mut fs = fs::Passthrough::new(&backing, cfg, data, incarnation)
+        let u = match canon.len() {
+            1 => None,
+            _ => Some(Arc::new(union::Union::open(&canon, cfg.create_policy)?)),
+        };
+        let mut fs = fs::Passthrough::new(&backing, cfg, data.clone(), incarnation)
             .map_err(|source| MountError::BackingOpen { path: backing.clone(), source })?;
         let root_inode = fs.inodes.get(inode::ROOT_ID).expect("the root is always there");
-        fs.resolver = Some(takeover::Resolver::new(&h.state, root_inode.fd()));
-        fs.inodes.reserve_synthetic(h.state.next_synthetic);
-        takeover::adopt_kept(&fs.inodes, &h.state, &h.keep);
+        fs.resolver = Some(takeover::Resolver::new(&h.state, root_inode.fd(), u.is_some()));
+        fs.inodes.reserve_synthetic(h.state.next_synthetic.max(inode::InodeTable::synthetic_start(incarnation)));
+        takeover::adopt_kept(&fs.inodes, &h.state, &h.keep, u.as_deref());
+        let handle = u.map(|u| {
+            fs.union = Some(u.clone());
+            union::UnionHandle::new(u, fs.inodes.clone(), fs.files.clone(), data, fs.backing_opts, fs.keeper.clone())
+        });
+        let backing = PathBuf::from(canon.iter().map(|b| b.display().to_string()).collect::<Vec<_>>().join(":"));
         // Before the kernel resends anything: the records the earlier daemon left decide
         // how a resent operation on names is answered.
         fs.journal = open_journal(journal, h.state.dev, false);
@@ -408,6 +470,7 @@ impl Mount {
         );
         let mut m = Mount::serve(session, mountpoint, dev, cfg, h.workers, slot, h.keep, incarnation)?;
         m.transport = Transport::read_loops(cfg, "a taken-over connection is served by read loops");
+        m.union = handle;
         Ok(m)
     }
 
@@ -460,6 +523,15 @@ impl Mount {
     /// (a supervisor keeps them alive across a crash: `cmd/supervise.rs`).
     pub fn set_keeper(&self, k: Keeper) {
         *self.keeper.0.write() = Some(k);
+        // A union's file whose interrupted move this daemon settled at start is served from
+        // the copy replay kept, which the keeper may not hold (it held the other).
+        if let Some(h) = &self.union {
+            for (id, _, _) in &h.u.replayed {
+                if let Some(i) = h.inodes.get(*id) {
+                    self.keeper.tell(Kept::Known { nodeid: *id, fd: i.fd() });
+                }
+            }
+        }
     }
 
     /// A handle that stops the session for a handover.
@@ -468,6 +540,7 @@ impl Mount {
             stopper: self.stopper.clone(),
             unmounter: Arc::new(parking_lot::Mutex::new(self.session.unmount_callable())),
             slot: self.slot.clone(),
+            union: self.union.clone(),
         }
     }
 

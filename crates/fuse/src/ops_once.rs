@@ -39,6 +39,9 @@ impl Passthrough {
     fn ident(&self, parent: u64, name: &[u8]) -> Option<Ident> {
         let p = self.inode(INodeNo(parent)).ok()?;
         let c = std::ffi::CString::new(name).ok()?;
+        if self.union.is_some() {
+            return self.u_ident(&p, &c);
+        }
         sys::ident_at(p.fd(), &c).ok()
     }
 
@@ -147,6 +150,14 @@ impl Passthrough {
                 // Done iff the source moved: the old name no longer names it and the new one
                 // does (an exchange too: the old name then names what the new one did).
                 let source = rec.intent.a?;
+                // A union's file renamed on its branch, the target name maybe still on
+                // another (a crash between the two steps): done, once that name is gone.
+                if self.union.is_some()
+                    && self.ident(parent.0, name.as_bytes()) != Some(source)
+                    && self.u_finish_rename(newparent, newname, source)
+                {
+                    return Some(Ok(()));
+                }
                 let moved = self.ident(parent.0, name.as_bytes()) != Some(source)
                     && self.ident(newparent.0, newname.as_bytes()) == Some(source);
                 moved.then_some(Ok(()))
@@ -191,6 +202,9 @@ impl Passthrough {
     fn adopt_new(&self, req: &Request, parent: INodeNo, name: &OsStr) -> io::Result<FileAttr> {
         let p = self.inode(parent)?;
         let c = sys::cname(name)?;
+        if self.union.is_some() {
+            return self.u_adopt_new(req, &p, &c);
+        }
         self.finish_new(req, &p, &c)
     }
 
@@ -213,7 +227,11 @@ impl Passthrough {
                 let linked = rec.intent.a.is_some() && self.ident(newparent.0, newname.as_bytes()) == rec.intent.a;
                 linked.then(|| {
                     let p = self.inode(newparent)?;
-                    Ok(self.entry_of(&p, &sys::cname(newname)?)?.1)
+                    let c = sys::cname(newname)?;
+                    if self.union.is_some() {
+                        return Ok(self.u_entry_gated(&p, &c)?.1);
+                    }
+                    Ok(self.entry_of(&p, &c)?.1)
                 })
             },
             || self.do_link(ino, newparent, newname),
@@ -260,8 +278,9 @@ impl Passthrough {
 /// it holds `OP:POINT` naming this operation (`unlink`, `rmdir`, `rename`, `mkdir`, `mknod`,
 /// `symlink`, `link`, `create`) and point, the daemon removes it (so the fault fires once
 /// across all the daemons of a mount) and SIGKILLs itself. POINT is `begun` (intent
-/// recorded, nothing done), `ran` (the backing call done, its result not recorded) or
-/// `done` (result recorded, reply not written). Without the variable: one load of a
+/// recorded, nothing done), `ran` (the backing call done, its result not recorded),
+/// `done` (result recorded, reply not written), or for a union's rename `between` (the
+/// file renamed on its branch, the target name not yet removed from the others). Without the variable: one load of a
 /// `OnceLock` per journaled operation.
 pub(crate) mod fault {
     use std::path::PathBuf;
@@ -274,6 +293,9 @@ pub(crate) mod fault {
         Begun,
         Ran,
         Done,
+        /// A union's rename of a file: renamed on its branch, the target name not yet
+        /// removed from the other branches.
+        Between,
     }
 
     fn token() -> Option<&'static PathBuf> {

@@ -168,7 +168,9 @@ pub(crate) struct Resolver {
 }
 
 impl Resolver {
-    pub(crate) fn new(state: &HandoverState, root: BorrowedFd<'_>) -> Resolver {
+    /// `union`: a mount of several branches, whose node ids are farcache ids and synthetic
+    /// ones, never inode numbers: none is resolved from a number alone.
+    pub(crate) fn new(state: &HandoverState, root: BorrowedFd<'_>, union: bool) -> Resolver {
         let recorded = state
             .nodes
             .iter()
@@ -182,7 +184,7 @@ impl Resolver {
             })
             .collect();
         // Only where the root's own handle has the ino32+generation form.
-        let constructible = matches!(sys::handle_of(root), Ok((FILEID_INO32_GEN, b)) if b.len() == 8);
+        let constructible = !union && matches!(sys::handle_of(root), Ok((FILEID_INO32_GEN, b)) if b.len() == 8);
         let mount_fd = sys::openat(root, c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)
             .map_err(|e| tracing::warn!("takeover: cannot open the backing root to resolve file handles: {e}"))
             .ok();
@@ -280,16 +282,45 @@ pub(crate) fn snapshot(table: &InodeTable, incarnation: u32) -> (HandoverState, 
 /// by partial counts (its number must stay unusable while the kernel might ask for it).
 const UNKNOWN_LOOKUPS: u64 = u64::MAX / 2;
 
-/// Enter the kept (unlinked) inodes in `table` under their node ids.
-pub(crate) fn adopt_kept(table: &InodeTable, state: &HandoverState, keep: &[OwnedFd]) {
+/// Enter the kept inodes in `table` under their node ids. In a mount of several branches
+/// (`union`) a regular file's node id is its farcache id: it is entered under that id's key
+/// and data identity, as a lookup would, and where a move of it was interrupted (a crash;
+/// the journal's replay at start decided which copy is the file) the descriptor kept for
+/// it, which may be the other copy, gives way to the file replay left.
+pub(crate) fn adopt_kept(
+    table: &InodeTable,
+    state: &HandoverState,
+    keep: &[OwnedFd],
+    union: Option<&crate::union::Union>,
+) {
     let counts: HashMap<u64, u64> = state.nodes.iter().map(|n| (n.nodeid, n.nlookup)).collect();
     for (nodeid, fd) in state.keep_nodes.iter().zip(keep) {
+        let nlookup = counts.get(nodeid).copied().unwrap_or(UNKNOWN_LOOKUPS);
         let res = sys::dup(fd.as_fd()).and_then(|fd| {
             let st = sys::fstat(fd.as_fd())?;
-            table.insert_resolved(*nodeid, fd, &st, counts.get(nodeid).copied().unwrap_or(UNKNOWN_LOOKUPS))
+            let union_file = union.is_some()
+                && st.st_mode & libc::S_IFMT == libc::S_IFREG
+                && *nodeid != crate::inode::ROOT_ID
+                && !InodeTable::is_synthetic(*nodeid);
+            let Some(u) = union.filter(|_| union_file) else {
+                return table.insert_resolved(*nodeid, fd, &st, nlookup);
+            };
+            let fd = match u.replayed_file(*nodeid) {
+                Some(settled) => {
+                    tracing::info!("takeover: node {nodeid}'s interrupted move was settled; serving the file it left");
+                    settled
+                }
+                None => fd,
+            };
+            let mut key = sys::fstat(fd.as_fd())?;
+            key.st_dev = farcache_engine::identity::UNION_DEV;
+            key.st_ino = *nodeid;
+            let inode = table.insert_resolved(*nodeid, fd, &key, nlookup)?;
+            let _ = inode.file_id.get_or_init(|| farcache_engine::FileId::union(*nodeid));
+            Ok(inode)
         });
         if let Err(e) = res {
-            tracing::warn!("takeover: an unlinked inode (node {nodeid}) could not be kept: {e}");
+            tracing::warn!("takeover: a kept inode (node {nodeid}) could not be entered: {e}");
         }
     }
 }
@@ -327,7 +358,7 @@ mod tests {
         let (state, keep) = snapshot(&old, 0);
         assert_eq!((state.keep_nodes.clone(), keep.len()), (vec![node], 1));
         let new = InodeTable::new(sys::dup(rfd.as_fd()).unwrap(), &rst, 100);
-        adopt_kept(&new, &state, &keep);
+        adopt_kept(&new, &state, &keep, None);
         let got = new.get(node).expect("kept under its node id");
         assert_eq!(got.ino, st.st_ino);
         assert!(new.forget(node, 1), "one lookup, as the old table counted");
@@ -362,7 +393,7 @@ mod tests {
         assert_eq!(state.nodes[0].nlookup, 2);
 
         let new = InodeTable::new(sys::dup(rfd.as_fd()).unwrap(), &rst, 100);
-        let r = Resolver::new(&state, rfd.as_fd());
+        let r = Resolver::new(&state, rfd.as_fd(), false);
         let got = r.resolve(&new, a.nodeid).unwrap();
         assert_eq!((got.dev, got.ino), (sa.st_dev, sa.st_ino));
         // Never seen by the old table: only a constructed handle can find it.

@@ -97,10 +97,20 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     let bar = Progress::new("balance", plan.bytes_total, Unit::Bytes);
+    let plan_id = plan.id;
     let mut last = plan;
     while last.running {
         std::thread::sleep(POLL);
         last = status(&call_mount(&a.mountpoint, &socket, &json!({ "cmd": "balance_status" }))?)?;
+        if last.id != plan_id {
+            bar.finish();
+            anyhow::bail!(
+                "the daemon serving {} was replaced during the balance (it crashed and was restarted, or was \
+                 upgraded): a move it had begun was finished or undone from the journal, each file is whole and in \
+                 one place; fix: run farcache balance again for the files not moved yet",
+                a.mountpoint.display()
+            );
+        }
         bar.set(last.bytes_done);
         bar.message(format!("{}/{} files", last.files_done, last.planned.len()));
     }

@@ -188,8 +188,9 @@ struct MountControl {
     backing_dir: String,
     remote_tier: &'static str,
     started: Instant,
-    /// Set once a mount of several branches is live.
-    union: std::sync::OnceLock<farcache_fuse::union::UnionHandle>,
+    /// Set once a mount of several branches is live (replaced when a handover that did
+    /// not happen has the daemon serve again).
+    union: std::sync::Mutex<Option<farcache_fuse::union::UnionHandle>>,
     /// Set once the mount is live.
     transport: std::sync::OnceLock<farcache_fuse::Transport>,
 }
@@ -204,6 +205,11 @@ const ONE_BRANCH: &str =
     "this mount has one backing directory: nothing to balance (mount DIR1:DIR2 MOUNTPOINT to have several)";
 
 /// `mount.fuse_uring = "on"` with a way of handing the connection to another daemon.
+/// Why a mount of several branches refuses a write-back tier, and the fix.
+const TIER_WITH_BRANCHES: &str = "the write-back tier (--tier, tier.path) is not available with several backing \
+     directories in this version: fix: mount the branches without it (leave out --tier and tier.path), or give the \
+     tier to a mount of one backing directory (docs/SEMANTICS.md, \"Several backing directories\")";
+
 const RINGS_NOT_HANDED_OVER: &str = "mount.fuse_uring = \"on\" cannot be combined with WHAT: a request in flight on \
      a FUSE-over-io_uring entry cannot be handed to another daemon (there is no commit without a fetch and the kernel \
      resends none of them), so the mount would hang when its daemon changes; fix: set mount.fuse_uring = \"auto\" \
@@ -230,9 +236,26 @@ impl MountControl {
             uptime_secs: self.started.elapsed().as_secs(),
             remote_tier: self.remote_tier.to_string(),
             cache: self.cache_stats(),
-            union: self.union.get().map(|u| u.stats()),
+            union: self.union_handle().map(|u| u.stats()),
             fuse: self.transport.get().map(|t| t.snapshot()).unwrap_or_default(),
         }
+    }
+
+    fn union_handle(&self) -> Option<farcache_fuse::union::UnionHandle> {
+        self.union.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// A mount of several branches is live (served by `mount`): what balance and the stats
+    /// reach, and the automatic balancer (`[balance]`) of it.
+    fn set_union(
+        &self,
+        mount: &Mount,
+        balance: &farcache_fuse::union::BalanceConfig,
+    ) -> anyhow::Result<Option<farcache_fuse::union::AutoBalancer>> {
+        let Some(u) = mount.union() else { return Ok(None) };
+        let auto = u.configure(balance).map_err(|e| anyhow::anyhow!("[balance]: {e}"))?;
+        *self.union.lock().unwrap_or_else(|e| e.into_inner()) = Some(u);
+        Ok(auto)
     }
 
     fn remote(&self) -> Result<&Remote, String> {
@@ -267,14 +290,14 @@ impl Control for MountControl {
         }
     }
     fn balance(&self, options: &Value) -> Result<Value, String> {
-        let u = self.union.get().ok_or(ONE_BRANCH)?;
+        let u = self.union_handle().ok_or(ONE_BRANCH)?;
         let o: farcache_fuse::union::BalanceOptions =
             serde_json::from_value(options.clone()).map_err(|e| format!("balance: bad options: {e}"))?;
         let st = u.start(o)?;
         serde_json::to_value(st).map_err(|e| e.to_string())
     }
     fn balance_status(&self) -> Result<Value, String> {
-        let u = self.union.get().ok_or(ONE_BRANCH)?;
+        let u = self.union_handle().ok_or(ONE_BRANCH)?;
         serde_json::to_value(u.status()).map_err(|e| e.to_string())
     }
     fn flush(&self, wait: std::time::Duration) -> Result<Value, String> {
@@ -394,8 +417,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if a.supervise {
         // Checked here, not only in the daemon: a daemon that refuses to start would be
         // restarted until the limit.
-        if settings(&a)?.mount.fuse_uring == farcache_fuse::FuseUring::On {
+        let s = settings(&a)?;
+        if s.mount.fuse_uring == farcache_fuse::FuseUring::On {
             anyhow::bail!("{}", RINGS_NOT_HANDED_OVER.replace("WHAT", "--supervise"));
+        }
+        if branches(&a, &s.mount)?.len() > 1 && !s.tier.path.is_empty() {
+            anyhow::bail!("{TIER_WITH_BRANCHES}");
         }
         let window = std::time::Duration::from_secs(a.restart_window);
         return super::supervise::run(super::supervise::daemon_args(), a.restart_limit, window, a.mountpoint());
@@ -406,19 +433,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let branches = branches(&a, &file_cfg.mount)?;
     let backing_dir = branches[0].clone();
     let union = branches.len() > 1;
-    if union {
-        for (on, what) in [
-            (a.takeover, "--takeover"),
-            (supervisor.is_some(), "--supervise"),
-            (!file_cfg.tier.path.is_empty(), "the write-back tier (--tier, tier.path)"),
-        ] {
-            if on {
-                anyhow::bail!(
-                    "{what} is not available with several backing directories in this version: mount the branches \
-                     without it (docs/SEMANTICS.md, \"Several backing directories\")"
-                );
-            }
-        }
+    if union && !file_cfg.tier.path.is_empty() {
+        // --supervise and --takeover work with several branches; the tier does not yet.
+        anyhow::bail!("{TIER_WITH_BRANCHES}");
     }
     let shown = branches.iter().map(|b| b.display().to_string()).collect::<Vec<_>>().join(":");
     let mut cfg = file_cfg.mount.clone();
@@ -463,7 +480,18 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         true => Some(std::path::absolute(&file_cfg.tier.path)?),
         false => None,
     };
-    let handover_settings = takeover::settings(&backing_canonical, &canonical, remote_kind, &cfg, tier_path.as_deref());
+    // A union's branches, all of them in order, must be the running daemon's.
+    let handover_backing = match union {
+        true => PathBuf::from(
+            branches
+                .iter()
+                .map(|b| std::fs::canonicalize(b).unwrap_or_else(|_| b.clone()).display().to_string())
+                .collect::<Vec<_>>()
+                .join(":"),
+        ),
+        false => backing_canonical.clone(),
+    };
+    let handover_settings = takeover::settings(&handover_backing, &canonical, remote_kind, &cfg, tier_path.as_deref());
 
     // The embedded lender's runtime must outlive the mount: kept here until `run` returns.
     let mut _embedded: Option<tokio::runtime::Runtime> = None;
@@ -580,7 +608,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         },
         remote_tier,
         started: Instant::now(),
-        union: std::sync::OnceLock::new(),
+        union: std::sync::Mutex::new(None),
         transport: std::sync::OnceLock::new(),
     });
 
@@ -598,14 +626,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 
     // The automatic balancer (`[balance]`) of a mount of several branches: stopped when this
     // function returns.
-    let mut auto_balancer: Option<farcache_fuse::union::AutoBalancer> = None;
+    let mut auto_balancer: Option<farcache_fuse::union::AutoBalancer>;
     // Everything above (lenders, the engine) is ready before the running daemon is asked to
     // stop: the stall is the handover alone.
     let (mut mount, bound, metrics, took_from) = if a.takeover {
         let (mut h, giving) = takeover::request(&socket_path, &handover_settings, supervisor.is_some())?;
         super::supervise::assign_incarnation(&mut h);
-        let m = Mount::adopt(&backing_dir, &canonical, &cfg, data.clone(), h, true, &journal_path)?;
+        let m = Mount::adopt(&branches, &canonical, &cfg, data.clone(), h, true, &journal_path)?;
         takeover::confirm(&giving).context("--takeover: confirming to the running daemon")?;
+        auto_balancer = control.set_union(&m, &file_cfg.balance)?;
         if let Some((d, inner)) = deferred {
             // The running daemon lets go of the tier when it exits, right after its goodbye;
             // requests meanwhile wait in the kernel (nobody serves yet).
@@ -631,14 +660,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         // The previous daemon died: its connection is alive in the supervisor's hands.
         let mut h = link.withdraw()?;
         super::supervise::assign_incarnation(&mut h);
-        let m = Mount::adopt(&backing_dir, &canonical, &cfg, data.clone(), h, true, &journal_path)?;
+        let m = Mount::adopt(&branches, &canonical, &cfg, data.clone(), h, true, &journal_path)?;
+        auto_balancer = control.set_union(&m, &file_cfg.balance)?;
         (m, bound.expect("bound unless taking over"), metrics, Some(()))
     } else {
         let m = Mount::with_branches(&branches, a.mountpoint(), &cfg, data.clone(), &journal_path)?;
-        if let Some(u) = m.union() {
-            auto_balancer = u.configure(&file_cfg.balance).map_err(|e| anyhow::anyhow!("[balance]: {e}"))?;
-            let _ = control.union.set(u);
-        } else if file_cfg.balance.enabled {
+        auto_balancer = control.set_union(&m, &file_cfg.balance)?;
+        if m.union().is_none() && file_cfg.balance.enabled {
             tracing::info!("balance.enabled: this mount has one backing directory, nothing to balance");
         }
         (m, bound.expect("bound unless taking over"), metrics, None)
@@ -769,7 +797,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 }
                 Outcome::Resume(h) => {
                     tracing::warn!("takeover did not complete: serving again");
-                    mount = Mount::adopt(&backing_dir, &canonical, &cfg, data.clone(), h, true, &journal_path)?;
+                    // A union is opened again with the mount: its balancer goes first (it
+                    // moved nothing since the handover began).
+                    drop(auto_balancer.take());
+                    mount = Mount::adopt(&branches, &canonical, &cfg, data.clone(), h, true, &journal_path)?;
+                    auto_balancer = control.set_union(&mount, &file_cfg.balance)?;
                     if let Some(link) = &supervisor {
                         mount.keep_mounted_on_drop();
                         mount.set_keeper(link.keeper());

@@ -20,6 +20,9 @@
 //! (`{"cmd":"keep","nodeid":N}` with their `O_PATH` descriptor, `{"cmd":"release",...}` when
 //! the kernel forgets them): after a crash, node ids are resolved by inode number, which
 //! must not have been reused meanwhile — and such files, still open somewhere, stay readable.
+//! A mount of several branches keeps every inode the kernel knows this way (its node ids
+//! are not inode numbers: `farcache_fuse::Kept::Known`). Before a restart the dead daemon's
+//! link is read to its end, so nothing it told is lost to the race with its exit.
 //!
 //! The first three crashes within the window restart at once, later ones back off (50 ms
 //! doubling to 2 s between restarts), and more than `--restart-limit`
@@ -142,7 +145,7 @@ impl Link {
         Box::new(move |k| {
             let s = link.stream();
             let res = match k {
-                farcache_fuse::Kept::Unlinked { nodeid, fd } => {
+                farcache_fuse::Kept::Unlinked { nodeid, fd } | farcache_fuse::Kept::Known { nodeid, fd } => {
                     fds::write_line(&s, &json!({ "cmd": "keep", "nodeid": nodeid }))
                         .and_then(|()| fds::send_fds(&s, &[fd]))
                 }
@@ -151,7 +154,7 @@ impl Link {
                 }
             };
             if let Err(e) = res {
-                tracing::warn!("telling the supervisor about an unlinked inode: {e}");
+                tracing::warn!("telling the supervisor about an inode to keep: {e}");
             }
         })
     }
@@ -207,12 +210,25 @@ fn serve_link(s: UnixStream, deposit: Deposit, kept: KeptMap, deposited: mpsc::S
                 }
             },
             Some("keep") => {
-                let (Some(nodeid), Ok(mut fd)) = (req["nodeid"].as_u64(), fds::recv_fds(&s, 1)) else {
+                let Some(nodeid) = req["nodeid"].as_u64() else {
                     tracing::error!("supervisor: a bad keep from pid {pid}: {req}");
                     return;
                 };
+                let mut fd = match fds::recv_fds(&s, 1) {
+                    Ok(fd) => fd,
+                    // The message came (the stream is in step) but its descriptor did not:
+                    // this process is out of descriptors. That node will not survive a crash.
+                    Err(e) if e.kind() == std::io::ErrorKind::Other => {
+                        tracing::warn!("supervisor: cannot keep node {nodeid} of pid {pid}: {e}");
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::error!("supervisor: a bad keep from pid {pid}: {e}");
+                        return;
+                    }
+                };
                 let mut k = kept.lock().unwrap_or_else(|e| e.into_inner());
-                if k.len() < MAX_KEPT {
+                if k.len() < MAX_KEPT || k.contains_key(&nodeid) {
                     k.insert(nodeid, fd.remove(0));
                 }
             }
@@ -266,6 +282,8 @@ struct Spawner {
     deposited: mpsc::Sender<u32>,
     /// The next daemon's incarnation (the first one's is 0).
     next_incarnation: std::sync::atomic::AtomicU32,
+    /// Each daemon's link thread, by pid.
+    links: Mutex<std::collections::HashMap<u32, std::thread::JoinHandle<()>>>,
 }
 
 impl Spawner {
@@ -310,10 +328,29 @@ impl Spawner {
         drop(theirs);
         let (deposit, kept, deposited, pid) =
             (self.deposit.clone(), self.kept.clone(), self.deposited.clone(), child.id());
-        std::thread::Builder::new()
+        let link = std::thread::Builder::new()
             .name("farcache-supervisor-link".into())
             .spawn(move || serve_link(ours, deposit, kept, deposited, pid))?;
+        let mut links = self.links.lock().unwrap_or_else(|e| e.into_inner());
+        links.retain(|_, t| !t.is_finished());
+        links.insert(pid, link);
         Ok(child)
+    }
+
+    /// Before a restart: the dead daemon's link has read everything it sent (inodes it
+    /// told us to keep may still be in the socket when its exit is seen), at most `wait`.
+    fn drain_link(&self, pid: u32, wait: Duration) {
+        let Some(t) = self.links.lock().unwrap_or_else(|e| e.into_inner()).remove(&pid) else { return };
+        let t0 = Instant::now();
+        // The thread ends at the socket's end of file, which the daemon's exit brought.
+        while !t.is_finished() && t0.elapsed() < wait {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if t.is_finished() {
+            let _ = t.join();
+        } else {
+            tracing::warn!("supervisor: the link of pid {pid} is still reading after {wait:?}; restarting anyway");
+        }
     }
 }
 
@@ -321,6 +358,10 @@ impl Spawner {
 /// options.
 pub fn run(args: Vec<OsString>, restart_limit: u32, restart_window: Duration, mountpoint: &Path) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("supervisor: where is this binary?")?;
+    // One descriptor per inode kept (a mount of several branches keeps every inode the
+    // kernel knows), beyond the usual soft limit of 1,024.
+    let limit = farcache_fuse::raise_descriptor_limit(MAX_KEPT as u64 + 1024);
+    tracing::debug!("supervisor: open descriptor limit {limit}");
     // Signals are taken synchronously (sigwait-style polling below), so none can kill the
     // supervisor between a crash and the restart.
     let signals = Signals::block()?;
@@ -332,6 +373,7 @@ pub fn run(args: Vec<OsString>, restart_limit: u32, restart_window: Duration, mo
         kept: KeptMap::default(),
         deposited: tx,
         next_incarnation: std::sync::atomic::AtomicU32::new(0),
+        links: Mutex::default(),
     };
     let mut current = spawner.spawn(Mode::First)?;
     let mut previous: Vec<Child> = Vec::new();
@@ -428,6 +470,7 @@ pub fn run(args: Vec<OsString>, restart_limit: u32, restart_window: Duration, mo
             crashes.len()
         );
         std::thread::sleep(backoff);
+        spawner.drain_link(current.id(), Duration::from_secs(5));
         current = spawner.spawn(Mode::Restart)?;
         tracing::info!("supervisor: daemon pid {} started", current.id());
     }

@@ -197,6 +197,14 @@ impl Giver {
             }
             _ => bail!("takeover: unexpected answer {answer}"),
         }
+        // A union: no file may be moving between branches while the next daemon starts
+        // (the move in hand finishes first, bounded).
+        if let Err(e) = self.handle.quiesce() {
+            self.handle.resume();
+            bail!(
+                "takeover refused for now: {e}; fix: try again once it is done (farcache balance MOUNTPOINT shows it)"
+            );
+        }
         tracing::info!("takeover: handing the mount over to pid {}", req["pid"]);
         let (h_tx, h_rx) = mpsc::sync_channel(1);
         let (r_tx, r_rx) = mpsc::channel();

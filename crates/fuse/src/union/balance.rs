@@ -134,6 +134,10 @@ pub struct PlannedFile {
 /// A balance's plan and progress (`{"cmd":"balance_status"}`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BalanceStatus {
+    /// Names this balance (random, drawn when it starts; 0 for a plan only): a status of
+    /// another id means the daemon was replaced meanwhile (a crash, an upgrade).
+    #[serde(default)]
+    pub id: u64,
     pub running: bool,
     /// Started by the automatic balancer (`[balance]`), not asked for.
     #[serde(default)]
@@ -175,6 +179,8 @@ pub struct UnionHandle {
     pub(crate) idle_io: Arc<AtomicBool>,
     /// Set when the daemon stops: a balance ends after the file in hand.
     pub(crate) cancel: Arc<AtomicBool>,
+    /// Told of a moved file's new inode (a supervisor keeps it: `crate::Kept::Known`).
+    pub(crate) keeper: crate::KeeperSlot,
 }
 
 /// How one file's move ended.
@@ -190,6 +196,7 @@ impl UnionHandle {
         files: Arc<Handles<FileHandle>>,
         data: Arc<dyn DataPath>,
         opts: BackingOptions,
+        keeper: crate::KeeperSlot,
     ) -> UnionHandle {
         UnionHandle {
             u,
@@ -200,7 +207,33 @@ impl UnionHandle {
             status: Arc::default(),
             idle_io: Arc::default(),
             cancel: Arc::default(),
+            keeper,
         }
+    }
+
+    /// Before the mount is handed to another daemon: no move may be under way in this one
+    /// (the next one finishes interrupted moves from the journal as it starts, and takes
+    /// the files' descriptors as they are). Stops every balance after the file in hand —
+    /// also those started later — and waits for that file, at most `wait`. False if a
+    /// move still runs then.
+    pub fn quiesce(&self, wait: Duration) -> bool {
+        self.cancel.store(true, Ordering::SeqCst);
+        let t0 = Instant::now();
+        loop {
+            if !self.status.lock().running && self.u.moving.load(Ordering::SeqCst) == 0 {
+                return true;
+            }
+            if t0.elapsed() >= wait {
+                return false;
+            }
+            // Polling a flag the balance thread clears when its file is done (bounded above).
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Balances may run again (a handover that did not happen).
+    pub fn resume(&self) {
+        self.cancel.store(false, Ordering::SeqCst);
     }
 
     /// The union's counters.
@@ -259,6 +292,7 @@ impl UnionHandle {
         if !self.claim(&st) {
             return Err(RUNNING.into());
         }
+        let st = self.status();
         let h = self.clone();
         let source = o.source;
         if let Err(e) = std::thread::Builder::new().name("farcache-balance".into()).spawn(move || {
@@ -281,7 +315,7 @@ impl UnionHandle {
         if s.running {
             return false;
         }
-        *s = BalanceStatus { running: true, ..st.clone() };
+        *s = BalanceStatus { running: true, id: super::random_u64().max(1), ..st.clone() };
         true
     }
 
@@ -607,6 +641,9 @@ impl UnionHandle {
             _ => tracing::warn!("balance: the source of {} changed name during the switch", rel.display()),
         }
         drop(g);
+        // A supervisor keeps the inode from now on (until here it kept the source: a crash
+        // in between is the journal's, whose replay decides which copy is the file).
+        self.keeper.tell(crate::Kept::Known { nodeid: inode.nodeid, fd: inode.fd() });
         sys::fsync_fd(dst_dir_rd.as_fd(), false)?;
         u.fault("before-remove");
         match sys::unlinkat(aside_dir.as_fd(), &aside, 0) {

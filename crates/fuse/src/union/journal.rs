@@ -131,9 +131,13 @@ fn record_is(u: &Union, fd: BorrowedFd<'_>, id: u64, b: usize) -> io::Result<boo
     Ok(IdRecord::read(fd, &u.xattr).is_some_and(|r| r.id == id && r.branch == u.branches[b].uuid && r.ino == st.st_ino))
 }
 
-/// Finish every move a crash interrupted (see the module doc); returns how many there were.
-pub(crate) fn replay(u: &Union) -> io::Result<u64> {
-    let mut n = 0;
+/// Where a replayed move left its file: its id, branch and path relative to the branch.
+pub(crate) type Settled = (u64, usize, PathBuf);
+
+/// Finish every move a crash interrupted (see the module doc); returns where each one left
+/// its file (a daemon restarted on a live connection points the file's node there).
+pub(crate) fn replay(u: &Union) -> io::Result<Vec<Settled>> {
+    let mut n = Vec::new();
     for t in 0..u.branches.len() {
         let jd = journal_dir(u, t)?;
         let names = list(jd.as_fd())?;
@@ -195,7 +199,7 @@ pub(crate) fn replay(u: &Union) -> io::Result<u64> {
                 if switched { "is the file; the source was removed" } else { "was discarded; the source stays" }
             );
             end(u, t, m.id)?;
-            n += 1;
+            n.push((m.id, if switched { t } else { from }, m.rel.clone()));
         }
     }
     // Copies and set-aside sources without a record (the record is written first, removed

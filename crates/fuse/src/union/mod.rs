@@ -208,6 +208,8 @@ pub(crate) struct Union {
     pub(crate) busy_ns: Vec<AtomicU64>,
     /// The automatic balancer's last reading (busy per mille of each branch).
     pub(crate) auto_busy: Mutex<Vec<u32>>,
+    /// The moves a crash interrupted, finished at start: where each left its file.
+    pub(crate) replayed: Vec<journal::Settled>,
 }
 
 /// Held by a change of a file's data or metadata: the gate shared, and on release the write
@@ -301,7 +303,7 @@ impl Union {
         })?;
         let busy_ns = (0..branches.len()).map(|_| AtomicU64::new(0)).collect();
         let fault = std::env::var("FARCACHE_FAULT").ok().filter(|f| f.starts_with("balance:"));
-        let u = Union {
+        let mut u = Union {
             branches,
             policy,
             xattr: xattr.to_owned(),
@@ -316,6 +318,7 @@ impl Union {
             fault,
             busy_ns,
             auto_busy: Mutex::new(Vec::new()),
+            replayed: Vec::new(),
         };
         let replayed = journal::replay(&u).map_err(|e| {
             branch_err(
@@ -324,8 +327,21 @@ impl Union {
                 "check the branches are all mounted and writable, then mount again",
             )
         })?;
-        u.counters.journal_replayed.store(replayed, Ordering::Relaxed);
+        u.counters.journal_replayed.store(replayed.len() as u64, Ordering::Relaxed);
+        u.replayed = replayed;
         Ok(u)
+    }
+
+    /// The regular file whose id is `id`, as a crash's replay left it (`None` if no move of
+    /// it was interrupted, or it is not there): an `O_PATH` descriptor.
+    pub(crate) fn replayed_file(&self, id: u64) -> Option<OwnedFd> {
+        let (_, b, rel) = self.replayed.iter().find(|(i, _, _)| *i == id)?;
+        let (parent, name) = ops::split(rel).ok()?;
+        let dir = self.walk(*b, &parent).ok()?;
+        let fd = sys::openat(dir.as_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW, 0).ok()?;
+        let st = sys::fstat(fd.as_fd()).ok()?;
+        let r = IdRecord::read(fd.as_fd(), &self.xattr)?;
+        (r.id == id && r.branch == self.branches[*b].uuid && r.ino == st.st_ino).then_some(fd)
     }
 
     pub(crate) fn stats(&self) -> UnionStats {

@@ -85,7 +85,11 @@ impl Passthrough {
     }
 
     /// The first entry `name` of `dirs` (in branch order): branch, `O_PATH` descriptor, stat.
-    fn u_find(&self, dirs: &[(usize, OwnedFd)], name: &CStr) -> io::Result<Option<(usize, OwnedFd, libc::stat)>> {
+    pub(crate) fn u_find(
+        &self,
+        dirs: &[(usize, OwnedFd)],
+        name: &CStr,
+    ) -> io::Result<Option<(usize, OwnedFd, libc::stat)>> {
         for (b, d) in dirs {
             match sys::openat(d.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0) {
                 Ok(fd) => {
@@ -106,7 +110,7 @@ impl Passthrough {
         let id = if is_reg(st) { u.identify(fd.as_fd(), st, b) } else { None };
         let inode = match id {
             Some(id) => self.enter_id(fd, st, id)?,
-            None => self.inodes.lookup_as(fd, st, None)?,
+            None => self.u_enter_as(fd, st, None)?,
         };
         Ok((inode.clone(), self.attr(inode.nodeid, st)))
     }
@@ -116,8 +120,20 @@ impl Passthrough {
         let mut key = *st;
         key.st_dev = farcache_engine::identity::UNION_DEV;
         key.st_ino = id;
-        let inode = self.inodes.lookup_as(fd, &key, Some(id))?;
+        let inode = self.u_enter_as(fd, &key, Some(id))?;
         let _ = inode.file_id.get_or_init(|| FileId::union(id));
+        Ok(inode)
+    }
+
+    /// [`crate::inode::InodeTable::lookup_as`]; a node new to the kernel is also told to
+    /// the keeper (a supervisor), before the kernel hears of it: after a crash a union's node
+    /// ids (farcache ids, synthetic ones) cannot be resolved from the branches, only from the
+    /// descriptors the supervisor kept.
+    fn u_enter_as(&self, fd: OwnedFd, key: &libc::stat, nodeid: Option<u64>) -> io::Result<Arc<Inode>> {
+        let (inode, new) = self.inodes.lookup_as(fd, key, nodeid)?;
+        if new {
+            self.keeper.tell(crate::Kept::Known { nodeid: inode.nodeid, fd: inode.fd() });
+        }
         Ok(inode)
     }
 
@@ -135,6 +151,68 @@ impl Passthrough {
             Some((b, fd, st)) => self.u_enter(b, fd, &st),
             None => Err(sys::err(libc::ENOENT)),
         }
+    }
+
+    /// Which inode `parent/name` is in the merged tree (the intent journal's identities).
+    pub(crate) fn u_ident(&self, parent: &Inode, name: &CStr) -> Option<crate::journal::Ident> {
+        let _g = self.un().gate.read();
+        let dirs = self.branch_dirs(parent).ok()?;
+        let (_, fd, _) = self.u_find(&dirs, name).ok()??;
+        sys::ident_at(fd.as_fd(), c"").ok()
+    }
+
+    /// A name a dead daemon made for a request the kernel resent (`ops_once.rs`): given to
+    /// the caller on every branch it is on, and looked up as the first answer would have.
+    pub(crate) fn u_adopt_new(&self, req: &Request, parent: &Inode, name: &CStr) -> io::Result<FileAttr> {
+        let _g = self.un().gate.read();
+        let dirs = self.branch_dirs(parent)?;
+        for (_, d) in &dirs {
+            match sys::openat(d.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0) {
+                Ok(fd) => self.give_to_caller(req, parent, fd.as_fd())?,
+                Err(e) if missing(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(self.u_entry_in(parent, &dirs, name)?.1)
+    }
+
+    /// A resent rename whose first execution died (`ops_once.rs`): if `newparent/newname`
+    /// names the regular file `source` on some branch, the rename of the file happened; the
+    /// target name is then removed from the other branches, as the first execution would
+    /// have. Whether it happened.
+    pub(crate) fn u_finish_rename(&self, newparent: INodeNo, newname: &OsStr, source: crate::journal::Ident) -> bool {
+        let _g = self.un().gate.read();
+        let (Ok(np), Ok(nc)) = (self.inode(newparent), sys::cname(newname)) else { return false };
+        let Ok(dirs) = self.branch_dirs(&np) else { return false };
+        let is_source = |d: BorrowedFd<'_>| sys::ident_at(d, &nc).ok() == Some(source);
+        let Some(at) = dirs.iter().position(|(_, d)| is_source(d.as_fd())) else { return false };
+        if sys::statat(dirs[at].1.as_fd(), &nc).map_or(true, |st| !is_reg(&st)) {
+            return false;
+        }
+        for (i, (_, d)) in dirs.iter().enumerate() {
+            if i == at {
+                continue;
+            }
+            match sys::statat(d.as_fd(), &nc) {
+                Ok(st) if is_dir(&st) => {
+                    let _ = sys::unlinkat(d.as_fd(), &nc, libc::AT_REMOVEDIR);
+                }
+                Ok(_) => {
+                    let victim = self.u_victim(d.as_fd(), &nc);
+                    if sys::unlinkat(d.as_fd(), &nc, 0).is_ok() {
+                        self.u_bury(victim);
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        true
+    }
+
+    /// [`Self::u_entry`] with the gate taken here.
+    pub(crate) fn u_entry_gated(&self, parent: &Inode, name: &CStr) -> io::Result<(Arc<Inode>, FileAttr)> {
+        let _g = self.un().gate.read();
+        self.u_entry(parent, name)
     }
 
     pub(crate) fn u_lookup(&self, parent: INodeNo, name: &OsStr) -> io::Result<(Arc<Inode>, FileAttr)> {
@@ -216,7 +294,7 @@ impl Passthrough {
             let path_fd = sys::reopen(fd.as_fd(), libc::O_PATH)?;
             let inode = match id {
                 Some(id) => self.enter_id(path_fd, &st, id)?,
-                None => self.inodes.lookup_as(path_fd, &st, None)?,
+                None => self.u_enter_as(path_fd, &st, None)?,
             };
             Ok(inode)
         })();
@@ -478,6 +556,9 @@ impl Passthrough {
             let victim = self.u_victim(nd.as_fd(), &nc);
             sys::renameat2(d, &c, nd.as_fd(), &nc, flags)?;
             self.u_bury(victim);
+        }
+        if !is_dir(&sst) {
+            crate::ops_once::fault::die_at(crate::journal::Op::Rename, crate::ops_once::fault::Point::Between);
         }
         // The target name on the branches the source was not on would shadow or duplicate it.
         for (b, st) in dst.iter().filter(|(b, _)| !srcs.contains(b)) {
