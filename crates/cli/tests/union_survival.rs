@@ -17,10 +17,10 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use farcache_testkit::{
-    fuse_mounted, pattern, require_fuse, require_root, run_bin, text, wait_until, MountProcess, Rng,
+    fuse_mounted, pattern, require_fuse, require_root, run_bin, text, wait_until, MountProcess, Rng, Watchdog,
 };
 use serde_json::Value;
 
@@ -114,48 +114,6 @@ impl Drop for Dirs {
             let _ = fs::remove_dir_all(&self.root);
         }
     }
-}
-
-/// Aborts the FUSE connection of `mnt` if the test is still running after `bound`.
-struct Watchdog {
-    done: Arc<AtomicBool>,
-}
-
-impl Watchdog {
-    fn start(mnt: &Path, bound: Duration) -> Watchdog {
-        let done = Arc::new(AtomicBool::new(false));
-        let minor = fuse_minor(mnt).expect("the mount is in mountinfo");
-        let d = done.clone();
-        std::thread::spawn(move || {
-            let t0 = Instant::now();
-            while t0.elapsed() < bound {
-                if d.load(Ordering::SeqCst) {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            eprintln!("watchdog: test still running after {bound:?}: aborting FUSE connection {minor}");
-            let conns = Path::new("/sys/fs/fuse/connections");
-            if fs::read_dir(conns).map(|mut d| d.next().is_none()).unwrap_or(true) {
-                let _ = std::process::Command::new("mount").args(["-t", "fusectl", "none"]).arg(conns).status();
-            }
-            let _ = fs::write(conns.join(minor.to_string()).join("abort"), "1");
-        });
-        Watchdog { done }
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.done.store(true, Ordering::SeqCst);
-    }
-}
-
-/// The device minor of the FUSE mount on `mnt` (its fusectl connection number).
-fn fuse_minor(mnt: &Path) -> Option<u32> {
-    let info = fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let want = mnt.to_str()?;
-    info.lines().rfind(|l| l.split(' ').nth(4) == Some(want))?.split(' ').nth(2)?.split(':').nth(1)?.parse().ok()
 }
 
 /// A block-aligned buffer for `O_DIRECT`.

@@ -6,7 +6,8 @@ use std::fs::{self, File};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// `farcache mount` arguments for tests of the data path with lenders in it: paper 000's
@@ -338,4 +339,46 @@ pub fn o_direct_write_then_read(path: &Path, len: usize) -> Vec<u8> {
     f.seek(SeekFrom::Start(0)).unwrap();
     f.read_exact(ab).unwrap_or_else(|e| panic!("O_DIRECT read of {}: {e}", path.display()));
     ab.to_vec()
+}
+
+/// Aborts the FUSE connection of `mnt` if the test is still running after `bound`.
+pub struct Watchdog {
+    done: Arc<AtomicBool>,
+}
+
+impl Watchdog {
+    pub fn start(mnt: &Path, bound: Duration) -> Watchdog {
+        let done = Arc::new(AtomicBool::new(false));
+        let minor = fuse_minor(mnt).expect("the mount is in mountinfo");
+        let d = done.clone();
+        std::thread::spawn(move || {
+            let t0 = Instant::now();
+            while t0.elapsed() < bound {
+                if d.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            eprintln!("watchdog: test still running after {bound:?}: aborting FUSE connection {minor}");
+            let conns = Path::new("/sys/fs/fuse/connections");
+            if fs::read_dir(conns).map(|mut d| d.next().is_none()).unwrap_or(true) {
+                let _ = std::process::Command::new("mount").args(["-t", "fusectl", "none"]).arg(conns).status();
+            }
+            let _ = fs::write(conns.join(minor.to_string()).join("abort"), "1");
+        });
+        Watchdog { done }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The device minor of the FUSE mount on `mnt` (its fusectl connection number).
+pub fn fuse_minor(mnt: &Path) -> Option<u32> {
+    let info = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = mnt.to_str()?;
+    info.lines().rfind(|l| l.split(' ').nth(4) == Some(want))?.split(' ').nth(2)?.split(':').nth(1)?.parse().ok()
 }

@@ -386,6 +386,15 @@ fn render_mount(s: &MountStats) -> String {
     out
 }
 
+/// A stream cost in µs per MiB as a rate ("-" before it is measured).
+fn stream_rate(us_per_mib: f64) -> String {
+    if us_per_mib > 0.0 {
+        format!("{:.0} MB/s", (1u64 << 20) as f64 / us_per_mib)
+    } else {
+        "-".to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -460,14 +469,5 @@ mod tests {
         }
         let back: MountStats = serde_json::from_value(serde_json::to_value(&with_tier).unwrap()).unwrap();
         assert_eq!(back.cache, with_tier.cache);
-    }
-}
-
-/// A stream cost in µs per MiB as a rate ("-" before it is measured).
-fn stream_rate(us_per_mib: f64) -> String {
-    if us_per_mib > 0.0 {
-        format!("{:.0} MB/s", (1u64 << 20) as f64 / us_per_mib)
-    } else {
-        "-".to_string()
     }
 }
