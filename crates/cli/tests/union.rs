@@ -18,7 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use farcache_testkit::{
-    fuse_mounted, pattern, require_root, run_bin, text, wait_until, DirectReader, MountProcess, LENDERS_FIRST,
+    fuse_mounted, pattern, require_root, run_bin, text, wait_until, DirectReader, MountProcess, UnionDirs,
+    LENDERS_FIRST,
 };
 use serde_json::Value;
 
@@ -26,34 +27,20 @@ fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
 }
 
-/// A test's directories: branch `a` on the disk, branch `b` on tmpfs, the mount point; all
-/// removed on drop.
-struct Dirs {
-    root: PathBuf,
-    a: PathBuf,
-    b: PathBuf,
-    mnt: PathBuf,
+/// A test's directories ([`UnionDirs`]), with this file's helpers.
+struct Dirs(UnionDirs);
+
+impl std::ops::Deref for Dirs {
+    type Target = UnionDirs;
+    fn deref(&self) -> &UnionDirs {
+        &self.0
+    }
 }
 
 impl Dirs {
     fn new(tag: &str) -> Dirs {
         require_root("the union tests");
-        let root = farcache_testkit::fresh_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), &format!("union-{tag}"));
-        let b = PathBuf::from(format!("/dev/shm/farcache-test-union-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&b);
-        fs::create_dir(&b).unwrap();
-        let (a, mnt) = (root.join("a"), root.join("mnt"));
-        fs::create_dir(&a).unwrap();
-        fs::create_dir(&mnt).unwrap();
-        Dirs { root, a, b, mnt }
-    }
-
-    fn branches(&self) -> PathBuf {
-        PathBuf::from(format!("{}:{}", self.a.display(), self.b.display()))
-    }
-
-    fn m(&self, rel: &str) -> PathBuf {
-        self.mnt.join(rel)
+        Dirs(UnionDirs::new(Path::new(env!("CARGO_TARGET_TMPDIR")), &format!("union-{tag}")))
     }
 
     /// A configuration file with `toml`, for `--config`.
@@ -95,18 +82,6 @@ impl Dirs {
         let out = run_bin(bin(), &["stats", self.mnt.to_str().unwrap(), "--json"]);
         assert!(out.status.success(), "{}", text(&out.stderr));
         serde_json::from_slice(&out.stdout).unwrap()
-    }
-}
-
-impl Drop for Dirs {
-    fn drop(&mut self) {
-        if fuse_mounted(&self.mnt) {
-            let _ = std::process::Command::new("fusermount3").arg("-u").arg("-z").arg(&self.mnt).status();
-        }
-        let _ = fs::remove_dir_all(&self.b);
-        if !std::thread::panicking() {
-            let _ = fs::remove_dir_all(&self.root);
-        }
     }
 }
 

@@ -20,7 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use farcache_testkit::{
-    fuse_mounted, pattern, require_fuse, require_root, run_bin, text, wait_until, MountProcess, Rng, Watchdog,
+    fuse_mounted, pattern, require_fuse, require_root, run_bin, text, wait_until, MountProcess, Rng, UnionDirs,
+    Watchdog,
 };
 use serde_json::Value;
 
@@ -42,35 +43,21 @@ fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
 }
 
-/// A test's directories: branch `a` on the disk, branch `b` on tmpfs, the mount point; all
-/// removed on drop (the mount lazily unmounted first if a failing test left it).
-struct Dirs {
-    root: PathBuf,
-    a: PathBuf,
-    b: PathBuf,
-    mnt: PathBuf,
+/// A test's directories ([`UnionDirs`]), with this file's helpers.
+struct Dirs(UnionDirs);
+
+impl std::ops::Deref for Dirs {
+    type Target = UnionDirs;
+    fn deref(&self) -> &UnionDirs {
+        &self.0
+    }
 }
 
 impl Dirs {
     fn new(tag: &str) -> Dirs {
         require_fuse();
         require_root("the union survival tests (mounting, open_by_handle_at)");
-        let root = farcache_testkit::fresh_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), &format!("unionsv-{tag}"));
-        let b = PathBuf::from(format!("/dev/shm/farcache-test-unionsv-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&b);
-        fs::create_dir(&b).unwrap();
-        let (a, mnt) = (root.join("a"), root.join("mnt"));
-        fs::create_dir(&a).unwrap();
-        fs::create_dir(&mnt).unwrap();
-        Dirs { root, a, b, mnt }
-    }
-
-    fn branches(&self) -> PathBuf {
-        PathBuf::from(format!("{}:{}", self.a.display(), self.b.display()))
-    }
-
-    fn m(&self, rel: &str) -> PathBuf {
-        self.mnt.join(rel)
+        Dirs(UnionDirs::new(Path::new(env!("CARGO_TARGET_TMPDIR")), &format!("unionsv-{tag}")))
     }
 
     fn log(&self, name: &str) -> PathBuf {
@@ -101,18 +88,6 @@ impl Dirs {
         let args = ["--supervise", "--restart-limit", "1000", "--restart-window", "1", "--no-remote"];
         MountProcess::try_start_env(bin(), &self.branches(), &self.mnt, &args, env, &self.log("supervisor"))
             .unwrap_or_else(|e| panic!("{e}"))
-    }
-}
-
-impl Drop for Dirs {
-    fn drop(&mut self) {
-        if fuse_mounted(&self.mnt) {
-            let _ = std::process::Command::new("fusermount3").arg("-u").arg("-z").arg(&self.mnt).status();
-        }
-        let _ = fs::remove_dir_all(&self.b);
-        if !std::thread::panicking() {
-            let _ = fs::remove_dir_all(&self.root);
-        }
     }
 }
 

@@ -93,3 +93,49 @@ impl Drop for ScratchDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// A union test's directories below `parent` (a test binary's `CARGO_TARGET_TMPDIR`):
+/// branch `a` on the disk, branch `b` on tmpfs (`/dev/shm`: another file system, as a union's
+/// branches are), the mount point. On drop, a mount a failing test left is lazily unmounted
+/// and everything is removed (`root` is kept when the test panicked, for its logs).
+pub struct UnionDirs {
+    pub root: PathBuf,
+    pub a: PathBuf,
+    pub b: PathBuf,
+    pub mnt: PathBuf,
+}
+
+impl UnionDirs {
+    pub fn new(parent: &Path, tag: &str) -> UnionDirs {
+        let root = crate::fresh_dir(parent, tag);
+        let b = PathBuf::from(format!("/dev/shm/farcache-test-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&b);
+        std::fs::create_dir(&b).unwrap();
+        let (a, mnt) = (root.join("a"), root.join("mnt"));
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&mnt).unwrap();
+        UnionDirs { root, a, b, mnt }
+    }
+
+    /// The branches as the command line takes them: `a:b`.
+    pub fn branches(&self) -> PathBuf {
+        PathBuf::from(format!("{}:{}", self.a.display(), self.b.display()))
+    }
+
+    /// `rel` under the mount point.
+    pub fn m(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+}
+
+impl Drop for UnionDirs {
+    fn drop(&mut self) {
+        if crate::fuse_mounted(&self.mnt) {
+            let _ = std::process::Command::new("fusermount3").arg("-u").arg("-z").arg(&self.mnt).status();
+        }
+        let _ = std::fs::remove_dir_all(&self.b);
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+}
