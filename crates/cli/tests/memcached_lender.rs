@@ -114,10 +114,19 @@ fn a_mount_borrows_from_a_real_memcached_beside_a_farcache_lender() {
         let s = mount_stats(&mnt);
         lender(&s, &mc_url)["puts"].as_u64().unwrap() > 0 && lender(&s, &fc_addr)["puts"].as_u64().unwrap() > 0
     });
-    let items = mc_stat(mc.addr(), "curr_items");
+    // The fills still on their way land between a count and a dump: compare the dump with a
+    // count that did not move across it (bounded: 50 tries, 100 ms apart).
+    let (items, dump) = (0..50)
+        .find_map(|_| {
+            let before = mc_stat(mc.addr(), "curr_items");
+            let dump = mc_ask(mc.addr(), "lru_crawler metadump all\r\n");
+            let after = mc_stat(mc.addr(), "curr_items");
+            std::thread::sleep(Duration::from_millis(100));
+            (before == after).then_some((after, dump))
+        })
+        .expect("memcached's item count settles once the reads stop");
     assert!(items > 0 && items < BLOCKS, "memcached holds its share: {items}");
     // Sealed (4096 + 40 bytes), keyed by tenant: fc:<tenant>:<file>:<block>:<epoch>.
-    let dump = mc_ask(mc.addr(), "lru_crawler metadump all\r\n");
     let keys: Vec<&str> = dump.lines().filter(|l| l.starts_with("key=")).collect();
     assert_eq!(keys.len() as u64, items, "{dump}");
     assert!(keys.iter().all(|l| l.starts_with("key=fc%3Adb-7%3A")), "{dump}");
