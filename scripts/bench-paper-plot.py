@@ -235,8 +235,8 @@ def plot_tenants(report, stem):
             ax.legend(fontsize=6, ncol=3, loc="upper left")
         axes[-1, 0].set_xlabel("seconds since the queries started")
         fig.suptitle(
-            f"Lender memory per tenant over time (paper 004, Fig. 4): capacity {frac} x the databases "
-            f"({rows[0]['capacity_bytes'] >> 20} MiB, grey); solid target, dashed used",
+            f"Lender memory per tenant over time (paper 004, Fig. 4)\ncapacity {frac} x the databases "
+            f"({rows[0]['capacity_bytes'] >> 20} MiB, grey); solid: target, dashed: used",
             fontsize=9,
         )
         fig.tight_layout()

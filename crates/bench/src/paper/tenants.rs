@@ -234,10 +234,21 @@ pub fn disk_bytes_for(sf: f64) -> u64 {
     (sf * (1100 * MIB + 2 * tpch::DB_BYTES_PER_SF) as f64) as u64 + GIB
 }
 
-fn done(earlier: &[TenantsRecord], mode: &str, fraction: f64) -> Option<TenantsRecord> {
+/// A point of an earlier run to keep: same capacity and mode, and complete (no error, every
+/// tenant's `runs` runs answered Q4's rows).
+fn done(earlier: &[TenantsRecord], mode: &str, fraction: f64, runs: u32) -> Option<TenantsRecord> {
     earlier
         .iter()
-        .find(|r| r.mode == mode && (r.capacity_fraction - fraction).abs() < 1e-9 && r.error.is_none())
+        .find(|r| {
+            r.mode == mode
+                && (r.capacity_fraction - fraction).abs() < 1e-9
+                && r.error.is_none()
+                && !r.tenants.is_empty()
+                && r.tenants.iter().all(|t| {
+                    t.queries.len() == runs as usize
+                        && t.queries.iter().all(|q| q.status == QueryStatus::Ok && q.rows == Q4_ROWS)
+                })
+        })
         .cloned()
 }
 
@@ -254,7 +265,7 @@ pub fn run_experiment(
         o.tenants_capacity.iter().flat_map(|&f| o.tenants_modes.iter().map(move |m| (f, m.as_str()))).collect();
     let mut todo = Vec::new();
     for &(f, m) in &points {
-        match done(&o.tenants_resume, m, f) {
+        match done(&o.tenants_resume, m, f, o.tenants_runs) {
             Some(r) => {
                 note!("paper: tenants {m} at {f}: kept from the earlier run");
                 report.tenants_runs.push(r);
@@ -426,6 +437,8 @@ fn run_point(
     for d in disks {
         d.remount()?;
     }
+    // The logs directory again, should another run's start have pruned it.
+    std::fs::create_dir_all(tpch::logs_dir(tb)).ctx(|| format!("create {}", tb.logs.display()))?;
     let mut lender = tb.start_lender(0, capacity, o.policy.as_deref(), &["--allocation", mode])?;
     let addr = tb.nets[0].addr;
     // Every tenant known to the lender at once, before its first decision, as the paper's
@@ -624,6 +637,8 @@ fn run_queries(
         })
         .collect();
     let file = tpch::sql_dir(tb).join("q4.sql").to_string_lossy().to_string();
+    let out_dir = tb.dir.join("tenants-out");
+    std::fs::create_dir_all(&out_dir).ctx(|| format!("create {}", out_dir.display()))?;
     let t0 = Instant::now();
     let mut streams: Vec<Stream> = (0..tenants.len())
         .map(|i| {
@@ -680,7 +695,9 @@ fn run_queries(
                 s.finished_at = Some(Instant::now());
                 continue;
             }
-            let stem = tpch::logs_dir(tb).join(format!("tenants-{mode}-{}-run{}", tenants[i].db.name, s.runs_started));
+            // The answers go to the run directory, not the logs (which other runs prune): the
+            // harness reads them back.
+            let stem = out_dir.join(format!("{mode}-{}-run{}", tenants[i].db.name, s.runs_started));
             let (out, err) = (stem.with_extension("out"), stem.with_extension("err"));
             let args = ["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", "\\timing on", "-f", &file];
             let mut cmd = tpch::psql_with(c, &args, Some(timeout), o.tenants_query.pg_options());

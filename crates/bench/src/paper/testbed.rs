@@ -563,7 +563,12 @@ fn prune_logs() {
         .unwrap_or_default();
     runs.sort();
     let excess = (runs.len() + 1).saturating_sub(LOG_RUNS_KEPT);
-    for (_, p) in runs.into_iter().take(excess) {
+    // Never the logs of a run still going (another user's, on a shared machine): its
+    // harness reads its children's output back from them.
+    let dead = runs
+        .into_iter()
+        .filter(|(_, p)| !p.file_name().map(|n| super::cleanup::live(&n.to_string_lossy())).unwrap_or(false));
+    for (_, p) in dead.take(excess) {
         let _ = std::fs::remove_dir_all(p);
     }
 }
