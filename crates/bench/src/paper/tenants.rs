@@ -144,10 +144,10 @@ pub struct TenantResult {
     /// The mount's counters at the end (lender reads against disk reads).
     pub mount: Option<MountCounters>,
     /// Of the reads below the page cache, the share the lender served (the mount's
-    /// counters: lender reads ÷ (lender reads + disk reads)). The lender's own hit ratio is
-    /// near 100% whatever it holds, since a mount asks only for blocks it stored there; a
-    /// block the lender evicted is a disk read here, and a miss there only when the mount
-    /// had not yet learnt of the eviction.
+    /// counters: lender reads ÷ (lender reads + disk reads)). The lender's own hit ratio
+    /// counts only what the mount asked for, and a mount asks only for blocks it stored
+    /// there: a miss is a block the lender evicted, and reads the mount routes to the disk
+    /// (blocks it never stored, or knows are gone) are not in it at all.
     #[serde(default)]
     pub lender_share: Option<f64>,
     pub memory_max_usage_bytes: Option<u64>,
@@ -264,6 +264,12 @@ pub fn run_experiment(
     let points: Vec<(f64, &str)> =
         o.tenants_capacity.iter().flat_map(|&f| o.tenants_modes.iter().map(move |m| (f, m.as_str()))).collect();
     let mut todo = Vec::new();
+    // An earlier run's points of other capacities or modes stay in the results too.
+    for r in &o.tenants_resume {
+        if !points.iter().any(|&(f, m)| r.mode == m && (r.capacity_fraction - f).abs() < 1e-9) {
+            report.tenants_runs.push(r.clone());
+        }
+    }
     for &(f, m) in &points {
         match done(&o.tenants_resume, m, f, o.tenants_runs) {
             Some(r) => {
@@ -743,6 +749,21 @@ fn by<'a>(r: &'a PaperReport, mode: &str, fraction: f64) -> Option<&'a TenantsRe
     r.tenants_runs.iter().find(|x| x.mode == mode && (x.capacity_fraction - fraction).abs() < 1e-9 && x.error.is_none())
 }
 
+/// The capacity points of the records (an earlier run's kept ones too), the run's own
+/// order first.
+fn fractions(r: &PaperReport) -> Vec<f64> {
+    let mut v: Vec<f64> = Vec::new();
+    let known = r.options.tenants_capacity.iter().copied().chain(r.tenants_runs.iter().map(|x| x.capacity_fraction));
+    for f in known {
+        if !v.iter().any(|x| (x - f).abs() < 1e-9)
+            && r.tenants_runs.iter().any(|x| (x.capacity_fraction - f).abs() < 1e-9)
+        {
+            v.push(f);
+        }
+    }
+    v
+}
+
 /// Sanity checks: every run of every tenant answered Q4's rows, every tenant used the lender,
 /// the allocation was read, and a dividing mode's targets fit in the capacity.
 pub fn checks(r: &PaperReport) -> Vec<Verdict> {
@@ -798,7 +819,7 @@ pub fn targets(r: &PaperReport) -> Vec<Verdict> {
     if !r.options.experiments.contains(&super::Experiment::Tenants) {
         return v;
     }
-    for &f in &r.options.tenants_capacity {
+    for f in fractions(r) {
         let mean = |m| by(r, m, f).and_then(TenantsRecord::mean_secs);
         if let (Some(m), Some(s)) = (mean("mrc"), mean("static")) {
             v.push(Verdict {
@@ -873,7 +894,7 @@ pub fn render(s: &mut String, r: &PaperReport) {
             }
         );
     }
-    for &f in &o.tenants_capacity {
+    for f in fractions(r) {
         let rows: Vec<&TenantsRecord> =
             r.tenants_runs.iter().filter(|x| (x.capacity_fraction - f).abs() < 1e-9).collect();
         let Some(first) = rows.first() else { continue };
@@ -958,10 +979,10 @@ pub fn render(s: &mut String, r: &PaperReport) {
     let _ = writeln!(
         s,
         "Times are psql's (`\\timing`) per run; *mean s* is over every run of every tenant; *total s* from the \
-         first run's start to the last one's end. *Hit ratio*: the lender's, per tenant, over the point (near 100% by construction: a \
-         mount asks only for blocks it stored). *Lender share*: of the tenant's reads below its page cache, \
-         the share the lender served (the mount's counters) — what the allocation changes. \
-         The allocation over time: `scripts/bench-tenants-plot.py` on the JSON.\n"
+         first run's start to the last one's end. *Hit ratio*: the lender's, per tenant, over the point (a mount asks only for blocks \
+         it stored there: a miss is a block the lender evicted). *Lender share*: of the tenant's reads below \
+         its page cache, the share the lender served (the mount's counters) — what the allocation changes. \
+         The allocation over time: `scripts/bench-paper-plot.py` on the JSON (`-tenants-<share>.png`).\n"
     );
 }
 
