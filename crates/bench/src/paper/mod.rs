@@ -11,6 +11,8 @@
 //!   blkio cgroup; every pass starts from a cold local cache and fresh lenders.
 //! - [`pgbench`] and [`tpch`]: PostgreSQL 15 on each configuration (pgbench; the TPC-H-like
 //!   load, power and throughput tests of Tables 8/10).
+//! - [`tenants`]: paper 004's three PostgreSQL tenants, each with its own disk, memory cgroup
+//!   and `--tenant` mount, sharing one lender under each allocation mode.
 //! - [`report`]: JSON, markdown tables with ratios, sanity checks, the targets.
 
 /// A line on stderr about the run, above the progress bar when one is up
