@@ -43,6 +43,7 @@ bench: deps build
 	BIN=$(BIN) ./scripts/bench-writeback.sh
 	BIN=$(BIN) ./scripts/bench-engine.sh
 	BIN=$(BIN) ./scripts/bench-migrate.sh
+	BIN=$(BIN) ./scripts/bench-tenants.sh
 	$(BIN) bench restart --json bench/results/restart.json
 
 deps:

@@ -6,7 +6,9 @@ farcache's performance ratio per access size, 1st and 2nd pass, against passthro
 usage: scripts/bench-paper-plot.py bench/results/paper-cloud.json [...]
 writes bench/results/paper-cloud-seqread.png, paper-cloud-randread.png, ... beside each JSON
 (pgbench: tps ratios; tpch: load/power/throughput ratios and the power test per query;
-migrate: each disk's utilization and the foreground's throughput over time).
+migrate: each disk's utilization and the foreground's throughput over time; tenants: each
+tenant's target and use at the lender over time per allocation mode, paper 004's Fig. 4, one
+PNG per capacity point, -tenants-<share>.png).
 """
 import json
 import os
@@ -205,6 +207,46 @@ def plot_migrate(report, png):
     return True
 
 
+def plot_tenants(report, stem):
+    """Paper 004's Fig. 4: per allocation mode, each tenant's target (solid) and use (dashed)
+    at the lender over time; one PNG per capacity point. The written paths."""
+    runs = [r for r in report.get("tenants_runs", []) if not r.get("error") and r.get("samples")]
+    out = []
+    for frac in sorted({r["capacity_fraction"] for r in runs}):
+        rows = [r for r in runs if r["capacity_fraction"] == frac]
+        order = report["options"].get("tenants_modes") or [r["mode"] for r in rows]
+        rows.sort(key=lambda r: order.index(r["mode"]) if r["mode"] in order else 99)
+        fig, axes = plt.subplots(len(rows), 1, figsize=(8, 2.4 * len(rows)), sharex=True, squeeze=False)
+        for ax, r in zip(axes[:, 0], rows):
+            names = sorted({t["name"] for s in r["samples"] for t in s["tenants"]})
+            for i, name in enumerate(names):
+                color = f"C{i}"
+                pts = [(s["t_secs"], t) for s in r["samples"] for t in s["tenants"] if t["name"] == name]
+                xs = [p[0] for p in pts]
+                sf = next((t["scale_factor"] for t in r["tenants"] if t["name"] == name), None)
+                label = f"{name} (SF {sf:g})" if sf is not None else name
+                if r["mode"] != "shared":
+                    ax.plot(xs, [p[1]["target_bytes"] / 2**20 for p in pts], color=color, label=f"{label} target")
+                ax.plot(xs, [p[1]["used_bytes"] / 2**20 for p in pts], color=color, linestyle="--",
+                        label=f"{label} used")
+            ax.axhline(r["capacity_bytes"] / 2**20, color="grey", linewidth=0.8)
+            ax.set_ylabel("MiB")
+            ax.set_title(f"{r['mode']}: total {r['total_secs']:.0f} s", fontsize=9)
+            ax.legend(fontsize=6, ncol=3, loc="upper left")
+        axes[-1, 0].set_xlabel("seconds since the queries started")
+        fig.suptitle(
+            f"Lender memory per tenant over time (paper 004, Fig. 4)\ncapacity {frac} x the databases "
+            f"({rows[0]['capacity_bytes'] >> 20} MiB, grey); solid: target, dashed: used",
+            fontsize=9,
+        )
+        fig.tight_layout()
+        png = f"{stem}-tenants-{frac:g}.png"
+        fig.savefig(png, dpi=110)
+        plt.close(fig)
+        out.append(png)
+    return out
+
+
 def plot(path):
     report = json.load(open(path))
     o = report["options"]
@@ -212,6 +254,9 @@ def plot(path):
     sizes = o["sizes_bytes"]
     out = []
     for exp in o["experiments"]:
+        if exp == "tenants":
+            out.extend(plot_tenants(report, stem))
+            continue
         if exp == "migrate":
             if plot_migrate(report, f"{stem}-migrate.png"):
                 out.append(f"{stem}-migrate.png")

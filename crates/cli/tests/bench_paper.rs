@@ -258,6 +258,74 @@ fn bench_paper_quick_runs_the_migration_experiment() {
     assert_eq!(resumed["migrate_runs"], json["migrate_runs"], "the kept records changed");
 }
 
+/// Paper 004's experiment, scaled down: three PostgreSQL tenants (TPC-H at SF 0.01 each), each
+/// with its own disk, memory cgroup and mount, sharing one lender under `static` and `mrc`,
+/// Q4 twice per tenant. Every run answered Q4's 5 rows (the same answer each time), every
+/// tenant got hits at the lender under its own name, the allocation was read every second
+/// and the targets never added up to more than the capacity; a rerun keeps both points.
+#[test]
+fn bench_paper_quick_runs_the_tenants_experiment() {
+    if !is_root() {
+        return;
+    }
+    let dir = Scratch(std::env::temp_dir().join(format!("farcache-bench-paper004-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let args = ["--experiment", "tenants"];
+    let (status, stdout, stderr) = run_quick(&args, &dir.0, Duration::from_secs(240));
+    assert!(status.success(), "bench paper --quick (tenants) failed ({status}); stdout:\n{stdout}\nstderr:\n{stderr}");
+    let path = dir.0.join("paper004-quick.json");
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(json["complete"], true, "{json}");
+    let setup = &json["tenants_setup"]["tenants"];
+    assert_eq!(setup.as_array().unwrap().len(), 3, "{json}");
+    let runs = json["tenants_runs"].as_array().unwrap();
+    let modes: Vec<&str> = runs.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    assert_eq!(modes, ["static", "mrc"], "{json}");
+    for r in runs {
+        assert!(r["error"].is_null(), "{r}");
+        let capacity = num(r, &["capacity_bytes"]);
+        assert!(capacity > 0.0 && num(r, &["total_secs"]) > 0.0, "{r}");
+        let tenants = r["tenants"].as_array().unwrap();
+        assert_eq!(tenants.len(), 3, "{r}");
+        for t in tenants {
+            let queries = t["queries"].as_array().unwrap();
+            assert_eq!(queries.len(), 2, "{t}");
+            for q in queries {
+                assert_eq!(q["status"], "ok", "{q}");
+                assert_eq!(num(q, &["rows"]), 5.0, "Q4 answers one row per order priority: {q}");
+                assert!(num(q, &["secs"]) > 0.0, "{q}");
+                assert_eq!(q["checksum"], queries[0]["checksum"], "runs answered differently: {t}");
+            }
+            // The tenant really used the lender, under its own name.
+            assert!(num(t, &["lender", "hits"]) > 0.0, "no hits at the lender for {}: {r}", t["name"]);
+            assert!(num(t, &["mount", "remote_reads"]) > 0.0, "the mount read nothing from the lender: {t}");
+        }
+        let samples = r["samples"].as_array().unwrap();
+        assert!(!samples.is_empty(), "no allocation samples: {r}");
+        for s in samples {
+            let points = s["tenants"].as_array().unwrap();
+            let names: Vec<&str> = points.iter().map(|p| p["name"].as_str().unwrap()).collect();
+            assert!(names.iter().all(|n| n.starts_with("tenant")), "{s}");
+            let sum: f64 = points.iter().map(|p| num(p, &["target_bytes"])).sum();
+            assert!(sum <= capacity, "targets add up to {sum} > capacity {capacity}: {s}");
+        }
+        // The three tenants were seen at the lender by the end.
+        assert_eq!(samples.last().unwrap()["tenants"].as_array().unwrap().len(), 3, "{r}");
+    }
+    let checks = json["checks"].as_array().unwrap();
+    assert!(checks.len() >= 2 * 8 && checks.iter().all(|c| c["ok"] == true), "{json}");
+    let md = std::fs::read_to_string(dir.0.join("paper004-quick.md")).unwrap();
+    assert!(md.contains("## tenants") && md.contains("lender share") && md.contains("| mrc |"), "{md}");
+
+    // A rerun keeps the points the JSON holds and runs nothing again.
+    let (status, stdout, stderr) = run_quick(&args, &dir.0, Duration::from_secs(60));
+    assert!(status.success(), "rerun failed ({status}); stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stderr.contains("2 point(s) done before"), "{stderr}");
+    assert!(!stderr.contains("generating scale factor"), "the rerun made the databases again: {stderr}");
+    let again: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(again["tenants_runs"], json["tenants_runs"], "the kept points changed");
+}
+
 #[test]
 fn bench_paper_quick_runs_every_configuration_and_cleans_up() {
     if !is_root() {

@@ -11,6 +11,8 @@
 //!   blkio cgroup; every pass starts from a cold local cache and fresh lenders.
 //! - [`pgbench`] and [`tpch`]: PostgreSQL 15 on each configuration (pgbench; the TPC-H-like
 //!   load, power and throughput tests of Tables 8/10).
+//! - [`tenants`]: paper 004's three PostgreSQL tenants, each with its own disk, memory cgroup
+//!   and `--tenant` mount, sharing one lender under each allocation mode.
 //! - [`report`]: JSON, markdown tables with ratios, sanity checks, the issue's targets.
 
 /// A line on stderr about the run, above the progress bar when one is up
@@ -30,6 +32,7 @@ pub mod pgbench;
 pub mod report;
 pub mod run;
 pub mod sys;
+pub mod tenants;
 pub mod testbed;
 pub mod tpch;
 pub mod worker;
@@ -81,6 +84,9 @@ pub enum Experiment {
     /// Paper 001: half of the files moved from one disk to another during random whole-file
     /// reads, copied from lenders' RAM vs from the disk ([`migrate`]).
     Migrate,
+    /// Paper 004: three PostgreSQL tenants (TPC-H Q4 at scale factors 1:2:3) sharing one
+    /// lender, under each allocation mode ([`tenants`]).
+    Tenants,
 }
 
 impl Experiment {
@@ -97,6 +103,7 @@ impl Experiment {
             Experiment::Engine => "engine",
             Experiment::Serial => "serial",
             Experiment::Migrate => "migrate",
+            Experiment::Tenants => "tenants",
         }
     }
 
@@ -119,7 +126,7 @@ impl Experiment {
                 &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::PassthroughRing, ConfigKind::Farcache]
             }
             Experiment::Serial => &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::Serialized],
-            Experiment::Migrate => &[ConfigKind::Farcache],
+            Experiment::Migrate | Experiment::Tenants => &[ConfigKind::Farcache],
             _ => &ConfigKind::ALL,
         }
     }
@@ -143,6 +150,7 @@ impl Experiment {
             Experiment::Engine => "paper 002, issue 11",
             Experiment::Serial => "paper 002's serialization test",
             Experiment::Migrate => "paper 001, issue 14",
+            Experiment::Tenants => "paper 004, issue 13",
         }
     }
 
@@ -257,9 +265,10 @@ impl std::str::FromStr for Experiment {
             "engine" => Ok(Experiment::Engine),
             "serial" => Ok(Experiment::Serial),
             "migrate" => Ok(Experiment::Migrate),
+            "tenants" => Ok(Experiment::Tenants),
             _ => Err(format!(
                 "unknown experiment {s:?}: seqread, randread, pgbench, tpch (transfers comes with each); postmark, \
-                 dfsio, durable, destage (paper 003); engine, serial (paper 002); migrate (paper 001)"
+                 dfsio, durable, destage (paper 003); engine, serial (paper 002); migrate (paper 001); tenants (paper 004)"
             )),
         }
     }
@@ -367,6 +376,39 @@ pub struct PaperOptions {
     /// migrate: configurations an earlier run finished (`--resume`), kept rather than run.
     #[serde(skip)]
     pub migrate_resume: Vec<migrate::MigrateRecord>,
+    /// tenants: the three tenants' TPC-H scale factors (the paper's 0.25, 0.5, 0.75; ratio 1:2:3).
+    #[serde(default)]
+    pub tenants_sf: Vec<f64>,
+    /// tenants: runs of the query per tenant (the paper: 10).
+    #[serde(default)]
+    pub tenants_runs: u32,
+    /// tenants: the lender's capacity points, as shares of the databases' total size.
+    #[serde(default)]
+    pub tenants_capacity: Vec<f64>,
+    /// tenants: the lender's allocation modes, one point each.
+    #[serde(default)]
+    pub tenants_modes: Vec<String>,
+    /// tenants: what each tenant runs.
+    #[serde(default = "q4")]
+    pub tenants_query: tenants::TenantsQuery,
+    /// tenants: each tenant's memory cgroup (PostgreSQL + its mount daemon).
+    #[serde(default)]
+    pub tenants_memory_bytes: u64,
+    /// tenants: before each run, drop the clean pages of the tenant's database from the page
+    /// cache (through its mount), so that every run reads its data below the page cache, as
+    /// in the paper, where the data was several times the VMs' memory.
+    #[serde(default)]
+    pub tenants_drop_cache: bool,
+    /// tenants: the mounts' `[cache] threshold` under `routing = "threshold"` (none: the
+    /// mount's defaults, adaptive routing). 1 MiB sends the 128 KiB readahead of sequential
+    /// scans to the lender (the default threshold, 128 KiB, sends it to the disk).
+    #[serde(default)]
+    pub tenants_threshold: Option<u64>,
+    /// tenants: points the results file already holds (kept, not run again).
+    #[serde(skip)]
+    pub tenants_resume: Vec<tenants::TenantsRecord>,
+    #[serde(skip)]
+    pub tenants_resume_setup: Option<tenants::TenantsSetup>,
 }
 
 impl PaperOptions {
@@ -413,6 +455,17 @@ impl PaperOptions {
             migrate_phase_secs: 20,
             migrate_lender_bytes: None,
             migrate_resume: Vec::new(),
+            // Scaled down from the paper's 0.25 / 0.5 / 0.75 (same ratio) to fit a session.
+            tenants_sf: vec![0.05, 0.1, 0.15],
+            tenants_runs: 10,
+            tenants_capacity: vec![tenants::PAPER_FRACTION],
+            tenants_modes: tenants::MODES.iter().map(|m| m.to_string()).collect(),
+            tenants_query: tenants::TenantsQuery::Q4,
+            tenants_memory_bytes: 128 * MIB,
+            tenants_drop_cache: false,
+            tenants_threshold: Some(MIB),
+            tenants_resume: Vec::new(),
+            tenants_resume_setup: None,
         }
     }
 
@@ -445,6 +498,11 @@ impl PaperOptions {
             migrate_files: 16,
             migrate_threads: vec![1],
             migrate_phase_secs: 3,
+            tenants_sf: vec![0.01, 0.01, 0.01],
+            tenants_runs: 2,
+            tenants_modes: vec!["static".into(), "mrc".into()],
+            tenants_memory_bytes: 96 * MIB,
+            tenants_drop_cache: true,
             ..PaperOptions::full(exe)
         }
     }
@@ -473,6 +531,10 @@ impl PaperOptions {
 
 fn one() -> f64 {
     1.0
+}
+
+fn q4() -> tenants::TenantsQuery {
+    tenants::TenantsQuery::Q4
 }
 
 /// Sizes as the paper writes them: "64MiB", "1GiB".

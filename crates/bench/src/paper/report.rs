@@ -184,6 +184,11 @@ pub struct PaperReport {
     /// Paper 001 (migrate): one record per copy source and thread count.
     #[serde(default)]
     pub migrate_runs: Vec<super::migrate::MigrateRecord>,
+    /// Paper 004 (tenants): the databases, and one record per (capacity, allocation mode).
+    #[serde(default)]
+    pub tenants_setup: Option<super::tenants::TenantsSetup>,
+    #[serde(default)]
+    pub tenants_runs: Vec<super::tenants::TenantsRecord>,
     pub checks: Vec<Verdict>,
     pub targets: Vec<Verdict>,
     pub complete: bool,
@@ -206,6 +211,8 @@ impl PaperReport {
             tier_runs: Vec::new(),
             engine_runs: Vec::new(),
             migrate_runs: Vec::new(),
+            tenants_setup: None,
+            tenants_runs: Vec::new(),
             checks: Vec::new(),
             targets: Vec::new(),
             complete: false,
@@ -302,6 +309,7 @@ fn cell(x: Option<f64>, digits: usize) -> String {
 fn checks(r: &PaperReport) -> Vec<Verdict> {
     let o = &r.options;
     let mut v = super::migrate::checks(r);
+    v.extend(super::tenants::checks(r));
     if o.experiments.contains(&Experiment::Pgbench) {
         if let Some(e) = &r.pgbench_error {
             v.push(Verdict { what: "pgbench: the database was made".into(), measured: e.clone(), ok: false });
@@ -544,6 +552,7 @@ pub fn probe_times(r: &PaperReport, size: u64) -> (Option<f64>, Option<f64>, Opt
 fn targets(r: &PaperReport) -> Vec<Verdict> {
     let o = &r.options;
     let mut v = super::migrate::targets(r);
+    v.extend(super::tenants::targets(r));
     if o.experiments.contains(&Experiment::Randread) {
         for &size in &o.sizes_bytes {
             if !fits_lenders_not_client(o, size) {
@@ -720,6 +729,7 @@ pub fn render(r: &PaperReport) -> String {
     render_tier_runs(&mut s, r);
     render_engine_runs(&mut s, r);
     super::migrate::render(&mut s, r);
+    super::tenants::render(&mut s, r);
     render_transfers(&mut s, r);
     render_memory(&mut s, r);
     for (title, list) in [("Sanity checks", &r.checks), ("Targets (issue 4)", &r.targets)] {

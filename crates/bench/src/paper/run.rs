@@ -66,6 +66,7 @@ pub fn run(o: &PaperOptions, progress: &mut dyn FnMut(&PaperReport)) -> Result<P
         .iter()
         .map(|&e| match e {
             Experiment::Migrate => o.migrate_sources.len() * o.migrate_threads.len(),
+            Experiment::Tenants => o.tenants_capacity.len() * o.tenants_modes.len(),
             e if e.per_size() => o.sizes_bytes.len() * o.configs_for(e).len(),
             e => o.configs_for(e).len(),
         })
@@ -84,6 +85,11 @@ pub fn run(o: &PaperOptions, progress: &mut dyn FnMut(&PaperReport)) -> Result<P
         }
         if exp.of_the_engine() {
             super::engine::run_experiment(&mut tb, o, exp, &mut report, progress, &bar)?;
+            report.secs_total = started.elapsed().as_secs_f64();
+            continue;
+        }
+        if exp == Experiment::Tenants {
+            super::tenants::run_experiment(&mut tb, o, &mut report, progress, &bar)?;
             report.secs_total = started.elapsed().as_secs_f64();
             continue;
         }
@@ -216,7 +222,8 @@ fn pass_limit(o: &PaperOptions, exp: Experiment, size: u64) -> Duration {
             | Experiment::Destage
             | Experiment::Engine
             | Experiment::Serial
-            | Experiment::Migrate,
+            | Experiment::Migrate
+            | Experiment::Tenants,
         ) => 0,
     };
     Duration::from_secs(3 * secs + 60)

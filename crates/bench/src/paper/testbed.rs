@@ -302,32 +302,40 @@ impl Testbed {
     /// Start one `farcache server` per lender namespace, each lending `capacity` bytes.
     pub fn start_lenders(&self, capacity: u64, policy: Option<&str>) -> Result<Lenders> {
         let mut procs = Vec::new();
-        for (i, net) in self.nets.iter().enumerate() {
-            // nsenter --net, not `ip netns exec`: the latter also gives the process a private
-            // copy of every mount of the machine (/ is private here), which pins this run's —
-            // and any concurrent run's — ext4: its unmount would then not empty the page
-            // cache, and cold starts would silently be warm.
-            let mut cmd = Command::new("nsenter");
-            cmd.arg(format!("--net=/run/netns/{}", net.netns))
-                .arg("--")
-                .arg(&self.spec.exe)
-                .args(["server", "--listen", &net.addr.to_string()])
-                .arg("--capacity")
-                .arg(format!("{}MiB", capacity / MIB))
-                .env("FARCACHE_LOG", "warn");
-            if let Some(p) = policy {
-                cmd.args(["--policy", p]);
-            }
-            sys::confine(&mut cmd, &[]);
-            let log = self.logs.join(format!("lender{i}-{}.log", self.cgroups_made));
-            let mut c = Child::spawn(&format!("lender {i}"), cmd, &log, false)?;
-            let line = c.next_line(Duration::from_secs(30))?;
-            if !line.starts_with("farcache server listening on") {
-                return Err(BenchError::Setup(format!("lender {i} said {line:?}; log:\n{}", c.log_tail())));
-            }
-            procs.push(c);
+        for i in 0..self.nets.len() {
+            procs.push(self.start_lender(i, capacity, policy, &[])?);
         }
         Ok(Lenders { procs, addrs: self.nets.iter().map(|n| n.addr).collect() })
+    }
+
+    /// Start the `farcache server` of lender namespace `i`, lending `capacity` bytes, with
+    /// `extra` arguments (e.g. `--allocation mrc`); returns once it listens.
+    pub fn start_lender(&self, i: usize, capacity: u64, policy: Option<&str>, extra: &[&str]) -> Result<Child> {
+        let net = &self.nets[i];
+        // nsenter --net, not `ip netns exec`: the latter also gives the process a private
+        // copy of every mount of the machine (/ is private here), which pins this run's —
+        // and any concurrent run's — ext4: its unmount would then not empty the page cache,
+        // and cold starts would silently be warm.
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/run/netns/{}", net.netns))
+            .arg("--")
+            .arg(&self.spec.exe)
+            .args(["server", "--listen", &net.addr.to_string()])
+            .arg("--capacity")
+            .arg(format!("{}MiB", capacity / MIB))
+            .args(extra)
+            .env("FARCACHE_LOG", "warn");
+        if let Some(p) = policy {
+            cmd.args(["--policy", p]);
+        }
+        sys::confine(&mut cmd, &[]);
+        let log = self.logs.join(format!("lender{i}-{}.log", self.cgroups_made));
+        let mut c = Child::spawn(&format!("lender {i}"), cmd, &log, false)?;
+        let line = c.next_line(Duration::from_secs(30))?;
+        if !line.starts_with("farcache server listening on") {
+            return Err(BenchError::Setup(format!("lender {i} said {line:?}; log:\n{}", c.log_tail())));
+        }
+        Ok(c)
     }
 
     /// The test file of `size` bytes in the ext4 file system, made on first use. Written
@@ -507,7 +515,7 @@ pub fn unmount(mnt: &Path, dev: &str) -> std::result::Result<(), String> {
 }
 
 /// Drop the clean cached pages of every file under `dir` (posix_fadvise DONTNEED).
-fn drop_cached(dir: &Path) {
+pub(super) fn drop_cached(dir: &Path) {
     use std::os::fd::AsRawFd;
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries.flatten() {
@@ -555,7 +563,12 @@ fn prune_logs() {
         .unwrap_or_default();
     runs.sort();
     let excess = (runs.len() + 1).saturating_sub(LOG_RUNS_KEPT);
-    for (_, p) in runs.into_iter().take(excess) {
+    // Never the logs of a run still going (another user's, on a shared machine): its
+    // harness reads its children's output back from them.
+    let dead = runs
+        .into_iter()
+        .filter(|(_, p)| !p.file_name().map(|n| super::cleanup::live(&n.to_string_lossy())).unwrap_or(false));
+    for (_, p) in dead.take(excess) {
         let _ = std::fs::remove_dir_all(p);
     }
 }

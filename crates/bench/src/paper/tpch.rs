@@ -301,13 +301,19 @@ fn data_rows(path: &Path) -> Result<u64> {
 
 /// The data (once per run) and the empty cluster every configuration copies.
 pub fn prepare(tb: &Testbed, o: &PaperOptions) -> Result<TpchSetup> {
+    prepare_at(tb, o, scale_factor(o), &tb.ext4.join("tpch"), None)
+}
+
+/// The data of scale factor `sf` in `base/data` and an empty cluster in `base/pristine`
+/// (listening on `port`, else PostgreSQL's default): [`prepare`], and each tenant's of
+/// [`super::tenants`].
+pub(super) fn prepare_at(tb: &Testbed, o: &PaperOptions, sf: f64, base: &Path, port: Option<u16>) -> Result<TpchSetup> {
     let user = pgbench::postgres_user()?;
     let gen = find_tpchgen()?;
     let gen_s = gen.to_string_lossy().to_string();
     let version = sys::run_with_timeout(&gen_s, &["--version"], Duration::from_secs(20))?.trim().to_string();
-    let sf = scale_factor(o);
     let t = Instant::now();
-    let base = tb.ext4.join("tpch");
+    let base = base.to_path_buf();
     let data = base.join("data");
     std::fs::create_dir_all(&data).ctx(|| format!("create {}", data.display()))?;
     note!(
@@ -352,9 +358,10 @@ pub fn prepare(tb: &Testbed, o: &PaperOptions) -> Result<TpchSetup> {
         "\n# farcache bench paper --experiment tpch\nlisten_addresses = ''\nunix_socket_directories = '{}'\n\
          shared_buffers = {SHARED_BUFFERS}\nwork_mem = {WORK_MEM}\nmaintenance_work_mem = {}\n\
          max_connections = 20\nwal_level = minimal\nmax_wal_senders = 0\nmax_wal_size = 2GB\njit = off\n\
-         max_parallel_workers_per_gather = 0\n",
+         max_parallel_workers_per_gather = 0\n{}",
         sock.display(),
-        maintenance_work_mem(o)
+        maintenance_work_mem(o),
+        port.map(|p| format!("port = {p}\n")).unwrap_or_default()
     );
     std::fs::OpenOptions::new()
         .append(true)
@@ -394,12 +401,12 @@ pub fn prepare(tb: &Testbed, o: &PaperOptions) -> Result<TpchSetup> {
     Ok(setup)
 }
 
-fn sql_dir(tb: &Testbed) -> PathBuf {
+pub(super) fn sql_dir(tb: &Testbed) -> PathBuf {
     tb.dir.join("tpch-sql")
 }
 
 /// Every psql's output and errors (the queries' results included), kept with the run's logs.
-fn logs_dir(tb: &Testbed) -> PathBuf {
+pub(super) fn logs_dir(tb: &Testbed) -> PathBuf {
     tb.logs.join("tpch")
 }
 
@@ -445,6 +452,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, setup: &TpchSetup, cfg: Co
             mount: mount.as_mut(),
             deadline,
             label: &label,
+            port: None,
         };
         let r = measure(&mut ctx, &fs, &db, &mut rec);
         let stopped = server.stop();
@@ -473,16 +481,18 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, setup: &TpchSetup, cfg: Co
 }
 
 /// What the tests of one configuration share.
-struct Ctx<'a> {
-    tb: &'a Testbed,
-    o: &'a PaperOptions,
-    setup: &'a TpchSetup,
-    cfg: ConfigKind,
-    cgroups: &'a [&'a Cgroup],
-    addrs: &'a [std::net::SocketAddr],
-    mount: Option<&'a mut MountDaemon>,
-    deadline: Instant,
-    label: &'a str,
+pub(super) struct Ctx<'a> {
+    pub(super) tb: &'a Testbed,
+    pub(super) o: &'a PaperOptions,
+    pub(super) setup: &'a TpchSetup,
+    pub(super) cfg: ConfigKind,
+    pub(super) cgroups: &'a [&'a Cgroup],
+    pub(super) addrs: &'a [std::net::SocketAddr],
+    pub(super) mount: Option<&'a mut MountDaemon>,
+    pub(super) deadline: Instant,
+    pub(super) label: &'a str,
+    /// The cluster's port, when not PostgreSQL's default (several clusters at once).
+    pub(super) port: Option<u16>,
 }
 
 impl Ctx<'_> {
@@ -568,7 +578,7 @@ fn status_note(q: &[TpchQuery]) -> String {
 }
 
 /// The load test's steps, each one psql, timed by the harness.
-fn load(c: &mut Ctx, fs: &Path, rec: &mut TpchRecord) -> Result<()> {
+pub(super) fn load(c: &mut Ctx, fs: &Path, rec: &mut TpchRecord) -> Result<()> {
     let sql = sql_dir(c.tb);
     for table in TABLES {
         let create = create_statement(table)
@@ -615,11 +625,23 @@ fn timing_secs(line: &str) -> Option<f64> {
 }
 
 /// A psql in the client's cgroups with a clean environment.
-fn psql_cmd(c: &Ctx, args: &[&str], timeout_secs: Option<u64>) -> Command {
+pub(super) fn psql_cmd(c: &Ctx, args: &[&str], timeout_secs: Option<u64>) -> Command {
+    psql_with(c, args, timeout_secs, "")
+}
+
+/// [`psql_cmd`] with more server settings (`-c name=value ...`, PGOPTIONS).
+pub(super) fn psql_with(c: &Ctx, args: &[&str], timeout_secs: Option<u64>, options: &str) -> Command {
     let mut cmd = pgbench::pg_cmd(c.tb, "psql", c.cgroups);
     cmd.args(args);
+    if let Some(p) = c.port {
+        cmd.env("PGPORT", p.to_string());
+    }
+    let mut opts = options.to_string();
     if let Some(t) = timeout_secs {
-        cmd.env("PGOPTIONS", format!("-c statement_timeout={t}s"));
+        opts = format!("-c statement_timeout={t}s {opts}");
+    }
+    if !opts.trim().is_empty() {
+        cmd.env("PGOPTIONS", opts.trim());
     }
     cmd.stdin(Stdio::null());
     cmd
@@ -667,12 +689,12 @@ fn psql_blocking(c: &Ctx, args: &[&str], what: &str) -> Result<(String, f64)> {
 }
 
 /// A query in flight.
-struct Active {
-    query: u32,
-    child: std::process::Child,
-    start: Instant,
-    out: PathBuf,
-    err: PathBuf,
+pub(super) struct Active {
+    pub(super) query: u32,
+    pub(super) child: std::process::Child,
+    pub(super) start: Instant,
+    pub(super) out: PathBuf,
+    pub(super) err: PathBuf,
 }
 
 /// Run query streams at once, each query by its own psql (one thread: children are polled),
@@ -702,21 +724,7 @@ fn run_streams(c: &mut Ctx, test: &str, streams: &[(u32, &[u32])]) -> Result<(Ve
         for (i, &(stream, order)) in streams.iter().enumerate() {
             // A query that ended, or ran past every bound.
             if let Some(a) = active[i].as_mut() {
-                let exited = match a.child.try_wait() {
-                    Ok(Some(st)) => Some(Ok(st)),
-                    Ok(None) if a.start.elapsed() > hard || Instant::now() > c.deadline => {
-                        let _ = a.child.kill();
-                        let _ = a.child.wait();
-                        Some(Err(if Instant::now() > c.deadline {
-                            "killed by the harness at the configuration's deadline".to_string()
-                        } else {
-                            format!("psql ran {hard:?}, past its statement_timeout: killed by the harness")
-                        }))
-                    }
-                    Ok(None) => None,
-                    Err(e) => Some(Err(format!("wait for psql: {e}"))),
-                };
-                if let Some(r) = exited {
+                if let Some(r) = poll_psql(a, hard, c.deadline) {
                     let a = active[i].take().expect("active");
                     let q = finish(&a, stream, r);
                     if stream == 0 || q.status != QueryStatus::Ok {
@@ -779,7 +787,30 @@ fn run_streams(c: &mut Ctx, test: &str, streams: &[(u32, &[u32])]) -> Result<(Ve
     Ok((done, t0.elapsed().as_secs_f64()))
 }
 
-fn describe(q: &TpchQuery) -> String {
+/// Whether query `a` ended: its exit status, or why the harness killed it (it ran `hard`
+/// past its start, or past `deadline`); none while it runs.
+pub(super) fn poll_psql(
+    a: &mut Active,
+    hard: Duration,
+    deadline: Instant,
+) -> Option<std::result::Result<std::process::ExitStatus, String>> {
+    match a.child.try_wait() {
+        Ok(Some(st)) => Some(Ok(st)),
+        Ok(None) if a.start.elapsed() > hard || Instant::now() > deadline => {
+            let _ = a.child.kill();
+            let _ = a.child.wait();
+            Some(Err(if Instant::now() > deadline {
+                "killed by the harness at the configuration's deadline".to_string()
+            } else {
+                format!("psql ran {hard:?}, past its statement_timeout: killed by the harness")
+            }))
+        }
+        Ok(None) => None,
+        Err(e) => Some(Err(format!("wait for psql: {e}"))),
+    }
+}
+
+pub(super) fn describe(q: &TpchQuery) -> String {
     match q.status {
         QueryStatus::Ok => format!("{:.2} s, {} rows", q.secs, q.rows),
         QueryStatus::TimedOut => format!("TIMED OUT after {:.0} s", q.wall_secs),
@@ -789,7 +820,7 @@ fn describe(q: &TpchQuery) -> String {
 }
 
 /// The record of a psql that ended (or was killed: `Err`).
-fn finish(a: &Active, stream: u32, r: std::result::Result<std::process::ExitStatus, String>) -> TpchQuery {
+pub(super) fn finish(a: &Active, stream: u32, r: std::result::Result<std::process::ExitStatus, String>) -> TpchQuery {
     let wall = a.start.elapsed().as_secs_f64();
     let out = std::fs::read_to_string(&a.out).unwrap_or_default();
     let err = std::fs::read_to_string(&a.err).unwrap_or_default();

@@ -54,7 +54,7 @@ struct PaperArgs {
     /// Experiments: seqread, randread, pgbench, tpch (transfers, Table 9, comes with each);
     /// paper 003's write-back tier: postmark, dfsio, durable (best with --profile ssd);
     /// paper 002's engine: engine, serial; paper 001's migration between two disks: migrate
-    /// (best with --profile hdd).
+    /// (best with --profile hdd); paper 004's three PostgreSQL tenants on one lender: tenants.
     /// Default: all (--quick: seqread, randread, tpch).
     /// `transfers` alone means seqread and randread.
     #[arg(long = "experiment", value_delimiter = ',')]
@@ -172,6 +172,37 @@ struct PaperArgs {
     /// interrupted run with the same --migrate-files) and run only the others.
     #[arg(long)]
     resume: bool,
+    /// tenants: the three tenants' TPC-H scale factors (default 0.05,0.1,0.15: the paper's
+    /// 0.25,0.5,0.75 scaled down; --quick 0.01,0.01,0.01).
+    #[arg(long, value_delimiter = ',')]
+    tenants_sf: Option<Vec<f64>>,
+    /// tenants: runs of the query per tenant (default 10, the paper's; --quick 2).
+    #[arg(long)]
+    tenants_runs: Option<u32>,
+    /// tenants: the lender's capacity points as shares of the databases' total size (default
+    /// 0.38, the paper's memory-to-data ratio), e.g. 0.25,0.38,0.6.
+    #[arg(long, value_delimiter = ',')]
+    tenants_capacity: Option<Vec<f64>>,
+    /// tenants: the lender's allocation modes (default shared,static,hit-ratio,mrc; --quick
+    /// static,mrc).
+    #[arg(long, value_delimiter = ',', value_parser = ["shared", "static", "hit-ratio", "mrc"])]
+    tenants_modes: Option<Vec<String>>,
+    /// tenants: the query, q4 (PostgreSQL's own plan: sequential scans; the default) or
+    /// q4-index (index probes only).
+    #[arg(long)]
+    tenants_query: Option<paper::tenants::TenantsQuery>,
+    /// tenants: each tenant's memory cgroup (default 128MiB; --quick 96MiB).
+    #[arg(long)]
+    tenants_memory: Option<ByteSize>,
+    /// tenants: drop each tenant's database from the page cache before each of its runs
+    /// (--quick: on), so that every run reads below the page cache.
+    #[arg(long)]
+    tenants_drop_cache: bool,
+    /// tenants: the mounts' threshold routing (`[cache] routing = "threshold"`, reads this
+    /// large or larger to the disk), or "none" for the mount's defaults (adaptive). Default
+    /// 1MiB: sequential scans' 128 KiB readahead goes to the lender.
+    #[arg(long)]
+    tenants_threshold: Option<String>,
     /// Directory for paper-*.json and paper-*.md.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -593,6 +624,49 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
         anyhow::ensure!((1..=3600).contains(&s), "--migrate-phase-secs: 1 to 3600");
         o.migrate_phase_secs = s;
     }
+    if let Some(sf) = a.tenants_sf {
+        anyhow::ensure!(
+            !sf.is_empty() && sf.len() <= 8 && sf.iter().all(|x| *x >= 0.01 && *x <= 10.0),
+            "--tenants-sf: 1 to 8 scale factors, each 0.01 to 10 (the paper: 0.25,0.5,0.75)"
+        );
+        o.tenants_sf = sf;
+    }
+    if let Some(n) = a.tenants_runs {
+        anyhow::ensure!((1..=100).contains(&n), "--tenants-runs: 1 to 100");
+        o.tenants_runs = n;
+    }
+    if let Some(c) = a.tenants_capacity {
+        anyhow::ensure!(
+            !c.is_empty() && c.iter().all(|x| *x > 0.0 && *x <= 4.0),
+            "--tenants-capacity: shares of the databases' size, more than 0, at most 4 (e.g. 0.25,0.38,0.6)"
+        );
+        o.tenants_capacity = c;
+    }
+    if let Some(m) = a.tenants_modes {
+        o.tenants_modes = m;
+    }
+    if let Some(q) = a.tenants_query {
+        o.tenants_query = q;
+    }
+    if a.tenants_drop_cache {
+        o.tenants_drop_cache = true;
+    }
+    if let Some(t) = a.tenants_threshold {
+        o.tenants_threshold = if t == "none" {
+            None
+        } else {
+            let b: ByteSize = t.parse().map_err(|e| anyhow::anyhow!("--tenants-threshold: {e}"))?;
+            anyhow::ensure!(
+                b.bytes() >= 4096 && b.bytes() <= 1 << 20 && b.bytes().is_multiple_of(4096),
+                "--tenants-threshold: a multiple of 4KiB, 4KiB to 1MiB, or none"
+            );
+            Some(b.bytes())
+        };
+    }
+    if let Some(m) = a.tenants_memory {
+        anyhow::ensure!(m.bytes() >= 64 << 20, "--tenants-memory: at least 64MiB (PostgreSQL and the mount daemon)");
+        o.tenants_memory_bytes = m.bytes();
+    }
     anyhow::ensure!(
         o.sizes_bytes.iter().all(|s| *s >= 1 << 20 && s.trailing_zeros() >= 12),
         "--sizes: whole 4 KiB blocks, at least 1MiB"
@@ -607,6 +681,8 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
         "paper002"
     } else if o.experiments.iter().all(|e| *e == Experiment::Migrate) {
         "paper001"
+    } else if o.experiments.iter().all(|e| *e == Experiment::Tenants) {
+        "paper004"
     } else {
         "paper"
     };
@@ -619,6 +695,20 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("--resume: {} is not a bench paper report; move it away", json.display()))?;
             o.migrate_resume = earlier.migrate_runs.into_iter().filter(|r| r.error.is_none()).collect();
             eprintln!("paper: --resume: {} configuration(s) done before, kept", o.migrate_resume.len());
+        }
+    }
+    // tenants: the points the results file holds are kept, the others run (resumable).
+    if o.experiments.contains(&Experiment::Tenants) {
+        if let Ok(text) = std::fs::read_to_string(&json) {
+            let earlier: paper::PaperReport = serde_json::from_str(&text).with_context(|| {
+                format!(
+                    "{} is not a bench paper report: move it away to start the tenants experiment afresh",
+                    json.display()
+                )
+            })?;
+            o.tenants_resume = earlier.tenants_runs.into_iter().filter(|r| r.error.is_none()).collect();
+            o.tenants_resume_setup = earlier.tenants_setup;
+            eprintln!("paper: tenants: {} point(s) done before in {}, kept", o.tenants_resume.len(), json.display());
         }
     }
     let mut save = |r: &paper::PaperReport| {
