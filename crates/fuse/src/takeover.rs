@@ -14,9 +14,10 @@
 //!   number alone where the file system's handle is `FILEID_INO32_GEN` — ext2/3/4, whose
 //!   generation 0 means "do not check" — (a crash). Whatever is opened is checked to be
 //!   that inode number on the root's device before it is used. Where a handle cannot stand
-//!   in for an inode on an upgrade — other devices under the backing directory (synthetic
-//!   node ids), no handle, no privilege to open one — its descriptor travels instead
-//!   ([`Handover::keep`]). After a crash such inodes answer ESTALE.
+//!   in for an inode on an upgrade — any synthetic node id (other devices under the backing
+//!   directory, a union's directories: a lookup of its name would give out a new id), no
+//!   handle, no privilege to open one — its descriptor travels instead ([`Handover::keep`]).
+//!   After a crash such inodes answer ESTALE.
 //! - **file and directory handles** are reopened on first use from the request's node id
 //!   (and, for reads and writes, the open flags the request carries); handle numbers carry
 //!   the daemon's incarnation (`handles.rs`), so new ones never collide with old ones.
@@ -265,10 +266,16 @@ pub(crate) fn snapshot(table: &InodeTable, incarnation: u32) -> (HandoverState, 
         });
         // The descriptor itself travels where a handle cannot stand in for it: no name left
         // (only a descriptor keeps the inode), no handle, another file system under the
-        // backing directory (the next daemon opens handles on the root's), or no privilege.
+        // backing directory (the next daemon opens handles on the root's), no privilege, or
+        // a synthetic node id (a union's directories): a handle resolves such a node only
+        // when the kernel names it by its id, and a lookup of its name before that would
+        // find nothing in the next daemon's table and give out a new id — the kernel would
+        // see the inode's number change. Kept, it is entered at start (`adopt_kept`) under
+        // the key a lookup finds.
         let unlinked = sys::fstat(inode.fd()).map(|st| st.st_nlink == 0).unwrap_or(false);
         let root_fs = inode.dev == table.root_dev();
-        if unlinked || handle.is_none() || !root_fs || !handles_work {
+        let synthetic = InodeTable::is_synthetic(inode.nodeid);
+        if unlinked || handle.is_none() || !root_fs || !handles_work || synthetic {
             if let Ok(fd) = sys::dup(inode.fd()) {
                 state.keep_nodes.push(inode.nodeid);
                 keep.push(fd);
@@ -362,6 +369,29 @@ mod tests {
         let got = new.get(node).expect("kept under its node id");
         assert_eq!(got.ino, st.st_ino);
         assert!(new.forget(node, 1), "one lookup, as the old table counted");
+    }
+
+    /// A node under a synthetic id (a union's directory) travels as a descriptor even where a
+    /// handle could stand in for it: the next table holds it at start, so a lookup of its
+    /// name, before the kernel names it by its id, finds that id rather than giving out a new
+    /// one (the kernel would see the directory's inode number change).
+    #[test]
+    fn synthetic_nodes_travel_as_descriptors_and_keep_their_id_for_a_lookup() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("dir")).unwrap();
+        let (rfd, rst) = open_path(d.path());
+        let old = InodeTable::new(sys::dup(rfd.as_fd()).unwrap(), &rst, 100);
+        let (fd, st) = open_path(&d.path().join("dir"));
+        let (dir, _) = old.lookup_as(fd, &st, None).unwrap();
+        assert!(InodeTable::is_synthetic(dir.nodeid));
+        let (state, keep) = snapshot(&old, 0);
+        assert_eq!((state.keep_nodes.clone(), keep.len()), (vec![dir.nodeid], 1));
+        let new = InodeTable::new(sys::dup(rfd.as_fd()).unwrap(), &rst, 100);
+        new.reserve_synthetic(InodeTable::synthetic_start(1));
+        adopt_kept(&new, &state, &keep, None);
+        let (fd, st) = open_path(&d.path().join("dir"));
+        let (again, fresh) = new.lookup_as(fd, &st, None).unwrap();
+        assert_eq!((again.nodeid, fresh), (dir.nodeid, false), "the lookup found the kept node");
     }
 
     #[test]

@@ -226,11 +226,15 @@ impl Giver {
             // The new daemon must not serve now: it waits for the `bye` it will never get.
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
+        // Said before the main thread hears it: on `true` it exits at once, and a line this
+        // thread logged after that could be lost with the process.
+        if done {
+            tracing::info!("takeover: the new daemon serves; exiting");
+        }
         let _ = r_tx.send(done);
         if !done {
             bail!("the new daemon did not confirm the takeover within {DONE_TIMEOUT:?}");
         }
-        tracing::info!("takeover: the new daemon serves; exiting");
         Ok(())
     }
 }
