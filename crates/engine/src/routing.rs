@@ -72,14 +72,17 @@
 //! Sequential reads are decided whole, with hysteresis: a stream goes where it is expected
 //! to finish sooner (the lenders only on a link faster than the disk's stream), and changes
 //! side only when the other is faster by more than [`HYSTERESIS`]; every change is counted.
-//! Streams are measured at the lenders on fetches of their own size only, on a clock of their
-//! own (random hits say nothing about a stream's rate): while streams are on the disk, one
-//! read in [`SEED_EVERY`] fills the lenders (a stream seed, [`RouterState::stream_seed`]),
-//! and when a stream probe is due the engine fetches the last seed back and times it — on the
-//! reading thread, before the read it serves from the disk, bounded like every probe. A
-//! stream reads each offset once a pass, so a probe that waited for a read of blocks the
-//! lenders hold would wait for the next pass (and, with seeds falling on the same offsets
-//! each pass, for ever: measured, a 10 Gbit/s link was never probed in three passes).
+//! Each side is judged for streams by its cost per byte at its own load (`StreamCost`), not
+//! by the size classes random reads use. The lenders are measured for streams on a clock of
+//! their own (random hits say nothing about a stream's rate): while streams are on the disk,
+//! one read in [`SEED_EVERY`] fills the lenders (a stream seed, `RouterState::stream_seeds`),
+//! and when a stream probe is due the engine fetches the last seeds back (at least
+//! [`STREAM_PROBE_MIN_BYTES`]) and times it — on the reading thread, before the read it serves
+//! from the disk, bounded like every probe. A stream reads each offset once a pass, so a
+//! probe that waited for a read of blocks the lenders hold would wait for the next pass
+//! (and, with seeds falling on the same offsets each pass, for ever: measured, a 10 Gbit/s
+//! link was never probed in three passes). Probes must find the lenders
+//! [`STREAM_PROBE_MARGIN`] times faster; a side change holds [`STREAM_DWELL`].
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -335,7 +338,7 @@ struct StreamCosts {
     probe_per_byte_us: f64,
 }
 
-/// A stream read in flight on one side ([`RouterState::stream_begin`]).
+/// A stream read in flight on one side (`RouterState::stream_begin`).
 pub struct StreamRead<'a> {
     busy: &'a AtomicU64,
     /// Stream reads in flight on its side when it started, itself included.
@@ -576,9 +579,9 @@ impl RouterState {
                         }
                     };
                     // Stay unless the other side is clearly faster, and for at least
-                    // STREAM_DWELL after a change (one slow fetch or disk read moves a class
-                    // mean by half: without the dwell, streams changed sides ~15 times a
-                    // second on a 10 Gbit/s link twice the disk's speed, measured).
+                    // STREAM_DWELL after a change (with per-read moving means and no dwell,
+                    // streams changed sides 228 times in a 17 s run on a 10 Gbit/s link,
+                    // measured; the dwell bounds it whatever the measurements do).
                     let mut remote = if remote_us.is_nan() {
                         was_remote
                     } else if was_remote {
@@ -645,8 +648,8 @@ impl RouterState {
                     }
                 } else if sequential {
                     // A stream's probe is due on its own clock, seed or not (see the module
-                    // doc): the engine claims it ([`Self::claim_remote_probe`]) on this read's
-                    // blocks if the lenders hold them all, else on the last seed's.
+                    // doc): the engine claims it ([`Self::claim_remote_probe`]) and fetches
+                    // the last stream seeds.
                     (Route::Disk, false, m.probe_wanted(&m.stream_seen_us, &m.stream_cost_us, REMOTE_PROBE_INTERVAL))
                 } else {
                     // The lenders are due a measurement: the engine claims it
