@@ -97,6 +97,46 @@ pub fn process_cpu_ms(pid: u32) -> f64 {
         / ticks_per_sec()
 }
 
+/// CPU time of each live thread of a process, by thread id: its name (`comm`, with digits
+/// dropped so that numbered workers — io_uring's `iou-wrk-123`, a pool's `worker-7` — fall
+/// into one group) and its user + system time in milliseconds. Empty for a process that is gone.
+pub fn thread_cpu_ms(pid: u32) -> std::collections::HashMap<u32, (String, f64)> {
+    let mut out = std::collections::HashMap::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return out };
+    for e in dir.flatten() {
+        let Some(tid) = e.file_name().to_str().and_then(|t| t.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else { continue };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        let name: String = stat[open + 1..close].chars().filter(|c| !c.is_ascii_digit()).collect();
+        if let Some(t) = stat_cpu_ticks(&stat) {
+            out.insert(tid, (name, t as f64 * 1000.0 / ticks_per_sec()));
+        }
+    }
+    out
+}
+
+/// The CPU each thread group spent between two [`thread_cpu_ms`] samples of one process whose
+/// total grew by `process_ms` meanwhile: a thread live at both counts its growth, one born in
+/// between all of its time, and what threads that ended in between spent is the remainder,
+/// under `(ended threads)` (io_uring's workers come and go).
+pub fn thread_groups_since(
+    before: &std::collections::HashMap<u32, (String, f64)>,
+    after: &std::collections::HashMap<u32, (String, f64)>,
+    process_ms: f64,
+) -> std::collections::BTreeMap<String, f64> {
+    let mut groups = std::collections::BTreeMap::<String, f64>::new();
+    for (tid, (name, ms)) in after {
+        let earlier = before.get(tid).map(|(_, m)| *m).unwrap_or(0.0);
+        *groups.entry(name.clone()).or_default() += (ms - earlier).max(0.0);
+    }
+    let seen: f64 = groups.values().sum();
+    if process_ms - seen > 0.0 {
+        groups.insert("(ended threads)".into(), process_ms - seen);
+    }
+    groups.retain(|_, v| *v > 0.0);
+    groups
+}
+
 /// utime + stime of a /proc/PID/stat line: fields 14 and 15, counted after the command name's
 /// closing parenthesis (the name itself may hold spaces and parentheses).
 fn stat_cpu_ticks(stat: &str) -> Option<u64> {
@@ -123,6 +163,22 @@ mod tests {
         let line = "4242 (farcache (mount) x) S 1 2 3 4 5 6 7 8 9 10 150 25 0 0 20 0 33 0 100";
         assert_eq!(stat_cpu_ticks(line), Some(175));
         assert_eq!(stat_cpu_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn thread_groups_count_growth_births_and_ended_threads() {
+        let m = |v: &[(u32, &str, f64)]| v.iter().map(|&(t, n, ms)| (t, (n.to_string(), ms))).collect();
+        let before = m(&[(1, "main", 100.0), (2, "iou-wrk-", 10.0), (3, "iou-wrk-", 5.0)]);
+        let after = m(&[(1, "main", 130.0), (2, "iou-wrk-", 12.0), (4, "iou-wrk-", 3.0)]);
+        let g = thread_groups_since(&before, &after, 50.0);
+        assert_eq!(g.get("main"), Some(&30.0));
+        assert_eq!(g.get("iou-wrk-"), Some(&5.0));
+        assert_eq!(g.get("(ended threads)"), Some(&15.0));
+        // This process's own threads are read, names without digits.
+        let mine = thread_cpu_ms(std::process::id());
+        assert!(!mine.is_empty());
+        assert!(mine.values().all(|(n, _)| !n.chars().any(|c| c.is_ascii_digit())));
+        assert!(thread_cpu_ms(u32::MAX).is_empty());
     }
 
     #[test]

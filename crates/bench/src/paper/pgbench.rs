@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::cgroup::Cgroup;
-use super::counters::{lender_totals, CpuProbe, CpuTime, LenderTotals};
+use super::counters::{lender_totals, thread_cpu_ms, thread_groups_since, CpuProbe, CpuTime, LenderTotals};
 use super::mount::{MountCounters, MountDaemon};
 use super::testbed::{DiskStat, Testbed};
 use super::{human, sys, ConfigKind, PaperOptions, MIB};
@@ -71,6 +71,10 @@ pub struct PgRecord {
     /// CPU time the run took, by who spent it.
     #[serde(default)]
     pub cpu: CpuTime,
+    /// The mount daemon's CPU time in milliseconds by thread group (see
+    /// [`super::counters::thread_groups_since`]): which of its threads a difference is in.
+    #[serde(default)]
+    pub daemon_threads_ms: std::collections::BTreeMap<String, f64>,
     pub error: Option<String>,
 }
 
@@ -91,6 +95,7 @@ impl PgRecord {
             mount: None,
             cached_pages_at_start: 0,
             cpu: CpuTime::default(),
+            daemon_threads_ms: Default::default(),
             error: Some(error),
         }
     }
@@ -385,6 +390,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
             let d0 = tb_ref.disk_stat();
             let l0 = if addrs.is_empty() { LenderTotals::default() } else { lender_totals(&addrs)? };
             let c0 = probe.sample();
+            let t0 = probe.daemon.map(thread_cpu_ms).unwrap_or_default();
             let secs = o.pgbench_secs.to_string();
             let (c, j) = (clients.to_string(), clients.min(2).to_string());
             let mut args = vec!["-n", "-c", &c, "-j", &j, "-T", &secs];
@@ -395,6 +401,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
             let limit = Duration::from_secs(o.pgbench_secs * 3 + 120);
             let res = pg_run(tb_ref, "pgbench", &args, &[&mem, &cpu, &tb_ref.blkio], limit);
             let cpu_used = probe.sample().since(&c0);
+            let t1 = probe.daemon.map(thread_cpu_ms).unwrap_or_default();
             let l1 = if addrs.is_empty() { LenderTotals::default() } else { lender_totals(&addrs)? };
             let mut rec = PgRecord {
                 config: cfg,
@@ -410,6 +417,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
                 mount: mount.as_mut().and_then(|m| m.stats_now()).map(|(c, _)| c),
                 cached_pages_at_start: cached_at_start,
                 cpu: cpu_used,
+                daemon_threads_ms: thread_groups_since(&t0, &t1, cpu_used.daemon_ms),
                 error: None,
             };
             match res.map(|s| parse_pgbench(&s).ok_or(s)) {

@@ -1109,6 +1109,33 @@ fn render_pgbench_cpu(s: &mut String, r: &PaperReport) {
         }
     }
     let _ = writeln!(s);
+    // Which of the daemon's threads a difference is in.
+    let mut groups: Vec<&String> = runs.iter().flat_map(|x| x.daemon_threads_ms.keys()).collect();
+    groups.sort();
+    groups.dedup();
+    if groups.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "The daemon's CPU per transaction (µs) by thread group (thread names without digits; \
+         `(ended threads)`: threads that ended during the run).\n\n\
+         | workload | clients | configuration | {} |\n|---|---:|---|{}",
+        groups.iter().map(|g| format!("`{g}`")).collect::<Vec<_>>().join(" | "),
+        "---:|".repeat(groups.len())
+    );
+    for mode in [PgMode::SelectOnly, PgMode::TpcB] {
+        for &c in &r.options.pgbench_clients {
+            for x in runs.iter().filter(|x| x.mode == mode && x.clients == c && !x.daemon_threads_ms.is_empty()) {
+                let cells: Vec<String> = groups
+                    .iter()
+                    .map(|g| per_tx(x.daemon_threads_ms.get(*g).copied().unwrap_or(0.0), x.transactions))
+                    .collect();
+                let _ = writeln!(s, "| {} | {c} | {} | {} |", mode.name(), x.config.name(), cells.join(" | "));
+            }
+        }
+    }
+    let _ = writeln!(s);
 }
 
 fn render_tpch(s: &mut String, r: &PaperReport) {
