@@ -224,6 +224,7 @@ impl<D: DataPath> CachedPath<D> {
         if len > 0 {
             let last = offset.saturating_add(len - 1) / BLOCK_BYTES;
             let gone = self.index.invalidate(&f, offset / BLOCK_BYTES, last);
+            self.routing.retired(gone.len() as u64);
             self.remote.del_async(gone);
         }
         self.index.end_change(&f, || Stamp::of(file.file()));
@@ -321,6 +322,7 @@ impl<D: DataPath> CachedPath<D> {
         let tickets: Vec<_> = (first..=last).map(|b| self.index.fill_start(f, b)).collect();
         let start = first * BLOCK_BYTES;
         let data = self.disk_read_for(file, start, ((last - first + 1) * BLOCK_BYTES) as usize, sequential, asked)?;
+        let mut filled = 0;
         for t in tickets {
             let from = ((t.key.block - first) * BLOCK_BYTES) as usize;
             if data.len() < from + BLOCK_BYTES as usize {
@@ -332,10 +334,12 @@ impl<D: DataPath> CachedPath<D> {
             let block = data.slice(from..from + BLOCK_BYTES as usize);
             let (index, fi) = (self.index.clone(), f.clone());
             add(&self.counters.fills, 1);
+            filled += 1;
             self.remote.put_async(t.key, block, move || {
                 index.fill_done(&fi, t);
             });
         }
+        self.routing.filled(filled);
         let skip = (offset - start) as usize;
         Ok(if data.len() <= skip { Bytes::new() } else { data.slice(skip..data.len().min(skip + len)) })
     }

@@ -198,7 +198,8 @@ fn render_mount(s: &MountStats) -> String {
         "adaptive" => match &c.routing.adaptive {
             Some(a) => format!(
                 "adaptive: {} to lenders, {} to the disk, {} probes, {} switches; \
-                 disk share {:.0}%, a disk read {:.1}x a lender's (fills above {FILL_MARGIN}x); \
+                 disk share {:.0}%, a disk read {:.1}x a lender's (fills above {FILL_MARGIN}x), \
+                 {:.0}% of fills not retired by writes; \
                  disk {:.0}us + {:.0} MB/s ({} samples), lenders {:.0}us + {:.0} MB/s ({} samples); \
                  streams to the {}: disk {}, lenders {} (probes {})",
                 e.adaptive_remote,
@@ -207,6 +208,7 @@ fn render_mount(s: &MountStats) -> String {
                 a.switches,
                 a.disk_share * 100.0,
                 a.disk_over_remote,
+                a.fills_surviving * 100.0,
                 a.disk_access_us,
                 a.disk_bytes_per_us,
                 a.disk_samples,
