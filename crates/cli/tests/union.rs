@@ -124,19 +124,8 @@ fn branches_are_checked_and_errors_name_the_fix() {
     assert!(e.contains("is inside branch"), "{e}");
     let e = try_with(format!("{}:{}", d.b.display(), d.b.join("..").join(d.b.file_name().unwrap()).display()));
     assert!(e.contains("listed twice"), "{e}");
-    // Not with the write-back tier (yet); the error names the fix.
-    let e = MountProcess::try_start_env(
-        bin(),
-        &d.branches(),
-        &d.mnt,
-        &["--no-remote", "--tier", "/dev/shm/x.tier"],
-        &[],
-        &log,
-    )
-    .err()
-    .unwrap();
-    assert!(e.contains("not available with several backing directories") && e.contains("fix:"), "{e}");
-    // Under a supervisor too, before any daemon starts.
+    // The write-back tier, not yet under a supervisor (union_tier.rs); refused before any
+    // daemon starts, the error naming the fix.
     let e = MountProcess::try_start_env(
         bin(),
         &d.branches(),
@@ -147,7 +136,7 @@ fn branches_are_checked_and_errors_name_the_fix() {
     )
     .err()
     .unwrap();
-    assert!(e.contains("not available with several backing directories") && e.contains("fix:"), "{e}");
+    assert!(e.contains("cannot be combined with --supervise or --takeover") && e.contains("fix:"), "{e}");
     assert!(!e.contains("supervisor: daemon pid"), "a daemon was started: {e}");
 }
 

@@ -205,10 +205,13 @@ const ONE_BRANCH: &str =
     "this mount has one backing directory: nothing to balance (mount DIR1:DIR2 MOUNTPOINT to have several)";
 
 /// `mount.fuse_uring = "on"` with a way of handing the connection to another daemon.
-/// Why a mount of several branches refuses a write-back tier, and the fix.
-const TIER_WITH_BRANCHES: &str = "the write-back tier (--tier, tier.path) is not available with several backing \
-     directories in this version: fix: mount the branches without it (leave out --tier and tier.path), or give the \
-     tier to a mount of one backing directory (docs/SEMANTICS.md, \"Several backing directories\")";
+/// Why a mount of several branches with a write-back tier refuses to be supervised or taken
+/// over, and the fix.
+const TIER_WITH_BRANCHES: &str = "the write-back tier (--tier, tier.path) with several backing directories cannot \
+     be combined with --supervise or --takeover in this version (the new daemon would have to replay the union's \
+     moves and then recover the tier before serving, which is not built yet): fix: mount the branches with the tier \
+     as a plain daemon (leave out --supervise and --takeover; to upgrade it, unmount and mount again — the tier is \
+     recovered at start), or leave out --tier and tier.path (docs/SEMANTICS.md, \"Several backing directories\")";
 
 const RINGS_NOT_HANDED_OVER: &str = "mount.fuse_uring = \"on\" cannot be combined with WHAT: a request in flight on \
      a FUSE-over-io_uring entry cannot be handed to another daemon (there is no commit without a fetch and the kernel \
@@ -433,8 +436,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let branches = branches(&a, &file_cfg.mount)?;
     let backing_dir = branches[0].clone();
     let union = branches.len() > 1;
-    if union && !file_cfg.tier.path.is_empty() {
-        // --supervise and --takeover work with several branches; the tier does not yet.
+    if union && !file_cfg.tier.path.is_empty() && (a.takeover || supervisor.is_some()) {
+        // --supervise and --takeover work with several branches, and the tier with them;
+        // all three together do not yet.
         anyhow::bail!("{TIER_WITH_BRANCHES}");
     }
     let shown = branches.iter().map(|b| b.display().to_string()).collect::<Vec<_>>().join(":");
@@ -582,6 +586,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         );
         (c.clone(), Engine::Cached(c), tier)
     };
+    // A union with a tier is opened before the tier (its interrupted moves finished, so the
+    // tier finds its files where they are), and then mounted as it is.
+    let mut opened_union: Option<farcache_fuse::union::OpenUnion> = None;
     // The write-back tier in front of everything (or the refusal of a backing directory
     // whose tier is dirty but not given). Taking a mount over, the running daemon holds the
     // tier until it exits: the mount is made over a deferred path that becomes the tier once
@@ -592,6 +599,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         super::tier::precheck(&file_cfg.tier, &backing_dir)?;
         let d = Arc::new(farcache_engine::Deferred::new(TIER_HANDOVER_WAIT + Duration::from_secs(300)));
         (d.clone() as Arc<dyn DataPath>, None, Some((d, data)))
+    } else if union {
+        let (data, tier, opened) = super::tier::wrap_union(&file_cfg.tier, &branches, &cfg, data)?;
+        opened_union = opened;
+        (data, tier, None)
     } else {
         let (data, tier) = super::tier::wrap(&file_cfg.tier, &backing_dir, cfg.direct_io_backing, data)?;
         (data, tier, None)
@@ -664,7 +675,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         auto_balancer = control.set_union(&m, &file_cfg.balance)?;
         (m, bound.expect("bound unless taking over"), metrics, Some(()))
     } else {
-        let m = Mount::with_branches(&branches, a.mountpoint(), &cfg, data.clone(), &journal_path)?;
+        let m = match opened_union.take() {
+            Some(u) => Mount::with_union(u, a.mountpoint(), &cfg, data.clone(), &journal_path)?,
+            None => Mount::with_branches(&branches, a.mountpoint(), &cfg, data.clone(), &journal_path)?,
+        };
         auto_balancer = control.set_union(&m, &file_cfg.balance)?;
         if m.union().is_none() && file_cfg.balance.enabled {
             tracing::info!("balance.enabled: this mount has one backing directory, nothing to balance");

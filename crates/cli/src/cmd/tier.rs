@@ -152,6 +152,26 @@ pub fn wrap_waiting(
     Ok((t.clone(), Some(t)))
 }
 
+/// [`wrap`] for a mount of several backing directories (`branches`): every branch's marker
+/// checked; with a tier, the union is opened first — the moves a crash interrupted
+/// finished — so that the tier finds its files where they are, and handed back for the mount.
+pub fn wrap_union(
+    cfg: &TierConfig,
+    branches: &[PathBuf],
+    mount: &farcache_fuse::MountConfig,
+    data: Arc<dyn DataPath>,
+) -> anyhow::Result<(Arc<dyn DataPath>, Option<Tier>, Option<farcache_fuse::union::OpenUnion>)> {
+    let mut prepared = None;
+    for b in branches {
+        prepared = precheck(cfg, b)?.or(prepared);
+    }
+    let Some((_, cfg)) = prepared else { return Ok((data, None, None)) };
+    let opened = farcache_fuse::union::OpenUnion::open(branches, mount)?;
+    let opts = BackingOptions { direct_io: mount.direct_io_backing };
+    let t = Arc::new(WritebackPath::open_union(data, &cfg, opened.branches(), opts, opened.files())?);
+    Ok((t.clone(), Some(t), Some(opened)))
+}
+
 /// The checks of [`wrap`] that need not open the tier: the backing root's marker against
 /// the tier given, and the tier's settings. `Some` (the canonical root and the settings with
 /// the tier's absolute path) when there is a tier to open.
