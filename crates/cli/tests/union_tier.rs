@@ -222,6 +222,28 @@ fn files_with_dirty_tier_data_move_and_stay_whole_across_a_kill_and_remounts() {
         assert_eq!(fs::metadata(d.m(p)).unwrap().ino(), *ino, "{p}: inode number after remounts");
     }
     m.stop();
+
+    // Dirty again, the daemon killed: the refusal names the union's `tier recover`, which
+    // writes the tier back offline to each file's branch.
+    let m = d.mount();
+    let (p3, model3) = &mut files[3];
+    overwrite(&d.m(p3), model3, 4096, &pattern(4096, 95));
+    m.signal(libc::SIGKILL);
+    assert!(m.wait_exit_timeout(Duration::from_secs(20)).is_some(), "the daemon did not die");
+    drop(m);
+    let branches = d.d.branches().display().to_string();
+    let e = d.try_mount(false, &[]).err().expect("mounted without the tier over a dirty tier's branches");
+    assert!(e.contains(&format!("farcache tier recover {} {branches}", d.tier.arg())), "{e}");
+    let out = run_bin(bin(), &["tier", "recover", d.tier.arg(), &branches]);
+    assert!(out.status.success(), "tier recover: {}{}", text(&out.stdout), text(&out.stderr));
+    for (p, data) in &files {
+        assert_eq!(&d.on_disk(p), data, "{p} after tier recover");
+    }
+    let m = d.try_mount(false, &[]).unwrap_or_else(|e| panic!("recovered, yet refused without the tier: {e}"));
+    for (p, data) in &files {
+        assert_eq!(&fs::read(d.m(p)).unwrap(), data, "{p} without the tier, after tier recover");
+    }
+    m.stop();
 }
 
 #[test]

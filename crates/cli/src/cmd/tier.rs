@@ -34,7 +34,7 @@ enum Sub {
     Recover {
         /// The tier's file or device.
         path: PathBuf,
-        /// The backing directory it belongs to.
+        /// The backing directory it belongs to (a union's branches as DIR1:DIR2).
         backing: PathBuf,
     },
 }
@@ -107,11 +107,21 @@ fn status(path: &Path, as_json: bool) -> anyhow::Result<()> {
 }
 
 fn recover(path: &Path, backing: &Path) -> anyhow::Result<()> {
-    let root = backing.canonicalize().with_context(|| format!("backing directory {}", backing.display()))?;
     let cfg = TierConfig { path: path.display().to_string(), ..TierConfig::default() };
     anyhow::ensure!(path.exists(), "tier {}: not found", path.display());
     check_is_tier(path)?;
-    let t = WritebackPath::open(DirectPath::new(), &cfg, &root, BackingOptions { direct_io: false })?;
+    let opts = BackingOptions { direct_io: false };
+    let branches = farcache_fuse::split_branches(&backing.to_string_lossy());
+    let (t, root) = if branches.len() > 1 {
+        // A union's tier: its interrupted moves finished first, so the files are found
+        // where they are.
+        let u = farcache_fuse::union::OpenUnion::open(&branches, &farcache_fuse::MountConfig::default())?;
+        let shown = u.branches().iter().map(|b| b.display().to_string()).collect::<Vec<_>>().join(":");
+        (WritebackPath::open_union(DirectPath::new(), &cfg, u.branches(), opts, u.files())?, PathBuf::from(shown))
+    } else {
+        let root = backing.canonicalize().with_context(|| format!("backing directory {}", backing.display()))?;
+        (WritebackPath::open(DirectPath::new(), &cfg, &root, opts)?, root)
+    };
     let s = t.stats();
     let clean = t.shutdown(Duration::from_secs(24 * 3600));
     anyhow::ensure!(clean, "tier {}: not everything could be written back (see the log above)", path.display());
@@ -161,9 +171,10 @@ pub fn wrap_union(
     mount: &farcache_fuse::MountConfig,
     data: Arc<dyn DataPath>,
 ) -> anyhow::Result<(Arc<dyn DataPath>, Option<Tier>, Option<farcache_fuse::union::OpenUnion>)> {
+    let all = branches.iter().map(|b| b.display().to_string()).collect::<Vec<_>>().join(":");
     let mut prepared = None;
     for b in branches {
-        prepared = precheck(cfg, b)?.or(prepared);
+        prepared = precheck_named(cfg, b, &all)?.or(prepared);
     }
     let Some((_, cfg)) = prepared else { return Ok((data, None, None)) };
     let opened = farcache_fuse::union::OpenUnion::open(branches, mount)?;
@@ -176,10 +187,15 @@ pub fn wrap_union(
 /// the tier given, and the tier's settings. `Some` (the canonical root and the settings with
 /// the tier's absolute path) when there is a tier to open.
 pub fn precheck(cfg: &TierConfig, backing: &Path) -> anyhow::Result<Option<(PathBuf, TierConfig)>> {
+    precheck_named(cfg, backing, &backing.display().to_string())
+}
+
+/// [`precheck`] of one branch of several (`all`: DIR1:DIR2, for the fix the error names).
+fn precheck_named(cfg: &TierConfig, backing: &Path, all: &str) -> anyhow::Result<Option<(PathBuf, TierConfig)>> {
     // A backing directory that is missing or not a directory: `Mount::new` says so, in its words.
     let Some(root) = backing.canonicalize().ok().filter(|r| r.is_dir()) else { return Ok(None) };
     let tier_path = if cfg.enabled() { std::path::absolute(&cfg.path)?.display().to_string() } else { String::new() };
-    marker::check(&root, &tier_path).map_err(anyhow::Error::msg)?;
+    marker::check_named(&root, &tier_path, all).map_err(anyhow::Error::msg)?;
     if !cfg.enabled() {
         return Ok(None);
     }

@@ -951,12 +951,21 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
         let Some(u) = id.union_id().filter(|_| s.union.is_some()) else {
             return Err(io::Error::other("the write-back tier moves only files of a union"));
         };
-        // The file as it is now, and the copy it is about to become: recovery finds it as
-        // whichever of the two the move's journal keeps.
-        let cur = name::FileName::decode(&fe.name.lock())
-            .unwrap_or_else(|| name::FileName::of_union(&s.roots, fe.rw.file(), u));
-        let to = name::FileName::of_union(&s.roots, copy, u);
-        let both = name::FileName { moving_to: Some(Box::new(to)), ..cur };
+        // The file as it is now, and the copy it is about to become (at the same path, on
+        // the target branch, once switched): recovery finds it as whichever of the two the
+        // move's journal keeps.
+        let now = name::FileName::of_union(&s.roots, fe.rw.file(), u);
+        let to = name::FileName { path: now.path.clone(), ..name::FileName::of_union(&s.roots, copy, u) };
+        let mut both = name::FileName { moving_to: Some(Box::new(to)), ..now };
+        // A name is one page of the log: long paths go first (the handles find the file).
+        if both.encode().len() > farcache_tier::PAGE_BYTES {
+            if let Some(t) = both.moving_to.as_mut() {
+                t.path.clear();
+            }
+        }
+        if both.encode().len() > farcache_tier::PAGE_BYTES {
+            both.path.clear();
+        }
         let a = Append { entries: Vec::new(), names: vec![(fe.key, Arc::from(both.encode()))], reserve: true };
         s.log.append(a).map_err(|e| io::Error::other(format!("the write-back tier cannot record the move: {e}")))?;
         s.inner.moving(id, copy)
