@@ -38,6 +38,14 @@
 //!   first thing; otherwise everything is written back before the mount serves anything.
 //! - A mark on the backing root (`marker.rs`: an extended attribute) says a tier may hold
 //!   data the backing lacks: a mount without the tier refuses to start over it.
+//! - **A union** (several backing branches, [`WritebackPath::open_union`]): files are keyed
+//!   by their farcache id ([`FileId::union`]), which a move between branches keeps, named in
+//!   the log by id (and found again by it: `name.rs`), every branch marked. A move
+//!   ([`DataPath::copy_read`]) takes the file's dirty blocks from here, not the disk — they
+//!   are not written back first —, declares the copy before the switch
+//!   ([`DataPath::moving`]: whichever copy a crash leaves, recovery finds it), and at the
+//!   switch ([`DataPath::moved`]) the tier's own descriptor is made to refer to the copy, so
+//!   destaging follows the file to its branch.
 //!
 //! Locks, and what they are held across: the `files`/`keys` maps and the log's index only
 //! for lookups (never across I/O). A write holds the stripe locks of its blocks (256 stripes

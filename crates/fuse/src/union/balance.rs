@@ -6,6 +6,8 @@
 //!    [`DataPath::copy_read`] (`--source cache`) or from the disk only (`--source disk`, the
 //!    conventional baseline); sync it;
 //!    give it the file's mode, owner, times, extended attributes and its id record; sync;
+//!    tell the data path (`DataPath::moving`: a write-back tier records that the file may
+//!    become the copy, durably; the blocks it holds were copied from it);
 //! 2. under the gate held exclusive (no write, truncate, metadata change or name operation
 //!    anywhere in the mount for these few system calls, none of them a sync): check nothing
 //!    changed the file since the copy began (the mount counts writes and metadata changes
