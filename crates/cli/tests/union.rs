@@ -124,19 +124,6 @@ fn branches_are_checked_and_errors_name_the_fix() {
     assert!(e.contains("is inside branch"), "{e}");
     let e = try_with(format!("{}:{}", d.b.display(), d.b.join("..").join(d.b.file_name().unwrap()).display()));
     assert!(e.contains("listed twice"), "{e}");
-    // The write-back tier, not yet under a supervisor (union_tier.rs); refused before any
-    // daemon starts, the error naming the fix.
-    let e = MountProcess::try_start_env(
-        bin(),
-        &d.branches(),
-        &d.mnt,
-        &["--supervise", "--no-remote", "--tier", "/dev/shm/x.tier"],
-        &[],
-        &log,
-    )
-    .err()
-    .unwrap();
-    assert!(e.contains("cannot be combined with --supervise or --takeover") && e.contains("fix:"), "{e}");
     assert!(!e.contains("supervisor: daemon pid"), "a daemon was started: {e}");
 }
 

@@ -3,7 +3,9 @@
 //! only in the tier (acknowledged, not yet written back) moved by `farcache balance` — the
 //! copy takes those blocks from the tier, the balance counts them —, written again after the
 //! move, the daemon SIGKILLed and remounted with the tier, and the tier written back to the
-//! branch each file lives on now; and a SIGKILL at each step of such a move.
+//! branch each file lives on now; a SIGKILL at each step of such a move, with a plain daemon
+//! and under `--supervise`; a supervised union with a tier across kills, a move and an
+//! upgrade, with a descriptor held throughout; and a `--takeover` of one.
 //!
 //! Branch `a` is on the test directory's disk file system, `b` on tmpfs (`/dev/shm`); the
 //! tier is a file on tmpfs (`dram`: it survives the daemon). The tier is kept from writing
@@ -16,7 +18,7 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use farcache_testkit::{pattern, require_root, run_bin, text, MountProcess, TierFile, UnionDirs};
+use farcache_testkit::{pattern, require_root, run_bin, text, wait_until, MountProcess, TierFile, UnionDirs};
 use serde_json::Value;
 
 fn bin() -> &'static Path {
@@ -296,17 +298,161 @@ fn a_kill_at_each_step_of_a_move_with_dirty_tier_data_loses_nothing() {
     }
 }
 
+/// The daemon a supervisor runs: its one child other than `not` (bounded wait).
+fn daemon_of(sup: &MountProcess, not: Option<u32>) -> u32 {
+    let mut pid = None;
+    let ok = wait_until(Duration::from_secs(30), Duration::from_millis(5), || {
+        let c = sup.children();
+        pid = (c.len() == 1 && Some(c[0]) != not).then(|| c[0]);
+        pid.is_some()
+    });
+    assert!(ok, "no single new daemon under the supervisor (children {:?}):\n{}", sup.children(), sup.log_text());
+    pid.unwrap()
+}
+
+/// Everything read back through the mount and through `held` (a descriptor of `files[0]`
+/// opened before whatever happened), against the models.
+fn check(d: &Dirs, held: &std::fs::File, files: &[(String, Vec<u8>)], inos: &[u64], what: &str) {
+    for ((p, data), ino) in files.iter().zip(inos) {
+        assert_eq!(&fs::read(d.m(p)).unwrap(), data, "{what}: {p}");
+        assert_eq!(fs::metadata(d.m(p)).unwrap().ino(), *ino, "{what}: {p}'s inode number");
+    }
+    let mut back = vec![0u8; files[0].1.len()];
+    held.read_exact_at(&mut back, 0).unwrap_or_else(|e| panic!("{what}: a held descriptor: {e}"));
+    assert!(back == files[0].1, "{what}: read through a descriptor held across");
+}
+
 #[test]
-fn supervise_and_takeover_with_a_tier_are_refused_naming_the_fix() {
-    let d = Dirs::new("refused");
-    let log = d.d.root.join("daemon.log");
-    for extra in [["--supervise"], ["--takeover"]] {
-        let mut args = d.args(true);
-        args.extend(extra);
-        let e = MountProcess::try_start_env(bin(), &d.d.branches(), &d.d.mnt, &args, &[], &log)
-            .err()
-            .unwrap_or_else(|| panic!("{extra:?} was mounted"));
-        assert!(e.contains("cannot be combined with --supervise or --takeover") && e.contains("fix:"), "{e}");
-        assert!(!e.contains("supervisor: daemon pid"), "a daemon was started: {e}");
+fn a_supervised_union_with_a_tier_keeps_its_dirty_data_across_kills_moves_and_upgrades() {
+    let d = Dirs::new("sup");
+    let mut args = vec!["--supervise", "--restart-limit", "1000", "--restart-window", "1"];
+    args.extend(d.args(true));
+    let log = d.d.root.join("supervisor.log");
+    let sup = MountProcess::try_start_env(bin(), &d.d.branches(), &d.d.mnt, &args, &[], &log)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut files: Vec<(String, Vec<u8>)> = (0..2).map(|i| (format!("f{i}"), pattern(200_000, 70 + i))).collect();
+    for (p, data) in &files {
+        write_synced(&d.m(p), data);
+    }
+    let inos: Vec<u64> = files.iter().map(|(p, _)| fs::metadata(d.m(p)).unwrap().ino()).collect();
+    let held = OpenOptions::new().read(true).write(true).open(d.m("f0")).unwrap();
+    let write_held = |files: &mut [(String, Vec<u8>)], off: usize, seed: u64| {
+        let data = pattern(3 * 4096, seed);
+        held.write_all_at(&data, off as u64).unwrap();
+        held.sync_data().unwrap();
+        files[0].1[off..off + data.len()].copy_from_slice(&data);
+    };
+    assert!(n(&d.stats(), "tier", "dirty_blocks") > 0);
+
+    // A crash: the supervisor's next daemon finds the tier's data (by id) and serves it.
+    let first = daemon_of(&sup, None);
+    // SAFETY: kill(2) of the daemon this test's supervisor started.
+    unsafe { libc::kill(first as i32, libc::SIGKILL) };
+    let second = daemon_of(&sup, Some(first));
+    check(&d, &held, &files, &inos, "after a kill");
+    assert!(sup.log_text().contains("of 2 files recovered and served from the tier"), "{}", sup.log_text());
+
+    // Dirty again, moved with its descriptor held, written after the move.
+    write_held(&mut files, 4096, 81);
+    overwrite(&d.m("f1"), &mut files[1].1, 0, &pattern(100, 82));
+    let s = d.balanced(&["--from", "0", "--to", "1", "--files", "2"]);
+    assert_eq!(s["moved"].as_u64(), Some(2), "{s:#}");
+    assert!(s["blocks_from_tier"].as_u64().unwrap() >= 4, "{s:#}");
+    assert_eq!((d.on("f0"), d.on("f1")), ((false, true), (false, true)));
+    write_held(&mut files, 10 * 4096, 83);
+    check(&d, &held, &files, &inos, "after the move");
+
+    // An upgrade in place (SIGHUP: the next daemon takes the mount and the tier over).
+    sup.signal(libc::SIGHUP);
+    let third = daemon_of(&sup, Some(second));
+    check(&d, &held, &files, &inos, "after an upgrade");
+    write_held(&mut files, 20 * 4096, 84);
+    // And a crash with that write only in the tier.
+    // SAFETY: as above.
+    unsafe { libc::kill(third as i32, libc::SIGKILL) };
+    daemon_of(&sup, Some(third));
+    check(&d, &held, &files, &inos, "after a kill following the move");
+    d.flush();
+    for (p, data) in &files {
+        assert_eq!(&d.on_disk(p), data, "{p}: written back elsewhere than its branch");
+    }
+    drop(held);
+    sup.stop();
+}
+
+/// A SIGKILL at each step of a move of a file only in the tier, under `--supervise`: the
+/// next daemon (on the live connection, the supervisor holding the inodes the kernel knows,
+/// the moved file's source among them) finishes the move, finds the tier's data by id, and a
+/// descriptor held across reads it and writes to the copy that is left.
+#[test]
+fn a_kill_at_each_step_of_a_move_under_supervise_with_dirty_tier_data_loses_nothing() {
+    for step in ["before-copy", "mid-copy", "after-copy", "after-switch", "before-remove"] {
+        let d = Dirs::new(&format!("supkill-{step}"));
+        let fault = format!("balance:{step}");
+        let mut args = vec!["--supervise", "--restart-limit", "1000", "--restart-window", "1"];
+        args.extend(d.args(true));
+        let log = d.d.root.join("supervisor.log");
+        let sup =
+            MountProcess::try_start_env(bin(), &d.d.branches(), &d.d.mnt, &args, &[("FARCACHE_FAULT", &fault)], &log)
+                .unwrap_or_else(|e| panic!("{e}"));
+        let mut files = vec![("f".to_string(), pattern(600_000, 71))];
+        write_synced(&d.m("f"), &files[0].1);
+        let inos = vec![fs::metadata(d.m("f")).unwrap().ino()];
+        let held = OpenOptions::new().read(true).write(true).open(d.m("f")).unwrap();
+        let daemon = daemon_of(&sup, None);
+        let out = d.balance(&["--from", "0", "--to", "1", "--files", "1"]);
+        assert!(!out.status.success(), "{step}: the daemon did not stop at the fault point");
+        daemon_of(&sup, Some(daemon));
+        assert!(sup.log_text().contains(&fault), "{step}: the fault point was not reached");
+        let (a, b) = d.on("f");
+        assert!(a != b, "{step}: the file is on {:?} (a, b): not exactly once", (a, b));
+        assert_eq!(b, matches!(step, "after-switch" | "before-remove"), "{step}: on the target once switched");
+        check(&d, &held, &files, &inos, step);
+        assert!(!sup.log_text().contains("was deleted after"), "{step}: the tier took the file for deleted");
+        let data = pattern(4096, 72);
+        held.write_all_at(&data, 8192).unwrap();
+        held.sync_data().unwrap();
+        files[0].1[8192..8192 + 4096].copy_from_slice(&data);
+        check(&d, &held, &files, &inos, step);
+        d.flush();
+        assert_eq!(d.on_disk("f"), files[0].1, "{step}: written back elsewhere than the file's branch");
+        drop(held);
+        sup.stop();
+    }
+}
+
+#[test]
+fn a_union_with_a_tier_is_taken_over_with_its_dirty_data() {
+    let d = Dirs::new("takeover");
+    let old = d.mount();
+    let mut files: Vec<(String, Vec<u8>)> = (0..2).map(|i| (format!("f{i}"), pattern(150_000, 90 + i))).collect();
+    for (p, data) in &files {
+        write_synced(&d.m(p), data);
+    }
+    let inos: Vec<u64> = files.iter().map(|(p, _)| fs::metadata(d.m(p)).unwrap().ino()).collect();
+    let held = OpenOptions::new().read(true).write(true).open(d.m("f0")).unwrap();
+    // Moved with its data in the tier, then written: dirty in the tier at the handover.
+    let s = d.balanced(&["--from", "0", "--to", "1", "--files", "1"]);
+    assert_eq!(s["moved"].as_u64(), Some(1), "{s:#}");
+    let moved = if d.on("f0").1 { 0 } else { 1 };
+    overwrite(&d.m(&files[moved].0), &mut files[moved].1, 4096, &pattern(5000, 93));
+    let log = d.d.root.join("new.log");
+    let new = MountProcess::try_takeover(bin(), &d.d.branches(), &d.d.mnt, &d.args(true), &log)
+        .unwrap_or_else(|e| panic!("{e}\nold daemon:\n{}", old.log_text()));
+    old.release_mount();
+    assert_eq!(old.wait_exit(), 0, "{}", old.log_text());
+    check(&d, &held, &files, &inos, "after the takeover");
+    assert!(new.log_text().contains("took the write-back tier over"), "{}", new.log_text());
+    // Moves and write-back go on in the new daemon, each file to its branch.
+    overwrite(&d.m("f0"), &mut files[0].1, 0, &pattern(300, 94));
+    let from = if d.on("f0").0 { "0" } else { "1" };
+    let to = if from == "0" { "1" } else { "0" };
+    let s = d.balanced(&["--from", from, "--to", to, "--files", "1"]);
+    assert_eq!(s["moved"].as_u64(), Some(1), "{s:#}");
+    check(&d, &held, &files, &inos, "after a move by the new daemon");
+    drop(held);
+    new.stop();
+    for (p, data) in &files {
+        assert_eq!(&d.on_disk(p), data, "{p} after a clean unmount");
     }
 }

@@ -417,6 +417,10 @@ impl Mount {
     /// opens it — moves a crash interrupted are finished — before anything is served; its
     /// files' node ids (farcache ids) and the synthetic ones of its other inodes are resolved
     /// only from the descriptors handed over (`takeover.rs`).
+    ///
+    /// `opened`: the union opened already ([`union::OpenUnion::open`], with the same
+    /// branches), for a write-back tier that had to find its files before the mount serves.
+    #[allow(clippy::too_many_arguments)]
     pub fn adopt(
         branches: &[PathBuf],
         mountpoint: &Path,
@@ -425,6 +429,7 @@ impl Mount {
         h: Handover,
         resend: bool,
         journal: &Path,
+        opened: Option<union::OpenUnion>,
     ) -> Result<Mount, MountError> {
         cfg.validate()?;
         if branches.is_empty() {
@@ -447,9 +452,10 @@ impl Mount {
         let want_fds = cfg.max_inodes.saturating_add(cfg.max_open_handles.saturating_mul(3)).saturating_add(1024);
         sys::raise_nofile(want_fds);
         let incarnation = h.state.incarnation.wrapping_add(1) & 0xff_ffff;
-        let u = match canon.len() {
-            1 => None,
-            _ => Some(Arc::new(union::Union::open(&canon, cfg.create_policy)?)),
+        let u = match (opened, canon.len()) {
+            (Some(o), _) => Some(o.u),
+            (None, 1) => None,
+            (None, _) => Some(Arc::new(union::Union::open(&canon, cfg.create_policy)?)),
         };
         let mut fs = fs::Passthrough::new(&backing, cfg, data.clone(), incarnation)
             .map_err(|source| MountError::BackingOpen { path: backing.clone(), source })?;

@@ -171,16 +171,39 @@ pub fn wrap_union(
     mount: &farcache_fuse::MountConfig,
     data: Arc<dyn DataPath>,
 ) -> anyhow::Result<(Arc<dyn DataPath>, Option<Tier>, Option<farcache_fuse::union::OpenUnion>)> {
-    let all = branches.iter().map(|b| b.display().to_string()).collect::<Vec<_>>().join(":");
-    let mut prepared = None;
-    for b in branches {
-        prepared = precheck_named(cfg, b, &all)?.or(prepared);
-    }
-    let Some((_, cfg)) = prepared else { return Ok((data, None, None)) };
+    let Some(cfg) = precheck_union(cfg, branches)? else { return Ok((data, None, None)) };
     let opened = farcache_fuse::union::OpenUnion::open(branches, mount)?;
     let opts = BackingOptions { direct_io: mount.direct_io_backing };
     let t = Arc::new(WritebackPath::open_union(data, &cfg, opened.branches(), opts, opened.files())?);
     Ok((t.clone(), Some(t), Some(opened)))
+}
+
+/// [`wrap_waiting`] for a mount of several backing directories whose union is open already
+/// (`files`: a daemon taking the mount over opened it, its journal replayed, with the mount).
+pub fn wrap_union_waiting(
+    cfg: &TierConfig,
+    branches: &[PathBuf],
+    direct_io: bool,
+    data: Arc<dyn DataPath>,
+    files: Arc<dyn farcache_engine::UnionFiles>,
+    wait: Duration,
+) -> anyhow::Result<(Arc<dyn DataPath>, Option<Tier>)> {
+    let Some(cfg) = precheck_union(cfg, branches)? else { return Ok((data, None)) };
+    let roots = branches.iter().map(|b| b.canonicalize()).collect::<Result<Vec<_>, _>>()?;
+    let opts = BackingOptions { direct_io };
+    let t = Arc::new(WritebackPath::open_union_waiting(data, &cfg, &roots, opts, files, wait)?);
+    Ok((t.clone(), Some(t)))
+}
+
+/// [`precheck`] of every branch of a union: the settings with the tier's absolute path when
+/// there is a tier.
+pub fn precheck_union(cfg: &TierConfig, branches: &[PathBuf]) -> anyhow::Result<Option<TierConfig>> {
+    let all = branches.iter().map(|b| b.display().to_string()).collect::<Vec<_>>().join(":");
+    let mut prepared = None;
+    for b in branches {
+        prepared = precheck_named(cfg, b, &all)?.map(|(_, c)| c).or(prepared);
+    }
+    Ok(prepared)
 }
 
 /// The checks of [`wrap`] that need not open the tier: the backing root's marker against

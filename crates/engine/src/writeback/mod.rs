@@ -249,6 +249,19 @@ impl<D: DataPath> WritebackPath<D> {
         Self::open_in(inner, cfg, roots, backing_opts, std::time::Duration::ZERO, Some(union))
     }
 
+    /// [`WritebackPath::open_union`], waiting up to `wait` for another process to let go of
+    /// the tier (a daemon handing its mount over).
+    pub fn open_union_waiting(
+        inner: D,
+        cfg: &TierConfig,
+        roots: &[PathBuf],
+        backing_opts: BackingOptions,
+        union: Arc<dyn crate::identity::UnionFiles>,
+        wait: std::time::Duration,
+    ) -> Result<Self, TierOpenError> {
+        Self::open_in(inner, cfg, roots, backing_opts, wait, Some(union))
+    }
+
     fn open_in(
         inner: D,
         cfg: &TierConfig,

@@ -241,6 +241,12 @@ impl UnionHandle {
         self.cancel.store(false, Ordering::SeqCst);
     }
 
+    /// Which live file of the union a descriptor is (for a write-back tier opened after the
+    /// mount: a daemon taking the mount over).
+    pub fn files(&self) -> Arc<dyn farcache_engine::UnionFiles> {
+        Arc::new(super::Files(self.u.clone()))
+    }
+
     /// The union's counters.
     pub fn stats(&self) -> super::UnionStats {
         self.u.stats()

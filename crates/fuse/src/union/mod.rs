@@ -246,7 +246,7 @@ impl OpenUnion {
 }
 
 /// [`farcache_engine::UnionFiles`] of a union.
-struct Files(Arc<Union>);
+pub(crate) struct Files(pub(crate) Arc<Union>);
 
 impl farcache_engine::UnionFiles for Files {
     fn live_id(&self, file: &std::fs::File) -> Option<u64> {
