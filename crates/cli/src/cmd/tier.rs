@@ -162,6 +162,9 @@ pub fn wrap_waiting(
     Ok((t.clone(), Some(t)))
 }
 
+/// What [`wrap_union`] gives: the data path, the tier, and the union opened for it.
+pub type Wrapped = (Arc<dyn DataPath>, Option<Tier>, Option<farcache_fuse::union::OpenUnion>);
+
 /// [`wrap`] for a mount of several backing directories (`branches`): every branch's marker
 /// checked; with a tier, the union is opened first — the moves a crash interrupted
 /// finished — so that the tier finds its files where they are, and handed back for the mount.
@@ -170,7 +173,7 @@ pub fn wrap_union(
     branches: &[PathBuf],
     mount: &farcache_fuse::MountConfig,
     data: Arc<dyn DataPath>,
-) -> anyhow::Result<(Arc<dyn DataPath>, Option<Tier>, Option<farcache_fuse::union::OpenUnion>)> {
+) -> anyhow::Result<Wrapped> {
     let Some(cfg) = precheck_union(cfg, branches)? else { return Ok((data, None, None)) };
     let opened = farcache_fuse::union::OpenUnion::open(branches, mount)?;
     let opts = BackingOptions { direct_io: mount.direct_io_backing };
