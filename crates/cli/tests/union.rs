@@ -124,30 +124,6 @@ fn branches_are_checked_and_errors_name_the_fix() {
     assert!(e.contains("is inside branch"), "{e}");
     let e = try_with(format!("{}:{}", d.b.display(), d.b.join("..").join(d.b.file_name().unwrap()).display()));
     assert!(e.contains("listed twice"), "{e}");
-    // Not with the write-back tier (yet); the error names the fix.
-    let e = MountProcess::try_start_env(
-        bin(),
-        &d.branches(),
-        &d.mnt,
-        &["--no-remote", "--tier", "/dev/shm/x.tier"],
-        &[],
-        &log,
-    )
-    .err()
-    .unwrap();
-    assert!(e.contains("not available with several backing directories") && e.contains("fix:"), "{e}");
-    // Under a supervisor too, before any daemon starts.
-    let e = MountProcess::try_start_env(
-        bin(),
-        &d.branches(),
-        &d.mnt,
-        &["--supervise", "--no-remote", "--tier", "/dev/shm/x.tier"],
-        &[],
-        &log,
-    )
-    .err()
-    .unwrap();
-    assert!(e.contains("not available with several backing directories") && e.contains("fix:"), "{e}");
     assert!(!e.contains("supervisor: daemon pid"), "a daemon was started: {e}");
 }
 

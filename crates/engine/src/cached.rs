@@ -572,7 +572,7 @@ impl<D: DataPath> DataPath for CachedPath<D> {
             }
         }
         out.truncate(len.min(out.len()));
-        Ok(CopyRead { data: out.freeze(), cache_blocks, disk_blocks })
+        Ok(CopyRead { data: out.freeze(), cache_blocks, disk_blocks, tier_blocks: 0 })
     }
 
     fn cached_blocks(&self, id: &FileId) -> u64 {

@@ -83,7 +83,7 @@ pub trait DataPath: Send + Sync + 'static {
         let _ = from_cache;
         let data = self.read(file, offset, len)?;
         let disk_blocks = data.len().div_ceil(crate::index::BLOCK_BYTES as usize) as u64;
-        Ok(CopyRead { data, cache_blocks: 0, disk_blocks })
+        Ok(CopyRead { data, cache_blocks: 0, disk_blocks, tier_blocks: 0 })
     }
 
     /// Blocks of the file `id` that a tier in front of the disk holds (to prefer such files
@@ -93,9 +93,22 @@ pub trait DataPath: Send + Sync + 'static {
         0
     }
 
+    /// The file `id` is about to be replaced by `copy` (a synced copy of its current contents
+    /// on another backing branch; `id` does not change), and nothing will be written to it
+    /// before the switch ([`DataPath::moved`]) or the move is given up. A tier holding data
+    /// of the file that the disk lacks records, durably, that the file may be `copy` after
+    /// a crash, so that it finds the file whichever copy the move's journal keeps. An error
+    /// gives the move up (the file stays where it is). Called outside the mount's gate.
+    fn moving(&self, id: &FileId, copy: &std::fs::File) -> io::Result<()> {
+        let _ = (id, copy);
+        Ok(())
+    }
+
     /// The file `id` now lives in `file`, a copy with the same contents (it moved between
     /// backing branches; `id` did not change): cached blocks stay valid, and the next open
-    /// must not take the move for a change behind the mount's back.
+    /// must not take the move for a change behind the mount's back. A tier writes the file's
+    /// data back to `file` from now on. Called under the mount's gate: no I/O beyond a few
+    /// system calls on descriptors.
     fn moved(&self, id: &FileId, file: &std::fs::File) {
         let _ = (id, file);
     }
@@ -112,10 +125,13 @@ pub trait DataPath: Send + Sync + 'static {
 #[derive(Clone, Debug, Default)]
 pub struct CopyRead {
     pub data: Bytes,
-    /// Whole blocks taken from a tier in front of the disk.
+    /// Whole blocks taken from a tier in front of the disk (lenders, or the write-back tier:
+    /// these include `tier_blocks`).
     pub cache_blocks: u64,
     /// Blocks read from the disk (a short last block counts as one).
     pub disk_blocks: u64,
+    /// Of `cache_blocks`, those the write-back tier held (dirty there: the disk lacks them).
+    pub tier_blocks: u64,
 }
 
 /// A shared data path is a data path (the mount keeps an `Arc` of the stack for its control
@@ -153,6 +169,9 @@ impl<T: DataPath + ?Sized> DataPath for std::sync::Arc<T> {
     }
     fn cached_blocks(&self, id: &FileId) -> u64 {
         (**self).cached_blocks(id)
+    }
+    fn moving(&self, id: &FileId, copy: &std::fs::File) -> io::Result<()> {
+        (**self).moving(id, copy)
     }
     fn moved(&self, id: &FileId, file: &std::fs::File) {
         (**self).moved(id, file)
@@ -259,6 +278,9 @@ impl DataPath for Deferred {
     }
     fn cached_blocks(&self, id: &FileId) -> u64 {
         self.slot.get().map_or(0, |p| p.cached_blocks(id))
+    }
+    fn moving(&self, id: &FileId, copy: &std::fs::File) -> io::Result<()> {
+        self.get().map_err(Self::eio)?.moving(id, copy)
     }
     fn moved(&self, id: &FileId, file: &std::fs::File) {
         if let Ok(p) = self.get() {

@@ -44,6 +44,17 @@ impl FileId {
     }
 }
 
+/// What a tier needs of a mount of several backing branches (`farcache_fuse`'s union), which
+/// the engine knows nothing else of: which file of it a descriptor is (the write-back tier
+/// finds its files again by their farcache id after a restart).
+pub trait UnionFiles: Send + Sync {
+    /// The farcache id of the file `file` is open on, if it is a live file of the union: it
+    /// has a name on a branch (outside the union's own directory) and its id record is its
+    /// own (written for this branch and inode). `None` for anything else — a deleted inode,
+    /// a copy in progress, a source a move set aside.
+    fn live_id(&self, file: &File) -> Option<u64>;
+}
+
 /// Which life of an inode number a [`FileId`] names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Generation {

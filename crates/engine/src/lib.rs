@@ -52,7 +52,7 @@ pub use bytes::Bytes;
 pub use config::{CacheConfig, Routing};
 pub use data_path::{CopyRead, DataPath, Deferred};
 pub use direct::{BackingCounters, BackingCountersSnapshot, DirectPath};
-pub use identity::{FileId, Generation, Identities};
+pub use identity::{FileId, Generation, Identities, UnionFiles};
 pub use io::{IoEngine, IoEngineKind, IoOptions};
 pub use remote::{LenderError, LenderStatus};
 pub use routing::Router;

@@ -130,6 +130,24 @@ pub fn raise_descriptor_limit(want: u64) -> u64 {
     sys::raise_nofile(want)
 }
 
+/// `branches`, checked to be existing directories, canonical.
+pub(crate) fn canonical_branches(branches: &[PathBuf]) -> Result<Vec<PathBuf>, MountError> {
+    let mut canon = Vec::with_capacity(branches.len());
+    let fix = "create it, or leave it out of the branches (DIR1:DIR2 on the command line, or mount.backing)";
+    for b in branches {
+        canon.push(check_dir(b, MountError::BackingMissing, MountError::BackingNotDir).map_err(|e| match e {
+            MountError::BackingMissing(p) => {
+                MountError::Branch { path: p, problem: "does not exist".into(), fix: fix.into() }
+            }
+            MountError::BackingNotDir(p) => {
+                MountError::Branch { path: p, problem: "is not a directory".into(), fix: fix.into() }
+            }
+            e => e,
+        })?);
+    }
+    Ok(canon)
+}
+
 /// A live mount. Dropping it without [`Mount::run`] unmounts.
 pub struct Mount {
     session: fuser::Session<fs::Passthrough>,
@@ -322,25 +340,27 @@ impl Mount {
             _ => {}
         }
         cfg.validate()?;
-        let mut canon = Vec::with_capacity(branches.len());
-        let fix = "create it, or leave it out of the branches (DIR1:DIR2 on the command line, or mount.backing)";
-        for b in branches {
-            canon.push(check_dir(b, MountError::BackingMissing, MountError::BackingNotDir).map_err(|e| match e {
-                MountError::BackingMissing(p) => {
-                    MountError::Branch { path: p, problem: "does not exist".into(), fix: fix.into() }
-                }
-                MountError::BackingNotDir(p) => {
-                    MountError::Branch { path: p, problem: "is not a directory".into(), fix: fix.into() }
-                }
-                e => e,
-            })?);
-        }
+        let opened = union::OpenUnion::open(branches, cfg)?;
+        Mount::with_union(opened, mountpoint, cfg, data, journal)
+    }
+
+    /// [`Mount::with_branches`] of a union opened already ([`union::OpenUnion::open`]: a
+    /// write-back tier in front of it had to find its files after the union's journal was
+    /// replayed, before the mount serves).
+    pub fn with_union(
+        opened: union::OpenUnion,
+        mountpoint: &Path,
+        cfg: &MountConfig,
+        data: Arc<dyn DataPath>,
+        journal: &Path,
+    ) -> Result<Mount, MountError> {
+        cfg.validate()?;
+        let union::OpenUnion { u, canon } = opened;
         let mountpoint = check_dir(mountpoint, MountError::MountpointMissing, MountError::MountpointNotDir)?;
         if let Some(b) = canon.iter().find(|b| mountpoint != **b && mountpoint.starts_with(b)) {
             return Err(MountError::MountpointInsideBacking { mountpoint, backing: b.clone() });
         }
         let root = prepare_daemon(cfg)?;
-        let u = Arc::new(union::Union::open(&canon, cfg.create_policy)?);
         let mut fs = fs::Passthrough::new(&canon[0], cfg, data.clone(), 0)
             .map_err(|source| MountError::BackingOpen { path: canon[0].clone(), source })?;
         fs.union = Some(u.clone());
@@ -397,6 +417,10 @@ impl Mount {
     /// opens it — moves a crash interrupted are finished — before anything is served; its
     /// files' node ids (farcache ids) and the synthetic ones of its other inodes are resolved
     /// only from the descriptors handed over (`takeover.rs`).
+    ///
+    /// `opened`: the union opened already ([`union::OpenUnion::open`], with the same
+    /// branches), for a write-back tier that had to find its files before the mount serves.
+    #[allow(clippy::too_many_arguments)]
     pub fn adopt(
         branches: &[PathBuf],
         mountpoint: &Path,
@@ -405,6 +429,7 @@ impl Mount {
         h: Handover,
         resend: bool,
         journal: &Path,
+        opened: Option<union::OpenUnion>,
     ) -> Result<Mount, MountError> {
         cfg.validate()?;
         if branches.is_empty() {
@@ -427,9 +452,10 @@ impl Mount {
         let want_fds = cfg.max_inodes.saturating_add(cfg.max_open_handles.saturating_mul(3)).saturating_add(1024);
         sys::raise_nofile(want_fds);
         let incarnation = h.state.incarnation.wrapping_add(1) & 0xff_ffff;
-        let u = match canon.len() {
-            1 => None,
-            _ => Some(Arc::new(union::Union::open(&canon, cfg.create_policy)?)),
+        let u = match (opened, canon.len()) {
+            (Some(o), _) => Some(o.u),
+            (None, 1) => None,
+            (None, _) => Some(Arc::new(union::Union::open(&canon, cfg.create_policy)?)),
         };
         let mut fs = fs::Passthrough::new(&backing, cfg, data.clone(), incarnation)
             .map_err(|source| MountError::BackingOpen { path: backing.clone(), source })?;

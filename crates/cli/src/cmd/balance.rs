@@ -116,13 +116,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     bar.finish();
     say(format!(
-        "moved {} of {} files in {} ms ({} skipped, {} failed); blocks from cache {}, from disk {}; races {}, retries {}",
+        "moved {} of {} files in {} ms ({} skipped, {} failed); blocks from cache {} ({} from the write-back tier), \
+         from disk {}; races {}, retries {}",
         last.moved,
         last.planned.len(),
         last.elapsed_ms,
         last.skipped,
         last.failed,
         last.blocks_from_cache,
+        last.blocks_from_tier,
         last.blocks_from_disk,
         last.races,
         last.retries

@@ -205,11 +205,6 @@ const ONE_BRANCH: &str =
     "this mount has one backing directory: nothing to balance (mount DIR1:DIR2 MOUNTPOINT to have several)";
 
 /// `mount.fuse_uring = "on"` with a way of handing the connection to another daemon.
-/// Why a mount of several branches refuses a write-back tier, and the fix.
-const TIER_WITH_BRANCHES: &str = "the write-back tier (--tier, tier.path) is not available with several backing \
-     directories in this version: fix: mount the branches without it (leave out --tier and tier.path), or give the \
-     tier to a mount of one backing directory (docs/SEMANTICS.md, \"Several backing directories\")";
-
 const RINGS_NOT_HANDED_OVER: &str = "mount.fuse_uring = \"on\" cannot be combined with WHAT: a request in flight on \
      a FUSE-over-io_uring entry cannot be handed to another daemon (there is no commit without a fetch and the kernel \
      resends none of them), so the mount would hang when its daemon changes; fix: set mount.fuse_uring = \"auto\" \
@@ -421,9 +416,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         if s.mount.fuse_uring == farcache_fuse::FuseUring::On {
             anyhow::bail!("{}", RINGS_NOT_HANDED_OVER.replace("WHAT", "--supervise"));
         }
-        if branches(&a, &s.mount)?.len() > 1 && !s.tier.path.is_empty() {
-            anyhow::bail!("{TIER_WITH_BRANCHES}");
-        }
         let window = std::time::Duration::from_secs(a.restart_window);
         return super::supervise::run(super::supervise::daemon_args(), a.restart_limit, window, a.mountpoint());
     }
@@ -433,10 +425,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let branches = branches(&a, &file_cfg.mount)?;
     let backing_dir = branches[0].clone();
     let union = branches.len() > 1;
-    if union && !file_cfg.tier.path.is_empty() {
-        // --supervise and --takeover work with several branches; the tier does not yet.
-        anyhow::bail!("{TIER_WITH_BRANCHES}");
-    }
     let shown = branches.iter().map(|b| b.display().to_string()).collect::<Vec<_>>().join(":");
     let mut cfg = file_cfg.mount.clone();
     if cfg.fuse_uring != farcache_fuse::FuseUring::Off && (a.takeover || supervisor.is_some()) {
@@ -582,6 +570,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         );
         (c.clone(), Engine::Cached(c), tier)
     };
+    // A union with a tier is opened before the tier (its interrupted moves finished, so the
+    // tier finds its files where they are), and then mounted as it is.
+    let mut opened_union: Option<farcache_fuse::union::OpenUnion> = None;
     // The write-back tier in front of everything (or the refusal of a backing directory
     // whose tier is dirty but not given). Taking a mount over, the running daemon holds the
     // tier until it exits: the mount is made over a deferred path that becomes the tier once
@@ -589,9 +580,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let (data, tier, deferred) = if a.takeover && tier_path.is_some() {
         // What can be checked before the running daemon lets go is checked now: a failure
         // after the handover would leave nobody serving the mount.
-        super::tier::precheck(&file_cfg.tier, &backing_dir)?;
+        match union {
+            true => super::tier::precheck_union(&file_cfg.tier, &branches).map(|_| ())?,
+            false => super::tier::precheck(&file_cfg.tier, &backing_dir).map(|_| ())?,
+        }
         let d = Arc::new(farcache_engine::Deferred::new(TIER_HANDOVER_WAIT + Duration::from_secs(300)));
         (d.clone() as Arc<dyn DataPath>, None, Some((d, data)))
+    } else if union {
+        let (data, tier, opened) = super::tier::wrap_union(&file_cfg.tier, &branches, &cfg, data)?;
+        opened_union = opened;
+        (data, tier, None)
     } else {
         let (data, tier) = super::tier::wrap(&file_cfg.tier, &backing_dir, cfg.direct_io_backing, data)?;
         (data, tier, None)
@@ -632,20 +630,32 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let (mut mount, bound, metrics, took_from) = if a.takeover {
         let (mut h, giving) = takeover::request(&socket_path, &handover_settings, supervisor.is_some())?;
         super::supervise::assign_incarnation(&mut h);
-        let m = Mount::adopt(&branches, &canonical, &cfg, data.clone(), h, true, &journal_path)?;
+        let m = Mount::adopt(&branches, &canonical, &cfg, data.clone(), h, true, &journal_path, None)?;
         takeover::confirm(&giving).context("--takeover: confirming to the running daemon")?;
         auto_balancer = control.set_union(&m, &file_cfg.balance)?;
         if let Some((d, inner)) = deferred {
             // The running daemon lets go of the tier when it exits, right after its goodbye;
             // requests meanwhile wait in the kernel (nobody serves yet).
             let t0 = Instant::now();
-            let (data, tier) = super::tier::wrap_waiting(
-                &file_cfg.tier,
-                &backing_dir,
-                cfg.direct_io_backing,
-                inner,
-                TIER_HANDOVER_WAIT,
-            )
+            // A union's tier finds its files by id in the union the mount just opened (its
+            // journal replayed: the running daemon finished its moves before handing over).
+            let (data, tier) = match m.union() {
+                Some(u) => super::tier::wrap_union_waiting(
+                    &file_cfg.tier,
+                    &branches,
+                    cfg.direct_io_backing,
+                    inner,
+                    u.files(),
+                    TIER_HANDOVER_WAIT,
+                ),
+                None => super::tier::wrap_waiting(
+                    &file_cfg.tier,
+                    &backing_dir,
+                    cfg.direct_io_backing,
+                    inner,
+                    TIER_HANDOVER_WAIT,
+                ),
+            }
             .context("--takeover: taking the write-back tier over from the running daemon")?;
             d.set(data);
             if let Some(t) = tier {
@@ -660,11 +670,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         // The previous daemon died: its connection is alive in the supervisor's hands.
         let mut h = link.withdraw()?;
         super::supervise::assign_incarnation(&mut h);
-        let m = Mount::adopt(&branches, &canonical, &cfg, data.clone(), h, true, &journal_path)?;
+        // A union with a tier was opened (its interrupted moves finished) before the tier.
+        let m = Mount::adopt(&branches, &canonical, &cfg, data.clone(), h, true, &journal_path, opened_union.take())?;
         auto_balancer = control.set_union(&m, &file_cfg.balance)?;
         (m, bound.expect("bound unless taking over"), metrics, Some(()))
     } else {
-        let m = Mount::with_branches(&branches, a.mountpoint(), &cfg, data.clone(), &journal_path)?;
+        let m = match opened_union.take() {
+            Some(u) => Mount::with_union(u, a.mountpoint(), &cfg, data.clone(), &journal_path)?,
+            None => Mount::with_branches(&branches, a.mountpoint(), &cfg, data.clone(), &journal_path)?,
+        };
         auto_balancer = control.set_union(&m, &file_cfg.balance)?;
         if m.union().is_none() && file_cfg.balance.enabled {
             tracing::info!("balance.enabled: this mount has one backing directory, nothing to balance");
@@ -800,7 +814,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     // A union is opened again with the mount: its balancer goes first (it
                     // moved nothing since the handover began).
                     drop(auto_balancer.take());
-                    mount = Mount::adopt(&branches, &canonical, &cfg, data.clone(), h, true, &journal_path)?;
+                    mount = Mount::adopt(&branches, &canonical, &cfg, data.clone(), h, true, &journal_path, None)?;
                     auto_balancer = control.set_union(&mount, &file_cfg.balance)?;
                     if let Some(link) = &supervisor {
                         mount.keep_mounted_on_drop();

@@ -313,13 +313,15 @@ fn render_mount(s: &MountStats) -> String {
         );
         let _ = writeln!(
             out,
-            "moves      {} files ({}), {} failed, {} skipped; blocks from cache {}, from disk {}; races {}, retries {}; \
+            "moves      {} files ({}), {} failed, {} skipped; blocks from cache {} ({} from the tier), from disk {}; races {}, \
+             retries {}; \
              {} open handles switched; {} interrupted moves finished at start",
             u.moves,
             ByteSize(u.bytes_moved).approx(),
             u.move_failures,
             u.move_skips,
             u.blocks_from_cache,
+            u.blocks_from_tier,
             u.blocks_from_disk,
             u.races,
             u.retries,

@@ -34,7 +34,7 @@ enum Sub {
     Recover {
         /// The tier's file or device.
         path: PathBuf,
-        /// The backing directory it belongs to.
+        /// The backing directory it belongs to (a union's branches as DIR1:DIR2).
         backing: PathBuf,
     },
 }
@@ -107,11 +107,21 @@ fn status(path: &Path, as_json: bool) -> anyhow::Result<()> {
 }
 
 fn recover(path: &Path, backing: &Path) -> anyhow::Result<()> {
-    let root = backing.canonicalize().with_context(|| format!("backing directory {}", backing.display()))?;
     let cfg = TierConfig { path: path.display().to_string(), ..TierConfig::default() };
     anyhow::ensure!(path.exists(), "tier {}: not found", path.display());
     check_is_tier(path)?;
-    let t = WritebackPath::open(DirectPath::new(), &cfg, &root, BackingOptions { direct_io: false })?;
+    let opts = BackingOptions { direct_io: false };
+    let branches = farcache_fuse::split_branches(&backing.to_string_lossy());
+    let (t, root) = if branches.len() > 1 {
+        // A union's tier: its interrupted moves finished first, so the files are found
+        // where they are.
+        let u = farcache_fuse::union::OpenUnion::open(&branches, &farcache_fuse::MountConfig::default())?;
+        let shown = u.branches().iter().map(|b| b.display().to_string()).collect::<Vec<_>>().join(":");
+        (WritebackPath::open_union(DirectPath::new(), &cfg, u.branches(), opts, u.files())?, PathBuf::from(shown))
+    } else {
+        let root = backing.canonicalize().with_context(|| format!("backing directory {}", backing.display()))?;
+        (WritebackPath::open(DirectPath::new(), &cfg, &root, opts)?, root)
+    };
     let s = t.stats();
     let clean = t.shutdown(Duration::from_secs(24 * 3600));
     anyhow::ensure!(clean, "tier {}: not everything could be written back (see the log above)", path.display());
@@ -152,14 +162,66 @@ pub fn wrap_waiting(
     Ok((t.clone(), Some(t)))
 }
 
+/// What [`wrap_union`] gives: the data path, the tier, and the union opened for it.
+pub type Wrapped = (Arc<dyn DataPath>, Option<Tier>, Option<farcache_fuse::union::OpenUnion>);
+
+/// [`wrap`] for a mount of several backing directories (`branches`): every branch's marker
+/// checked; with a tier, the union is opened first — the moves a crash interrupted
+/// finished — so that the tier finds its files where they are, and handed back for the mount.
+pub fn wrap_union(
+    cfg: &TierConfig,
+    branches: &[PathBuf],
+    mount: &farcache_fuse::MountConfig,
+    data: Arc<dyn DataPath>,
+) -> anyhow::Result<Wrapped> {
+    let Some(cfg) = precheck_union(cfg, branches)? else { return Ok((data, None, None)) };
+    let opened = farcache_fuse::union::OpenUnion::open(branches, mount)?;
+    let opts = BackingOptions { direct_io: mount.direct_io_backing };
+    let t = Arc::new(WritebackPath::open_union(data, &cfg, opened.branches(), opts, opened.files())?);
+    Ok((t.clone(), Some(t), Some(opened)))
+}
+
+/// [`wrap_waiting`] for a mount of several backing directories whose union is open already
+/// (`files`: a daemon taking the mount over opened it, its journal replayed, with the mount).
+pub fn wrap_union_waiting(
+    cfg: &TierConfig,
+    branches: &[PathBuf],
+    direct_io: bool,
+    data: Arc<dyn DataPath>,
+    files: Arc<dyn farcache_engine::UnionFiles>,
+    wait: Duration,
+) -> anyhow::Result<(Arc<dyn DataPath>, Option<Tier>)> {
+    let Some(cfg) = precheck_union(cfg, branches)? else { return Ok((data, None)) };
+    let roots = branches.iter().map(|b| b.canonicalize()).collect::<Result<Vec<_>, _>>()?;
+    let opts = BackingOptions { direct_io };
+    let t = Arc::new(WritebackPath::open_union_waiting(data, &cfg, &roots, opts, files, wait)?);
+    Ok((t.clone(), Some(t)))
+}
+
+/// [`precheck`] of every branch of a union: the settings with the tier's absolute path when
+/// there is a tier.
+pub fn precheck_union(cfg: &TierConfig, branches: &[PathBuf]) -> anyhow::Result<Option<TierConfig>> {
+    let all = branches.iter().map(|b| b.display().to_string()).collect::<Vec<_>>().join(":");
+    let mut prepared = None;
+    for b in branches {
+        prepared = precheck_named(cfg, b, &all)?.map(|(_, c)| c).or(prepared);
+    }
+    Ok(prepared)
+}
+
 /// The checks of [`wrap`] that need not open the tier: the backing root's marker against
 /// the tier given, and the tier's settings. `Some` (the canonical root and the settings with
 /// the tier's absolute path) when there is a tier to open.
 pub fn precheck(cfg: &TierConfig, backing: &Path) -> anyhow::Result<Option<(PathBuf, TierConfig)>> {
+    precheck_named(cfg, backing, &backing.display().to_string())
+}
+
+/// [`precheck`] of one branch of several (`all`: DIR1:DIR2, for the fix the error names).
+fn precheck_named(cfg: &TierConfig, backing: &Path, all: &str) -> anyhow::Result<Option<(PathBuf, TierConfig)>> {
     // A backing directory that is missing or not a directory: `Mount::new` says so, in its words.
     let Some(root) = backing.canonicalize().ok().filter(|r| r.is_dir()) else { return Ok(None) };
     let tier_path = if cfg.enabled() { std::path::absolute(&cfg.path)?.display().to_string() } else { String::new() };
-    marker::check(&root, &tier_path).map_err(anyhow::Error::msg)?;
+    marker::check_named(&root, &tier_path, all).map_err(anyhow::Error::msg)?;
     if !cfg.enabled() {
         return Ok(None);
     }

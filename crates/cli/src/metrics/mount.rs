@@ -140,6 +140,7 @@ impl Collector for Snapshot {
             (UNION_RETRIES, u.retries),
             (UNION_BLOCKS_FROM_CACHE, u.blocks_from_cache),
             (UNION_BLOCKS_FROM_DISK, u.blocks_from_disk),
+            (UNION_BLOCKS_FROM_TIER, u.blocks_from_tier),
             (UNION_ID_FAILURES, u.id_failures),
             (UNION_AUTO_ACTIVE, u.auto_active as u64),
             (UNION_AUTO_CHECKS, u.auto_checks),

@@ -162,7 +162,8 @@ metrics! { MOUNT:
     UNION_MOVE_FAILURES = "farcache_mount_union_move_failures", Counter, "Moves given up on an error (the file stays where it was, whole)";
     UNION_RACES = "farcache_mount_union_races", Counter, "Copies found stale at the switch (the file changed during the copy)";
     UNION_RETRIES = "farcache_mount_union_retries", Counter, "Copies made again after a race";
-    UNION_BLOCKS_FROM_CACHE = "farcache_mount_union_blocks_from_cache", Counter, "Blocks of moved files copied from lenders' RAM";
+    UNION_BLOCKS_FROM_CACHE = "farcache_mount_union_blocks_from_cache", Counter, "Blocks of moved files copied from lenders' RAM or the write-back tier";
+    UNION_BLOCKS_FROM_TIER = "farcache_mount_union_blocks_from_tier", Counter, "Blocks of moved files copied from the write-back tier (of those from the cache)";
     UNION_BLOCKS_FROM_DISK = "farcache_mount_union_blocks_from_disk", Counter, "Blocks of moved files read from the source disk";
     UNION_ID_FAILURES = "farcache_mount_union_id_failures", Counter, "Files that could not be given a farcache id (never moved)";
     UNION_AUTO_ACTIVE = "farcache_mount_union_auto_active", Gauge, "1 while the automatic balancer is between a start and a stop";

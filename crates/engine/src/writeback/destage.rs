@@ -337,6 +337,18 @@ pub(crate) fn recover<D: DataPath>(s: &Shared<D>) -> Result<(), TierOpenError> {
     let root_fd = super::name::open_root(&s.root).map_err(|e| {
         err(format!("cannot open the backing root {}: {e}", s.root.display()), "check the backing directory")
     })?;
+    let roots = match s.union.is_some() {
+        true => s
+            .roots
+            .iter()
+            .map(|r| {
+                super::name::Root::open(r).map_err(|e| {
+                    err(format!("cannot open the backing branch {}: {e}", r.display()), "check the backing directories")
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        false => Vec::new(),
+    };
     let through = s.log.last_seq();
     let ids = crate::identity::Identities::new();
     for plan in s.log.plan(through) {
@@ -346,9 +358,30 @@ pub(crate) fn recover<D: DataPath>(s: &Shared<D>) -> Result<(), TierOpenError> {
                 "keep the tier file and report this as a bug",
             ));
         };
-        match name.locate(&s.root, &root_fd) {
+        // A union's file by its farcache id, wherever the union's moves left it.
+        let located = match (&s.union, name.union_id) {
+            (Some(u), Some(_)) => name.locate_union(&roots, u.as_ref()),
+            (None, None) => name.locate(&s.root, &root_fd),
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(err(
+                    format!(
+                        "{} dirty blocks of {} were written through a mount {} several backing directories",
+                        plan.blocks.len(),
+                        describe(&plan.name),
+                        if name.union_id.is_some() { "of" } else { "without" }
+                    ),
+                    "mount the backing directories the tier was used with (farcache tier status shows them)",
+                ))
+            }
+        };
+        match located {
             Located::Found(f) => {
-                let id = ids.identify(&f).map_err(|e| err(format!("{}: {e}", name.path), "check the backing file"))?;
+                let id = match name.union_id {
+                    Some(u) => crate::identity::FileId::union(u),
+                    None => {
+                        ids.identify(&f).map_err(|e| err(format!("{}: {e}", name.path), "check the backing file"))?
+                    }
+                };
                 // The size the records imply (a power cut may have lost the extension that
                 // came with them): the mount serves the file at once, and the kernel reads
                 // no further than its size.

@@ -120,22 +120,26 @@ pub fn remove(root: &Path) -> io::Result<()> {
 /// Refuse a mount of `root` without a tier (`tier` empty) or with another tier than the
 /// mark names: the error says what to do.
 pub fn check(root: &Path, tier: &str) -> Result<(), String> {
+    check_named(root, tier, &root.display().to_string())
+}
+
+/// [`check`] of one branch of a mount of several backing directories, `backing` naming them
+/// all (DIR1:DIR2, as `farcache tier recover` takes them).
+pub fn check_named(root: &Path, tier: &str, backing: &str) -> Result<(), String> {
     let named = read(root).map_err(|e| format!("{}: cannot read it: {e}", describe(root)))?;
     match named {
         None => Ok(()),
         Some(n) if n == tier => Ok(()),
         Some(n) if tier.is_empty() => Err(format!(
             "tier.path: {} has a write-back tier at {n} that may hold data the directory lacks ({} says so); fix: \
-             mount with --tier {n}, or run `farcache tier recover {n} {}` first",
+             mount with --tier {n}, or run `farcache tier recover {n} {backing}` first",
             root.display(),
             describe(root),
-            root.display()
         )),
         Some(n) => Err(format!(
             "tier.path: {} belongs to the write-back tier {n}, not {tier}; fix: mount with --tier {n}, or run \
-             `farcache tier recover {n} {}` first",
+             `farcache tier recover {n} {backing}` first",
             root.display(),
-            root.display()
         )),
     }
 }

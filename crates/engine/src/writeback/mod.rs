@@ -38,6 +38,14 @@
 //!   first thing; otherwise everything is written back before the mount serves anything.
 //! - A mark on the backing root (`marker.rs`: an extended attribute) says a tier may hold
 //!   data the backing lacks: a mount without the tier refuses to start over it.
+//! - **A union** (several backing branches, [`WritebackPath::open_union`]): files are keyed
+//!   by their farcache id ([`FileId::union`]), which a move between branches keeps, named in
+//!   the log by id (and found again by it: `name.rs`), every branch marked. A move
+//!   ([`DataPath::copy_read`]) takes the file's dirty blocks from here, not the disk — they
+//!   are not written back first —, declares the copy before the switch
+//!   ([`DataPath::moving`]: whichever copy a crash leaves, recovery finds it), and at the
+//!   switch ([`DataPath::moved`]) the tier's own descriptor is made to refer to the copy, so
+//!   destaging follows the file to its branch.
 //!
 //! Locks, and what they are held across: the `files`/`keys` maps and the log's index only
 //! for lookups (never across I/O). A write holds the stripe locks of its blocks (256 stripes
@@ -71,12 +79,15 @@ pub use config::{TierConfig, TierMode, TEMPLATE};
 pub use destage::FlushError;
 
 use crate::backing::{BackingFile, BackingOptions};
-use crate::data_path::DataPath;
+use crate::data_path::{CopyRead, DataPath};
 use crate::identity::FileId;
 
 const B: u64 = farcache_tier::PAGE_BYTES as u64;
 /// Striped locks serialising writes to the same blocks.
 const STRIPES: usize = 256;
+/// Most requests below the tier one [`DataPath::copy_read`] makes (runs of blocks the tier
+/// does not hold); past it, one request spans them all.
+const COPY_RUNS: usize = 8;
 
 /// A file the tier holds (or may hold) blocks of.
 pub(crate) struct FileEntry {
@@ -160,7 +171,12 @@ pub(crate) struct Shared<D: DataPath> {
     inner: D,
     log: Log,
     path: String,
+    /// The backing directory (the first branch of a union).
     root: PathBuf,
+    /// Every backing directory: the one, or a union's branches.
+    roots: Vec<PathBuf>,
+    /// A mount of several branches: files are named by their farcache id.
+    union: Option<Arc<dyn crate::identity::UnionFiles>>,
     backing_opts: BackingOptions,
     files: Mutex<HashMap<FileId, Arc<FileEntry>>>,
     keys: Mutex<HashMap<FileKey, Arc<FileEntry>>>,
@@ -214,6 +230,51 @@ impl<D: DataPath> WritebackPath<D> {
         backing_opts: BackingOptions,
         wait: std::time::Duration,
     ) -> Result<Self, TierOpenError> {
+        Self::open_in(inner, cfg, &[root.to_path_buf()], backing_opts, wait, None)
+    }
+
+    /// [`WritebackPath::open`] for a mount of several backing directories (`roots`, canonical,
+    /// in the union's order): files are keyed and found again by their farcache id
+    /// (`FileId::union`), which a move between branches does not change; a file without one
+    /// is written through. `union` must have finished the moves a crash interrupted (its
+    /// journal replayed) before this is called: recovery looks for the files where they are.
+    /// Every branch is marked.
+    pub fn open_union(
+        inner: D,
+        cfg: &TierConfig,
+        roots: &[PathBuf],
+        backing_opts: BackingOptions,
+        union: Arc<dyn crate::identity::UnionFiles>,
+    ) -> Result<Self, TierOpenError> {
+        Self::open_in(inner, cfg, roots, backing_opts, std::time::Duration::ZERO, Some(union))
+    }
+
+    /// [`WritebackPath::open_union`], waiting up to `wait` for another process to let go of
+    /// the tier (a daemon handing its mount over).
+    pub fn open_union_waiting(
+        inner: D,
+        cfg: &TierConfig,
+        roots: &[PathBuf],
+        backing_opts: BackingOptions,
+        union: Arc<dyn crate::identity::UnionFiles>,
+        wait: std::time::Duration,
+    ) -> Result<Self, TierOpenError> {
+        Self::open_in(inner, cfg, roots, backing_opts, wait, Some(union))
+    }
+
+    fn open_in(
+        inner: D,
+        cfg: &TierConfig,
+        roots: &[PathBuf],
+        backing_opts: BackingOptions,
+        wait: std::time::Duration,
+        union: Option<Arc<dyn crate::identity::UnionFiles>>,
+    ) -> Result<Self, TierOpenError> {
+        let root = roots.first().ok_or_else(|| TierOpenError::Config {
+            path: cfg.path.clone(),
+            problem: "no backing directory".into(),
+            fix: "name one".into(),
+        })?;
         let mode = resolve_mode(cfg)?;
         let path = Path::new(&cfg.path);
         let size = match std::fs::metadata(path) {
@@ -222,13 +283,16 @@ impl<D: DataPath> WritebackPath<D> {
         };
         let medium = farcache_tier::medium::open(path, mode, size)?;
         let lock = lock_tier(path, wait)?;
-        let root_s = root.to_string_lossy().into_owned();
+        // A union's tier belongs to its branches, in order.
+        let root_s = roots.iter().map(|r| r.to_string_lossy().into_owned()).collect::<Vec<_>>().join(":");
         let (log, recovered) = Log::open(medium, mode, Some(&root_s))?;
-        marker::write(root, &cfg.path).map_err(|e| TierOpenError::Config {
-            path: cfg.path.clone(),
-            problem: format!("cannot mark the backing directory ({}): {e}", marker::describe(root)),
-            fix: "make the backing root writable".into(),
-        })?;
+        for r in roots {
+            marker::write(r, &cfg.path).map_err(|e| TierOpenError::Config {
+                path: cfg.path.clone(),
+                problem: format!("cannot mark the backing directory ({}): {e}", marker::describe(r)),
+                fix: "make the backing root writable".into(),
+            })?;
+        }
         tracing::info!(
             "write-back tier {} ({mode}: a write acknowledged by it {}), {} bytes; recovered {} records of {} files \
              in {} ms{}",
@@ -251,6 +315,8 @@ impl<D: DataPath> WritebackPath<D> {
             log,
             path: cfg.path.clone(),
             root: root.to_path_buf(),
+            roots: roots.to_vec(),
+            union,
             backing_opts,
             files: Mutex::new(HashMap::new()),
             keys: Mutex::new(HashMap::new()),
@@ -325,8 +391,10 @@ impl<D: DataPath> WritebackPath<D> {
         self.stop_destager(None);
         match r {
             Ok(()) if self.shared.log.is_clean() && !self.shared.log.is_broken() => {
-                if let Err(e) = marker::remove(&self.shared.root) {
-                    tracing::warn!("tier: clean, but the marker could not be removed: {e}");
+                for r in &self.shared.roots {
+                    if let Err(e) = marker::remove(r) {
+                        tracing::warn!("tier: clean, but the marker of {} could not be removed: {e}", r.display());
+                    }
                 }
                 tracing::info!("tier {}: everything destaged; the backing directory is complete", self.shared.path);
                 true
@@ -429,6 +497,11 @@ impl<D: DataPath> Shared<D> {
         if let Some(e) = self.files.lock().get(file.id()) {
             return Some(e.clone());
         }
+        // On a union only a file with a farcache id: its records must outlive a move.
+        let union_id = file.id().union_id();
+        if self.union.is_some() && union_id.is_none() {
+            return None;
+        }
         let rw = match reopen_rw(file.file()) {
             Ok(f) => f,
             Err(e) => {
@@ -436,7 +509,10 @@ impl<D: DataPath> Shared<D> {
                 return None;
             }
         };
-        let name = name::FileName::of(&self.root, &rw, file.id());
+        let name = match union_id.filter(|_| self.union.is_some()) {
+            Some(id) => name::FileName::of_union(&self.roots, &rw, id),
+            None => name::FileName::of(&self.root, &rw, file.id()),
+        };
         if name.handle_type.is_none() && name.path.is_empty() {
             return None;
         }
@@ -805,6 +881,136 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
 
     fn opened(&self, file: &BackingFile) {
         self.shared.inner.opened(file);
+    }
+
+    /// Every block dirty here comes from the tier — with `from_cache` or not: the disk lacks
+    /// it —, the rest from the path below (lenders, then the disk), one request per run of
+    /// blocks the tier does not hold (at most [`COPY_RUNS`], then one request spanning them).
+    fn copy_read(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> io::Result<CopyRead> {
+        let s = &self.shared;
+        let fe = s.files.lock().get(file.id()).cloned();
+        let Some(fe) = fe.filter(|_| len > 0) else { return s.inner.copy_read(file, offset, len, from_cache) };
+        let (first, last) = (offset / B, (offset + len as u64 - 1) / B);
+        let dirty: HashMap<u64, farcache_tier::Rec> = s.log.dirty_in(fe.key, first, last).into_iter().collect();
+        if dirty.is_empty() {
+            return s.inner.copy_read(file, offset, len, from_cache);
+        }
+        // The file's size now (the tier extends it with every write past its end).
+        let size = file.file().metadata()?.len();
+        let want = (size.saturating_sub(offset)).min(len as u64) as usize;
+        let mut out = BytesMut::zeroed(want);
+        let mut r = CopyRead::default();
+        // Runs of blocks the tier does not hold, as (first, last) block numbers.
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for b in first..=last {
+            if b * B >= offset + want as u64 {
+                break;
+            }
+            if dirty.contains_key(&b) {
+                continue;
+            }
+            match runs.last_mut() {
+                Some((_, l)) if *l + 1 == b => *l = b,
+                _ => runs.push((b, b)),
+            }
+        }
+        if runs.len() > COPY_RUNS {
+            let (a, z) = (runs[0].0, runs[runs.len() - 1].1);
+            runs = vec![(a, z)];
+        }
+        for (a, z) in runs {
+            let at = a * B;
+            let n = (((z - a + 1) * B).min(offset + want as u64 - at)) as usize;
+            let got = s.inner.copy_read(file, at, n, from_cache)?;
+            let o = (at - offset) as usize;
+            let m = got.data.len().min(want - o);
+            out[o..o + m].copy_from_slice(&got.data[..m]);
+            r.cache_blocks += got.cache_blocks;
+            r.disk_blocks += got.disk_blocks;
+        }
+        // The tier's blocks last: its records are the newest data (one destaged meanwhile
+        // was read from below, with the same contents).
+        let mut from_tier = 0u64;
+        for b in dirty.keys() {
+            let Some((page, valid)) = s.log.read_block(fe.key, *b)? else {
+                // Destaged since: the disk has it now.
+                let at = b * B;
+                if at >= offset + want as u64 {
+                    continue;
+                }
+                let n = (B.min(offset + want as u64 - at)) as usize;
+                let got = s.inner.read(file, at, n)?;
+                let o = (at - offset) as usize;
+                out[o..o + got.len()].copy_from_slice(&got);
+                r.disk_blocks += 1;
+                continue;
+            };
+            let (bs, be) = (b * B, b * B + u64::from(valid));
+            let (lo, hi) = (bs.max(offset), be.min(offset + want as u64));
+            if lo < hi {
+                out[(lo - offset) as usize..(hi - offset) as usize]
+                    .copy_from_slice(&page.0[(lo - bs) as usize..(hi - bs) as usize]);
+            }
+            from_tier += 1;
+        }
+        r.tier_blocks = from_tier;
+        r.cache_blocks += from_tier;
+        r.data = out.freeze();
+        Ok(r)
+    }
+
+    fn cached_blocks(&self, id: &FileId) -> u64 {
+        let s = &self.shared;
+        let dirty = s.files.lock().get(id).map_or(0, |fe| s.log.dirty_in(fe.key, 0, u64::MAX).len() as u64);
+        dirty + s.inner.cached_blocks(id)
+    }
+
+    fn moving(&self, id: &FileId, copy: &File) -> io::Result<()> {
+        let s = &self.shared;
+        let fe = s.files.lock().get(id).cloned();
+        let Some(fe) = fe.filter(|fe| s.log.has_dirty(fe.key)) else { return s.inner.moving(id, copy) };
+        let Some(u) = id.union_id().filter(|_| s.union.is_some()) else {
+            return Err(io::Error::other("the write-back tier moves only files of a union"));
+        };
+        // The file as it is now, and the copy it is about to become (at the same path, on
+        // the target branch, once switched): recovery finds it as whichever of the two the
+        // move's journal keeps.
+        let now = name::FileName::of_union(&s.roots, fe.rw.file(), u);
+        let to = name::FileName { path: now.path.clone(), ..name::FileName::of_union(&s.roots, copy, u) };
+        let mut both = name::FileName { moving_to: Some(Box::new(to)), ..now };
+        // A name is one page of the log: long paths go first (the handles find the file).
+        if both.encode().len() > farcache_tier::PAGE_BYTES {
+            if let Some(t) = both.moving_to.as_mut() {
+                t.path.clear();
+            }
+        }
+        if both.encode().len() > farcache_tier::PAGE_BYTES {
+            both.path.clear();
+        }
+        let a = Append { entries: Vec::new(), names: vec![(fe.key, Arc::from(both.encode()))], reserve: true };
+        s.log.append(a).map_err(|e| io::Error::other(format!("the write-back tier cannot record the move: {e}")))?;
+        s.inner.moving(id, copy)
+    }
+
+    fn moved(&self, id: &FileId, file: &File) {
+        let s = &self.shared;
+        if let (Some(fe), Some(u)) = (s.files.lock().get(id).cloned(), id.union_id()) {
+            // Destaging goes to the new copy from here on (the same descriptor number, so a
+            // round under way writes its remaining blocks there: the copy already holds
+            // them, as every record of the file up to the switch was copied from here).
+            match fe.rw.replace_file(file) {
+                Ok(()) => {
+                    let n = name::FileName::of_union(&s.roots, fe.rw.file(), u);
+                    *fe.name.lock() = Arc::from(n.encode());
+                }
+                Err(e) => {
+                    // Cannot happen short of running out of descriptors; loudly, since the
+                    // file's later write-back would go to the old copy.
+                    tracing::error!("tier: cannot follow file {u} to its new branch: {e}");
+                }
+            }
+        }
+        s.inner.moved(id, file);
     }
 
     fn backing_counters(&self) -> Option<crate::BackingCountersSnapshot> {

@@ -19,7 +19,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::identity::{fs_generation, FileId, Generation};
+use crate::identity::{fs_generation, FileId, Generation, UnionFiles};
 
 /// Longest handle kept (the kernel's MAX_HANDLE_SZ).
 const MAX_HANDLE_BYTES: usize = 128;
@@ -41,6 +41,33 @@ pub struct FileName {
     /// of the dead daemon closed) its inode is gone, and so are its records.
     #[serde(default)]
     pub unlinked: bool,
+    /// On a mount of several backing branches: the file's farcache id. Such a file is found
+    /// again as the live file of the union with that id (`UnionFiles`), by handle or path on
+    /// any branch; `dev`, `ino`, `handle` and `path` are then its inode's on its branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub union_id: Option<u64>,
+    /// A move between branches is about to make the file another inode: that copy's name
+    /// (declared before the switch, so that recovery finds the file whichever copy the
+    /// move's journal keeps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moving_to: Option<Box<FileName>>,
+}
+
+/// A branch root as recovery uses it: its path, an open descriptor (for
+/// `open_by_handle_at`) and its device.
+pub struct Root {
+    pub path: std::path::PathBuf,
+    pub fd: File,
+    pub dev: u64,
+}
+
+impl Root {
+    pub fn open(path: &Path) -> io::Result<Root> {
+        use std::os::unix::fs::MetadataExt;
+        let fd = open_root(path)?;
+        let dev = fd.metadata()?.dev();
+        Ok(Root { path: path.to_path_buf(), fd, dev })
+    }
 }
 
 impl FileName {
@@ -61,7 +88,91 @@ impl FileName {
             .and_then(|p| p.strip_prefix(root).ok().map(|r| r.to_string_lossy().into_owned()))
             .filter(|p| p.len() <= MAX_PATH_BYTES)
             .unwrap_or_default();
-        FileName { dev: id.dev, ino: id.ino, generation, handle_type, handle, path, unlinked }
+        FileName {
+            dev: id.dev,
+            ino: id.ino,
+            generation,
+            handle_type,
+            handle,
+            path,
+            unlinked,
+            union_id: None,
+            moving_to: None,
+        }
+    }
+
+    /// The name of `file`, a file of a mount of several branches (`roots`) whose farcache id
+    /// is `id`: its inode on its branch, its path relative to that branch.
+    pub fn of_union(roots: &[std::path::PathBuf], file: &File, id: u64) -> FileName {
+        use std::os::unix::fs::MetadataExt;
+        let md = file.metadata().ok();
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok();
+        let root = link.as_ref().and_then(|l| roots.iter().find(|r| l.starts_with(r))).cloned().unwrap_or_default();
+        let real = FileId {
+            dev: md.as_ref().map_or(0, |m| m.dev()),
+            ino: md.as_ref().map_or(0, |m| m.ino()),
+            generation: match fs_generation(std::os::fd::AsFd::as_fd(file)) {
+                Some(g) => Generation::Fs(g),
+                None => Generation::Local { epoch: 0, seq: 0 },
+            },
+        };
+        let mut n = FileName { union_id: Some(id), ..FileName::of(&root, file, &real) };
+        if root.as_os_str().is_empty() {
+            n.path.clear(); // on no branch: the handle alone
+        }
+        n
+    }
+
+    /// Find the file of a mount of several branches this name names (its `union_id`) again
+    /// after a restart, once the union finished the moves a crash interrupted: the live
+    /// file with that id among the inodes its handles (and those of `moving_to`) name, else
+    /// at its recorded path on any branch. `Gone` only when every handle could be tried and
+    /// none is live: each inode a file of the union had while the tier held its data was
+    /// declared here before the file became it (`DataPath::moving`), so the file was deleted.
+    pub fn locate_union(&self, roots: &[Root], union: &dyn UnionFiles) -> Located {
+        let Some(want) = self.union_id else { return Located::Lost("not a file of a union".into()) };
+        if self.unlinked {
+            return Located::Gone;
+        }
+        let names: Vec<&FileName> = std::iter::once(self).chain(self.moving_to.as_deref()).collect();
+        let mut sure = true;
+        for n in &names {
+            let (Some(t), Some(h)) = (n.handle_type, unhex(&n.handle)) else {
+                sure = false;
+                continue;
+            };
+            let Some(r) = roots.iter().find(|r| r.dev == n.dev) else {
+                sure = false;
+                continue;
+            };
+            match open_by_handle(&r.fd, t, &h) {
+                Ok(f) if union.live_id(&f) == Some(want) => return Located::Found(f),
+                Ok(_) => {} // deleted (held open by someone), or no longer the file
+                Err(e) if e.raw_os_error() == Some(libc::ESTALE) => {}
+                Err(_) => sure = false, // not root, or no handles here: by path
+            }
+        }
+        for n in &names {
+            if n.path.is_empty() {
+                continue;
+            }
+            for r in roots {
+                let Ok(f) = std::fs::OpenOptions::new().read(true).write(true).open(r.path.join(&n.path)) else {
+                    continue;
+                };
+                if union.live_id(&f) == Some(want) {
+                    return Located::Found(f);
+                }
+            }
+        }
+        if sure {
+            Located::Gone
+        } else {
+            Located::Lost(format!(
+                "file {want} of the union (last at {}) is neither where its handles nor where its path lead",
+                if self.path.is_empty() { "an unknown path" } else { &self.path }
+            ))
+        }
     }
 
     pub fn encode(&self) -> Vec<u8> {

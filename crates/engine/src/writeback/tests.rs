@@ -542,3 +542,91 @@ fn a_range_the_tier_holds_whole_is_read_from_it_alone() {
     assert_eq!(&t.read(&f, 16384, 4096).unwrap()[..], &[4u8; 100][..]);
     assert!(reads() > before, "a block the tier holds in part is completed by the path below");
 }
+
+/// A union for the tier's sake: the files registered by (device, inode) with their ids.
+#[derive(Default)]
+struct FakeUnion(parking_lot::Mutex<HashMap<(u64, u64), u64>>);
+
+impl FakeUnion {
+    fn set(&self, p: &Path, id: Option<u64>) {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(p).unwrap();
+        match id {
+            Some(id) => self.0.lock().insert((m.dev(), m.ino()), id),
+            None => self.0.lock().remove(&(m.dev(), m.ino())),
+        };
+    }
+}
+
+impl crate::identity::UnionFiles for FakeUnion {
+    fn live_id(&self, file: &File) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let m = file.metadata().ok()?;
+        (m.nlink() > 0).then(|| self.0.lock().get(&(m.dev(), m.ino())).copied()).flatten()
+    }
+}
+
+#[test]
+fn a_union_files_data_is_copied_from_the_tier_follows_a_move_and_is_found_by_id_after_a_crash() {
+    let env = env();
+    let (a, b) = (env.root.join("a"), env.root.join("b"));
+    std::fs::create_dir(&a).unwrap();
+    std::fs::create_dir(&b).unwrap();
+    let roots = vec![a.clone(), b.clone()];
+    let union = Arc::new(FakeUnion::default());
+    let c = cfg(&env, 8 << 20);
+    let open = |u: &Arc<FakeUnion>| {
+        WritebackPath::open_union(DirectPath::new(), &c, &roots, BackingOptions { direct_io: false }, u.clone())
+            .unwrap()
+    };
+    let union_file = |p: &Path| {
+        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(p).unwrap();
+        BackingFile::new(FileId::union(7), f, libc::O_RDWR, &BackingOptions { direct_io: false })
+    };
+    let t = open(&union);
+    assert!(marker::read(&a).unwrap().is_some() && marker::read(&b).unwrap().is_some(), "every branch marked");
+    let src = union_file(&a.join("f"));
+    union.set(&a.join("f"), Some(7));
+    let mut model: Vec<u8> = (0..3 * 4096 + 100).map(|i| (i % 251) as u8).collect();
+    t.write(&src, 0, &model).unwrap();
+    assert_eq!(t.cached_blocks(&FileId::union(7)), 4);
+    // A file without a farcache id is written through.
+    let plain = open_file(&env, "a/plain");
+    t.write(&plain, 0, b"through").unwrap();
+    assert_eq!(on_disk(&a.join("plain")), b"through");
+
+    // The copy: every block from the tier (the disk has zeros), counted.
+    let r = t.copy_read(&src, 0, 1 << 20, false).unwrap();
+    assert_eq!(r.data.as_ref(), &model[..]);
+    assert_eq!((r.tier_blocks, r.cache_blocks, r.disk_blocks), (4, 4, 0));
+    std::fs::write(b.join("f"), &r.data).unwrap();
+    let copy = std::fs::OpenOptions::new().read(true).write(true).open(b.join("f")).unwrap();
+    union.set(&b.join("f"), Some(7));
+    t.moving(&FileId::union(7), &copy).unwrap();
+    // The switch: the source loses its name, the tier follows the file to the copy.
+    t.moved(&FileId::union(7), &copy);
+    union.set(&a.join("f"), None);
+    std::fs::remove_file(a.join("f")).unwrap();
+    let dst = union_file(&b.join("f"));
+    t.write(&dst, 4096 + 10, b"after the move").unwrap();
+    model[4096 + 10..4096 + 24].copy_from_slice(b"after the move");
+    t.flush(Duration::from_secs(10), &mut |_| {}).unwrap();
+    assert_eq!(on_disk(&b.join("f")), model, "written back to the file's new branch");
+
+    // Partly dirty: the dirty block from the tier, the others from the disk.
+    t.write(&dst, 2 * 4096, b"partly").unwrap();
+    model[2 * 4096..2 * 4096 + 6].copy_from_slice(b"partly");
+    let r = t.copy_read(&dst, 0, 1 << 20, true).unwrap();
+    assert_eq!(r.data.as_ref(), &model[..]);
+    assert_eq!((r.tier_blocks, r.cache_blocks, r.disk_blocks), (1, 1, 3));
+
+    // A crash with that block dirty: found again by its id, where it lives now.
+    drop(t);
+    let t = open(&union);
+    assert_eq!(t.stats().recovered.files, 1);
+    assert_eq!(read_all(&t, &dst, model.len()), model);
+    t.flush(Duration::from_secs(10), &mut |_| {}).unwrap();
+    assert_eq!(on_disk(&b.join("f")), model);
+    assert!(t.shutdown(Duration::from_secs(10)));
+    assert!(marker::read(&a).unwrap().is_none() && marker::read(&b).unwrap().is_none(), "every branch unmarked");
+}

@@ -6,6 +6,8 @@
 //!    [`DataPath::copy_read`] (`--source cache`) or from the disk only (`--source disk`, the
 //!    conventional baseline); sync it;
 //!    give it the file's mode, owner, times, extended attributes and its id record; sync;
+//!    tell the data path (`DataPath::moving`: a write-back tier records that the file may
+//!    become the copy, durably; the blocks it holds were copied from it);
 //! 2. under the gate held exclusive (no write, truncate, metadata change or name operation
 //!    anywhere in the mount for these few system calls, none of them a sync): check nothing
 //!    changed the file since the copy began (the mount counts writes and metadata changes
@@ -127,7 +129,7 @@ pub struct PlannedFile {
     pub path: String,
     pub id: u64,
     pub bytes: u64,
-    /// Its blocks lenders hold.
+    /// Its blocks lenders or the write-back tier hold.
     pub cached_blocks: u64,
 }
 
@@ -161,6 +163,9 @@ pub struct BalanceStatus {
     pub retries: u64,
     pub blocks_from_cache: u64,
     pub blocks_from_disk: u64,
+    /// Of `blocks_from_cache`, those the write-back tier held (data the disk lacked).
+    #[serde(default)]
+    pub blocks_from_tier: u64,
     pub elapsed_ms: u64,
     /// Why the balance stopped early, or the last file's failure.
     pub error: Option<String>,
@@ -234,6 +239,12 @@ impl UnionHandle {
     /// Balances may run again (a handover that did not happen).
     pub fn resume(&self) {
         self.cancel.store(false, Ordering::SeqCst);
+    }
+
+    /// Which live file of the union a descriptor is (for a write-back tier opened after the
+    /// mount: a daemon taking the mount over).
+    pub fn files(&self) -> Arc<dyn farcache_engine::UnionFiles> {
+        Arc::new(super::Files(self.u.clone()))
     }
 
     /// The union's counters.
@@ -442,13 +453,15 @@ impl UnionHandle {
         s.elapsed_ms = t.elapsed().as_millis() as u64;
         s.running = false;
         tracing::info!(
-            "balance{} done: {} moved, {} skipped, {} failed in {} ms ({} blocks from cache, {} from disk, {} races)",
+            "balance{} done: {} moved, {} skipped, {} failed in {} ms ({} blocks from cache ({} of them from the \
+             write-back tier), {} from disk, {} races)",
             if s.automatic { " (automatic)" } else { "" },
             s.moved,
             s.skipped,
             s.failed,
             s.elapsed_ms,
             s.blocks_from_cache,
+            s.blocks_from_tier,
             s.blocks_from_disk,
             s.races
         );
@@ -551,9 +564,11 @@ impl UnionHandle {
             pacer.copied(r.data.len() as u64);
             u.counters.blocks_from_cache.fetch_add(r.cache_blocks, Ordering::Relaxed);
             u.counters.blocks_from_disk.fetch_add(r.disk_blocks, Ordering::Relaxed);
+            u.counters.blocks_from_tier.fetch_add(r.tier_blocks, Ordering::Relaxed);
             self.count(|s| {
                 s.blocks_from_cache += r.cache_blocks;
                 s.blocks_from_disk += r.disk_blocks;
+                s.blocks_from_tier += r.tier_blocks;
             });
             if mid_copy_fault && off * 2 >= size {
                 mid_copy_fault = false;
@@ -567,6 +582,9 @@ impl UnionHandle {
         let ost = sys::fstat(out.as_fd())?;
         IdRecord { id, branch: u.branches[to].uuid, ino: ost.st_ino }.write(out.as_fd(), &u.xattr)?;
         out.sync_all()?;
+        // A write-back tier holding data of the file records that the file may become the
+        // copy (durably, before the switch): whichever copy a crash leaves, it finds it.
+        self.data.moving(&fid, &out)?;
         u.fault("after-copy");
         let dst_dir = u.ensure_path(to, from, &parent_rel)?;
         let dst_dir_rd = sys::reopen(dst_dir.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;

@@ -39,6 +39,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use serde::{Deserialize, Serialize};
@@ -85,6 +86,7 @@ pub(crate) struct Counters {
     pub(crate) retries: AtomicU64,
     pub(crate) blocks_from_cache: AtomicU64,
     pub(crate) blocks_from_disk: AtomicU64,
+    pub(crate) blocks_from_tier: AtomicU64,
     pub(crate) bytes_moved: AtomicU64,
     pub(crate) handles_switched: AtomicU64,
     pub(crate) journal_replayed: AtomicU64,
@@ -121,6 +123,9 @@ pub struct UnionStats {
     pub blocks_from_cache: u64,
     /// Blocks of moved files read from the source disk.
     pub blocks_from_disk: u64,
+    /// Of `blocks_from_cache`, those the write-back tier held (dirty there: the disk lacked
+    /// them).
+    pub blocks_from_tier: u64,
     pub bytes_moved: u64,
     /// Open handles switched to a moved file's new copy.
     pub handles_switched: u64,
@@ -210,6 +215,55 @@ pub(crate) struct Union {
     pub(crate) auto_busy: Mutex<Vec<u32>>,
     /// The moves a crash interrupted, finished at start: where each left its file.
     pub(crate) replayed: Vec<journal::Settled>,
+}
+
+/// A union opened ahead of its mount ([`crate::Mount::with_union`]): its branches checked,
+/// the moves a crash interrupted finished. What a write-back tier needs of it before the
+/// mount serves: which file of it a descriptor is ([`OpenUnion::files`]).
+pub struct OpenUnion {
+    pub(crate) u: Arc<Union>,
+    pub(crate) canon: Vec<PathBuf>,
+}
+
+impl OpenUnion {
+    /// Check and open `branches` (two or more backing directories, each its own file
+    /// system), finishing the moves a crash interrupted.
+    pub fn open(branches: &[PathBuf], cfg: &crate::MountConfig) -> Result<OpenUnion, MountError> {
+        let canon = crate::canonical_branches(branches)?;
+        let u = Arc::new(Union::open(&canon, cfg.create_policy)?);
+        Ok(OpenUnion { u, canon })
+    }
+
+    /// The branches, canonical, in order.
+    pub fn branches(&self) -> &[PathBuf] {
+        &self.canon
+    }
+
+    /// Which live file of the union a descriptor is (for the write-back tier).
+    pub fn files(&self) -> Arc<dyn farcache_engine::UnionFiles> {
+        Arc::new(Files(self.u.clone()))
+    }
+}
+
+/// [`farcache_engine::UnionFiles`] of a union.
+pub(crate) struct Files(pub(crate) Arc<Union>);
+
+impl farcache_engine::UnionFiles for Files {
+    fn live_id(&self, file: &std::fs::File) -> Option<u64> {
+        let u = &self.0;
+        let st = sys::fstat(file.as_fd()).ok()?;
+        if st.st_nlink == 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return None;
+        }
+        let b = u.branches.iter().position(|b| b.dev == st.st_dev)?;
+        let r = IdRecord::read(file.as_fd(), &u.xattr)?;
+        if r.branch != u.branches[b].uuid || r.ino != st.st_ino {
+            return None;
+        }
+        // A copy in progress or a source set aside lives in the branch's own directory.
+        let (at, rel) = u.locate(file.as_fd()).ok()?;
+        (at == b && !rel.starts_with(META_DIR)).then_some(r.id)
+    }
 }
 
 /// Held by a change of a file's data or metadata: the gate shared, and on release the write
@@ -359,6 +413,7 @@ impl Union {
             retries: l(&c.retries),
             blocks_from_cache: l(&c.blocks_from_cache),
             blocks_from_disk: l(&c.blocks_from_disk),
+            blocks_from_tier: l(&c.blocks_from_tier),
             bytes_moved: l(&c.bytes_moved),
             handles_switched: l(&c.handles_switched),
             journal_replayed: l(&c.journal_replayed),
