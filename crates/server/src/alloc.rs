@@ -26,6 +26,12 @@ pub const IDLE_INTERVALS: u32 = 6;
 /// periods); other intervals scale those periods alike (a shorter interval compresses time,
 /// for tests and `farcache bench alloc`).
 pub const PAPER_INTERVAL: Duration = Duration::from_secs(5);
+/// A tenant whose measured hit ratio (over about the last interval) is this far below what
+/// its curve predicts at its target is *short*: a placement loss the store's swaps across
+/// shards may fix (store.rs, "Placement").
+pub const SHORT_GAP: f64 = 0.02;
+/// The store's unit of value (`Store::set_tenant_value`): 2^-32 hits per block per second.
+const VALUE_UNIT: f64 = 4_294_967_296.0;
 /// Sizes, in fractions of capacity, at which STATS show each tenant's predicted hit ratio.
 pub const PREDICTED_AT: [f64; 4] = [0.125, 0.25, 0.5, 1.0];
 
@@ -131,6 +137,12 @@ struct State {
     /// Per tenant: (GETs, time) when its curve last started from nothing (its estimator's
     /// start or a phase change), for [`mature`].
     young: Vec<(u64, Duration)>,
+    /// Per tenant: its GET hits per held block per second, a moving mean with a half-life
+    /// of one interval (the store's swaps across shards move blocks towards higher values).
+    values: Vec<Option<f64>>,
+    /// Per tenant: GET hits and GETs, moving sums with a half-life of one interval (its
+    /// measured hit ratio, against the prediction, for `Store::set_tenant_short`).
+    recent: Vec<(f64, f64)>,
 }
 
 /// A curve shows a reuse distance only after the tenant has made that many GETs: until it
@@ -200,6 +212,8 @@ impl Allocation {
                 gaps: vec![],
                 pending: vec![],
                 young: vec![],
+                values: vec![],
+                recent: vec![],
             }),
         }
     }
@@ -246,6 +260,9 @@ impl Allocation {
         st.gaps.resize(n, (None, None));
         st.pending.resize(n, (0, 0, 0));
         st.young.resize(n, (0, now));
+        st.values.resize(n, None);
+        st.recent.resize(n, (0.0, 0.0));
+        let weight = 1.0 - 0.5f64.powf(secs / self.interval.as_secs_f64().max(1e-3));
         for (i, (t, c)) in tenants.iter().zip(&counters).enumerate() {
             let requests = c.hits + c.misses + c.puts;
             if requests != st.seen[i].0 {
@@ -286,6 +303,23 @@ impl Allocation {
                 s.curve = sampler.curve(gets, decay);
                 s.curve.valid &= mature(st.young[i], c.hits + c.misses, now, capacity, self.interval);
             }
+            if secs > 0.0 {
+                let v = c.hits.saturating_sub(s.hits) as f64 / c.blocks.max(1) as f64 / secs;
+                let mean = st.values[i].map_or(v, |m| m + weight * (v - m));
+                st.values[i] = Some(mean);
+                if self.is_dynamic() {
+                    store.set_tenant_value(i as u16, (mean * VALUE_UNIT) as u64);
+                }
+            }
+            if self.is_dynamic() {
+                store.set_tenant_floor(i as u16, s.min_blocks);
+            }
+            let (h, g) = st.recent[i];
+            let keep = 1.0 - weight;
+            st.recent[i] = (
+                h * keep + c.hits.saturating_sub(s.hits) as f64,
+                g * keep + (c.hits + c.misses).saturating_sub(s.hits + s.misses) as f64,
+            );
             s.hits = c.hits;
             s.misses = c.misses;
         }
@@ -303,6 +337,9 @@ impl Allocation {
         for (i, t) in tenants.iter().enumerate() {
             if self.is_dynamic() {
                 store.set_tenant_limit(i as u16, st.targets[i] * slot);
+                let (h, g) = st.recent[i];
+                let short = st.allocator.predicted_hit_ratio(i).is_some_and(|p| g >= 1.0 && p - h / g > SHORT_GAP);
+                store.set_tenant_short(i as u16, short);
             }
             let s = &st.samples[i];
             st.views[i] = TenantView {
