@@ -16,9 +16,9 @@
 //!   target evicts its own block; a full shard evicts from the tenant furthest above its
 //!   target that holds blocks there; if no tenant is above, from the inserting tenant itself,
 //!   and if it holds nothing there the PUT is refused (`NoSpace`). So a tenant at or below its
-//!   target never loses a block to another tenant's insert. The allocator (`crate::alloc`)
-//!   moves targets through `set_tenant_limit`; a lowered target takes effect lazily, as
-//!   others insert.
+//!   target never loses a block to another tenant's insert, but in a swap (below). The
+//!   allocator (`crate::alloc`) moves targets through `set_tenant_limit`; a lowered target
+//!   takes effect lazily, as others insert.
 //!
 //! Placement: targets are whole-store but eviction is per shard, so without more a tenant's
 //! blocks stay in the shards they were put in — a tenant at its target makes room in the
@@ -26,26 +26,31 @@
 //! shards where its new keys are few and thrashes where they are many; a tenant below its
 //! target, in a full shard where nobody is above theirs, evicts its own (session 9: a loop
 //! held 2,388 blocks of its target of 2,464 for a loop of 2,457). So a tenant that needs a
-//! slot in a full shard may *swap*, if it is *short* (its measured hit ratio falls short of
-//! what its miss-ratio curve predicts at its target, by [`crate::alloc::SHORT_GAP`]: a
-//! placement loss; only `mrc` predicts, so only `mrc` swaps — without a prediction a loop
-//! that does not fit looks the same, and moving its blocks to where it misses only spreads
-//! the misses): it takes the victim of the tenant of lowest *value*
-//! there (GET hits per held block per second, measured by the allocation timer: blocks move
-//! only from a tenant of lower value to one of higher value), never below that tenant's
-//! minimum, and
+//! slot in a full shard may *swap* if it is *short*: its measured hit ratio falls short of
+//! what its miss-ratio curve predicts at its target by [`crate::alloc::SHORT_GAP`] (a
+//! placement loss). Only `mrc` predicts, so only `mrc` swaps: without a prediction a loop
+//! that does not fit its target looks the same, and moving its blocks to where it misses
+//! only spreads the misses (measured: `static` on bench alloc's loop, +38% misses). In a
+//! swap the tenant takes the victim of the tenant of lowest *cost* in the shard (what one
+//! block less costs it: its curve's marginal hits per block at its target), if that cost
+//! is below the taker's *value* (its predicted hits per block at its target: what a block
+//! where its keys are is worth), never below the donor's minimum — both measured by the
+//! allocation timer, so a loop still filling, with few hits yet, is not a cheap donor —, and
 //! - if it is at its target, it first gives back one of its own blocks from another shard
-//!   where it has not inserted for a while (its blocks there meet its demand), found among
-//!   at most [`GIVE_BACK_TRIES`] shards with `try_lock`; no such shard, no swap. Its count
-//!   stays at its target while its blocks follow its misses (where its keys are).
+//!   where it has not inserted for [`SLACK_INSERTS_PER_SHARD`] × shards of its inserts (its
+//!   blocks there meet its demand), found among at most [`GIVE_BACK_TRIES`] shards with
+//!   `try_lock`; no such shard, no swap. Its count stays at its target while its blocks
+//!   follow its misses, that is, its keys.
 //! - if it is below its target (and nobody in the shard is above theirs), it takes the block
 //!   outright: the capacity it is owed is free or held above target elsewhere, where the
 //!   donor's next inserts find it.
 //!
 //! So a tenant at or below its target loses a block to another tenant's insert only in a
-//! swap, to a tenant of higher value, one block at a time and never below its minimum; it
-//! gets the capacity back from the free slot the swap left (or the taker's debt) as it next
-//! inserts there. With one shard, or before the timer has measured values, nothing swaps.
+//! swap, to a short tenant whose value exceeds its cost, one block at a time and never below its
+//! minimum; it gets the capacity back from the free slot the swap left (or the taker's
+//! debt) as it next inserts there. With one shard, or before the timer has set values and
+//! short flags, nothing swaps. A swap costs the data path a scan of the shard's tenants and
+//! at most four `try_lock`s; nothing allocates or waits.
 //!
 //! Under `allocation = "mrc"` a GET of a sampled key also feeds the tenant's miss-ratio
 //! curve estimator (`crate::alloc::Sampler`), before the shard's lock is taken: a hash test,
@@ -230,6 +235,9 @@ pub struct Store {
     /// clock, and where its next give-back search starts.
     floor: Box<[AtomicU64]>,
     value: Box<[AtomicU64]>,
+    /// Per tenant: what one block less costs it (its marginal hits per block, in the units
+    /// of `value`): a swap takes from a tenant whose cost is below the taker's value.
+    cost: Box<[AtomicU64]>,
     /// Per tenant: whether it may take blocks in swaps (its hits fall short of what its
     /// curve predicts at its target: `Store::set_tenant_short`).
     short: Box<[AtomicBool]>,
@@ -273,6 +281,7 @@ impl Store {
             samplers: Box::new([]),
             floor: (0..cfg.max_tenants).map(|_| AtomicU64::new(0)).collect(),
             value: (0..cfg.max_tenants).map(|_| AtomicU64::new(0)).collect(),
+            cost: (0..cfg.max_tenants).map(|_| AtomicU64::new(0)).collect(),
             short: (0..cfg.max_tenants).map(|_| AtomicBool::new(false)).collect(),
             clock: (0..cfg.max_tenants).map(|_| AtomicU64::new(0)).collect(),
             cursor: (0..cfg.max_tenants).map(|_| AtomicU32::new(0)).collect(),
@@ -321,11 +330,15 @@ impl Store {
         self.floor[tenant as usize].store(slots, Ordering::Relaxed);
     }
 
-    /// Set `tenant`'s value: its GET hits per held block per second, in 2^-32 units (the
-    /// allocation timer's measure). A swap moves a block only from a tenant of lower value to
-    /// one of higher value.
-    pub fn set_tenant_value(&self, tenant: TenantId, value: u64) {
+    /// Set `tenant`'s value and cost for swaps (module docs, "Placement"), in one unit for
+    /// all tenants (the allocation timer's: hits per block over a moving window, 2^-32
+    /// units): `value`, what a block of this tenant is worth where its keys are (its
+    /// predicted hits per block at its target); `cost`, what one block less costs it (its
+    /// marginal hits per block there). A swap takes a block from a tenant whose cost is
+    /// below the taker's value; with both 0 (never set) nothing moves.
+    pub fn set_tenant_value(&self, tenant: TenantId, value: u64, cost: u64) {
         self.value[tenant as usize].store(value, Ordering::Relaxed);
+        self.cost[tenant as usize].store(cost, Ordering::Relaxed);
     }
 
     /// Set whether `tenant` may take blocks in swaps: whether its measured hit ratio falls
@@ -537,23 +550,23 @@ impl Store {
     }
 
     /// When `tenant` may take (it is short), of the other tenants with blocks in shard `s`
-    /// the one of lowest value below `tenant`'s and above its minimum: the one a block of
-    /// this shard moves from.
+    /// the one whose cost is lowest, below `tenant`'s value, and above its minimum: the one a
+    /// block of this shard moves from.
     fn donor(&self, s: &Shard, tenant: TenantId) -> Option<TenantId> {
         if self.shards.len() < 2 || !self.short[tenant as usize].load(Ordering::Relaxed) {
             return None;
         }
-        let mine = self.value[tenant as usize].load(Ordering::Relaxed);
+        let value = self.value[tenant as usize].load(Ordering::Relaxed);
         s.active
             .iter()
             .filter(|&&t| t != tenant)
             .filter_map(|&t| {
-                let v = self.value[t as usize].load(Ordering::Relaxed);
+                let cost = self.cost[t as usize].load(Ordering::Relaxed);
                 let above_floor =
                     self.held[t as usize].load(Ordering::Relaxed) > self.floor[t as usize].load(Ordering::Relaxed);
-                (v < mine && above_floor).then_some((t, v))
+                (cost < value && above_floor).then_some((t, cost))
             })
-            .min_by_key(|&(_, v)| v)
+            .min_by_key(|&(_, c)| c)
             .map(|(t, _)| t)
     }
 
@@ -666,7 +679,7 @@ impl Store {
             total += (s.tenants.len() * std::mem::size_of::<TenantCounters>() + s.active.capacity() * 2) as u64;
             total += (s.last_insert.len() * 8) as u64;
         }
-        let per_tenant = (self.floor.len() * (3 * 8 + 4 + 1)) as u64;
+        let per_tenant = (self.floor.len() * (4 * 8 + 4 + 1)) as u64;
         total + per_tenant + self.samplers.iter().map(|x| x.memory_bytes() as u64).sum::<u64>()
     }
 }

@@ -142,7 +142,7 @@ fn targets_hold_over_the_whole_store_not_per_shard() {
 /// Values and minimums for the swaps across shards, as the allocation timer sets them.
 fn valued(store: &Store, values: [u64; 3], floors: [u64; 3], short: [bool; 3]) {
     for t in 0..TENANTS {
-        store.set_tenant_value(t, values[t as usize]);
+        store.set_tenant_value(t, values[t as usize], values[t as usize]);
         store.set_tenant_floor(t, floors[t as usize]);
         store.set_tenant_short(t, short[t as usize]);
     }
