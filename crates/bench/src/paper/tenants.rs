@@ -518,11 +518,11 @@ fn run_point(
     let secret = |name: &str| if o.tenants_min_percent.is_some() { tenant_secret(name) } else { String::new() };
     let addr = tb.nets[0].addr;
     // Every tenant known to the lender at once, before its first decision, as the paper's
-    // VMs boot together: a tenant is active from its HELLO, and one that appears after the
-    // first decision, with no capacity left free, starts at its minimum — under `hit-ratio`
-    // it then earns nothing at a 0% hit ratio (crates/policy/src/alloc/hit_ratio.rs, "Start"),
-    // so the mount that happened to connect first would take the whole lender. Held open
-    // until the point ends.
+    // VMs boot together: a tenant is active from its HELLO. (Before session 13 one that
+    // appeared after `hit-ratio`'s first decision started at its minimum and, at a 0% hit
+    // ratio, earned nothing; now it gets its static share at once — hit_ratio.rs, "Start" —
+    // but the point still starts with every tenant present, whichever mount is quickest.)
+    // Held open until the point ends.
     let _hellos = setup
         .tenants
         .iter()

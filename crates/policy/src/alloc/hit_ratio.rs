@@ -31,7 +31,8 @@
 //!   minimum). Whatever its hit ratio: before it had memory every GET of a newcomer missed,
 //!   and a tenant at 0% earns nothing from the pool, so without this a late tenant would
 //!   start at its minimum (0) and stay there for good. So tenants that arrive before the
-//!   first pool decision moves anything end with the equal split, whatever their order, and
+//!   first pool decision moves anything end with the equal split (up to its rounding),
+//!   whatever their order, and
 //!   a late tenant starts where a VM booted into a running host would be ballooned to. A
 //!   tenant that arrives after the first decision takes its first part a period after it
 //!   arrives, its hit ratio measured from then (at the first decision every tenant takes
