@@ -40,17 +40,27 @@ pub struct FcClient<S> {
 impl FcClient<TcpStream> {
     /// Connect to `addr` and say HELLO as `tenant` (open mode: no secret).
     pub fn connect(addr: SocketAddr, tenant: &str) -> Result<Self> {
+        Self::connect_with_secret(addr, tenant, b"")
+    }
+
+    /// As [`FcClient::connect`], for a configured tenant with its secret.
+    pub fn connect_with_secret(addr: SocketAddr, tenant: &str, secret: &[u8]) -> Result<Self> {
         let s = TcpStream::connect(addr).ctx(|| format!("connect to farcache server {addr}"))?;
         s.set_nodelay(true).ctx(|| "TCP_NODELAY".into())?;
         s.set_read_timeout(Some(IO_TIMEOUT)).ctx(|| "read timeout".into())?;
         s.set_write_timeout(Some(IO_TIMEOUT)).ctx(|| "write timeout".into())?;
-        FcClient::handshake(s, tenant)
+        FcClient::handshake_with_secret(s, tenant, secret)
     }
 }
 
 impl<S: Read + Write> FcClient<S> {
     /// Send HELLO on `stream` and wait for HELLO_OK.
     pub fn handshake(stream: S, tenant: &str) -> Result<Self> {
+        Self::handshake_with_secret(stream, tenant, b"")
+    }
+
+    /// Send HELLO with a tenant's secret on `stream` and wait for HELLO_OK.
+    pub fn handshake_with_secret(stream: S, tenant: &str, secret: &[u8]) -> Result<Self> {
         let mut c = FcClient {
             stream,
             rx: RecvBuf::new(),
@@ -68,7 +78,7 @@ impl<S: Read + Write> FcClient<S> {
             next_id: 1,
         };
         let id = c.id();
-        let hello = Hello { min_version: PROTOCOL_VERSION_MIN, max_version: PROTOCOL_VERSION_MAX, tenant, secret: b"" };
+        let hello = Hello { min_version: PROTOCOL_VERSION_MIN, max_version: PROTOCOL_VERSION_MAX, tenant, secret };
         encode_hello(&mut c.tx, id, &hello);
         c.send()?;
         let ok = c.recv(id, |r| match r {

@@ -6,6 +6,13 @@
 //! allocators keep their own cadence (`hit-ratio`: the paper's 3/5/30 s, scaled by
 //! `allocation_interval / 5 s`; `mrc`: `allocation_interval`). A tick takes one lock per shard (the counters) and one per
 //! tenant estimator; the data path only ever `try_lock`s an estimator.
+//!
+//! Each tick also hands the store what its swaps across shards need (store.rs,
+//! "Placement"): every tenant's minimum, its *value* (predicted hits per block at its
+//! target), its *cost* (its curve's marginal hits per block just below the target), both
+//! over about the last interval's GETs, and whether it is *short* (its hit ratio over about
+//! the last interval is [`SHORT_GAP`] below what the allocator predicts at its target; only
+//! `mrc` predicts).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -26,6 +33,17 @@ pub const IDLE_INTERVALS: u32 = 6;
 /// periods); other intervals scale those periods alike (a shorter interval compresses time,
 /// for tests and `farcache bench alloc`).
 pub const PAPER_INTERVAL: Duration = Duration::from_secs(5);
+/// A tenant whose measured hit ratio (over about the last interval) is this far below what
+/// its curve predicts at its target is *short*: a placement loss the store's swaps across
+/// shards may fix (store.rs, "Placement").
+pub const SHORT_GAP: f64 = 0.02;
+/// The store's unit of value and cost (`Store::set_tenant_value`): 2^-32 of a hit per
+/// block, over the moving window of recent GETs (a half-life of one interval).
+const VALUE_UNIT: f64 = 4_294_967_296.0;
+/// A tenant's cost (what one block less costs it) is its curve's slope over the last
+/// `capacity / COST_SPAN` blocks below its target: wide enough to see a cliff just below
+/// it (a loop that barely fits), narrow enough to be marginal.
+const COST_SPAN: u64 = 64;
 /// Sizes, in fractions of capacity, at which STATS show each tenant's predicted hit ratio.
 pub const PREDICTED_AT: [f64; 4] = [0.125, 0.25, 0.5, 1.0];
 
@@ -131,6 +149,9 @@ struct State {
     /// Per tenant: (GETs, time) when its curve last started from nothing (its estimator's
     /// start or a phase change), for [`mature`].
     young: Vec<(u64, Duration)>,
+    /// Per tenant: GET hits and GETs, moving sums with a half-life of one interval (its
+    /// measured hit ratio, against the prediction, for `Store::set_tenant_short`).
+    recent: Vec<(f64, f64)>,
 }
 
 /// A curve shows a reuse distance only after the tenant has made that many GETs: until it
@@ -200,6 +221,7 @@ impl Allocation {
                 gaps: vec![],
                 pending: vec![],
                 young: vec![],
+                recent: vec![],
             }),
         }
     }
@@ -246,6 +268,8 @@ impl Allocation {
         st.gaps.resize(n, (None, None));
         st.pending.resize(n, (0, 0, 0));
         st.young.resize(n, (0, now));
+        st.recent.resize(n, (0.0, 0.0));
+        let weight = 1.0 - 0.5f64.powf(secs / self.interval.as_secs_f64().max(1e-3));
         for (i, (t, c)) in tenants.iter().zip(&counters).enumerate() {
             let requests = c.hits + c.misses + c.puts;
             if requests != st.seen[i].0 {
@@ -286,6 +310,15 @@ impl Allocation {
                 s.curve = sampler.curve(gets, decay);
                 s.curve.valid &= mature(st.young[i], c.hits + c.misses, now, capacity, self.interval);
             }
+            if self.is_dynamic() {
+                store.set_tenant_floor(i as u16, s.min_blocks);
+            }
+            let (h, g) = st.recent[i];
+            let keep = 1.0 - weight;
+            st.recent[i] = (
+                h * keep + c.hits.saturating_sub(s.hits) as f64,
+                g * keep + (c.hits + c.misses).saturating_sub(s.hits + s.misses) as f64,
+            );
             s.hits = c.hits;
             s.misses = c.misses;
         }
@@ -303,6 +336,23 @@ impl Allocation {
         for (i, t) in tenants.iter().enumerate() {
             if self.is_dynamic() {
                 store.set_tenant_limit(i as u16, st.targets[i] * slot);
+                let (h, g) = st.recent[i];
+                let s = &st.samples[i];
+                let predicted = st.allocator.predicted_hit_ratio(i);
+                let short = predicted.is_some_and(|p| g >= 1.0 && p - h / g > SHORT_GAP);
+                let target = st.targets[i] as f64;
+                // Value: the predicted hits per block at the target (measured where there is
+                // no prediction); cost: the marginal hits per block just below the target.
+                let value = predicted.map_or(h, |p| p * g) / target.max(1.0);
+                let cost = if s.curve.valid {
+                    let d = (capacity / COST_SPAN).max(1) as f64;
+                    let lower = s.curve.hit_ratio_at((target - d).max(0.0));
+                    g * (s.curve.hit_ratio_at(target) - lower).max(0.0) / d
+                } else {
+                    h / s.used_blocks.max(1) as f64
+                };
+                store.set_tenant_value(i as u16, (value * VALUE_UNIT) as u64, (cost * VALUE_UNIT) as u64);
+                store.set_tenant_short(i as u16, short);
             }
             let s = &st.samples[i];
             st.views[i] = TenantView {

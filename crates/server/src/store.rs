@@ -16,16 +16,48 @@
 //!   target evicts its own block; a full shard evicts from the tenant furthest above its
 //!   target that holds blocks there; if no tenant is above, from the inserting tenant itself,
 //!   and if it holds nothing there the PUT is refused (`NoSpace`). So a tenant at or below its
-//!   target never loses a block to another tenant's insert. The allocator (`crate::alloc`)
-//!   moves targets through `set_tenant_limit`; a lowered target takes effect lazily, as
-//!   others insert.
+//!   target never loses a block to another tenant's insert, but in a swap (below). The
+//!   allocator (`crate::alloc`) moves targets through `set_tenant_limit`; a lowered target
+//!   takes effect lazily, as others insert.
+//!
+//! Placement: targets are whole-store but eviction is per shard, so without more a tenant's
+//! blocks stay in the shards they were put in — a tenant at its target makes room in the
+//! shard it inserts into, and one whose keys moved (a phase change) keeps stale blocks in
+//! shards where its new keys are few and thrashes where they are many; a tenant below its
+//! target, in a full shard where nobody is above theirs, evicts its own (session 9: a loop
+//! held 2,388 blocks of its target of 2,464 for a loop of 2,457). So a tenant that needs a
+//! slot in a full shard may *swap* if it is *short*: its measured hit ratio falls short of
+//! what its miss-ratio curve predicts at its target by [`crate::alloc::SHORT_GAP`] (a
+//! placement loss). Only `mrc` predicts, so only `mrc` swaps: without a prediction a loop
+//! that does not fit its target looks the same, and moving its blocks to where it misses
+//! only spreads the misses (measured: `static` on bench alloc's loop, +38% misses). In a
+//! swap the tenant takes the victim of the tenant of lowest *cost* in the shard (what one
+//! block less costs it: its curve's marginal hits per block at its target), if that cost
+//! is below the taker's *value* (its predicted hits per block at its target: what a block
+//! where its keys are is worth), never below the donor's minimum — both measured by the
+//! allocation timer, so a loop still filling, with few hits yet, is not a cheap donor —, and
+//! - if it is at its target, it first gives back one of its own blocks from another shard
+//!   where it has not inserted for [`SLACK_INSERTS_PER_SHARD`] × shards of its inserts (its
+//!   blocks there meet its demand), found among at most [`GIVE_BACK_TRIES`] shards with
+//!   `try_lock`; no such shard, no swap. Its count stays at its target while its blocks
+//!   follow its misses, that is, its keys.
+//! - if it is below its target (and nobody in the shard is above theirs), it takes the block
+//!   outright: the capacity it is owed is free or held above target elsewhere, where the
+//!   donor's next inserts find it.
+//!
+//! So a tenant at or below its target loses a block to another tenant's insert only in a
+//! swap, to a short tenant whose value exceeds its cost, one block at a time and never below its
+//! minimum; it gets the capacity back from the free slot the swap left (or the taker's
+//! debt) as it next inserts there. With one shard, or before the timer has set values and
+//! short flags, nothing swaps. A swap costs the data path a scan of the shard's tenants and
+//! at most four `try_lock`s; nothing allocates or waits.
 //!
 //! Under `allocation = "mrc"` a GET of a sampled key also feeds the tenant's miss-ratio
 //! curve estimator (`crate::alloc::Sampler`), before the shard's lock is taken: a hash test,
 //! and for sampled keys a `try_lock` (a contended sample is skipped, never waited for).
 
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use farcache_policy::{AnyPolicy, ClassId, PolicyKind};
 use farcache_wire::{Key, PutStatus};
@@ -34,6 +66,14 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::alloc::Sampler;
+
+/// A swap gives back from a shard only where the tenant has not inserted for this many of
+/// its inserts per shard (a tenant missing evenly everywhere inserts into each shard about
+/// once per `shards` inserts, so a gap of twice that is rare for it, and the rule for one
+/// that misses only where it is short).
+pub const SLACK_INSERTS_PER_SHARD: u64 = 2;
+/// Shards a give-back tries (`try_lock` each) before the swap is given up.
+pub const GIVE_BACK_TRIES: u32 = 4;
 
 /// A tenant's dense id: its index in the server's tenant table and its policy class.
 pub type TenantId = u16;
@@ -145,6 +185,10 @@ struct Shard {
     tenants: Box<[TenantCounters]>,
     /// Tenants with at least one block here: the candidates when the shard must evict.
     active: Vec<TenantId>,
+    /// Per tenant, with targets enforced: its insert clock (`Store::clock`) at its last new
+    /// block here. A shard where a tenant has not inserted for a while is where its blocks
+    /// satisfy its demand: the shard a swap gives back from (`Store::give_back`).
+    last_insert: Box<[u64]>,
 }
 
 /// Pad shards to a cache line so that locks of neighbours do not share one.
@@ -185,6 +229,22 @@ pub struct Store {
     enforce_targets: bool,
     /// Per tenant, the curve estimators' sampling (empty unless `allocation = "mrc"`).
     samplers: Box<[Sampler]>,
+    /// Per tenant, for swaps across shards (module docs, "Placement"): its minimum in
+    /// slots, its value (hits per held block per second, 2^-32 units, set by the allocation
+    /// timer; 0 until set, and no tenant takes from another of equal value), its insert
+    /// clock, and where its next give-back search starts.
+    floor: Box<[AtomicU64]>,
+    value: Box<[AtomicU64]>,
+    /// Per tenant: what one block less costs it (its marginal hits per block, in the units
+    /// of `value`): a swap takes from a tenant whose cost is below the taker's value.
+    cost: Box<[AtomicU64]>,
+    /// Per tenant: whether it may take blocks in swaps (its hits fall short of what its
+    /// curve predicts at its target: `Store::set_tenant_short`).
+    short: Box<[AtomicBool]>,
+    clock: Box<[AtomicU64]>,
+    cursor: Box<[AtomicU32]>,
+    /// Swaps made, and give-backs tried that found no shard (counters for STATS and tests).
+    swaps: AtomicU64,
 }
 
 impl Store {
@@ -204,6 +264,7 @@ impl Store {
                     policy: AnyPolicy::new(cfg.policy, cfg.slots_per_shard, cfg.max_tenants),
                     tenants: vec![TenantCounters::default(); cfg.max_tenants as usize].into_boxed_slice(),
                     active: Vec::with_capacity(cfg.max_tenants as usize),
+                    last_insert: vec![0; cfg.max_tenants as usize].into_boxed_slice(),
                 }))
             })
             .collect();
@@ -218,6 +279,13 @@ impl Store {
             held: (0..cfg.max_tenants).map(|_| AtomicU64::new(0)).collect(),
             enforce_targets: false,
             samplers: Box::new([]),
+            floor: (0..cfg.max_tenants).map(|_| AtomicU64::new(0)).collect(),
+            value: (0..cfg.max_tenants).map(|_| AtomicU64::new(0)).collect(),
+            cost: (0..cfg.max_tenants).map(|_| AtomicU64::new(0)).collect(),
+            short: (0..cfg.max_tenants).map(|_| AtomicBool::new(false)).collect(),
+            clock: (0..cfg.max_tenants).map(|_| AtomicU64::new(0)).collect(),
+            cursor: (0..cfg.max_tenants).map(|_| AtomicU32::new(0)).collect(),
+            swaps: AtomicU64::new(0),
         }
     }
 
@@ -257,6 +325,47 @@ impl Store {
         self.quota[tenant as usize].store(per_shard as u32, Ordering::Relaxed);
     }
 
+    /// Set the slots a swap never takes `tenant` below (its `min_bytes`, in slots).
+    pub fn set_tenant_floor(&self, tenant: TenantId, slots: u64) {
+        self.floor[tenant as usize].store(slots, Ordering::Relaxed);
+    }
+
+    /// Set `tenant`'s value and cost for swaps (module docs, "Placement"), in one unit for
+    /// all tenants (the allocation timer's: hits per block over a moving window, 2^-32
+    /// units): `value`, what a block of this tenant is worth where its keys are (its
+    /// predicted hits per block at its target); `cost`, what one block less costs it (its
+    /// marginal hits per block there). A swap takes a block from a tenant whose cost is
+    /// below the taker's value; with both 0 (never set) nothing moves.
+    pub fn set_tenant_value(&self, tenant: TenantId, value: u64, cost: u64) {
+        self.value[tenant as usize].store(value, Ordering::Relaxed);
+        self.cost[tenant as usize].store(cost, Ordering::Relaxed);
+    }
+
+    /// Set whether `tenant` may take blocks in swaps: whether its measured hit ratio falls
+    /// short of what its curve predicts at its target (a placement loss). Without a
+    /// prediction (every allocation but `mrc`) nothing tells a placement loss from a working
+    /// set that does not fit — moving a loop's blocks to where it misses only spreads the
+    /// misses — so nobody swaps.
+    pub fn set_tenant_short(&self, tenant: TenantId, short: bool) {
+        self.short[tenant as usize].store(short, Ordering::Relaxed);
+    }
+
+    /// Swaps across shards made so far (module docs, "Placement").
+    pub fn swaps(&self) -> u64 {
+        self.swaps.load(Ordering::Relaxed)
+    }
+
+    /// The shard a key of `tenant` lives in (for tests that place keys).
+    pub fn shard_of(&self, tenant: TenantId, key: &Key) -> usize {
+        self.shard_index(self.hash(tenant, key))
+    }
+
+    #[inline]
+    fn shard_index(&self, hash: u64) -> usize {
+        // hashbrown uses the low bits for buckets and the top 7 for tags: take the middle.
+        ((hash >> 32) & self.shard_mask) as usize
+    }
+
     #[inline]
     fn hash(&self, tenant: TenantId, key: &Key) -> u64 {
         hash_key(&self.hasher, tenant, key)
@@ -264,8 +373,7 @@ impl Store {
 
     #[inline]
     fn shard(&self, hash: u64) -> &Mutex<Shard> {
-        // hashbrown uses the low bits for buckets and the top 7 for tags: take the middle.
-        &self.shards[((hash >> 32) & self.shard_mask) as usize].0
+        &self.shards[self.shard_index(hash)].0
     }
 
     /// Look up a block; on a hit, `f` receives the value (under the shard's lock: copy it
@@ -300,7 +408,8 @@ impl Store {
     /// Store a block, evicting as needed. Never allocates.
     pub fn put(&self, tenant: TenantId, key: &Key, value: &[u8]) -> PutStatus {
         let hash = self.hash(tenant, key);
-        let mut guard = self.shard(hash).lock();
+        let here = self.shard_index(hash);
+        let mut guard = self.shards[here].0.lock();
         let s = &mut *guard;
         if value.len() > self.slot_bytes as usize {
             s.tenants[tenant as usize].put_rejects += 1;
@@ -314,8 +423,12 @@ impl Store {
                 s.policy.remove(slot);
                 slot
             }
-            None => match self.take_slot(s, tenant, quota) {
+            None => match self.take_slot(s, here, tenant, quota) {
                 Some(slot) => {
+                    if self.enforce_targets {
+                        s.last_insert[tenant as usize] =
+                            self.clock[tenant as usize].fetch_add(1, Ordering::Relaxed) + 1;
+                    }
                     let hasher = &self.hasher;
                     let meta = &s.meta;
                     s.index.insert_unique(hash, slot, |&x| {
@@ -348,9 +461,9 @@ impl Store {
 
     /// A free slot for a new block of `tenant`, evicting if the tenant is at its quota or the
     /// shard is full. `None` if the tenant may hold nothing here.
-    fn take_slot(&self, s: &mut Shard, tenant: TenantId, quota: u32) -> Option<u32> {
+    fn take_slot(&self, s: &mut Shard, here: usize, tenant: TenantId, quota: u32) -> Option<u32> {
         if self.enforce_targets {
-            return self.take_slot_within_targets(s, tenant);
+            return self.take_slot_within_targets(s, here, tenant);
         }
         if quota == 0 {
             return None;
@@ -385,17 +498,30 @@ impl Store {
     /// `take_slot` with targets enforced: targets are whole-store, so a tenant's guarantee
     /// does not depend on how its keys hash across shards. A tenant at its target makes room
     /// itself (when it holds blocks in this shard; otherwise it may take a free slot and is
-    /// then above its target, by at most one block per shard). A full shard evicts from the
-    /// tenant furthest above its target that holds blocks here; with none above, from the
-    /// inserting tenant itself, or refuses the PUT.
-    fn take_slot_within_targets(&self, s: &mut Shard, tenant: TenantId) -> Option<u32> {
+    /// then above its target, by at most one block per shard) — unless the shard is full and
+    /// it can swap (module docs, "Placement"). A full shard evicts from the tenant furthest
+    /// above its target that holds blocks here; with none above, from a tenant of lower value
+    /// than the inserting one (placement), else from the inserting tenant itself, or refuses
+    /// the PUT.
+    fn take_slot_within_targets(&self, s: &mut Shard, here: usize, tenant: TenantId) -> Option<u32> {
         let target = self.target[tenant as usize].load(Ordering::Relaxed);
         if target == 0 {
             return None;
         }
         let mine = s.tenants[tenant as usize].blocks;
-        if self.held[tenant as usize].load(Ordering::Relaxed) >= target && mine > 0 {
-            return self.evict_from(s, tenant);
+        let full = s.free.is_empty() && s.next_unused >= self.slots_per_shard;
+        if self.held[tenant as usize].load(Ordering::Relaxed) >= target {
+            if full {
+                if let Some(donor) = self.donor(s, tenant) {
+                    if self.give_back(here, tenant) {
+                        self.swaps.fetch_add(1, Ordering::Relaxed);
+                        return self.evict_from(s, donor);
+                    }
+                }
+            }
+            if mine > 0 {
+                return self.evict_from(s, tenant);
+            }
         }
         if let Some(slot) = Self::free_slot(s, self.slots_per_shard) {
             return Some(slot);
@@ -405,11 +531,72 @@ impl Store {
             let held = self.held[t as usize].load(Ordering::Relaxed);
             (held > target).then(|| fraction(held, target))
         });
-        match victim {
-            Some(t) => self.evict_from(s, t),
-            None if mine > 0 => self.evict_from(s, tenant),
-            None => None,
+        if let Some(t) = victim {
+            return self.evict_from(s, t);
         }
+        if self.held[tenant as usize].load(Ordering::Relaxed) < target {
+            // Below its target in a full shard where nobody is above theirs: the capacity
+            // it is owed is free (or held above target) in other shards, where the donor's
+            // next inserts find it.
+            if let Some(donor) = self.donor(s, tenant) {
+                self.swaps.fetch_add(1, Ordering::Relaxed);
+                return self.evict_from(s, donor);
+            }
+        }
+        if mine > 0 {
+            return self.evict_from(s, tenant);
+        }
+        None
+    }
+
+    /// When `tenant` may take (it is short), of the other tenants with blocks in shard `s`
+    /// the one whose cost is lowest, below `tenant`'s value, and above its minimum: the one a
+    /// block of this shard moves from.
+    fn donor(&self, s: &Shard, tenant: TenantId) -> Option<TenantId> {
+        if self.shards.len() < 2 || !self.short[tenant as usize].load(Ordering::Relaxed) {
+            return None;
+        }
+        let value = self.value[tenant as usize].load(Ordering::Relaxed);
+        s.active
+            .iter()
+            .filter(|&&t| t != tenant)
+            .filter_map(|&t| {
+                let cost = self.cost[t as usize].load(Ordering::Relaxed);
+                let above_floor =
+                    self.held[t as usize].load(Ordering::Relaxed) > self.floor[t as usize].load(Ordering::Relaxed);
+                (cost < value && above_floor).then_some((t, cost))
+            })
+            .min_by_key(|&(_, c)| c)
+            .map(|(t, _)| t)
+    }
+
+    /// Give back one of `tenant`'s blocks from a shard other than `here` where it has not
+    /// inserted for [`SLACK_INSERTS_PER_SHARD`] × shards of its inserts (its blocks there
+    /// meet its demand), trying at most [`GIVE_BACK_TRIES`] shards, each with `try_lock` (the
+    /// caller holds `here`'s lock; nothing waits). The slot is freed: whoever inserts there
+    /// next takes it. Returns whether a block was given back.
+    fn give_back(&self, here: usize, tenant: TenantId) -> bool {
+        let n = self.shards.len();
+        let now = self.clock[tenant as usize].load(Ordering::Relaxed);
+        let slack = SLACK_INSERTS_PER_SHARD * n as u64;
+        for _ in 0..GIVE_BACK_TRIES {
+            let y = self.cursor[tenant as usize].fetch_add(1, Ordering::Relaxed) as usize & (n - 1);
+            if y == here {
+                continue;
+            }
+            let Some(mut guard) = self.shards[y].0.try_lock() else {
+                continue;
+            };
+            let sy = &mut *guard;
+            if sy.tenants[tenant as usize].blocks == 0 || now.saturating_sub(sy.last_insert[tenant as usize]) < slack {
+                continue;
+            }
+            if let Some(slot) = self.evict_from(sy, tenant) {
+                sy.free.push(slot);
+                return true;
+            }
+        }
+        false
     }
 
     /// Evict one block of `tenant` and return its slot, now unowned.
@@ -490,7 +677,9 @@ impl Store {
             total += (s.free.capacity() * 4) as u64;
             total += s.policy.memory_bytes() as u64;
             total += (s.tenants.len() * std::mem::size_of::<TenantCounters>() + s.active.capacity() * 2) as u64;
+            total += (s.last_insert.len() * 8) as u64;
         }
-        total + self.samplers.iter().map(|x| x.memory_bytes() as u64).sum::<u64>()
+        let per_tenant = (self.floor.len() * (4 * 8 + 4 + 1)) as u64;
+        total + per_tenant + self.samplers.iter().map(|x| x.memory_bytes() as u64).sum::<u64>()
     }
 }

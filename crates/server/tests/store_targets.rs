@@ -138,3 +138,123 @@ fn targets_hold_over_the_whole_store_not_per_shard() {
         assert!(store.tenant_counters(1).blocks <= 48 + 4);
     }
 }
+
+/// Values and minimums for the swaps across shards, as the allocation timer sets them.
+fn valued(store: &Store, values: [u64; 3], floors: [u64; 3], short: [bool; 3]) {
+    for t in 0..TENANTS {
+        store.set_tenant_value(t, values[t as usize], values[t as usize]);
+        store.set_tenant_floor(t, floors[t as usize]);
+        store.set_tenant_short(t, short[t as usize]);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Swaps across shards: random operations on a sharded store with random targets,
+    /// values, minimums and short flags. Another tenant's insert takes a block from a tenant
+    /// within its target only in a swap — one block, to a short tenant of higher value, never
+    /// below its minimum —; the inserting tenant never grows more than a block past its target; the
+    /// store never holds more than its slots.
+    #[test]
+    fn swaps_move_blocks_only_up_in_value_and_never_below_a_minimum(
+        policy in prop_oneof![Just(PolicyKind::Lru), Just(PolicyKind::S3Fifo)],
+        targets in [0..40u64, 0..40u64, 0..40u64],
+        values in [0..4u64, 0..4u64, 0..4u64],
+        floors in [0..12u64, 0..12u64, 0..12u64],
+        short in [any::<bool>(), any::<bool>(), any::<bool>()],
+        ops in prop::collection::vec(op(), 1..600),
+    ) {
+        let (shards, per_shard) = (4, 12);
+        let store = sharded(policy, shards, per_shard, targets);
+        valued(&store, values, floors, short);
+        let mut targets = targets;
+        for op in ops {
+            let before: Vec<u64> = (0..TENANTS).map(|t| store.tenant_counters(t).blocks).collect();
+            match op {
+                Op::Put(t, k) => {
+                    let status = store.put(t, &key(k), &[t as u8; 8]);
+                    prop_assert!(matches!(status, PutStatus::Stored | PutStatus::NoSpace), "{:?}", status);
+                    for o in 0..TENANTS {
+                        let (was, now) = (before[o as usize], store.tenant_counters(o).blocks);
+                        if o != t && was <= targets[o as usize] && now < was {
+                            prop_assert_eq!(now + 1, was, "tenant {} lost more than one block", o);
+                            prop_assert!(short[t as usize] && values[o as usize] < values[t as usize],
+                                "tenant {} (value {}) lost a block to tenant {} (value {})", o, values[o as usize], t, values[t as usize]);
+                            prop_assert!(now >= floors[o as usize].min(was), "tenant {} pushed below its minimum", o);
+                        }
+                    }
+                    let mine = store.tenant_counters(t).blocks;
+                    prop_assert!(mine <= targets[t as usize].max(before[t as usize]) + 1);
+                }
+                Op::Get(t, k) => {
+                    store.get(t, &key(k), |v| assert_eq!(v[0], t as u8));
+                }
+                Op::Del(t, k) => {
+                    store.del(t, &key(k));
+                }
+                Op::Target(t, b) => {
+                    targets[t as usize] = b;
+                    store.set_tenant_limit(t, b * u64::from(SLOT));
+                }
+            }
+            let total: u64 = (0..TENANTS).map(|t| store.tenant_counters(t).blocks).sum();
+            prop_assert!(total <= u64::from(shards * per_shard));
+        }
+    }
+}
+
+/// Placement: a tenant at its target whose keys move into a few shards (a phase change:
+/// its old blocks sit everywhere) still gets its working set's hits. Without swaps it
+/// keeps its old share of each shard, about 4 blocks, and thrashes 14 keys through them.
+#[test]
+fn a_tenant_whose_keys_crowd_into_a_few_shards_still_reaches_its_hits() {
+    let (shards, per_shard) = (16u32, 64u32);
+    // Tenant 0 misses everywhere (a large uniform set); tenant 1 holds a small working set.
+    let store = sharded(PolicyKind::S3Fifo, shards, per_shard, [960, 64, 0]);
+    // As the timer measures them: tenant 1's blocks are hit far more often than tenant 0's.
+    // Tenant 1 is short: it hits less than its curve predicts at its target.
+    valued(&store, [1 << 20, 1 << 30, 0], [800, 0, 0], [true, true, false]);
+    let big = |k: u64| Key::new(7 << 64, k, 1);
+    let small = |k: u64| Key::new(8 << 64, k, 1);
+    // Phase 1: tenant 1's 64 blocks spread over every shard, tenant 0 fills the rest.
+    for k in 0..64 {
+        assert_eq!(store.put(1, &small(k), &[1; 8]), PutStatus::Stored);
+    }
+    let mut next_big = 0;
+    for _ in 0..3000 {
+        store.put(0, &big(next_big), &[0; 8]);
+        next_big += 1;
+    }
+    assert_eq!(store.tenant_counters(1).blocks, 64);
+    // Phase 2: 56 new keys of tenant 1, all in shards 0..4 (14 in each).
+    let mut per = [0u32; 4];
+    let mut keys = vec![];
+    for k in 1000.. {
+        let sh = store.shard_of(1, &small(k));
+        if sh < 4 && per[sh] < 14 {
+            per[sh] += 1;
+            keys.push(small(k));
+        }
+        if keys.len() == 56 {
+            break;
+        }
+    }
+    let mut hits_late = 0;
+    for round in 0..60 {
+        for k in &keys {
+            if store.get(1, k, |_| ()) {
+                hits_late += usize::from(round >= 50);
+            } else {
+                store.put(1, k, &[1; 8]);
+            }
+            // Tenant 0 keeps missing everywhere.
+            store.put(0, &big(next_big), &[0; 8]);
+            next_big += 1;
+        }
+        assert!(store.tenant_counters(0).blocks >= 800, "tenant 0 below its minimum");
+        assert!(store.tenant_counters(1).blocks <= 64 + 1, "tenant 1 above its target");
+    }
+    assert!(hits_late >= 10 * 56 * 95 / 100, "tenant 1 hit {hits_late} of {} in the last 10 rounds", 10 * 56);
+    assert!(store.swaps() > 0);
+}

@@ -404,6 +404,12 @@ pub struct PaperOptions {
     /// scans to the lender (the default threshold, 128 KiB, sends it to the disk).
     #[serde(default)]
     pub tenants_threshold: Option<u64>,
+    /// tenants: run the lender with the three tenants configured (`[[server.tenant]]`, each
+    /// with a secret its mount presents) and each guaranteed this percent of the lender's
+    /// capacity as `min_bytes`, so that "zero min_bytes violations" is a real check (open
+    /// mode, the default, has every minimum at 0).
+    #[serde(default)]
+    pub tenants_min_percent: Option<u32>,
     /// tenants: points the results file already holds (kept, not run again).
     #[serde(skip)]
     pub tenants_resume: Vec<tenants::TenantsRecord>,
@@ -464,6 +470,7 @@ impl PaperOptions {
             tenants_memory_bytes: 128 * MIB,
             tenants_drop_cache: false,
             tenants_threshold: Some(MIB),
+            tenants_min_percent: None,
             tenants_resume: Vec::new(),
             tenants_resume_setup: None,
         }

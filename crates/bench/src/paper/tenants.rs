@@ -11,7 +11,11 @@
 //! - One lender ([`Testbed::start_lender`], open mode: each mount's `--tenant` is its tenant)
 //!   lends a fraction of the three databases' total size (the paper's memory-to-data ratio:
 //!   about 0.38). The three tenants say HELLO to it together right after it starts (the
-//!   paper's VMs boot together), before the mounts start one after the other.
+//!   paper's VMs boot together), before the mounts start one after the other. With
+//!   `--tenants-min PERCENT` the three tenants are configured instead (`[[server.tenant]]`,
+//!   a secret each, which its mount presents from a `secret_file`) with `min_bytes` of that
+//!   percent of the lender, so that "zero min_bytes violations" checks something (in open
+//!   mode every minimum is 0).
 //! - The mounts route by threshold with `tenants_threshold` (1 MiB by default), so that Q4's
 //!   sequential scans, which arrive as 128 KiB readahead, reach the lender: with the mount's
 //!   defaults they go to the disk (measured; BENCHMARKS.md).
@@ -398,21 +402,77 @@ fn explain(c: &tpch::Ctx, q: TenantsQuery) -> Result<String> {
 
 /// The mounts' configuration file: `--mount-config`, or one with `tenants_threshold`'s
 /// routing; none for the mount's defaults.
-fn mount_config(tb: &Testbed, o: &PaperOptions) -> Result<Option<std::path::PathBuf>> {
+fn mount_config(tb: &Testbed, o: &PaperOptions, tenant: &str) -> Result<Option<std::path::PathBuf>> {
+    if o.tenants_min_percent.is_some() && o.mount_config.is_some() {
+        return Err(BenchError::Setup(
+            "--mount-config and --tenants-min both set the mounts' configuration (--tenants-min writes each mount's \
+             secret_file): give one"
+                .into(),
+        ));
+    }
+    let secret = match o.tenants_min_percent {
+        Some(_) => {
+            let p = tb.dir.join(format!("tenants-{tenant}.secret"));
+            write_private(&p, &format!("{}\n", tenant_secret(tenant)))?;
+            format!("secret_file = \"{}\"\n", p.display())
+        }
+        None => String::new(),
+    };
     match (o.tenants_threshold, &o.mount_config) {
         (Some(_), Some(_)) => Err(BenchError::Setup(
             "--mount-config and --tenants-threshold both set the mounts' configuration: give one (--tenants-threshold \
              none to keep the file's)"
                 .into(),
         )),
-        (None, c) => Ok(c.clone()),
-        (Some(t), None) => {
-            let p = tb.dir.join("tenants-mount.toml");
-            let text = format!("# farcache bench paper --experiment tenants\n[cache]\nrouting = \"threshold\"\nthreshold = \"{}KiB\"\n", t / 1024);
+        (None, Some(c)) => Ok(Some(c.clone())),
+        (None, None) if secret.is_empty() => Ok(None),
+        (t, None) => {
+            let p = tb.dir.join(format!("tenants-mount-{tenant}.toml"));
+            let routing =
+                t.map_or(String::new(), |t| format!("routing = \"threshold\"\nthreshold = \"{}KiB\"\n", t / 1024));
+            let text = format!("# farcache bench paper --experiment tenants\n[cache]\n{routing}{secret}");
             std::fs::write(&p, text).ctx(|| format!("write {}", p.display()))?;
             Ok(Some(p))
         }
     }
+}
+
+/// The secret of a configured tenant (`--tenants-min`): fixed, for a lender on the
+/// testbed's own network namespace only.
+fn tenant_secret(tenant: &str) -> String {
+    format!("farcache-bench-{tenant}")
+}
+
+/// Write `text` to a new file only its owner can read (the mount refuses a secret file
+/// others can).
+fn write_private(path: &std::path::Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .ctx(|| format!("create {}", path.display()))?;
+    f.write_all(text.as_bytes()).ctx(|| format!("write {}", path.display()))
+}
+
+/// With `--tenants-min`, the lender's configuration: the three tenants configured, each
+/// with its secret, `min_bytes` of `percent` of `capacity`, and `admin` (the harness reads
+/// every tenant's STATS as the first).
+fn lender_config(tb: &Testbed, names: &[String], percent: u32, capacity: u64) -> Result<std::path::PathBuf> {
+    let min_kib = capacity / 100 * u64::from(percent) / 1024;
+    let mut text = String::from("# farcache bench paper --experiment tenants --tenants-min\n[server]\n");
+    for n in names {
+        text.push_str(&format!(
+            "\n[[server.tenant]]\nname = \"{n}\"\nsecret = \"{}\"\nmin_bytes = \"{min_kib}KiB\"\nadmin = true\n",
+            tenant_secret(n)
+        ));
+    }
+    let p = tb.dir.join("tenants-lender.toml");
+    std::fs::write(&p, text).ctx(|| format!("write {}", p.display()))?;
+    Ok(p)
 }
 
 /// What runs for one tenant during a point.
@@ -445,15 +505,29 @@ fn run_point(
     }
     // The logs directory again, should another run's start have pruned it.
     std::fs::create_dir_all(tpch::logs_dir(tb)).ctx(|| format!("create {}", tb.logs.display()))?;
-    let mut lender = tb.start_lender(0, capacity, o.policy.as_deref(), &["--allocation", mode])?;
+    let names: Vec<String> = setup.tenants.iter().map(|t| t.name.clone()).collect();
+    let lender_cfg = match o.tenants_min_percent {
+        Some(p) => Some(lender_config(tb, &names, p, capacity)?.display().to_string()),
+        None => None,
+    };
+    let mut extra = vec!["--allocation", mode];
+    if let Some(c) = &lender_cfg {
+        extra.extend(["--config", c.as_str()]);
+    }
+    let mut lender = tb.start_lender(0, capacity, o.policy.as_deref(), &extra)?;
+    let secret = |name: &str| if o.tenants_min_percent.is_some() { tenant_secret(name) } else { String::new() };
     let addr = tb.nets[0].addr;
     // Every tenant known to the lender at once, before its first decision, as the paper's
-    // VMs boot together: a tenant is active from its HELLO, and one that appears after the
-    // first decision, with no capacity left free, starts at its minimum — under `hit-ratio`
-    // it then earns nothing at a 0% hit ratio (crates/policy/src/alloc/hit_ratio.rs, "Start"),
-    // so the mount that happened to connect first would take the whole lender. Held open
-    // until the point ends.
-    let _hellos = setup.tenants.iter().map(|t| FcClient::connect(addr, &t.name)).collect::<Result<Vec<_>>>()?;
+    // VMs boot together: a tenant is active from its HELLO. (Before session 13 one that
+    // appeared after `hit-ratio`'s first decision started at its minimum and, at a 0% hit
+    // ratio, earned nothing; now it gets its static share at once — hit_ratio.rs, "Start" —
+    // but the point still starts with every tenant present, whichever mount is quickest.)
+    // Held open until the point ends.
+    let _hellos = setup
+        .tenants
+        .iter()
+        .map(|t| FcClient::connect_with_secret(addr, &t.name, secret(&t.name).as_bytes()))
+        .collect::<Result<Vec<_>>>()?;
     note!(
         "paper: tenants {mode} at {fraction}: a lender of {} (capacity {fraction} × {} MiB of databases)",
         human(capacity),
@@ -464,9 +538,9 @@ fn run_point(
     let samples = Arc::new(Mutex::new(Vec::<(Instant, Vec<AllocPoint>)>::new()));
     let poller = {
         let (stop, samples, who) = (stop.clone(), samples.clone(), tenant_name(0));
-        std::thread::spawn(move || poll_lender(addr, &who, &stop, &samples))
+        let key = secret(&who);
+        std::thread::spawn(move || poll_lender(addr, &who, key.as_bytes(), &stop, &samples))
     };
-    let mount_config = mount_config(tb, o)?;
     let mut tenants: Vec<Tenant> = Vec::new();
     let mut servers: Vec<Server> = Vec::new();
     let started = (|| -> Result<()> {
@@ -476,7 +550,7 @@ fn run_point(
             std::fs::create_dir_all(&mnt).ctx(|| format!("create {}", mnt.display()))?;
             let log = tb.logs.join(format!("tenants-{mode}-{fraction}-{}.mount.log", db.name));
             let mut extra: Vec<std::ffi::OsString> = vec!["--tenant".into(), db.name.clone().into()];
-            if let Some(c) = &mount_config {
+            if let Some(c) = mount_config(tb, o, &db.name)? {
                 extra.extend(["--config".into(), c.clone().into_os_string()]);
             }
             let mount = MountDaemon::start_with(
@@ -555,9 +629,16 @@ fn run_point(
     Ok(rec)
 }
 
-/// Read the lender's STATS every [`POLL`] until `stop`, as tenant `who` (open mode: every
-/// connection sees every tenant), over one connection (reconnecting after an error).
-fn poll_lender(addr: std::net::SocketAddr, who: &str, stop: &AtomicBool, out: &Mutex<Vec<(Instant, Vec<AllocPoint>)>>) {
+/// Read the lender's STATS every [`POLL`] until `stop`, as tenant `who` with `secret` (open
+/// mode: every connection sees every tenant; configured, every tenant is `admin`), over one
+/// connection (reconnecting after an error).
+fn poll_lender(
+    addr: std::net::SocketAddr,
+    who: &str,
+    secret: &[u8],
+    stop: &AtomicBool,
+    out: &Mutex<Vec<(Instant, Vec<AllocPoint>)>>,
+) {
     let mut client: Option<FcClient<std::net::TcpStream>> = None;
     let mut last_try = Instant::now().checked_sub(POLL).unwrap_or_else(Instant::now);
     // A final reading after `stop`, so that the counters are the point's last.
@@ -573,7 +654,7 @@ fn poll_lender(addr: std::net::SocketAddr, who: &str, stop: &AtomicBool, out: &M
         }
         last_try = Instant::now();
         if client.is_none() {
-            client = FcClient::connect(addr, who).ok();
+            client = FcClient::connect_with_secret(addr, who, secret).ok();
         }
         let got = client.as_mut().and_then(|c| c.stats().ok());
         match got.and_then(|j| serde_json::from_str::<farcache_server::ServerStats>(&j).ok()) {

@@ -203,6 +203,12 @@ struct PaperArgs {
     /// 1MiB: sequential scans' 128 KiB readahead goes to the lender.
     #[arg(long)]
     tenants_threshold: Option<String>,
+    /// tenants: configure the three tenants at the lender (each with a secret its mount
+    /// presents) and guarantee each this percent of the lender's capacity as `min_bytes`
+    /// (1..=33), so that the "zero min_bytes violations" check can fail. Default: open mode,
+    /// every minimum 0.
+    #[arg(long, value_name = "PERCENT")]
+    tenants_min: Option<u32>,
     /// Directory for paper-*.json and paper-*.md.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -662,6 +668,13 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
             );
             Some(b.bytes())
         };
+    }
+    if let Some(p) = a.tenants_min {
+        anyhow::ensure!(
+            (1..=33).contains(&p),
+            "--tenants-min: a percent of the lender's capacity, 1..=33 (three tenants' minimums must fit)"
+        );
+        o.tenants_min_percent = Some(p);
     }
     if let Some(m) = a.tenants_memory {
         anyhow::ensure!(m.bytes() >= 64 << 20, "--tenants-memory: at least 64MiB (PostgreSQL and the mount daemon)");

@@ -21,15 +21,27 @@
 //!   receives nothing. Weights multiply the hit ratio. Capacity no tenant holds joins the
 //!   pool. What tenants cannot take (limits) goes back to the donors in proportion to what
 //!   they gave; with no tenant below 100% among those taking part, nothing changes.
-//! - *Start*: the paper's VMs boot with equal memory. The first decision (and a tenant that
-//!   becomes active while there is free capacity) gets an equal split of the free capacity;
-//!   a tenant that becomes active when there is none starts at its minimum and earns memory
-//!   through the pool, as a VM would (with a 0% hit ratio it earns nothing: the paper's
-//!   rule, which `mrc` does not share).
+//! - *Start*: the paper's VMs boot with equal memory, and its rule only ever moves memory
+//!   between VMs that have some. At a lender tenants arrive one by one (three HELLOs sent
+//!   together reach it milliseconds apart, over several timer ticks), so the start is a rule
+//!   of its own: a tenant that *becomes active* (new, or back from idle) gets at least its
+//!   static share, the equal (weighted) split of capacity among the active tenants, capped
+//!   at its limit — from free capacity first, then from the tenants above their own static
+//!   share, in proportion to how far above they are (none goes below its static share or its
+//!   minimum). Whatever its hit ratio: before it had memory every GET of a newcomer missed,
+//!   and a tenant at 0% earns nothing from the pool, so without this a late tenant would
+//!   start at its minimum (0) and stay there for good. So tenants that arrive before the
+//!   first pool decision moves anything end with the equal split (up to its rounding),
+//!   whatever their order, and
+//!   a late tenant starts where a VM booted into a running host would be ballooned to. A
+//!   tenant that arrives after the first decision takes its first part a period after it
+//!   arrives, its hit ratio measured from then (at the first decision every tenant takes
+//!   part, as before). Free capacity (what no target claims) goes to the active tenants by
+//!   weight at every decision.
 
 use std::time::Duration;
 
-use super::{clamp, fill_by_weight, Allocator, Deltas, TenantSample};
+use super::{clamp, fill_by_weight, Allocator, Deltas, Static, TenantSample};
 
 /// The rule's constants.
 #[derive(Clone, Copy, Debug)]
@@ -65,6 +77,10 @@ pub struct HitRatio {
     due: Vec<Duration>,
     ratio: Vec<f64>,
     given: Vec<u64>,
+    /// Per tenant: whether it was active at the previous call (a tenant that was not and
+    /// is now is a newcomer), and its static share at this call (scratch).
+    was_active: Vec<bool>,
+    share: Vec<u64>,
 }
 
 impl HitRatio {
@@ -77,6 +93,8 @@ impl HitRatio {
             due: vec![],
             ratio: vec![],
             given: vec![],
+            was_active: vec![],
+            share: vec![],
         }
     }
 }
@@ -93,9 +111,28 @@ impl Allocator for HitRatio {
             self.window[i].0 += h;
             self.window[i].1 += m;
         }
+        // The start rule (module docs): newcomers to at least their static share.
+        for (t, s) in targets.iter_mut().zip(tenants) {
+            *t = (*t).min(s.max_blocks).max(s.floor());
+        }
+        self.was_active.resize(n, false);
+        self.share.resize(n, 0);
+        Static.decide(now, capacity, tenants, &mut self.share);
+        let newcomers: Vec<bool> = (0..n).map(|i| tenants[i].active && !self.was_active[i]).collect();
+        admit(capacity, tenants, &self.share, &newcomers, targets);
+        if self.last.is_some() {
+            for i in (0..n).filter(|&i| newcomers[i]) {
+                // Its period starts now: the GETs it made with no memory are not its hit ratio.
+                self.window[i] = (0, 0);
+                self.due[i] = self.due[i].max(now + self.cfg.period_below);
+            }
+        }
+        for (w, s) in self.was_active.iter_mut().zip(tenants) {
+            *w = s.active;
+        }
         clamp(capacity, tenants, targets);
-        if self.last.is_none() || targets.iter().sum::<u64>() < capacity {
-            // The boot split: free capacity, equally, to the active tenants.
+        if targets.iter().sum::<u64>() < capacity {
+            // Free capacity, equally (by weight), to the active tenants.
             fill_by_weight(capacity, tenants, |s| s.active, targets);
         }
         if self.last.is_some_and(|l| now < l + self.cfg.decide_every) {
@@ -150,4 +187,44 @@ impl Allocator for HitRatio {
         }
         clamp(capacity, tenants, targets);
     }
+}
+
+/// Raise every newcomer to at least its static share `share[i]`, taking what free capacity
+/// does not cover from the other tenants above their own static share (or minimum, if
+/// higher), in proportion to how far above it they are. Nobody goes below its static share
+/// for a newcomer; if the donors cannot cover it all (a newcomer kept a target above its
+/// share), the caller's `clamp` takes the rest.
+fn admit(capacity: u64, tenants: &[TenantSample], share: &[u64], newcomers: &[bool], targets: &mut [u64]) {
+    if !newcomers.contains(&true) {
+        return;
+    }
+    for i in (0..targets.len()).filter(|&i| newcomers[i]) {
+        targets[i] = targets[i].max(share[i]);
+    }
+    let over = targets.iter().sum::<u64>().saturating_sub(capacity);
+    let excess: Vec<u64> = (0..targets.len())
+        .map(|j| if newcomers[j] { 0 } else { targets[j].saturating_sub(share[j].max(tenants[j].floor())) })
+        .collect();
+    let total: u64 = excess.iter().sum();
+    let take = over.min(total);
+    if take == 0 {
+        return;
+    }
+    // In proportion, rounded down; then one more block from each donor with excess left
+    // until `take` is reached (fewer than one per donor is left, and `take < total` leaves
+    // each donor with excess at least one more).
+    let mut left = take;
+    for (t, &e) in targets.iter_mut().zip(&excess) {
+        let g = (u128::from(take) * u128::from(e) / u128::from(total)) as u64;
+        *t -= g;
+        left -= g;
+    }
+    for (t, &e) in targets.iter_mut().zip(&excess) {
+        let g = (u128::from(take) * u128::from(e) / u128::from(total)) as u64;
+        if left > 0 && e > g {
+            *t -= 1;
+            left -= 1;
+        }
+    }
+    debug_assert_eq!(left, 0);
 }

@@ -133,6 +133,82 @@ fn the_papers_rule_gives_in_proportion_to_hit_ratio() {
     assert!((640..=700).contains(&last[0]), "{last:?}");
 }
 
+/// Feed each tenant `gets` GETs with hits as its curve predicts at its target, then decide.
+fn feed_and_decide(a: &mut dyn Allocator, now: Duration, cap: u64, ts: &mut [TenantSample], targets: &mut [u64]) {
+    for (i, s) in ts.iter_mut().enumerate() {
+        let hits = (100.0 * s.curve.hit_ratio_at(targets[i] as f64)) as u64;
+        s.hits += hits;
+        s.misses += 100 - hits;
+        s.used_blocks = targets[i];
+    }
+    a.decide(now, cap, ts, targets);
+}
+
+#[test]
+fn the_papers_rule_gives_a_late_tenant_its_share_whatever_its_hit_ratio() {
+    let cap = 1000;
+    // Both hit half their GETs once they have any memory; with none, every GET misses.
+    let half = || Curve::from_fn(cap, |x| if x < 1.0 { 1.0 } else { 0.5 });
+    let mut ts = vec![tenant(0, cap, half())];
+    let mut targets = vec![0];
+    let mut a = HitRatio::new(hit_ratio::HitRatioConfig::PAPER);
+    let dt = Duration::from_secs(3);
+    for r in 0..10 {
+        feed_and_decide(&mut a, dt * r, cap, &mut ts, &mut targets);
+    }
+    assert_eq!(targets, vec![cap], "alone, the first tenant holds everything");
+    // The second arrives with a 0% hit ratio (every GET so far missed: it had no memory).
+    ts.push(TenantSample { misses: 500, ..tenant(0, cap, half()) });
+    targets.push(0);
+    feed_and_decide(&mut a, dt * 10, cap, &mut ts, &mut targets);
+    assert_eq!(targets, vec![500, 500], "the newcomer gets its static share at once");
+    // Then the paper's rule: both at 50%, both keep about half.
+    for r in 11..60 {
+        feed_and_decide(&mut a, dt * r, cap, &mut ts, &mut targets);
+        assert!(targets[1] >= 400, "round {r}: {targets:?}");
+        assert!(targets.iter().sum::<u64>() <= cap);
+    }
+}
+
+#[test]
+fn the_papers_rule_splits_equally_among_tenants_arriving_milliseconds_apart() {
+    let cap = 1000;
+    let mut a = HitRatio::new(hit_ratio::HitRatioConfig::PAPER);
+    let mut ts = vec![];
+    let mut targets = vec![];
+    for k in 0..3u32 {
+        // Each has already asked for 100 blocks and missed them all.
+        ts.push(TenantSample { misses: 100, ..tenant(0, cap, Curve::from_fn(cap, |_| 0.3)) });
+        targets.push(0);
+        a.decide(Duration::from_millis(u64::from(k)), cap, &ts, &mut targets);
+    }
+    let mut equal = vec![0; 3];
+    Static.decide(Duration::ZERO, cap, &ts, &mut equal);
+    assert_eq!(targets, equal);
+    assert!(targets.iter().all(|&t| (333..=334).contains(&t)), "{targets:?}");
+}
+
+#[test]
+fn the_papers_rule_gives_a_tenant_back_from_idle_its_share() {
+    let cap = 1000;
+    let mut ts = vec![tenant(0, cap, Curve::from_fn(cap, |_| 0.5)), tenant(0, cap, Curve::from_fn(cap, |_| 0.5))];
+    let mut a = HitRatio::new(hit_ratio::HitRatioConfig::PAPER);
+    let mut targets = vec![0, 0];
+    let dt = Duration::from_secs(3);
+    feed_and_decide(&mut a, Duration::ZERO, cap, &mut ts, &mut targets);
+    // The second goes idle and its memory is taken (as an operator's lower limit would).
+    ts[1].active = false;
+    ts[1].max_blocks = 0;
+    for r in 1..5 {
+        feed_and_decide(&mut a, dt * r, cap, &mut ts, &mut targets);
+    }
+    assert_eq!(targets, vec![cap, 0]);
+    ts[1].active = true;
+    ts[1].max_blocks = cap;
+    feed_and_decide(&mut a, dt * 5, cap, &mut ts, &mut targets);
+    assert_eq!(targets, vec![500, 500]);
+}
+
 #[test]
 fn mrc_follows_the_curves_and_the_request_rates() {
     let cap = 1000;
@@ -308,6 +384,41 @@ proptest! {
                 }
                 a.decide(now, CAP, &ts, &mut targets);
                 check_invariants(kind == AllocationKind::Shared, CAP, &ts, &targets)?;
+            }
+        }
+    }
+
+    /// The paper's rule, tenants arriving one by one (in any order, any weights, minimums
+    /// and limits) before its second decision: whoever came first, they end with the static
+    /// split (up to its rounding), and no tenant already there is pushed below its static share at any arrival.
+    #[test]
+    fn the_papers_rule_splits_tenants_arriving_together_like_static(
+        (mut ts, _) in arb_tenants(),
+        gets in prop::collection::vec((0..1000u64, 0..1000u64), 7),
+    ) {
+        for (t, (h, m)) in ts.iter_mut().zip(gets) {
+            t.active = true;
+            (t.hits, t.misses) = (h, m);
+        }
+        let mut a = HitRatio::new(hit_ratio::HitRatioConfig::PAPER);
+        let mut targets = vec![];
+        for k in 1..=ts.len() {
+            targets.push(0);
+            a.decide(Duration::from_millis(k as u64), CAP, &ts[..k], &mut targets);
+            check_invariants(false, CAP, &ts[..k], &targets)?;
+            let mut shares = vec![0; k];
+            Static.decide(Duration::ZERO, CAP, &ts[..k], &mut shares);
+            for (i, (t, s)) in targets.iter().zip(&shares).enumerate() {
+                // (The static split's rounding hands single blocks to the first tenants with
+                // room, so a share may grow by one when another tenant arrives.)
+                prop_assert!(t + 1 >= *s, "tenant {} at {} below its static share {}: {:?}", i, t, s, targets);
+            }
+            if k == ts.len() {
+                // The static split, but for its rounding: it may leave less than one level
+                // step (the weights' sum) unassigned, which the targets may hold.
+                let weights: u64 = ts.iter().map(|t| u64::from(t.weight)).sum();
+                let above: i64 = targets.iter().zip(&shares).map(|(&t, &s)| t as i64 - s as i64).map(i64::abs).sum();
+                prop_assert!(above < 2 * weights as i64, "{:?} vs static {:?}", targets, shares);
             }
         }
     }
