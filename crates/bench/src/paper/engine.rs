@@ -369,15 +369,28 @@ mod tests {
 
     #[test]
     fn reads_a_process_cpu_time() {
+        // Spin until this thread has had 300 ms of CPU by its own clock (not 300 ms of wall
+        // time: on a loaded machine that may be a few ms of CPU), bounded by 20 s of wall time.
+        let thread_cpu = || {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: clock_gettime writes the timespec it is given.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+            ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+        };
         let before = cpu_secs(std::process::id());
-        let t0 = Instant::now();
+        let (t0, c0) = (Instant::now(), thread_cpu());
         let mut x = 0u64;
-        while t0.elapsed() < Duration::from_millis(300) {
-            x = x.wrapping_mul(31).wrapping_add(1);
+        while thread_cpu() - c0 < 0.3 && t0.elapsed() < Duration::from_secs(20) {
+            for _ in 0..10_000 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+            }
         }
         assert!(x != 1);
+        let spun = thread_cpu() - c0;
+        assert!(spun >= 0.3, "only {spun} s of CPU in 20 s of wall time");
+        // The process's time (all its threads, in clock ticks) holds at least this thread's.
         let spent = cpu_secs(std::process::id()) - before;
-        assert!((0.1..5.0).contains(&spent), "{spent}");
+        assert!(spent >= spun - 0.05 && spent < spun + 5.0, "{spent} s for the process, {spun} s spun");
     }
 
     #[test]
