@@ -8,7 +8,11 @@
 //! the cluster is stopped cleanly and synced, then its configuration is put back). Each
 //! configuration then gets a fresh copy, a cold start (ext4 remounted, new memory, cpuacct
 //! and cpuset cgroups, new mount and lenders) and one PostgreSQL, like [`super::pgbench`];
-//! its points run one after the other on that server, in this order:
+//! PostgreSQL and the mount daemon run in the client's memory, cpuacct, cpuset and blkio
+//! cgroups; go-tpc, which stands for the database's remote clients, in the cpuacct and cpuset
+//! ones only (its CPU is counted and confined with the server's; its memory is not the
+//! server's — inside a small memory cgroup it got PostgreSQL backends OOM-killed). Its points
+//! run one after the other on that server, in this order:
 //!
 //! 1. `connections`: `go-tpc tpcc run -T N` for each connection count, the device's own
 //!    scheduler, every CPU;
