@@ -293,7 +293,7 @@ def plot_oltp(report, png):
         axis.set_xticklabels([str(x) for x in labels], fontsize=8)
         axis.set_xlabel(xlabel)
         axis.set_title(title, fontsize=9)
-        axis.legend(fontsize=8, loc="lower right")
+        axis.legend(fontsize=8, loc="best")
 
     bars(axs, scheds, lambda c, s: oltp_tpmc(report, c, "scheduler", n, sched=s),
          f"tpmC by the loop device's scheduler, {n} connections", "scheduler")
@@ -307,7 +307,8 @@ def plot_oltp(report, png):
             axc.annotate(f"{c}: {hi / lo:.2f}x", (0.02, 0.95 - 0.07 * x), xycoords="axes fraction", fontsize=7)
     fig.suptitle(
         f"OLTP (paper 002, issue 11): go-tpc TPC-C on PostgreSQL 15, {setup.get('warehouses', '?')} warehouses "
-        f"({setup.get('database_bytes', 0) / (1 << 20):.0f} MiB), client {human(o['memory_bytes'])}, disk {o['profile']}, "
+        f"({(setup.get('data_bytes') or setup.get('database_bytes', 0)) / (1 << 20):.0f} MiB"
+        f"{'' if setup.get('data_bytes') else ' with WAL'}), client {human(o['memory_bytes'])}, disk {o['profile']}, "
         f"{o.get('oltp_secs')} s per point",
         fontsize=9,
     )
