@@ -143,8 +143,13 @@ impl OltpRecord {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct OltpSetup {
     pub warehouses: u32,
-    /// `du` of the pristine cluster after the load (all databases, WAL included).
+    /// `du` of the pristine cluster after the load (all databases, WAL included: the load
+    /// leaves up to `max_wal_size` of it).
     pub database_bytes: u64,
+    /// `du` of its tables and indexes alone (`base/`: the TPC-C database and PostgreSQL's
+    /// three small template databases), what the 2–4× of the client's memory is about.
+    #[serde(default)]
+    pub data_bytes: u64,
     pub prepare_secs: f64,
     /// The loop device's scheduler as the kernel set it (the `connections` points run with it).
     pub default_scheduler: String,
@@ -412,6 +417,7 @@ pub fn prepare(tb: &Testbed, o: &PaperOptions) -> Result<OltpSetup> {
     let mut setup = OltpSetup {
         warehouses,
         database_bytes: du(&pristine),
+        data_bytes: du(&pristine.join("base")),
         prepare_secs: t.elapsed().as_secs_f64(),
         default_scheduler,
         schedulers_available,
@@ -428,9 +434,11 @@ pub fn prepare(tb: &Testbed, o: &PaperOptions) -> Result<OltpSetup> {
         note!("paper: oltp: skipped {s}");
     }
     note!(
-        "paper: oltp: {warehouses} warehouse(s), {:.0} MiB on disk ({:.1}× the client's memory), ready in {:.0} s",
+        "paper: oltp: {warehouses} warehouse(s): tables and indexes {:.0} MiB ({:.1}× the client's memory), cluster \
+         with WAL {:.0} MiB, ready in {:.0} s",
+        setup.data_bytes as f64 / MIB as f64,
+        setup.data_bytes as f64 / o.memory_bytes as f64,
         setup.database_bytes as f64 / MIB as f64,
-        setup.database_bytes as f64 / o.memory_bytes as f64,
         setup.prepare_secs
     );
     Ok(setup)
@@ -759,13 +767,19 @@ pub fn render(s: &mut String, r: &PaperReport) {
     let cfgs = o.configs_for(Experiment::Oltp);
     let _ = writeln!(
         s,
-        "{} warehouse(s): {:.0} MiB on disk after the load ({:.1}× the client's {} MiB), loaded in {:.0} s. {} s per \
-         point; every configuration on a fresh copy from a cold start, its points one after the other on one \
-         PostgreSQL (shared_buffers {SHARED_BUFFERS}). Loop device scheduler: `{}` (of {}); {} CPU(s) online.\n",
+        "{} warehouse(s): tables and indexes {} ({} the client's {} MiB), the cluster with WAL {:.0} MiB on disk \
+         after the load, loaded in {:.0} s. {} s per point; every configuration on a fresh copy from a cold start, \
+         its points one after the other on one PostgreSQL (shared_buffers {SHARED_BUFFERS}). Loop device \
+         scheduler: `{}` (of {}); {} CPU(s) online.\n",
         setup.warehouses,
-        setup.database_bytes as f64 / MIB as f64,
-        setup.database_bytes as f64 / o.memory_bytes as f64,
+        if setup.data_bytes > 0 { format!("{:.0} MiB", setup.data_bytes as f64 / MIB as f64) } else { "–".into() },
+        if setup.data_bytes > 0 {
+            format!("{:.1}×", setup.data_bytes as f64 / o.memory_bytes as f64)
+        } else {
+            "– ×".into()
+        },
         o.memory_bytes / MIB,
+        setup.database_bytes as f64 / MIB as f64,
         setup.prepare_secs,
         o.oltp_secs,
         setup.default_scheduler,
