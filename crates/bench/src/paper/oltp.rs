@@ -866,7 +866,7 @@ pub fn render(s: &mut String, r: &PaperReport) {
     let _ = writeln!(
         s,
         "\n### Every point: CPU per NewOrder and the disk\n\n| config | series | conn | scheduler | CPUs | tpmC | NewOrder \
-         avg / p99 ms | errors | client CPU ms per NewOrder | daemon | disk reads | disk writes | lender hits |\n\
+         avg / p99 ms | errors | CPU ms per NewOrder: client (PostgreSQL, go-tpc, daemon) | daemon | disk reads | disk writes | lender hits |\n\
          |---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for x in &r.oltp {
