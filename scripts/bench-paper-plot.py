@@ -8,7 +8,8 @@ writes bench/results/paper-cloud-seqread.png, paper-cloud-randread.png, ... besi
 (pgbench: tps ratios; tpch: load/power/throughput ratios and the power test per query;
 migrate: each disk's utilization and the foreground's throughput over time; tenants: each
 tenant's target and use at the lender over time per allocation mode, paper 004's Fig. 4, one
-PNG per capacity point, -tenants-<share>.png).
+PNG per capacity point, -tenants-<share>.png; oltp: paper 002's OLTP figures, tpmC against
+connections per configuration, by the loop device's scheduler and by CPUs, -oltp.png).
 """
 import json
 import os
@@ -247,6 +248,76 @@ def plot_tenants(report, stem):
     return out
 
 
+def oltp_tpmc(report, cfg, kind, conn, sched=None, cpus=None):
+    for x in report.get("oltp", []):
+        if (x["config"] == cfg and x["kind"] == kind and x["connections"] == conn and not x.get("error")
+                and (sched is None or x["scheduler"] == sched) and (cpus is None or x["cpus"] == cpus)):
+            return x["tpmc"] if x["tpmc"] > 0 else None
+    return None
+
+
+def plot_oltp(report, png):
+    """Paper 002's OLTP figures: tpmC against connections per configuration (its Fig. of
+    throughput by processes), tpmC per block-layer scheduler, and CPU scaling."""
+    o = report["options"]
+    setup = report.get("oltp_setup") or {}
+    cfgs = [c for c in o["configs"] if any(x["config"] == c for x in report.get("oltp", []))]
+    if not cfgs:
+        return False
+    fig, (ax, axs, axc) = plt.subplots(1, 3, figsize=(15, 4), gridspec_kw={"width_ratios": [1.3, 1, 0.8]})
+    conns = o.get("oltp_connections", [])
+    for c in cfgs:
+        ys = [oltp_tpmc(report, c, "connections", n) for n in conns]
+        ax.plot(conns, [y if y else float("nan") for y in ys], marker="o", label=c)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(conns)
+    ax.set_xticklabels([str(n) for n in conns])
+    ax.set_xlabel("connections (go-tpc threads)")
+    ax.set_ylabel("tpmC (NewOrders per minute)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("tpmC by connections", fontsize=9)
+    ax.legend(fontsize=8)
+    n = o.get("oltp_point_connections", 16)
+    scheds = [s for s in o.get("oltp_schedulers", []) if s in setup.get("schedulers_available", [])]
+    pcfgs = [c for c in cfgs if any(x["config"] == c and x["kind"] != "connections" for x in report["oltp"])]
+
+    def bars(axis, labels, values_of, title, xlabel):
+        w = 0.8 / max(len(pcfgs), 1)
+        for i, c in enumerate(pcfgs):
+            ys = [values_of(c, lab) or float("nan") for lab in labels]
+            bs = axis.bar([v + (i - (len(pcfgs) - 1) / 2) * w for v in range(len(labels))], ys, w, label=c)
+            for b, y in zip(bs, ys):
+                if y == y:
+                    axis.annotate(f"{y:.0f}", (b.get_x() + b.get_width() / 2, y), ha="center", va="bottom", fontsize=7)
+        axis.set_xticks(range(len(labels)))
+        axis.set_xticklabels([str(x) for x in labels], fontsize=8)
+        axis.set_xlabel(xlabel)
+        axis.set_title(title, fontsize=9)
+        axis.legend(fontsize=8, loc="best")
+
+    bars(axs, scheds, lambda c, s: oltp_tpmc(report, c, "scheduler", n, sched=s),
+         f"tpmC by the loop device's scheduler, {n} connections", "scheduler")
+    cpus = [c for c in o.get("oltp_cpus", []) if 1 <= c <= setup.get("cpus_online", 0)]
+    bars(axc, cpus, lambda c, k: oltp_tpmc(report, c, "cpus", n, cpus=k), f"tpmC by CPUs (cpuset), {n} connections",
+         "CPUs")
+    for c, x in zip(pcfgs, range(len(pcfgs))):
+        lo = oltp_tpmc(report, c, "cpus", n, cpus=cpus[0]) if cpus else None
+        hi = oltp_tpmc(report, c, "cpus", n, cpus=cpus[-1]) if cpus else None
+        if lo and hi and len(cpus) > 1:
+            axc.annotate(f"{c}: {hi / lo:.2f}x", (0.02, 0.95 - 0.07 * x), xycoords="axes fraction", fontsize=7)
+    fig.suptitle(
+        f"OLTP (paper 002, issue 11): go-tpc TPC-C on PostgreSQL 15, {setup.get('warehouses', '?')} warehouses "
+        f"({(setup.get('data_bytes') or setup.get('database_bytes', 0)) / (1 << 20):.0f} MiB"
+        f"{'' if setup.get('data_bytes') else ' with WAL'}), client {human(o['memory_bytes'])}, disk {o['profile']}, "
+        f"{o.get('oltp_secs')} s per point",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def plot(path):
     report = json.load(open(path))
     o = report["options"]
@@ -256,6 +327,10 @@ def plot(path):
     for exp in o["experiments"]:
         if exp == "tenants":
             out.extend(plot_tenants(report, stem))
+            continue
+        if exp == "oltp":
+            if plot_oltp(report, f"{stem}-oltp.png"):
+                out.append(f"{stem}-oltp.png")
             continue
         if exp == "migrate":
             if plot_migrate(report, f"{stem}-migrate.png"):

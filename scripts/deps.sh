@@ -94,6 +94,30 @@ if ! id postgres >/dev/null 2>&1; then
   echo "deps: the 'postgres' user is missing (postgresql-common creates it); the PostgreSQL test runs as it" >&2
   exit 1
 fi
+# go-tpc (the Go module proxy): the TPC-C-like load of `bench paper --experiment oltp`, whose
+# quick version crates/cli/tests/bench_paper.rs runs as root. Built from source with the Go
+# toolchain into /usr/local/bin (GOBIN); without root that test needs nothing, so a missing Go
+# is an error only as root.
+GO_TPC_VERSION=v1.0.12
+if ! command -v go-tpc >/dev/null 2>&1 && [ ! -x /usr/local/bin/go-tpc ]; then
+  go=$(command -v go 2>/dev/null || true)
+  if [ -z "$go" ] && [ -x /usr/local/go/bin/go ]; then go=/usr/local/go/bin/go; fi
+  if [ -z "$go" ]; then
+    if [ "$(id -u)" = 0 ]; then
+      echo "deps: go-tpc is missing and so is Go (no go on PATH nor /usr/local/go/bin/go): install a Go toolchain (>= 1.21), then run make deps again" >&2
+      exit 1
+    fi
+    echo "deps: note: no Go toolchain, so no go-tpc: bench paper --experiment oltp cannot run (the root-only test is skipped without root)" >&2
+  elif [ "$(id -u)" != 0 ]; then
+    echo "deps: note: go-tpc is missing; as root: GOBIN=/usr/local/bin $go install github.com/pingcap/go-tpc/cmd/go-tpc@$GO_TPC_VERSION" >&2
+  else
+    echo "deps: installing go-tpc $GO_TPC_VERSION with $go install (GOBIN=/usr/local/bin)"
+    GOBIN=/usr/local/bin timeout 900 "$go" install "github.com/pingcap/go-tpc/cmd/go-tpc@$GO_TPC_VERSION" || {
+      echo "deps: go install of go-tpc failed; bench paper --experiment oltp cannot run" >&2
+      exit 1
+    }
+  fi
+fi
 # tpchgen-cli (PyPI): TPC-H data for the quick paper bench's tpch experiment, which
 # crates/cli/tests/bench_paper.rs runs as root (without root that test needs nothing).
 "$(dirname "$0")/bench-deps.sh" tpchgen || [ "$(id -u)" != 0 ]

@@ -69,7 +69,7 @@ pub fn cleanup() -> Vec<String> {
         }
     }
     let mut cgroups = Vec::new();
-    for ctl in ["memory", "blkio", "cpuacct"] {
+    for ctl in ["memory", "blkio", "cpuacct", "cpuset"] {
         for name in list_dir(&format!("{}/{ctl}", cgroup::ROOT)).into_iter().filter(|n| ours(n)) {
             let dir = Path::new(cgroup::ROOT).join(ctl).join(&name);
             for p in cgroup::pids(&dir) {

@@ -13,6 +13,8 @@
 //!   load, power and throughput tests of Tables 8/10).
 //! - [`tenants`]: paper 004's three PostgreSQL tenants, each with its own disk, memory cgroup
 //!   and `--tenant` mount, sharing one lender under each allocation mode.
+//! - [`oltp`]: paper 002's OLTP figures — go-tpc's TPC-C-like load on PostgreSQL 15 by
+//!   connections, block-layer scheduler and CPUs.
 //! - [`report`]: JSON, markdown tables with ratios, sanity checks, the issue's targets.
 
 /// A line on stderr about the run, above the progress bar when one is up
@@ -28,6 +30,7 @@ pub mod counters;
 pub mod engine;
 pub mod migrate;
 pub mod mount;
+pub mod oltp;
 pub mod pgbench;
 pub mod report;
 pub mod run;
@@ -87,6 +90,9 @@ pub enum Experiment {
     /// Paper 004: three PostgreSQL tenants (TPC-H Q4 at scale factors 1:2:3) sharing one
     /// lender, under each allocation mode ([`tenants`]).
     Tenants,
+    /// Paper 002's OLTP figures: go-tpc's TPC-C-like load on PostgreSQL 15, tpmC by
+    /// connections, loop-device scheduler and CPUs ([`oltp`]).
+    Oltp,
 }
 
 impl Experiment {
@@ -104,6 +110,7 @@ impl Experiment {
             Experiment::Serial => "serial",
             Experiment::Migrate => "migrate",
             Experiment::Tenants => "tenants",
+            Experiment::Oltp => "oltp",
         }
     }
 
@@ -127,6 +134,7 @@ impl Experiment {
             }
             Experiment::Serial => &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::Serialized],
             Experiment::Migrate | Experiment::Tenants => &[ConfigKind::Farcache],
+            Experiment::Oltp => &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::Farcache],
             _ => &ConfigKind::ALL,
         }
     }
@@ -151,6 +159,7 @@ impl Experiment {
             Experiment::Serial => "paper 002's serialization test",
             Experiment::Migrate => "paper 001, issue 14",
             Experiment::Tenants => "paper 004, issue 13",
+            Experiment::Oltp => "paper 002's OLTP, issue 11",
         }
     }
 
@@ -266,9 +275,10 @@ impl std::str::FromStr for Experiment {
             "serial" => Ok(Experiment::Serial),
             "migrate" => Ok(Experiment::Migrate),
             "tenants" => Ok(Experiment::Tenants),
+            "oltp" => Ok(Experiment::Oltp),
             _ => Err(format!(
                 "unknown experiment {s:?}: seqread, randread, pgbench, tpch (transfers comes with each); postmark, \
-                 dfsio, durable, destage (paper 003); engine, serial (paper 002); migrate (paper 001); tenants (paper 004)"
+                 dfsio, durable, destage (paper 003); engine, serial, oltp (paper 002); migrate (paper 001); tenants (paper 004)"
             )),
         }
     }
@@ -415,6 +425,32 @@ pub struct PaperOptions {
     pub tenants_resume: Vec<tenants::TenantsRecord>,
     #[serde(skip)]
     pub tenants_resume_setup: Option<tenants::TenantsSetup>,
+    /// oltp: warehouses (none: about three times the client's memory, [`oltp::warehouses_for`]).
+    #[serde(default)]
+    pub oltp_warehouses: Option<u32>,
+    /// oltp: go-tpc connection counts of the `connections` series.
+    #[serde(default)]
+    pub oltp_connections: Vec<u32>,
+    /// oltp: seconds of each point.
+    #[serde(default)]
+    pub oltp_secs: u64,
+    /// oltp: the loop device's schedulers of the `scheduler` series.
+    #[serde(default)]
+    pub oltp_schedulers: Vec<String>,
+    /// oltp: CPU counts of the `cpus` series (a cpuset of the first N CPUs).
+    #[serde(default)]
+    pub oltp_cpus: Vec<u32>,
+    /// oltp: the connection count of the scheduler and CPU series.
+    #[serde(default)]
+    pub oltp_point_connections: u32,
+    /// oltp: the configurations that run the scheduler and CPU series (empty: all).
+    #[serde(default)]
+    pub oltp_point_configs: Vec<ConfigKind>,
+    /// oltp: points an earlier run finished (`--resume`), kept rather than run.
+    #[serde(skip)]
+    pub oltp_resume: Vec<oltp::OltpRecord>,
+    #[serde(skip)]
+    pub oltp_resume_setup: Option<oltp::OltpSetup>,
 }
 
 impl PaperOptions {
@@ -473,6 +509,15 @@ impl PaperOptions {
             tenants_min_percent: None,
             tenants_resume: Vec::new(),
             tenants_resume_setup: None,
+            oltp_warehouses: None,
+            oltp_connections: oltp::CONNECTIONS.to_vec(),
+            oltp_secs: 60,
+            oltp_schedulers: oltp::SCHEDULERS.iter().map(|s| s.to_string()).collect(),
+            oltp_cpus: vec![1, 2],
+            oltp_point_connections: 16,
+            oltp_point_configs: Vec::new(),
+            oltp_resume: Vec::new(),
+            oltp_resume_setup: None,
         }
     }
 
@@ -510,6 +555,13 @@ impl PaperOptions {
             tenants_modes: vec!["static".into(), "mrc".into()],
             tenants_memory_bytes: 96 * MIB,
             tenants_drop_cache: true,
+            // oltp: one warehouse, the scheduler and CPU series in farcache only.
+            oltp_warehouses: Some(1),
+            oltp_connections: vec![1, 4],
+            oltp_secs: 3,
+            oltp_schedulers: vec!["none".into(), "mq-deadline".into()],
+            oltp_point_connections: 4,
+            oltp_point_configs: vec![ConfigKind::Farcache],
             ..PaperOptions::full(exe)
         }
     }
@@ -532,7 +584,8 @@ impl PaperOptions {
         let tier = if self.experiments.iter().any(|e| e.of_the_tier()) { writeback::disk_bytes(self) } else { 0 };
         let engine = if self.experiments.iter().any(|e| e.of_the_engine()) { self.engine_file_bytes } else { 0 };
         let migrate = if self.experiments.contains(&Experiment::Migrate) { migrate::disk_bytes(self) } else { 0 };
-        files + files / 8 + pg + tpch + tier + engine + migrate + 512 * MIB
+        let oltp = if self.experiments.contains(&Experiment::Oltp) { oltp::disk_bytes(self) } else { 0 };
+        files + files / 8 + pg + tpch + tier + engine + migrate + oltp + 512 * MIB
     }
 }
 

@@ -189,6 +189,13 @@ pub struct PaperReport {
     pub tenants_setup: Option<super::tenants::TenantsSetup>,
     #[serde(default)]
     pub tenants_runs: Vec<super::tenants::TenantsRecord>,
+    /// Paper 002's OLTP: the loaded data, one record per (configuration, point).
+    #[serde(default)]
+    pub oltp_setup: Option<super::oltp::OltpSetup>,
+    #[serde(default)]
+    pub oltp: Vec<super::oltp::OltpRecord>,
+    #[serde(default)]
+    pub oltp_error: Option<String>,
     pub checks: Vec<Verdict>,
     pub targets: Vec<Verdict>,
     pub complete: bool,
@@ -213,6 +220,9 @@ impl PaperReport {
             migrate_runs: Vec::new(),
             tenants_setup: None,
             tenants_runs: Vec::new(),
+            oltp_setup: None,
+            oltp: Vec::new(),
+            oltp_error: None,
             checks: Vec::new(),
             targets: Vec::new(),
             complete: false,
@@ -310,6 +320,7 @@ fn checks(r: &PaperReport) -> Vec<Verdict> {
     let o = &r.options;
     let mut v = super::migrate::checks(r);
     v.extend(super::tenants::checks(r));
+    v.extend(super::oltp::checks(r));
     if o.experiments.contains(&Experiment::Pgbench) {
         if let Some(e) = &r.pgbench_error {
             v.push(Verdict { what: "pgbench: the database was made".into(), measured: e.clone(), ok: false });
@@ -553,6 +564,7 @@ fn targets(r: &PaperReport) -> Vec<Verdict> {
     let o = &r.options;
     let mut v = super::migrate::targets(r);
     v.extend(super::tenants::targets(r));
+    v.extend(super::oltp::targets(r));
     if o.experiments.contains(&Experiment::Randread) {
         for &size in &o.sizes_bytes {
             if !fits_lenders_not_client(o, size) {
@@ -730,6 +742,7 @@ pub fn render(r: &PaperReport) -> String {
     render_engine_runs(&mut s, r);
     super::migrate::render(&mut s, r);
     super::tenants::render(&mut s, r);
+    super::oltp::render(&mut s, r);
     render_transfers(&mut s, r);
     render_memory(&mut s, r);
     for (title, list) in [("Sanity checks", &r.checks), ("Targets (issue 4)", &r.targets)] {

@@ -93,6 +93,11 @@ pub fn run(o: &PaperOptions, progress: &mut dyn FnMut(&PaperReport)) -> Result<P
             report.secs_total = started.elapsed().as_secs_f64();
             continue;
         }
+        if exp == Experiment::Oltp {
+            super::oltp::run_experiment(&mut tb, o, &mut report, progress, &bar)?;
+            report.secs_total = started.elapsed().as_secs_f64();
+            continue;
+        }
         if exp == Experiment::Migrate {
             super::migrate::run_experiment(&mut tb, o, &mut report, progress, &bar)?;
             report.secs_total = started.elapsed().as_secs_f64();
@@ -223,7 +228,8 @@ fn pass_limit(o: &PaperOptions, exp: Experiment, size: u64) -> Duration {
             | Experiment::Engine
             | Experiment::Serial
             | Experiment::Migrate
-            | Experiment::Tenants,
+            | Experiment::Tenants
+            | Experiment::Oltp,
         ) => 0,
     };
     Duration::from_secs(3 * secs + 60)

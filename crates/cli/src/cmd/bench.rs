@@ -53,7 +53,7 @@ struct PaperArgs {
     render: Option<PathBuf>,
     /// Experiments: seqread, randread, pgbench, tpch (transfers, Table 9, comes with each);
     /// paper 003's write-back tier: postmark, dfsio, durable (best with --profile ssd);
-    /// paper 002's engine: engine, serial; paper 001's migration between two disks: migrate
+    /// paper 002's engine: engine, serial, oltp (go-tpc TPC-C on PostgreSQL); paper 001's migration between two disks: migrate
     /// (best with --profile hdd); paper 004's three PostgreSQL tenants on one lender: tenants.
     /// Default: all (--quick: seqread, randread, tpch).
     /// `transfers` alone means seqread and randread.
@@ -209,6 +209,31 @@ struct PaperArgs {
     /// every minimum 0.
     #[arg(long, value_name = "PERCENT")]
     tenants_min: Option<u32>,
+    /// oltp: TPC-C warehouses (default: about 3× the client's memory on disk, ~115 MiB each;
+    /// --quick 1).
+    #[arg(long)]
+    oltp_warehouses: Option<u32>,
+    /// oltp: go-tpc connection counts (default 1,2,4,8,16,32; --quick 1,4).
+    #[arg(long, value_delimiter = ',')]
+    oltp_connections: Option<Vec<u32>>,
+    /// oltp: seconds of each point (default 60; --quick 3).
+    #[arg(long)]
+    oltp_secs: Option<u64>,
+    /// oltp: the loop device's schedulers to compare (default none,mq-deadline,bfq,kyber; those
+    /// the kernel lacks are skipped and said so; "" for none).
+    #[arg(long, value_delimiter = ',')]
+    oltp_schedulers: Option<Vec<String>>,
+    /// oltp: CPU counts (cpuset of PostgreSQL, go-tpc and the mount daemon; default 1,2; ""
+    /// for none).
+    #[arg(long, value_delimiter = ',')]
+    oltp_cpus: Option<Vec<String>>,
+    /// oltp: connections of the scheduler and CPU points (default 16; --quick 4).
+    #[arg(long)]
+    oltp_point_connections: Option<u32>,
+    /// oltp: configurations that run the scheduler and CPU points (default all; --quick
+    /// farcache).
+    #[arg(long, value_delimiter = ',')]
+    oltp_point_configs: Option<Vec<ConfigKind>>,
     /// Directory for paper-*.json and paper-*.md.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -680,6 +705,47 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
         anyhow::ensure!(m.bytes() >= 64 << 20, "--tenants-memory: at least 64MiB (PostgreSQL and the mount daemon)");
         o.tenants_memory_bytes = m.bytes();
     }
+    let max_conn = paper::oltp::MAX_CLIENT_CONNECTIONS;
+    if let Some(w) = a.oltp_warehouses {
+        anyhow::ensure!((1..=1000).contains(&w), "--oltp-warehouses: 1 to 1000");
+        o.oltp_warehouses = Some(w);
+    }
+    if let Some(c) = a.oltp_connections {
+        anyhow::ensure!(
+            !c.is_empty() && c.iter().all(|c| (1..=max_conn).contains(c)),
+            "--oltp-connections: 1 to {max_conn} each"
+        );
+        o.oltp_connections = c;
+    }
+    if let Some(x) = a.oltp_secs {
+        anyhow::ensure!((1..=3600).contains(&x), "--oltp-secs: 1 to 3600");
+        o.oltp_secs = x;
+    }
+    if let Some(sc) = a.oltp_schedulers {
+        let sc: Vec<String> = sc.into_iter().filter(|x| !x.is_empty()).collect();
+        for x in &sc {
+            anyhow::ensure!(
+                x.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'),
+                "--oltp-schedulers: names such as none, mq-deadline, bfq, kyber, not {x:?}"
+            );
+        }
+        o.oltp_schedulers = sc;
+    }
+    if let Some(c) = a.oltp_cpus {
+        o.oltp_cpus = c
+            .iter()
+            .filter(|x| !x.is_empty())
+            .map(|x| x.parse::<u32>().ok().filter(|n| (1..=1024).contains(n)))
+            .collect::<Option<Vec<u32>>>()
+            .ok_or_else(|| anyhow::anyhow!("--oltp-cpus: CPU counts, 1 to 1024 each (e.g. 1,2)"))?;
+    }
+    if let Some(n) = a.oltp_point_connections {
+        anyhow::ensure!((1..=max_conn).contains(&n), "--oltp-point-connections: 1 to {max_conn}");
+        o.oltp_point_connections = n;
+    }
+    if let Some(c) = a.oltp_point_configs {
+        o.oltp_point_configs = c;
+    }
     anyhow::ensure!(
         o.sizes_bytes.iter().all(|s| *s >= 1 << 20 && s.trailing_zeros() >= 12),
         "--sizes: whole 4 KiB blocks, at least 1MiB"
@@ -696,6 +762,8 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
         "paper001"
     } else if o.experiments.iter().all(|e| *e == Experiment::Tenants) {
         "paper004"
+    } else if o.experiments.iter().all(|e| *e == Experiment::Oltp) {
+        "paper002-oltp"
     } else {
         "paper"
     };
@@ -708,6 +776,11 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("--resume: {} is not a bench paper report; move it away", json.display()))?;
             o.migrate_resume = earlier.migrate_runs.into_iter().filter(|r| r.error.is_none()).collect();
             eprintln!("paper: --resume: {} configuration(s) done before, kept", o.migrate_resume.len());
+            o.oltp_resume = earlier.oltp.into_iter().filter(|r| r.error.is_none()).collect();
+            o.oltp_resume_setup = earlier.oltp_setup;
+            if !o.oltp_resume.is_empty() {
+                eprintln!("paper: --resume: {} oltp point(s) done before", o.oltp_resume.len());
+            }
         }
     }
     // tenants: the points the results file holds are kept, the others run (resumable).
