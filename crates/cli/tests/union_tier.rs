@@ -79,23 +79,16 @@ impl Dirs {
     }
 
     fn balance(&self, extra: &[&str]) -> Output {
-        let mnt = self.d.mnt.to_str().unwrap();
-        let mut args = vec!["balance", mnt, "--json", "--window-ms", "100"];
-        args.extend_from_slice(extra);
-        run_bin(bin(), &args)
+        self.d.balance(bin(), extra)
     }
 
+    /// `farcache balance` that must succeed: its final status.
     fn balanced(&self, extra: &[&str]) -> Value {
-        let out = self.balance(extra);
-        assert!(out.status.success(), "balance {extra:?}: {}{}", text(&out.stdout), text(&out.stderr));
-        let s = text(&out.stdout);
-        serde_json::from_str(s.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {s}"))
+        self.d.balanced(bin(), extra)
     }
 
     fn stats(&self) -> Value {
-        let out = run_bin(bin(), &["stats", self.d.mnt.to_str().unwrap(), "--json"]);
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        serde_json::from_slice(&out.stdout).unwrap()
+        self.d.stats(bin())
     }
 
     fn flush(&self) {

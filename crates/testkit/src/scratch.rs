@@ -126,6 +126,29 @@ impl UnionDirs {
     pub fn m(&self, rel: &str) -> PathBuf {
         self.mnt.join(rel)
     }
+
+    /// `farcache balance MNT --json --window-ms 100 EXTRA…` with the binary `bin`.
+    pub fn balance(&self, bin: &Path, extra: &[&str]) -> std::process::Output {
+        let mnt = self.mnt.to_str().unwrap();
+        let mut args = vec!["balance", mnt, "--json", "--window-ms", "100"];
+        args.extend_from_slice(extra);
+        crate::run_bin(bin, &args)
+    }
+
+    /// [`UnionDirs::balance`] that must succeed: its final status.
+    pub fn balanced(&self, bin: &Path, extra: &[&str]) -> serde_json::Value {
+        let out = self.balance(bin, extra);
+        let s = crate::text(&out.stdout);
+        assert!(out.status.success(), "balance {extra:?}: {s}{}", crate::text(&out.stderr));
+        serde_json::from_str(s.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {s}"))
+    }
+
+    /// `farcache stats MNT --json`, which must succeed.
+    pub fn stats(&self, bin: &Path) -> serde_json::Value {
+        let out = crate::run_bin(bin, &["stats", self.mnt.to_str().unwrap(), "--json"]);
+        assert!(out.status.success(), "{}", crate::text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
 }
 
 impl Drop for UnionDirs {
