@@ -239,9 +239,13 @@ reader_pid=
 # up to 20 s for its "mounted" line.
 start_mount() {
   local i
+  # In a session of its own (setsid execs in place: the PID stays the daemon's): a Ctrl-C to
+  # the demo reaches the script, whose trap stops the reader and then the daemon, in that
+  # order. A daemon that got the SIGINT too unmounted under the reader, which then failed
+  # (ECONNABORTED) before the trap ran, and the demo exited 1 instead of 130.
   (
     if [ -n "$cgroup" ]; then echo "$BASHPID" >"$cgroup/cgroup.procs"; fi
-    exec "$BIN" mount "$backing" "$mnt" "$@"
+    exec setsid "$BIN" mount "$backing" "$mnt" "$@"
   ) >"$work/mount.out" 2>"$work/mount.log" &
   mount_pid=$!
   for ((i = 0; i < 200; i++)); do

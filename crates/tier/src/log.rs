@@ -36,6 +36,8 @@ use crate::page::{self, Page};
 use crate::{FileKey, TierError, PAGE_BYTES};
 
 const PB: u64 = PAGE_BYTES as u64;
+/// Reads of a dirty block without a lock before [`Log::read_block`] takes the commit lock.
+const OPTIMISTIC_READS: usize = 8;
 /// Most pages one leader writes before it flushes (bounds a group, and what recovery may
 /// find written but never flushed after the log's end).
 pub const MAX_GROUP_PAGES: u64 = 2048;
@@ -760,7 +762,8 @@ impl Log {
     /// The newest contents of dirty block `block` of `key`: the page (bytes past `valid` are
     /// zeros) and `valid`, or `None` if the block is not dirty (any more).
     pub fn read_block(&self, key: FileKey, block: u64) -> std::io::Result<Option<(Box<Page>, u32)>> {
-        for _ in 0..8 {
+        // Optimistic reads first: no lock held across the medium's read.
+        for _ in 0..OPTIMISTIC_READS {
             let rec = {
                 let ix = self.index.lock();
                 match ix.files.get(&key).and_then(|f| f.blocks.get(&block)) {
@@ -786,7 +789,32 @@ impl Log {
             p.0[rec.valid as usize..].fill(0);
             return Ok(Some((p, rec.valid)));
         }
-        Err(std::io::Error::other("tier: a dirty block kept moving under a read"))
+        // A block rewritten (or its page freed) under every attempt — writers hammering it on
+        // a loaded machine (measured: eight threads rewriting slices of the same blocks, the
+        // destager freeing every 5 ms, made eight attempts fail in a row). Read it once more
+        // holding the commit lock: no batch is written and no page freed or reused while it is
+        // held (every append and `free_through` takes it), so this read cannot lose the race.
+        // Bounded: one read of one page while appends wait.
+        self.read_block_locked(key, block)
+    }
+
+    /// [`Log::read_block`] under the commit lock: cannot race a rewrite or a free.
+    fn read_block_locked(&self, key: FileKey, block: u64) -> std::io::Result<Option<(Box<Page>, u32)>> {
+        let _ring = self.commit.lock();
+        let rec = match self.index.lock().files.get(&key).and_then(|f| f.blocks.get(&block)) {
+            Some(r) => *r,
+            None => return Ok(None),
+        };
+        let mut p = Page::zeroed();
+        self.medium.read_at(rec.page * PB, &mut p.0)?;
+        if data_crc(&p.0) != rec.crc {
+            return Err(std::io::Error::other(format!(
+                "tier: the record of block {block} of file key {} at page {} fails its checksum (the medium is damaged)",
+                key.0, rec.page
+            )));
+        }
+        p.0[rec.valid as usize..].fill(0);
+        Ok(Some((p, rec.valid)))
     }
 
     /// Seq of the newest committed batch (0: none ever).
