@@ -229,8 +229,7 @@ fn an_interrupted_demo_leaves_nothing_behind() {
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(500));
-    // Ctrl-C: SIGINT to the whole process group (the script and the reader; the mount daemon
-    // runs in a session of its own and is stopped by the script's trap).
+    // Ctrl-C: SIGINT to the whole process group (the script, the mount daemon, the reader).
     // SAFETY: a signal to the process group of our own child, which leads it.
     unsafe { libc::kill(-(pid as i32), libc::SIGINT) };
     let t = Instant::now();
