@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use super::cgroup::Cgroup;
 use super::counters::{lender_totals, thread_cpu_ms, thread_groups_since, CpuProbe, CpuTime, LenderTotals};
 use super::mount::MountDaemon;
-use super::pgbench::{cached_under, chown, du, pg_run, postgres_user, Server, PG_CMD_TIMEOUT, SHARED_BUFFERS};
+use super::pgbench::{cached_under, du, pg_run, postgres_user, Server, PG_CMD_TIMEOUT, SHARED_BUFFERS};
 use super::report::{PaperReport, Verdict};
 use super::run::oom_kills;
 use super::testbed::{DiskStat, Testbed};
@@ -372,21 +372,8 @@ pub fn prepare(tb: &Testbed, o: &PaperOptions) -> Result<OltpSetup> {
     let go = go_tpc()?;
     let t = Instant::now();
     let warehouses = warehouses_for(o);
-    let base = tb.ext4.join("oltp");
+    let pristine = super::pgbench::init_pristine(tb, "oltp", user)?;
     let sock = tb.dir.join("sock");
-    for d in [&base, &sock] {
-        std::fs::create_dir_all(d).ctx(|| format!("create {}", d.display()))?;
-        chown(d, user)?;
-    }
-    let pristine = base.join("pristine");
-    let p = pristine.to_string_lossy().to_string();
-    pg_run(
-        tb,
-        "initdb",
-        &["-D", &p, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"],
-        &[],
-        PG_CMD_TIMEOUT,
-    )?;
     let conf_path = pristine.join("postgresql.conf");
     let mut conf = std::fs::read_to_string(&conf_path).ctx(|| "read postgresql.conf".into())?;
     let _ = write!(

@@ -293,18 +293,17 @@ pub(super) fn du(p: &Path) -> u64 {
     n
 }
 
-/// Make the pristine database under ext4/pg/pristine.
-pub fn prepare(tb: &Testbed, o: &PaperOptions) -> Result<PgSetup> {
-    let user = postgres_user()?;
-    let t = Instant::now();
-    let scale = scale_for(o);
-    let pg = tb.ext4.join("pg");
+/// Make ext4/DIR (and the testbed's socket directory) owned by `user`, and a fresh cluster in
+/// ext4/DIR/pristine, which it returns. PostgreSQL's configuration is the
+/// caller's.
+pub(super) fn init_pristine(tb: &Testbed, dir: &str, user: PgUser) -> Result<PathBuf> {
+    let base = tb.ext4.join(dir);
     let sock = tb.dir.join("sock");
-    for d in [&pg, &sock] {
+    for d in [&base, &sock] {
         std::fs::create_dir_all(d).ctx(|| format!("create {}", d.display()))?;
         chown(d, user)?;
     }
-    let pristine = pg.join("pristine");
+    let pristine = base.join("pristine");
     let p = pristine.to_string_lossy().to_string();
     pg_run(
         tb,
@@ -313,6 +312,16 @@ pub fn prepare(tb: &Testbed, o: &PaperOptions) -> Result<PgSetup> {
         &[],
         PG_CMD_TIMEOUT,
     )?;
+    Ok(pristine)
+}
+
+/// Make the pristine database under ext4/pg/pristine.
+pub fn prepare(tb: &Testbed, o: &PaperOptions) -> Result<PgSetup> {
+    let user = postgres_user()?;
+    let t = Instant::now();
+    let scale = scale_for(o);
+    let pristine = init_pristine(tb, "pg", user)?;
+    let sock = tb.dir.join("sock");
     let conf = format!(
         "\n# farcache bench paper\nlisten_addresses = ''\nunix_socket_directories = '{}'\nshared_buffers = {SHARED_BUFFERS}\n\
          max_connections = 40\n",
