@@ -66,6 +66,12 @@ pub(crate) fn stale() -> io::Error {
 
 fn errno(e: io::Error) -> Errno {
     match e.raw_os_error() {
+        Some(libc::EIO) => {
+            // The backing store's own I/O error, passed on: say where it came from, since the
+            // kernel makes EIOs of its own too (a malformed reply) and they look the same.
+            tracing::debug!("answered EIO from the backing store: {e}");
+            Errno::EIO
+        }
         Some(n) if n > 0 => Errno::from_i32(n),
         _ => {
             tracing::debug!("error without an OS code answered as EIO: {e}");
