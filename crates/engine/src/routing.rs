@@ -849,8 +849,10 @@ impl RouterState {
     /// `blocks` blocks were sent to the lenders to fill them.
     pub fn filled(&self, blocks: u64) {
         if let RouterState::Adaptive(m) = self {
-            m.fills_window.fetch_add(blocks, Ordering::Relaxed);
-            m.survival_tick();
+            if blocks > 0 {
+                m.fills_window.fetch_add(blocks, Ordering::Relaxed);
+                m.survival_tick();
+            }
         }
     }
 

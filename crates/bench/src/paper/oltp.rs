@@ -453,14 +453,9 @@ pub(super) fn run_experiment(
         Some(s) => s,
         None => {
             bar.message("oltp: loading the data");
-            match prepare(tb, o) {
-                Ok(s) => s,
-                Err(e) if sys::interrupted() => return Err(e),
-                Err(e) => {
-                    note!("paper: oltp: FAILED to load the data: {e}");
-                    report.oltp_error = Some(e.to_string());
-                    return Ok(());
-                }
+            match super::run::setup_or_note("oltp: FAILED to load the data", prepare(tb, o), &mut report.oltp_error)? {
+                Some(s) => s,
+                None => return Ok(()),
             }
         }
     };
@@ -502,14 +497,7 @@ fn run_config(
     progress: &mut dyn FnMut(&PaperReport),
 ) -> Result<()> {
     let user = postgres_user()?;
-    let base = tb.ext4.join("oltp");
-    let data = base.join("data");
-    if data.exists() {
-        std::fs::remove_dir_all(&data).ctx(|| format!("remove {}", data.display()))?;
-    }
-    let (src, dst) = (base.join("pristine").to_string_lossy().to_string(), data.to_string_lossy().to_string());
-    sys::run_with_timeout("cp", &["-a", &src, &dst], PG_CMD_TIMEOUT)?;
-    tb.remount()?;
+    let data = super::pgbench::fresh_copy(tb, "oltp")?;
     let cached_at_start = cached_under(&data);
     let mem = tb.memory_cgroup(Some(o.memory_bytes))?;
     let cpu = tb.cpu_cgroup()?;

@@ -315,6 +315,20 @@ pub(super) fn init_pristine(tb: &Testbed, dir: &str, user: PgUser) -> Result<Pat
     Ok(pristine)
 }
 
+/// ext4/DIR/data made afresh as a copy of ext4/DIR/pristine ([`init_pristine`]'s), and the
+/// disk remounted so that no page of it is cached: the data directory's path.
+pub(super) fn fresh_copy(tb: &mut Testbed, dir: &str) -> Result<PathBuf> {
+    let base = tb.ext4.join(dir);
+    let data = base.join("data");
+    if data.exists() {
+        std::fs::remove_dir_all(&data).ctx(|| format!("remove {}", data.display()))?;
+    }
+    let (src, dst) = (base.join("pristine").to_string_lossy().to_string(), data.to_string_lossy().to_string());
+    sys::run_with_timeout("cp", &["-a", &src, &dst], PG_CMD_TIMEOUT)?;
+    tb.remount()?;
+    Ok(data)
+}
+
 /// Make the pristine database under ext4/pg/pristine.
 pub fn prepare(tb: &Testbed, o: &PaperOptions) -> Result<PgSetup> {
     let user = postgres_user()?;
@@ -360,14 +374,7 @@ fn parse_pgbench(out: &str) -> Option<(f64, f64, u64, u64)> {
 /// Every pgbench run of one configuration, on a fresh copy of the pristine database.
 pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result<Vec<PgRecord>> {
     let user = postgres_user()?;
-    let pg = tb.ext4.join("pg");
-    let data = pg.join("data");
-    if data.exists() {
-        std::fs::remove_dir_all(&data).ctx(|| format!("remove {}", data.display()))?;
-    }
-    let (src, dst) = (pg.join("pristine").to_string_lossy().to_string(), data.to_string_lossy().to_string());
-    sys::run("cp", &["-a", &src, &dst])?;
-    tb.remount()?;
+    let data = fresh_copy(tb, "pg")?;
     let cached_at_start = cached_under(&data);
     let limit = (cfg != ConfigKind::Ideal).then_some(o.memory_bytes);
     let mem = tb.memory_cgroup(limit)?;

@@ -136,6 +136,21 @@ pub fn run(o: &PaperOptions, progress: &mut dyn FnMut(&PaperReport)) -> Result<P
     Ok(report)
 }
 
+/// An experiment's one-time setup: `Some` of it, or `None` with its failure noted (`what:
+/// error`) and kept in `error`, so that the run goes on with the other experiments; an
+/// interrupt ends the run.
+pub(super) fn setup_or_note<T>(what: &str, setup: Result<T>, error: &mut Option<String>) -> Result<Option<T>> {
+    match setup {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if sys::interrupted() => Err(e),
+        Err(e) => {
+            note!("paper: {what}: {e}");
+            *error = Some(e.to_string());
+            Ok(None)
+        }
+    }
+}
+
 /// pgbench: the database once, then every configuration; a configuration that fails is
 /// recorded as failed and the others still run.
 fn run_pgbench(
@@ -146,14 +161,10 @@ fn run_pgbench(
     bar: &Progress,
 ) -> Result<()> {
     bar.message("pgbench: making the database");
-    let setup = match pgbench::prepare(tb, o) {
-        Ok(s) => s,
-        Err(e) if sys::interrupted() => return Err(e),
-        Err(e) => {
-            note!("paper: pgbench: FAILED to make the database: {e}");
-            report.pgbench_error = Some(e.to_string());
-            return Ok(());
-        }
+    let Some(setup) =
+        setup_or_note("pgbench: FAILED to make the database", pgbench::prepare(tb, o), &mut report.pgbench_error)?
+    else {
+        return Ok(());
     };
     report.pgbench_setup = Some(setup);
     for cfg in o.configs_for(Experiment::Pgbench) {
@@ -182,14 +193,9 @@ fn run_tpch(
     bar: &Progress,
 ) -> Result<()> {
     bar.message("tpch: making the data");
-    let setup = match tpch::prepare(tb, o) {
-        Ok(s) => s,
-        Err(e) if sys::interrupted() => return Err(e),
-        Err(e) => {
-            note!("paper: tpch: FAILED to make the data: {e}");
-            report.tpch_error = Some(e.to_string());
-            return Ok(());
-        }
+    let Some(setup) = setup_or_note("tpch: FAILED to make the data", tpch::prepare(tb, o), &mut report.tpch_error)?
+    else {
+        return Ok(());
     };
     report.tpch_setup = Some(setup.clone());
     for cfg in o.configs_for(Experiment::Tpch) {
