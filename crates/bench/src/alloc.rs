@@ -191,6 +191,10 @@ pub struct AllocRow {
     /// Rounds that ended after their slot on the clock (the machine fell behind the
     /// scenario's time line; the allocators then saw it stretched).
     pub rounds_late: u32,
+    /// Blocks taken across shards to hold the allocation (the lender's `placement_swaps`;
+    /// `mrc` only; absent from older reports).
+    #[serde(default)]
+    pub placement_swaps: u64,
     /// Lender misses per tenth of the run ([`optimum::WINDOWS`]).
     pub window_misses: Vec<u64>,
     /// Per tenth of the run, at its end, per tenant: target and use in blocks, and its hits
@@ -248,8 +252,8 @@ pub fn run(o: &AllocBenchOptions) -> Result<AllocReport> {
         for &mode in &o.modes {
             let row = run_one(o, &dir, sc, &plan, mode)?;
             eprintln!(
-                "{:<11} {:<9}: {} lender misses of {} GETs ({:.1} s, {} rounds late)",
-                row.scenario, row.mode, row.lender_misses, row.gets, row.secs, row.rounds_late
+                "{:<11} {:<9}: {} lender misses of {} GETs ({:.1} s, {} rounds late, {} placement swaps)",
+                row.scenario, row.mode, row.lender_misses, row.gets, row.secs, row.rounds_late, row.placement_swaps
             );
             rows.push(row);
         }
@@ -408,6 +412,7 @@ fn run_one(
         tenants,
         secs,
         rounds_late: behind,
+        placement_swaps: field(&v, "placement_swaps"),
         window_misses,
         window_tenants,
     })

@@ -217,7 +217,17 @@ fn bench_alloc_quick_two_modes() {
         let tenants = r["tenants"].as_array().unwrap();
         assert!(tenants.len() >= 2, "{r}");
         assert!(tenants.iter().any(|t| t[1].as_u64().unwrap() > 0), "no tenant has a target: {r}");
+        // Only `mrc` predicts what a tenant should hit, so only it swaps blocks across shards.
+        let swaps = r["placement_swaps"].as_u64().unwrap_or_else(|| panic!("no placement_swaps: {r}"));
+        if r["mode"] == "static" {
+            assert_eq!(swaps, 0, "{r}");
+        }
     }
+    let mrc_swaps: u64 =
+        rows.iter().filter(|r| r["mode"] == "mrc").map(|r| r["placement_swaps"].as_u64().unwrap()).sum();
+    // The phase change moves a tenant's keys into shards its old blocks do not fill: its
+    // target is held by swaps (167 and 241 in two runs here), and the report carries them.
+    assert!(mrc_swaps > 0, "no placement swap under mrc in seven scenarios: {json}");
     // The offline optimum of every scenario: no allocation avoids the cold misses, and the
     // best split per tenth is at least as good as the equal one.
     let optimum = json["optimum"].as_array().unwrap();

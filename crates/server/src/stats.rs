@@ -35,6 +35,11 @@ pub struct ServerStats {
     pub connections_refused: u64,
     pub protocol_errors: u64,
     pub timeouts: u64,
+    /// Blocks one tenant took from another across shards to hold its allocation (`mrc`
+    /// placement swaps, store.rs "Placement"): admin connections only, like the connection
+    /// counters (absent from older servers: 0).
+    #[serde(default)]
+    pub placement_swaps: u64,
     /// The caller's tenant, or every tenant for an admin connection.
     pub tenants: Vec<TenantStats>,
     /// Tenants left out of `tenants` because the list would not fit in one frame.
@@ -143,6 +148,7 @@ pub fn collect(server: &Server, tenant: TenantId, admin: bool) -> ServerStats {
         connections_refused: seen(&cc.refused),
         protocol_errors: seen(&cc.protocol_errors),
         timeouts: seen(&cc.timeouts),
+        placement_swaps: if admin { store.swaps() } else { 0 },
         tenants,
         tenants_omitted: 0,
     }

@@ -147,7 +147,11 @@ fn render(s: &ServerStats) -> String {
         s.connections, s.connections_total, s.connections_refused, s.protocol_errors, s.timeouts
     );
     let alloc = if s.allocation.is_empty() { "shared" } else { s.allocation.as_str() };
-    let _ = writeln!(out, "allocation {alloc}");
+    if s.placement_swaps > 0 {
+        let _ = writeln!(out, "allocation {alloc} ({} placement swaps)", s.placement_swaps);
+    } else {
+        let _ = writeln!(out, "allocation {alloc}");
+    }
     let _ = writeln!(
         out,
         "{:<20} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>9} {:>9} {:>10}",

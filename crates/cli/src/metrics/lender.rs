@@ -41,6 +41,7 @@ impl Collector for Snapshot {
             (SERVER_REFUSED, s.connections_refused),
             (SERVER_PROTOCOL_ERRORS, s.protocol_errors),
             (SERVER_TIMEOUTS, s.timeouts),
+            (SERVER_PLACEMENT_SWAPS, s.placement_swaps),
         ] {
             o.value(m, v)?;
         }
@@ -74,8 +75,13 @@ mod tests {
 
     #[test]
     fn every_lender_name_is_rendered_with_tenant_labels() {
-        let mut s =
-            ServerStats { version: "0.1.0".into(), policy: "lru".into(), capacity_bytes: 4096, ..Default::default() };
+        let mut s = ServerStats {
+            version: "0.1.0".into(),
+            policy: "lru".into(),
+            capacity_bytes: 4096,
+            placement_swaps: 3,
+            ..Default::default()
+        };
         s.tenants.push(farcache_server::stats::TenantStats {
             name: "db\"1".into(),
             limit_bytes: 4096,
@@ -87,6 +93,7 @@ mod tests {
         assert!(text.ends_with("# EOF\n"), "{text}");
         assert!(text.contains("farcache_server_tenant_hits_total{tenant=\"db\\\"1\"} 7"), "{text}");
         assert!(text.contains("farcache_server_capacity_bytes 4096"), "{text}");
+        assert!(text.contains("farcache_server_placement_swaps_total 3"), "{text}");
         for m in SERVER {
             assert!(text.contains(&format!("\n{}", m.exposed())), "{} missing:\n{text}", m.exposed());
         }

@@ -59,6 +59,7 @@ metrics! { SERVER:
     SERVER_REFUSED = "farcache_server_connections_refused", Counter, "Connections turned away at max_connections";
     SERVER_PROTOCOL_ERRORS = "farcache_server_protocol_errors", Counter, "Malformed requests, and connections closed for bad input or failed handshakes";
     SERVER_TIMEOUTS = "farcache_server_timeouts", Counter, "Connections closed for idleness, slow frames, missing HELLO or unread answers";
+    SERVER_PLACEMENT_SWAPS = "farcache_server_placement_swaps", Counter, "Blocks a tenant short of its allocation took from another tenant's blocks in a full shard (mrc placement)";
     TENANT_LIMIT = "farcache_server_tenant_limit_bytes", Gauge, "Most memory the tenant may hold";
     TENANT_USED = "farcache_server_tenant_used_bytes", Gauge, "Slots the tenant holds times slot size";
     TENANT_TARGET = "farcache_server_tenant_target_bytes", Gauge, "Memory the allocator gives the tenant now (server.allocation)";
