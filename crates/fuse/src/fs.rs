@@ -57,6 +57,8 @@ pub(crate) struct Passthrough {
     /// Where operations on names record what they are about to do (`journal.rs`); `None`
     /// when it could not be opened (then a resent one may fail although it took effect).
     pub(crate) journal: Option<Arc<crate::journal::Journal>>,
+    /// Requests received by opcode (`ops_count.rs`), shared with the mount's stats.
+    pub(crate) ops: Arc<crate::OpCounts>,
 }
 
 /// An unknown node id or handle: the kernel and we disagree, which is a bug somewhere.
@@ -124,6 +126,7 @@ impl Passthrough {
             keeper: crate::KeeperSlot::default(),
             union: None,
             journal: None,
+            ops: Arc::default(),
         })
     }
 
@@ -314,6 +317,10 @@ macro_rules! answer {
 }
 
 impl Filesystem for Passthrough {
+    fn request_received(&self, opcode: u32) {
+        self.ops.count(opcode);
+    }
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         if let Err(n) = config.set_max_write(self.max_write) {
             let _ = config.set_max_write(n);
