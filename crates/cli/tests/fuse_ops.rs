@@ -108,3 +108,29 @@ fn nix_seek_data(f: &fs::File) -> i64 {
     unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA) }
 }
 
+/// Write-through writes of one file, and the GETXATTR requests they cost.
+fn getxattrs_for_ten_writes(d: &Dirs, mount_table: &str) -> u64 {
+    let m = d.mount(mount_table);
+    let f = OpenOptions::new().write(true).open(m.m("f")).unwrap();
+    let before = ops(m.mnt());
+    for i in 0..10u64 {
+        f.write_all_at(&[i as u8; 4096], i * 4096).unwrap();
+    }
+    let after = ops(m.mnt());
+    assert_eq!(delta(&before, &after, "write"), 10, "{after:#}");
+    drop(f);
+    m.stop();
+    delta(&before, &after, "getxattr")
+}
+
+/// Without FUSE_HANDLE_KILLPRIV_V2 the kernel asks for `security.capability` before every
+/// write(2) (a GETXATTR round trip each); with it (`mount.handle_killpriv`, the default) it
+/// asks once per file at most, and never again once the file is known to have none.
+#[test]
+fn handle_killpriv_spares_writes_their_getxattr() {
+    let d = Dirs::new();
+    let off = getxattrs_for_ten_writes(&d, "writeback_cache = false\nhandle_killpriv = false\n");
+    assert_eq!(off, 10, "one GETXATTR per write without FUSE_HANDLE_KILLPRIV_V2");
+    let on = getxattrs_for_ten_writes(&d, "writeback_cache = false\n");
+    assert!(on <= 1, "{on} GETXATTRs for 10 writes with FUSE_HANDLE_KILLPRIV_V2");
+}
