@@ -857,6 +857,115 @@ fn other_users_get_kernel_permission_checks_and_own_what_they_create() {
     });
 }
 
+/// A write or truncation by a user without `CAP_FSETID` drops the file's set-user-id bit, and
+/// its set-group-id bit where group execute is set; root's does not; a write drops file
+/// capabilities. Under `mount.handle_killpriv` (the default, FUSE_HANDLE_KILLPRIV_V2) the
+/// daemon does this, not the kernel; with it off the kernel does — the same outcome.
+#[test]
+fn set_id_bits_and_capabilities_go_with_writes_and_truncates() {
+    require_root("acting as another user");
+    for (tag, cfg) in [("killpriv", None), ("killpriv-off", Some("[mount]\nhandle_killpriv = false\n"))] {
+        with_mount(tag, cfg, |m| {
+            let mnt = |rel: &str| m.m(rel).to_str().unwrap().to_string();
+            let mode = |rel: &str| fs::metadata(m.b(rel)).unwrap().permissions().mode() & 0o7777;
+            for (name, bits) in [("w", 0o6777), ("w-nogx", 0o6767), ("t", 0o6777), ("o", 0o6777), ("root", 0o6777)] {
+                fs::write(m.b(name), b"0123456789").unwrap();
+                fs::set_permissions(m.b(name), fs::Permissions::from_mode(bits)).unwrap();
+            }
+            // Every file is read once through the mount first, so the kernel knows its mode.
+            for name in ["w", "w-nogx", "t", "o", "root"] {
+                assert_eq!(fs::read(m.m(name)).unwrap(), b"0123456789");
+            }
+            let out = as_nobody(&["sh", "-c", &format!("printf x >> {} && printf y >> {}", mnt("w"), mnt("w-nogx"))]);
+            assert!(out.status.success(), "{out:?}");
+            assert_eq!(mode("w"), 0o0777, "{tag}: a write by nobody drops both bits (group execute set)");
+            assert_eq!(mode("w-nogx"), 0o2767, "{tag}: set-group-id without group execute stays");
+            let out = as_nobody(&["truncate", "-s", "3", &mnt("t")]);
+            assert!(out.status.success(), "{out:?}");
+            assert_eq!(mode("t"), 0o0777, "{tag}: a truncate by nobody drops both bits");
+            assert_eq!(fs::read(m.b("t")).unwrap(), b"012");
+            let out = as_nobody(&["sh", "-c", &format!(": > {}", mnt("o"))]);
+            assert!(out.status.success(), "{out:?}");
+            assert_eq!(mode("o"), 0o0777, "{tag}: an O_TRUNC open by nobody drops both bits");
+            assert_eq!(fs::read(m.b("o")).unwrap(), b"");
+            let f = OpenOptions::new().append(true).open(m.m("root")).unwrap();
+            f.write_all_at(b"!", 10).unwrap();
+            f.sync_all().unwrap();
+            assert_eq!(mode("root"), 0o6777, "{tag}: root (CAP_FSETID) keeps them");
+            // File capabilities (VFS_CAP_REVISION_2: cap_net_raw permitted), set behind the
+            // mount, go with the next write through it.
+            let mut cap = Vec::new();
+            for w in [0x0200_0000u32, 1 << 13, 0, 0, 0] {
+                cap.extend_from_slice(&w.to_le_bytes());
+            }
+            fs::write(m.b("cap"), b"c").unwrap();
+            xattr_set(&m.b("cap"), "security.capability", &cap, 0).unwrap();
+            let f = OpenOptions::new().write(true).open(m.m("cap")).unwrap();
+            f.write_all_at(b"d", 0).unwrap();
+            f.sync_all().unwrap();
+            assert_eq!(errno(xattr_get(&m.b("cap"), "security.capability", 64)), libc::ENODATA, "{tag}");
+            // Extended attributes still work under FUSE_HANDLE_KILLPRIV_V2.
+            xattr_set(&m.m("cap"), "user.color", b"blue", 0).unwrap();
+            assert_eq!(xattr_get(&m.m("cap"), "user.color", 64).unwrap(), b"blue");
+        });
+    }
+}
+
+/// `mount.direct_io_backing_writes`: aligned writes reach the backing file without staying in
+/// its page cache, unaligned ones are written buffered, and every read — through the mount
+/// after its cache is dropped, with O_DIRECT, and of the backing file — sees the newest bytes
+/// whichever way each write went.
+#[test]
+fn direct_backing_writes_are_coherent_and_leave_the_backing_file_uncached() {
+    const LEN: usize = 4 << 20;
+    with_mount("direct-writes", Some("[mount]\ndirect_io_backing_writes = true\n"), |m| {
+        let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(m.m("f")).unwrap();
+        let mut model = pattern(1, 0, LEN);
+        f.write_all_at(&model, 0).unwrap();
+        // Aligned and unaligned writes over the same pages, in turn.
+        for (i, (off, len)) in
+            [(0usize, 8192usize), (104, 5000), (8192, 65536), (4088, 16), (1 << 20, 1 << 20), (LEN - 24, 24)]
+                .into_iter()
+                .enumerate()
+        {
+            let data = pattern(10 + i as u64, off as u64, len);
+            f.write_all_at(&data, off as u64).unwrap();
+            model[off..off + len].copy_from_slice(&data);
+            let mut back = vec![0u8; len];
+            f.read_exact_at(&mut back, off as u64).unwrap();
+            assert!(back == data, "write {i} at {off}+{len}: read back through the mount");
+        }
+        f.sync_all().unwrap();
+        // The backing file, read on its own side, has every write.
+        assert!(fs::read(m.b("f")).unwrap() == model, "the backing file");
+        // SAFETY: plain syscall on an open descriptor; drops the mount's cached pages.
+        assert_eq!(unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+        drop(f);
+        assert!(fs::read(m.m("f")).unwrap() == model, "through the mount, after its cache was dropped");
+        // Aligned writes of a fresh file: the backing file's pages are not cached after them.
+        let g = OpenOptions::new().write(true).create(true).truncate(true).open(m.m("g")).unwrap();
+        for i in 0..(LEN / 65536) {
+            g.write_all_at(&pattern(3, (i * 65536) as u64, 65536), (i * 65536) as u64).unwrap();
+        }
+        g.sync_all().unwrap();
+        drop(g);
+        let (res, pages) = resident_pages(&m.b("g"));
+        assert!(res * 20 < pages, "direct backing writes: {res} of {pages} backing pages cached (want < 5%)");
+        assert!(fs::read(m.m("g")).unwrap() == pattern(3, 0, LEN));
+    });
+    // The check can fail: with buffered backing writes the same writes cache the backing file.
+    with_mount("buffered-writes", Some("[mount]\ndirect_io_backing_writes = false\n"), |m| {
+        let g = OpenOptions::new().write(true).create(true).truncate(true).open(m.m("g")).unwrap();
+        for i in 0..(LEN / 65536) {
+            g.write_all_at(&pattern(3, (i * 65536) as u64, 65536), (i * 65536) as u64).unwrap();
+        }
+        g.sync_all().unwrap();
+        drop(g);
+        let (res, pages) = resident_pages(&m.b("g"));
+        assert!(res * 2 > pages, "buffered backing writes: only {res} of {pages} pages cached");
+    });
+}
+
 /// Pages of `path` resident in the page cache, and the file's pages.
 fn resident_pages(path: &Path) -> (usize, usize) {
     let f = File::open(path).unwrap();

@@ -11,7 +11,11 @@
 //! Writes: buffered (write-through to the backing file's page cache, durable on fsync as on
 //! any file) — unless the application opened the file with `O_DIRECT` (a database managing
 //! its own cache): then its aligned writes go direct too, copied into an aligned buffer, and
-//! an unaligned one is written buffered (counted: `fallback_unaligned_writes`).
+//! an unaligned one is written buffered (counted: `fallback_unaligned_writes`). With
+//! `direct_writes` (`mount.direct_io_backing_writes`) every aligned write goes direct, the
+//! others buffered (not counted): a page written through the mount is cached once, above
+//! it, instead of also in the backing file's page cache, where the daemon's direct reads
+//! never look and which the memory cgroup of the daemon pays for (BENCHMARKS.md, session 14).
 //!
 //! Coherence: a direct read first writes back dirty pages in its range, and a direct write
 //! writes them back and drops them (the kernel does both for every `O_DIRECT` transfer), so
@@ -50,6 +54,10 @@ const _: () = assert!(MAX_READ_BYTES.is_multiple_of(DEFAULT_DIO_ALIGN as usize))
 pub struct BackingOptions {
     /// Read backing files with `O_DIRECT` where the file system supports it.
     pub direct_io: bool,
+    /// With `direct_io`: write them with `O_DIRECT` too where a write is aligned, whatever
+    /// the application's open flags (`mount.direct_io_backing_writes`), so written pages do
+    /// not sit in the backing file's page cache as a second copy of the mount's.
+    pub direct_writes: bool,
 }
 
 /// How one read or write was served.
@@ -73,8 +81,11 @@ pub struct BackingFile {
     /// `None` inside: direct I/O is off, unsupported, or failed to open.
     direct: OnceLock<Option<DirectFd>>,
     direct_wanted: bool,
-    /// The application opened the file with `O_DIRECT`: its aligned writes go direct.
+    /// Aligned writes go direct: the application opened the file with `O_DIRECT`, or
+    /// `BackingOptions::direct_writes`.
     writes_direct: bool,
+    /// The application opened the file with `O_DIRECT` (an unaligned write is a fallback).
+    app_direct: bool,
     /// Set when a direct transfer failed with EINVAL: the rest of this file's I/O is buffered.
     direct_broken: AtomicBool,
 }
@@ -92,14 +103,17 @@ impl BackingFile {
     /// Wrap `file`, opened with access mode `accmode` (`O_RDONLY`, `O_WRONLY` or `O_RDWR`).
     pub fn new(id: FileId, file: File, accmode: i32, opts: &BackingOptions) -> BackingFile {
         let readable = accmode != libc::O_WRONLY;
+        let writable = accmode != libc::O_RDONLY;
+        let writes_direct = opts.direct_io && opts.direct_writes && writable;
         BackingFile {
             id,
             file,
             readable,
-            writable: accmode != libc::O_RDONLY,
+            writable,
             direct: OnceLock::new(),
-            direct_wanted: opts.direct_io && readable,
-            writes_direct: false,
+            direct_wanted: (opts.direct_io && readable) || writes_direct,
+            writes_direct,
+            app_direct: false,
             direct_broken: AtomicBool::new(false),
         }
     }
@@ -107,7 +121,8 @@ impl BackingFile {
     /// The application opened the file with `O_DIRECT` (`flags` are its open flags): write
     /// direct too, where `direct_io` is on and the writes are aligned.
     pub fn with_app_flags(mut self, flags: i32, opts: &BackingOptions) -> BackingFile {
-        self.writes_direct = opts.direct_io && self.writable && flags & libc::O_DIRECT != 0;
+        self.app_direct = opts.direct_io && self.writable && flags & libc::O_DIRECT != 0;
+        self.writes_direct |= self.app_direct;
         self.direct_wanted |= self.writes_direct;
         self
     }
@@ -177,8 +192,8 @@ impl BackingFile {
     }
 
     /// Write all of `data` at `offset` through `io`: direct if the application opened the
-    /// file with `O_DIRECT` and the write is aligned, else buffered (through to the backing
-    /// file's page cache).
+    /// file with `O_DIRECT` (or `direct_writes` is on) and the write is aligned, else buffered
+    /// (through to the backing file's page cache).
     pub fn write_at(&self, io: &IoEngine, offset: u64, data: &[u8]) -> io::Result<WriteMode> {
         if self.writes_direct && !data.is_empty() {
             if let Some(d) = self.live_direct_fd(io) {
@@ -192,7 +207,7 @@ impl BackingFile {
                         }
                         Err(e) => return Err(e),
                     }
-                } else {
+                } else if self.app_direct {
                     io.counters().fallback_unaligned_writes.hit(|| {
                         format!(
                             "a write of {:?} opened O_DIRECT at {offset}+{} is off the {}-byte alignment; written buffered",
@@ -374,7 +389,7 @@ mod tests {
         let ids = Identities::new();
         let f = File::open(&p).unwrap();
         let id = ids.identify(&f).unwrap();
-        let bf = BackingFile::new(id, f, libc::O_RDONLY, &BackingOptions { direct_io: true });
+        let bf = BackingFile::new(id, f, libc::O_RDONLY, &BackingOptions { direct_io: true, direct_writes: false });
         let direct = bf.reads_direct();
         // The target directory is on a disk file system here; only tmpfs lacks O_DIRECT.
         // SAFETY: statfs is plain old data; all zeroes is a valid value.
@@ -406,7 +421,7 @@ mod tests {
         let ids = Identities::new();
         let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
         let id = ids.identify(&f).unwrap();
-        let bf = BackingFile::new(id, f, libc::O_RDWR, &BackingOptions { direct_io: true });
+        let bf = BackingFile::new(id, f, libc::O_RDWR, &BackingOptions { direct_io: true, direct_writes: false });
         let io = IoEngine::default();
         bf.write_at(&io, 4000, b"hello").unwrap();
         let (got, _) = bf.read_at(&io, 3998, 9).unwrap();
@@ -422,7 +437,7 @@ mod tests {
         let p = d.join("f");
         let f = File::create(&p).unwrap();
         let id = Identities::new().identify(&f).unwrap();
-        let bf = BackingFile::new(id, f, libc::O_WRONLY, &BackingOptions { direct_io: true });
+        let bf = BackingFile::new(id, f, libc::O_WRONLY, &BackingOptions { direct_io: true, direct_writes: false });
         assert!(!bf.reads_direct());
         assert_eq!(
             bf.read_at(&IoEngine::default(), 0, MAX_READ_BYTES + 1).unwrap_err().raw_os_error(),
@@ -436,7 +451,7 @@ mod tests {
         let d = tmpdir("dwrite");
         let p = d.join("f");
         File::create(&p).unwrap().write_all(&pattern(3 * 4096)).unwrap();
-        let opts = BackingOptions { direct_io: true };
+        let opts = BackingOptions { direct_io: true, direct_writes: false };
         for io in engines() {
             let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
             let id = Identities::new().identify(&f).unwrap();

@@ -304,7 +304,15 @@ mod tests {
         let p = d.path().join("f");
         std::fs::write(&p, b"deferred").unwrap();
         let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
-        (d, BackingFile::new(FileId::union(1), f, libc::O_RDWR, &crate::BackingOptions { direct_io: false }))
+        (
+            d,
+            BackingFile::new(
+                FileId::union(1),
+                f,
+                libc::O_RDWR,
+                &crate::BackingOptions { direct_io: false, direct_writes: false },
+            ),
+        )
     }
 
     #[test]

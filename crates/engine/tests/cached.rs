@@ -297,7 +297,8 @@ fn the_mounts_own_writes_on_other_handles_are_never_taken_for_changes_behind_its
             while !stop.load(Ordering::Relaxed) || opens < 100 {
                 let f = std::fs::File::open(dir.path().join("f")).unwrap();
                 let id = Identities::new().identify(&f).unwrap();
-                let b = BackingFile::new(id, f, libc::O_RDONLY, &BackingOptions { direct_io: true });
+                let b =
+                    BackingFile::new(id, f, libc::O_RDONLY, &BackingOptions { direct_io: true, direct_writes: false });
                 e.opened(&b);
                 e.read(&b, (opens % 256) * 4096, 4096).unwrap();
                 opens += 1;

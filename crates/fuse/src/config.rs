@@ -32,6 +32,12 @@ keep_cache = true
 # Read backing files with O_DIRECT where the file system supports it, so the daemon's reads
 # do not fill the page cache a second time (and a slow disk stays slow).
 direct_io_backing = true
+# With direct_io_backing: write backing files with O_DIRECT too where a write is aligned (the
+# others buffered), so a page written through the mount is cached once — in the kernel's page
+# cache above the mount — rather than a second time in the backing file's, which the
+# daemon's direct reads never use and the daemon's memory cgroup pays for. Each aligned write
+# then waits for the device, as it would for an application's O_DIRECT write.
+direct_io_backing_writes = false
 # Backing I/O engine: "uring" (io_uring, where the kernel offers it; else the synchronous
 # path, counted in `farcache stats` as backing.io.fallback_no_uring) or "sync" (one blocking
 # system call per operation on the FUSE thread).
@@ -68,6 +74,12 @@ writeback_cache = false
 # round trip per write: BENCHMARKS.md, "Nothing gets slower", session 11). For a database
 # that uses no xattrs or ACLs, off is the faster write path.
 xattrs = true
+# The daemon drops a written or truncated file's set-user-ID/set-group-ID bits and
+# capabilities itself (FUSE_HANDLE_KILLPRIV_V2), as a local file system does. The kernel then
+# stops asking for security.capability before every write(2) — one FUSE round trip per write
+# saved, with extended attributes still served (BENCHMARKS.md, "Session 14"). Off: the kernel
+# asks before every write, as before.
+handle_killpriv = true
 # Requests the kernel may queue in the background (readahead, async reads).
 max_background = 64
 # Largest write request the kernel sends (at most 1MiB with 4KiB pages).
@@ -95,6 +107,7 @@ pub struct MountConfig {
     pub entry_timeout: HumanDuration,
     pub keep_cache: bool,
     pub direct_io_backing: bool,
+    pub direct_io_backing_writes: bool,
     pub io_engine: IoEngineKind,
     pub io_queue_depth: u32,
     pub io_max_in_flight: u32,
@@ -104,6 +117,7 @@ pub struct MountConfig {
     pub readdirplus: bool,
     pub writeback_cache: bool,
     pub xattrs: bool,
+    pub handle_killpriv: bool,
     pub max_background: u16,
     pub max_write: farcache_config::ByteSize,
     pub max_inodes: u64,
@@ -197,6 +211,7 @@ impl Default for MountConfig {
             entry_timeout: HumanDuration::secs(1),
             keep_cache: true,
             direct_io_backing: true,
+            direct_io_backing_writes: false,
             io_engine: IoEngineKind::Uring,
             io_queue_depth: 32,
             io_max_in_flight: 256,
@@ -206,6 +221,7 @@ impl Default for MountConfig {
             readdirplus: true,
             writeback_cache: false,
             xattrs: true,
+            handle_killpriv: true,
             max_background: 64,
             max_write: farcache_config::ByteSize::mib(1),
             max_inodes: 1_000_000,

@@ -40,6 +40,10 @@ pub(crate) struct Passthrough {
     pub(crate) writeback_cache: bool,
     /// `mount.xattrs`: false answers every xattr request ENOSYS, which the kernel remembers.
     pub(crate) xattrs: bool,
+    /// `mount.handle_killpriv`: FUSE_HANDLE_KILLPRIV_V2 asked for at INIT (the daemon drops
+    /// set-id bits and capabilities on write and truncate; the kernel stops asking for
+    /// `security.capability` before every write).
+    pub(crate) handle_killpriv: bool,
     pub(crate) max_write: u32,
     pub(crate) max_background: u16,
     /// We run as root: inodes we create are given to the calling user.
@@ -57,6 +61,8 @@ pub(crate) struct Passthrough {
     /// Where operations on names record what they are about to do (`journal.rs`); `None`
     /// when it could not be opened (then a resent one may fail although it took effect).
     pub(crate) journal: Option<Arc<crate::journal::Journal>>,
+    /// Requests received by opcode (`ops_count.rs`), shared with the mount's stats.
+    pub(crate) ops: Arc<crate::OpCounts>,
 }
 
 /// An unknown node id or handle: the kernel and we disagree, which is a bug somewhere.
@@ -108,13 +114,17 @@ impl Passthrough {
             dirs: Handles::new(usize::try_from(cfg.max_open_handles).unwrap_or(usize::MAX), incarnation),
             data,
             ids: Identities::new(),
-            backing_opts: BackingOptions { direct_io: cfg.direct_io_backing },
+            backing_opts: BackingOptions {
+                direct_io: cfg.direct_io_backing,
+                direct_writes: cfg.direct_io_backing_writes,
+            },
             attr_ttl: cfg.attr_timeout.get(),
             entry_ttl: cfg.entry_timeout.get(),
             keep_cache: cfg.keep_cache,
             readdirplus: cfg.readdirplus,
             writeback_cache: cfg.writeback_cache,
             xattrs: cfg.xattrs,
+            handle_killpriv: cfg.handle_killpriv,
             max_write: u32::try_from(cfg.max_write.bytes()).unwrap_or(u32::MAX),
             max_background: cfg.max_background,
             chown_new: sys::is_root(),
@@ -124,6 +134,7 @@ impl Passthrough {
             keeper: crate::KeeperSlot::default(),
             union: None,
             journal: None,
+            ops: Arc::default(),
         })
     }
 
@@ -314,6 +325,10 @@ macro_rules! answer {
 }
 
 impl Filesystem for Passthrough {
+    fn request_received(&self, opcode: u32) {
+        self.ops.count(opcode);
+    }
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         if let Err(n) = config.set_max_write(self.max_write) {
             let _ = config.set_max_write(n);
@@ -334,6 +349,13 @@ impl Filesystem for Passthrough {
         }
         if self.writeback_cache {
             want.push(InitFlags::FUSE_WRITEBACK_CACHE);
+        }
+        if self.handle_killpriv {
+            // The kernel then sets SB_NOSEC: after a file's first write finds no set-id bit
+            // and no capability, it stops asking (one GETXATTR round trip per write(2)
+            // saved), and leaves dropping them to us (`sys::kill_suidgid`, and the backing
+            // file system's own handling of capabilities when we write it).
+            want.push(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         }
         for f in want {
             if let Err(missing) = config.add_capabilities(f) {
@@ -401,7 +423,7 @@ impl Filesystem for Passthrough {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let set = crate::ops_attr::SetAttr { mode, uid, gid, size, atime, mtime };
+        let set = crate::ops_attr::SetAttr { mode, uid, gid, size, atime, mtime, kill_suidgid: _req.uid() != 0 };
         answer!(reply, self.do_setattr(ino, fh, &set), |a| reply.attr(&self.attr_ttl, &a))
     }
 
@@ -465,8 +487,9 @@ impl Filesystem for Passthrough {
         answer!(reply, res, |a| self.entry(reply, &a))
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        answer!(reply, self.do_open(ino, self.app_flags(flags.0)), |fh| reply.opened(Fh(fh), self.fopen_flags(flags.0)))
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        answer!(reply, self.do_open(ino, self.app_flags(flags.0), req.uid() != 0), |fh| reply
+            .opened(Fh(fh), self.fopen_flags(flags.0)))
     }
 
     fn read(
@@ -495,7 +518,8 @@ impl Filesystem for Passthrough {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        answer!(reply, self.do_write(ino, fh, offset, data, _flags.0), |n| reply.written(n))
+        let kill = _write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        answer!(reply, self.do_write(ino, fh, offset, data, _flags.0, kill), |n| reply.written(n))
     }
 
     fn flush(&self, _req: &Request, ino: INodeNo, fh: Fh, _lock_owner: LockOwner, reply: ReplyEmpty) {

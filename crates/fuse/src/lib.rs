@@ -33,6 +33,7 @@ mod handles;
 mod inode;
 mod journal;
 mod ops_attr;
+mod ops_count;
 mod ops_dir;
 mod ops_entry;
 mod ops_file;
@@ -57,6 +58,7 @@ pub use config::{
     split_branches, Backing, CreatePolicy, FuseUring, MountConfig, MAX_FUSE_URING_QUEUE_DEPTH, MAX_THREADS, TEMPLATE,
 };
 pub use error::MountError;
+pub use ops_count::OpCounts;
 pub use takeover::{Handover, HandoverState, INIT_KEYS, TAKEOVER_PROTOCOL};
 pub use transport::{kernel_enable_uring, Transport, TransportStats, ENABLE_URING_PARAM};
 
@@ -299,9 +301,10 @@ impl Mount {
         let keeper = fs.keeper.clone();
         let why_not = transport::plan(cfg)?;
         let fc = fuser_config(&backing, cfg, root, why_not.is_none());
+        let ops = fs.ops.clone();
         let session = fuser::Session::new(fs, &mountpoint, &fc)
             .map_err(|source| MountError::Mount { mountpoint: mountpoint.clone(), source })?;
-        let transport = Transport::negotiated(cfg, why_not, session.uring_stats())?;
+        let transport = Transport::negotiated(cfg, why_not, session.uring_stats())?.with_ops(ops);
         // Not stat(2): that would ask the file system, which serves nothing before `run`.
         let dev = mounted_dev(&mountpoint).ok_or_else(|| MountError::Mount {
             mountpoint: mountpoint.clone(),
@@ -374,9 +377,10 @@ impl Mount {
         let joined: Vec<String> = canon.iter().map(|b| b.display().to_string()).collect();
         let why_not = transport::plan(cfg)?;
         let fc = fuser_config(Path::new(&joined.join(":")), cfg, root, why_not.is_none());
+        let ops = fs.ops.clone();
         let session = fuser::Session::new(fs, &mountpoint, &fc)
             .map_err(|source| MountError::Mount { mountpoint: mountpoint.clone(), source })?;
-        let transport = Transport::negotiated(cfg, why_not, session.uring_stats())?;
+        let transport = Transport::negotiated(cfg, why_not, session.uring_stats())?.with_ops(ops);
         let dev = mounted_dev(&mountpoint).ok_or_else(|| MountError::Mount {
             mountpoint: mountpoint.clone(),
             source: io::Error::other("mounted, but not found in /proc/self/mountinfo"),
@@ -478,6 +482,7 @@ impl Mount {
         let acl = fc.acl;
         let main = sys::dup(h.fuse.as_fd())
             .map_err(|source| MountError::Session { mountpoint: mountpoint.clone(), source })?;
+        let ops = fs.ops.clone();
         let session = fuser::Session::from_initialized_fd(fs, main, acl, fc);
         if resend {
             if let Err(e) = sys::notify_resend(h.fuse.as_fd()) {
@@ -495,7 +500,7 @@ impl Mount {
             if resend { ", unanswered requests resent" } else { "" }
         );
         let mut m = Mount::serve(session, mountpoint, dev, cfg, h.workers, slot, h.keep, incarnation)?;
-        m.transport = Transport::read_loops(cfg, "a taken-over connection is served by read loops");
+        m.transport = Transport::read_loops(cfg, "a taken-over connection is served by read loops").with_ops(ops);
         m.union = handle;
         Ok(m)
     }

@@ -26,6 +26,9 @@ pub(crate) struct SetAttr {
     pub(crate) size: Option<u64>,
     pub(crate) atime: Option<TimeOrNow>,
     pub(crate) mtime: Option<TimeOrNow>,
+    /// The caller may not keep set-id bits through a truncation (not root; see
+    /// `sys::kill_suidgid`).
+    pub(crate) kill_suidgid: bool,
 }
 
 /// The answer to getxattr/listxattr: the size needed (when asked with size 0) or the bytes.
@@ -65,6 +68,12 @@ impl Passthrough {
         }
         if let Some(size) = set.size {
             self.truncate(&inode, handle.as_ref().map(|h| &h.backing), size)?;
+            if set.kill_suidgid && set.mode.is_none() {
+                match &handle {
+                    Some(h) => sys::kill_suidgid(h.backing.file().as_fd(), false)?,
+                    None => sys::kill_suidgid(inode.fd(), true)?,
+                }
+            }
         }
         if set.atime.is_some() || set.mtime.is_some() {
             let times = [timespec(set.atime), timespec(set.mtime)];

@@ -15,7 +15,9 @@ use crate::ops_entry::backing_open_flags;
 use crate::sys;
 
 impl Passthrough {
-    pub(crate) fn do_open(&self, ino: INodeNo, flags: i32) -> io::Result<u64> {
+    /// `kill_suidgid`: the caller may not keep set-id bits through a truncation (not root;
+    /// see `sys::kill_suidgid`).
+    pub(crate) fn do_open(&self, ino: INodeNo, flags: i32, kill_suidgid: bool) -> io::Result<u64> {
         let inode = self.inode(ino)?;
         // A union: no switch of this file between the reopen and the handle's entry (and a
         // truncation counts as a write).
@@ -30,6 +32,9 @@ impl Passthrough {
         // With atomic O_TRUNC negotiated the kernel leaves truncation on open to us.
         if flags & libc::O_TRUNC != 0 {
             self.truncate(&inode, Some(&backing), 0)?;
+            if kill_suidgid {
+                sys::kill_suidgid(backing.file().as_fd(), false)?;
+            }
         }
         self.files.insert(FileHandle::on(backing, branch))
     }
@@ -47,16 +52,30 @@ impl Passthrough {
         r
     }
 
-    pub(crate) fn do_write(&self, ino: INodeNo, fh: Fh, offset: u64, data: &[u8], flags: i32) -> io::Result<u32> {
+    /// `kill_suidgid`: the kernel asked for the file's set-id bits to go (the write's
+    /// `FUSE_WRITE_KILL_SUIDGID`, under `FUSE_HANDLE_KILLPRIV_V2`).
+    pub(crate) fn do_write(
+        &self,
+        ino: INodeNo,
+        fh: Fh,
+        offset: u64,
+        data: &[u8],
+        flags: i32,
+        kill_suidgid: bool,
+    ) -> io::Result<u32> {
         let h = self.file(ino, fh, Some(flags))?;
         if !h.backing.writable() {
             return Err(sys::err(libc::EBADF));
         }
-        if !self.xattrs && !self.data.backing_is_complete() {
-            // The kernel asks no more (ENOSYS). A write that reaches the backing file has its
-            // file system drop the capabilities (as for any writer); one a write-back tier
-            // holds would drop them only at destage, so it is done here, at once.
+        if (!self.xattrs || self.handle_killpriv) && !self.data.backing_is_complete() {
+            // The kernel does not ask about capabilities (xattrs answered ENOSYS, or
+            // FUSE_HANDLE_KILLPRIV_V2). A write that reaches the backing file has its file
+            // system drop them (as for any writer); one a write-back tier holds would drop
+            // them only at destage, so it is done here, at once.
             sys::drop_capabilities(h.backing.file().as_fd());
+        }
+        if kill_suidgid {
+            sys::kill_suidgid(h.backing.file().as_fd(), false)?;
         }
         let n = match &self.union {
             None => self.data.write(&h.backing, offset, data)?,

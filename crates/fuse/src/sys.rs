@@ -290,6 +290,29 @@ pub(crate) fn setxattr(fd: BorrowedFd<'_>, name: &CStr, value: &[u8], flags: i32
     Ok(())
 }
 
+/// Drop a regular file's set-user-ID bit, and its set-group-ID bit where group execute is set
+/// (else it marks mandatory locking, and stays), as the kernel does when a caller without
+/// `CAP_FSETID` writes or truncates it. Under `FUSE_HANDLE_KILLPRIV_V2` the kernel leaves
+/// this to the file system, and the daemon, running as root, writes with `CAP_FSETID`, so the
+/// backing file system would not. A file with neither bit costs one `fstat`. `o_path`: `fd`
+/// is an `O_PATH` descriptor (changed by its /proc path).
+pub(crate) fn kill_suidgid(fd: BorrowedFd<'_>, o_path: bool) -> io::Result<()> {
+    let st = fstat(fd)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Ok(());
+    }
+    let mode = st.st_mode & 0o7777;
+    let kill = libc::S_ISUID | if mode & libc::S_IXGRP != 0 { libc::S_ISGID } else { 0 };
+    if mode & kill == 0 {
+        return Ok(());
+    }
+    if o_path {
+        fchmod_path(fd, mode & !kill)
+    } else {
+        fchmod(fd, mode & !kill)
+    }
+}
+
 /// Drop a file's capabilities (`security.capability`), as a local file system does on every
 /// write: with `mount.xattrs = false` and a write-back tier the kernel no longer asks the mount
 /// about them and the backing file is written later, so the daemon does it (a file without

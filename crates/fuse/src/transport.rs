@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{FuseUring, MountConfig, MountError};
+use std::collections::BTreeMap;
+
+use crate::{FuseUring, MountConfig, MountError, OpCounts};
 
 /// The kernel's switch for FUSE-over-io_uring (Linux 6.14+, off by default).
 pub const ENABLE_URING_PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
@@ -54,6 +56,8 @@ pub struct Transport {
     /// Why rings are not asked for ("" when they are).
     why_not: String,
     rings: Option<Arc<fuser::UringStats>>,
+    /// Requests received by opcode (counted by the file system).
+    ops: Arc<OpCounts>,
 }
 
 /// What `farcache stats` shows of the transport (docs/METRICS.md, `fuse`).
@@ -72,11 +76,15 @@ pub struct TransportStats {
     pub ring_requests: u64,
     /// Replies the kernel refused over the rings.
     pub ring_commit_errors: u64,
+    /// Requests received since the daemon started, by FUSE opcode (every opcode's name,
+    /// `other` for any opcode without one), over either transport.
+    #[serde(default)]
+    pub ops: BTreeMap<String, u64>,
 }
 
 impl Transport {
     pub(crate) fn read_loops(cfg: &MountConfig, why: &str) -> Transport {
-        Transport { setting: cfg.fuse_uring, why_not: why.to_string(), rings: None }
+        Transport { setting: cfg.fuse_uring, why_not: why.to_string(), rings: None, ops: Arc::default() }
     }
 
     /// After INIT: rings asked for (`why_not` None) and agreed, or the reason they are not.
@@ -86,7 +94,7 @@ impl Transport {
         stats: Arc<fuser::UringStats>,
     ) -> Result<Transport, MountError> {
         if let Some(why) = why_not {
-            return Ok(Transport { setting: cfg.fuse_uring, why_not: why, rings: None });
+            return Ok(Transport { setting: cfg.fuse_uring, why_not: why, rings: None, ops: Arc::default() });
         }
         if !stats.negotiated.load(Ordering::SeqCst) {
             let problem = if stats.offered.load(Ordering::SeqCst) {
@@ -100,9 +108,15 @@ impl Transport {
                     fix: format!("check {ENABLE_URING_PARAM} is Y, or set mount.fuse_uring = \"auto\" or \"off\""),
                 });
             }
-            return Ok(Transport { setting: cfg.fuse_uring, why_not: problem, rings: None });
+            return Ok(Transport { setting: cfg.fuse_uring, why_not: problem, rings: None, ops: Arc::default() });
         }
-        Ok(Transport { setting: cfg.fuse_uring, why_not: String::new(), rings: Some(stats) })
+        Ok(Transport { setting: cfg.fuse_uring, why_not: String::new(), rings: Some(stats), ops: Arc::default() })
+    }
+
+    /// The counters the mount's file system counts its requests in.
+    pub(crate) fn with_ops(mut self, ops: Arc<OpCounts>) -> Transport {
+        self.ops = ops;
+        self
     }
 
     /// For the mount's log line.
@@ -130,6 +144,7 @@ impl Transport {
             mode: "read-loops".into(),
             fuse_uring: self.setting.to_string(),
             reason: self.why_not.clone(),
+            ops: self.ops.snapshot(),
             ..TransportStats::default()
         };
         if let Some(s) = &self.rings {

@@ -417,6 +417,12 @@ pub trait Filesystem: Send + Sync + 'static {
     /// Called on filesystem exit.
     fn destroy(&mut self) {}
 
+    // farcache patch: a hook for counting requests by opcode.
+    /// Called with the raw FUSE opcode of every request read after the INIT handshake, before
+    /// it is dispatched (including requests answered by the session itself — INTERRUPT,
+    /// unknown opcodes — and FORGETs). Must be cheap: it runs on the serving thread.
+    fn request_received(&self, _opcode: u32) {}
+
     /// Look up a directory entry by name and get its attributes.
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         warn!("[Not Implemented] lookup(parent: {parent:#x?}, name {name:?})");

@@ -56,6 +56,10 @@ impl<'a> RequestWithSender<'a> {
     /// request and sends back the returned reply to the kernel
     pub(crate) fn dispatch<FS: Filesystem>(&self, se: &SessionEventLoop<FS>) {
         debug!("{} thread={}", self.request, se.thread_name);
+        // farcache patch: count the request by opcode (`Filesystem::request_received`).
+        if let Some(fs) = &se.filesystem.fs {
+            fs.request_received(self.request.header().opcode);
+        }
         match self.dispatch_req(se) {
             Ok(Some(resp)) => self.reply::<ReplyRaw>().send_ll(&resp),
             Ok(None) => {}

@@ -101,6 +101,10 @@ pub struct OltpRecord {
     /// The mount daemon's CPU by thread group ([`thread_groups_since`]).
     #[serde(default)]
     pub daemon_threads_ms: BTreeMap<String, f64>,
+    /// FUSE requests the mount received during the point, by opcode (`fuse.ops` of
+    /// `farcache stats`; only those that moved). Empty for native.
+    #[serde(default)]
+    pub fuse_ops: BTreeMap<String, u64>,
     pub error: Option<String>,
 }
 
@@ -125,6 +129,7 @@ impl OltpRecord {
             cached_pages_at_start: 0,
             cpu: CpuTime::default(),
             daemon_threads_ms: BTreeMap::new(),
+            fuse_ops: BTreeMap::new(),
             error: None,
         }
     }
@@ -543,6 +548,7 @@ fn run_config(
         let l0 = if addrs.is_empty() { LenderTotals::default() } else { lender_totals(&addrs)? };
         let c0 = probe.sample();
         let th0 = probe.daemon.map(thread_cpu_ms).unwrap_or_default();
+        let ops0 = mount.as_mut().map(fuse_ops).unwrap_or_default();
         let oom0 = oom_kills(&mem).unwrap_or(0);
         let mut args = go_tpc_args(&tb_ref.dir.join("sock"), "run", setup.warehouses);
         let secs = o.oltp_secs.to_string();
@@ -557,6 +563,12 @@ fn run_config(
         rec.cpu = probe.sample().since(&c0);
         let th1 = probe.daemon.map(thread_cpu_ms).unwrap_or_default();
         rec.daemon_threads_ms = thread_groups_since(&th0, &th1, rec.cpu.daemon_ms);
+        let ops1 = mount.as_mut().map(fuse_ops).unwrap_or_default();
+        rec.fuse_ops = ops1
+            .iter()
+            .map(|(op, n)| (op.clone(), n.saturating_sub(ops0.get(op).copied().unwrap_or(0))))
+            .filter(|(_, n)| *n > 0)
+            .collect();
         rec.disk = tb_ref.disk_stat().since(&d0);
         rec.lenders = if addrs.is_empty() { LenderTotals::default() } else { lender_totals(&addrs)?.since(&l0) };
         match res.map(|s| parse_run(&s).ok_or(s)) {
@@ -879,6 +891,16 @@ pub fn render(s: &mut String, r: &PaperReport) {
         );
     }
     let _ = writeln!(s);
+}
+
+/// The mount's FUSE requests by opcode so far (`fuse.ops` of `farcache stats --json`; empty
+/// when the stats do not answer or a daemon predates the counters).
+fn fuse_ops(m: &mut MountDaemon) -> BTreeMap<String, u64> {
+    let Some((_, v)) = m.stats_now() else { return BTreeMap::new() };
+    v["fuse"]["ops"]
+        .as_object()
+        .map(|o| o.iter().filter_map(|(k, n)| Some((k.clone(), n.as_u64()?))).collect())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -305,6 +305,12 @@ fn render_mount(s: &MountStats) -> String {
             );
         }
     }
+    let mut ops: Vec<(&String, &u64)> = f.ops.iter().filter(|(_, n)| **n > 0).collect();
+    if !ops.is_empty() {
+        ops.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let list: Vec<String> = ops.iter().map(|(op, n)| format!("{op} {n}")).collect();
+        let _ = writeln!(out, "fuse ops   {}", list.join(", "));
+    }
     if let Some(u) = &s.union {
         let _ = writeln!(
             out,
@@ -431,6 +437,9 @@ mod tests {
                 mode: "read-loops".into(),
                 fuse_uring: "auto".into(),
                 reason: "FUSE-over-io_uring is off in the kernel".into(),
+                ops: [("getattr".to_string(), 3), ("write".to_string(), 5), ("lseek".to_string(), 0)]
+                    .into_iter()
+                    .collect(),
                 ..Default::default()
             },
         };
@@ -445,6 +454,7 @@ mod tests {
             "invalidations",
             "fallbacks",
             "read loops (mount.fuse_uring = auto): FUSE-over-io_uring is off",
+            "fuse ops   write 5, getattr 3\n",
         ] {
             assert!(t.contains(want), "no {want:?} in\n{t}");
         }

@@ -110,7 +110,7 @@ fn recover(path: &Path, backing: &Path) -> anyhow::Result<()> {
     let cfg = TierConfig { path: path.display().to_string(), ..TierConfig::default() };
     anyhow::ensure!(path.exists(), "tier {}: not found", path.display());
     check_is_tier(path)?;
-    let opts = BackingOptions { direct_io: false };
+    let opts = BackingOptions { direct_io: false, direct_writes: false };
     let branches = farcache_fuse::split_branches(&backing.to_string_lossy());
     let (t, root) = if branches.len() > 1 {
         // A union's tier: its interrupted moves finished first, so the files are found
@@ -158,7 +158,13 @@ pub fn wrap_waiting(
     wait: Duration,
 ) -> anyhow::Result<(Arc<dyn DataPath>, Option<Tier>)> {
     let Some((root, cfg)) = precheck(cfg, backing)? else { return Ok((data, None)) };
-    let t = Arc::new(WritebackPath::open_waiting(data, &cfg, &root, BackingOptions { direct_io }, wait)?);
+    let t = Arc::new(WritebackPath::open_waiting(
+        data,
+        &cfg,
+        &root,
+        BackingOptions { direct_io, direct_writes: false },
+        wait,
+    )?);
     Ok((t.clone(), Some(t)))
 }
 
@@ -176,7 +182,7 @@ pub fn wrap_union(
 ) -> anyhow::Result<Wrapped> {
     let Some(cfg) = precheck_union(cfg, branches)? else { return Ok((data, None, None)) };
     let opened = farcache_fuse::union::OpenUnion::open(branches, mount)?;
-    let opts = BackingOptions { direct_io: mount.direct_io_backing };
+    let opts = BackingOptions { direct_io: mount.direct_io_backing, direct_writes: false };
     let t = Arc::new(WritebackPath::open_union(data, &cfg, opened.branches(), opts, opened.files())?);
     Ok((t.clone(), Some(t), Some(opened)))
 }
@@ -193,7 +199,7 @@ pub fn wrap_union_waiting(
 ) -> anyhow::Result<(Arc<dyn DataPath>, Option<Tier>)> {
     let Some(cfg) = precheck_union(cfg, branches)? else { return Ok((data, None)) };
     let roots = branches.iter().map(|b| b.canonicalize()).collect::<Result<Vec<_>, _>>()?;
-    let opts = BackingOptions { direct_io };
+    let opts = BackingOptions { direct_io, direct_writes: false };
     let t = Arc::new(WritebackPath::open_union_waiting(data, &cfg, &roots, opts, files, wait)?);
     Ok((t.clone(), Some(t)))
 }

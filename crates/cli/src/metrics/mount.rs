@@ -130,6 +130,8 @@ impl Collector for Snapshot {
         ] {
             o.value(m, v)?;
         }
+        let ops: Vec<_> = s.fuse.ops.iter().map(|(op, n)| ([(OP, op.as_str())], *n)).collect();
+        o.family(FUSE_REQUESTS, &ops)?;
         let u = s.union.clone().unwrap_or_default();
         for (m, v) in [
             (UNION_BRANCHES, u.branches.len().max(1) as u64),
@@ -191,9 +193,13 @@ mod tests {
             remote_tier: "lenders".into(),
             cache,
             union: None,
-            fuse: Default::default(),
+            fuse: farcache_fuse::TransportStats {
+                ops: [("getattr".to_string(), 7), ("write".to_string(), 2)].into_iter().collect(),
+                ..Default::default()
+            },
         };
         let text = super::super::render(Snapshot(s));
+        assert!(text.contains("farcache_mount_fuse_requests_total{op=\"getattr\"} 7"), "{text}");
         assert!(text.contains("farcache_mount_lender_puts_total{lender=\"127.0.0.1:7411\"} 3"), "{text}");
         assert!(text.contains("farcache_mount_remote_hits_total 9"), "{text}");
         assert!(text.contains("farcache_mount_tier_dirty_bytes 8192"), "{text}");

@@ -34,6 +34,8 @@ impl Metric {
 pub const TENANT: &str = "tenant";
 /// The label naming a mount's lender (its address).
 pub const LENDER: &str = "lender";
+/// The label naming a FUSE request's opcode.
+pub const OP: &str = "op";
 
 macro_rules! metrics {
     ($all:ident: $($id:ident = $name:literal, $kind:ident, $help:literal;)*) => {
@@ -175,6 +177,7 @@ metrics! { MOUNT:
     FUSE_RING_ACTIVE = "farcache_mount_fuse_ring_active", Gauge, "1 while FUSE-over-io_uring serves the mount's requests, 0 with /dev/fuse read loops";
     FUSE_RING_REQUESTS = "farcache_mount_fuse_ring_requests", Counter, "Requests received and answered over FUSE-over-io_uring";
     FUSE_RING_COMMIT_ERRORS = "farcache_mount_fuse_ring_commit_errors", Counter, "Ring replies the kernel refused";
+    FUSE_REQUESTS = "farcache_mount_fuse_requests", Counter, "FUSE requests received, by opcode (label op: getattr, write, lseek, ..., other)";
 }
 
 #[cfg(test)]

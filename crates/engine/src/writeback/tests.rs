@@ -41,14 +41,15 @@ fn cfg(env: &Env, size: u64) -> TierConfig {
 }
 
 fn open_tier(env: &Env, c: &TierConfig) -> WritebackPath<DirectPath> {
-    WritebackPath::open(DirectPath::new(), c, &env.root, BackingOptions { direct_io: false }).unwrap()
+    WritebackPath::open(DirectPath::new(), c, &env.root, BackingOptions { direct_io: false, direct_writes: false })
+        .unwrap()
 }
 
 fn open_file(env: &Env, name: &str) -> BackingFile {
     let p = env.root.join(name);
     let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&p).unwrap();
     let id = env.ids.identify(&f).unwrap();
-    BackingFile::new(id, f, libc::O_RDWR, &BackingOptions { direct_io: false })
+    BackingFile::new(id, f, libc::O_RDWR, &BackingOptions { direct_io: false, direct_writes: false })
 }
 
 fn on_disk(p: &Path) -> Vec<u8> {
@@ -102,7 +103,14 @@ fn a_tier_has_one_user_at_a_time() {
     let c = cfg(&env, 8 << 20);
     let t = open_tier(&env, &c);
     assert!(tier_in_use(&env.tier));
-    let e = WritebackPath::open(DirectPath::new(), &c, &env.root, BackingOptions { direct_io: false }).err().unwrap();
+    let e = WritebackPath::open(
+        DirectPath::new(),
+        &c,
+        &env.root,
+        BackingOptions { direct_io: false, direct_writes: false },
+    )
+    .err()
+    .unwrap();
     assert!(e.to_string().contains("another process uses this tier") && e.to_string().contains("fix:"), "{e}");
     drop(t);
     assert!(!tier_in_use(&env.tier));
@@ -316,7 +324,9 @@ fn a_backing_that_refuses_writes_keeps_the_data_dirty_and_says_so() {
     let mut c = cfg(&env, 8 << 20);
     c.retry_min = farcache_config::HumanDuration::ms(10);
     let inner = Arc::new(Refusing { inner: DirectPath::new(), refuse: true.into(), fail_sync: false.into() });
-    let t = WritebackPath::open(inner.clone(), &c, &env.root, BackingOptions { direct_io: false }).unwrap();
+    let t =
+        WritebackPath::open(inner.clone(), &c, &env.root, BackingOptions { direct_io: false, direct_writes: false })
+            .unwrap();
     let f = open_file(&env, "x");
     t.write(&f, 0, &[5u8; 8192]).unwrap();
     let e = t.flush(Duration::from_secs(10), &mut |_| {}).unwrap_err();
@@ -508,8 +518,13 @@ fn a_range_the_tier_holds_whole_is_read_from_it_alone() {
     }
     let env = env();
     let inner = Arc::new(Counting { inner: DirectPath::new(), reads: AtomicU64::new(0) });
-    let t = WritebackPath::open(inner.clone(), &cfg(&env, 8 << 20), &env.root, BackingOptions { direct_io: false })
-        .unwrap();
+    let t = WritebackPath::open(
+        inner.clone(),
+        &cfg(&env, 8 << 20),
+        &env.root,
+        BackingOptions { direct_io: false, direct_writes: false },
+    )
+    .unwrap();
     // On the disk first: 16 KiB of 1s; then 8 KiB of 2s over its start, and 100 bytes of 3s
     // into its third block, through the tier.
     std::fs::write(env.root.join("f"), vec![1u8; 16384]).unwrap();
@@ -576,12 +591,18 @@ fn a_union_files_data_is_copied_from_the_tier_follows_a_move_and_is_found_by_id_
     let union = Arc::new(FakeUnion::default());
     let c = cfg(&env, 8 << 20);
     let open = |u: &Arc<FakeUnion>| {
-        WritebackPath::open_union(DirectPath::new(), &c, &roots, BackingOptions { direct_io: false }, u.clone())
-            .unwrap()
+        WritebackPath::open_union(
+            DirectPath::new(),
+            &c,
+            &roots,
+            BackingOptions { direct_io: false, direct_writes: false },
+            u.clone(),
+        )
+        .unwrap()
     };
     let union_file = |p: &Path| {
         let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(p).unwrap();
-        BackingFile::new(FileId::union(7), f, libc::O_RDWR, &BackingOptions { direct_io: false })
+        BackingFile::new(FileId::union(7), f, libc::O_RDWR, &BackingOptions { direct_io: false, direct_writes: false })
     };
     let t = open(&union);
     assert!(marker::read(&a).unwrap().is_some() && marker::read(&b).unwrap().is_some(), "every branch marked");

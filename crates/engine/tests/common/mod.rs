@@ -83,7 +83,7 @@ pub fn backing(dir: &tempfile::TempDir, data: &[u8]) -> BackingFile {
     std::fs::File::create(&p).unwrap().write_all(data).unwrap();
     let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
     let id = Identities::new().identify(&f).unwrap();
-    BackingFile::new(id, f, libc::O_RDWR, &BackingOptions { direct_io: true })
+    BackingFile::new(id, f, libc::O_RDWR, &BackingOptions { direct_io: true, direct_writes: false })
 }
 
 pub fn remote(servers: Vec<SocketAddr>, tweak: impl FnOnce(&mut RemoteConfig)) -> Remote {

@@ -1,0 +1,136 @@
+//! FUSE requests by opcode (`fuse.ops` in `farcache stats --json`), end to end with the real
+//! binary and a real FUSE mount: known system calls on a mounted file move exactly the
+//! counters they must. These tests need root and FUSE (CI and developer machines run as
+//! root).
+
+use std::fs::{self, OpenOptions};
+use std::io::{Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use farcache_testkit::{require_root, text, MountProcess};
+use serde_json::Value;
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_farcache"))
+}
+
+/// A backing directory with one 64 KiB file, and an empty mount point.
+struct Dirs {
+    root: tempfile::TempDir,
+    backing: PathBuf,
+    mnt: PathBuf,
+}
+
+impl Dirs {
+    fn new() -> Dirs {
+        require_root("the FUSE opcode counter tests");
+        let root = tempfile::tempdir().unwrap();
+        let (backing, mnt) = (root.path().join("b"), root.path().join("m"));
+        fs::create_dir(&backing).unwrap();
+        fs::create_dir(&mnt).unwrap();
+        fs::write(backing.join("f"), vec![7u8; 64 << 10]).unwrap();
+        Dirs { root, backing, mnt }
+    }
+
+    /// `farcache mount --no-remote` with this `[mount]` table.
+    fn mount(&self, mount_table: &str) -> MountProcess {
+        let cfg = self.root.path().join("farcache.toml");
+        fs::write(&cfg, format!("[mount]\n{mount_table}")).unwrap();
+        let args = ["--no-remote", "--config", cfg.to_str().unwrap()];
+        MountProcess::start(bin(), &self.backing, &self.mnt, &args, &self.root.path().join("mount.log"))
+    }
+}
+
+/// The mount's requests by opcode (`farcache stats MNT --json`, `fuse.ops`).
+fn ops(mnt: &Path) -> Value {
+    let out = farcache_testkit::run_bin(bin(), &["stats", mnt.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "farcache stats: {}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["fuse"]["ops"].clone()
+}
+
+fn n(v: &Value, op: &str) -> u64 {
+    v[op].as_u64().unwrap_or_else(|| panic!("no fuse.ops.{op} in {v:#}"))
+}
+
+/// Requests of `op` between two snapshots.
+fn delta(before: &Value, after: &Value, op: &str) -> u64 {
+    n(after, op) - n(before, op)
+}
+
+#[test]
+fn known_calls_move_exactly_their_opcodes() {
+    let d = Dirs::new();
+    // Write-through (the kernel's write-back cache off): one WRITE per write(2).
+    let m = d.mount("writeback_cache = false\n");
+    let path = m.m("f");
+    let before = ops(m.mnt());
+    // Every name is there from the start, zero or not, and `other` too.
+    for op in ["lookup", "getattr", "open", "read", "write", "fsync", "flush", "release", "lseek", "other"] {
+        n(&before, op);
+    }
+    let f = OpenOptions::new().read(true).write(true).open(&path).unwrap();
+    let mid = ops(m.mnt());
+    assert_eq!(delta(&before, &mid, "open"), 1, "{mid:#}");
+    for i in 0..10u64 {
+        f.write_all_at(&[i as u8; 4096], i * 4096).unwrap();
+        f.sync_all().unwrap();
+    }
+    let after = ops(m.mnt());
+    assert_eq!(delta(&mid, &after, "write"), 10, "{after:#}");
+    assert_eq!(delta(&mid, &after, "fsync"), 10, "{after:#}");
+    assert_eq!(delta(&mid, &after, "open"), 0, "{after:#}");
+    drop(f);
+    // close(2) sends FLUSH, and RELEASE follows (asynchronously).
+    let released = farcache_testkit::wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        delta(&after, &ops(m.mnt()), "release") == 1
+    });
+    assert!(released, "no RELEASE counted: {:#}", ops(m.mnt()));
+    let closed = ops(m.mnt());
+    assert_eq!(delta(&after, &closed, "flush"), 1, "{closed:#}");
+    // SEEK_DATA is FUSE_LSEEK (SEEK_END is answered by the kernel, from attributes).
+    let mut f = OpenOptions::new().read(true).open(&path).unwrap();
+    let s0 = ops(m.mnt());
+    let r = nix_seek_data(&f);
+    let s1 = ops(m.mnt());
+    assert_eq!(r, 0);
+    assert_eq!(delta(&s0, &s1, "lseek"), 1, "{s1:#}");
+    assert_eq!(f.seek(SeekFrom::End(0)).unwrap(), 64 << 10);
+    m.stop();
+}
+
+/// `lseek(fd, 0, SEEK_DATA)`.
+fn nix_seek_data(f: &fs::File) -> i64 {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain system call on a descriptor we own.
+    unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA) }
+}
+
+/// Write-through writes of one file, and the GETXATTR requests they cost.
+fn getxattrs_for_ten_writes(d: &Dirs, mount_table: &str) -> u64 {
+    let m = d.mount(mount_table);
+    let f = OpenOptions::new().write(true).open(m.m("f")).unwrap();
+    let before = ops(m.mnt());
+    for i in 0..10u64 {
+        f.write_all_at(&[i as u8; 4096], i * 4096).unwrap();
+    }
+    let after = ops(m.mnt());
+    assert_eq!(delta(&before, &after, "write"), 10, "{after:#}");
+    drop(f);
+    m.stop();
+    delta(&before, &after, "getxattr")
+}
+
+/// Without FUSE_HANDLE_KILLPRIV_V2 the kernel asks for `security.capability` before every
+/// write(2) (a GETXATTR round trip each); with it (`mount.handle_killpriv`, the default) it
+/// asks once per file at most, and never again once the file is known to have none.
+#[test]
+fn handle_killpriv_spares_writes_their_getxattr() {
+    let d = Dirs::new();
+    let off = getxattrs_for_ten_writes(&d, "writeback_cache = false\nhandle_killpriv = false\n");
+    assert_eq!(off, 10, "one GETXATTR per write without FUSE_HANDLE_KILLPRIV_V2");
+    let on = getxattrs_for_ten_writes(&d, "writeback_cache = false\n");
+    assert!(on <= 1, "{on} GETXATTRs for 10 writes with FUSE_HANDLE_KILLPRIV_V2");
+}
