@@ -795,6 +795,75 @@ fn repeated_crashes_end_in_a_clear_failure() {
     assert!(!fuse_mounted(&dir.mnt()), "a dead mount was left behind:\n{log}");
 }
 
+/// Memory a process holds locked (`VmLck` of /proc/PID/status), in KiB.
+fn locked_kib(pid: u32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmLck:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Serving threads (`fuser-N`) of a process.
+fn serving_threads(pid: u32) -> u64 {
+    let tasks = fs::read_dir(format!("/proc/{pid}/task")).map(|r| r.flatten().collect::<Vec<_>>()).unwrap_or_default();
+    tasks.iter().filter(|t| fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("fuser-"))).count()
+        as u64
+}
+
+/// A SIGKILL of a supervised daemon while the kernel copied a request into a page of its
+/// request buffer not yet present was an `EIO` to the application, made by the kernel
+/// (`fuse_dev_do_read`: faulting the page in fails with a fatal signal pending): the load
+/// test's O_DIRECT writes saw it about one run in four on a busy machine. So every daemon
+/// of a supervised mount — the first, one restarted after a crash, one upgraded in place —
+/// faults in and locks each serving thread's buffer (as much as the largest request, 1 MiB
+/// and headers here) before it reads; a plain mount, whose death ends it anyway, does not
+/// pay that memory.
+#[test]
+fn supervised_daemons_fault_their_request_buffers_in_before_serving() {
+    require_fuse();
+    require_root("takeover tests (open_by_handle_at, mounting)");
+    let dir = TestDir::new("prefault");
+    write_files(&dir.backing());
+    let ctl = dir.ctl();
+    let args = ["--supervise", "--no-remote", "--control-socket", ctl.to_str().unwrap()];
+    let sup = MountProcess::start(bin(), &dir.backing(), &dir.mnt(), &args, &dir.log("supervisor"));
+    let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
+    let check = |pid: u32, what: &str| {
+        served(&dir.mnt());
+        // Each thread's buffer: max_write (1 MiB) + 4 KiB, locked before its first read.
+        let ok = wait_until(EVENT_WAIT, Duration::from_millis(10), || {
+            let n = serving_threads(pid);
+            n > 1 && locked_kib(pid) >= n * 1028
+        });
+        assert!(
+            ok,
+            "{what}: daemon {pid} has {} KiB locked for {} serving threads (want 1028 KiB each)\n{}",
+            locked_kib(pid),
+            serving_threads(pid),
+            sup.log_text()
+        );
+        still_serves(&sup, what);
+    };
+    let daemon = daemon_of(&sup, None);
+    check(daemon, "the first daemon");
+    // SAFETY: kill(2) on the supervisor's child, a process this test started.
+    unsafe { libc::kill(daemon as i32, libc::SIGKILL) };
+    let daemon = daemon_of(&sup, Some(daemon));
+    check(daemon, "a daemon restarted after a crash");
+    sup.signal(libc::SIGHUP);
+    let daemon = daemon_of(&sup, Some(daemon));
+    check(daemon, "a daemon upgraded in place");
+    sup.stop();
+
+    let m = plain(&dir, &[]);
+    still_serves(&m, "a plain mount");
+    assert!(serving_threads(m.pid()) > 1);
+    assert_eq!(locked_kib(m.pid()), 0, "a plain mount's daemon locked memory");
+    m.stop();
+}
+
 /// A file unlinked through the mount while a process holds it open stays readable across a
 /// crash and an upgrade (the supervisor keeps its inode), and its inode number is not handed
 /// to a new file meanwhile — after a crash node ids are resolved by number.

@@ -19,7 +19,8 @@ backing = []
 create_policy = "most-free"
 # Threads serving FUSE requests, each with its own /dev/fuse descriptor: as many requests as
 # there are threads reach the backing I/O engine at once (an application's queue depth of 32
-# needs 32). Each thread keeps a request buffer of up to max_write once it served a write.
+# needs 32). Each thread keeps a request buffer of up to max_write once it served a write;
+# under --supervise it has it from the start, locked in memory (docs/SEMANTICS.md).
 threads = 32
 # How long the kernel may trust attributes and names without asking again. The backing
 # directory belongs to the mount while it is mounted: changes made behind its back may be

@@ -148,6 +148,9 @@ pub struct Session<FS: Filesystem> {
     uring_stats: Arc<crate::UringStats>,
     /// farcache patch: the ring payload buffer the kernel requires (set at INIT).
     uring_payload: usize,
+    /// farcache patch: bytes of each read loop's request buffer faulted in (and locked where
+    /// allowed) before its first read; 0 for none ([`Session::prefault_read_buffers`]).
+    prefault: usize,
 }
 
 /// farcache patch: stops a session loop at a clean point. After [`SessionStopper::stop`],
@@ -313,6 +316,7 @@ impl<FS: Filesystem> Session<FS> {
             stopper: None,
             uring_stats: Arc::default(),
             uring_payload: 0,
+            prefault: 0,
         };
 
         session.handshake()?;
@@ -345,6 +349,7 @@ impl<FS: Filesystem> Session<FS> {
             stopper: None,
             uring_stats: Arc::default(),
             uring_payload: 0,
+            prefault: 0,
         };
 
         session.handshake()?;
@@ -378,6 +383,7 @@ impl<FS: Filesystem> Session<FS> {
             stopper: None,
             uring_stats: Arc::default(),
             uring_payload: 0,
+            prefault: 0,
         }
     }
 
@@ -386,6 +392,20 @@ impl<FS: Filesystem> Session<FS> {
     /// keeps the requests read on them alive if this one dies.
     pub fn set_worker_fds(&mut self, fds: Vec<OwnedFd>) {
         self.worker_fds = fds;
+    }
+
+    /// farcache patch: before its first `read(2)`, each read loop faults in the first `bytes`
+    /// of its request buffer and locks them where the process may (`mlock`; unlocked when
+    /// the loop ends). `bytes` should cover the largest request the connection can send
+    /// (`max_write` and the headers). For a process whose death the connection outlives
+    /// (a supervisor holds copies of the descriptors): the kernel copies a request into a
+    /// buffer page that is not present by the slow path of get_user_pages, which fails when
+    /// a SIGKILL is pending, and then ends the request with `EIO` to its caller instead of
+    /// leaving it for the next daemon (`fuse_dev_do_read`). Costs `bytes` of memory per
+    /// thread from the start (without it a thread's buffer grows to that with the largest
+    /// request it has read).
+    pub fn prefault_read_buffers(&mut self, bytes: usize) {
+        self.prefault = bytes;
     }
 
     /// farcache patch: a handle that stops [`Session::run`] cleanly. Must be taken before
@@ -438,6 +458,7 @@ impl<FS: Filesystem> Session<FS> {
             stopper,
             uring_stats,
             uring_payload,
+            prefault,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -506,6 +527,7 @@ impl<FS: Filesystem> Session<FS> {
                     allowed,
                     session_owner,
                     stopper: None,
+                    prefault: 0,
                 },
             );
             match res {
@@ -534,6 +556,7 @@ impl<FS: Filesystem> Session<FS> {
                 allowed,
                 session_owner,
                 stopper: stopper.clone(),
+                prefault,
             };
             threads.push(
                 thread::Builder::new()
@@ -792,6 +815,8 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) session_owner: Uid,
     /// farcache patch: stop cleanly when this fires.
     pub(crate) stopper: Option<SessionStopper>,
+    /// farcache patch: bytes of the request buffer to fault in before the first read.
+    pub(crate) prefault: usize,
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
@@ -799,6 +824,14 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         // Buffer for receiving requests from the kernel. Only one is allocated and
         // it is reused immediately after dispatching to conserve memory and allocations.
         let mut buf = FuseReadBuf::new();
+        if self.prefault > 0 && !buf.prefault(self.prefault) {
+            debug!(
+                "{}: request buffer: {} bytes faulted in, not locked (mlock: {})",
+                self.thread_name,
+                self.prefault,
+                io::Error::last_os_error()
+            );
+        }
         let buf = buf.as_mut();
         let waiter = match &self.stopper {
             Some(stop) => Some((stop, stop.waiter(self.ch.as_fd())?)),

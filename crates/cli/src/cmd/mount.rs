@@ -690,6 +690,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         // Only an explicit unmount (a signal, fusermount3) ends a supervised mount, never
         // this process ending.
         mount.keep_mounted_on_drop();
+        // A SIGKILL while the kernel copies a request into a buffer page not yet present
+        // would be an EIO to the application: none is left absent.
+        mount.prefault_request_buffers();
         mount.set_keeper(link.keeper());
         link.deposit(&mount.deposit()?)?;
     }
@@ -818,6 +821,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     auto_balancer = control.set_union(&mount, &file_cfg.balance)?;
                     if let Some(link) = &supervisor {
                         mount.keep_mounted_on_drop();
+                        mount.prefault_request_buffers();
                         mount.set_keeper(link.keeper());
                         link.deposit(&mount.deposit()?)?;
                     }
