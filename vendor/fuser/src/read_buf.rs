@@ -61,7 +61,7 @@ impl FuseReadBuf {
 
     /// Returns a mutable reference to the aligned portion of the buffer.
     pub(crate) fn as_mut(&mut self) -> &mut [u8] {
-        // SAFETY: LEAD + BUFFER_SIZE == MAP_SIZE bytes of our mapping, borrowed mutably.
+        // SAFETY: LEAD + BUFFER_SIZE <= MAP_SIZE: inside our mapping, borrowed mutably.
         unsafe { std::slice::from_raw_parts_mut(self.map.as_ptr().add(LEAD), BUFFER_SIZE) }
     }
 
