@@ -823,8 +823,11 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
     fn event_loop(&self) -> io::Result<()> {
         // Buffer for receiving requests from the kernel. Only one is allocated and
         // it is reused immediately after dispatching to conserve memory and allocations.
-        let mut buf = FuseReadBuf::new();
-        if self.prefault > 0 && !buf.prefault(self.prefault) {
+        // farcache patch: after a large request, its pages past 64 KiB are handed back
+        // (`FuseReadBuf::release_after`) before the next request is read — unless the buffer
+        // is prefaulted (a supervised daemon: its pages must stay present).
+        let mut read_buf = FuseReadBuf::new();
+        if self.prefault > 0 && !read_buf.prefault(self.prefault) {
             debug!(
                 "{}: request buffer: {} bytes faulted in, not locked (mlock: {})",
                 self.thread_name,
@@ -832,12 +835,14 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                 io::Error::last_os_error()
             );
         }
-        let buf = buf.as_mut();
+        let mut last = 0;
         let waiter = match &self.stopper {
             Some(stop) => Some((stop, stop.waiter(self.ch.as_fd())?)),
             None => None,
         };
         loop {
+            read_buf.release_after(std::mem::take(&mut last));
+            let buf = read_buf.as_mut();
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
             let received = match &waiter {
@@ -848,6 +853,9 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                     Err(e) => Err(e),
                 },
             };
+            if let Ok(size) = received {
+                last = size;
+            }
             match received {
                 // farcache patch: the request names where its reply goes.
                 Ok(size) => match RequestWithSender::new(ReplySender::Channel(self.ch.sender()), &buf[..size]) {

@@ -168,6 +168,41 @@ pub struct MountStats {
     /// How requests reach the daemon: read loops or FUSE-over-io_uring, and why.
     #[serde(default)]
     pub fuse: farcache_fuse::TransportStats,
+    /// The daemon's own resident memory (what its memory cgroup pays for).
+    #[serde(default)]
+    pub memory: DaemonMemory,
+}
+
+/// The daemon's resident memory, from `/proc/self/status` and `/proc/self/smaps_rollup` at
+/// the time of the stats request.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonMemory {
+    /// Resident set (`VmRSS`).
+    pub rss_bytes: u64,
+    /// Of it, anonymous memory (`RssAnon`): heap, request buffers.
+    pub anon_bytes: u64,
+    /// Of the anonymous memory, pages handed back with `MADV_FREE` (`LazyFree`): the FUSE
+    /// request buffers' pages above 64 KiB after a large request. The kernel takes them
+    /// back first under memory pressure.
+    pub lazyfree_bytes: u64,
+}
+
+impl DaemonMemory {
+    /// This process's figures (zeros where /proc does not say).
+    pub fn of_self() -> DaemonMemory {
+        fn kib(text: &str, key: &str) -> u64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key)?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+                .map_or(0, |k| k * 1024)
+        }
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
+        DaemonMemory {
+            rss_bytes: kib(&status, "VmRSS:"),
+            anon_bytes: kib(&status, "RssAnon:"),
+            lazyfree_bytes: kib(&rollup, "LazyFree:"),
+        }
+    }
 }
 
 /// The data path behind the mount, as the control channel sees it.
@@ -233,6 +268,7 @@ impl MountControl {
             cache: self.cache_stats(),
             union: self.union_handle().map(|u| u.stats()),
             fuse: self.transport.get().map(|t| t.snapshot()).unwrap_or_default(),
+            memory: DaemonMemory::of_self(),
         }
     }
 

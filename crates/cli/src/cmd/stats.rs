@@ -12,6 +12,8 @@ use farcache_engine::routing::FILL_MARGIN;
 use farcache_server::ServerStats;
 use serde_json::json;
 
+#[cfg(test)]
+use super::mount::DaemonMemory;
 use super::mount::MountStats;
 
 #[derive(clap::Args)]
@@ -311,6 +313,17 @@ fn render_mount(s: &MountStats) -> String {
         let list: Vec<String> = ops.iter().map(|(op, n)| format!("{op} {n}")).collect();
         let _ = writeln!(out, "fuse ops   {}", list.join(", "));
     }
+    let m = &s.memory;
+    if m.rss_bytes > 0 {
+        let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
+        let _ = writeln!(
+            out,
+            "memory     daemon RSS {}, anon {} ({} of it lazily freed)",
+            mib(m.rss_bytes),
+            mib(m.anon_bytes),
+            mib(m.lazyfree_bytes)
+        );
+    }
     if let Some(u) = &s.union {
         let _ = writeln!(
             out,
@@ -442,6 +455,7 @@ mod tests {
                     .collect(),
                 ..Default::default()
             },
+            memory: DaemonMemory { rss_bytes: 40 << 20, anon_bytes: 30 << 20, lazyfree_bytes: 8 << 20 },
         };
         let t = render_mount(&s);
         for want in [
@@ -455,6 +469,7 @@ mod tests {
             "fallbacks",
             "read loops (mount.fuse_uring = auto): FUSE-over-io_uring is off",
             "fuse ops   write 5, getattr 3\n",
+            "memory     daemon RSS 40.0 MiB, anon 30.0 MiB (8.0 MiB of it lazily freed)",
         ] {
             assert!(t.contains(want), "no {want:?} in\n{t}");
         }

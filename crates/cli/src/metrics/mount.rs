@@ -197,6 +197,7 @@ mod tests {
                 ops: [("getattr".to_string(), 7), ("write".to_string(), 2)].into_iter().collect(),
                 ..Default::default()
             },
+            memory: Default::default(),
         };
         let text = super::super::render(Snapshot(s));
         assert!(text.contains("farcache_mount_fuse_requests_total{op=\"getattr\"} 7"), "{text}");
