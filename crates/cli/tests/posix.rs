@@ -943,27 +943,27 @@ fn direct_backing_writes_are_coherent_and_leave_the_backing_file_uncached() {
         drop(f);
         assert!(fs::read(m.m("f")).unwrap() == model, "through the mount, after its cache was dropped");
         // Aligned writes of a fresh file: the backing file's pages are not cached after them.
-        let g = OpenOptions::new().write(true).create(true).truncate(true).open(m.m("g")).unwrap();
-        for i in 0..(LEN / 65536) {
-            g.write_all_at(&pattern(3, (i * 65536) as u64, 65536), (i * 65536) as u64).unwrap();
-        }
-        g.sync_all().unwrap();
-        drop(g);
-        let (res, pages) = resident_pages(&m.b("g"));
+        let (res, pages) = write_aligned_and_count_backing_pages(m, "g", LEN);
         assert!(res * 20 < pages, "direct backing writes: {res} of {pages} backing pages cached (want < 5%)");
         assert!(fs::read(m.m("g")).unwrap() == pattern(3, 0, LEN));
     });
     // The check can fail: with buffered backing writes the same writes cache the backing file.
     with_mount("buffered-writes", Some("[mount]\ndirect_io_backing_writes = false\n"), |m| {
-        let g = OpenOptions::new().write(true).create(true).truncate(true).open(m.m("g")).unwrap();
-        for i in 0..(LEN / 65536) {
-            g.write_all_at(&pattern(3, (i * 65536) as u64, 65536), (i * 65536) as u64).unwrap();
-        }
-        g.sync_all().unwrap();
-        drop(g);
-        let (res, pages) = resident_pages(&m.b("g"));
+        let (res, pages) = write_aligned_and_count_backing_pages(m, "g", LEN);
         assert!(res * 2 > pages, "buffered backing writes: only {res} of {pages} pages cached");
     });
+}
+
+/// Write a fresh `name` of `len` bytes through the mount in aligned 64 KiB writes, fsync it,
+/// and count its backing file's pages in the page cache (resident, all).
+fn write_aligned_and_count_backing_pages(m: &Mounted, name: &str, len: usize) -> (usize, usize) {
+    let g = OpenOptions::new().write(true).create(true).truncate(true).open(m.m(name)).unwrap();
+    for i in 0..(len / 65536) {
+        g.write_all_at(&pattern(3, (i * 65536) as u64, 65536), (i * 65536) as u64).unwrap();
+    }
+    g.sync_all().unwrap();
+    drop(g);
+    resident_pages(&m.b(name))
 }
 
 /// Pages of `path` resident in the page cache, and the file's pages.

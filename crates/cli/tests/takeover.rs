@@ -614,6 +614,13 @@ fn operations_on_names_resent_after_a_crash_answer_as_done() {
 }
 
 /// Start a plain daemon (no supervisor) for the tests of `--takeover` itself.
+/// A supervised mount of `dir` with no lender, its control socket in `dir`.
+fn supervised(dir: &TestDir) -> MountProcess {
+    let ctl = dir.ctl();
+    let args = ["--supervise", "--no-remote", "--control-socket", ctl.to_str().unwrap()];
+    MountProcess::start(bin(), &dir.backing(), &dir.mnt(), &args, &dir.log("supervisor"))
+}
+
 fn plain(dir: &TestDir, extra: &[&str]) -> MountProcess {
     let ctl = dir.ctl();
     let mut args = vec!["--no-remote", "--control-socket", ctl.to_str().unwrap()];
@@ -826,9 +833,7 @@ fn supervised_daemons_fault_their_request_buffers_in_before_serving() {
     require_root("takeover tests (open_by_handle_at, mounting)");
     let dir = TestDir::new("prefault");
     write_files(&dir.backing());
-    let ctl = dir.ctl();
-    let args = ["--supervise", "--no-remote", "--control-socket", ctl.to_str().unwrap()];
-    let sup = MountProcess::start(bin(), &dir.backing(), &dir.mnt(), &args, &dir.log("supervisor"));
+    let sup = supervised(&dir);
     let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
     let check = |pid: u32, what: &str| {
         served(&dir.mnt());
@@ -873,9 +878,7 @@ fn an_open_unlinked_file_survives_a_crash_and_an_upgrade() {
     require_root("takeover tests (open_by_handle_at, mounting)");
     let dir = TestDir::new("unlinked");
     write_files(&dir.backing());
-    let ctl = dir.ctl();
-    let args = ["--supervise", "--no-remote", "--control-socket", ctl.to_str().unwrap()];
-    let sup = MountProcess::start(bin(), &dir.backing(), &dir.mnt(), &args, &dir.log("supervisor"));
+    let sup = supervised(&dir);
     let _dog = Watchdog::start(&dir.mnt(), TEST_BOUND);
     let body = pattern(8 * BLOCK, 9);
     fs::write(sup.m("doomed"), &body).unwrap();
@@ -913,7 +916,7 @@ fn an_open_unlinked_file_survives_a_crash_and_an_upgrade() {
         bin(),
         &dir.backing(),
         &dir.mnt(),
-        &["--no-remote", "--control-socket", ctl.to_str().unwrap()],
+        &["--no-remote", "--control-socket", dir.ctl().to_str().unwrap()],
         &dir.log("outsider"),
     )
     .err()
