@@ -407,7 +407,7 @@ impl Filesystem for Passthrough {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -423,7 +423,7 @@ impl Filesystem for Passthrough {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let set = crate::ops_attr::SetAttr { mode, uid, gid, size, atime, mtime, kill_suidgid: _req.uid() != 0 };
+        let set = crate::ops_attr::SetAttr { mode, uid, gid, size, atime, mtime, kill_suidgid: req.uid() != 0 };
         answer!(reply, self.do_setattr(ino, fh, &set), |a| reply.attr(&self.attr_ttl, &a))
     }
 
@@ -513,12 +513,12 @@ impl Filesystem for Passthrough {
         fh: Fh,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let kill = _write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         answer!(reply, self.do_write(ino, fh, offset, data, _flags.0, kill), |n| reply.written(n))
     }
 

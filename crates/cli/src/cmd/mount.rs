@@ -723,14 +723,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     let _ = control.transport.set(mount.transport());
     if let Some(link) = &supervisor {
-        // Only an explicit unmount (a signal, fusermount3) ends a supervised mount, never
-        // this process ending.
-        mount.keep_mounted_on_drop();
-        // A SIGKILL while the kernel copies a request into a buffer page not yet present
-        // would be an EIO to the application: none is left absent.
-        mount.prefault_request_buffers();
-        mount.set_keeper(link.keeper());
-        link.deposit(&mount.deposit()?)?;
+        link.adopt(&mut mount)?;
     }
     let control_server = bound.serve(control.clone()).context("starting the control socket")?;
     tracing::info!("control socket {}", control_server.path().display());
@@ -856,10 +849,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     mount = Mount::adopt(&branches, &canonical, &cfg, data.clone(), h, true, &journal_path, None)?;
                     auto_balancer = control.set_union(&mount, &file_cfg.balance)?;
                     if let Some(link) = &supervisor {
-                        mount.keep_mounted_on_drop();
-                        mount.prefault_request_buffers();
-                        mount.set_keeper(link.keeper());
-                        link.deposit(&mount.deposit()?)?;
+                        link.adopt(&mut mount)?;
                     }
                 }
             },

@@ -12,8 +12,6 @@ use farcache_engine::routing::FILL_MARGIN;
 use farcache_server::ServerStats;
 use serde_json::json;
 
-#[cfg(test)]
-use super::mount::DaemonMemory;
 use super::mount::MountStats;
 
 #[derive(clap::Args)]
@@ -425,6 +423,7 @@ fn stream_rate(us_per_mib: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cmd::mount::DaemonMemory;
     use farcache_engine::stats::CacheStats;
 
     #[test]

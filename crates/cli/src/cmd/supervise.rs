@@ -122,6 +122,18 @@ impl Link {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Serve `mount` as a supervised daemon: it stays mounted when this process ends (only
+    /// an explicit unmount ends it), its request buffers are faulted in before it reads (a
+    /// SIGKILL while the kernel copies a request into a page not yet present would be an
+    /// EIO to the application), its kept inodes are reported here, and copies of its
+    /// descriptors are deposited with the supervisor.
+    pub fn adopt(self: &Arc<Self>, mount: &mut farcache_fuse::Mount) -> anyhow::Result<()> {
+        mount.keep_mounted_on_drop();
+        mount.prefault_request_buffers();
+        mount.set_keeper(self.keeper());
+        self.deposit(&mount.deposit()?)
+    }
+
     /// Hand copies of the descriptors and state to the supervisor.
     pub fn deposit(&self, h: &Handover) -> anyhow::Result<()> {
         send_handover(&self.stream(), json!({ "cmd": "deposit" }), h)
