@@ -1,34 +1,42 @@
 #!/usr/bin/env bash
 # Issue 17's "Nothing gets slower" set: farcache (default settings) against the passthrough,
-# side by side in one `farcache bench paper` invocation per disk profile and experiment, on
-# the cloud and raw profiles. Resumable: a profile/experiment whose JSON exists is skipped
-# (delete it to run it again). Results: bench/results/nothing-slower/<profile>-<experiment>/.
+# side by side in one `farcache bench paper` invocation per job, where a job is a disk profile,
+# an experiment and a link rate. Resumable: a job whose JSON exists is skipped (delete it to run
+# it again). Results: bench/results/nothing-slower/<profile>[-<link>]-<experiment>/.
+#   JOBS       profile:experiment[:link] list (default: the issue's table, below)
 #   SIZES      access sizes for seqread/randread       (default 256MiB,1GiB)
-#   PROFILES   disk profiles                           (default "cloud raw")
-#   EXPERIMENTS                                        (default "randread seqread pgbench")
 #   EXTRA      extra `bench paper` arguments, e.g. "--routing adaptive"
+# The 10 Gbit/s tpch job runs farcache only: the passthrough sends nothing over the link, so
+# scripts/nothing-slower-table.py compares it with the 1 Gbit/s job's passthrough (same profile,
+# same scale factor, run right before). Time on the 2-CPU machine: about 2 h, tpch most of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/farcache}
 OUT=${OUT:-bench/results/nothing-slower}
 SIZES=${SIZES:-256MiB,1GiB}
+JOBS=${JOBS:-"raw:randread raw:seqread raw:pgbench raw:tpch cloud:randread cloud:seqread cloud:pgbench cloud:tpch hdd:randread cloud:seqread:10gbit cloud:tpch:10gbit"}
 if [ "$(id -u)" != 0 ]; then
   echo "bench-nothing-slower: needs root (loop devices, cgroups, network namespaces)" >&2
   exit 1
 fi
 "$BIN" bench paper --cleanup
-for prof in ${PROFILES:-cloud raw}; do
-  for exp in ${EXPERIMENTS:-randread seqread pgbench}; do
-    dir="$OUT/$prof-$exp"
-    if ls "$dir"/paper-*.json >/dev/null 2>&1; then
-      echo "== $prof $exp: done before ($dir), skipped"
-      continue
-    fi
-    mkdir -p "$dir"
-    echo "== $prof $exp"
-    # shellcheck disable=SC2086
-    "$BIN" bench paper --profile "$prof" --experiment "$exp" --sizes "$SIZES" \
-      --configs passthrough,farcache --out "$dir" ${EXTRA:-} >"$dir/log" 2>&1 ||
-      { echo "   failed: see $dir/log"; rm -f "$dir"/paper-*.json; }
-  done
+for job in $JOBS; do
+  IFS=: read -r prof exp link <<<"$job"
+  link=${link:-1gbit}
+  configs=passthrough,farcache
+  dir="$OUT/$prof-$exp"
+  if [ "$link" != 1gbit ]; then
+    dir="$OUT/$prof-$link-$exp"
+    [ "$exp" = tpch ] && configs=farcache
+  fi
+  if ls "$dir"/paper-*.json >/dev/null 2>&1; then
+    echo "== $job: done before ($dir), skipped"
+    continue
+  fi
+  mkdir -p "$dir"
+  echo "== $job ($(date +%T))"
+  # shellcheck disable=SC2086
+  "$BIN" bench paper --profile "$prof" --experiment "$exp" --sizes "$SIZES" --link "$link" \
+    --configs "$configs" --out "$dir" ${EXTRA:-} >"$dir/log" 2>&1 ||
+    { echo "   failed: see $dir/log"; rm -f "$dir"/paper-*.json; }
 done
