@@ -462,6 +462,10 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
                 rec.cpu.machine_ms / 1e3,
                 rec.error.as_deref().map(|e| format!(" — FAILED: {e}")).unwrap_or_default()
             );
+            let what = format!("pgbench {} {} {clients} clients", cfg.name(), mode.name());
+            if let Some(w) = rec.disk.other_io_warning(&what, rec.secs) {
+                note!("{w}");
+            }
             out.push(rec);
         }
     }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::counters::LenderTotals;
 use super::mount::MountCounters;
 use super::pgbench::{PgMode, PgRecord, PgSetup};
-use super::testbed::DiskStat;
+use super::testbed::{DiskStat, OTHER_IO_FLAG_BYTES};
 use super::tpch::{QueryStatus, TpchRecord, TpchSetup};
 use super::worker::PassOutcome;
 use super::{human, ConfigKind, Experiment, PaperOptions};
@@ -745,6 +745,7 @@ pub fn render(r: &PaperReport) -> String {
     super::oltp::render(&mut s, r);
     render_transfers(&mut s, r);
     render_memory(&mut s, r);
+    render_other_io(&mut s, r);
     for (title, list) in [("Sanity checks", &r.checks), ("Targets (issue 4)", &r.targets)] {
         if list.is_empty() {
             continue;
@@ -1284,6 +1285,43 @@ fn render_tpch(s: &mut String, r: &PaperReport) {
         let _ = writeln!(s, "{row} {} |", cell(ratio, 2));
     }
     let _ = writeln!(s, "\n(In the specification's stream 0 order.)\n");
+}
+
+/// The measurements during which the rest of the machine moved more than
+/// [`OTHER_IO_FLAG_BYTES`] on the disk under the loop device (nothing when none did).
+fn render_other_io(s: &mut String, r: &PaperReport) {
+    let mut rows = Vec::new();
+    for run in &r.runs {
+        for p in &run.passes {
+            let what = format!(
+                "{} {} {} pass {}",
+                run.experiment.name(),
+                human_bytes(run.size_bytes),
+                run.config.name(),
+                p.pass
+            );
+            rows.push((what, p.disk, p.outcome.secs));
+        }
+    }
+    for p in &r.pgbench {
+        rows.push((format!("pgbench {} {} {} clients", p.config.name(), p.mode.name(), p.clients), p.disk, p.secs));
+    }
+    rows.retain(|(_, d, _)| d.other_bytes() > OTHER_IO_FLAG_BYTES);
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "## Other I/O on the machine's disk\n\nThe loop device's image lives on the machine's own disk; its throttle caps the \
+         loop device, not what the rest of the machine does to that disk. These measurements saw more than {} MiB of other \
+         traffic there (a build, a copy): their times are not comparable with the other configurations'.\n\n\
+         | measurement | seconds | other I/O |\n|---|---:|---:|",
+        OTHER_IO_FLAG_BYTES >> 20
+    );
+    for (what, d, secs) in rows {
+        let _ = writeln!(s, "| {what} | {secs:.1} | {} |", human_bytes(d.other_bytes()));
+    }
+    let _ = writeln!(s);
 }
 
 fn render_memory(s: &mut String, r: &PaperReport) {

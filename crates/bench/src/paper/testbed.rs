@@ -124,6 +124,9 @@ pub struct Testbed {
     /// The FUSE mount point.
     pub mnt: PathBuf,
     pub blkio: Cgroup,
+    /// `/sys/dev/block/MAJ:MIN/stat` of the machine's disk that holds the loop device's image
+    /// (its reads and writes, everyone's: see [`DiskStat::other_bytes`]).
+    pub host_disk_stat: Option<PathBuf>,
     pub nets: Vec<LenderNet>,
     pub spec: TestbedSpec,
     /// Logs of every child, kept after the run (the newest [`LOG_RUNS_KEPT`] runs).
@@ -158,6 +161,7 @@ impl Testbed {
             ext4: dir.join("ext4"),
             mnt: dir.join("mnt"),
             blkio: Cgroup::create("blkio", &prefix)?,
+            host_disk_stat: None,
             nets: Vec::new(),
             spec: spec.clone(),
             logs: Path::new(WORK_BASE).join("logs").join(&prefix),
@@ -188,6 +192,7 @@ impl Testbed {
                 tb.loopdev
             )));
         }
+        tb.host_disk_stat = host_disk_of(&image);
         tb.devno = std::fs::read_to_string(format!("/sys/block/{name}/dev"))
             .ctx(|| format!("read the device number of {}", tb.loopdev))?
             .trim()
@@ -410,9 +415,15 @@ impl Testbed {
         Ok(d)
     }
 
-    /// Reads and writes the loop device has served so far.
+    /// Reads and writes the loop device has served so far, and the bytes the machine's disk
+    /// under it has moved for anyone.
     pub fn disk_stat(&self) -> DiskStat {
-        disk_stat_of(&self.loopdev)
+        let mut d = disk_stat_of(&self.loopdev);
+        if let Some(p) = &self.host_disk_stat {
+            let (r, w) = stat_bytes(&std::fs::read_to_string(p).unwrap_or_default());
+            d.host_bytes = r + w;
+        }
+        d
     }
 }
 
@@ -449,7 +460,23 @@ pub fn disk_stat_of(dev: &str) -> DiskStat {
     let text = std::fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap_or_default();
     let f: Vec<u64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
     let g = |i: usize| f.get(i).copied().unwrap_or(0);
-    DiskStat { read_ios: g(0), read_bytes: g(2) * 512, write_ios: g(4), write_bytes: g(6) * 512 }
+    DiskStat { read_ios: g(0), read_bytes: g(2) * 512, write_ios: g(4), write_bytes: g(6) * 512, host_bytes: 0 }
+}
+
+/// Bytes read and written, from a block device's `stat` file (sectors of 512 bytes).
+fn stat_bytes(text: &str) -> (u64, u64) {
+    let f: Vec<u64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    let g = |i: usize| f.get(i).copied().unwrap_or(0) * 512;
+    (g(2), g(6))
+}
+
+/// The `stat` file of the block device (a disk or a partition) that holds `path`, if the
+/// file system is on one (not on tmpfs or overlay).
+fn host_disk_of(path: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(path).ok()?.dev();
+    let p = PathBuf::from(format!("/sys/dev/block/{}:{}/stat", libc::major(dev), libc::minor(dev)));
+    p.exists().then_some(p)
 }
 
 impl Drop for Testbed {
@@ -472,7 +499,17 @@ pub struct DiskStat {
     pub read_bytes: u64,
     pub write_ios: u64,
     pub write_bytes: u64,
+    /// Bytes read and written on the machine's disk that holds the loop device's image, by
+    /// everyone (0 where the image is not on a block device). The loop device reads and
+    /// writes its image with O_DIRECT, so its own bytes are in this too.
+    #[serde(default)]
+    pub host_bytes: u64,
 }
+
+/// Other traffic on the machine's disk beyond which a measurement is flagged: the loop
+/// device's throttle caps its own I/O, not what else the machine does to the disk under it
+/// (a build writing gigabytes, a copy), and the `raw` profile's disk *is* that disk.
+pub const OTHER_IO_FLAG_BYTES: u64 = 64 << 20;
 
 impl DiskStat {
     pub fn since(&self, e: &DiskStat) -> DiskStat {
@@ -481,7 +518,27 @@ impl DiskStat {
             read_bytes: self.read_bytes.saturating_sub(e.read_bytes),
             write_ios: self.write_ios.saturating_sub(e.write_ios),
             write_bytes: self.write_bytes.saturating_sub(e.write_bytes),
+            host_bytes: self.host_bytes.saturating_sub(e.host_bytes),
         }
+    }
+
+    /// Of an interval's bytes on the machine's disk, those that were not the loop device's:
+    /// the rest of the machine competing with the measurement for the same disk.
+    pub fn other_bytes(&self) -> u64 {
+        self.host_bytes.saturating_sub(self.read_bytes + self.write_bytes)
+    }
+
+    /// A warning for the log when other traffic on the machine's disk passed
+    /// [`OTHER_IO_FLAG_BYTES`] during an interval of `secs` seconds.
+    pub fn other_io_warning(&self, what: &str, secs: f64) -> Option<String> {
+        let o = self.other_bytes();
+        (o > OTHER_IO_FLAG_BYTES).then(|| {
+            format!(
+                "paper: warning: [{what}] {} MiB of other I/O on the machine's disk under the loop device \
+                 in {secs:.0} s (a build, a copy?): its time is not comparable with the other configurations'",
+                o >> 20
+            )
+        })
     }
 }
 
@@ -613,5 +670,37 @@ mod tests {
         assert_eq!("hdd".parse::<super::DiskProfile>().unwrap().limits(), Some((200, 150_000_000)));
         assert_eq!("ssd".parse::<super::DiskProfile>().unwrap().limits(), Some((20_000, 500_000_000)));
         assert!("nvme".parse::<super::DiskProfile>().is_err());
+    }
+
+    #[test]
+    fn other_io_is_the_machine_disk_beyond_the_loop_device() {
+        use super::{DiskStat, OTHER_IO_FLAG_BYTES};
+        // A stat line: reads, merged, sectors read, ms, writes, merged, sectors written, ...
+        assert_eq!(super::stat_bytes("  10 0 80 5 4 0 16 1 0 3 6"), (80 * 512, 16 * 512));
+        assert_eq!(super::stat_bytes(""), (0, 0));
+        let at =
+            |loop_read: u64, host: u64| DiskStat { read_bytes: loop_read, host_bytes: host, ..DiskStat::default() };
+        // The loop device's own O_DIRECT reads are on the machine's disk too: not "other".
+        let quiet = at(500 << 20, 1000 << 20).since(&at(0, 500 << 20));
+        assert_eq!(quiet.other_bytes(), 0);
+        assert!(quiet.other_io_warning("x", 1.0).is_none());
+        // A build writing a gigabyte beside it is.
+        let busy = at(500 << 20, 2524 << 20).since(&at(0, 500 << 20));
+        assert_eq!(busy.other_bytes(), 1524 << 20);
+        assert!(busy.other_bytes() > OTHER_IO_FLAG_BYTES);
+        let w = busy.other_io_warning("randread 1GiB farcache pass 1", 119.0).unwrap();
+        assert!(w.contains("1524 MiB") && w.contains("randread 1GiB farcache pass 1"), "{w}");
+        // Where the image is not on a block device nothing is counted, nothing flagged.
+        assert_eq!(at(500 << 20, 0).since(&at(0, 0)).other_bytes(), 0);
+    }
+
+    #[test]
+    fn the_host_disk_of_a_file_on_a_block_device_is_found() {
+        // /proc is not on a block device; the crate's own source usually is (not on tmpfs).
+        assert!(super::host_disk_of(std::path::Path::new("/proc/self/stat")).is_none());
+        if let Some(p) = super::host_disk_of(std::path::Path::new(env!("CARGO_MANIFEST_DIR"))) {
+            let (r, w) = super::stat_bytes(&std::fs::read_to_string(&p).unwrap());
+            assert!(r + w > 0, "{}: a disk that holds a source tree has moved bytes", p.display());
+        }
     }
 }
