@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::counters::LenderTotals;
 use super::mount::MountCounters;
 use super::pgbench::{PgMode, PgRecord, PgSetup};
-use super::testbed::{DiskStat, OTHER_IO_FLAG_BYTES};
+use super::testbed::{DiskStat, OTHER_IO_FLAG_BYTES, OTHER_IO_FLAG_RATE};
 use super::tpch::{QueryStatus, TpchRecord, TpchSetup};
 use super::worker::PassOutcome;
 use super::{human, ConfigKind, Experiment, PaperOptions};
@@ -1306,7 +1306,7 @@ fn render_other_io(s: &mut String, r: &PaperReport) {
     for p in &r.pgbench {
         rows.push((format!("pgbench {} {} {} clients", p.config.name(), p.mode.name(), p.clients), p.disk, p.secs));
     }
-    rows.retain(|(_, d, _)| d.other_bytes() > OTHER_IO_FLAG_BYTES);
+    rows.retain(|(_, d, secs)| d.other_io_flagged(*secs));
     if rows.is_empty() {
         return;
     }
@@ -1314,9 +1314,10 @@ fn render_other_io(s: &mut String, r: &PaperReport) {
         s,
         "## Other I/O on the machine's disk\n\nThe loop device's image lives on the machine's own disk; its throttle caps the \
          loop device, not what the rest of the machine does to that disk. These measurements saw more than {} MiB of other \
-         traffic there (a build, a copy): their times are not comparable with the other configurations'.\n\n\
-         | measurement | seconds | other I/O |\n|---|---:|---:|",
-        OTHER_IO_FLAG_BYTES >> 20
+         traffic there, at more than {} MiB/s (a build, a copy): their times are not comparable with the other \
+         configurations'.\n\n| measurement | seconds | other I/O |\n|---|---:|---:|",
+        OTHER_IO_FLAG_BYTES >> 20,
+        OTHER_IO_FLAG_RATE as u64 >> 20
     );
     for (what, d, secs) in rows {
         let _ = writeln!(s, "| {what} | {secs:.1} | {} |", human_bytes(d.other_bytes()));

@@ -508,8 +508,13 @@ pub struct DiskStat {
 
 /// Other traffic on the machine's disk beyond which a measurement is flagged: the loop
 /// device's throttle caps its own I/O, not what else the machine does to the disk under it
-/// (a build writing gigabytes, a copy), and the `raw` profile's disk *is* that disk.
+/// (a build writing gigabytes, a copy), and the `raw` profile's disk *is* that disk. Flagged
+/// when both this much and [`OTHER_IO_FLAG_RATE`] on average: a build's few MB/s of object
+/// files beside a 30 s run do not show in it, a copy of a target directory (a gigabyte a
+/// second) does.
 pub const OTHER_IO_FLAG_BYTES: u64 = 64 << 20;
+/// See [`OTHER_IO_FLAG_BYTES`]: bytes per second.
+pub const OTHER_IO_FLAG_RATE: f64 = (16u64 << 20) as f64;
 
 impl DiskStat {
     pub fn since(&self, e: &DiskStat) -> DiskStat {
@@ -528,11 +533,17 @@ impl DiskStat {
         self.host_bytes.saturating_sub(self.read_bytes + self.write_bytes)
     }
 
-    /// A warning for the log when other traffic on the machine's disk passed
-    /// [`OTHER_IO_FLAG_BYTES`] during an interval of `secs` seconds.
+    /// Whether other traffic on the machine's disk during an interval of `secs` seconds
+    /// passed [`OTHER_IO_FLAG_BYTES`] and [`OTHER_IO_FLAG_RATE`].
+    pub fn other_io_flagged(&self, secs: f64) -> bool {
+        let o = self.other_bytes();
+        o > OTHER_IO_FLAG_BYTES && o as f64 > OTHER_IO_FLAG_RATE * secs
+    }
+
+    /// A warning for the log when [`Self::other_io_flagged`].
     pub fn other_io_warning(&self, what: &str, secs: f64) -> Option<String> {
         let o = self.other_bytes();
-        (o > OTHER_IO_FLAG_BYTES).then(|| {
+        self.other_io_flagged(secs).then(|| {
             format!(
                 "paper: warning: [{what}] {} MiB of other I/O on the machine's disk under the loop device \
                  in {secs:.0} s (a build, a copy?): its time is not comparable with the other configurations'",
@@ -688,8 +699,10 @@ mod tests {
         let busy = at(500 << 20, 2524 << 20).since(&at(0, 500 << 20));
         assert_eq!(busy.other_bytes(), 1524 << 20);
         assert!(busy.other_bytes() > OTHER_IO_FLAG_BYTES);
-        let w = busy.other_io_warning("randread 1GiB farcache pass 1", 119.0).unwrap();
+        let w = busy.other_io_warning("randread 1GiB farcache pass 1", 19.0).unwrap();
         assert!(w.contains("1524 MiB") && w.contains("randread 1GiB farcache pass 1"), "{w}");
+        // The same spread over 200 s (a build's object files beside a long run) is not.
+        assert!(busy.other_io_warning("x", 200.0).is_none());
         // Where the image is not on a block device nothing is counted, nothing flagged.
         assert_eq!(at(500 << 20, 0).since(&at(0, 0)).other_bytes(), 0);
     }
