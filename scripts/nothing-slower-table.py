@@ -40,6 +40,27 @@ def other_io(*measurements):
     return f" †{worst >> 20} MiB" if worst else ""
 
 
+OTHER_CPU_GAP = 0.3  # CPUs
+
+
+def other_cpu(fc, pt):
+    """A mark for a ratio whose two measurements had the rest of the machine using CPU
+    differently (more than OTHER_CPU_GAP CPUs apart, on average): on two vCPUs a build
+    beside one of them, even at idle priority, slows it (shared core, caches)."""
+    if fc is None or pt is None:
+        return ""
+    gap = fc - pt
+    return f" ‡{gap:+.1f} CPU" if abs(gap) > OTHER_CPU_GAP else ""
+
+
+def pg_other_cpus(r):
+    c = r.get("cpu") or {}
+    secs = r.get("secs") or 0
+    if not secs or "machine_ms" not in c:
+        return None
+    return max(0.0, c["machine_ms"] - c.get("client_ms", 0) - c.get("lenders_ms", 0)) / 1e3 / secs
+
+
 def ratios(doc, borrowed=None):
     """(workload, ratio, target) rows of one result document. `borrowed`: a document of the
     same profile whose passthrough stands in where this one ran farcache alone (tpch only)."""
@@ -60,7 +81,8 @@ def ratios(doc, borrowed=None):
             # its second pass, at least 3x the passthrough.
             target = 3.0 if fast_link and exp == "seqread" and n == 2 else 0.97
             out.append((f"{exp} {human(size)} pass {n}", p_pt["secs"] / p_fc["secs"], target,
-                        other_io((p_fc.get("disk"), p_fc["secs"]), (p_pt.get("disk"), p_pt["secs"]))))
+                        other_io((p_fc.get("disk"), p_fc["secs"]), (p_pt.get("disk"), p_pt["secs"]))
+                        + other_cpu(fc.get("other_cpus"), pt.get("other_cpus"))))
         if exp == "randread" and len(fc["passes"]) > 1:
             p = fc["passes"][1]
             hit = p.get("hit_ratio_page_cache", 0) + p.get("hit_ratio_remote", 0)
@@ -83,7 +105,8 @@ def ratios(doc, borrowed=None):
         if cfg == "farcache" and (mode, clients, "passthrough") in pg:
             pt = pg[(mode, clients, "passthrough")]
             target = 1.0 if mode == "tpc-b" and clients >= 4 else 0.97
-            out.append((f"pgbench {mode} {clients} clients", r["tps"] / pt["tps"], target, other_io((r.get("disk"), r.get("secs", 0)), (pt.get("disk"), pt.get("secs", 0)))))
+            out.append((f"pgbench {mode} {clients} clients", r["tps"] / pt["tps"], target, other_io((r.get("disk"), r.get("secs", 0)), (pt.get("disk"), pt.get("secs", 0)))
+                        + other_cpu(pg_other_cpus(r), pg_other_cpus(pt))))
     tp = {r["config"]: r for r in doc.get("tpch") or [] if not r.get("error")}
     note = ""
     if "passthrough" not in tp and borrowed is not None:
@@ -155,6 +178,8 @@ def main():
     print("than the disk; at 10 Gbit/s seqread pass 2 3.0 and tpch power and throughput 5.0).")
     print("†: the rest of the machine moved that much on the disk under the loop device, at more than")
     print("16 MiB/s, during one of the two measurements (a build, a copy): not comparable.")
+    print("‡: the rest of the machine used that many more (+) or fewer (-) CPUs during farcache's")
+    print("measurement than during the passthrough's (a build beside one of them): not comparable.")
     return 0
 
 
