@@ -60,14 +60,13 @@
 //! half is still empty, and a fast tenant beside a slow one fills what the slow one has not
 //! asked for. Once every slot of a shard has been used (the lender is warm) the rule is
 //! gone: a tenant above its target only ever replaces its own blocks, and the tenants below
-//! theirs take the excess back by eviction, as from any tenant above its target. And a
-//! tenant above its target (the allocator lowered it) shrinks by its own inserts too: each
-//! one frees a second block of its own for whoever inserts there next, so a scan whose
-//! target was cut gives its blocks back at its own insert rate, not at the rate the tenant
-//! that needs them misses (measured: a scan held 570 blocks against a target of 192 for two
-//! tenths of bench alloc's run). Only `mrc` does both (as only it swaps): the other modes
-//! keep the rules their measurements were made with.
-//!
+//! theirs take the excess back by eviction, as from any tenant above its target. Only `mrc`
+//! does this (as only it swaps): the other modes keep the rules their measurements were
+//! made with. (Tried and dropped: a tenant above its target freeing a second block of its
+//! own at each insert. It freed what nobody filled — a fast tenant above its target beside
+//! a slow one below it lost ~100 blocks to empty slots — and where someone does insert, the
+//! eviction of tenants above their targets already makes room.)
+
 //! Under `allocation = "mrc"` a GET of a sampled key also feeds the tenant's miss-ratio
 //! curve estimator (`crate::alloc::Sampler`), before the shard's lock is taken: a hash test,
 //! and for sampled keys a `try_lock` (a contended sample is skipped, never waited for).
@@ -550,14 +549,6 @@ impl Store {
             // filling are the allocator's guesses (no curve measured yet).
             let unused = self.fill_unused && s.next_unused < self.slots_per_shard;
             if mine > 0 && !unused {
-                // Above its target (it was lowered), a tenant's own inserts shrink it: one
-                // more of its blocks is freed for whoever inserts here next (`mrc`; module
-                // docs, "Warm-up").
-                if self.fill_unused && mine > 1 && self.held[tenant as usize].load(Ordering::Relaxed) > target {
-                    if let Some(extra) = self.evict_from(s, tenant) {
-                        s.free.push(extra);
-                    }
-                }
                 return self.evict_from(s, tenant);
             }
         }

@@ -50,8 +50,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     /// With `fill_unused` (`mrc`), a tenant may also grow past its target into never-used
-    /// slots (while the store has never been full) and shrinks by its own inserts while above
-    /// it; the rule for the others is the same.
+    /// slots (while the store has never been full); the rule for the others is the same.
     #[test]
     fn a_tenant_within_its_target_never_loses_blocks_to_another(
         policy in prop_oneof![Just(PolicyKind::Lru), Just(PolicyKind::S3Fifo)],
@@ -82,8 +81,7 @@ proptest! {
                     let mine = store.tenant_counters(t).blocks;
                     let unused = fill && peak < u64::from(slots);
                     prop_assert!(mine <= targets[t as usize].max(before[t as usize]) || unused);
-                    // Above its target, its insert never grows it (with `fill_unused` in a
-                    // warm store: it shrinks or stays).
+                    // Above its target, its insert never grows it (but into a never-used slot).
                     if before[t as usize] > targets[t as usize] && !unused {
                         prop_assert!(mine <= before[t as usize]);
                     }
@@ -129,35 +127,6 @@ fn at_warm_up_a_tenant_fills_never_used_slots_and_gives_them_back() {
             store.put(0, &Key::new(7 << 64, k, 1), &[0; 8]);
         }
         assert_eq!(store.tenant_counters(0).blocks, 16);
-    }
-}
-
-/// A tenant above its target (the allocator lowered it) shrinks by its own inserts with
-/// `fill_unused` (`mrc`): each frees a second block of its own. Without it, it keeps its
-/// excess until others insert.
-#[test]
-fn a_tenant_above_its_target_shrinks_by_its_own_inserts() {
-    for fill in [false, true] {
-        let mut store = store(PolicyKind::S3Fifo, 64, [48, 16, 0]);
-        store.set_fill_unused(fill);
-        for k in 0..48 {
-            assert_eq!(store.put(0, &Key::new(7 << 64, k, 1), &[0; 8]), PutStatus::Stored);
-        }
-        for k in 0..16 {
-            assert_eq!(store.put(1, &Key::new(9 << 64, k, 1), &[1; 8]), PutStatus::Stored);
-        }
-        store.set_tenant_limit(0, 16 * u64::from(SLOT));
-        store.set_tenant_limit(1, 48 * u64::from(SLOT));
-        for k in 100..140 {
-            store.put(0, &Key::new(7 << 64, k, 1), &[0; 8]);
-        }
-        let held = store.tenant_counters(0).blocks;
-        if fill {
-            assert_eq!(held, 16, "it shrank to its target");
-        } else {
-            assert_eq!(held, 48, "it kept its excess");
-        }
-        assert_eq!(store.tenant_counters(1).blocks, 16, "nobody else lost a block");
     }
 }
 

@@ -8,7 +8,9 @@
 //! cliff (a loop slightly larger than its share gains nothing until the whole loop fits) is
 //! judged by the straight line across the cliff, so the greedy walk neither starves it nor
 //! stops halfway up. On concave hulls the greedy walk is optimal for the hulls. Capacity no
-//! slope wants (every curve flat) is split by weight among the active tenants.
+//! slope wants (every curve flat) is split by weight among the active tenants that reuse
+//! anything (a curve flat at its top may not have seen its longest reuses yet; a scan gains
+//! nothing at any size), then among all active tenants.
 //!
 //! The targets then move towards the ideal:
 //! - *bounded where it costs hits*: at most `max_move_percent` of capacity per decision is
@@ -20,12 +22,17 @@
 //!   whose working set shrank in a phase change, that holds blocks it does not reuse, or
 //!   that stopped asking);
 //! - *with hysteresis*: no move at all unless the ideal's predicted hits exceed the current
-//!   targets' by `hysteresis_percent`, so estimation noise does not shuffle memory; once a
-//!   move starts it continues towards the ideal until what is left is worth a quarter of
-//!   that (the ideal of stationary input is fixed, so the targets approach it monotonically
-//!   and stop: no oscillation);
-//! - *idle tenants* (inactive) are planned at their minimum, and reclaiming their memory
-//!   bypasses the hysteresis.
+//!   targets' by `hysteresis_percent` — or, near a 100% hit ratio, by
+//!   [`HYSTERESIS_MISS_SHARE`] of the predicted misses, if that is less —, so estimation
+//!   noise does not shuffle memory; once a move starts it continues towards the ideal until
+//!   what is left is worth a quarter of that (the ideal of stationary input is fixed, so the
+//!   targets approach it monotonically and stop: no oscillation);
+//! - *idle tenants* (inactive), tenants gone quiet ([`QUIET_FRACTION`]) and tenants that
+//!   reuse nothing are planned at their minimum (or what no slope wants), and reclaiming
+//!   their memory bypasses the hysteresis;
+//! - *between decisions*, free moves only (never the bound's budget), when the last decision
+//!   is out of date: a tenant went quiet, or a tenant's curve became measured (so that the
+//!   memory others have not filled yet goes where the curves say before they fill it).
 //!
 //! Tenants whose curve is not yet measured keep their current target, at least their
 //! minimum and their static share (capacity split by weight among the active tenants), and
