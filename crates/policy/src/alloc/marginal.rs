@@ -387,13 +387,10 @@ impl Allocator for Marginal {
         clamp(capacity, tenants, targets);
         raise_newcomers(capacity, tenants, targets);
         self.plan(capacity, tenants, targets);
-        let reclaim = tenants
-            .iter()
-            .enumerate()
-            .any(|(i, s)| {
-                let worthless = !s.active || self.rate[i] == 0.0 || (s.curve.valid && no_reuse(s, capacity));
-                worthless && targets[i] > s.floor().max(self.ideal[i])
-            });
+        let reclaim = tenants.iter().enumerate().any(|(i, s)| {
+            let worthless = !s.active || self.rate[i] == 0.0 || (s.curve.valid && no_reuse(s, capacity));
+            worthless && targets[i] > s.floor().max(self.ideal[i])
+        });
         let now_value = self.total_value(tenants, targets);
         let gain = self.total_value(tenants, &self.ideal) - now_value;
         // Two thresholds: a move starts when the ideal is worth `hysteresis_percent` more

@@ -573,7 +573,15 @@ fn scan(capacity: u64) -> Curve {
 
 /// Decide at `now` after each tenant asked `rates[i]` GETs per second for `dt`, hitting as
 /// its curve predicts at its target and holding its whole target.
-fn feed(a: &mut dyn Allocator, now: Duration, dt: Duration, cap: u64, ts: &mut [TenantSample], rates: &[u64], targets: &mut [u64]) {
+fn feed(
+    a: &mut dyn Allocator,
+    now: Duration,
+    dt: Duration,
+    cap: u64,
+    ts: &mut [TenantSample],
+    rates: &[u64],
+    targets: &mut [u64],
+) {
     for (i, s) in ts.iter_mut().enumerate() {
         let asked = rates[i] * dt.as_secs().max(1);
         let hits = (asked as f64 * s.curve.hit_ratio_at(targets[i] as f64)) as u64;
