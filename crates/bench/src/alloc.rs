@@ -28,6 +28,7 @@ use farcache_policy::PolicyKind;
 use farcache_wire::Key;
 use serde::{Deserialize, Serialize};
 
+use crate::error::IoContext;
 use crate::fc_client::FcClient;
 use crate::proc::{self, FarcacheSpec, WorkDir};
 use crate::value::VALUE_BYTES;
@@ -57,6 +58,9 @@ pub struct AllocBenchOptions {
     pub seed: u64,
     /// Scenarios to run by name (empty: all).
     pub only: Vec<String>,
+    /// Keep each run's server log here, with the allocation timer's decisions at debug
+    /// level (one line per tenant per tick: target, use, prediction, measured hit ratio).
+    pub server_log: Option<PathBuf>,
 }
 
 impl AllocBenchOptions {
@@ -72,6 +76,7 @@ impl AllocBenchOptions {
             server_threads: 2,
             seed: 0xA110C,
             only: vec![],
+            server_log: None,
         }
     }
 
@@ -321,6 +326,7 @@ fn run_one(
             o.interval.as_millis(),
             shards(o.capacity_blocks)
         ),
+        log_filter: o.server_log.as_ref().map(|_| "warn,farcache_server::alloc=debug".to_string()),
     };
     let tag = format!("{}-{}", sc.name.replace([':', '>', '+'], "_"), mode.name());
     let (mut guard, addr) = proc::spawn_farcache(&spec, dir, &tag)?;
@@ -388,6 +394,12 @@ fn run_one(
     let stats = guard.blame(played)?;
     let secs = t0.elapsed().as_secs_f64();
     guard.stop();
+    if let Some(to) = &o.server_log {
+        let from = dir.path().join(format!("farcache-{tag}.log"));
+        std::fs::create_dir_all(to)
+            .and_then(|_| std::fs::copy(&from, to.join(format!("{tag}.log"))))
+            .ctx(|| format!("keep {} in {}", from.display(), to.display()))?;
+    }
     let v = proc::parse_stats(&stats)?;
     let field = |x: &serde_json::Value, k: &str| x.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
     let (hits, misses) = (field(&v, "hits"), field(&v, "misses"));

@@ -195,6 +195,7 @@ fn server_run(
         policy: kind.name().into(),
         worker_threads: o.server_threads,
         config: String::new(),
+        log_filter: None,
     };
     let (mut guard, addr) = proc::spawn_farcache(&spec, dir, kind.name())?;
     let t0 = Instant::now();

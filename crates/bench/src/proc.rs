@@ -158,6 +158,8 @@ pub struct FarcacheSpec {
     pub worker_threads: u32,
     /// More `[server]` lines for its configuration file ("" for none).
     pub config: String,
+    /// The server's log filter (`FARCACHE_LOG`); `None`: warnings only.
+    pub log_filter: Option<String>,
 }
 
 /// Start `farcache server` on 127.0.0.1, port 0, and wait for its address line.
@@ -174,7 +176,7 @@ pub fn spawn_farcache(spec: &FarcacheSpec, dir: &WorkDir, tag: &str) -> Result<(
         .arg(format!("{capacity_mib}MiB"))
         .arg("--config")
         .arg(&cfg)
-        .env("FARCACHE_LOG", "warn")
+        .env("FARCACHE_LOG", spec.log_filter.as_deref().unwrap_or("warn"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log_file);

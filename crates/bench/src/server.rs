@@ -259,6 +259,7 @@ pub fn run(opts: &ServerBenchOptions) -> Result<ServerReport> {
         policy: opts.policy.clone(),
         worker_threads: opts.server_threads,
         config: String::new(),
+        log_filter: None,
     };
     let mc = if opts.memcached {
         let exe = proc::find_memcached()?;

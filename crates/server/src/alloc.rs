@@ -142,10 +142,15 @@ struct State {
     /// Per tenant: the running mean of (measured − predicted) hit ratio, and the last gap if
     /// it departed from it ([`phase_shift`]).
     gaps: Vec<(Option<f64>, Option<f64>)>,
-    /// Per tenant: (hits, GETs, target) since its last comparison, until there are
-    /// [`PHASE_MIN_GETS`] (a slow tenant is compared over several ticks); started afresh
-    /// when its target changes or there is no prediction to compare with.
-    pending: Vec<(u64, u64, u64)>,
+    /// Per tenant: (hits, GETs, target, blocks held) since its last comparison, until there
+    /// are [`PHASE_MIN_GETS`] (a slow tenant is compared over several ticks); started afresh
+    /// when its target changes, when the blocks it holds move by more than [`settled_slack`]
+    /// (it is filling or draining: its hit ratio follows its memory, not its workload), or
+    /// when there is no prediction to compare with.
+    pending: Vec<(u64, u64, u64, u64)>,
+    /// Per tenant: a phase change found before this time, [`SETTLE_INTERVALS`] after its
+    /// target or holding last moved, does not restart its curve young.
+    settle: Vec<Duration>,
     /// Per tenant: (GETs, time) when its curve last started from nothing (its estimator's
     /// start or a phase change), for [`mature`].
     young: Vec<(u64, Duration)>,
@@ -158,14 +163,33 @@ struct State {
 /// has made as many as the lender has blocks, a curve of mostly first accesses says "no
 /// reuse seen yet", not "memory is worth nothing" (a loop over half the lender is all cold
 /// misses for its first pass). So a curve counts as measured once the tenant has made
-/// `capacity` GETs since it started from nothing, or after this many intervals whatever it
-/// made (a slow tenant, whose curve is worth little to the others, is not held at its static
-/// share for long).
+/// `capacity` GETs since it started from nothing, or after this many intervals if it shows
+/// some reuse already or is *slow* — at its pace it would take more than [`SLOW_INTERVALS`]
+/// to make them (a slow tenant, whose curve is worth little to the others, is not held at
+/// its static share for long). A curve with no reuse at all from a tenant that is not slow
+/// waits: measured at one interval whatever it showed, a loop over 60% of the lender a few
+/// GETs short of its first reuse looked like a scan, worth nothing at any size, and gave
+/// its memory away (bench alloc's loop scenario lost up to 5,700 misses in its first tenth
+/// so, in about one run in five).
 pub const MATURE_INTERVALS: u32 = 1;
+/// A tenant that would take more than this many intervals to make `capacity` GETs is slow.
+pub const SLOW_INTERVALS: f64 = 4.0;
 
-/// Whether a curve started at `young` = (GETs, time) is mature at `now` with `gets` GETs made.
-pub fn mature(young: (u64, Duration), gets: u64, now: Duration, capacity: u64, interval: Duration) -> bool {
-    gets.saturating_sub(young.0) >= capacity || now.saturating_sub(young.1) >= interval * MATURE_INTERVALS
+/// Whether a curve started at `young` = (GETs, time) is mature at `now` with `gets` GETs
+/// made, given whether it shows any reuse (`reuses`).
+pub fn mature(
+    young: (u64, Duration),
+    gets: u64,
+    now: Duration,
+    capacity: u64,
+    interval: Duration,
+    reuses: bool,
+) -> bool {
+    let made = gets.saturating_sub(young.0);
+    let age = now.saturating_sub(young.1);
+    let intervals = age.as_secs_f64() / interval.as_secs_f64().max(1e-9);
+    let slow = (made as f64) * SLOW_INTERVALS < capacity as f64 * intervals;
+    made >= capacity || (age >= interval * MATURE_INTERVALS && (reuses || slow))
 }
 
 /// A tick's measured hit ratio that departs from the running mean of (measured − predicted)
@@ -175,6 +199,37 @@ pub const PHASE_SHIFT: f64 = 0.15;
 pub const PHASE_MIN_GETS: u64 = 256;
 /// How much of the past a tenant's curve keeps after a phase change.
 pub const PHASE_DECAY: f64 = 0.05;
+
+/// Blocks a tenant's holding may move during one comparison of the closed loop: more, and
+/// it is filling or draining, so its hit ratio says more about its memory's warm-up than
+/// about its workload (a loop given the last blocks it needs hits more every pass for a
+/// while; read as a phase change, that reset its curve and froze its target for an
+/// interval). One 64th of the lender, at least one block per shard's worth of rounding.
+pub fn settled_slack(capacity: u64) -> u64 {
+    (capacity / 64).max(1)
+}
+
+/// After a tenant's target or holding moved, a phase change found in its comparisons
+/// restarts its curve young only after this many intervals: the lender's S3-FIFO takes a
+/// pass or two of a tenant's working set to settle into new memory (a loop given more hits
+/// more every pass; measured, the same loop first hit 0.97 and then 0.77 of its GETs at one
+/// target), and the LRU curve does not predict that. The curve still forgets its past.
+pub const SETTLE_INTERVALS: f64 = 0.5;
+
+/// What a detected phase change does to a tenant's curve: it always forgets its past
+/// ([`PHASE_DECAY`]); it starts again *young* (not measured, held at least at its static
+/// share until it matures: [`mature`]) only when the tenant now hits *less* than its curve
+/// predicted, and less than its usual gap ([`phase_shift`]'s mean) — its working set grew or
+/// moved, and a curve of first accesses would say its memory is worth nothing — and its
+/// memory has been still for [`SETTLE_INTERVALS`] (a tenant whose memory just moved hits
+/// what its memory's warm-up gives, not what its workload does). A tenant that hits *more* than predicted (its working set
+/// shrank, or its memory warmed up) keeps a measured curve: its new accesses are reuses the
+/// curve sees at once, and holding it at its static share would take memory back from the
+/// tenant that needs it (the phase scenario: the shrunk tenant raised to half the lender
+/// twice after the other had been given its memory).
+pub fn phase_restarts_young(old_mean: f64, gap: f64) -> bool {
+    gap < old_mean && gap < 0.0
+}
 
 /// The closed loop on one tenant's prediction: given the running mean of its gap (measured −
 /// predicted hit ratio), whether the last comparison already departed from it, and this
@@ -220,6 +275,7 @@ impl Allocation {
                 views: vec![],
                 gaps: vec![],
                 pending: vec![],
+                settle: vec![],
                 young: vec![],
                 recent: vec![],
             }),
@@ -266,7 +322,8 @@ impl Allocation {
         st.seen.resize(n, (0, now));
         st.views.resize(n, TenantView::default());
         st.gaps.resize(n, (None, None));
-        st.pending.resize(n, (0, 0, 0));
+        st.pending.resize(n, (0, 0, 0, 0));
+        st.settle.resize(n, now);
         st.young.resize(n, (0, now));
         st.recent.resize(n, (0.0, 0.0));
         let weight = 1.0 - 0.5f64.powf(secs / self.interval.as_secs_f64().max(1e-3));
@@ -291,24 +348,40 @@ impl Allocation {
                 let mut decay = decay;
                 let pending = &mut st.pending[i];
                 let predicted = st.allocator.predicted_hit_ratio(i);
-                if started || predicted.is_none() || pending.2 != st.targets[i] {
-                    *pending = (0, 0, st.targets[i]);
+                let moved = c.blocks.abs_diff(pending.3) > settled_slack(capacity);
+                if pending.2 != st.targets[i] || moved {
+                    st.settle[i] = now + self.interval.mul_f64(SETTLE_INTERVALS);
+                }
+                if started || predicted.is_none() || pending.2 != st.targets[i] || moved {
+                    *pending = (0, 0, st.targets[i], c.blocks);
                 } else {
-                    *pending = (pending.0 + c.hits.saturating_sub(s.hits), pending.1 + gets, pending.2);
+                    *pending = (pending.0 + c.hits.saturating_sub(s.hits), pending.1 + gets, pending.2, pending.3);
                 }
                 if let Some(predicted) = predicted.filter(|_| pending.1 >= PHASE_MIN_GETS) {
                     let measured = pending.0 as f64 / pending.1 as f64;
-                    *pending = (0, 0, st.targets[i]);
-                    let (shifted, mean, departed) = phase_shift(st.gaps[i].0, st.gaps[i].1, measured - predicted);
+                    *pending = (0, 0, st.targets[i], c.blocks);
+                    let old_mean = st.gaps[i].0;
+                    let (shifted, mean, departed) = phase_shift(old_mean, st.gaps[i].1, measured - predicted);
                     st.gaps[i] = (Some(mean), departed);
                     if shifted {
-                        tracing::debug!(tenant = i, measured, predicted, "phase change: the curve forgets its past");
+                        let young =
+                            now >= st.settle[i] && phase_restarts_young(old_mean.unwrap_or(0.0), measured - predicted);
+                        tracing::debug!(
+                            tenant = i,
+                            measured,
+                            predicted,
+                            young,
+                            "phase change: the curve forgets its past"
+                        );
                         decay = decay.min(PHASE_DECAY);
-                        st.young[i] = (c.hits + c.misses, now);
+                        if young {
+                            st.young[i] = (c.hits + c.misses, now);
+                        }
                     }
                 }
                 s.curve = sampler.curve(gets, decay);
-                s.curve.valid &= mature(st.young[i], c.hits + c.misses, now, capacity, self.interval);
+                let reuses = s.curve.hit_ratio_at(capacity as f64) >= alloc::marginal::NO_REUSE;
+                s.curve.valid &= mature(st.young[i], c.hits + c.misses, now, capacity, self.interval, reuses);
             }
             if self.is_dynamic() {
                 store.set_tenant_floor(i as u16, s.min_blocks);
@@ -324,12 +397,19 @@ impl Allocation {
         }
         st.allocator.decide(now, capacity, &st.samples, &mut st.targets);
         for (i, s) in st.samples.iter().enumerate() {
+            let (h, g) = st.recent[i];
             tracing::debug!(
+                t_ms = now.as_millis() as u64,
                 tenant = i,
                 target = st.targets[i],
                 used = s.used_blocks,
+                active = s.active,
                 measured = s.curve.valid,
                 at_target = s.curve.hit_ratio_at(st.targets[i] as f64),
+                predicted = st.allocator.predicted_hit_ratio(i).unwrap_or(-1.0),
+                ideal = st.allocator.ideal_target(i).map_or(-1, |x| x as i64),
+                recent_hit_ratio = if g > 0.0 { h / g } else { -1.0 },
+                recent_gets = g,
                 "allocation"
             );
         }
@@ -393,14 +473,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_curve_matures_after_capacity_gets_or_an_interval() {
+    fn a_curve_matures_after_capacity_gets_or_an_interval_if_it_reuses_or_is_slow() {
         let (cap, iv) = (1000, Duration::from_secs(5));
         let young = (500, Duration::from_secs(10));
         // 999 GETs within 4 s: not yet (a loop of 1000 would not have shown its reuse).
-        assert!(!mature(young, 1499, Duration::from_secs(14), cap, iv));
-        assert!(mature(young, 1500, Duration::from_secs(11), cap, iv));
+        assert!(!mature(young, 1499, Duration::from_secs(14), cap, iv, true));
+        assert!(mature(young, 1500, Duration::from_secs(11), cap, iv, false));
         // A slow tenant: an interval is enough whatever it asked.
-        assert!(mature(young, 510, Duration::from_secs(15), cap, iv));
+        assert!(mature(young, 510, Duration::from_secs(15), cap, iv, false));
+        // One that reuses: an interval is enough.
+        assert!(mature(young, 1100, Duration::from_secs(15), cap, iv, true));
+        // One that would make its 1000 GETs within four intervals and shows no reuse yet
+        // waits for them: 600 GETs in 5 s (a loop over 700 blocks not yet come round).
+        assert!(!mature(young, 1100, Duration::from_secs(15), cap, iv, false));
+        assert!(!mature(young, 1499, Duration::from_secs(20), cap, iv, false));
+        // 999 GETs in nine intervals: slow after all.
+        assert!(mature(young, 1499, Duration::from_secs(55), cap, iv, false));
+    }
+
+    #[test]
+    fn only_a_tenant_hitting_less_than_predicted_restarts_young() {
+        // Its working set grew: it hits 0.4 below the curve, where it used to hit 0.05 above.
+        assert!(phase_restarts_young(0.05, -0.4));
+        // It hits more than predicted: its working set shrank, or its memory warmed up (a loop
+        // the LRU curve predicts 0 for below its cliff, hitting 0.97 then 0.77 under S3-FIFO).
+        assert!(!phase_restarts_young(0.97, 0.77));
+        assert!(!phase_restarts_young(-0.5, 0.2));
+        // Below the prediction but above its usual gap: no new reason to distrust the curve.
+        assert!(!phase_restarts_young(-0.5, -0.2));
     }
 
     #[test]

@@ -80,6 +80,7 @@ impl Server {
         store.set_enforce_targets(allocation.is_dynamic());
         if allocation.kind() == farcache_policy::alloc::AllocationKind::Mrc {
             store.enable_sampling(cfg.max_tenants);
+            store.set_fill_unused(true);
         }
         let tenants = Tenants::from_config(&cfg, &store)?;
         let tls = cfg.tls_server_config()?.map(farcache_tls::TlsAcceptor::from);

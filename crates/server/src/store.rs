@@ -52,6 +52,21 @@
 //! short flags, nothing swaps. A swap costs the data path a scan of the shard's tenants and
 //! at most four `try_lock`s; nothing allocates or waits.
 //!
+//! Warm-up (`mrc` only): while a shard still has slots never used, a tenant at or above its
+//! target may take them rather than evict its own block. At start the targets are the
+//! allocator's guesses — every tenant gets its static share until its curve is measured —
+//! and memory nobody has filled yet costs nobody a hit: a loop just over its share keeps its
+//! whole loop through its first passes instead of thrashing in its half while the other
+//! half is still empty, and a fast tenant beside a slow one fills what the slow one has not
+//! asked for. Once every slot of a shard has been used (the lender is warm) the rule is
+//! gone: a tenant above its target only ever replaces its own blocks, and the tenants below
+//! theirs take the excess back by eviction, as from any tenant above its target. Only `mrc`
+//! does this (as only it swaps): the other modes keep the rules their measurements were
+//! made with. (Tried and dropped: a tenant above its target freeing a second block of its
+//! own at each insert. It freed what nobody filled — a fast tenant above its target beside
+//! a slow one below it lost ~100 blocks to empty slots — and where someone does insert, the
+//! eviction of tenants above their targets already makes room.)
+
 //! Under `allocation = "mrc"` a GET of a sampled key also feeds the tenant's miss-ratio
 //! curve estimator (`crate::alloc::Sampler`), before the shard's lock is taken: a hash test,
 //! and for sampled keys a `try_lock` (a contended sample is skipped, never waited for).
@@ -227,6 +242,9 @@ pub struct Store {
     /// Whether quotas are targets that others' inserts must respect (every allocation but
     /// `shared`).
     enforce_targets: bool,
+    /// Whether a tenant at its target may take a never-used slot (`mrc`; module docs,
+    /// "Warm-up").
+    fill_unused: bool,
     /// Per tenant, the curve estimators' sampling (empty unless `allocation = "mrc"`).
     samplers: Box<[Sampler]>,
     /// Per tenant, for swaps across shards (module docs, "Placement"): its minimum in
@@ -278,6 +296,7 @@ impl Store {
             target: (0..cfg.max_tenants).map(|_| AtomicU64::new(0)).collect(),
             held: (0..cfg.max_tenants).map(|_| AtomicU64::new(0)).collect(),
             enforce_targets: false,
+            fill_unused: false,
             samplers: Box::new([]),
             floor: (0..cfg.max_tenants).map(|_| AtomicU64::new(0)).collect(),
             value: (0..cfg.max_tenants).map(|_| AtomicU64::new(0)).collect(),
@@ -293,6 +312,12 @@ impl Store {
     /// another tenant's insert (see the module docs). Set before the store is shared.
     pub fn set_enforce_targets(&mut self, on: bool) {
         self.enforce_targets = on;
+    }
+
+    /// Let a tenant at or above its target take never-used slots (module docs, "Warm-up").
+    /// Set before the store is shared.
+    pub fn set_fill_unused(&mut self, on: bool) {
+        self.fill_unused = on;
     }
 
     /// Feed GETs to per-tenant curve estimators (`allocation = "mrc"`). Set before the store
@@ -498,7 +523,8 @@ impl Store {
     /// `take_slot` with targets enforced: targets are whole-store, so a tenant's guarantee
     /// does not depend on how its keys hash across shards. A tenant at its target makes room
     /// itself (when it holds blocks in this shard; otherwise it may take a free slot and is
-    /// then above its target, by at most one block per shard) — unless the shard is full and
+    /// then above its target, by at most one block per shard; or, with `fill_unused`, while
+    /// the shard has never-used slots: module docs, "Warm-up") — unless the shard is full and
     /// it can swap (module docs, "Placement"). A full shard evicts from the tenant furthest
     /// above its target that holds blocks here; with none above, from a tenant of lower value
     /// than the inserting one (placement), else from the inserting tenant itself, or refuses
@@ -519,7 +545,10 @@ impl Store {
                     }
                 }
             }
-            if mine > 0 {
+            // Warm-up: a never-used slot is nobody's yet, and the targets of a lender still
+            // filling are the allocator's guesses (no curve measured yet).
+            let unused = self.fill_unused && s.next_unused < self.slots_per_shard;
+            if mine > 0 && !unused {
                 return self.evict_from(s, tenant);
             }
         }

@@ -332,6 +332,10 @@ struct AllocArgs {
     /// The lender's `allocation_interval` in milliseconds (the time scale).
     #[arg(long)]
     interval_ms: Option<u64>,
+    /// Keep each run's server log in this directory, with the allocation timer's decisions
+    /// (debug level: per tenant and tick, target, use, prediction, measured hit ratio).
+    #[arg(long)]
+    server_log: Option<PathBuf>,
     /// Write the full results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -474,6 +478,7 @@ fn run_alloc(a: AllocArgs) -> anyhow::Result<()> {
     if let Some(ms) = a.interval_ms {
         o.interval = std::time::Duration::from_millis(ms);
     }
+    o.server_log = a.server_log;
     let report = alloc_bench::run(&o)?;
     print!("{}", alloc_bench::render(&report));
     if let Some(path) = &a.json {

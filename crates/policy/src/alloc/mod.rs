@@ -115,6 +115,11 @@ pub trait Allocator: Send {
     fn predicted_hit_ratio(&self, _tenant: usize) -> Option<f64> {
         None
     }
+    /// Where the allocator would put tenant `i` if moves were free (its *ideal*), where it
+    /// computes one (for the decision log).
+    fn ideal_target(&self, _tenant: usize) -> Option<u64> {
+        None
+    }
 }
 
 /// An allocator of `kind` (static dispatch is not needed: it runs once per interval).

@@ -34,6 +34,9 @@ const SAMPLE_BITS: u32 = 24;
 const SAMPLE_SPACE: u64 = 1 << SAMPLE_BITS;
 /// Fewest (decayed) sampled accesses for a curve to count as measured.
 pub const MIN_CURVE_ACCESSES: f64 = 64.0;
+/// A tenant whose sampled reuses (at any distance) are under this share of its sampled
+/// accesses gets no SHARDS-adj correction.
+pub const NO_REUSE_SHARE: f64 = 0.01;
 
 /// A miss-ratio curve at [`CURVE_POINTS`] evenly spaced sizes from 0 to the capacity.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -219,9 +222,16 @@ impl ShardsMrc {
     pub fn curve(&self) -> Curve {
         let mut c =
             Curve { valid: self.total >= MIN_CURVE_ACCESSES, unit_blocks: self.unit_blocks, ..Curve::default() };
-        // SHARDS-adj: the shortfall (or excess) of sampled accesses goes to the first bucket.
-        let first =
-            if self.expected > 0.0 { (self.hist[0] + self.expected - self.total).max(0.0) } else { self.hist[0] };
+        // SHARDS-adj: the shortfall (or excess) of sampled accesses goes to the first bucket
+        // — unless the tenant reuses (almost) nothing: the correction models hot keys the
+        // sample missed, and a scan has none (its shortfall is sampling noise, and read as
+        // hits it made a scan look worth memory).
+        let reused: f64 = self.hist.iter().sum();
+        let first = if self.expected > 0.0 && reused >= NO_REUSE_SHARE * self.total {
+            (self.hist[0] + self.expected - self.total).max(0.0)
+        } else {
+            self.hist[0]
+        };
         let total = self.total + first - self.hist[0];
         if total <= 0.0 {
             return c;

@@ -543,3 +543,123 @@ fn mrc_estimator_state_is_bounded_and_fixed() {
     assert_eq!(e.memory_bytes(), before, "the estimator grew");
     assert!(e.rate() < 0.1);
 }
+
+#[test]
+fn a_scans_curve_shows_no_hits_whatever_the_adj_correction_says() {
+    // A one-pass scan: no key comes back. Told that twice as many accesses happened as it
+    // sampled (sampling noise on a scan: its rate was lowered as keys piled up), SHARDS-adj
+    // would count the shortfall as hits at distance 0 and make the scan look worth memory.
+    let mut e = ShardsMrc::new(4096, 8192);
+    for k in 0..50_000u64 {
+        e.access(k);
+    }
+    e.offered(100_000);
+    let c = e.curve();
+    assert!(c.valid);
+    assert_eq!(c.hit_ratio_at(4096.0), 0.0, "{:?}", &c.miss_ratio[..4]);
+    // A tenant that reuses keeps the correction: a loop whose hot keys the sample missed.
+    let mut e = ShardsMrc::new(4096, 8192);
+    for k in 0..50_000u64 {
+        e.access(k % 1000);
+    }
+    e.offered(100_000);
+    assert!(e.curve().hit_ratio_at(32.0) > 0.4, "{:?}", &e.curve().miss_ratio[..4]);
+}
+
+/// A scan: valid curve, no hit at any size.
+fn scan(capacity: u64) -> Curve {
+    Curve::from_fn(capacity, |_| 1.0)
+}
+
+/// Decide at `now` after each tenant asked `rates[i]` GETs per second for `dt`, hitting as
+/// its curve predicts at its target and holding its whole target.
+fn feed(
+    a: &mut dyn Allocator,
+    now: Duration,
+    dt: Duration,
+    cap: u64,
+    ts: &mut [TenantSample],
+    rates: &[u64],
+    targets: &mut [u64],
+) {
+    for (i, s) in ts.iter_mut().enumerate() {
+        let asked = rates[i] * dt.as_secs().max(1);
+        let hits = (asked as f64 * s.curve.hit_ratio_at(targets[i] as f64)) as u64;
+        s.hits += hits;
+        s.misses += asked - hits;
+        s.used_blocks = targets[i];
+    }
+    a.decide(now, cap, ts, targets);
+}
+
+#[test]
+fn capacity_no_curve_wants_goes_to_tenants_that_reuse_not_to_a_scan() {
+    let cap = 1000;
+    let iv = Duration::from_secs(5);
+    // A's working set is 500 blocks (its curve is flat above); B's curve is not measured
+    // yet, then shows that B reuses nothing (a scan). The 500 blocks no slope wants go to A,
+    // and move at once although A's curve predicts no gain from them (no hysteresis to
+    // pass): they cost B nothing.
+    let mut ts = vec![tenant(0, cap, Curve::default()), tenant(0, cap, Curve::default())];
+    let mut a = Marginal::new(MarginalConfig::default());
+    let mut targets = vec![0, 0];
+    feed(&mut a, Duration::ZERO, iv, cap, &mut ts, &[100, 100], &mut targets);
+    assert_eq!(targets, vec![500, 500]);
+    ts[0].curve = uniform(cap, 500.0);
+    feed(&mut a, iv, iv, cap, &mut ts, &[100, 100], &mut targets);
+    assert_eq!(targets, vec![500, 500], "B not measured: it keeps its static share");
+    ts[1].curve = scan(cap);
+    for r in 2..5 {
+        feed(&mut a, iv * r, iv, cap, &mut ts, &[100, 100], &mut targets);
+    }
+    assert_eq!(targets, vec![1000, 0]);
+}
+
+#[test]
+fn near_a_full_hit_ratio_the_hysteresis_counts_misses() {
+    let cap = 1000;
+    let iv = Duration::from_secs(5);
+    // A asks 100 times as often as B and hits 99% at half the lender, 100% at all of it;
+    // B hits in proportion to its memory. Giving B's 500 to A is worth 0.5% more hits — under
+    // the 1% hysteresis — but avoids a third of the lender's misses.
+    let mut ts = vec![tenant(0, cap, Curve::default()), tenant(0, cap, Curve::default())];
+    let mut a = Marginal::new(MarginalConfig::default());
+    let mut targets = vec![0, 0];
+    let rates = [10_000u64, 100];
+    feed(&mut a, Duration::ZERO, iv, cap, &mut ts, &rates, &mut targets);
+    assert_eq!(targets, vec![500, 500]);
+    ts[0].curve = Curve::from_fn(cap, |x| 0.02 * (1.0 - x / 1000.0));
+    ts[1].curve = uniform(cap, 1000.0);
+    for r in 1..40 {
+        feed(&mut a, iv * r, iv, cap, &mut ts, &rates, &mut targets);
+    }
+    assert!(targets[0] >= 950, "{targets:?}");
+}
+
+#[test]
+fn a_tenant_gone_quiet_gives_its_memory_between_decisions() {
+    let cap = 1000;
+    let mut ts = vec![tenant(0, cap, uniform(cap, 800.0)), tenant(0, cap, uniform(cap, 800.0))];
+    let mut a = Marginal::new(MarginalConfig::default());
+    let iv = Duration::from_secs(5);
+    let rounds = run(&mut a, cap, &mut ts, &[100, 100], 10, iv);
+    let mut targets = rounds.last().unwrap().clone();
+    assert!(targets[0] >= 400, "{targets:?}");
+    let ask = |ts: &mut [TenantSample], i: usize, n: u64| {
+        ts[i].hits += n;
+        ts[i].misses += n;
+    };
+    // The last decision was at 45 s. Both ask at 46 s, then nobody: a stall.
+    ask(&mut ts, 0, 100);
+    ask(&mut ts, 1, 100);
+    a.decide(Duration::from_secs(46), cap, &ts, &mut targets);
+    a.decide(Duration::from_secs(50), cap, &ts, &mut targets);
+    let before = targets.clone();
+    a.decide(Duration::from_millis(51_500), cap, &ts, &mut targets);
+    assert_eq!(targets, before, "a stall is not silence");
+    // Tenant 1 asks again, tenant 0 does not: more than an interval after its last GET,
+    // between decisions (the next is at 55 s), its memory is reclaimed.
+    ask(&mut ts, 1, 500);
+    a.decide(Duration::from_secs(52), cap, &ts, &mut targets);
+    assert!(targets[1] >= 795, "{targets:?}");
+}
