@@ -58,7 +58,7 @@
 //! and memory nobody has filled yet costs nobody a hit: a loop just over its share keeps its
 //! whole loop through its first passes instead of thrashing in its half while the other
 //! half is still empty, and a fast tenant beside a slow one fills what the slow one has not
-//! asked for. Once every slot of a shard has been used (the lender is warm) the rule is
+//! asked for — never past the tenant's configured `limit`, which stays a hard cap. Once every slot of a shard has been used (the lender is warm) the rule is
 //! gone: a tenant above its target only ever replaces its own blocks, and the tenants below
 //! theirs take the excess back by eviction, as from any tenant above its target. Only `mrc`
 //! does this (as only it swaps): the other modes keep the rules their measurements were
@@ -252,6 +252,9 @@ pub struct Store {
     /// timer; 0 until set, and no tenant takes from another of equal value), its insert
     /// clock, and where its next give-back search starts.
     floor: Box<[AtomicU64]>,
+    /// Per tenant: its configured `limit` in slots, which no rule passes — the warm-up's
+    /// never-used slots included (a target may be lower; `u64::MAX` until set).
+    ceiling: Box<[AtomicU64]>,
     value: Box<[AtomicU64]>,
     /// Per tenant: what one block less costs it (its marginal hits per block, in the units
     /// of `value`): a swap takes from a tenant whose cost is below the taker's value.
@@ -299,6 +302,7 @@ impl Store {
             fill_unused: false,
             samplers: Box::new([]),
             floor: (0..cfg.max_tenants).map(|_| AtomicU64::new(0)).collect(),
+            ceiling: (0..cfg.max_tenants).map(|_| AtomicU64::new(u64::MAX)).collect(),
             value: (0..cfg.max_tenants).map(|_| AtomicU64::new(0)).collect(),
             cost: (0..cfg.max_tenants).map(|_| AtomicU64::new(0)).collect(),
             short: (0..cfg.max_tenants).map(|_| AtomicBool::new(false)).collect(),
@@ -348,6 +352,13 @@ impl Store {
         self.target[tenant as usize].store(slots, Ordering::Relaxed);
         let per_shard = slots.div_ceil(self.shards.len() as u64).min(self.slots_per_shard as u64);
         self.quota[tenant as usize].store(per_shard as u32, Ordering::Relaxed);
+    }
+
+    /// Set the most bytes `tenant` may ever hold, whatever its target (its configured
+    /// `limit`): the warm-up (module docs) lets a tenant at its target take never-used slots,
+    /// but never past this.
+    pub fn set_tenant_ceiling(&self, tenant: TenantId, limit_bytes: u64) {
+        self.ceiling[tenant as usize].store(limit_bytes / self.slot_bytes as u64, Ordering::Relaxed);
     }
 
     /// Set the slots a swap never takes `tenant` below (its `min_bytes`, in slots).
@@ -547,7 +558,11 @@ impl Store {
             }
             // Warm-up: a never-used slot is nobody's yet, and the targets of a lender still
             // filling are the allocator's guesses (no curve measured yet).
-            let unused = self.fill_unused && s.next_unused < self.slots_per_shard;
+            // Never past the tenant's configured limit, though.
+            let unused = self.fill_unused
+                && s.next_unused < self.slots_per_shard
+                && self.held[tenant as usize].load(Ordering::Relaxed)
+                    < self.ceiling[tenant as usize].load(Ordering::Relaxed);
             if mine > 0 && !unused {
                 return self.evict_from(s, tenant);
             }
@@ -708,7 +723,7 @@ impl Store {
             total += (s.tenants.len() * std::mem::size_of::<TenantCounters>() + s.active.capacity() * 2) as u64;
             total += (s.last_insert.len() * 8) as u64;
         }
-        let per_tenant = (self.floor.len() * (4 * 8 + 4 + 1)) as u64;
+        let per_tenant = (self.floor.len() * (5 * 8 + 4 + 1)) as u64;
         total + per_tenant + self.samplers.iter().map(|x| x.memory_bytes() as u64).sum::<u64>()
     }
 }

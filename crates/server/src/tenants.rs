@@ -62,6 +62,7 @@ impl Tenants {
         for t in &cfg.tenants {
             let limit_bytes = t.limit.map_or(default_limit_bytes, |l| l.bytes());
             store.set_tenant_limit(list.len() as TenantId, limit_bytes);
+            store.set_tenant_ceiling(list.len() as TenantId, limit_bytes);
             list.push(Tenant {
                 name: t.name.clone(),
                 secret: tenant_secret(t)?,
@@ -118,6 +119,7 @@ impl Tenants {
         }
         let id = list.len() as TenantId;
         store.set_tenant_limit(id, self.default_limit_bytes);
+        store.set_tenant_ceiling(id, self.default_limit_bytes);
         list.push(Tenant {
             name: name.to_string(),
             secret: None,

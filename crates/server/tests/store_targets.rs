@@ -130,6 +130,19 @@ fn at_warm_up_a_tenant_fills_never_used_slots_and_gives_them_back() {
     }
 }
 
+/// The warm-up's never-used slots never take a tenant past its configured limit (its
+/// ceiling), only past a target the allocator set below it.
+#[test]
+fn warm_up_never_passes_a_configured_limit() {
+    let mut store = store(PolicyKind::S3Fifo, 64, [16, 48, 0]);
+    store.set_fill_unused(true);
+    store.set_tenant_ceiling(0, 24 * u64::from(SLOT));
+    for k in 0..40 {
+        assert_eq!(store.put(0, &Key::new(7 << 64, k, 1), &[0; 8]), PutStatus::Stored);
+    }
+    assert_eq!(store.tenant_counters(0).blocks, 24, "a target of 16 under a limit of 24");
+}
+
 /// A scan (every key new) beside a tenant holding its target: the scan evicts only its own
 /// blocks once memory is full, and the other tenant keeps every block.
 #[test]
