@@ -92,15 +92,31 @@ async fn mrc_gives_each_tenant_what_its_curve_is_worth() {
                 break;
             }
         }
-        let (s, l, after) = settled.unwrap_or_else(|| panic!("never settled near 400 / 1648 blocks"));
+        let (mut s, mut l, after) = settled.unwrap_or_else(|| panic!("never settled near 400 / 1648 blocks"));
         println!("settled after {after:?}: small {s}\nlarge {l}");
-        // The targets add up to the capacity; the predictions are those of the curves.
+        // The targets add up to the capacity; the predictions are those of the curves —
+        // once the curves have seen more than their first uses: a curve counts each block's
+        // first GET as a miss at every size, and the targets can settle (decisions run as
+        // soon as a curve is measured) while those still weigh, the more so on a loaded
+        // machine, where fewer GETs fit in an interval. Bounded: 30 s more of the same load.
+        let predictions = |s: &Value, l: &Value| {
+            let ps = s["predicted_hit_ratio"].as_f64().expect("small's prediction");
+            let pl = l["predicted_hit_ratio"].as_f64().expect("large's prediction");
+            (ps, pl, (u(l, "target_bytes") / SLOT) as f64 / 4000.0)
+        };
+        let more = Instant::now();
+        let (mut ps, mut pl, mut want) = predictions(&s, &l);
+        while (ps <= 0.9 || (pl - want).abs() >= 0.08) && more.elapsed() < Duration::from_secs(30) {
+            for _ in 0..10 {
+                round(&small, &mut rng, 1, 400, 32).await;
+                round(&large, &mut rng, 2, 4000, 32).await;
+            }
+            (s, l) = (tenant_stats(&small, "small").await, tenant_stats(&small, "large").await);
+            (ps, pl, want) = predictions(&s, &l);
+        }
         assert!(u(&s, "target_bytes") + u(&l, "target_bytes") <= CAPACITY_BLOCKS * SLOT);
-        let ps = s["predicted_hit_ratio"].as_f64().expect("small's prediction");
-        let pl = l["predicted_hit_ratio"].as_f64().expect("large's prediction");
-        assert!(ps > 0.9, "small at its whole working set: predicted {ps}");
-        let want = (u(&l, "target_bytes") / SLOT) as f64 / 4000.0;
-        assert!((pl - want).abs() < 0.08, "large: predicted {pl}, uniform curve says {want}");
+        assert!(ps > 0.9, "small at its whole working set: predicted {ps}: {s}");
+        assert!((pl - want).abs() < 0.08, "large: predicted {pl}, uniform curve says {want}: {l}");
         assert_eq!(s["predicted"].as_array().map(Vec::len), Some(4), "{s}");
         // And the store keeps to them: small holds its working set and hits.
         let mut hits = 0;
