@@ -120,12 +120,17 @@ def ratios(doc, borrowed=None):
         fc, pt = tp["farcache"], tp["passthrough"]
         # Item 7: at 10 Gbit/s the lenders beat the disk for TPC-H's scans too: >= 5x.
         big = 5.0 if fast_link else 0.97
-        for name, key, faster in (("load test", "load_secs", "lower"), ("power test", "power_secs", "lower"),
-                                  ("throughput test", "queries_per_hour", "higher")):
+        for name, key, faster, phase in (("load test", "load_secs", "lower", None),
+                                         ("power test", "power_secs", "lower", "power_phase"),
+                                         ("throughput test", "queries_per_hour", "higher", "throughput_phase")):
             a, b = fc.get(key), pt.get(key)
             if a and b:
                 ratio = b / a if faster == "lower" else a / b
-                out.append((f"tpch {name}", ratio, 0.97 if name == "load test" else big, note))
+                mark = ""
+                if phase:
+                    ph = [(r.get(phase) or {}) for r in (fc, pt)]
+                    mark = other_io(*((p.get("disk"), p.get("secs", 0)) for p in ph))
+                out.append((f"tpch {name}", ratio, 0.97 if name == "load test" else big, mark + note))
     return [row if len(row) == 4 else row + ("",) for row in out]
 
 
