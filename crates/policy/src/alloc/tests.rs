@@ -592,6 +592,15 @@ fn feed(
     a.decide(now, cap, ts, targets);
 }
 
+/// Two tenants with no curve yet, a `Marginal` allocator with its defaults, no targets.
+fn two_unmeasured(cap: u64) -> (Vec<TenantSample>, Marginal, Vec<u64>) {
+    (
+        vec![tenant(0, cap, Curve::default()), tenant(0, cap, Curve::default())],
+        Marginal::new(MarginalConfig::default()),
+        vec![0, 0],
+    )
+}
+
 #[test]
 fn capacity_no_curve_wants_goes_to_tenants_that_reuse_not_to_a_scan() {
     let cap = 1000;
@@ -600,9 +609,7 @@ fn capacity_no_curve_wants_goes_to_tenants_that_reuse_not_to_a_scan() {
     // yet, then shows that B reuses nothing (a scan). The 500 blocks no slope wants go to A,
     // and move at once although A's curve predicts no gain from them (no hysteresis to
     // pass): they cost B nothing.
-    let mut ts = vec![tenant(0, cap, Curve::default()), tenant(0, cap, Curve::default())];
-    let mut a = Marginal::new(MarginalConfig::default());
-    let mut targets = vec![0, 0];
+    let (mut ts, mut a, mut targets) = two_unmeasured(cap);
     feed(&mut a, Duration::ZERO, iv, cap, &mut ts, &[100, 100], &mut targets);
     assert_eq!(targets, vec![500, 500]);
     ts[0].curve = uniform(cap, 500.0);
@@ -622,9 +629,7 @@ fn near_a_full_hit_ratio_the_hysteresis_counts_misses() {
     // A asks 100 times as often as B and hits 99% at half the lender, 100% at all of it;
     // B hits in proportion to its memory. Giving B's 500 to A is worth 0.5% more hits — under
     // the 1% hysteresis — but avoids a third of the lender's misses.
-    let mut ts = vec![tenant(0, cap, Curve::default()), tenant(0, cap, Curve::default())];
-    let mut a = Marginal::new(MarginalConfig::default());
-    let mut targets = vec![0, 0];
+    let (mut ts, mut a, mut targets) = two_unmeasured(cap);
     let rates = [10_000u64, 100];
     feed(&mut a, Duration::ZERO, iv, cap, &mut ts, &rates, &mut targets);
     assert_eq!(targets, vec![500, 500]);
