@@ -222,8 +222,9 @@ pub const SETTLE_INTERVALS: f64 = 0.5;
 /// predicted, and less than its usual gap ([`phase_shift`]'s mean) — its working set grew or
 /// moved, and a curve of first accesses would say its memory is worth nothing — and its
 /// memory has been still for [`SETTLE_INTERVALS`] (a tenant whose memory just moved hits
-/// what its memory's warm-up gives, not what its workload does). A tenant that hits *more* than predicted (its working set
-/// shrank, or its memory warmed up) keeps a measured curve: its new accesses are reuses the
+/// what its memory's warm-up gives, not what its workload does). A tenant that hits *more*
+/// than predicted (its working set shrank, or its memory warmed up) keeps a measured curve:
+/// its new accesses are reuses the
 /// curve sees at once, and holding it at its static share would take memory back from the
 /// tenant that needs it (the phase scenario: the shrunk tenant raised to half the lender
 /// twice after the other had been given its memory).
@@ -348,11 +349,11 @@ impl Allocation {
                 let mut decay = decay;
                 let pending = &mut st.pending[i];
                 let predicted = st.allocator.predicted_hit_ratio(i);
-                let moved = c.blocks.abs_diff(pending.3) > settled_slack(capacity);
-                if pending.2 != st.targets[i] || moved {
+                let moved = pending.2 != st.targets[i] || c.blocks.abs_diff(pending.3) > settled_slack(capacity);
+                if moved {
                     st.settle[i] = now + self.interval.mul_f64(SETTLE_INTERVALS);
                 }
-                if started || predicted.is_none() || pending.2 != st.targets[i] || moved {
+                if started || predicted.is_none() || moved {
                     *pending = (0, 0, st.targets[i], c.blocks);
                 } else {
                     *pending = (pending.0 + c.hits.saturating_sub(s.hits), pending.1 + gets, pending.2, pending.3);

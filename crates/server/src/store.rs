@@ -58,8 +58,9 @@
 //! and memory nobody has filled yet costs nobody a hit: a loop just over its share keeps its
 //! whole loop through its first passes instead of thrashing in its half while the other
 //! half is still empty, and a fast tenant beside a slow one fills what the slow one has not
-//! asked for — never past the tenant's configured `limit`, which stays a hard cap. Once every slot of a shard has been used (the lender is warm) the rule is
-//! gone: a tenant above its target only ever replaces its own blocks, and the tenants below
+//! asked for — never past the tenant's configured `limit`, which stays a hard cap. Once
+//! every slot of a shard has been used (the lender is warm) the rule is gone: a tenant
+//! above its target only ever replaces its own blocks, and the tenants below
 //! theirs take the excess back by eviction, as from any tenant above its target. Only `mrc`
 //! does this (as only it swaps): the other modes keep the rules their measurements were
 //! made with. (Tried and dropped: a tenant above its target freeing a second block of its
@@ -361,6 +362,12 @@ impl Store {
         self.ceiling[tenant as usize].store(limit_bytes / self.slot_bytes as u64, Ordering::Relaxed);
     }
 
+    /// A tenant's configured `limit`: its ceiling, and its target until the allocator sets one.
+    pub fn set_tenant_configured_limit(&self, tenant: TenantId, limit_bytes: u64) {
+        self.set_tenant_limit(tenant, limit_bytes);
+        self.set_tenant_ceiling(tenant, limit_bytes);
+    }
+
     /// Set the slots a swap never takes `tenant` below (its `min_bytes`, in slots).
     pub fn set_tenant_floor(&self, tenant: TenantId, slots: u64) {
         self.floor[tenant as usize].store(slots, Ordering::Relaxed);
@@ -547,7 +554,8 @@ impl Store {
         }
         let mine = s.tenants[tenant as usize].blocks;
         let full = s.free.is_empty() && s.next_unused >= self.slots_per_shard;
-        if self.held[tenant as usize].load(Ordering::Relaxed) >= target {
+        let held = self.held[tenant as usize].load(Ordering::Relaxed);
+        if held >= target {
             if full {
                 if let Some(donor) = self.donor(s, tenant) {
                     if self.give_back(here, tenant) {
@@ -557,12 +565,11 @@ impl Store {
                 }
             }
             // Warm-up: a never-used slot is nobody's yet, and the targets of a lender still
-            // filling are the allocator's guesses (no curve measured yet).
-            // Never past the tenant's configured limit, though.
+            // filling are the allocator's guesses (no curve measured yet) — but never past
+            // the tenant's configured limit.
             let unused = self.fill_unused
                 && s.next_unused < self.slots_per_shard
-                && self.held[tenant as usize].load(Ordering::Relaxed)
-                    < self.ceiling[tenant as usize].load(Ordering::Relaxed);
+                && held < self.ceiling[tenant as usize].load(Ordering::Relaxed);
             if mine > 0 && !unused {
                 return self.evict_from(s, tenant);
             }

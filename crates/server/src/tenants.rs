@@ -61,8 +61,7 @@ impl Tenants {
         let mut list = Vec::with_capacity(cfg.max_tenants as usize);
         for t in &cfg.tenants {
             let limit_bytes = t.limit.map_or(default_limit_bytes, |l| l.bytes());
-            store.set_tenant_limit(list.len() as TenantId, limit_bytes);
-            store.set_tenant_ceiling(list.len() as TenantId, limit_bytes);
+            store.set_tenant_configured_limit(list.len() as TenantId, limit_bytes);
             list.push(Tenant {
                 name: t.name.clone(),
                 secret: tenant_secret(t)?,
@@ -118,8 +117,7 @@ impl Tenants {
             return Err(AuthError::TooMany(self.max));
         }
         let id = list.len() as TenantId;
-        store.set_tenant_limit(id, self.default_limit_bytes);
-        store.set_tenant_ceiling(id, self.default_limit_bytes);
+        store.set_tenant_configured_limit(id, self.default_limit_bytes);
         list.push(Tenant {
             name: name.to_string(),
             secret: None,

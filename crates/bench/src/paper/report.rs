@@ -1288,7 +1288,8 @@ fn render_tpch(s: &mut String, r: &PaperReport) {
 }
 
 /// The measurements during which the rest of the machine moved more than
-/// [`OTHER_IO_FLAG_BYTES`] on the disk under the loop device (nothing when none did).
+/// [`OTHER_IO_FLAG_BYTES`], at more than [`OTHER_IO_FLAG_RATE`], on the disk under the loop
+/// device ([`DiskStat::other_io_flagged`]; nothing when none did).
 fn render_other_io(s: &mut String, r: &PaperReport) {
     let mut rows = Vec::new();
     for run in &r.runs {

@@ -457,17 +457,21 @@ impl ExtraDisk {
 /// Reads and writes block device `dev` (`/dev/loopN`) has served so far.
 pub fn disk_stat_of(dev: &str) -> DiskStat {
     let name = dev.trim_start_matches("/dev/");
-    let text = std::fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap_or_default();
-    let f: Vec<u64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-    let g = |i: usize| f.get(i).copied().unwrap_or(0);
+    let g = stat_fields(&std::fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap_or_default());
     DiskStat { read_ios: g(0), read_bytes: g(2) * 512, write_ios: g(4), write_bytes: g(6) * 512, host_bytes: 0 }
+}
+
+/// Field `i` of a block device's `stat` file (0 where absent): reads, reads merged, sectors
+/// read, ms reading, writes, writes merged, sectors written, …
+fn stat_fields(text: &str) -> impl Fn(usize) -> u64 {
+    let f: Vec<u64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    move |i| f.get(i).copied().unwrap_or(0)
 }
 
 /// Bytes read and written, from a block device's `stat` file (sectors of 512 bytes).
 fn stat_bytes(text: &str) -> (u64, u64) {
-    let f: Vec<u64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-    let g = |i: usize| f.get(i).copied().unwrap_or(0) * 512;
-    (g(2), g(6))
+    let g = stat_fields(text);
+    (g(2) * 512, g(6) * 512)
 }
 
 /// The `stat` file of the block device (a disk or a partition) that holds `path`, if the

@@ -236,6 +236,16 @@ impl Marginal {
         f64::from(s.weight.max(1)) * self.rate[i]
     }
 
+    /// What each tenant can give towards the ideal without costing hits
+    /// ([`Self::free_to_give`]).
+    fn free(&self, tenants: &[TenantSample], targets: &[u64]) -> Vec<u64> {
+        tenants
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Self::free_to_give(s, self.rate_share(tenants, i), targets[i], self.ideal[i]))
+            .collect()
+    }
+
     fn predict(&mut self, tenants: &[TenantSample], targets: &[u64]) {
         for (i, s) in tenants.iter().enumerate() {
             self.predicted[i] = s.curve.valid.then(|| s.curve.hit_ratio_at(targets[i] as f64));
@@ -360,11 +370,7 @@ impl Allocator for Marginal {
             let now_value = self.total_value(tenants, targets);
             let gain = self.total_value(tenants, &self.ideal) - now_value;
             if quiet || self.moving || gain > self.threshold(tenants, now_value) {
-                let free: Vec<u64> = tenants
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| Self::free_to_give(s, self.rate_share(tenants, i), targets[i], self.ideal[i]))
-                    .collect();
+                let free = self.free(tenants, targets);
                 step(capacity, targets, &self.ideal, &free, 0);
                 clamp(capacity, tenants, targets);
             }
@@ -406,11 +412,7 @@ impl Allocator for Marginal {
             targets.copy_from_slice(&self.ideal);
         } else if self.moving || reclaim {
             let budget = ((capacity as f64 * self.cfg.max_move_percent / 100.0) as u64).max(1);
-            let free: Vec<u64> = tenants
-                .iter()
-                .enumerate()
-                .map(|(i, s)| Self::free_to_give(s, self.rate_share(tenants, i), targets[i], self.ideal[i]))
-                .collect();
+            let free = self.free(tenants, targets);
             step(capacity, targets, &self.ideal, &free, budget);
         }
         clamp(capacity, tenants, targets);
