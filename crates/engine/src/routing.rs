@@ -22,7 +22,9 @@
 //! that takes 50 ms a fetch is probed every 2.5 s, not every 20 ms); at most 50 probes a
 //! second, counted in the stats. While the disk has every random read, one in
 //! [`SEED_EVERY`] of them still fills the lenders (a *seed*), so that they hold blocks to
-//! be probed on.
+//! be probed on. While the disk also keeps finding itself clearly faster, window after
+//! window, the probes and seeds back off ([`QUIET_MAX_LEVEL`]): to one probe every 1.28 s
+//! and one seed in 4,096 reads, until a window does not.
 //!
 //! The rule starts with every random read on the disk: the disk is the truth and the safe
 //! first guess, and the lenders earn their share from what is measured. A disk slower than
@@ -141,6 +143,15 @@ pub const FILL_MARGIN: f64 = 1.5;
 /// (a *seed*), so that the lenders hold blocks a probe can measure them on: without it a
 /// rule that started on the disk could never learn that the lenders became faster.
 pub const SEED_EVERY: u64 = 64;
+/// While the disk keeps every random read and each of its windows finds it clearly faster
+/// than a lender hit, the lenders' random probes and seeds *back off*: each such window
+/// doubles the probe interval and the seeds' spacing, up to this many doublings (from one
+/// probe every [`REMOTE_PROBE_INTERVAL`] and one seed in [`SEED_EVERY`] disk reads to one
+/// probe every 1.28 s and one seed in 4,096). The first window that does not clearly favour
+/// the disk ends the back-off at once. On a disk as fast as a lender hit (the host-cached
+/// virtual disk) the seeds and probes were the mount's whole lender traffic, and cost 5–10%
+/// of the CPU per transaction for nothing (measured: pgbench select-only at one client).
+pub const QUIET_MAX_LEVEL: u64 = 6;
 /// Fills that writes retire: the share of filled blocks that a write through the mount
 /// replaces while the lenders still hold them is measured in windows of at least this many
 /// fills and [`SURVIVAL_WINDOW`] (see [`Measured::fill_cost_factor`]).
@@ -178,6 +189,7 @@ const _: () = assert!(HYSTERESIS > 0.0 && HYSTERESIS < 0.5);
 const _: () = assert!(WINDOW_STEP > 0 && WINDOW_MIN_READS > 0);
 const _: () = assert!(DISK_WEIGHT >= 1.0);
 const _: () = assert!(SEED_EVERY >= 16);
+const _: () = assert!(QUIET_MAX_LEVEL <= 10);
 const _: () = assert!(FILL_MARGIN >= DISK_WEIGHT);
 
 /// The routing rule a [`crate::cached::CachedPath`] is built with (once per mount: the
@@ -242,6 +254,10 @@ pub struct AdaptiveEstimates {
     /// Reads sent to the disk while it had no share, to measure it.
     #[serde(default)]
     pub disk_probes: u64,
+    /// Doublings of the lenders' probe interval and seed spacing now (0 to
+    /// [`QUIET_MAX_LEVEL`]): the disk has every random read and keeps finding itself faster.
+    #[serde(default)]
+    pub probe_backoff: u64,
     /// The mean of the last window of random disk reads, µs (0: none yet).
     #[serde(default)]
     pub disk_window_mean_us: f64,
@@ -407,6 +423,9 @@ pub(crate) struct Measured {
     remote_hit_us: AtomicU64,
     /// Random reads sent to the disk while it had every one of them (for seeds).
     seed_acc: AtomicU64,
+    /// How many times the lenders' random probes and seeds are backed off (doublings, at
+    /// most [`QUIET_MAX_LEVEL`]; see the constant).
+    quiet: AtomicU64,
     /// Blocks filled, and blocks the lenders held that writes retired, in the survival
     /// window opened at `survival_start_us` (see [`Measured::fill_cost_factor`]).
     fills_window: AtomicU64,
@@ -513,6 +532,19 @@ impl Measured {
         f64::from_bits(self.disk_over_remote.load(Ordering::Relaxed)) > FILL_MARGIN
     }
 
+    /// Whether this random disk read is a seed: one in [`SEED_EVERY`], spaced further while
+    /// the back-off holds ([`QUIET_MAX_LEVEL`]).
+    fn random_seed(&self) -> bool {
+        let every = SEED_EVERY << self.quiet.load(Ordering::Relaxed);
+        self.seed_acc.fetch_add(1, Ordering::Relaxed) % every == every - 1
+    }
+
+    /// How long the lenders go unmeasured before a random read probes them: longer while the
+    /// back-off holds ([`QUIET_MAX_LEVEL`]).
+    fn remote_probe_interval(&self) -> Duration {
+        REMOTE_PROBE_INTERVAL * (1 << self.quiet.load(Ordering::Relaxed)) as u32
+    }
+
     /// µs since `born` (plus what tests skipped ahead).
     fn now_us(&self) -> u64 {
         self.born.elapsed().as_micros() as u64 + self.skipped_us.load(Ordering::Relaxed)
@@ -551,6 +583,7 @@ impl RouterState {
                 // The disk is the truth and the first guess: the lenders earn their share.
                 disk_share: AtomicU64::new(SHARE_ONE),
                 seed_acc: AtomicU64::new(0),
+                quiet: AtomicU64::new(0),
                 fills_window: AtomicU64::new(0),
                 retired_window: AtomicU64::new(0),
                 survival_start_us: AtomicU64::new(0),
@@ -698,9 +731,7 @@ impl RouterState {
                     });
                     // A disk read fills while a lender hit is clearly cheaper than a disk
                     // read; otherwise one in SEED_EVERY still does (a seed, see the constant).
-                    let fill = to_disk
-                        && (m.fill_worth()
-                            || m.seed_acc.fetch_add(1, Ordering::Relaxed) % SEED_EVERY == SEED_EVERY - 1);
+                    let fill = to_disk && (m.fill_worth() || m.random_seed());
                     (!to_disk, fill)
                 };
                 let (route, probe, may_probe_remote) = if remote {
@@ -724,7 +755,7 @@ impl RouterState {
                     (
                         Route::Disk,
                         false,
-                        !fill && m.probe_wanted(&m.remote_seen_us, &m.remote_cost_us, REMOTE_PROBE_INTERVAL),
+                        !fill && m.probe_wanted(&m.remote_seen_us, &m.remote_cost_us, m.remote_probe_interval()),
                     )
                 };
                 Decision { route, adaptive: true, sequential, probe, fill, may_probe_remote }
@@ -740,7 +771,7 @@ impl RouterState {
             RouterState::Adaptive(m) if d.sequential => {
                 m.probe_due(&m.stream_seen_us, &m.stream_cost_us, REMOTE_PROBE_INTERVAL)
             }
-            RouterState::Adaptive(m) => m.probe_due(&m.remote_seen_us, &m.remote_cost_us, REMOTE_PROBE_INTERVAL),
+            RouterState::Adaptive(m) => m.probe_due(&m.remote_seen_us, &m.remote_cost_us, m.remote_probe_interval()),
             RouterState::Threshold(_) => false,
         }
     }
@@ -838,6 +869,13 @@ impl RouterState {
                     let gap = disk_us.max(remote_us) / disk_us.min(remote_us).max(1.0);
                     let steps = ((gap - 1.0) * 8.0).clamp(1.0, 8.0);
                     m.step_share_by(disk_us < remote_us, (WINDOW_STEP as f64 * steps) as u64);
+                    // The back-off: one more doubling for a window that found the disk clearly
+                    // faster while it has every read, none left for any other.
+                    let clear =
+                        disk_us * (1.0 + HYSTERESIS) < remote_us && m.disk_share.load(Ordering::Relaxed) == SHARE_ONE;
+                    let _ = m.quiet.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| {
+                        Some(if clear { (q + 1).min(QUIET_MAX_LEVEL) } else { 0 })
+                    });
                 }
             }
             m.disk_samples.fetch_add(1, Ordering::Relaxed);
@@ -940,6 +978,7 @@ impl RouterState {
             switches: m.switches.load(Ordering::Relaxed),
             disk_share: m.disk_share.load(Ordering::Relaxed) as f64 / SHARE_ONE as f64,
             disk_probes: m.disk_probes.load(Ordering::Relaxed),
+            probe_backoff: m.quiet.load(Ordering::Relaxed),
             disk_window_mean_us: f64::from_bits(m.disk_mean_us.load(Ordering::Relaxed)),
             remote_hit_us: f64::from_bits(m.remote_hit_us.load(Ordering::Relaxed)),
             disk_over_remote: f64::from_bits(m.disk_over_remote.load(Ordering::Relaxed)),
@@ -1046,15 +1085,33 @@ mod tests {
         }
         assert_eq!(r.estimates().unwrap().disk_share, 1.0);
         let e = r.estimates().unwrap();
+        // The disk clearly faster in every window: the probes and seeds are backed off all
+        // the way.
+        assert_eq!(e.probe_backoff, QUIET_MAX_LEVEL);
+        let (probes, seeds, reads) = probe_for(&r, REMOTE_PROBE_INTERVAL * 5);
+        let every = SEED_EVERY << QUIET_MAX_LEVEL;
+        assert!(seeds.abs_diff(reads / every) <= 1, "{seeds} seeds in {reads} reads");
+        assert!(probes <= 1, "{probes} lender probes in 5 intervals, backed off {QUIET_MAX_LEVEL} times");
+        let after = r.estimates().unwrap();
+        assert_eq!((after.disk_samples, after.remote_samples), (e.disk_samples, e.remote_samples));
+        assert!(e.remote_access_us > 250.0 && e.disk_access_us < 200.0, "{e:?}");
+        // Sequential reads are recognised per file.
+        assert!(!r.decide(&id(2), 0, 65536).sequential);
+        assert!(r.decide(&id(2), 65536, 65536).sequential);
+    }
+
+    /// Random reads for `time` (real time) of a router whose disk has every one: the lender
+    /// probes claimed (the lenders hold every block), the seeds, and the reads.
+    fn probe_for(r: &RouterState, time: Duration) -> (u64, u64, u64) {
         let t = Instant::now();
-        let (mut probes, mut seeds) = (0, 0);
-        let mut reads = 0u64;
-        while t.elapsed() < REMOTE_PROBE_INTERVAL * 5 {
+        let (mut probes, mut seeds, mut reads) = (0, 0, 0u64);
+        while t.elapsed() < time {
             let d = r.decide(&id(1), (reads * 7 % 1000) << 20, 4096);
             reads += 1;
             assert!(d.adaptive && !d.sequential && !d.probe);
             assert_eq!((d.route, d.chosen()), (Route::Disk, Route::Disk));
-            // With no share, one disk read in SEED_EVERY still fills the lenders.
+            // With no share, one disk read in SEED_EVERY (backed off: fewer) still fills
+            // the lenders.
             seeds += d.fill as u64;
             // The lenders are offered for a probe while one is due; the engine claims it
             // when they hold the read's blocks (here: always).
@@ -1062,15 +1119,47 @@ mod tests {
                 probes += 1;
             }
         }
-        assert!(seeds.abs_diff(reads / SEED_EVERY) <= 1, "{seeds} seeds in {reads} reads");
         assert!(reads > 100, "{reads}");
+        (probes, seeds, reads)
+    }
+
+    /// One window of random disk reads of `us` each.
+    fn disk_window(r: &RouterState, us: u64) {
+        for _ in 0..WINDOW_MIN_READS {
+            r.skip(WINDOW_TIME / WINDOW_MIN_READS);
+            r.disk_read(4096, false, Duration::from_micros(us));
+        }
+    }
+
+    #[test]
+    fn probes_and_seeds_back_off_while_the_disk_keeps_winning_and_return_at_once() {
+        let r = RouterState::new(Adaptive::new().into());
+        r.remote_fetch(4096, Duration::from_micros(350));
+        // Each window that finds the disk clearly faster (200 µs × DISK_WEIGHT, with the
+        // margin, against a 350 µs hit) doubles the spacing, up to the cap.
+        for level in 1..=QUIET_MAX_LEVEL + 2 {
+            disk_window(&r, 200);
+            assert_eq!(r.estimates().unwrap().probe_backoff, level.min(QUIET_MAX_LEVEL));
+        }
+        // One window that does not (the disk got busy: 400 µs) ends it at once, and the
+        // lenders get a share in the same window.
+        disk_window(&r, 400);
+        let e = r.estimates().unwrap();
+        assert_eq!(e.probe_backoff, 0);
+        assert!(e.disk_share < 1.0, "{e:?}");
+        // A disk faster, but not clearly (300 µs: within the margin of 350), keeps every read
+        // without backing off: the lenders are probed once per REMOTE_PROBE_INTERVAL and
+        // one read in SEED_EVERY seeds them.
+        let r = RouterState::new(Adaptive::new().into());
+        r.remote_fetch(4096, Duration::from_micros(350));
+        for _ in 0..8 {
+            disk_window(&r, 300);
+        }
+        let e = r.estimates().unwrap();
+        assert_eq!((e.disk_share, e.probe_backoff), (1.0, 0), "{e:?}");
+        let (probes, seeds, reads) = probe_for(&r, REMOTE_PROBE_INTERVAL * 5);
+        assert!(seeds.abs_diff(reads / SEED_EVERY) <= 1, "{seeds} seeds in {reads} reads");
         assert!((4..=6).contains(&probes), "{probes} lender probes in 5 intervals");
-        let after = r.estimates().unwrap();
-        assert_eq!((after.disk_samples, after.remote_samples), (e.disk_samples, e.remote_samples));
-        assert!(e.remote_access_us > 250.0 && e.disk_access_us < 200.0, "{e:?}");
-        // Sequential reads are recognised per file.
-        assert!(!r.decide(&id(2), 0, 65536).sequential);
-        assert!(r.decide(&id(2), 65536, 65536).sequential);
     }
 
     #[test]
@@ -1196,7 +1285,9 @@ mod tests {
         let (share, surviving) = under_writes(false);
         assert_eq!((share, surviving), (0.0, 1.0), "read-only: the faster lenders get the reads");
         let (share, surviving) = under_writes(true);
-        assert!(surviving < 0.05, "every fill retired, yet {surviving} survive");
+        // Measured down past the floor, where a lender hit counts its most; then the disk
+        // has every read, the seeds back off, and the few fills left move it no further.
+        assert!(surviving < SURVIVAL_FLOOR, "every fill retired, yet {surviving} survive");
         assert_eq!(share, 1.0, "lenders whose every fill is overwritten at 1/4 their cost must lose");
         // The factor is bounded: lenders 4 times as fast still win while every fill is retired.
         let r = RouterState::new(Adaptive::new().into());
