@@ -135,6 +135,13 @@ const BLOCK: u64 = 4096;
 /// fetches that wait behind fills count, since what a read costs now is what the split
 /// must equalize).
 pub const REMOTE_HIT_WEIGHT: f64 = 0.02;
+/// The weight of each one- or two-block fetch while the disk has every random read: then
+/// the only fetches are probes, a few a second at most, and each says what a lender costs
+/// now. At [`REMOTE_HIT_WEIGHT`] a lender whose estimate a failed fetch had raised to the
+/// failure's time (38 ms, measured in a TPC-H run) took about 240 probes to be trusted
+/// again, minutes in which every random read went to a disk at its IOPS cap; at this
+/// weight, seven.
+pub const PROBE_HIT_WEIGHT: f64 = 0.5;
 /// Random reads the disk serves fill the lenders only while the disk's mean read takes this
 /// many times a lender hit: filling costs CPU and link on both ends, and pays back only
 /// where a later hit saves more than that (see the module doc).
@@ -914,10 +921,18 @@ impl RouterState {
                 a.disk_us(len, false)
             };
             if len <= 2 * BLOCK {
+                let probing = m.disk_share.load(Ordering::Relaxed) == SHARE_ONE;
+                let weight = if probing { PROBE_HIT_WEIGHT } else { REMOTE_HIT_WEIGHT };
+                let mut was = 0.0;
                 let _ = m.remote_hit_us.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                    let hit = f64::from_bits(v);
-                    Some(if hit == 0.0 { us } else { hit + REMOTE_HIT_WEIGHT * (us - hit) }.to_bits())
+                    was = f64::from_bits(v);
+                    Some(if was == 0.0 { us } else { was + weight * (us - was) }.to_bits())
                 });
+                if probing && us * 2.0 < was {
+                    // Lenders twice as fast as believed: the estimate is stale (a failure
+                    // raised it), so the back-off ends and the next probes come soon.
+                    m.quiet.store(0, Ordering::Relaxed);
+                }
             }
             // The disk's last window mean where there is one (a rate-limited disk's typical
             // read hides its stalls), else its estimate for this size.
@@ -1160,6 +1175,43 @@ mod tests {
         let (probes, seeds, reads) = probe_for(&r, REMOTE_PROBE_INTERVAL * 5);
         assert!(seeds.abs_diff(reads / SEED_EVERY) <= 1, "{seeds} seeds in {reads} reads");
         assert!((4..=6).contains(&probes), "{probes} lender probes in 5 intervals");
+    }
+
+    #[test]
+    fn a_lender_that_failed_once_wins_its_share_back_within_seconds() {
+        // Lenders at 150 µs a hit and a disk at 1 ms a read: the lenders get the reads.
+        let r = RouterState::new(Adaptive::new().into());
+        let step = |r: &RouterState, i: u64, disk_us: u64| {
+            r.skip(Duration::from_micros(100));
+            let d = r.decide(&id(6), (i * 13 % 997) << 20, 4096);
+            if d.route == Route::Remote || (d.may_probe_remote && r.claim_remote_probe(&d)) {
+                r.remote_fetch(4096, Duration::from_micros(150));
+            } else {
+                r.disk_read(4096, false, Duration::from_micros(disk_us));
+            }
+        };
+        for i in 0..50_000 {
+            step(&r, i, 1_000);
+        }
+        assert_eq!(r.estimates().unwrap().disk_share, 0.0);
+        // One fetch fails after 38 ms (measured in a TPC-H run: a fetch timed out on a busy
+        // machine): every read goes to the disk, which then answers in 300 µs (busy, but
+        // not yet as slow as its share will make it).
+        r.remote_failed(Duration::from_millis(38));
+        assert_eq!(r.estimates().unwrap().disk_share, 1.0);
+        // The probes that follow find the lenders as fast as ever: within 4 s (simulated;
+        // the first probe waits 50 times the failure's 38 ms) they get a share back.
+        let mut took = None;
+        for i in 0..40_000u64 {
+            step(&r, i, 300);
+            if r.estimates().unwrap().disk_share < 1.0 {
+                took = Some(i);
+                break;
+            }
+        }
+        let e = r.estimates().unwrap();
+        assert!(took.is_some(), "the lenders never got a share back: {e:?}");
+        assert!(e.remote_hit_us < 1_000.0, "{e:?}");
     }
 
     #[test]
