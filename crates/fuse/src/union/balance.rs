@@ -590,14 +590,22 @@ impl UnionHandle {
         let mut mid_copy_fault = true;
         while off < size {
             let len = ((size - off) as usize).min(COPY_CHUNK_BYTES);
-            self.yield_to_foreground(yielder, from, to);
+            // Only a chunk that takes from the source disk waits for the applications: one
+            // whose blocks all come from lenders (or the tier) costs the disks nothing but
+            // its write, which the page cache takes until the sync.
+            let takes_disk = self.data.copy_takes_disk(&src, off, len, source == CopySource::Cache);
+            if takes_disk {
+                self.yield_to_foreground(yielder, from, to);
+            }
             let c0 = Instant::now();
             let r = self.data.copy_read(&src, off, len, source == CopySource::Cache)?;
             if r.data.is_empty() {
                 break; // shrank: the check below sees it
             }
             out.write_all_at(&r.data, off)?;
-            yielder.chunk_took(c0.elapsed());
+            if takes_disk {
+                yielder.chunk_took(c0.elapsed());
+            }
             off += r.data.len() as u64;
             pacer.copied(r.data.len() as u64);
             u.counters.blocks_from_cache.fetch_add(r.cache_blocks, Ordering::Relaxed);

@@ -10,9 +10,11 @@
 //! ([`Foreground`]: in flight now, or ended less than [`QUIET`] ago — a reader issuing its
 //! next request right after the last one is not idle). The copy's own I/O is not counted.
 //!
-//! The rule, before each chunk (1 MiB) of a copy: while the branches it reads from and
-//! writes to have foreground I/O, wait — at most `yield_wait_ratio` times the previous
-//! chunk's copy time and at most `yield_max_wait`. So the copy never stops: under a foreground
+//! The rule, before each chunk (1 MiB) of a copy that reads the source disk
+//! (`DataPath::copy_takes_disk`: a chunk lenders or the tier hold whole costs the disks only
+//! its write, which the page cache takes until the sync): while the branches it reads from
+//! and writes to have foreground I/O, wait — at most `yield_wait_ratio` times the previous
+//! such chunk's copy time and at most `yield_max_wait`. So the copy never stops: under a foreground
 //! that never pauses it still runs at least 1 / (1 + ratio) of its own speed, and goes at full
 //! speed as soon as the foreground pauses. Waits and those that ran to their bound are counted.
 
