@@ -768,9 +768,12 @@ fn the_copy_yields_to_foreground_io_and_still_finishes() {
     // nearly all of them waited, most of them to the bound.
     assert!(yields >= chunks / 2 && bounded >= 1, "the copy did not yield to the readers: {s:#}");
     assert!(yields <= chunks, "at most one wait per chunk: {s:#}");
-    // Bounded: never more than the cap per chunk (and a few ms of sleep's overshoot each).
+    // Bounded: each wait ends at the cap (the unit test in yielding.rs checks the bound
+    // exactly). Here a sleeping thread also waits for a CPU: these tests may run at idle CPU
+    // priority beside other work, where a wake-up measured up to ~0.3 s late; a copy that
+    // waited for the readers to stop would show seconds per chunk.
     assert!(waited >= 1, "{s:#}");
-    assert!(waited <= yields * (MAX_WAIT_MS + 5), "a wait passed its bound: {s:#}");
+    assert!(waited <= yields * (MAX_WAIT_MS + 500), "a wait passed its bound: {s:#}");
     let st = d.stats();
     assert_eq!((n(&st, "union", "copy_yields"), n(&st, "union", "copy_yield_bounded")), (yields, bounded), "{st:#}");
     assert!(n(&st, "union", "copy_yield_wait_ms") <= waited + 1, "{st:#}");

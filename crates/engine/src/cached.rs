@@ -575,15 +575,6 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         Ok(CopyRead { data: out.freeze(), cache_blocks, disk_blocks, tier_blocks: 0 })
     }
 
-    fn copy_takes_disk(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> bool {
-        if len == 0 || !from_cache {
-            return len > 0;
-        }
-        let (first, last) = (offset / BLOCK_BYTES, (offset + len as u64 - 1) / BLOCK_BYTES);
-        let f = self.index.file(file.id());
-        (first..=last).any(|b| self.index.lookup(&f, b).is_none())
-    }
-
     fn cached_blocks(&self, id: &FileId) -> u64 {
         self.index.file_remote_blocks(id)
     }

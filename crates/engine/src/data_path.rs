@@ -86,15 +86,6 @@ pub trait DataPath: Send + Sync + 'static {
         Ok(CopyRead { data, cache_blocks: 0, disk_blocks, tier_blocks: 0 })
     }
 
-    /// Whether [`DataPath::copy_read`] of this range would read the disk: some block no
-    /// tier in front of it holds, as far as this path knows without asking anyone (a lender
-    /// that lost a block is found out only by the read). For a copy that gives way to the
-    /// applications' disk I/O where it takes from the disk. The default: yes.
-    fn copy_takes_disk(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> bool {
-        let _ = (file, offset, len, from_cache);
-        true
-    }
-
     /// Blocks of the file `id` that a tier in front of the disk holds (to prefer such files
     /// for a migration). Walks one file's entry: not for the data path.
     fn cached_blocks(&self, id: &FileId) -> u64 {
@@ -175,9 +166,6 @@ impl<T: DataPath + ?Sized> DataPath for std::sync::Arc<T> {
     }
     fn copy_read(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> io::Result<CopyRead> {
         (**self).copy_read(file, offset, len, from_cache)
-    }
-    fn copy_takes_disk(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> bool {
-        (**self).copy_takes_disk(file, offset, len, from_cache)
     }
     fn cached_blocks(&self, id: &FileId) -> u64 {
         (**self).cached_blocks(id)
@@ -287,9 +275,6 @@ impl DataPath for Deferred {
     }
     fn copy_read(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> io::Result<CopyRead> {
         self.get().map_err(Self::eio)?.copy_read(file, offset, len, from_cache)
-    }
-    fn copy_takes_disk(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> bool {
-        self.slot.get().is_none_or(|p| p.copy_takes_disk(file, offset, len, from_cache))
     }
     fn cached_blocks(&self, id: &FileId) -> u64 {
         self.slot.get().map_or(0, |p| p.cached_blocks(id))

@@ -461,29 +461,3 @@ fn a_small_miss_reads_and_fills_its_aligned_window_and_stays_exact() {
     assert_eq!(&e.read(&file, 32 * 4096, 8 * 4096).unwrap()[..], &data[32 * 4096..40 * 4096]);
     assert_eq!(e.counters().read_arounds.load(Ordering::Relaxed), before);
 }
-
-#[test]
-fn a_copy_takes_the_disk_only_for_ranges_lenders_do_not_hold_whole() {
-    let lender = Lender::start("16MiB");
-    let dir = tempfile::tempdir().unwrap();
-    let data = pattern(2 << 20, 5);
-    let file = backing(&dir, &data);
-    let e = engine(vec![lender.addr]);
-    wait("connection", || e.remote().connected() == 1);
-    // Every block of the first MiB but one, through the lender's read path.
-    for b in (0..256u64).filter(|b| *b != 77) {
-        e.read(&file, b * 4096, 4096).unwrap();
-    }
-    wait("index", || e.index().remote_blocks() == 255);
-    const MIB: usize = 1 << 20;
-    assert!(e.copy_takes_disk(&file, 0, MIB, true), "block 77 is on the disk only");
-    assert!(!e.copy_takes_disk(&file, 0, 77 * 4096, true), "blocks 0..77 are all held");
-    assert!(!e.copy_takes_disk(&file, 78 * 4096, MIB - 78 * 4096, true));
-    assert!(e.copy_takes_disk(&file, MIB as u64, MIB, true), "the second MiB was never read");
-    assert!(e.copy_takes_disk(&file, 0, 77 * 4096, false), "a copy from the disk takes the disk");
-    assert!(!e.copy_takes_disk(&file, 0, 0, true));
-    // And copy_read agrees: the held range came from the lender alone.
-    let r = e.copy_read(&file, 0, 77 * 4096, true).unwrap();
-    assert_eq!((r.cache_blocks, r.disk_blocks), (77, 0));
-    assert_eq!(&r.data[..], &data[..77 * 4096]);
-}

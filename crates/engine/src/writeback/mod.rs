@@ -883,12 +883,6 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
         self.shared.inner.opened(file);
     }
 
-    /// What the path below says: blocks only this tier holds count as from the disk there
-    /// (a copy that waits for them too gives way a little more than it must).
-    fn copy_takes_disk(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> bool {
-        self.shared.inner.copy_takes_disk(file, offset, len, from_cache)
-    }
-
     /// Every block dirty here comes from the tier — with `from_cache` or not: the disk lacks
     /// it —, the rest from the path below (lenders, then the disk), one request per run of
     /// blocks the tier does not hold (at most [`COPY_RUNS`], then one request spanning them).

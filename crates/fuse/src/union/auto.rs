@@ -57,10 +57,10 @@ copy_bytes_per_sec = "32MiB"
 # mq-deadline) act on it; blkio throttling and the "none" scheduler do not.
 idle_io_priority = true
 # The copy gives way to the applications' I/O, for every balance, automatic or asked for:
-# before each 1 MiB chunk it reads from the source disk (not those lenders or the tier hold
+# after each 1 MiB chunk it read from the source disk (not those lenders or the tier gave
 # whole), while the mount's reads or writes of files on the branches it copies between are
-# in flight, it waits — at most yield_wait_ratio times the previous such chunk's copy time
-# and at most yield_max_wait. It never stops: under a foreground that never pauses it keeps
+# in flight, it waits — at most yield_wait_ratio times that chunk's copy time and at most
+# yield_max_wait. It never stops: under a foreground that never pauses it keeps
 # at least 1 / (1 + yield_wait_ratio) of its own speed. Works with any I/O scheduler
 # (idle_io_priority needs one with priorities).
 yield_to_foreground = true

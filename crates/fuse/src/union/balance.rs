@@ -532,11 +532,11 @@ impl UnionHandle {
         r
     }
 
-    /// Before a chunk of a copy from `from` to `to`: give way to the applications' I/O on
-    /// either branch (bounded; `yielding.rs`), counted.
+    /// After a chunk of a copy from `from` to `to` that read the source disk: give way to
+    /// the applications' I/O on either branch (bounded; `yielding.rs`), counted.
     fn yield_to_foreground(&self, yielder: &mut Yielder, from: usize, to: usize) {
         let u = &*self.u;
-        let (d, bounded) = match yielder.before_chunk(|| u.foreground.busy(&[from, to])) {
+        let (d, bounded) = match yielder.give_way(|| u.foreground.busy(&[from, to])) {
             Waited::No => return,
             Waited::Yielded(d) => (d, false),
             Waited::Bounded(d) => (d, true),
@@ -590,23 +590,22 @@ impl UnionHandle {
         let mut mid_copy_fault = true;
         while off < size {
             let len = ((size - off) as usize).min(COPY_CHUNK_BYTES);
-            // Only a chunk that takes from the source disk waits for the applications: one
-            // whose blocks all come from lenders (or the tier) costs the disks nothing but
-            // its write, which the page cache takes until the sync.
-            let takes_disk = self.data.copy_takes_disk(&src, off, len, source == CopySource::Cache);
-            if takes_disk {
-                self.yield_to_foreground(yielder, from, to);
-            }
             let c0 = Instant::now();
             let r = self.data.copy_read(&src, off, len, source == CopySource::Cache)?;
             if r.data.is_empty() {
                 break; // shrank: the check below sees it
             }
             out.write_all_at(&r.data, off)?;
-            if takes_disk {
-                yielder.chunk_took(c0.elapsed());
-            }
             off += r.data.len() as u64;
+            // A chunk that read the source disk is followed by a wait for the applications:
+            // one whose blocks all came from lenders (or the tier) cost the disks only its
+            // write, which the page cache takes until the sync. After the chunk, not before:
+            // whether it reads the disk is known only then (a lender may have dropped blocks
+            // the index still lists).
+            if r.disk_blocks > 0 {
+                yielder.chunk_took(c0.elapsed());
+                self.yield_to_foreground(yielder, from, to);
+            }
             pacer.copied(r.data.len() as u64);
             u.counters.blocks_from_cache.fetch_add(r.cache_blocks, Ordering::Relaxed);
             u.counters.blocks_from_disk.fetch_add(r.disk_blocks, Ordering::Relaxed);

@@ -10,13 +10,14 @@
 //! ([`Foreground`]: in flight now, or ended less than [`QUIET`] ago — a reader issuing its
 //! next request right after the last one is not idle). The copy's own I/O is not counted.
 //!
-//! The rule, before each chunk (1 MiB) of a copy that reads the source disk
-//! (`DataPath::copy_takes_disk`: a chunk lenders or the tier hold whole costs the disks only
-//! its write, which the page cache takes until the sync): while the branches it reads from
-//! and writes to have foreground I/O, wait — at most `yield_wait_ratio` times the previous
-//! such chunk's copy time and at most `yield_max_wait`. So the copy never stops: under a foreground
-//! that never pauses it still runs at least 1 / (1 + ratio) of its own speed, and goes at full
-//! speed as soon as the foreground pauses. Waits and those that ran to their bound are counted.
+//! The rule, after each chunk (1 MiB) of a copy that read the source disk (a chunk lenders
+//! or the tier gave whole costs the disks only its write, which the page cache takes until
+//! the sync; known after the chunk, not before — a lender may have dropped blocks the index
+//! still lists): while the branches it reads from and writes to have foreground I/O, wait —
+//! at most `yield_wait_ratio` times that chunk's copy time and at most `yield_max_wait`. So
+//! the copy never stops: under a foreground that never pauses it still runs at least
+//! 1 / (1 + ratio) of its own speed, and goes at full speed as soon as the foreground pauses.
+//! Waits and those that ran to their bound are counted.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -84,8 +85,8 @@ pub(crate) struct YieldPolicy {
 /// How one chunk's wait ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Waited {
-    /// The branches had no foreground I/O (or yielding is off, or the bound is zero: the
-    /// first chunk of a balance): no wait.
+    /// The branches had no foreground I/O (or yielding is off, or the bound is zero): no
+    /// wait.
     No,
     /// The foreground paused after this long.
     Yielded(Duration),
@@ -113,9 +114,9 @@ impl Yielder {
         self.last_chunk.mul_f64(self.policy.wait_ratio).min(self.policy.max_wait)
     }
 
-    /// Before a chunk: wait while `busy()` says the foreground has I/O on the chunk's
-    /// branches, at most [`Yielder::bound`].
-    pub(crate) fn before_chunk(&mut self, busy: impl Fn() -> bool) -> Waited {
+    /// After a chunk that read the disk ([`Yielder::chunk_took`] first): wait while `busy()`
+    /// says the foreground has I/O on the chunk's branches, at most [`Yielder::bound`].
+    pub(crate) fn give_way(&mut self, busy: impl Fn() -> bool) -> Waited {
         let bound = self.bound();
         if !self.policy.enabled || bound.is_zero() || !busy() {
             return Waited::No;
@@ -144,7 +145,7 @@ impl Yielder {
         (self.yields, self.bounded, self.waited)
     }
 
-    /// A chunk took `d` to copy (read and write; its wait not included).
+    /// A chunk that read the disk took `d` to copy (read and write; no wait included).
     pub(crate) fn chunk_took(&mut self, d: Duration) {
         self.last_chunk = d;
     }
@@ -179,31 +180,31 @@ mod tests {
     #[test]
     fn a_chunk_waits_while_busy_bounded_by_ratio_and_max() {
         let mut y = Yielder::new(policy(true));
-        // Never idle: the first chunk has no previous time, so no wait at all.
-        assert_eq!(y.before_chunk(|| true), Waited::No);
+        // Never idle, but no chunk timed yet: a zero bound, no wait at all.
+        assert_eq!(y.give_way(|| true), Waited::No);
         // After a 5 ms chunk: at most 4 × 5 = 20 ms.
         y.chunk_took(Duration::from_millis(5));
         assert_eq!(y.bound(), Duration::from_millis(20));
         let t = Instant::now();
-        let Waited::Bounded(w) = y.before_chunk(|| true) else { panic!("a busy foreground must bound the wait") };
+        let Waited::Bounded(w) = y.give_way(|| true) else { panic!("a busy foreground must bound the wait") };
         assert!(w >= Duration::from_millis(20) && t.elapsed() < Duration::from_millis(200), "{w:?}");
         // A long chunk: the cap (40 ms), not 4 × 1 s.
         y.chunk_took(Duration::from_secs(1));
         assert_eq!(y.bound(), Duration::from_millis(40));
         // The foreground pauses after three looks: the copy goes on at once.
         let looks = Cell::new(0);
-        let w = y.before_chunk(|| {
+        let w = y.give_way(|| {
             looks.set(looks.get() + 1);
             looks.get() < 3
         });
         assert!(matches!(w, Waited::Yielded(d) if d < Duration::from_millis(40)), "{w:?}");
         // Idle: no wait; off: no wait however busy.
-        assert_eq!(y.before_chunk(|| false), Waited::No);
+        assert_eq!(y.give_way(|| false), Waited::No);
         let (yields, bounded, waited) = y.totals();
         assert_eq!((yields, bounded), (2, 1));
         assert!(waited >= Duration::from_millis(20), "{waited:?}");
         let mut off = Yielder::new(policy(false));
         off.chunk_took(Duration::from_secs(1));
-        assert_eq!(off.before_chunk(|| true), Waited::No);
+        assert_eq!(off.give_way(|| true), Waited::No);
     }
 }
