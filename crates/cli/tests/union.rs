@@ -795,3 +795,46 @@ fn the_copy_yields_to_foreground_io_and_still_finishes() {
     moved_ok(&s, FILES, true);
     assert_eq!(s["yields"].as_u64(), Some(0), "waited with no foreground I/O: {s:#}");
 }
+
+#[test]
+fn a_copy_from_lenders_alone_does_not_wait_and_one_from_the_disk_does() {
+    const SIZE: usize = 4 << 20;
+    let d = Dirs::new("yield-lender");
+    let hot = pattern(SIZE, 41);
+    fs::write(d.a.join("hot"), &hot).unwrap();
+    // The foreground's file is on the target branch: its reads count there.
+    let fg = Arc::new(pattern(SIZE, 42));
+    fs::write(d.b.join("fg"), &*fg).unwrap();
+    let cfg = d.config("[balance]\nyield_wait_ratio = 99.0\nyield_max_wait = \"20ms\"\n");
+    let _m = d.mount(&[LENDERS_FIRST[0], LENDERS_FIRST[1], "--config", &cfg]);
+    let blocks = (SIZE / 4096) as u64;
+    let order: Vec<u64> = (0..blocks).collect();
+    DirectReader::open(&d.m("hot")).pass(&order, &hot);
+    assert!(
+        wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+            n(&d.stats(), "index", "remote_blocks") >= blocks
+        }),
+        "the lender never got the file's blocks: {:#}",
+        d.stats()
+    );
+    let under_readers = |args: &[&str]| {
+        let stop = Arc::new(AtomicBool::new(false));
+        let readers = foreground_readers(&d.m("fg"), &fg, 4, &stop);
+        std::thread::sleep(Duration::from_millis(200));
+        let s = d.balanced(args);
+        stop.store(true, Ordering::Relaxed);
+        let wrong: u64 = readers.into_iter().map(|r| r.join().unwrap().1).sum();
+        assert_eq!(wrong, 0);
+        s
+    };
+    // Every block from the lender: no chunk read the disk, none waited, busy readers or not.
+    let s = under_readers(&["--from", "0", "--to", "1", "--files", "1"]);
+    assert_eq!((s["moved"].as_u64(), s["blocks_from_disk"].as_u64()), (Some(1), Some(0)), "{s:#}");
+    assert_eq!(s["yields"].as_u64(), Some(0), "a copy from the lender alone waited: {s:#}");
+    assert_eq!(d.on("hot"), (false, true));
+    // The same readers, the conventional copy back (both files, all from the disk): it waits.
+    let s = under_readers(&["--from", "1", "--to", "0", "--files", "2", "--source", "disk"]);
+    assert_eq!((s["moved"].as_u64(), s["blocks_from_cache"].as_u64()), (Some(2), Some(0)), "{s:#}");
+    assert!(s["yields"].as_u64().unwrap() >= 2, "a copy from the disk under readers did not wait: {s:#}");
+    assert!(fs::read(d.m("hot")).unwrap() == hot && fs::read(d.m("fg")).unwrap() == *fg);
+}
