@@ -4,7 +4,6 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
-use std::time::Instant;
 
 use farcache_engine::Bytes;
 use fuser::{FileHandle as Fh, INodeNo};
@@ -46,10 +45,8 @@ impl Passthrough {
         }
         let Some(u) = &self.union else { return self.data.read(&h.backing, offset, size as usize) };
         u.history.record(ino.0);
-        let t = Instant::now();
-        let r = self.data.read(&h.backing, offset, size as usize);
-        u.busy(h.branch.load(std::sync::atomic::Ordering::Relaxed), t.elapsed());
-        r
+        let _io = u.foreground_io(h.branch.load(std::sync::atomic::Ordering::Relaxed));
+        self.data.read(&h.backing, offset, size as usize)
     }
 
     /// `kill_suidgid`: the kernel asked for the file's set-id bits to go (the write's
@@ -81,10 +78,8 @@ impl Passthrough {
             None => self.data.write(&h.backing, offset, data)?,
             Some(u) => {
                 let _w = u.write_guard(h.backing.id().union_id().unwrap_or(0));
-                let t = Instant::now();
-                let n = self.data.write(&h.backing, offset, data);
-                u.busy(h.branch.load(std::sync::atomic::Ordering::Relaxed), t.elapsed());
-                n?
+                let _io = u.foreground_io(h.branch.load(std::sync::atomic::Ordering::Relaxed));
+                self.data.write(&h.backing, offset, data)?
             }
         };
         Ok(u32::try_from(n).expect("a FUSE write is at most max_write bytes"))

@@ -117,7 +117,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     bar.finish();
     say(format!(
         "moved {} of {} files in {} ms ({} skipped, {} failed); blocks from cache {} ({} from the write-back tier), \
-         from disk {}; races {}, retries {}",
+         from disk {}; races {}, retries {}; {} chunks yielded to the foreground for {} ms ({} to the bound)",
         last.moved,
         last.planned.len(),
         last.elapsed_ms,
@@ -127,7 +127,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         last.blocks_from_tier,
         last.blocks_from_disk,
         last.races,
-        last.retries
+        last.retries,
+        last.yields,
+        last.yield_wait_ms,
+        last.yield_bounded
     ));
     if a.json {
         println!("{}", serde_json::to_string(&last)?);

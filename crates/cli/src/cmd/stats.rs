@@ -337,7 +337,8 @@ fn render_mount(s: &MountStats) -> String {
             out,
             "moves      {} files ({}), {} failed, {} skipped; blocks from cache {} ({} from the tier), from disk {}; races {}, \
              retries {}; \
-             {} open handles switched; {} interrupted moves finished at start",
+             {} open handles switched; {} interrupted moves finished at start; copies yielded to the foreground {} \
+             times ({} to the bound) for {} ms",
             u.moves,
             ByteSize(u.bytes_moved).approx(),
             u.move_failures,
@@ -348,7 +349,10 @@ fn render_mount(s: &MountStats) -> String {
             u.races,
             u.retries,
             u.handles_switched,
-            u.journal_replayed
+            u.journal_replayed,
+            u.copy_yields,
+            u.copy_yield_bounded,
+            u.copy_yield_wait_ms
         );
         if u.auto_enabled {
             let _ = writeln!(

@@ -149,6 +149,9 @@ impl Collector for Snapshot {
             (UNION_AUTO_ROUNDS, u.auto_rounds),
             (UNION_AUTO_MOVES, u.auto_moves),
             (UNION_AUTO_SKIPS, u.auto_skips),
+            (UNION_COPY_YIELDS, u.copy_yields),
+            (UNION_COPY_YIELD_BOUNDED, u.copy_yield_bounded),
+            (UNION_COPY_YIELD_WAIT_MS, u.copy_yield_wait_ms),
         ] {
             o.value(m, v)?;
         }

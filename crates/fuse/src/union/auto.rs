@@ -56,6 +56,16 @@ copy_bytes_per_sec = "32MiB"
 # for every balance, automatic or asked for. Only I/O schedulers with priorities (bfq,
 # mq-deadline) act on it; blkio throttling and the "none" scheduler do not.
 idle_io_priority = true
+# The copy gives way to the applications' I/O, for every balance, automatic or asked for:
+# after each 1 MiB chunk it read from the source disk (not those lenders or the tier gave
+# whole), while the mount's reads or writes of files on the branches it copies between are
+# in flight, it waits — at most yield_wait_ratio times that chunk's copy time and at most
+# yield_max_wait. It never stops: under a foreground that never pauses it keeps
+# at least 1 / (1 + yield_wait_ratio) of its own speed. Works with any I/O scheduler
+# (idle_io_priority needs one with priorities).
+yield_to_foreground = true
+yield_wait_ratio = 4.0
+yield_max_wait = "200ms"
 # Where the copies read from: "cache" (every block lenders or a tier hold, the rest from
 # the busy disk) or "disk" (all from the disk).
 source = "cache"
@@ -68,6 +78,12 @@ pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
 pub const MAX_INTERVAL: Duration = Duration::from_secs(3600);
 /// Slowest `copy_bytes_per_sec` (besides 0): one copy chunk (1 MiB) then waits at most 1 s.
 pub const MIN_COPY_BYTES_PER_SEC: u64 = 1 << 20;
+/// Largest `yield_wait_ratio`: the copy keeps at least 1% of its speed under a foreground
+/// that never pauses.
+pub const MAX_YIELD_WAIT_RATIO: f64 = 99.0;
+/// Shortest and longest `yield_max_wait`.
+pub const MIN_YIELD_MAX_WAIT: Duration = Duration::from_millis(1);
+pub const MAX_YIELD_MAX_WAIT: Duration = Duration::from_secs(10);
 /// Largest ratio that means anything (busy per mille over the floor).
 pub const MAX_RATIO: f64 = 1000.0 / RATIO_FLOOR_PERMILLE as f64;
 
@@ -84,6 +100,9 @@ pub struct BalanceConfig {
     pub max_bytes_per_round: ByteSize,
     pub copy_bytes_per_sec: ByteSize,
     pub idle_io_priority: bool,
+    pub yield_to_foreground: bool,
+    pub yield_wait_ratio: f64,
+    pub yield_max_wait: HumanDuration,
     pub source: CopySource,
 }
 
@@ -99,6 +118,9 @@ impl Default for BalanceConfig {
             max_bytes_per_round: ByteSize::gib(1),
             copy_bytes_per_sec: ByteSize::mib(32),
             idle_io_priority: true,
+            yield_to_foreground: true,
+            yield_wait_ratio: 4.0,
+            yield_max_wait: HumanDuration::ms(200),
             source: CopySource::Cache,
         }
     }
@@ -154,7 +176,35 @@ impl BalanceConfig {
                 "set at least 1MiB, or 0 for no limit",
             ));
         }
+        let q = self.yield_wait_ratio;
+        if q.is_nan() || q <= 0.0 || q > MAX_YIELD_WAIT_RATIO {
+            return Err(ConfigError::invalid(
+                "balance.yield_wait_ratio",
+                format!("{q} is out of range"),
+                format!(
+                    "set more than 0 and at most {MAX_YIELD_WAIT_RATIO} (the copy keeps 1 / (1 + ratio) of its speed \
+                     under a busy foreground), or yield_to_foreground = false to never wait"
+                ),
+            ));
+        }
+        let w = self.yield_max_wait.get();
+        if !(MIN_YIELD_MAX_WAIT..=MAX_YIELD_MAX_WAIT).contains(&w) {
+            return Err(ConfigError::invalid(
+                "balance.yield_max_wait",
+                format!("{w:?} is out of range"),
+                "set 1ms to 10s, or yield_to_foreground = false to never wait",
+            ));
+        }
         Ok(())
+    }
+
+    /// The yielding a balance's copy does (`yielding.rs`).
+    pub(crate) fn yield_policy(&self) -> super::yielding::YieldPolicy {
+        super::yielding::YieldPolicy {
+            enabled: self.yield_to_foreground,
+            wait_ratio: self.yield_wait_ratio,
+            max_wait: self.yield_max_wait.get(),
+        }
     }
 }
 
@@ -223,6 +273,7 @@ impl UnionHandle {
     pub fn configure(&self, c: &BalanceConfig) -> Result<Option<AutoBalancer>, String> {
         c.validate().map_err(|e| e.to_string())?;
         self.idle_io.store(c.idle_io_priority, Ordering::Relaxed);
+        *self.yielding.lock() = c.yield_policy();
         if !c.enabled {
             return Ok(None);
         }
@@ -236,7 +287,7 @@ impl UnionHandle {
         self.u.counters.auto_enabled.store(1, Ordering::Relaxed);
         tracing::info!(
             "automatic balance: every {:?}, start at {}×, stop at {}× (busiest at least {}% busy), \
-             {} files / {} per round at {} per second, from {:?}",
+             {} files / {} per round at {} per second, from {:?}, yielding to the foreground: {}",
             c.interval.get(),
             c.start_ratio,
             c.stop_ratio,
@@ -244,7 +295,8 @@ impl UnionHandle {
             c.max_files_per_round,
             c.max_bytes_per_round,
             c.copy_bytes_per_sec,
-            c.source
+            c.source,
+            c.yield_to_foreground
         );
         Ok(Some(AutoBalancer { cancel: self.cancel.clone(), stop: Some(tx), thread: Some(thread) }))
     }
@@ -350,6 +402,21 @@ mod tests {
         bad(&|c| c.max_files_per_round = 0, "balance.max_files_per_round", "set 1 to");
         bad(&|c| c.max_bytes_per_round = ByteSize(100), "balance.max_bytes_per_round", "4KiB");
         bad(&|c| c.copy_bytes_per_sec = ByteSize::kib(64), "balance.copy_bytes_per_sec", "0 for no limit");
+        let never = "yield_to_foreground = false to never wait";
+        bad(&|c| c.yield_wait_ratio = 0.0, "balance.yield_wait_ratio", never);
+        bad(&|c| c.yield_wait_ratio = -1.0, "balance.yield_wait_ratio", "more than 0 and at most 99");
+        bad(&|c| c.yield_wait_ratio = f64::NAN, "balance.yield_wait_ratio", never);
+        bad(&|c| c.yield_wait_ratio = 100.0, "balance.yield_wait_ratio", "at most 99");
+        bad(&|c| c.yield_max_wait = HumanDuration::ms(0), "balance.yield_max_wait", "1ms to 10s");
+        bad(&|c| c.yield_max_wait = HumanDuration::secs(11), "balance.yield_max_wait", never);
+        let f: File =
+            toml::from_str("[balance]\nyield_to_foreground = false\nyield_wait_ratio = 0.5\nyield_max_wait = \"20ms\"")
+                .unwrap();
+        f.balance.validate().unwrap();
+        let p = f.balance.yield_policy();
+        assert_eq!((p.enabled, p.wait_ratio, p.max_wait), (false, 0.5, Duration::from_millis(20)));
+        let e = toml::from_str::<File>("[balance]\nyield_to_foreground = \"yes\"").err().unwrap().to_string();
+        assert!(e.contains("yield_to_foreground"), "{e}");
         let ok = BalanceConfig { copy_bytes_per_sec: ByteSize(0), ..BalanceConfig::default() };
         ok.validate().unwrap();
         let f: File = toml::from_str("[balance]\nenabled = true\nsource = \"disk\"\ninterval = \"500ms\"").unwrap();

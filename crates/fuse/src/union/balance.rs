@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use super::journal::{self, Move};
 use super::ops::split;
+use super::yielding::{Waited, YieldPolicy, Yielder};
 use super::{load, IdRecord, Union};
 use crate::handles::{FileHandle, Handles};
 use crate::inode::{Inode, InodeTable};
@@ -166,6 +167,14 @@ pub struct BalanceStatus {
     /// Of `blocks_from_cache`, those the write-back tier held (data the disk lacked).
     #[serde(default)]
     pub blocks_from_tier: u64,
+    /// Copy chunks that waited for the applications' I/O (`[balance] yield_to_foreground`),
+    /// of them those whose wait ran to its bound, and the time waited in all.
+    #[serde(default)]
+    pub yields: u64,
+    #[serde(default)]
+    pub yield_bounded: u64,
+    #[serde(default)]
+    pub yield_wait_ms: u64,
     pub elapsed_ms: u64,
     /// Why the balance stopped early, or the last file's failure.
     pub error: Option<String>,
@@ -182,6 +191,8 @@ pub struct UnionHandle {
     status: Arc<Mutex<BalanceStatus>>,
     /// Copy at the idle I/O priority (`balance.idle_io_priority`).
     pub(crate) idle_io: Arc<AtomicBool>,
+    /// How every balance's copy yields to the applications' I/O (`[balance]`).
+    pub(crate) yielding: Arc<Mutex<YieldPolicy>>,
     /// Set when the daemon stops: a balance ends after the file in hand.
     pub(crate) cancel: Arc<AtomicBool>,
     /// Told of a moved file's new inode (a supervisor keeps it: `crate::Kept::Known`).
@@ -211,6 +222,7 @@ impl UnionHandle {
             opts,
             status: Arc::default(),
             idle_io: Arc::default(),
+            yielding: Arc::new(Mutex::new(super::BalanceConfig::default().yield_policy())),
             cancel: Arc::default(),
             keeper,
         }
@@ -421,13 +433,14 @@ impl UnionHandle {
         let t = Instant::now();
         let planned = self.status.lock().planned.clone();
         let mut pacer = Pacer::new(limits.bytes_per_sec);
+        let mut yielder = Yielder::new(*self.yielding.lock());
         for f in planned {
             if self.cancel.load(Ordering::Relaxed) {
                 self.status.lock().error = Some("stopped: the mount is going away".into());
                 break;
             }
             let r = match self.inodes.get(f.id) {
-                Some(inode) => self.move_file(&inode, f.id, from, to, source, &mut pacer),
+                Some(inode) => self.move_file(&inode, f.id, (from, to), source, (&mut pacer, &mut yielder)),
                 None => Ok(Outcome::Skipped("no longer known to the kernel")),
             };
             let mut s = self.status.lock();
@@ -454,7 +467,8 @@ impl UnionHandle {
         s.running = false;
         tracing::info!(
             "balance{} done: {} moved, {} skipped, {} failed in {} ms ({} blocks from cache ({} of them from the \
-             write-back tier), {} from disk, {} races)",
+             write-back tier), {} from disk, {} races; {} chunks yielded to the foreground for {} ms, {} of them \
+             to the bound)",
             if s.automatic { " (automatic)" } else { "" },
             s.moved,
             s.skipped,
@@ -463,7 +477,10 @@ impl UnionHandle {
             s.blocks_from_cache,
             s.blocks_from_tier,
             s.blocks_from_disk,
-            s.races
+            s.races,
+            s.yields,
+            s.yield_wait_ms,
+            s.yield_bounded
         );
         s.clone()
     }
@@ -477,10 +494,9 @@ impl UnionHandle {
         &self,
         inode: &Arc<Inode>,
         id: u64,
-        from: usize,
-        to: usize,
+        (from, to): (usize, usize),
         source: CopySource,
-        pacer: &mut Pacer,
+        (pacer, yielder): (&mut Pacer, &mut Yielder),
     ) -> io::Result<Outcome> {
         let u = &*self.u;
         let (b, _) = u.locate(inode.fd())?;
@@ -498,7 +514,7 @@ impl UnionHandle {
                     u.counters.retries.fetch_add(1, Ordering::Relaxed);
                     self.count(|s| s.retries += 1);
                 }
-                match self.attempt(inode, id, from, to, source, pacer)? {
+                match self.attempt(inode, id, (from, to), source, (&mut *pacer, &mut *yielder))? {
                     Some(o) => return Ok(o),
                     None => {
                         u.counters.races.fetch_add(1, Ordering::Relaxed);
@@ -516,15 +532,34 @@ impl UnionHandle {
         r
     }
 
+    /// After a chunk of a copy from `from` to `to` that read the source disk: give way to
+    /// the applications' I/O on either branch (bounded; `yielding.rs`), counted.
+    fn yield_to_foreground(&self, yielder: &mut Yielder, from: usize, to: usize) {
+        let u = &*self.u;
+        let (d, bounded) = match yielder.give_way(|| u.foreground.busy(&[from, to])) {
+            Waited::No => return,
+            Waited::Yielded(d) => (d, false),
+            Waited::Bounded(d) => (d, true),
+        };
+        u.counters.copy_yields.fetch_add(1, Ordering::Relaxed);
+        u.counters.copy_yield_bounded.fetch_add(bounded as u64, Ordering::Relaxed);
+        u.counters.copy_yield_wait_ns.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+        let (yields, bounded, waited) = yielder.totals();
+        self.count(|s| {
+            s.yields = yields;
+            s.yield_bounded = bounded;
+            s.yield_wait_ms = waited.as_millis() as u64;
+        });
+    }
+
     /// One copy and switch; `None` when the file changed during the copy.
     fn attempt(
         &self,
         inode: &Arc<Inode>,
         id: u64,
-        from: usize,
-        to: usize,
+        (from, to): (usize, usize),
         source: CopySource,
-        pacer: &mut Pacer,
+        (pacer, yielder): (&mut Pacer, &mut Yielder),
     ) -> io::Result<Option<Outcome>> {
         let u = &*self.u;
         let fid = FileId::union(id);
@@ -555,12 +590,22 @@ impl UnionHandle {
         let mut mid_copy_fault = true;
         while off < size {
             let len = ((size - off) as usize).min(COPY_CHUNK_BYTES);
+            let c0 = Instant::now();
             let r = self.data.copy_read(&src, off, len, source == CopySource::Cache)?;
             if r.data.is_empty() {
                 break; // shrank: the check below sees it
             }
             out.write_all_at(&r.data, off)?;
             off += r.data.len() as u64;
+            // A chunk that read the source disk is followed by a wait for the applications:
+            // one whose blocks all came from lenders (or the tier) cost the disks only its
+            // write, which the page cache takes until the sync. After the chunk, not before:
+            // whether it reads the disk is known only then (a lender may have dropped blocks
+            // the index still lists).
+            if r.disk_blocks > 0 {
+                yielder.chunk_took(c0.elapsed());
+                self.yield_to_foreground(yielder, from, to);
+            }
             pacer.copied(r.data.len() as u64);
             u.counters.blocks_from_cache.fetch_add(r.cache_blocks, Ordering::Relaxed);
             u.counters.blocks_from_disk.fetch_add(r.disk_blocks, Ordering::Relaxed);

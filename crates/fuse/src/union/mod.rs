@@ -32,6 +32,7 @@ mod ids;
 mod journal;
 pub(crate) mod load;
 pub(crate) mod ops;
+pub(crate) mod yielding;
 
 use std::ffi::{CStr, CString, OsStr};
 use std::io;
@@ -96,6 +97,9 @@ pub(crate) struct Counters {
     pub(crate) auto_rounds: AtomicU64,
     pub(crate) auto_moves: AtomicU64,
     pub(crate) auto_skips: AtomicU64,
+    pub(crate) copy_yields: AtomicU64,
+    pub(crate) copy_yield_bounded: AtomicU64,
+    pub(crate) copy_yield_wait_ns: AtomicU64,
 }
 
 /// What `farcache stats` shows of a union (`union` in the stats document).
@@ -147,6 +151,12 @@ pub struct UnionStats {
     /// Per branch, milliseconds the daemon's reads and writes of files there took (summed
     /// over threads): the daemon's own load measure, which sees a throttled device's waits.
     pub branch_busy_ms: Vec<u64>,
+    /// Copy chunks that waited for the applications' I/O on their branches
+    /// (`[balance] yield_to_foreground`), of them those whose wait ran to its bound (the
+    /// foreground never paused), and the time waited in all.
+    pub copy_yields: u64,
+    pub copy_yield_bounded: u64,
+    pub copy_yield_wait_ms: u64,
 }
 
 /// A bounded, lock-free ring of recently accessed node ids (two atomic operations per
@@ -211,10 +221,29 @@ pub(crate) struct Union {
     /// daemon's own load measure: it sees a throttled device's waits, which the device's
     /// io_ticks do not).
     pub(crate) busy_ns: Vec<AtomicU64>,
+    /// Per branch: the applications' reads and writes in flight, for the copy to yield to.
+    pub(crate) foreground: yielding::Foreground,
     /// The automatic balancer's last reading (busy per mille of each branch).
     pub(crate) auto_busy: Mutex<Vec<u32>>,
     /// The moves a crash interrupted, finished at start: where each left its file.
     pub(crate) replayed: Vec<journal::Settled>,
+}
+
+/// An application's I/O on a branch, in flight while this lives ([`Union::foreground_io`]).
+pub(crate) struct ForegroundIo<'a> {
+    u: &'a Union,
+    b: usize,
+    t: std::time::Instant,
+}
+
+impl Drop for ForegroundIo<'_> {
+    fn drop(&mut self) {
+        let now = std::time::Instant::now();
+        if let Some(c) = self.u.busy_ns.get(self.b) {
+            c.fetch_add(now.duration_since(self.t).as_nanos() as u64, Ordering::Relaxed);
+        }
+        self.u.foreground.end(self.b, now);
+    }
 }
 
 /// A union opened ahead of its mount ([`crate::Mount::with_union`]): its branches checked,
@@ -356,6 +385,7 @@ impl Union {
             )
         })?;
         let busy_ns = (0..branches.len()).map(|_| AtomicU64::new(0)).collect();
+        let foreground = yielding::Foreground::new(branches.len());
         let fault = std::env::var("FARCACHE_FAULT").ok().filter(|f| f.starts_with("balance:"));
         let mut u = Union {
             branches,
@@ -370,6 +400,7 @@ impl Union {
             counters: Counters::default(),
             load: load::LoadSampler::default(),
             fault,
+            foreground,
             busy_ns,
             auto_busy: Mutex::new(Vec::new()),
             replayed: Vec::new(),
@@ -425,14 +456,18 @@ impl Union {
             auto_skips: l(&c.auto_skips),
             auto_busy_permille: self.auto_busy.lock().clone(),
             branch_busy_ms: self.busy_ns.iter().map(|c| c.load(Ordering::Relaxed) / 1_000_000).collect(),
+            copy_yields: l(&c.copy_yields),
+            copy_yield_bounded: l(&c.copy_yield_bounded),
+            copy_yield_wait_ms: l(&c.copy_yield_wait_ns) / 1_000_000,
         }
     }
 
-    /// `spent` of the daemon's time went to I/O on branch `b`.
-    pub(crate) fn busy(&self, b: usize, spent: std::time::Duration) {
-        if let Some(c) = self.busy_ns.get(b) {
-            c.fetch_add(spent.as_nanos() as u64, Ordering::Relaxed);
-        }
+    /// An application's read or write on branch `b` starts: counted in flight (the copy of
+    /// a move yields to it) until the guard drops, and its time added to the branch's busy
+    /// time then.
+    pub(crate) fn foreground_io(&self, b: usize) -> ForegroundIo<'_> {
+        self.foreground.begin(b);
+        ForegroundIo { u: self, b, t: std::time::Instant::now() }
     }
 
     /// The branch the open file `fd` is on (by device; [`crate::handles::NO_BRANCH`] if none).
