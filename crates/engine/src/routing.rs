@@ -539,11 +539,16 @@ impl Measured {
         f64::from_bits(self.disk_over_remote.load(Ordering::Relaxed)) > FILL_MARGIN
     }
 
+    /// Whether this disk read is a seed: one in `every` (the reads of both kinds counted
+    /// together).
+    fn seed(&self, every: u64) -> bool {
+        self.seed_acc.fetch_add(1, Ordering::Relaxed) % every == every - 1
+    }
+
     /// Whether this random disk read is a seed: one in [`SEED_EVERY`], spaced further while
     /// the back-off holds ([`QUIET_MAX_LEVEL`]).
     fn random_seed(&self) -> bool {
-        let every = SEED_EVERY << self.quiet.load(Ordering::Relaxed);
-        self.seed_acc.fetch_add(1, Ordering::Relaxed) % every == every - 1
+        self.seed(SEED_EVERY << self.quiet.load(Ordering::Relaxed))
     }
 
     /// How long the lenders go unmeasured before a random read probes them: longer while the
@@ -717,7 +722,7 @@ impl RouterState {
                     // A stream on the disk seeds the lenders one read in SEED_EVERY, so that
                     // a probe can measure them at its size (on a link faster than the disk,
                     // the next pass's stream then moves to them).
-                    let seed = !remote && m.seed_acc.fetch_add(1, Ordering::Relaxed) % SEED_EVERY == SEED_EVERY - 1;
+                    let seed = !remote && m.seed(SEED_EVERY);
                     if seed {
                         let mut seeds = m.stream_seeds.lock();
                         if seeds.len() == STREAM_PROBE_SEEDS {
@@ -1241,10 +1246,7 @@ mod tests {
         // four windows.
         let mut windows = 0;
         while r.estimates().unwrap().disk_share > 0.0 {
-            for _ in 0..WINDOW_MIN_READS {
-                r.skip(WINDOW_TIME / WINDOW_MIN_READS);
-                r.disk_read(4096, false, Duration::from_millis(3));
-            }
+            disk_window(&r, 3_000);
             windows += 1;
             assert!(windows <= 4, "{:?}", r.estimates());
             // From its first window on, every read it still serves fills the lenders.
@@ -1489,9 +1491,8 @@ mod tests {
         for _ in 0..20 {
             r.remote_fetch(4096, Duration::from_micros(100));
         }
-        for _ in 0..8 * WINDOW_MIN_READS {
-            r.skip(WINDOW_TIME / WINDOW_MIN_READS);
-            r.disk_read(4096, false, Duration::from_millis(5));
+        for _ in 0..8 {
+            disk_window(&r, 5_000);
         }
         assert_eq!(r.estimates().unwrap().disk_share, 0.0);
         let t = Instant::now();
