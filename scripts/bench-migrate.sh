@@ -7,7 +7,8 @@
 # (`--resume`) keeps the configurations it holds and runs the others. Delete the JSON to start
 # over. Results: bench/results/paper001/paper001-hdd.{json,md}.
 #   FILES     files of 4 MiB (default 128; the paper's 1024 takes about 8× as long)
-#   THREADS   foreground thread counts (default 1,2,3)
+#   THREADS   foreground thread counts (default 1,2,3 as in the paper, and 8: a load with enough
+#             reads in flight to keep both disks busy, where two disks can show what they give)
 #   PHASE     seconds of foreground before and after the migration (default 20)
 #   EXTRA     more `bench paper` arguments
 set -euo pipefail
@@ -22,7 +23,7 @@ mkdir -p "$OUT"
 "$BIN" bench paper --cleanup
 # shellcheck disable=SC2086
 if ! "$BIN" bench paper --profile hdd --experiment migrate --migrate-files "${FILES:-128}" \
-  --migrate-threads "${THREADS:-1,2,3}" --migrate-phase-secs "${PHASE:-20}" --resume --out "$OUT" ${EXTRA:-} \
+  --migrate-threads "${THREADS:-1,2,3,8}" --migrate-phase-secs "${PHASE:-20}" --resume --out "$OUT" ${EXTRA:-} \
   2>"$OUT/log"; then
   # The JSON holds every configuration that finished (a failed one is recorded with its error);
   # a rerun resumes from it.

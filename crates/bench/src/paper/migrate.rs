@@ -57,12 +57,19 @@ const MIGRATION_LIMIT: Duration = Duration::from_secs(3600);
 
 /// The foreground's throughput in each phase, MB/s.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Phases {
     pub before: Option<f64>,
     pub early: Option<f64>,
     pub middle: Option<f64>,
     pub late: Option<f64>,
     pub after: Option<f64>,
+    /// Over the whole migration (the issue's "during"; the thirds show its shape).
+    pub during: Option<f64>,
+    /// What the two disks read, together, before and after (MB/s): the foreground's share that
+    /// more disks can speed up — the rest is the lender's.
+    pub disk_before: Option<f64>,
+    pub disk_after: Option<f64>,
 }
 
 /// One reading, taken every second.
@@ -408,6 +415,19 @@ pub fn mbps(samples: &[Sample], a: f64, b: f64) -> Option<f64> {
     Some((bytes_at(samples, b)? - bytes_at(samples, a)?) / (b - a) / 1e6)
 }
 
+/// MB/s both disks read between the samples nearest after `a` and nearest before `b` (disk
+/// counters are read once a second; no interpolation).
+pub fn disk_mbps(samples: &[Sample], a: f64, b: f64) -> Option<f64> {
+    let first = samples.iter().find(|s| s.t_secs >= a)?;
+    let last = samples.iter().rev().find(|s| s.t_secs <= b)?;
+    let dt = last.t_secs - first.t_secs;
+    if dt <= 0.0 {
+        return None;
+    }
+    let read = |s: &Sample| s.read_bytes.iter().sum::<u64>() as f64;
+    Some((read(last) - read(first)) / dt / 1e6)
+}
+
 /// The phases of a record's samples.
 pub fn phases(samples: &[Sample], m0: f64, m1: f64) -> Phases {
     let end = samples.last().map_or(0.0, |s| s.t_secs);
@@ -418,6 +438,9 @@ pub fn phases(samples: &[Sample], m0: f64, m1: f64) -> Phases {
         middle: mbps(samples, m0 + third, m0 + 2.0 * third),
         late: mbps(samples, m0 + 2.0 * third, m1),
         after: mbps(samples, m1, end),
+        during: mbps(samples, m0, m1),
+        disk_before: disk_mbps(samples, 0.0, m0),
+        disk_after: disk_mbps(samples, m1, end),
     }
 }
 
@@ -606,22 +629,28 @@ pub fn targets(r: &PaperReport) -> Vec<Verdict> {
         for src in &o.migrate_sources {
             let Some(x) = get(r, src, t) else { continue };
             let p = &x.mbps;
-            if let (Some(b), Some(lo)) = (p.before, [p.early, p.middle, p.late].into_iter().flatten().reduce(f64::min))
-            {
+            // The issue's measure is the whole migration; the lowest third is reported beside it
+            // (stricter, and at 1 thread as much the order of the reads as the copy).
+            if let (Some(b), Some(d)) = (p.before, p.during) {
+                let lo = [p.early, p.middle, p.late].into_iter().flatten().reduce(f64::min);
                 v.push(Verdict {
                     what: format!("migrate {src} {t} threads: foreground during the migration ≥ 90% of before"),
                     measured: format!(
-                        "lowest third {lo:.1} MB/s, before {b:.1} MB/s ({:.0}%)",
-                        100.0 * lo / b.max(1e-9)
+                        "during {d:.1} MB/s, before {b:.1} MB/s ({:.0}%; lowest third {})",
+                        100.0 * d / b.max(1e-9),
+                        lo.map_or("–".into(), |lo| format!("{:.0}%", 100.0 * lo / b.max(1e-9)))
                     ),
-                    ok: lo >= 0.9 * b,
+                    ok: d >= 0.9 * b,
                 });
             }
             if t >= 2 {
                 if let (Some(b), Some(a)) = (p.before, p.after) {
+                    let disks = p.disk_before.zip(p.disk_after).map_or(String::new(), |(db, da)| {
+                        format!("; the disks' reads {da:.1} vs {db:.1} MB/s ({:.2}×)", da / db.max(1e-9))
+                    });
                     v.push(Verdict {
                         what: format!("migrate {src} {t} threads: two disks ≥ 1.8× one disk after the migration"),
-                        measured: format!("{a:.1} vs {b:.1} MB/s ({:.2}×)", a / b.max(1e-9)),
+                        measured: format!("{a:.1} vs {b:.1} MB/s ({:.2}×){disks}", a / b.max(1e-9)),
                         ok: a >= 1.8 * b,
                     });
                 }
@@ -694,27 +723,31 @@ pub fn render(s: &mut String, r: &PaperReport) {
     let _ = writeln!(
         s,
         "\nForeground MB/s (the paper's Fig. 11-c and Fig. 17): before (one disk), the migration's thirds, after \
-         (two disks).\n\n| source | threads | before | early | middle | late | after | after/before |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|"
+         (two disks); during is the whole migration; the disks' reads are both disks' MB/s before and after (the \
+         lender serves the rest).\n\n| source | threads | before | early | middle | late | during | after | \
+         after/before | disks' reads before / after |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for x in &r.migrate_runs {
         if let Some(e) = &x.error {
-            let _ = writeln!(s, "| {} | {} | failed: {} | | | | | |", x.source, x.threads, e.replace('|', "/"));
+            let _ = writeln!(s, "| {} | {} | failed: {} | | | | | | | |", x.source, x.threads, e.replace('|', "/"));
             continue;
         }
         let p = &x.mbps;
         let ratio = p.before.zip(p.after).map(|(b, a)| a / b.max(1e-9));
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} |",
             x.source,
             x.threads,
             f1(p.before),
             f1(p.early),
             f1(p.middle),
             f1(p.late),
+            f1(p.during),
             f1(p.after),
-            ratio.map_or("–".into(), |v| format!("{v:.2}"))
+            ratio.map_or("–".into(), |v| format!("{v:.2}")),
+            f1(p.disk_before),
+            f1(p.disk_after)
         );
     }
     let _ = writeln!(
@@ -763,8 +796,15 @@ mod tests {
         assert!((p.before.unwrap() - 10.0).abs() < 1e-9);
         assert!((p.early.unwrap() - 4.0).abs() < 1e-9 && (p.late.unwrap() - 4.0).abs() < 1e-9);
         assert!((p.after.unwrap() - 20.0).abs() < 1e-9);
+        assert!((p.during.unwrap() - 4.0).abs() < 1e-9);
         assert_eq!(mbps(&s, 3.0, 3.0), None);
         assert_eq!(mbps(&s, 0.0, 30.0), None, "beyond the last sample");
+        // The disks' reads: disk 1 alone at 2 MB/s, then both at 3 MB/s each.
+        let d = |t: f64, a: u64, b: u64| Sample { t_secs: t, read_bytes: [a * 1_000_000, b * 1_000_000], ..at(t, 0) };
+        let s = vec![d(0.0, 0, 0), d(5.0, 10, 0), d(10.0, 20, 0), d(12.0, 26, 6), d(14.0, 32, 12)];
+        assert!((disk_mbps(&s, 0.0, 10.0).unwrap() - 2.0).abs() < 1e-9);
+        assert!((disk_mbps(&s, 10.0, 14.0).unwrap() - 6.0).abs() < 1e-9);
+        assert_eq!(disk_mbps(&s, 11.0, 11.5), None, "no two samples between");
     }
 
     #[test]
