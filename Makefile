@@ -31,6 +31,7 @@ test-long: deps
 ## The paper reproduction (root; about 2 h, tpch 70 of them) also writes bench/results/paper-cloud.{json,md} and plots.
 ## Nothing gets slower (root; about 1 h 45 min, resumable per job): issue 17's table, scripts/nothing-slower-table.py.
 bench: deps build
+	./scripts/bench-deps.sh
 	mkdir -p bench/results
 	$(BIN) bench server --json bench/results/server.json
 	$(BIN) bench policy
