@@ -249,13 +249,15 @@ fn render_mount(s: &MountStats) -> String {
     );
     let _ = writeln!(
         out,
-        "bytes      {} from lenders, {} to lenders; {} fills ({} dropped, {} failed), {} read-arounds",
+        "bytes      {} from lenders, {} to lenders; {} fills ({} dropped, {} failed), {} read-arounds, {} misses \
+         unfilled",
         ByteSize(r.bytes_from_servers).approx(),
         ByteSize(r.bytes_to_servers).approx(),
         r.puts,
         r.puts_dropped,
         r.puts_failed,
-        e.read_arounds
+        e.read_arounds,
+        e.misses_unfilled
     );
     let _ = writeln!(
         out,
