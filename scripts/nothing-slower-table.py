@@ -53,6 +53,23 @@ def other_cpu(fc, pt):
     return f" ‡{gap:+.1f} CPU" if abs(gap) > OTHER_CPU_GAP else ""
 
 
+DISK_SPREAD = 1.3  # slowest ÷ fastest disk check of a ratio's two measurements
+
+
+def disk_speed(*disks):
+    """A mark for a ratio whose measurements found the disk itself at different speeds: the
+    harness times 4 KiB O_DIRECT reads of the disk (outside the profile's throttle) at the
+    start and the end of each measurement (`check_before_us`, `check_after_us`); on a shared
+    machine the disk under the loop device moves with what other machines do to it, which no
+    count here sees. Marked when the slowest check is more than DISK_SPREAD times the
+    fastest."""
+    xs = [v for d in disks if d for v in (d.get("check_before_us"), d.get("check_after_us")) if v]
+    if len(xs) < 2:
+        return ""
+    spread = max(xs) / min(xs)
+    return f" §{spread:.1f}×" if spread > DISK_SPREAD else ""
+
+
 def pg_other_cpus(r):
     c = r.get("cpu") or {}
     secs = r.get("secs") or 0
@@ -84,7 +101,8 @@ def ratios(doc, borrowed=None):
             target = 3.0 if fast_link and exp == "seqread" and n == 2 and not fits_client else 0.97
             out.append((f"{exp} {human(size)} pass {n}", p_pt["secs"] / p_fc["secs"], target,
                         other_io((p_fc.get("disk"), p_fc["secs"]), (p_pt.get("disk"), p_pt["secs"]))
-                        + other_cpu(fc.get("other_cpus"), pt.get("other_cpus"))))
+                        + other_cpu(fc.get("other_cpus"), pt.get("other_cpus"))
+                        + disk_speed(p_fc.get("disk"), p_pt.get("disk"))))
         if exp == "randread" and len(fc["passes"]) > 1:
             p = fc["passes"][1]
             hit = p.get("hit_ratio_page_cache", 0) + p.get("hit_ratio_remote", 0)
@@ -108,7 +126,8 @@ def ratios(doc, borrowed=None):
             pt = pg[(mode, clients, "passthrough")]
             target = 1.0 if mode == "tpc-b" and clients >= 4 else 0.97
             out.append((f"pgbench {mode} {clients} clients", r["tps"] / pt["tps"], target, other_io((r.get("disk"), r.get("secs", 0)), (pt.get("disk"), pt.get("secs", 0)))
-                        + other_cpu(pg_other_cpus(r), pg_other_cpus(pt))))
+                        + other_cpu(pg_other_cpus(r), pg_other_cpus(pt))
+                        + disk_speed(r.get("disk"), pt.get("disk"))))
     tp = {r["config"]: r for r in doc.get("tpch") or [] if not r.get("error")}
     note = ""
     if "passthrough" not in tp and borrowed is not None:
@@ -130,6 +149,7 @@ def ratios(doc, borrowed=None):
                 if phase:
                     ph = [(r.get(phase) or {}) for r in (fc, pt)]
                     mark = other_io(*((p.get("disk"), p.get("secs", 0)) for p in ph))
+                    mark += disk_speed(*(p.get("disk") for p in ph))
                 out.append((f"tpch {name}", ratio, 0.97 if name == "load test" else big, mark + note))
     return [row if len(row) == 4 else row + ("",) for row in out]
 
@@ -188,6 +208,9 @@ def main():
     print("16 MiB/s, during one of the two measurements (a build, a copy): not comparable.")
     print("‡: the rest of the machine used that many more (+) or fewer (-) CPUs during farcache's")
     print("measurement than during the passthrough's (a build beside one of them): not comparable.")
+    print(f"§: the disk itself ran at different speeds: its slowest check (4 KiB O_DIRECT reads by the")
+    print(f"harness at the start and end of each measurement) took that many times its fastest (> {DISK_SPREAD}):")
+    print("a shared machine's disk, moved by other machines: not comparable.")
     return 0
 
 

@@ -570,7 +570,7 @@ fn run_config(
             .filter(|(_, n)| *n > 0)
             .collect();
         rec.disk = tb_ref.disk_stat().since(&d0);
-        if let Some(w) = rec.disk.other_io_warning(&tag, rec.secs) {
+        for w in rec.disk.warnings(&tag, rec.secs) {
             note!("{w}");
         }
         rec.lenders = if addrs.is_empty() { LenderTotals::default() } else { lender_totals(&addrs)?.since(&l0) };

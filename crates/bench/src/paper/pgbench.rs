@@ -463,7 +463,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
                 rec.error.as_deref().map(|e| format!(" — FAILED: {e}")).unwrap_or_default()
             );
             let what = format!("pgbench {} {} {clients} clients", cfg.name(), mode.name());
-            if let Some(w) = rec.disk.other_io_warning(&what, rec.secs) {
+            for w in rec.disk.warnings(&what, rec.secs) {
                 note!("{w}");
             }
             out.push(rec);

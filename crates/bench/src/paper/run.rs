@@ -393,7 +393,7 @@ fn measure(
         let now = snapshot(tb, addrs, mount.as_deref_mut())?;
         let p = pass_record(pass, exp, out, &prev, &now, mem);
         note!("paper: [{label}] {}", p.summary());
-        if let Some(w) = p.disk.other_io_warning(&format!("{label} pass {pass}"), p.outcome.secs) {
+        for w in p.disk.warnings(&format!("{label} pass {pass}"), p.outcome.secs) {
             note!("{w}");
         }
         rec.passes.push(p);

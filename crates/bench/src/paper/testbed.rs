@@ -417,12 +417,16 @@ impl Testbed {
 
     /// Reads and writes the loop device has served so far, and the bytes the machine's disk
     /// under it has moved for anyone.
+    /// With it, a check of the disk's own speed ([`disk_check_us`]), so that an interval
+    /// ([`DiskStat::since`]) knows how fast the disk was at its start and at its end.
     pub fn disk_stat(&self) -> DiskStat {
         let mut d = disk_stat_of(&self.loopdev);
         if let Some(p) = &self.host_disk_stat {
             let (r, w) = stat_bytes(&std::fs::read_to_string(p).unwrap_or_default());
             d.host_bytes = r + w;
         }
+        let check = disk_check_us(Path::new(&self.loopdev), DISK_CHECK_READS, DISK_CHECK_LIMIT);
+        (d.check_before_us, d.check_after_us) = (check, check);
         d
     }
 }
@@ -458,7 +462,61 @@ impl ExtraDisk {
 pub fn disk_stat_of(dev: &str) -> DiskStat {
     let name = dev.trim_start_matches("/dev/");
     let g = stat_fields(&std::fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap_or_default());
-    DiskStat { read_ios: g(0), read_bytes: g(2) * 512, write_ios: g(4), write_bytes: g(6) * 512, host_bytes: 0 }
+    DiskStat { read_ios: g(0), read_bytes: g(2) * 512, write_ios: g(4), write_bytes: g(6) * 512, ..DiskStat::default() }
+}
+
+/// Two disk checks this far apart (slowest ÷ fastest) say the disk's speed moved: the log
+/// warns, and scripts/nothing-slower-table.py marks the ratio (§).
+pub const DISK_CHECK_SPREAD: f64 = 1.3;
+/// Reads of a disk check ([`disk_check_us`]), and its bound in time.
+pub const DISK_CHECK_READS: u32 = 400;
+pub const DISK_CHECK_LIMIT: Duration = Duration::from_millis(300);
+
+/// The disk's own speed, now: the mean µs of up to `reads` 4 KiB `O_DIRECT` reads at random
+/// offsets of `dev`, one at a time, for at most `limit` — by the harness, outside the
+/// client's cgroups, so a profile's throttle does not apply and the loop device's direct
+/// I/O reaches the machine's disk. On a shared machine that disk's speed moves with what
+/// other machines do to it (session 17 measured 4 KiB reads of the raw disk at 75 µs one day
+/// and 150–300 µs another, and a passthrough's second pass at 14 s and 32 s within 20
+/// minutes), which no count on this machine sees; two configurations measured at different
+/// speeds are not comparable. 0.0 when it cannot read (no device, or a file system that
+/// refuses `O_DIRECT`).
+pub fn disk_check_us(dev: &Path, reads: u32, limit: Duration) -> f64 {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let Ok(f) = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(dev) else {
+        return 0.0;
+    };
+    let size = {
+        use std::io::Seek;
+        let mut g = &f;
+        g.seek(std::io::SeekFrom::End(0)).unwrap_or(0)
+    };
+    let blocks = size / BLOCK as u64;
+    if blocks == 0 {
+        return 0.0;
+    }
+    let mut buf = AlignedBuf::new(BLOCK);
+    let mut x =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64) | 1;
+    let (start, mut total, mut n) = (std::time::Instant::now(), Duration::ZERO, 0u32);
+    while n < reads && start.elapsed() < limit {
+        // xorshift64: offsets spread over the device, not what the page cache or a read cache holds.
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let off = (x % blocks) * BLOCK as u64;
+        let t = std::time::Instant::now();
+        if f.read_at(&mut buf.as_mut_slice()[..BLOCK], off).is_err() {
+            return 0.0;
+        }
+        total += t.elapsed();
+        n += 1;
+    }
+    if n == 0 {
+        0.0
+    } else {
+        total.as_secs_f64() * 1e6 / n as f64
+    }
 }
 
 /// Field `i` of a block device's `stat` file (0 where absent): reads, reads merged, sectors
@@ -508,6 +566,12 @@ pub struct DiskStat {
     /// writes its image with O_DIRECT, so its own bytes are in this too.
     #[serde(default)]
     pub host_bytes: u64,
+    /// The disk's own speed ([`disk_check_us`]) when the interval began and when it ended (a
+    /// single reading: both the same). 0.0: not measured.
+    #[serde(default)]
+    pub check_before_us: f64,
+    #[serde(default)]
+    pub check_after_us: f64,
 }
 
 /// Other traffic on the machine's disk beyond which a measurement is flagged: the loop
@@ -528,6 +592,8 @@ impl DiskStat {
             write_ios: self.write_ios.saturating_sub(e.write_ios),
             write_bytes: self.write_bytes.saturating_sub(e.write_bytes),
             host_bytes: self.host_bytes.saturating_sub(e.host_bytes),
+            check_before_us: e.check_after_us,
+            check_after_us: self.check_after_us,
         }
     }
 
@@ -542,6 +608,22 @@ impl DiskStat {
     pub fn other_io_flagged(&self, secs: f64) -> bool {
         let o = self.other_bytes();
         o > OTHER_IO_FLAG_BYTES && o as f64 > OTHER_IO_FLAG_RATE * secs
+    }
+
+    /// The log's warnings for an interval of `secs` seconds: other I/O on the machine's disk
+    /// ([`Self::other_io_warning`]), and a disk whose own speed moved by more than
+    /// [`DISK_CHECK_SPREAD`] between the interval's start and end ([`disk_check_us`]).
+    pub fn warnings(&self, what: &str, secs: f64) -> Vec<String> {
+        let mut w: Vec<String> = self.other_io_warning(what, secs).into_iter().collect();
+        let (a, b) = (self.check_before_us, self.check_after_us);
+        if a > 0.0 && b > 0.0 && a.max(b) > DISK_CHECK_SPREAD * a.min(b) {
+            w.push(format!(
+                "paper: warning: [{what}] the disk itself changed speed: 4 KiB direct reads took {a:.0} µs at the \
+                 start and {b:.0} µs at the end (another machine's load on a shared disk?): its time is not \
+                 comparable with the other configurations'"
+            ));
+        }
+        w
     }
 
     /// A warning for the log when [`Self::other_io_flagged`].
@@ -709,6 +791,36 @@ mod tests {
         assert!(busy.other_io_warning("x", 200.0).is_none());
         // Where the image is not on a block device nothing is counted, nothing flagged.
         assert_eq!(at(500 << 20, 0).since(&at(0, 0)).other_bytes(), 0);
+    }
+
+    #[test]
+    fn a_disk_check_times_direct_reads_and_an_interval_keeps_both_ends() {
+        use super::{disk_check_us, DiskStat};
+        use std::os::unix::fs::OpenOptionsExt;
+        use std::time::Duration;
+        // A file of 1 MiB where the harness keeps its disks (a real disk, unless /var/tmp is
+        // a tmpfs, which refuses O_DIRECT: then the check must say "not measured").
+        let path = std::path::Path::new("/var/tmp").join(format!("farcache-disk-check-{}", std::process::id()));
+        std::fs::write(&path, vec![7u8; 1 << 20]).unwrap();
+        let direct = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&path).is_ok();
+        let us = disk_check_us(&path, 50, Duration::from_secs(5));
+        let none = disk_check_us(std::path::Path::new("/nonexistent/disk"), 50, Duration::from_secs(5));
+        let zero_reads = disk_check_us(&path, 0, Duration::from_secs(5));
+        std::fs::remove_file(&path).unwrap();
+        // Where the file system takes O_DIRECT, a positive mean (50 reads of 4 KiB: well under
+        // the 5 s limit each); elsewhere 0.0.
+        assert_eq!(us > 0.0, direct, "{us} µs, O_DIRECT {direct}");
+        assert!(us < 5e6, "{us}");
+        assert_eq!(none, 0.0, "no device: not measured");
+        assert_eq!(zero_reads, 0.0);
+        // An interval: the check at its start (the earlier reading's) and at its end.
+        let at = |us: f64| DiskStat { check_before_us: us, check_after_us: us, ..DiskStat::default() };
+        let d = at(300.0).since(&at(150.0));
+        assert_eq!((d.check_before_us, d.check_after_us), (150.0, 300.0));
+        let w = d.warnings("randread 1GiB farcache pass 2", 20.0);
+        assert!(w.len() == 1 && w[0].contains("150 µs") && w[0].contains("300 µs"), "{w:?}");
+        assert!(at(160.0).since(&at(150.0)).warnings("x", 20.0).is_empty(), "within the spread");
+        assert!(at(160.0).since(&at(0.0)).warnings("x", 20.0).is_empty(), "not measured");
     }
 
     #[test]
