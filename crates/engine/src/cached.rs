@@ -71,10 +71,6 @@ pub struct EngineCounters {
     pub fills: AtomicU64,
     /// Misses read with their read-around window (more blocks than asked, all filled).
     pub read_arounds: AtomicU64,
-    /// Reads routed to the lenders whose disk part was read without filling them (the
-    /// adaptive rule found a lender hit not clearly cheaper than a disk read, see
-    /// [`RouterState::fill_miss`]).
-    pub misses_unfilled: AtomicU64,
     /// Reads the adaptive rule routed to the lenders.
     pub adaptive_remote: AtomicU64,
     /// Reads the adaptive rule routed to the disk (probes included).
@@ -100,8 +96,6 @@ pub struct EngineCountersSnapshot {
     pub fills: u64,
     #[serde(default)]
     pub read_arounds: u64,
-    #[serde(default)]
-    pub misses_unfilled: u64,
     pub adaptive_remote: u64,
     pub adaptive_disk: u64,
     pub adaptive_probes: u64,
@@ -120,7 +114,6 @@ impl EngineCounters {
             partial_disk_blocks: l(&self.partial_disk_blocks),
             fills: l(&self.fills),
             read_arounds: l(&self.read_arounds),
-            misses_unfilled: l(&self.misses_unfilled),
             adaptive_remote: l(&self.adaptive_remote),
             adaptive_disk: l(&self.adaptive_disk),
             adaptive_probes: l(&self.adaptive_probes),
@@ -309,25 +302,6 @@ impl<D: DataPath> CachedPath<D> {
         }
     }
 
-    /// What a read routed to the lenders reads from the disk for the blocks they cannot give:
-    /// filled (with the read-around window when `around`) if the rule says a miss is worth
-    /// filling ([`RouterState::fill_miss`]), else just the range, like a disk-routed read.
-    fn read_missed(
-        &self,
-        file: &BackingFile,
-        f: &Arc<FileIndex>,
-        offset: u64,
-        len: usize,
-        sequential: bool,
-        around: bool,
-    ) -> io::Result<Bytes> {
-        if self.routing.fill_miss() {
-            return self.read_and_fill(file, f, offset, len, sequential, around);
-        }
-        add(&self.counters.misses_unfilled, 1);
-        self.disk_read(file, offset, len, sequential)
-    }
-
     /// Read the whole blocks covering `offset..offset + len` (`len > 0`) from the disk —
     /// or, with `around`, its read-around window — answer the range, and fill the lenders
     /// with the whole blocks read.
@@ -412,7 +386,7 @@ impl<D: DataPath> DataPath for CachedPath<D> {
                 return self.disk_read(file, offset, len, d.sequential);
             }
             add(&self.counters.disk_reads, 1);
-            return self.read_missed(file, &f, offset, len, d.sequential, true);
+            return self.read_and_fill(file, &f, offset, len, d.sequential, true);
         }
         if d.probe {
             add(&self.counters.adaptive_probes, 1);
@@ -464,14 +438,14 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         if lo == 0 && hi == keys.len() - 1 {
             // Nothing usable from the lenders: the whole range from the disk.
             add(&self.counters.disk_reads, 1);
-            return self.read_missed(file, &f, offset, len, d.sequential, true);
+            return self.read_and_fill(file, &f, offset, len, d.sequential, true);
         }
         // A partial hit: the lenders' blocks around one span read from the disk.
         add(&self.counters.partial_hits, 1);
         add(&self.counters.partial_remote_blocks, (keys.len() - (hi - lo + 1)) as u64);
         add(&self.counters.partial_disk_blocks, (hi - lo + 1) as u64);
         let span_bytes = ((hi - lo + 1) as u64 * BLOCK_BYTES) as usize;
-        let disk = self.read_missed(file, &f, (first + lo as u64) * BLOCK_BYTES, span_bytes, d.sequential, false)?;
+        let disk = self.read_and_fill(file, &f, (first + lo as u64) * BLOCK_BYTES, span_bytes, d.sequential, false)?;
         let mut buf = BytesMut::with_capacity(keys.len() * BLOCK_BYTES as usize);
         for v in values[..lo].iter().flatten() {
             buf.extend_from_slice(v);

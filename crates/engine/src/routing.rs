@@ -775,22 +775,6 @@ impl RouterState {
         }
     }
 
-    /// Whether a read routed to the lenders that they cannot answer — nothing held, or a span
-    /// they lack — fills them with what it reads from the disk (and reads its read-around
-    /// window to do so). The threshold rule: always (paper 000's client). The adaptive rule:
-    /// on the same terms as the disk's own reads — while a lender hit is clearly cheaper than
-    /// a disk read ([`FILL_MARGIN`]), else one in [`SEED_EVERY`] (a seed). Between the two
-    /// margins the rule gives the lenders a share for what they hold, but a miss there is a
-    /// disk read like any other: filling it cost a 2 GiB-of-fills second pass on a disk as
-    /// fast as a lender hit 41% of its time (measured, session 17: the wider reads and the
-    /// puts' CPU on both ends), to buy hits no faster than the disk.
-    pub fn fill_miss(&self) -> bool {
-        match self {
-            RouterState::Threshold(_) => true,
-            RouterState::Adaptive(m) => m.fill_worth() || m.random_seed(),
-        }
-    }
-
     /// Claim the lenders' probe a [`Decision::may_probe_remote`] offered (one per interval,
     /// however many threads ask; streams' on their own clock); `false` if another read took
     /// it.
@@ -1165,28 +1149,6 @@ mod tests {
             r.skip(WINDOW_TIME / WINDOW_MIN_READS);
             r.disk_read(4096, false, Duration::from_micros(us));
         }
-    }
-
-    #[test]
-    fn a_miss_at_the_lenders_fills_them_only_where_a_hit_is_worth_it() {
-        // Paper 000's rule fills every miss.
-        let t = RouterState::new(Threshold::PAPER.into());
-        assert!((0..100).all(|_| t.fill_miss()));
-        let r = RouterState::new(Adaptive::new().into());
-        r.remote_fetch(4096, Duration::from_micros(200));
-        // A disk a little slower than a lender hit (220 µs against 200): the lenders get a
-        // share, but a miss there fills them only as a seed, one in SEED_EVERY.
-        disk_window(&r, 220);
-        let e = r.estimates().unwrap();
-        assert!(e.disk_share < 1.0 && e.probe_backoff == 0, "{e:?}");
-        let fills = (0..SEED_EVERY * 8).filter(|_| r.fill_miss()).count();
-        assert_eq!(fills, 8, "seeds only");
-        // A disk clearly slower (600 µs: more than FILL_MARGIN lender hits): every miss fills.
-        disk_window(&r, 600);
-        assert!((0..100).all(|_| r.fill_miss()));
-        // And back: the margin is judged window by window.
-        disk_window(&r, 220);
-        assert!((0..SEED_EVERY * 2).filter(|_| r.fill_miss()).count() <= 2);
     }
 
     #[test]

@@ -193,7 +193,6 @@ fn stats_count_a_known_sequence_exactly() {
             partial_disk_blocks: 2,
             fills: 13,
             read_arounds: 0,
-            misses_unfilled: 0,
             adaptive_remote: 0,
             adaptive_disk: 0,
             adaptive_probes: 0,

@@ -249,15 +249,13 @@ fn render_mount(s: &MountStats) -> String {
     );
     let _ = writeln!(
         out,
-        "bytes      {} from lenders, {} to lenders; {} fills ({} dropped, {} failed), {} read-arounds, {} misses \
-         unfilled",
+        "bytes      {} from lenders, {} to lenders; {} fills ({} dropped, {} failed), {} read-arounds",
         ByteSize(r.bytes_from_servers).approx(),
         ByteSize(r.bytes_to_servers).approx(),
         r.puts,
         r.puts_dropped,
         r.puts_failed,
-        e.read_arounds,
-        e.misses_unfilled
+        e.read_arounds
     );
     let _ = writeln!(
         out,

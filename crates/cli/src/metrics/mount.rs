@@ -55,7 +55,6 @@ impl Collector for Snapshot {
             (ENGINE_SEQUENTIAL_BYPASSES, e.sequential_bypasses),
             (ENGINE_FILLS, e.fills),
             (ENGINE_READ_AROUNDS, e.read_arounds),
-            (ENGINE_MISSES_UNFILLED, e.misses_unfilled),
             (ENGINE_ADAPTIVE_REMOTE, e.adaptive_remote),
             (ENGINE_ADAPTIVE_DISK, e.adaptive_disk),
             (ENGINE_ADAPTIVE_PROBES, e.adaptive_probes),

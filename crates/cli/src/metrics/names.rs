@@ -105,7 +105,6 @@ metrics! { MOUNT:
     ENGINE_SEQUENTIAL_BYPASSES = "farcache_mount_engine_sequential_bypasses", Counter, "Large reads threshold routing sent straight to the disk";
     ENGINE_FILLS = "farcache_mount_engine_fills", Counter, "Blocks sent to lenders after a disk read";
     ENGINE_READ_AROUNDS = "farcache_mount_engine_read_arounds", Counter, "Misses read with their read-around window";
-    ENGINE_MISSES_UNFILLED = "farcache_mount_engine_misses_unfilled", Counter, "Reads routed to lenders whose disk part filled nothing (a hit not worth it)";
     ENGINE_ADAPTIVE_REMOTE = "farcache_mount_engine_adaptive_remote", Counter, "Reads adaptive routing sent to the lenders";
     ENGINE_ADAPTIVE_DISK = "farcache_mount_engine_adaptive_disk", Counter, "Reads adaptive routing sent to the disk";
     ENGINE_ADAPTIVE_PROBES = "farcache_mount_engine_adaptive_probes", Counter, "Reads fetched from lenders anyway, to keep measuring them";
