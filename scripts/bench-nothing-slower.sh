@@ -6,6 +6,11 @@
 #   JOBS       profile:experiment[:link] list (default: the issue's table, below)
 #   SIZES      access sizes for seqread/randread       (default 256MiB,1GiB)
 #   EXTRA      extra `bench paper` arguments, e.g. "--routing adaptive"
+#   REPEAT     pairs per job (default 1). With N > 1 every job runs N times, each a fresh
+#              passthrough-then-farcache pair in <job>/rep<K>/, the whole list once per K (so a
+#              job's pairs are spread over the run), and the table takes each cell's median
+#              pair: on a shared machine whose disk drifts by 2× within minutes (session 17),
+#              one pair can land on two different disks.
 # The 10 Gbit/s tpch job runs farcache only: the passthrough sends nothing over the link, so
 # scripts/nothing-slower-table.py compares it with the 1 Gbit/s job's passthrough (same profile,
 # same scale factor, run right before). Time on the 2-CPU machine: about 2 h, tpch most of it.
@@ -20,6 +25,9 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 "$BIN" bench paper --cleanup
+REPEAT=${REPEAT:-1}
+case $REPEAT in '' | *[!0-9]* | 0) echo "bench-nothing-slower: REPEAT must be a positive count, not '$REPEAT'" >&2; exit 2 ;; esac
+for rep in $(seq 1 "$REPEAT"); do
 for job in $JOBS; do
   IFS=: read -r prof exp link <<<"$job"
   link=${link:-1gbit}
@@ -29,6 +37,7 @@ for job in $JOBS; do
     dir="$OUT/$prof-$link-$exp"
     [ "$exp" = tpch ] && configs=farcache
   fi
+  [ "$REPEAT" -gt 1 ] && dir="$dir/rep$rep"
   if ls "$dir"/paper-*.json >/dev/null 2>&1; then
     echo "== $job: done before ($dir), skipped"
     continue
@@ -39,4 +48,5 @@ for job in $JOBS; do
   "$BIN" bench paper --profile "$prof" --experiment "$exp" --sizes "$SIZES" --link "$link" \
     --configs "$configs" --out "$dir" ${EXTRA:-} >"$dir/log" 2>&1 ||
     { echo "   failed: see $dir/log"; rm -f "$dir"/paper-*.json; }
+done
 done

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Issue 17's "Nothing gets slower" table from the results of scripts/bench-nothing-slower.sh.
 
-Reads DIR/<profile>-<experiment>/paper-<profile>.json (default DIR: bench/results/nothing-slower)
-and prints one markdown table: every workload the runs hold (rows) by disk profile and link
+Reads DIR/<profile>-<experiment>/paper-<profile>.json (default DIR: bench/results/nothing-slower),
+and DIR/<profile>-<experiment>/rep<K>/paper-<profile>.json where the job was repeated (REPEAT in
+scripts/bench-nothing-slower.sh: each repetition one passthrough-then-farcache pair, the pairs
+spread over the run), and prints one markdown table: every workload the runs hold (rows) by disk profile and link
 (columns), as farcache ÷ passthrough performance ratios from the same `bench paper` invocation
 (> 1: farcache faster), each marked against its target. A job that ran farcache alone (tpch at
 10 Gbit/s: the passthrough sends nothing over the link) is compared with the passthrough of the
-same profile's 1 Gbit/s job, and its cells say so. Exits 1 when no result is found.
+same profile's 1 Gbit/s job, and its cells say so. A repeated job's cell is the median of its
+pairs' ratios, with their range and count. Exits 1 when no result is found.
 
     scripts/nothing-slower-table.py [DIR]
 """
@@ -158,7 +161,8 @@ def main():
     root = sys.argv[1] if len(sys.argv) > 1 else "bench/results/nothing-slower"
     table = {}
     docs = {}
-    for path in sorted(glob.glob(os.path.join(root, "*", "paper-*.json"))):
+    paths = glob.glob(os.path.join(root, "*", "paper-*.json")) + glob.glob(os.path.join(root, "*", "rep*", "paper-*.json"))
+    for path in sorted(paths):
         doc = json.load(open(path))
         opts = doc.get("options", {})
         prof = opts.get("profile", "?")
@@ -170,7 +174,7 @@ def main():
         base = [d for d in docs.get(prof, []) if d.get("tpch")]
         for doc in col_docs:
             for name, ratio, target, note in ratios(doc, base[0] if base else None):
-                table.setdefault(name, {})[col] = (ratio, target, note)
+                table.setdefault(name, {}).setdefault(col, []).append((ratio, target, note))
     if not table:
         print(f"no results under {root}", file=sys.stderr)
         return 1
@@ -191,7 +195,12 @@ def main():
             if p not in table[name]:
                 cells.append("–")
                 continue
-            ratio, target, note = table[name][p]
+            pairs = sorted(table[name][p], key=lambda x: x[0])
+            # The median pair (the lower middle of an even count): one drifting pair of
+            # measurements cannot move it, as it moves a single ratio.
+            ratio, target, note = pairs[(len(pairs) - 1) // 2]
+            if len(pairs) > 1:
+                note += f" (median of {len(pairs)}: {pairs[0][0]:.2f}–{pairs[-1][0]:.2f})"
             if target == "n/a":
                 cells.append(f"{ratio:.1%} (n/a: reads kept on the disk)")
             elif target is None:
@@ -211,6 +220,8 @@ def main():
     print(f"§: the disk itself ran at different speeds: its slowest check (4 KiB O_DIRECT reads by the")
     print(f"harness at the start and end of each measurement) took that many times its fastest (> {DISK_SPREAD}):")
     print("a shared machine's disk, moved by other machines: not comparable.")
+    print("(median of N: lo–hi): a repeated job, N passthrough-then-farcache pairs spread over the run;")
+    print("the median pair's ratio and marks, and the range of all N.")
     return 0
 
 
