@@ -56,7 +56,7 @@ def other_cpu(fc, pt):
     return f" ‡{gap:+.1f} CPU" if abs(gap) > OTHER_CPU_GAP else ""
 
 
-DISK_SPREAD = 1.3  # slowest ÷ fastest disk check of a ratio's two measurements
+DISK_SPREAD = 1.3  # as the harness's DISK_CHECK_SPREAD: slowest ÷ fastest disk check of a ratio's measurements
 
 
 def disk_speed(*disks):

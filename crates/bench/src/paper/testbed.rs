@@ -417,6 +417,7 @@ impl Testbed {
 
     /// Reads and writes the loop device has served so far, and the bytes the machine's disk
     /// under it has moved for anyone.
+    ///
     /// With it, a check of the disk's own speed ([`disk_check_us`]), so that an interval
     /// ([`DiskStat::since`]) knows how fast the disk was at its start and at its end.
     pub fn disk_stat(&self) -> DiskStat {
@@ -476,8 +477,8 @@ pub const DISK_CHECK_LIMIT: Duration = Duration::from_millis(300);
 /// offsets of `dev`, one at a time, for at most `limit` — by the harness, outside the
 /// client's cgroups, so a profile's throttle does not apply and the loop device's direct
 /// I/O reaches the machine's disk. On a shared machine that disk's speed moves with what
-/// other machines do to it (session 17 measured 4 KiB reads of the raw disk at 75 µs one day
-/// and 150–300 µs another, and a passthrough's second pass at 14 s and 32 s within 20
+/// other machines do to it (4 KiB reads of the raw disk at 75 µs in session 16 and 150–300 µs
+/// in session 17, and in session 17 a passthrough's second pass at 14 s and 32 s within 25
 /// minutes), which no count on this machine sees; two configurations measured at different
 /// speeds are not comparable. 0.0 when it cannot read (no device, or a file system that
 /// refuses `O_DIRECT`).
@@ -496,15 +497,13 @@ pub fn disk_check_us(dev: &Path, reads: u32, limit: Duration) -> f64 {
         return 0.0;
     }
     let mut buf = AlignedBuf::new(BLOCK);
-    let mut x =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64) | 1;
+    // A new sequence each check: offsets spread over the device, not what a read cache holds.
+    let mut rng = crate::rng::Rng::new(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64),
+    );
     let (start, mut total, mut n) = (std::time::Instant::now(), Duration::ZERO, 0u32);
     while n < reads && start.elapsed() < limit {
-        // xorshift64: offsets spread over the device, not what the page cache or a read cache holds.
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let off = (x % blocks) * BLOCK as u64;
+        let off = rng.below(blocks) * BLOCK as u64;
         let t = std::time::Instant::now();
         if f.read_at(&mut buf.as_mut_slice()[..BLOCK], off).is_err() {
             return 0.0;
