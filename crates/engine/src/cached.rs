@@ -345,35 +345,19 @@ impl<D: DataPath> CachedPath<D> {
     }
 }
 
-impl<D: DataPath> DataPath for CachedPath<D> {
-    fn read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<Bytes> {
-        if len == 0 {
-            return Ok(Bytes::new());
-        }
-        let mut d = self.routing.decide(file.id(), offset, len as u64);
-        if d.may_probe_remote {
-            // The lenders are due a measurement: this read is it if they hold all of it; a
-            // stream's is the last stream seeds fetched back (see `probe_stream_seeds`).
-            let (first, last) = (offset / BLOCK_BYTES, (offset + len as u64 - 1) / BLOCK_BYTES);
-            if d.sequential {
-                self.probe_stream_seeds(&d);
-            } else if self.index.holds_all(file.id(), first, last) && self.routing.claim_remote_probe(&d) {
-                (d.route, d.probe) = (Route::Remote, true);
-            }
-        }
-        if d.adaptive {
-            let routed_remote = d.chosen() == Route::Remote;
-            add(if routed_remote { &self.counters.adaptive_remote } else { &self.counters.adaptive_disk }, 1);
-        }
+impl<D: DataPath> CachedPath<D> {
+    /// Serve a read of `len > 0` bytes the way `d` routes it; with whether the lenders gave
+    /// every block of it.
+    fn serve(&self, file: &BackingFile, offset: u64, len: usize, d: &Decision) -> io::Result<(Bytes, bool)> {
         if d.route == Route::Disk {
             if !d.adaptive {
                 add(&self.counters.sequential_bypasses, 1);
             }
             if d.fill {
                 let f = self.index.file(file.id());
-                return self.read_and_fill(file, &f, offset, len, d.sequential, true);
+                return Ok((self.read_and_fill(file, &f, offset, len, d.sequential, true)?, false));
             }
-            return self.disk_read(file, offset, len, d.sequential);
+            return Ok((self.disk_read(file, offset, len, d.sequential)?, false));
         }
         let first = offset / BLOCK_BYTES;
         let last = (offset + len as u64 - 1) / BLOCK_BYTES;
@@ -383,10 +367,10 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         if held == 0 || (d.probe && held < keys.len()) {
             if d.probe {
                 // A probe with nothing (or not everything) to measure goes where the rule sent it.
-                return self.disk_read(file, offset, len, d.sequential);
+                return Ok((self.disk_read(file, offset, len, d.sequential)?, false));
             }
             add(&self.counters.disk_reads, 1);
-            return self.read_and_fill(file, &f, offset, len, d.sequential, true);
+            return Ok((self.read_and_fill(file, &f, offset, len, d.sequential, true)?, false));
         }
         if d.probe {
             add(&self.counters.adaptive_probes, 1);
@@ -427,18 +411,18 @@ impl<D: DataPath> DataPath for CachedPath<D> {
             add(&self.counters.remote_reads, 1);
             if values.len() == 1 {
                 let v = values.pop().flatten().expect("every block fetched");
-                return Ok(v.slice(skip..skip + len));
+                return Ok((v.slice(skip..skip + len), true));
             }
             let mut buf = BytesMut::with_capacity(values.len() * BLOCK_BYTES as usize);
             for v in values.into_iter().flatten() {
                 buf.extend_from_slice(&v);
             }
-            return Ok(buf.freeze().slice(skip..skip + len));
+            return Ok((buf.freeze().slice(skip..skip + len), true));
         };
         if lo == 0 && hi == keys.len() - 1 {
             // Nothing usable from the lenders: the whole range from the disk.
             add(&self.counters.disk_reads, 1);
-            return self.read_and_fill(file, &f, offset, len, d.sequential, true);
+            return Ok((self.read_and_fill(file, &f, offset, len, d.sequential, true)?, false));
         }
         // A partial hit: the lenders' blocks around one span read from the disk.
         add(&self.counters.partial_hits, 1);
@@ -457,7 +441,37 @@ impl<D: DataPath> DataPath for CachedPath<D> {
             }
         } // else the file ends inside the span: so does the answer.
         let buf = buf.freeze();
-        Ok(if buf.len() <= skip { Bytes::new() } else { buf.slice(skip..buf.len().min(skip + len)) })
+        Ok((if buf.len() <= skip { Bytes::new() } else { buf.slice(skip..buf.len().min(skip + len)) }, false))
+    }
+}
+
+impl<D: DataPath> DataPath for CachedPath<D> {
+    fn read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<Bytes> {
+        if len == 0 {
+            return Ok(Bytes::new());
+        }
+        let t = Instant::now();
+        let mut d = self.routing.decide(file.id(), offset, len as u64);
+        if d.may_probe_remote {
+            // The lenders are due a measurement: this read is it if they hold all of it; a
+            // stream's is the last stream seeds fetched back (see `probe_stream_seeds`).
+            let (first, last) = (offset / BLOCK_BYTES, (offset + len as u64 - 1) / BLOCK_BYTES);
+            if d.sequential {
+                self.probe_stream_seeds(&d);
+            } else if self.index.holds_all(file.id(), first, last) && self.routing.claim_remote_probe(&d) {
+                (d.route, d.probe) = (Route::Remote, true);
+            }
+        }
+        if d.adaptive {
+            let routed_remote = d.chosen() == Route::Remote;
+            add(if routed_remote { &self.counters.adaptive_remote } else { &self.counters.adaptive_disk }, 1);
+        }
+        let (data, from_lenders) = self.serve(file, offset, len, &d)?;
+        if d.adaptive && !d.sequential {
+            // Both sides by one clock: the whole read (see `RouterState::random_read_done`).
+            self.routing.random_read_done(d.route, t.elapsed(), from_lenders);
+        }
+        Ok(data)
     }
 
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {
