@@ -45,7 +45,7 @@ use crate::data_path::{CopyRead, DataPath};
 use crate::identity::FileId;
 use crate::index::{BlockIndex, BlockKey, FileIndex, Stamp, BLOCK_BYTES};
 use crate::remote::Remote;
-use crate::routing::{Decision, Router, RouterState, STREAM_PROBE_MIN_BYTES};
+use crate::routing::{Decision, Router, RouterState, Served, STREAM_PROBE_MIN_BYTES};
 use crate::stats::{CacheStats, IndexStats, RoutingStats};
 
 /// Counters of the cache engine beyond the remote tier's own.
@@ -346,18 +346,17 @@ impl<D: DataPath> CachedPath<D> {
 }
 
 impl<D: DataPath> CachedPath<D> {
-    /// Serve a read of `len > 0` bytes the way `d` routes it; with whether the lenders gave
-    /// every block of it.
-    fn serve(&self, file: &BackingFile, offset: u64, len: usize, d: &Decision) -> io::Result<(Bytes, bool)> {
+    /// Serve a read of `len > 0` bytes the way `d` routes it; with what served it.
+    fn serve(&self, file: &BackingFile, offset: u64, len: usize, d: &Decision) -> io::Result<(Bytes, Served)> {
         if d.route == Route::Disk {
             if !d.adaptive {
                 add(&self.counters.sequential_bypasses, 1);
             }
             if d.fill {
                 let f = self.index.file(file.id());
-                return Ok((self.read_and_fill(file, &f, offset, len, d.sequential, true)?, false));
+                return Ok((self.read_and_fill(file, &f, offset, len, d.sequential, true)?, Served::Disk));
             }
-            return Ok((self.disk_read(file, offset, len, d.sequential)?, false));
+            return Ok((self.disk_read(file, offset, len, d.sequential)?, Served::Disk));
         }
         let first = offset / BLOCK_BYTES;
         let last = (offset + len as u64 - 1) / BLOCK_BYTES;
@@ -367,10 +366,10 @@ impl<D: DataPath> CachedPath<D> {
         if held == 0 || (d.probe && held < keys.len()) {
             if d.probe {
                 // A probe with nothing (or not everything) to measure goes where the rule sent it.
-                return Ok((self.disk_read(file, offset, len, d.sequential)?, false));
+                return Ok((self.disk_read(file, offset, len, d.sequential)?, Served::Unheld));
             }
             add(&self.counters.disk_reads, 1);
-            return Ok((self.read_and_fill(file, &f, offset, len, d.sequential, true)?, false));
+            return Ok((self.read_and_fill(file, &f, offset, len, d.sequential, true)?, Served::Unheld));
         }
         if d.probe {
             add(&self.counters.adaptive_probes, 1);
@@ -411,18 +410,18 @@ impl<D: DataPath> CachedPath<D> {
             add(&self.counters.remote_reads, 1);
             if values.len() == 1 {
                 let v = values.pop().flatten().expect("every block fetched");
-                return Ok((v.slice(skip..skip + len), true));
+                return Ok((v.slice(skip..skip + len), Served::Lenders));
             }
             let mut buf = BytesMut::with_capacity(values.len() * BLOCK_BYTES as usize);
             for v in values.into_iter().flatten() {
                 buf.extend_from_slice(&v);
             }
-            return Ok((buf.freeze().slice(skip..skip + len), true));
+            return Ok((buf.freeze().slice(skip..skip + len), Served::Lenders));
         };
         if lo == 0 && hi == keys.len() - 1 {
             // Nothing usable from the lenders: the whole range from the disk.
             add(&self.counters.disk_reads, 1);
-            return Ok((self.read_and_fill(file, &f, offset, len, d.sequential, true)?, false));
+            return Ok((self.read_and_fill(file, &f, offset, len, d.sequential, true)?, Served::Partly));
         }
         // A partial hit: the lenders' blocks around one span read from the disk.
         add(&self.counters.partial_hits, 1);
@@ -441,7 +440,7 @@ impl<D: DataPath> CachedPath<D> {
             }
         } // else the file ends inside the span: so does the answer.
         let buf = buf.freeze();
-        Ok((if buf.len() <= skip { Bytes::new() } else { buf.slice(skip..buf.len().min(skip + len)) }, false))
+        Ok((if buf.len() <= skip { Bytes::new() } else { buf.slice(skip..buf.len().min(skip + len)) }, Served::Partly))
     }
 }
 
@@ -466,10 +465,10 @@ impl<D: DataPath> DataPath for CachedPath<D> {
             let routed_remote = d.chosen() == Route::Remote;
             add(if routed_remote { &self.counters.adaptive_remote } else { &self.counters.adaptive_disk }, 1);
         }
-        let (data, from_lenders) = self.serve(file, offset, len, &d)?;
+        let (data, served) = self.serve(file, offset, len, &d)?;
         if d.adaptive && !d.sequential {
             // Both sides by one clock: the whole read (see `RouterState::random_read_done`).
-            self.routing.random_read_done(d.route, t.elapsed(), from_lenders);
+            self.routing.random_read_done(d.route, t.elapsed(), served);
         }
         Ok(data)
     }

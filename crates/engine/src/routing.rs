@@ -304,6 +304,21 @@ pub struct AdaptiveEstimates {
     pub stream_remote: bool,
 }
 
+/// What served a random read, for [`RouterState::random_read_done`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Served {
+    /// The disk, as the rule sent it there.
+    Disk,
+    /// The lenders, every block.
+    Lenders,
+    /// The rule sent it to the lenders, and the disk served some or all of it: blocks the
+    /// index believed they held and they no longer did, or a partial hit.
+    Partly,
+    /// The rule sent it to the lenders, which the index says never held any of it (or a
+    /// probe that found not all of it held): the disk served it, as it would have anyway.
+    Unheld,
+}
+
 /// One read's route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Decision {
@@ -893,7 +908,7 @@ impl RouterState {
     }
 
     /// A random read the rule decided on (`route`, probes included) was answered `took`
-    /// after it was decided; `from_lenders`: the lenders gave every block of it.
+    /// after it was decided, served as `served`.
     ///
     /// Both sides are judged by this one clock, the whole read as the engine served it:
     /// what the share must equalize is what a read sent each way costs, not what its disk
@@ -904,10 +919,17 @@ impl RouterState {
     /// the hit estimate took (156 µs) left out the larger ones (all fetches: 226 µs); so the
     /// lenders kept every read, and the pass took 2.4 times the passthrough's.
     ///
-    /// A read sent to the lenders counts whatever served it: a block they lack costs a
-    /// fetch that misses, a disk read and a fill, and that is what sending it there cost.
-    pub fn random_read_done(&self, route: Route, took: Duration, from_lenders: bool) {
+    /// A read sent to the lenders counts whatever served it, a hit or, for blocks they no
+    /// longer hold, a fetch that misses, a disk read and a fill: that is what sending it
+    /// there cost. A read of blocks the index says they never held counts on neither side:
+    /// it goes to the disk whichever way it is sent, so it says nothing about the choice
+    /// (counted, it drew the lenders' mean towards the disk's while the lenders were being
+    /// filled, and the disk kept reads the lenders held).
+    pub fn random_read_done(&self, route: Route, took: Duration, served: Served) {
         let RouterState::Adaptive(m) = self else { return };
+        if served == Served::Unheld {
+            return;
+        }
         let us = took.as_secs_f64() * 1e6;
         if route == Route::Remote {
             // While the disk has every read the only such reads are probes, a few a second
@@ -915,7 +937,7 @@ impl RouterState {
             let probing = m.disk_share.load(Ordering::Relaxed) == SHARE_ONE;
             let weight = if probing { PROBE_HIT_WEIGHT } else { REMOTE_HIT_WEIGHT };
             Measured::move_mean(&m.remote_read_us, us, weight);
-            if from_lenders {
+            if served == Served::Lenders {
                 let was = Measured::move_mean(&m.remote_hit_us, us, weight);
                 if probing && us * 2.0 < was {
                     // Lenders twice as fast as believed: the estimate is stale (a failure
@@ -1118,21 +1140,21 @@ mod tests {
 
     fn disk_us(r: &RouterState, took: Duration) {
         r.disk_read(4096, false, took);
-        r.random_read_done(Route::Disk, took, false);
+        r.random_read_done(Route::Disk, took, Served::Disk);
     }
 
     /// A 4 KiB random read the rule sent to the lenders, which served it in `us`.
     fn hit(r: &RouterState, us: u64) {
         let took = Duration::from_micros(us);
         r.remote_fetch(4096, took);
-        r.random_read_done(Route::Remote, took, true);
+        r.random_read_done(Route::Remote, took, Served::Lenders);
     }
 
     /// A 4 KiB random read the rule sent to the lenders, which lacked it: the disk served
     /// it in `took`.
     fn lacked(r: &RouterState, took: Duration) {
         r.disk_read(4096, false, took);
-        r.random_read_done(Route::Remote, took, false);
+        r.random_read_done(Route::Remote, took, Served::Partly);
     }
 
     #[test]
@@ -1363,16 +1385,16 @@ mod tests {
             match d.route {
                 Route::Remote if i % 10 == 0 => {
                     r.disk_read(16384, false, us(fill_us));
-                    r.random_read_done(Route::Remote, us(fill_us + 40), false);
+                    r.random_read_done(Route::Remote, us(fill_us + 40), Served::Partly);
                 }
                 Route::Remote => {
                     r.remote_fetch(4096, us(156));
-                    r.random_read_done(Route::Remote, us(lender_us), true);
+                    r.random_read_done(Route::Remote, us(lender_us), Served::Lenders);
                 }
                 Route::Disk => {
                     let took = us(if d.fill { fill_us } else { disk_us });
                     r.disk_read(if d.fill { 16384 } else { 4096 }, false, took);
-                    r.random_read_done(Route::Disk, took, false);
+                    r.random_read_done(Route::Disk, took, Served::Disk);
                 }
             }
         }
@@ -1397,6 +1419,33 @@ mod tests {
         let r = RouterState::new(Adaptive::new().into());
         raw_pass(&r, 50_000, 226, 600, 700);
         assert_eq!(raw_pass(&r, 100_000, 120, 161, 214), 0.0, "{:?}", r.estimates());
+    }
+
+    #[test]
+    fn reads_of_blocks_never_held_say_nothing_about_the_choice() {
+        // A first pass on a rate-limited disk: every read the lenders never held goes to the
+        // disk whichever way it is sent (450 µs with its read-around and fill), the disk
+        // takes 400 µs a read at that load, and the one read in five the lenders hold is a
+        // 250 µs hit. The reads they hold must go to them within a few windows, not wait
+        // for the unheld reads, counted on their side, to stop looking like the disk's.
+        let r = RouterState::new(Adaptive::new().into());
+        let us = Duration::from_micros;
+        let mut at = None;
+        for i in 0..100_000u64 {
+            r.skip(us(200));
+            let d = r.decide(&id(13), (i * 13 % 997) << 20, 4096);
+            match d.route {
+                Route::Remote if i % 5 != 0 => r.random_read_done(Route::Remote, us(450), Served::Unheld),
+                Route::Remote => r.random_read_done(Route::Remote, us(250), Served::Lenders),
+                Route::Disk => r.random_read_done(Route::Disk, us(400), Served::Disk),
+            }
+            if r.estimates().unwrap().disk_share == 0.0 {
+                at = Some(i);
+                break;
+            }
+        }
+        // 20,000 reads: 4 s (counted on the lenders' side, they took 62,000).
+        assert!(at.is_some_and(|i| i < 20_000), "{at:?} {:?}", r.estimates());
     }
 
     /// A rate-limited disk: its reads take `idle_us` plus `per_share_us` for every part of
