@@ -76,10 +76,13 @@
 //! A disk that is really faster than the lenders (a host-cached virtual disk, local NVMe:
 //! 1.8× faster than a lender hit here) still gets every random read.
 //!
-//! While the lenders take part of the random reads, the reads the disk serves fill the
-//! lenders too (they are likely to serve those blocks next); once the disk has all of them
-//! nothing is filled (on a disk that fast the lenders' copies would cost CPU and network for
-//! nothing).
+//! What the disk serves of random reads — the reads sent to it, and the blocks the lenders
+//! never held of reads sent to them — fills the lenders while a disk read costs
+//! [`FILL_MARGIN`] lender hits or more (they are likely to serve those blocks next, and save
+//! more than the fill cost); otherwise only seeds do ([`SEED_EVERY`]): on a disk about as
+//! fast as the lenders their copies cost CPU and network for nothing (measured, session 18:
+//! a first pass on the raw disk that filled every block the lenders lacked took 1.95 times
+//! the passthrough's, the CPU of 255,000 fills).
 //!
 //! Sequential reads are decided whole, with hysteresis: a stream goes where it is expected
 //! to finish sooner (the lenders only on a link faster than the disk's stream), and changes
@@ -800,7 +803,7 @@ impl RouterState {
                     // seed, see the constant). Sent to the lenders too: the disk serves the
                     // blocks they never held, and fills them on the same terms (filled
                     // whatever the rule's measures said, they made a first pass on the raw
-                    // disk 0.51 times the passthrough's, measured: the CPU of 255,000 fills).
+                    // disk 0.51 times the passthrough's: see the module doc).
                     (!to_disk, m.fill_worth() || m.random_seed())
                 };
                 let (route, probe, may_probe_remote) = if remote {
