@@ -369,10 +369,6 @@ impl<D: DataPath> CachedPath<D> {
                 return Ok((self.disk_read(file, offset, len, d.sequential)?, Served::Unheld));
             }
             add(&self.counters.disk_reads, 1);
-            if !d.fill && d.adaptive {
-                // Blocks the lenders never held, not worth filling now (see `Decision::fill`).
-                return Ok((self.disk_read(file, offset, len, d.sequential)?, Served::Unheld));
-            }
             return Ok((self.read_and_fill(file, &f, offset, len, d.sequential, true)?, Served::Unheld));
         }
         if d.probe {
