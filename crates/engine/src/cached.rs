@@ -45,7 +45,7 @@ use crate::data_path::{CopyRead, DataPath};
 use crate::identity::FileId;
 use crate::index::{BlockIndex, BlockKey, FileIndex, Stamp, BLOCK_BYTES};
 use crate::remote::Remote;
-use crate::routing::{Decision, Router, RouterState, Served, STREAM_PROBE_MIN_BYTES};
+use crate::routing::{Decision, Router, RouterState, STREAM_PROBE_MIN_BYTES};
 use crate::stats::{CacheStats, IndexStats, RoutingStats};
 
 /// Counters of the cache engine beyond the remote tier's own.
@@ -345,18 +345,35 @@ impl<D: DataPath> CachedPath<D> {
     }
 }
 
-impl<D: DataPath> CachedPath<D> {
-    /// Serve a read of `len > 0` bytes the way `d` routes it; with what served it.
-    fn serve(&self, file: &BackingFile, offset: u64, len: usize, d: &Decision) -> io::Result<(Bytes, Served)> {
+impl<D: DataPath> DataPath for CachedPath<D> {
+    fn read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<Bytes> {
+        if len == 0 {
+            return Ok(Bytes::new());
+        }
+        let mut d = self.routing.decide(file.id(), offset, len as u64);
+        if d.may_probe_remote {
+            // The lenders are due a measurement: this read is it if they hold all of it; a
+            // stream's is the last stream seeds fetched back (see `probe_stream_seeds`).
+            let (first, last) = (offset / BLOCK_BYTES, (offset + len as u64 - 1) / BLOCK_BYTES);
+            if d.sequential {
+                self.probe_stream_seeds(&d);
+            } else if self.index.holds_all(file.id(), first, last) && self.routing.claim_remote_probe(&d) {
+                (d.route, d.probe) = (Route::Remote, true);
+            }
+        }
+        if d.adaptive {
+            let routed_remote = d.chosen() == Route::Remote;
+            add(if routed_remote { &self.counters.adaptive_remote } else { &self.counters.adaptive_disk }, 1);
+        }
         if d.route == Route::Disk {
             if !d.adaptive {
                 add(&self.counters.sequential_bypasses, 1);
             }
             if d.fill {
                 let f = self.index.file(file.id());
-                return Ok((self.read_and_fill(file, &f, offset, len, d.sequential, true)?, Served::Disk));
+                return self.read_and_fill(file, &f, offset, len, d.sequential, true);
             }
-            return Ok((self.disk_read(file, offset, len, d.sequential)?, Served::Disk));
+            return self.disk_read(file, offset, len, d.sequential);
         }
         let first = offset / BLOCK_BYTES;
         let last = (offset + len as u64 - 1) / BLOCK_BYTES;
@@ -366,10 +383,10 @@ impl<D: DataPath> CachedPath<D> {
         if held == 0 || (d.probe && held < keys.len()) {
             if d.probe {
                 // A probe with nothing (or not everything) to measure goes where the rule sent it.
-                return Ok((self.disk_read(file, offset, len, d.sequential)?, Served::Unheld));
+                return self.disk_read(file, offset, len, d.sequential);
             }
             add(&self.counters.disk_reads, 1);
-            return Ok((self.read_and_fill(file, &f, offset, len, d.sequential, true)?, Served::Unheld));
+            return self.read_and_fill(file, &f, offset, len, d.sequential, true);
         }
         if d.probe {
             add(&self.counters.adaptive_probes, 1);
@@ -410,18 +427,18 @@ impl<D: DataPath> CachedPath<D> {
             add(&self.counters.remote_reads, 1);
             if values.len() == 1 {
                 let v = values.pop().flatten().expect("every block fetched");
-                return Ok((v.slice(skip..skip + len), Served::Lenders));
+                return Ok(v.slice(skip..skip + len));
             }
             let mut buf = BytesMut::with_capacity(values.len() * BLOCK_BYTES as usize);
             for v in values.into_iter().flatten() {
                 buf.extend_from_slice(&v);
             }
-            return Ok((buf.freeze().slice(skip..skip + len), Served::Lenders));
+            return Ok(buf.freeze().slice(skip..skip + len));
         };
         if lo == 0 && hi == keys.len() - 1 {
             // Nothing usable from the lenders: the whole range from the disk.
             add(&self.counters.disk_reads, 1);
-            return Ok((self.read_and_fill(file, &f, offset, len, d.sequential, true)?, Served::Partly));
+            return self.read_and_fill(file, &f, offset, len, d.sequential, true);
         }
         // A partial hit: the lenders' blocks around one span read from the disk.
         add(&self.counters.partial_hits, 1);
@@ -440,37 +457,7 @@ impl<D: DataPath> CachedPath<D> {
             }
         } // else the file ends inside the span: so does the answer.
         let buf = buf.freeze();
-        Ok((if buf.len() <= skip { Bytes::new() } else { buf.slice(skip..buf.len().min(skip + len)) }, Served::Partly))
-    }
-}
-
-impl<D: DataPath> DataPath for CachedPath<D> {
-    fn read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<Bytes> {
-        if len == 0 {
-            return Ok(Bytes::new());
-        }
-        let t = Instant::now();
-        let mut d = self.routing.decide(file.id(), offset, len as u64);
-        if d.may_probe_remote {
-            // The lenders are due a measurement: this read is it if they hold all of it; a
-            // stream's is the last stream seeds fetched back (see `probe_stream_seeds`).
-            let (first, last) = (offset / BLOCK_BYTES, (offset + len as u64 - 1) / BLOCK_BYTES);
-            if d.sequential {
-                self.probe_stream_seeds(&d);
-            } else if self.index.holds_all(file.id(), first, last) && self.routing.claim_remote_probe(&d) {
-                (d.route, d.probe) = (Route::Remote, true);
-            }
-        }
-        if d.adaptive {
-            let routed_remote = d.chosen() == Route::Remote;
-            add(if routed_remote { &self.counters.adaptive_remote } else { &self.counters.adaptive_disk }, 1);
-        }
-        let (data, served) = self.serve(file, offset, len, &d)?;
-        if d.adaptive && !d.sequential {
-            // Both sides by one clock: the whole read (see `RouterState::random_read_done`).
-            self.routing.random_read_done(d.route, t.elapsed(), served);
-        }
-        Ok(data)
+        Ok(if buf.len() <= skip { Bytes::new() } else { buf.slice(skip..buf.len().min(skip + len)) })
     }
 
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {

@@ -37,25 +37,20 @@
 //! Random reads are *shared* between the disk and the lenders, not switched: a share of
 //! them, [`Measured::disk_share`], goes to the disk. Every [`WINDOW_TIME`] the random disk
 //! reads of that window move it by one to eight [`WINDOW_STEP`]s (more the farther apart the
-//! two sides are): up if their mean time (weighted by [`DISK_WEIGHT`]) was below what a read
-//! sent to the lenders costs, down if above. Both sides are timed by one clock, the whole
-//! read as the engine served it ([`RouterState::random_read_done`]): a read sent to the
-//! lenders counts whatever served it — a hit, or for blocks they lack a fetch that misses, a
-//! disk read and a fill — and only reads sent to the disk measure the disk. Its moving mean
-//! ([`REMOTE_HIT_WEIGHT`]) counts reads that wait behind fills on the link: the fills go on
-//! whichever way the reads are split (every read that touches the disk fills while the
-//! lenders have a share), so what a read costs on each side now is what the split must
-//! equalize. (Timing the disk read and the fetch apart misled the rule twice: a low
-//! percentile of the fetches made the lenders look faster than any read found them — on the
-//! host-cached disk the rule kept 84% of the reads on lenders slower than the disk — and
-//! the small fetches' mean against the disk's fill read-arounds kept every read of a 1 GiB
-//! random pass on lenders that took 226 µs a read against the disk's 161.) A fetch more
-//! than [`TROUBLE_FACTOR`] times as slow as the disk moves the share up one step, and a fetch that fails (times out, or its
+//! two sides are): up if their mean time (weighted by [`DISK_WEIGHT`]) was below a lender
+//! hit's, down if above. The lender hit it is held against is the moving mean of the
+//! one- and two-block fetches ([`REMOTE_HIT_WEIGHT`]), fetches that wait behind fills on
+//! the link included: the fills go on whichever way the reads are split (every read that
+//! touches the disk fills while the lenders have a share), so what a read costs on each side
+//! now is what the split must equalize. (A low percentile of the fetches, used before,
+//! made the lenders look faster than any read found them: on the host-cached disk the rule
+//! kept 84% of the reads on lenders that were slower than the disk.) A fetch more than [`TROUBLE_FACTOR`] times as
+//! slow as the disk moves the share up one step, and a fetch that fails (times out, or its
 //! connection breaks) hands every random read to the disk at once. A disk faster than
 //! the lenders at any load (a host-cached virtual disk, local NVMe) ends up with all of
 //! them; a rate-limited disk (a cloud volume's IOPS cap, a blkio throttle) — fast while it
 //! has little to do, slow once it has all of them — gets the share at which its reads take
-//! what a read sent to the lenders takes, and the lenders the rest: the split that makes both finish
+//! what a lender hit takes, and the lenders the rest: the split that makes both finish
 //! soonest. Measured here, a throttled disk's reads took less than a lender hit when the
 //! lenders had most of them and three times as long when it had all of them; a rule that
 //! switched all random reads to whichever side looked faster oscillated thousands of times
@@ -76,13 +71,10 @@
 //! A disk that is really faster than the lenders (a host-cached virtual disk, local NVMe:
 //! 1.8× faster than a lender hit here) still gets every random read.
 //!
-//! What the disk serves of random reads — the reads sent to it, and the blocks the lenders
-//! never held of reads sent to them — fills the lenders while a disk read costs
-//! [`FILL_MARGIN`] lender hits or more (they are likely to serve those blocks next, and save
-//! more than the fill cost); otherwise only seeds do ([`SEED_EVERY`]): on a disk about as
-//! fast as the lenders their copies cost CPU and network for nothing (measured, session 18:
-//! a first pass on the raw disk that filled every block the lenders lacked took 1.95 times
-//! the passthrough's, the CPU of 255,000 fills).
+//! While the lenders take part of the random reads, the reads the disk serves fill the
+//! lenders too (they are likely to serve those blocks next); once the disk has all of them
+//! nothing is filled (on a disk that fast the lenders' copies would cost CPU and network for
+//! nothing).
 //!
 //! Sequential reads are decided whole, with hysteresis: a stream goes where it is expected
 //! to finish sooner (the lenders only on a link faster than the disk's stream), and changes
@@ -276,14 +268,9 @@ pub struct AdaptiveEstimates {
     /// The mean of the last window of random disk reads, µs (0: none yet).
     #[serde(default)]
     pub disk_window_mean_us: f64,
-    /// A random read the lenders served whole, end to end in the engine: the moving mean, µs.
+    /// A one- or two-block lender hit, the moving mean, µs.
     #[serde(default)]
     pub remote_hit_us: f64,
-    /// A random read sent to the lenders, end to end in the engine, whatever served it (a
-    /// block they lack costs a fetch, a disk read and a fill): the moving mean, µs. The
-    /// disk's windows are held against it.
-    #[serde(default)]
-    pub remote_read_us: f64,
     /// The last window's disk time over what the lenders would have taken for the same
     /// reads (0: no window yet); the disk's reads fill the lenders while it is above
     /// [`FILL_MARGIN`].
@@ -305,21 +292,6 @@ pub struct AdaptiveEstimates {
     /// Where sequential reads go now: true = the lenders.
     #[serde(default)]
     pub stream_remote: bool,
-}
-
-/// What served a random read, for [`RouterState::random_read_done`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Served {
-    /// The disk, as the rule sent it there.
-    Disk,
-    /// The lenders, every block.
-    Lenders,
-    /// The rule sent it to the lenders, and the disk served some or all of it: blocks the
-    /// index believed they held and they no longer did, or a partial hit.
-    Partly,
-    /// The rule sent it to the lenders, which the index says never held any of it (or a
-    /// probe that found not all of it held): the disk served it, as it would have anyway.
-    Unheld,
 }
 
 /// One read's route.
@@ -453,13 +425,9 @@ pub(crate) struct Measured {
     /// The last closed window's disk time over the lenders' expected time for the same
     /// reads (`f64` bits; 0: none yet).
     disk_over_remote: AtomicU64,
-    /// A random read the lenders served whole, end to end (see [`RouterState::random_read_done`]):
-    /// the moving mean, weight [`REMOTE_HIT_WEIGHT`] (`f64` bits; 0: none yet).
+    /// A lender hit of one or two blocks: the moving mean of such fetches, weight
+    /// [`REMOTE_HIT_WEIGHT`] (`f64` bits; 0: none yet).
     remote_hit_us: AtomicU64,
-    /// A random read the rule sent to the lenders, end to end, whatever served it (a hit, or
-    /// the disk for blocks they lack): the moving mean, weight [`REMOTE_HIT_WEIGHT`] (`f64`
-    /// bits; 0: none yet). What the share holds the disk's reads against.
-    remote_read_us: AtomicU64,
     /// Random reads sent to the disk while it had every one of them (for seeds).
     seed_acc: AtomicU64,
     /// How many times the lenders' random probes and seeds are backed off (doublings, at
@@ -530,27 +498,6 @@ impl Measured {
         } else {
             self.model.lock().remote_us(BLOCK)
         }
-    }
-
-    /// A random read sent to the lenders: the measured mean, or a hit's estimate before any.
-    fn remote_read_estimate_us(&self) -> f64 {
-        let read = f64::from_bits(self.remote_read_us.load(Ordering::Relaxed));
-        if read > 0.0 {
-            read
-        } else {
-            self.remote_hit_estimate_us()
-        }
-    }
-
-    /// Move the moving mean `mean` towards `us` by `weight` (the first sample sets it);
-    /// returns what it was.
-    fn move_mean(mean: &AtomicU64, us: f64, weight: f64) -> f64 {
-        let mut was = 0.0;
-        let _ = mean.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-            was = f64::from_bits(v);
-            Some(if was == 0.0 { us } else { was + weight * (us - was) }.to_bits())
-        });
-        was
     }
 
     /// How much dearer a lender hit is than its time, for the fills that writes retire:
@@ -659,7 +606,6 @@ impl RouterState {
                 disk_mean_us: AtomicU64::new(0),
                 disk_over_remote: AtomicU64::new(0),
                 remote_hit_us: AtomicU64::new(0),
-                remote_read_us: AtomicU64::new(0),
                 switches: AtomicU64::new(0),
                 remote_seen_us: AtomicU64::new(0),
                 disk_seen_us: AtomicU64::new(0),
@@ -795,20 +741,10 @@ impl RouterState {
                         to_disk = acc >= SHARE_ONE;
                         Some(if to_disk { acc - SHARE_ONE } else { acc })
                     });
-<<<<<<< HEAD
-                    // What the disk serves fills the lenders while a lender hit is clearly
-                    // cheaper than a disk read; otherwise one read in SEED_EVERY still does (a
-                    // seed, see the constant). Sent to the lenders too: the disk serves the
-                    // blocks they never held, and fills them on the same terms (filled
-                    // whatever the rule's measures said, they made a first pass on the raw
-                    // disk 0.51 times the passthrough's: see the module doc).
-                    (!to_disk, m.fill_worth() || m.random_seed())
-=======
                     // A disk read fills while a lender hit is clearly cheaper than a disk
                     // read; otherwise one in SEED_EVERY still does (a seed, see the constant).
                     let fill = to_disk && (m.fill_worth() || m.random_seed());
                     (!to_disk, fill)
->>>>>>> parent of 993d4aa (routing: blocks the lenders never held, found missing by a read sent to them, fill on the disk's terms (FILL_MARGIN, seeds), not always; FILL_MARGIN 1.25 now that a hit is timed whole; a disk probe never fills)
                 };
                 let (route, probe, may_probe_remote) = if remote {
                     if !sequential
@@ -910,92 +846,54 @@ impl RouterState {
         }
     }
 
-    /// A disk read of `len` bytes took `took`: the model's size classes (the share and the
-    /// disk's probe clock go by whole random reads sent to the disk,
-    /// [`Self::random_read_done`]).
+    /// A disk read of `len` bytes took `took`.
     pub fn disk_read(&self, len: u64, sequential: bool, took: Duration) {
         if let RouterState::Adaptive(m) = self {
-            m.model.lock().observe_disk(len, sequential, took.as_secs_f64() * 1e6);
-            m.disk_samples.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// A random read the rule decided on (`route`, probes included) was answered `took`
-    /// after it was decided, served as `served`.
-    ///
-    /// Both sides are judged by this one clock, the whole read as the engine served it:
-    /// what the share must equalize is what a read sent each way costs, not what its disk
-    /// read or its fetch alone took. Timed apart, they misled the rule both ways (measured,
-    /// session 17, a 1 GiB random read on the raw disk): with the lenders holding every
-    /// read, the disk's only reads were the 16 KiB read-arounds that fill the blocks they
-    /// lacked, 214 µs against 135 µs for a 4 KiB read, while the one- and two-block fetches
-    /// the hit estimate took (156 µs) left out the larger ones (all fetches: 226 µs); so the
-    /// lenders kept every read, and the pass took 2.4 times the passthrough's.
-    ///
-    /// A read sent to the lenders counts whatever served it, a hit or, for blocks they no
-    /// longer hold, a fetch that misses, a disk read and a fill: that is what sending it
-    /// there cost. A read of blocks the index says they never held counts on neither side:
-    /// it goes to the disk whichever way it is sent, so it says nothing about the choice
-    /// (counted, it drew the lenders' mean towards the disk's while the lenders were being
-    /// filled, and the disk kept reads the lenders held).
-    pub fn random_read_done(&self, route: Route, took: Duration, served: Served) {
-        let RouterState::Adaptive(m) = self else { return };
-        if served == Served::Unheld {
-            return;
-        }
-        let us = took.as_secs_f64() * 1e6;
-        if route == Route::Remote {
-            // While the disk has every read the only such reads are probes, a few a second
-            // at most, and each says what a lender costs now.
-            let probing = m.disk_share.load(Ordering::Relaxed) == SHARE_ONE;
-            let weight = if probing { PROBE_HIT_WEIGHT } else { REMOTE_HIT_WEIGHT };
-            Measured::move_mean(&m.remote_read_us, us, weight);
-            if served == Served::Lenders {
-                let was = Measured::move_mean(&m.remote_hit_us, us, weight);
-                if probing && us * 2.0 < was {
-                    // Lenders twice as fast as believed: the estimate is stale (a failure
-                    // raised it), so the back-off ends and the next probes come soon.
-                    m.quiet.store(0, Ordering::Relaxed);
+            let us = took.as_secs_f64() * 1e6;
+            // What the same read would have cost at the lenders: a hit for a block or two,
+            // else the model for its size.
+            let remote_us = {
+                let mut a = m.model.lock();
+                a.observe_disk(len, sequential, us);
+                (len > 2 * BLOCK).then(|| a.remote_us(len))
+            };
+            if !sequential {
+                // The disk's own random reads, at the load its share gives it, move the share:
+                // each window of them votes with their time against what the lenders would
+                // have taken for the same reads.
+                let remote_us = remote_us.unwrap_or_else(|| m.remote_hit_estimate_us()) * m.fill_cost_factor();
+                let now = m.now_us();
+                let closed = {
+                    let mut w = m.disk_window.lock();
+                    w.sum_us += us;
+                    w.remote_sum_us += remote_us;
+                    w.reads += 1;
+                    let full =
+                        w.reads >= WINDOW_MIN_READS && now.saturating_sub(w.start_us) >= WINDOW_TIME.as_micros() as u64;
+                    full.then(|| std::mem::replace(&mut *w, Window::new(now)))
+                };
+                if let Some(w) = closed {
+                    let mean = w.sum_us / w.reads as f64;
+                    m.disk_mean_us.store(mean.to_bits(), Ordering::Relaxed);
+                    let remote_us = w.remote_sum_us / w.reads as f64;
+                    m.disk_over_remote.store((mean / remote_us.max(1.0)).to_bits(), Ordering::Relaxed);
+                    let disk_us = mean * DISK_WEIGHT;
+                    let gap = disk_us.max(remote_us) / disk_us.min(remote_us).max(1.0);
+                    let steps = ((gap - 1.0) * 8.0).clamp(1.0, 8.0);
+                    m.step_share_by(disk_us < remote_us, (WINDOW_STEP as f64 * steps) as u64);
+                    // The back-off: one more doubling for a window that found the disk clearly
+                    // faster while it has every read, none left for any other.
+                    let clear =
+                        disk_us * (1.0 + HYSTERESIS) < remote_us && m.disk_share.load(Ordering::Relaxed) == SHARE_ONE;
+                    let _ = m.quiet.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| {
+                        Some(if clear { (q + 1).min(QUIET_MAX_LEVEL) } else { 0 })
+                    });
                 }
             }
-            return;
+            m.disk_samples.fetch_add(1, Ordering::Relaxed);
+            m.disk_seen_us.store(m.now_us(), Ordering::Relaxed);
+            m.disk_cost_us.store(took.as_micros() as u64, Ordering::Relaxed);
         }
-        // Only reads sent to the disk measure it for the probe clock: the disk reads of
-        // blocks the lenders lacked are read-arounds that fill, not what a read sent to the
-        // disk costs (counted, they kept the disk from being probed at all while the lenders
-        // had every read).
-        m.disk_seen_us.store(m.now_us(), Ordering::Relaxed);
-        m.disk_cost_us.store(took.as_micros() as u64, Ordering::Relaxed);
-        // The disk's random reads, at the load its share gives it, move the share: each
-        // window of them votes with their time against what a read sent to the lenders
-        // costs (dearer by the fills writes retire).
-        let remote_us = m.remote_read_estimate_us() * m.fill_cost_factor();
-        let now = m.now_us();
-        let closed = {
-            let mut w = m.disk_window.lock();
-            w.sum_us += us;
-            w.remote_sum_us += remote_us;
-            w.reads += 1;
-            let full = w.reads >= WINDOW_MIN_READS && now.saturating_sub(w.start_us) >= WINDOW_TIME.as_micros() as u64;
-            full.then(|| std::mem::replace(&mut *w, Window::new(now)))
-        };
-        let Some(w) = closed else { return };
-        let mean = w.sum_us / w.reads as f64;
-        m.disk_mean_us.store(mean.to_bits(), Ordering::Relaxed);
-        // Filling pays where a later hit saves more than the disk read: judged against a hit.
-        let hit_us = m.remote_hit_estimate_us() * m.fill_cost_factor();
-        m.disk_over_remote.store((mean / hit_us.max(1.0)).to_bits(), Ordering::Relaxed);
-        let remote_us = w.remote_sum_us / w.reads as f64;
-        let disk_us = mean * DISK_WEIGHT;
-        let gap = disk_us.max(remote_us) / disk_us.min(remote_us).max(1.0);
-        let steps = ((gap - 1.0) * 8.0).clamp(1.0, 8.0);
-        m.step_share_by(disk_us < remote_us, (WINDOW_STEP as f64 * steps) as u64);
-        // The back-off: one more doubling for a window that found the disk clearly faster
-        // while it has every read, none left for any other.
-        let clear = disk_us * (1.0 + HYSTERESIS) < remote_us && m.disk_share.load(Ordering::Relaxed) == SHARE_ONE;
-        let _ = m.quiet.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| {
-            Some(if clear { (q + 1).min(QUIET_MAX_LEVEL) } else { 0 })
-        });
     }
 
     /// `blocks` blocks were sent to the lenders to fill them.
@@ -1027,6 +925,20 @@ impl RouterState {
                 a.observe_remote(len, us);
                 a.disk_us(len, false)
             };
+            if len <= 2 * BLOCK {
+                let probing = m.disk_share.load(Ordering::Relaxed) == SHARE_ONE;
+                let weight = if probing { PROBE_HIT_WEIGHT } else { REMOTE_HIT_WEIGHT };
+                let mut was = 0.0;
+                let _ = m.remote_hit_us.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                    was = f64::from_bits(v);
+                    Some(if was == 0.0 { us } else { was + weight * (us - was) }.to_bits())
+                });
+                if probing && us * 2.0 < was {
+                    // Lenders twice as fast as believed: the estimate is stale (a failure
+                    // raised it), so the back-off ends and the next probes come soon.
+                    m.quiet.store(0, Ordering::Relaxed);
+                }
+            }
             // The disk's last window mean where there is one (a rate-limited disk's typical
             // read hides its stalls), else its estimate for this size.
             let mean = f64::from_bits(m.disk_mean_us.load(Ordering::Relaxed));
@@ -1058,10 +970,9 @@ impl RouterState {
         if let RouterState::Adaptive(m) = self {
             m.step_share_by(true, SHARE_ONE);
             let us = took.as_secs_f64() * 1e6;
-            for mean in [&m.remote_hit_us, &m.remote_read_us] {
-                let _ = mean
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(f64::from_bits(v).max(us).to_bits()));
-            }
+            let _ = m
+                .remote_hit_us
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(f64::from_bits(v).max(us).to_bits()));
         }
     }
 
@@ -1090,7 +1001,6 @@ impl RouterState {
             probe_backoff: m.quiet.load(Ordering::Relaxed),
             disk_window_mean_us: f64::from_bits(m.disk_mean_us.load(Ordering::Relaxed)),
             remote_hit_us: f64::from_bits(m.remote_hit_us.load(Ordering::Relaxed)),
-            remote_read_us: f64::from_bits(m.remote_read_us.load(Ordering::Relaxed)),
             disk_over_remote: f64::from_bits(m.disk_over_remote.load(Ordering::Relaxed)),
             fills_surviving: f64::from_bits(m.survival.load(Ordering::Relaxed)),
             classes: a
@@ -1146,30 +1056,6 @@ mod tests {
         FileId { dev: 1, ino, generation: Generation::Fs(3) }
     }
 
-    /// A 4 KiB random read the rule sent to the disk, answered in `us`.
-    fn disk(r: &RouterState, us: u64) {
-        disk_us(r, Duration::from_micros(us));
-    }
-
-    fn disk_us(r: &RouterState, took: Duration) {
-        r.disk_read(4096, false, took);
-        r.random_read_done(Route::Disk, took, Served::Disk);
-    }
-
-    /// A 4 KiB random read the rule sent to the lenders, which served it in `us`.
-    fn hit(r: &RouterState, us: u64) {
-        let took = Duration::from_micros(us);
-        r.remote_fetch(4096, took);
-        r.random_read_done(Route::Remote, took, Served::Lenders);
-    }
-
-    /// A 4 KiB random read the rule sent to the lenders, which lacked it: the disk served
-    /// it in `took`.
-    fn lacked(r: &RouterState, took: Duration) {
-        r.disk_read(4096, false, took);
-        r.random_read_done(Route::Remote, took, Served::Partly);
-    }
-
     #[test]
     fn streams_are_per_file_and_bounded() {
         let s = Streams::new();
@@ -1206,15 +1092,15 @@ mod tests {
         // A slow lender and a fast disk: after a few thousand reads every random
         // read goes to the disk; the lenders are probed at most once per
         // REMOTE_PROBE_INTERVAL, however many reads there are.
-        hit(&r, 350);
-        disk(&r, 200);
+        r.remote_fetch(4096, Duration::from_micros(350));
+        r.disk_read(4096, false, Duration::from_micros(200));
         for i in 0..40_000 {
             r.skip(Duration::from_micros(250));
             match r.decide(&id(1), (i * 7 % 1000) << 20, 4096).route {
-                Route::Disk => disk(&r, 200),
+                Route::Disk => r.disk_read(4096, false, Duration::from_micros(200)),
                 // One read in ten the lenders are asked for misses and reads the disk.
-                Route::Remote if i % 10 == 0 => lacked(&r, Duration::from_micros(200)),
-                Route::Remote => hit(&r, 350),
+                Route::Remote if i % 10 == 0 => r.disk_read(4096, false, Duration::from_micros(200)),
+                Route::Remote => r.remote_fetch(4096, Duration::from_micros(350)),
             }
         }
         assert_eq!(r.estimates().unwrap().disk_share, 1.0);
@@ -1261,14 +1147,14 @@ mod tests {
     fn disk_window(r: &RouterState, us: u64) {
         for _ in 0..WINDOW_MIN_READS {
             r.skip(WINDOW_TIME / WINDOW_MIN_READS);
-            disk(r, us);
+            r.disk_read(4096, false, Duration::from_micros(us));
         }
     }
 
     #[test]
     fn probes_and_seeds_back_off_while_the_disk_keeps_winning_and_return_at_once() {
         let r = RouterState::new(Adaptive::new().into());
-        hit(&r, 350);
+        r.remote_fetch(4096, Duration::from_micros(350));
         // Each window that finds the disk clearly faster (200 µs × DISK_WEIGHT, with the
         // margin, against a 350 µs hit) doubles the spacing, up to the cap.
         for level in 1..=QUIET_MAX_LEVEL + 2 {
@@ -1285,7 +1171,7 @@ mod tests {
         // without backing off: the lenders are probed once per REMOTE_PROBE_INTERVAL and
         // one read in SEED_EVERY seeds them.
         let r = RouterState::new(Adaptive::new().into());
-        hit(&r, 350);
+        r.remote_fetch(4096, Duration::from_micros(350));
         for _ in 0..8 {
             disk_window(&r, 300);
         }
@@ -1304,9 +1190,9 @@ mod tests {
             r.skip(Duration::from_micros(100));
             let d = r.decide(&id(6), (i * 13 % 997) << 20, 4096);
             if d.route == Route::Remote || (d.may_probe_remote && r.claim_remote_probe(&d)) {
-                hit(r, 150);
+                r.remote_fetch(4096, Duration::from_micros(150));
             } else {
-                disk(r, disk_us);
+                r.disk_read(4096, false, Duration::from_micros(disk_us));
             }
         };
         for i in 0..50_000 {
@@ -1336,16 +1222,16 @@ mod tests {
     #[test]
     fn a_hung_lender_is_probed_at_a_bounded_cost() {
         let r = RouterState::new(Adaptive::new().into());
-        disk(&r, 200);
+        r.disk_read(4096, false, Duration::from_micros(200));
         // Each probe of a hung lender waits out a 10 ms timeout: the next waits 50 times that.
-        hit(&r, 10_000);
+        r.remote_fetch(4096, Duration::from_millis(10));
         let t = Instant::now();
         let mut probes = 0;
         while t.elapsed() < Duration::from_millis(400) {
             let d = r.decide(&id(5), 1 << 30, 4096);
             if d.may_probe_remote && r.claim_remote_probe(&d) {
                 probes += 1;
-                hit(&r, 10_000);
+                r.remote_fetch(4096, Duration::from_millis(10));
             }
         }
         assert!(probes <= 1, "{probes} probes in 400 ms of a lender that costs 10 ms a fetch");
@@ -1376,89 +1262,13 @@ mod tests {
             let d = r.decide(&id(8), (i * 13 % 997) << 20, 4096);
             assert_eq!(d.route, Route::Disk);
             fills += d.fill as u64;
-            disk(&r, 60);
+            r.disk_read(4096, false, Duration::from_micros(60));
             if d.may_probe_remote && r.claim_remote_probe(&d) {
-                hit(&r, 120);
+                r.remote_fetch(4096, Duration::from_micros(120));
             }
         }
         assert_eq!(r.estimates().unwrap().disk_share, 1.0);
         assert!(fills <= 20_000 / SEED_EVERY + 1, "{fills} fills");
-    }
-
-    /// Reads decided by `r` for `reads` reads 200 µs apart, at the costs session 17 measured
-    /// on the raw disk (a 1 GiB random read, its second pass): a read sent to the lenders
-    /// took `lender_us` end to end, its fetch alone 156 µs; one in ten they lacked (a 16 KiB
-    /// read-around from the disk at `fill_us`, then the fill); a 4 KiB disk read `disk_us`,
-    /// one that fills (a 16 KiB read-around) `fill_us`. The share at the end.
-    fn raw_pass(r: &RouterState, reads: u64, lender_us: u64, disk_us: u64, fill_us: u64) -> f64 {
-        let us = Duration::from_micros;
-        for i in 0..reads {
-            r.skip(us(200));
-            let d = r.decide(&id(11), (i * 13 % 997) << 20, 4096);
-            match d.route {
-                Route::Remote if i % 10 == 0 => {
-                    r.disk_read(16384, false, us(fill_us));
-                    r.random_read_done(Route::Remote, us(fill_us + 40), Served::Partly);
-                }
-                Route::Remote => {
-                    r.remote_fetch(4096, us(156));
-                    r.random_read_done(Route::Remote, us(lender_us), Served::Lenders);
-                }
-                Route::Disk => {
-                    let took = us(if d.fill { fill_us } else { disk_us });
-                    r.disk_read(if d.fill { 16384 } else { 4096 }, false, took);
-                    r.random_read_done(Route::Disk, took, Served::Disk);
-                }
-            }
-        }
-        r.estimates().unwrap().disk_share
-    }
-
-    #[test]
-    fn both_sides_are_judged_by_the_whole_read() {
-        // A disk slow at first (a busy moment: 600 µs a read) hands the lenders every read.
-        let r = RouterState::new(Adaptive::new().into());
-        assert_eq!(raw_pass(&r, 50_000, 226, 600, 700), 0.0, "{:?}", r.estimates());
-        // Then it is itself again: 161 µs a 4 KiB read, 214 µs a 16 KiB read-around, while a
-        // read sent to the lenders takes 226 µs end to end (its fetch alone 156). Judged by
-        // the fetch alone against the disk's read-arounds (its only reads while the lenders
-        // have every read, but for probes), the lenders kept them; judged by the whole read,
-        // the disk takes them back within 20 s.
-        let share = raw_pass(&r, 100_000, 226, 161, 214);
-        let e = r.estimates().unwrap();
-        assert_eq!(share, 1.0, "{e:?}");
-        assert!((200.0..260.0).contains(&e.remote_read_us), "{e:?}");
-        // And lenders that are faster end to end (120 µs) keep them.
-        let r = RouterState::new(Adaptive::new().into());
-        raw_pass(&r, 50_000, 226, 600, 700);
-        assert_eq!(raw_pass(&r, 100_000, 120, 161, 214), 0.0, "{:?}", r.estimates());
-    }
-
-    #[test]
-    fn reads_of_blocks_never_held_say_nothing_about_the_choice() {
-        // A first pass on a rate-limited disk: every read the lenders never held goes to the
-        // disk whichever way it is sent (450 µs with its read-around and fill), the disk
-        // takes 400 µs a read at that load, and the one read in five the lenders hold is a
-        // 250 µs hit. The reads they hold must go to them within a few windows, not wait
-        // for the unheld reads, counted on their side, to stop looking like the disk's.
-        let r = RouterState::new(Adaptive::new().into());
-        let us = Duration::from_micros;
-        let mut at = None;
-        for i in 0..100_000u64 {
-            r.skip(us(200));
-            let d = r.decide(&id(13), (i * 13 % 997) << 20, 4096);
-            match d.route {
-                Route::Remote if i % 5 != 0 => r.random_read_done(Route::Remote, us(450), Served::Unheld),
-                Route::Remote => r.random_read_done(Route::Remote, us(250), Served::Lenders),
-                Route::Disk => r.random_read_done(Route::Disk, us(400), Served::Disk),
-            }
-            if r.estimates().unwrap().disk_share == 0.0 {
-                at = Some(i);
-                break;
-            }
-        }
-        // 20,000 reads: 4 s (counted on the lenders' side, they took 62,000).
-        assert!(at.is_some_and(|i| i < 20_000), "{at:?} {:?}", r.estimates());
     }
 
     /// A rate-limited disk: its reads take `idle_us` plus `per_share_us` for every part of
@@ -1474,9 +1284,9 @@ mod tests {
             let disk = Duration::from_secs_f64((idle_us + per_share_us * load) / 1e6);
             let d = r.decide(&id(3), (i * 13 % 997) << 20, 4096);
             match d.route {
-                Route::Disk => disk_us(&r, disk),
-                Route::Remote if i % 20 == 0 => lacked(&r, disk),
-                Route::Remote => hit(&r, 150),
+                Route::Disk => r.disk_read(4096, false, disk),
+                Route::Remote if i % 20 == 0 => r.disk_read(4096, false, disk),
+                Route::Remote => r.remote_fetch(4096, Duration::from_micros(150)),
             }
             if i >= 50_000 {
                 routes.push(d.route);
@@ -1509,9 +1319,9 @@ mod tests {
             r.skip(Duration::from_micros(200));
             let d = r.decide(&id(4), (i * 13 % 997) << 20, 4096);
             match d.route {
-                Route::Disk => disk(&r, 250),
-                Route::Remote if i % 4 == 0 => lacked(&r, Duration::from_micros(250)),
-                Route::Remote => hit(&r, 150),
+                Route::Disk => r.disk_read(4096, false, Duration::from_micros(250)),
+                Route::Remote if i % 4 == 0 => r.disk_read(4096, false, Duration::from_micros(250)),
+                Route::Remote => r.remote_fetch(4096, Duration::from_micros(150)),
             }
             if d.fill || (d.route == Route::Remote && i % 4 == 0) {
                 r.filled(1);
@@ -1542,8 +1352,8 @@ mod tests {
         }
         for i in 0..40_000u64 {
             r.skip(Duration::from_micros(200));
-            disk(&r, 1_000);
-            hit(&r, 200);
+            r.disk_read(4096, false, Duration::from_micros(1_000));
+            r.remote_fetch(4096, Duration::from_micros(200));
             r.decide(&id(4), i << 20, 4096);
         }
         assert_eq!(r.estimates().unwrap().disk_share, 0.0, "{:?}", r.estimates());
@@ -1586,7 +1396,7 @@ mod tests {
         // Small fetches that would extrapolate to a fast link, and a slow disk stream: 1 MiB
         // in 8 ms.
         for _ in 0..100 {
-            hit(&r, 50);
+            r.remote_fetch(4096, Duration::from_micros(50));
             r.remote_fetch(16384, Duration::from_micros(60));
             stream(&r, false, 1 << 20, 8000);
         }
@@ -1679,7 +1489,7 @@ mod tests {
         // A slow disk and fast lenders: once the disk's windows hand every read to the
         // lenders (misses measure the disk), the disk is probed rarely.
         for _ in 0..20 {
-            hit(&r, 100);
+            r.remote_fetch(4096, Duration::from_micros(100));
         }
         for _ in 0..8 {
             disk_window(&r, 5_000);
@@ -1694,7 +1504,7 @@ mod tests {
                 assert_eq!(d.route, Route::Disk);
                 probes += 1;
                 // The probe finds the disk as slow as before: it gets no share.
-                disk(&r, 5_000);
+                r.disk_read(4096, false, Duration::from_millis(5));
             }
         }
         // 5 ms a read: a probe every 50 × 5 ms at most.
