@@ -4,7 +4,8 @@ round's results for the passthrough, build A and build B, the ratios against the
 from the same round (> 1: farcache is faster), and their medians over the rounds.
 randread/seqread: seconds per pass, ratio = passthrough's time ÷ farcache's; pgbench: tps
 per mode and clients, ratio = farcache's ÷ the passthrough's. The disk checks (4 KiB O_DIRECT
-reads of the loop device, µs, before each pass and after the last) show the disk under each.
+reads of the loop device, µs, at the start of each measurement) show the disk under each, and
+the share of the machine's CPU time the hypervisor stole during it (steal) its vCPUs.
 
 usage: ab-table.py OUT"""
 import glob
@@ -27,11 +28,22 @@ def load(pdir):
         for run in d.get("runs", []):
             for p in run["passes"]:
                 cells[f"{run['size_bytes'] >> 20} MiB pass {p['pass']}"] = ("time", p["secs"])
-                checks.append((p.get("disk") or {}).get("check_before_us"))
+                checks.append(p.get("disk") or {})
         for r in d.get("pgbench") or []:
             cells[f"{r['mode']} {r['clients']}"] = ("tps", r["tps"])
+            checks.append(r.get("disk") or {})
         rounds.setdefault(int(rnd), {})[CFGS[cfg]] = (cells, checks)
     return rounds
+
+
+def check(disk):
+    """A measurement's disk check at its start, µs, and the share of the machine's CPU time
+    the hypervisor stole during it."""
+    us = disk.get("check_before_us")
+    s = f"{us:.0f}" if us else "–"
+    if disk.get("cpu_ticks"):
+        s += f" ({100 * disk['steal_ticks'] / disk['cpu_ticks']:.0f}%)"
+    return s
 
 
 def main():
@@ -55,10 +67,8 @@ def main():
                 for c, x in zip("ab", q):
                     ratios.setdefault(cell, {}).setdefault(c, []).append(x)
                 print(f"| {rnd} | {cell} | {p:.1f} | {vals[0]:.1f} | {vals[1]:.1f} | {q[0]:.2f} | {q[1]:.2f} |")
-            chk = "; ".join(
-                c + " " + "/".join(f"{v:.0f}" if v else "–" for v in r[c][1]) for c in ("pass", "a", "b")
-            )
-            print(f"| {rnd} | disk checks µs | {chk} | | | | |")
+            chk = "; ".join(c + " " + "/".join(check(x) for x in r[c][1]) for c in ("pass", "a", "b"))
+            print(f"| {rnd} | disk checks µs (steal %) | {chk} | | | | |")
         for cell, q in ratios.items():
             print(f"| median of {len(q['a'])} | {cell} | | | | {statistics.median(q['a']):.2f} | {statistics.median(q['b']):.2f} |")
 

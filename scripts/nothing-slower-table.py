@@ -70,7 +70,21 @@ def disk_speed(*disks):
     if len(xs) < 2:
         return ""
     spread = max(xs) / min(xs)
-    return f" §{spread:.1f}×" if spread > DISK_SPREAD else ""
+    mark = f" §{spread:.1f}×" if spread > DISK_SPREAD else ""
+    return mark + steal(*disks)
+
+
+STEAL_FLAG = 0.05  # as the harness's STEAL_FLAG: share of the machine's CPU time stolen
+
+
+def steal(*disks):
+    """A mark for a ratio one of whose measurements lost more than STEAL_FLAG of the machine's
+    CPU time to the hypervisor (`steal_ticks` over `cpu_ticks`, from /proc/stat): a shared
+    virtual machine's vCPUs are taken away while other guests run, and every wake-up on the
+    mount's hit path waits for one."""
+    xs = [d["steal_ticks"] / d["cpu_ticks"] for d in disks if d and d.get("cpu_ticks")]
+    worst = max(xs, default=0.0)
+    return f" ¶{worst * 100:.0f}%" if worst > STEAL_FLAG else ""
 
 
 def pg_other_cpus(r):
@@ -220,6 +234,8 @@ def main():
     print(f"§: the disk itself ran at different speeds: its slowest check (4 KiB O_DIRECT reads by the")
     print(f"harness at the start and end of each measurement) took that many times its fastest (> {DISK_SPREAD}):")
     print("a shared machine's disk, moved by other machines: not comparable.")
+    print(f"¶: the hypervisor took that share of the machine's CPU time (steal, > {STEAL_FLAG:.0%}) during one")
+    print("of the measurements: a shared machine's vCPUs, taken by other guests: not comparable.")
     print("(median of N: lo–hi): a repeated job, N passthrough-then-farcache pairs spread over the run;")
     print("the median pair's ratio and marks, and the range of all N.")
     return 0

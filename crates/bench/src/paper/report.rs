@@ -61,6 +61,12 @@ impl PassRecord {
                 d * 100.0
             );
         }
+        if self.disk.check_before_us > 0.0 {
+            let _ = write!(s, ", disk check {:.0}/{:.0} µs", self.disk.check_before_us, self.disk.check_after_us);
+        }
+        if self.disk.cpu_ticks > 0 {
+            let _ = write!(s, ", steal {:.0}%", self.disk.steal_share() * 100.0);
+        }
         if self.outcome.mismatches > 0 {
             let _ = write!(s, ", {} WRONG BLOCKS", self.outcome.mismatches);
         }
