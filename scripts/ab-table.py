@@ -5,7 +5,7 @@ from the same round (> 1: farcache is faster), and their medians over the rounds
 randread/seqread: seconds per pass, ratio = passthrough's time ÷ farcache's; pgbench: tps
 per mode and clients, ratio = farcache's ÷ the passthrough's. The disk checks (4 KiB O_DIRECT
 reads of the loop device, µs, at the start of each measurement) show the disk under each, and
-the share of the machine's CPU time the hypervisor stole during it (steal) its vCPUs.
+beside each, the share of the machine's CPU time the hypervisor stole (steal) during it.
 
 usage: ab-table.py OUT"""
 import glob

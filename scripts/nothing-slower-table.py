@@ -65,7 +65,7 @@ def disk_speed(*disks):
     start and the end of each measurement (`check_before_us`, `check_after_us`); on a shared
     machine the disk under the loop device moves with what other machines do to it, which no
     count here sees. Marked when the slowest check is more than DISK_SPREAD times the
-    fastest."""
+    fastest; with the steal mark of the same measurements (`steal`)."""
     xs = [v for d in disks if d for v in (d.get("check_before_us"), d.get("check_after_us")) if v]
     if len(xs) < 2:
         return ""

@@ -535,9 +535,8 @@ fn stat_fields(text: &str) -> impl Fn(usize) -> u64 {
 /// in user time). (0, 0) when it is not there.
 fn cpu_and_steal_ticks(proc_stat: &str) -> (u64, u64) {
     let Some(line) = proc_stat.lines().find(|l| l.starts_with("cpu ")) else { return (0, 0) };
-    let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
-    let total = f.iter().take(8).sum();
-    (total, f.get(7).copied().unwrap_or(0))
+    let g = stat_fields(line);
+    ((0..8).map(&g).sum(), g(7))
 }
 
 /// Bytes read and written, from a block device's `stat` file (sectors of 512 bytes).
