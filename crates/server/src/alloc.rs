@@ -96,7 +96,8 @@ impl Sampler {
         true
     }
 
-    /// The curve so far, given that `gets` GETs of the tenant were made since the last call
+    /// The curve so far, given that `gets` accesses of the tenant (GET hits and fills: the
+    /// store's module docs) were made since the last call
     /// (the SHARDS-adj correction); then older accesses weigh `decay` times less.
     fn curve(&self, gets: u64, decay: f64) -> Curve {
         match self.estimator.lock().as_mut() {
@@ -330,6 +331,9 @@ impl Allocation {
         let weight = 1.0 - 0.5f64.powf(secs / self.interval.as_secs_f64().max(1e-3));
         for (i, (t, c)) in tenants.iter().zip(&counters).enumerate() {
             let requests = c.hits + c.misses + c.puts;
+            // What the allocators see as the tenant's misses: its fills, not its GET misses
+            // (`TenantCounters::fills`; the store's module docs).
+            let misses = c.fills();
             if requests != st.seen[i].0 {
                 st.seen[i] = (requests, now);
             }
@@ -343,9 +347,9 @@ impl Allocation {
                 // GETs since the last tick, none before the estimator existed.
                 let started = sampler.start(capacity);
                 if started {
-                    st.young[i] = (c.hits + c.misses, now);
+                    st.young[i] = (c.hits + misses, now);
                 }
-                let gets = if started { 0 } else { (c.hits + c.misses).saturating_sub(s.hits + s.misses) };
+                let gets = if started { 0 } else { (c.hits + misses).saturating_sub(s.hits + s.misses) };
                 let mut decay = decay;
                 let pending = &mut st.pending[i];
                 let predicted = st.allocator.predicted_hit_ratio(i);
@@ -376,13 +380,13 @@ impl Allocation {
                         );
                         decay = decay.min(PHASE_DECAY);
                         if young {
-                            st.young[i] = (c.hits + c.misses, now);
+                            st.young[i] = (c.hits + misses, now);
                         }
                     }
                 }
                 s.curve = sampler.curve(gets, decay);
                 let reuses = s.curve.hit_ratio_at(capacity as f64) >= alloc::marginal::NO_REUSE;
-                s.curve.valid &= mature(st.young[i], c.hits + c.misses, now, capacity, self.interval, reuses);
+                s.curve.valid &= mature(st.young[i], c.hits + misses, now, capacity, self.interval, reuses);
             }
             if self.is_dynamic() {
                 store.set_tenant_floor(i as u16, s.min_blocks);
@@ -391,10 +395,10 @@ impl Allocation {
             let keep = 1.0 - weight;
             st.recent[i] = (
                 h * keep + c.hits.saturating_sub(s.hits) as f64,
-                g * keep + (c.hits + c.misses).saturating_sub(s.hits + s.misses) as f64,
+                g * keep + (c.hits + misses).saturating_sub(s.hits + s.misses) as f64,
             );
             s.hits = c.hits;
-            s.misses = c.misses;
+            s.misses = misses;
         }
         st.allocator.decide(now, capacity, &st.samples, &mut st.targets);
         for (i, s) in st.samples.iter().enumerate() {
@@ -472,6 +476,41 @@ pub(crate) async fn run(server: std::sync::Arc<Server>, mut close: tokio::sync::
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::{Store, StoreConfig};
+    use farcache_policy::PolicyKind;
+    use farcache_wire::Key;
+
+    #[test]
+    fn a_tenant_that_reads_back_what_it_filled_shows_reuse() {
+        // As a mount does: it PUTs each block it read from its disk, and GETs only blocks it
+        // stored. Its every GET hits, a reuse 1,000 accesses after the block's PUT; counted from
+        // GETs alone, the curve saw 1,000 first accesses (a scan) and said memory was worthless.
+        let cfg =
+            StoreConfig { shards: 4, slots_per_shard: 1024, slot_bytes: 64, policy: PolicyKind::Lru, max_tenants: 2 };
+        let mut store = Store::new(cfg);
+        store.enable_sampling(2);
+        let capacity = store.capacity_slots();
+        store.set_tenant_limit(0, capacity * 64);
+        assert!(store.sampler(0).unwrap().start(capacity));
+        let key = |b: u64| Key::new(7, b, 1);
+        for b in 0..1000 {
+            store.put(0, &key(b), &[1u8; 64]);
+        }
+        for b in 0..1000 {
+            assert!(store.get(0, &key(b), |_| ()));
+        }
+        // GETs of blocks it never stored miss and are not accesses: the fill that follows a
+        // miss is.
+        for b in 5000..5100 {
+            assert!(!store.get(0, &key(b), |_| ()));
+        }
+        let c = store.sampler(0).unwrap().curve(2000, 1.0);
+        assert!(c.valid, "{c:?}");
+        // Half the accesses (the GETs) reuse a block 1,000 distinct blocks back.
+        let (all, half) = (c.hit_ratio_at(capacity as f64), c.hit_ratio_at(500.0));
+        assert!((0.4..=0.6).contains(&all), "hit ratio {all} at the capacity: {c:?}");
+        assert!(half < 0.15, "hit ratio {half} at half the working set: {c:?}");
+    }
 
     #[test]
     fn a_curve_matures_after_capacity_gets_or_an_interval_if_it_reuses_or_is_slow() {

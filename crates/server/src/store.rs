@@ -68,9 +68,17 @@
 //! a slow one below it lost ~100 blocks to empty slots — and where someone does insert, the
 //! eviction of tenants above their targets already makes room.)
 
-//! Under `allocation = "mrc"` a GET of a sampled key also feeds the tenant's miss-ratio
-//! curve estimator (`crate::alloc::Sampler`), before the shard's lock is taken: a hash test,
-//! and for sampled keys a `try_lock` (a contended sample is skipped, never waited for).
+//! Under `allocation = "mrc"` every *access* of a sampled key also feeds the tenant's
+//! miss-ratio curve estimator (`crate::alloc::Sampler`), outside the shard's lock: a hash
+//! test, and for sampled keys a `try_lock` (a contended sample is skipped, never waited for).
+//! An access is a GET that hits or a PUT (stored or refused), not a GET that misses: a mount
+//! GETs only the blocks it stored here (its index), and fills what it read from its disk with
+//! a PUT, so a block's first access at the lender is its PUT, and a GET's reuse distance runs
+//! from it. Counted from GETs alone, every block's first GET looked like a first access, and
+//! a tenant whose every GET hit had a curve of no reuse — a scan — and lost its memory
+//! (PostgreSQL tenants in `bench paper --experiment tenants`, session 19). A GET that misses
+//! is not counted because the fill that follows it is (the bench's tenants and a mount with a
+//! stale index both PUT what they missed).
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -159,6 +167,15 @@ pub struct TenantCounters {
 }
 
 impl TenantCounters {
+    /// The accesses the lender did not serve, as the allocators count them: PUTs, stored or
+    /// refused (a mount fills what it read from its disk; module docs). With [`Self::hits`],
+    /// the tenant's accesses; its hit ratio so is the share of its reads below the page
+    /// cache that the lender served, where `misses` (GETs of blocks evicted) would say only
+    /// how much of what it stored survived.
+    pub fn fills(&self) -> u64 {
+        self.puts + self.put_rejects
+    }
+
     /// Add `o`'s counts (summing shards, tenants or lenders).
     pub fn add(&mut self, o: &TenantCounters) {
         self.blocks += o.blocks;
@@ -325,7 +342,8 @@ impl Store {
         self.fill_unused = on;
     }
 
-    /// Feed GETs to per-tenant curve estimators (`allocation = "mrc"`). Set before the store
+    /// Feed accesses (GET hits and PUTs: module docs) to per-tenant curve estimators
+    /// (`allocation = "mrc"`). Set before the store
     /// is shared; each estimator is allocated later, by the allocator, when its tenant shows up.
     pub fn enable_sampling(&mut self, max_tenants: u16) {
         self.samplers = (0..max_tenants).map(|_| Sampler::default()).collect();
@@ -423,9 +441,22 @@ impl Store {
     /// and return) and the hit counts as a transfer to the client for eviction.
     pub fn get(&self, tenant: TenantId, key: &Key, f: impl FnOnce(&[u8])) -> bool {
         let hash = self.hash(tenant, key);
+        let hit = self.get_locked(tenant, key, hash, f);
+        if hit {
+            self.observe(tenant, hash);
+        }
+        hit
+    }
+
+    /// An access of `tenant`'s key with this hash, for its curve (module docs).
+    #[inline]
+    fn observe(&self, tenant: TenantId, hash: u64) {
         if let Some(sampler) = self.samplers.get(tenant as usize) {
             sampler.observe(hash);
         }
+    }
+
+    fn get_locked(&self, tenant: TenantId, key: &Key, hash: u64, f: impl FnOnce(&[u8])) -> bool {
         let mut guard = self.shard(hash).lock();
         let s = &mut *guard;
         let meta = &s.meta;
@@ -451,6 +482,12 @@ impl Store {
     /// Store a block, evicting as needed. Never allocates.
     pub fn put(&self, tenant: TenantId, key: &Key, value: &[u8]) -> PutStatus {
         let hash = self.hash(tenant, key);
+        let status = self.put_locked(tenant, key, hash, value);
+        self.observe(tenant, hash);
+        status
+    }
+
+    fn put_locked(&self, tenant: TenantId, key: &Key, hash: u64, value: &[u8]) -> PutStatus {
         let here = self.shard_index(hash);
         let mut guard = self.shards[here].0.lock();
         let s = &mut *guard;

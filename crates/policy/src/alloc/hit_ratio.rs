@@ -7,7 +7,11 @@
 //! - *Memory* of a tenant is its target, not its use: a tenant that holds less than its
 //!   target still gives 10% of the target.
 //! - *Hit ratio* is the lender's GET hits over hits + misses of the tenant over its own
-//!   period (since it last took part). A tenant that asked nothing in its period is at 100%
+//!   period (since it last took part), where the server counts the tenant's fills (PUTs) as
+//!   its misses: a mount GETs only blocks it stored, so its GET hit ratio is ~100% whatever
+//!   its memory (it says what survived, not what was served), while hits over hits + fills is
+//!   the share of its reads below the page cache that the lender served — the VM's page-cache
+//!   hit ratio of the paper, one level down. A tenant that asked nothing in its period is at 100%
 //!   (like an idle VM, whose page cache is never missed): it gives and receives nothing.
 //! - *Taking part*: the host decides every `decide_every`; at a decision, the tenants whose
 //!   period has elapsed (5 s below 100%, 30 s at 100%, from their last part) take part: they

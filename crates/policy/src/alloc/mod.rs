@@ -87,7 +87,9 @@ pub struct TenantSample {
     pub weight: u32,
     /// Blocks it holds now.
     pub used_blocks: u64,
-    /// GET hits and misses at this lender so far (cumulative).
+    /// Hits and misses at this lender so far (cumulative). The server counts as misses the
+    /// tenant's *fills* (PUTs), not its GET misses: a mount GETs only what it stored, so its
+    /// reads the lender did not serve show as fills (`TenantCounters::fills` in the server).
     pub hits: u64,
     pub misses: u64,
     /// Its miss-ratio curve, where one is estimated ([`Curve::valid`] otherwise false).
