@@ -36,6 +36,7 @@ bench: deps build
 	$(BIN) bench server --json bench/results/server.json
 	$(BIN) bench policy
 	$(BIN) bench alloc --json bench/results/alloc.json
+	$(BIN) bench alloc --throughput --json bench/results/alloc-throughput.json
 	BIN=$(BIN) OUT=bench/results ./scripts/bench-security.sh
 	BIN=$(BIN) OUT=bench/results MODES="plain key mc mc+key" NAME=memcached PAR=4 ./scripts/bench-security.sh
 	BIN=$(BIN) OUT=bench/results ./scripts/bench-hit-path.sh

@@ -6,8 +6,9 @@
 //! tenant's trace of one kind followed by another). The run proceeds in rounds; in each round
 //! every tenant sends the part of its trace that falls in the round, in GET batches of up to
 //! 16 distinct keys, and PUTs its misses back (demand fill). The figure is the lender's own
-//! GET misses (`misses` in STATS), per scenario and mode, side by side, and per tenth of the
-//! run.
+//! GET misses (`misses` in STATS), per scenario and mode, side by side, per tenth of the run
+//! and per allocation interval. `mrc` then runs the suite again with less memory (`lean`, 70%
+//! by default): the issue's "static's aggregate hit ratio with ≤ 70% of the memory".
 //!
 //! The reference is the offline optimum from exact curves ([`optimum`]): the same GETs
 //! replayed against the lender's policy at every size, and the best split of the capacity.
@@ -17,7 +18,12 @@
 //! interval, so a scenario of `rounds` lasts `rounds / 5` decisions whatever the machine's
 //! speed (rounds that end late are counted and shown). The full run is 80 intervals (400 s
 //! at the default interval); its phase change leaves 40 to converge, against the issue's
-//! "90% of the new optimum within 30 s", six intervals.
+//! "90% of the new optimum within 30 s", six intervals: measured per interval against the new
+//! optimum ([`optimum::ChangeReference`]) as the part of its gain over `static` reached
+//! ([`caught_up`]).
+//!
+//! [`throughput`] is the other half of the issue's cost bound: the lender's GET throughput
+//! under `mrc` against allocation off.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -35,8 +41,9 @@ use crate::value::VALUE_BYTES;
 use crate::{zipf_trace, BenchError, Machine, Result};
 
 pub mod optimum;
+pub mod throughput;
 
-use optimum::{Batch, Optimum};
+use optimum::{Batch, ChangeReference, Optimum};
 
 /// Most keys per GET.
 const BATCH: usize = 16;
@@ -61,6 +68,9 @@ pub struct AllocBenchOptions {
     /// Keep each run's server log here, with the allocation timer's decisions at debug
     /// level (one line per tenant per tick: target, use, prediction, measured hit ratio).
     pub server_log: Option<PathBuf>,
+    /// Shares of the capacity at which `mrc` runs again, on the same traces (issue 13: static's
+    /// aggregate hit ratio with ≤ 70% of the memory). Empty: none; only with `mrc` in `modes`.
+    pub lean: Vec<f64>,
 }
 
 impl AllocBenchOptions {
@@ -77,6 +87,7 @@ impl AllocBenchOptions {
             seed: 0xA110C,
             only: vec![],
             server_log: None,
+            lean: vec![0.7],
         }
     }
 
@@ -98,6 +109,8 @@ struct Scenario {
     name: &'static str,
     what: String,
     tenants: Vec<TenantLoad>,
+    /// Where in the run (a fraction) the tenants change behaviour, if they do.
+    change_at: Option<f64>,
 }
 
 fn loop_trace(keys: u64, len: usize) -> Vec<u64> {
@@ -133,16 +146,19 @@ fn suite(c: u64, n: usize, seed: u64) -> Vec<Scenario> {
                 t("z09", z(2 * c, 0.9, n / 3, 2), all),
                 t("z12", z(2 * c, 1.2, n / 3, 3), all),
             ],
+            change_at: None,
         },
         Scenario {
             name: "scan+steep",
             what: format!("a one-pass scan beside a Zipf 1.0 tenant over {} keys", c),
             tenants: vec![t("steep", z(c, 1.0, n / 2, 4), all), t("scan", scan_trace(n / 2), all)],
+            change_at: None,
         },
         Scenario {
             name: "loop>share",
             what: format!("a loop over {} keys (just over half) beside Zipf 0.9 over {} keys", c * 6 / 10, 4 * c),
             tenants: vec![t("loop", loop_trace(c * 6 / 10, n / 2), all), t("zipf", z(4 * c, 0.9, n / 2, 5), all)],
+            change_at: None,
         },
         Scenario {
             name: "phase",
@@ -155,6 +171,7 @@ fn suite(c: u64, n: usize, seed: u64) -> Vec<Scenario> {
                 t("a", cat(z(c / 5, 0.0, n / 4, 6), shift(z(3 * c / 2, 0.0, n / 4, 7))), all),
                 t("b", cat(z(3 * c / 2, 0.0, n / 4, 8), shift(z(c / 5, 0.0, n / 4, 9))), all),
             ],
+            change_at: Some(0.5),
         },
         Scenario {
             name: "idle",
@@ -163,6 +180,7 @@ fn suite(c: u64, n: usize, seed: u64) -> Vec<Scenario> {
                 t("busy", z(2 * c, 0.9, n * 9 / 10, 10), all),
                 t("idle", loop_trace(c / 2, n / 10), (0.0, 0.1)),
             ],
+            change_at: None,
         },
         Scenario {
             name: "identical",
@@ -172,11 +190,13 @@ fn suite(c: u64, n: usize, seed: u64) -> Vec<Scenario> {
                 t("id2", z(c, 0.9, n / 3, 12), all),
                 t("id3", z(c, 0.9, n / 3, 13), all),
             ],
+            change_at: None,
         },
         Scenario {
             name: "rate100:1",
             what: format!("two Zipf 0.9 tenants over {} keys each, 100:1 request rates", c),
             tenants: vec![t("fast", z(c, 0.9, n * 100 / 101, 14), all), t("slow", z(c, 0.9, n / 101, 15), all)],
+            change_at: None,
         },
     ]
 }
@@ -205,6 +225,13 @@ pub struct AllocRow {
     /// Per tenth of the run, at its end, per tenant: target and use in blocks, and its hits
     /// and misses so far.
     pub window_tenants: Vec<Vec<[u64; 4]>>,
+    /// Lender misses per allocation interval (five rounds; absent from older reports).
+    #[serde(default)]
+    pub interval_misses: Vec<u64>,
+    /// The lender's capacity in this run, if not the report's (`mrc` again with less memory:
+    /// [`AllocBenchOptions::lean`]; its `mode` reads e.g. `mrc@70%`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_blocks: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -227,6 +254,12 @@ pub fn run(o: &AllocBenchOptions) -> Result<AllocReport> {
     if o.rounds > 100_000 || o.interval < Duration::from_millis(10) || o.interval > Duration::from_secs(60) {
         return Err(BenchError::Setup("alloc bench: at most 100,000 rounds, an interval of 10 ms..=60 s".into()));
     }
+    if o.lean.iter().any(|&x| !(x > 0.0 && x < 1.0) || (o.capacity_blocks as f64 * x) < 256.0) {
+        return Err(BenchError::Setup(format!(
+            "alloc bench: --lean {:?}: each share must be in (0, 1) and leave at least 256 blocks",
+            o.lean
+        )));
+    }
     let dir = WorkDir::new()?;
     let mut suite = suite(o.capacity_blocks, o.requests, o.seed);
     if !o.only.is_empty() {
@@ -244,7 +277,12 @@ pub fn run(o: &AllocBenchOptions) -> Result<AllocReport> {
             .iter()
             .map(|batches| optimum::tenant_curves(PolicyKind::S3Fifo, o.capacity_blocks, batches, o.rounds))
             .collect();
-        let opt = optimum::optimum(sc.name, o.capacity_blocks, &curves);
+        let mut opt = optimum::optimum(sc.name, o.capacity_blocks, &curves);
+        if let Some(at) = sc.change_at {
+            let round = (at * o.rounds as f64).round() as u32;
+            opt.change =
+                Some(optimum::change_reference(PolicyKind::S3Fifo, o.capacity_blocks, &curves, &plan, o.rounds, round));
+        }
         eprintln!(
             "{:<11} optimum  : best fixed {} / per tenth {} misses, cold {} ({:.1} s)",
             sc.name,
@@ -254,8 +292,15 @@ pub fn run(o: &AllocBenchOptions) -> Result<AllocReport> {
             t0.elapsed().as_secs_f64()
         );
         optima.push(opt);
-        for &mode in &o.modes {
-            let row = run_one(o, &dir, sc, &plan, mode)?;
+        // Every mode at the full capacity, then `mrc` at each lean share of it.
+        let lean = o.lean.iter().filter(|_| o.modes.contains(&AllocationKind::Mrc));
+        let runs = o
+            .modes
+            .iter()
+            .map(|&m| (m, None))
+            .chain(lean.map(|&share| (AllocationKind::Mrc, Some((o.capacity_blocks as f64 * share) as u64))));
+        for (mode, capacity) in runs {
+            let row = run_one(o, &dir, sc, &plan, mode, capacity)?;
             eprintln!(
                 "{:<11} {:<9}: {} lender misses of {} GETs ({:.1} s, {} rounds late, {} placement swaps)",
                 row.scenario, row.mode, row.lender_misses, row.gets, row.secs, row.rounds_late, row.placement_swaps
@@ -314,26 +359,33 @@ fn run_one(
     sc: &Scenario,
     plan: &[Vec<Batch>],
     mode: AllocationKind,
+    lean: Option<u64>,
 ) -> Result<AllocRow> {
+    let capacity = lean.unwrap_or(o.capacity_blocks);
+    let label = match lean {
+        Some(c) => format!("{}@{:.0}%", mode.name(), 100.0 * c as f64 / o.capacity_blocks as f64),
+        None => mode.name().to_string(),
+    };
     let spec = FarcacheSpec {
         exe: o.exe.clone(),
-        capacity_bytes: o.capacity_blocks * VALUE_BYTES as u64,
+        capacity_bytes: capacity * VALUE_BYTES as u64,
         policy: "s3fifo".into(),
         worker_threads: o.server_threads,
         config: format!(
             "allocation = \"{}\"\nallocation_interval = \"{}ms\"\nshards = {}\n",
             mode.name(),
             o.interval.as_millis(),
-            shards(o.capacity_blocks)
+            shards(capacity)
         ),
         log_filter: o.server_log.as_ref().map(|_| "warn,farcache_server::alloc=debug".to_string()),
     };
-    let tag = format!("{}-{}", sc.name.replace([':', '>', '+'], "_"), mode.name());
+    let tag = format!("{}-{}", sc.name.replace([':', '>', '+'], "_"), label.replace('%', ""));
     let (mut guard, addr) = proc::spawn_farcache(&spec, dir, &tag)?;
     let t0 = Instant::now();
     let mut behind = 0u32;
     let mut window_misses: Vec<u64> = Vec::with_capacity(optimum::WINDOWS);
     let mut window_tenants: Vec<Vec<[u64; 4]>> = Vec::with_capacity(optimum::WINDOWS);
+    let mut interval_misses: Vec<u64> = Vec::with_capacity(optimum::intervals(o.rounds));
     let played = (|| -> Result<String> {
         let mut clients = sc.tenants.iter().map(|t| FcClient::connect(addr, t.name)).collect::<Result<Vec<_>>>()?;
         let value = vec![0x5Au8; VALUE_BYTES];
@@ -342,7 +394,7 @@ fn run_one(
         let mut next = vec![0usize; plan.len()];
         // Rounds start on a fixed clock, five per allocation interval, so that a scenario
         // lasts `rounds / 5` intervals whatever the machine's speed (unless it falls behind).
-        let period = o.interval / 5;
+        let period = o.interval / optimum::ROUNDS_PER_INTERVAL;
         let start = Instant::now();
         for round in 0..o.rounds as u32 {
             for (i, batches) in plan.iter().enumerate() {
@@ -362,32 +414,32 @@ fn run_one(
                     }
                 }
             }
-            if round as usize + 1 == o.rounds
-                || optimum::window(round + 1, o.rounds) != optimum::window(round, o.rounds)
-            {
+            let last = round as usize + 1 == o.rounds;
+            let new_window = last || optimum::window(round + 1, o.rounds) != optimum::window(round, o.rounds);
+            let new_interval = last || optimum::interval(round + 1) != optimum::interval(round);
+            if new_window || new_interval {
                 let v = proc::parse_stats(&clients[0].stats()?)?;
                 let now = v.get("misses").and_then(|x| x.as_u64()).unwrap_or(0);
-                window_misses.push(now - window_misses.iter().sum::<u64>());
-                let tenants = v.get("tenants").and_then(|t| t.as_array()).map(|a| {
-                    a.iter().map(|t| {
-                        let f = |k: &str| t.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
-                        [
-                            f("target_bytes") / VALUE_BYTES as u64,
-                            f("used_bytes") / VALUE_BYTES as u64,
-                            f("hits"),
-                            f("misses"),
-                        ]
-                    })
-                });
-                window_tenants.push(tenants.map(|t| t.collect()).unwrap_or_default());
+                if new_interval {
+                    interval_misses.push(now - interval_misses.iter().sum::<u64>());
+                }
+                if new_window {
+                    window_misses.push(now - window_misses.iter().sum::<u64>());
+                    let tenants = v.get("tenants").and_then(|t| t.as_array()).map(|a| {
+                        a.iter().map(|t| {
+                            let f = |k: &str| t.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
+                            [
+                                f("target_bytes") / VALUE_BYTES as u64,
+                                f("used_bytes") / VALUE_BYTES as u64,
+                                f("hits"),
+                                f("misses"),
+                            ]
+                        })
+                    });
+                    window_tenants.push(tenants.map(|t| t.collect()).unwrap_or_default());
+                }
             }
-            let due = start + period * (round + 1);
-            let now = Instant::now();
-            if due > now {
-                std::thread::sleep(due - now);
-            } else {
-                behind += 1;
-            }
+            continue_clock(start, period, round, &mut behind);
         }
         clients[0].stats()
     })();
@@ -417,7 +469,7 @@ fn run_one(
         .unwrap_or_default();
     Ok(AllocRow {
         scenario: sc.name.into(),
-        mode: mode.name().into(),
+        mode: label,
         gets: hits + misses,
         lender_misses: misses,
         hit_ratio: hits as f64 / (hits + misses).max(1) as f64,
@@ -427,7 +479,20 @@ fn run_one(
         placement_swaps: field(&v, "placement_swaps"),
         window_misses,
         window_tenants,
+        interval_misses,
+        capacity_blocks: lean,
     })
+}
+
+/// Wait for the next round's slot on the clock, or count the round as late.
+fn continue_clock(start: Instant, period: Duration, round: u32, behind: &mut u32) {
+    let due = start + period * (round + 1);
+    let now = Instant::now();
+    if due > now {
+        std::thread::sleep(due - now);
+    } else {
+        *behind += 1;
+    }
 }
 
 /// The part of `trace`, spread evenly over `span` of the run, that falls in `[lo, hi)`.
@@ -593,6 +658,8 @@ pub fn render(r: &AllocReport) -> String {
             let _ = writeln!(o, "{line}");
         }
     }
+    render_change(&mut o, r, &modes);
+    render_lean(&mut o, r);
     let late: u32 = r.rows.iter().map(|x| x.rounds_late).sum();
     if late > 0 {
         let _ = writeln!(
@@ -602,6 +669,133 @@ pub fn render(r: &AllocReport) -> String {
         );
     }
     o
+}
+
+/// After a phase change, per allocation interval from the change's to the run's end: the new
+/// optimum's gain over `static` in that interval and `row`'s (misses avoided; negative when
+/// worse than static).
+pub fn change_gains(reference: &ChangeReference, stat: &AllocRow, row: &AllocRow) -> Vec<(i64, i64)> {
+    let n = reference.interval_misses.len().min(stat.interval_misses.len()).min(row.interval_misses.len());
+    (reference.interval.min(n)..n)
+        .map(|i| {
+            let st = stat.interval_misses[i] as i64;
+            (st - reference.interval_misses[i] as i64, st - row.interval_misses[i] as i64)
+        })
+        .collect()
+}
+
+/// The part of the optimum's gain reached over `gains` (the sums' ratio), or `None` when the
+/// optimum gains nothing there.
+pub fn gain_share(gains: &[(i64, i64)]) -> Option<f64> {
+    let (opt, got) = gains.iter().fold((0i64, 0i64), |(a, b), &(o, g)| (a + o, b + g));
+    (opt > 0).then(|| got as f64 / opt as f64)
+}
+
+/// The first interval after the change (0: the change's own) from which `span` intervals
+/// together reach `want` of the optimum's gain: how soon the allocation has caught up.
+pub fn caught_up(gains: &[(i64, i64)], want: f64, span: usize) -> Option<usize> {
+    (0..gains.len().saturating_sub(span.max(1) - 1))
+        .find(|&k| gain_share(&gains[k..k + span.max(1)]).is_some_and(|x| x >= want))
+}
+
+/// Intervals after a phase change by which `mrc` must have 90% of the new optimum's gain
+/// (issue 13: 30 s at the default 5 s interval).
+pub const CATCH_UP_INTERVALS: usize = 6;
+/// Intervals a catch-up is judged over (a single interval's gain is a few hundred misses).
+const CATCH_UP_SPAN: usize = 4;
+
+fn render_change(o: &mut String, r: &AllocReport, modes: &[&str]) {
+    for p in &r.optimum {
+        let Some(c) = &p.change else { continue };
+        let Some(stat) = r.rows.iter().find(|x| x.scenario == p.scenario && x.mode == "static") else { continue };
+        let _ = writeln!(
+            o,
+            "\n{}: after the change (interval {}), the part of the new optimum's gain over static reached, per \
+             allocation interval ({} ms here, 5 s at the default); the new optimum holds {:?} blocks",
+            p.scenario, c.interval, r.interval_ms, c.blocks
+        );
+        let shown = 12;
+        let mut head = format!("{:<11}", "interval");
+        for k in 0..shown {
+            let _ = write!(head, " {:>6}", format!("+{k}"));
+        }
+        let _ = write!(head, " {:>10} {:>12}", "caught up", "after +6");
+        let _ = writeln!(o, "{head}");
+        let mut line = format!("{:<11}", "opt gain");
+        for i in c.interval..(c.interval + shown).min(c.interval_misses.len()) {
+            let _ = write!(
+                line,
+                " {:>6}",
+                stat.interval_misses.get(i).map_or(0, |&s| s as i64 - c.interval_misses[i] as i64)
+            );
+        }
+        let _ = writeln!(o, "{line}");
+        for m in modes.iter().filter(|m| **m != "static") {
+            let Some(row) = r.rows.iter().find(|x| x.scenario == p.scenario && x.mode == *m) else { continue };
+            let gains = change_gains(c, stat, row);
+            let mut line = format!("{m:<11}");
+            for g in gains.iter().take(shown) {
+                let _ = write!(
+                    line,
+                    " {:>6}",
+                    gain_share(std::slice::from_ref(g)).map_or("-".into(), |x| format!("{:.0}%", 100.0 * x))
+                );
+            }
+            let caught = caught_up(&gains, 0.9, CATCH_UP_SPAN).map_or("never".into(), |k| format!("+{k}"));
+            let rest = gains
+                .get(CATCH_UP_INTERVALS..)
+                .and_then(gain_share)
+                .map_or("-".into(), |x| format!("{:.0}%", 100.0 * x));
+            let _ = writeln!(o, "{line} {caught:>10} {rest:>12}");
+        }
+        let _ = writeln!(
+            o,
+            "(caught up: the first interval from which {CATCH_UP_SPAN} intervals together reach 90% of the new \
+             optimum's gain; target: by +{CATCH_UP_INTERVALS}, 30 s at the default interval. after +6: the share \
+             over the rest of the run)"
+        );
+    }
+}
+
+/// `mrc` with less memory against `static` with all of it: the lender's hit ratio per scenario
+/// and over the suite.
+fn render_lean(o: &mut String, r: &AllocReport) {
+    let lean: Vec<&str> = {
+        let mut v: Vec<&str> = r.rows.iter().filter(|x| x.capacity_blocks.is_some()).map(|x| x.mode.as_str()).collect();
+        v.dedup();
+        v
+    };
+    if lean.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "\nLender hit ratio with less memory: static with all of it against {}", lean.join(", "));
+    let mut head = format!("{:<11} {:>10}", "scenario", "static");
+    for m in &lean {
+        let _ = write!(head, " {m:>10}");
+    }
+    let _ = writeln!(o, "{head}\n{}", "-".repeat(head.chars().count()));
+    let mut totals = vec![(0u64, 0u64); lean.len() + 1];
+    for (name, _) in &r.scenarios {
+        let mut line = format!("{name:<11}");
+        for (j, m) in std::iter::once(&"static").chain(&lean).enumerate() {
+            match r.rows.iter().find(|x| x.scenario == *name && x.mode == *m) {
+                Some(x) => {
+                    totals[j].0 += x.gets - x.lender_misses;
+                    totals[j].1 += x.gets;
+                    let _ = write!(line, " {:>10.3}", x.hit_ratio);
+                }
+                None => {
+                    let _ = write!(line, " {:>10}", "-");
+                }
+            }
+        }
+        let _ = writeln!(o, "{line}");
+    }
+    let mut line = format!("{:<11}", "all");
+    for (h, g) in &totals {
+        let _ = write!(line, " {:>10.3}", *h as f64 / (*g).max(1) as f64);
+    }
+    let _ = writeln!(o, "{line}\n(all: the suite's hits over its GETs; target: mrc at 70% ≥ static)");
 }
 
 fn pct(x: u64, base: u64) -> f64 {
@@ -632,6 +826,49 @@ mod tests {
             }
             assert_eq!(seen, trace, "{span:?}");
         }
+    }
+
+    fn row(mode: &str, interval_misses: Vec<u64>) -> AllocRow {
+        AllocRow {
+            scenario: "phase".into(),
+            mode: mode.into(),
+            gets: 0,
+            lender_misses: interval_misses.iter().sum(),
+            hit_ratio: 0.0,
+            tenants: vec![],
+            secs: 0.0,
+            rounds_late: 0,
+            placement_swaps: 0,
+            window_misses: vec![],
+            window_tenants: vec![],
+            interval_misses,
+            capacity_blocks: None,
+        }
+    }
+
+    #[test]
+    fn catching_up_after_a_change_is_judged_on_the_optimums_gain() {
+        let reference = ChangeReference {
+            round: 10,
+            interval: 2,
+            blocks: vec![],
+            interval_misses: vec![10, 10, 50, 20, 10, 10, 10, 10],
+            interval_gets: vec![100; 8],
+        };
+        let stat = row("static", vec![10, 10, 60, 60, 60, 60, 60, 60]);
+        let mrc = row("mrc", vec![10, 10, 60, 50, 30, 15, 12, 10]);
+        let gains = change_gains(&reference, &stat, &mrc);
+        assert_eq!(gains, [(10, 0), (40, 10), (50, 30), (50, 45), (50, 48), (50, 50)]);
+        // Two intervals together: +2 reaches 75%, +3 93%.
+        assert_eq!(caught_up(&gains, 0.9, 2), Some(3));
+        assert_eq!(caught_up(&gains, 0.9, 1), Some(3));
+        assert_eq!(caught_up(&gains, 0.99, 1), Some(5));
+        assert!((gain_share(&gains).unwrap() - 183.0 / 250.0).abs() < 1e-9);
+        // Static itself never catches up; where the optimum gains nothing there is no share.
+        assert_eq!(caught_up(&change_gains(&reference, &stat, &stat), 0.9, 2), None);
+        assert_eq!(gain_share(&[(0, 5), (-3, 1)]), None);
+        // A span longer than what is left after the change: not caught up, not a panic.
+        assert_eq!(caught_up(&gains, 0.5, 7), None);
     }
 
     #[test]

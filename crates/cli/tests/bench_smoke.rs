@@ -209,8 +209,18 @@ fn bench_alloc_quick_two_modes() {
     );
     let json: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
     let rows = json["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 7 * 2, "seven scenarios in two modes: {json}");
+    assert_eq!(rows.len(), 7 * 3, "seven scenarios in two modes, and mrc again with 70% of the memory: {json}");
+    let lean: Vec<&Value> = rows.iter().filter(|r| r["mode"] == "mrc@70%").collect();
+    assert_eq!(lean.len(), 7, "{json}");
+    for r in &lean {
+        assert_eq!(r["capacity_blocks"].as_u64(), Some(1024 * 7 / 10), "{r}");
+    }
     for r in rows {
+        // Misses per allocation interval (30 intervals of five rounds), adding up to the run's.
+        let per_interval: Vec<u64> =
+            r["interval_misses"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        assert_eq!(per_interval.len(), 30, "{r}");
+        assert_eq!(per_interval.iter().sum::<u64>(), r["lender_misses"].as_u64().unwrap(), "{r}");
         let (gets, misses) = (num(r, &["gets"]), num(r, &["lender_misses"]));
         assert!(gets >= 5000.0 && misses <= gets, "{r}");
         // Every tenant of the run shows in the lender's STATS with a target.
@@ -238,9 +248,45 @@ fn bench_alloc_quick_two_modes() {
         assert!(best <= num(o, &["best_fixed"]), "{o}");
     }
     assert!(stdout.contains("best/tenth") && stdout.contains("Share of the per-tenth optimum"), "{stdout}");
+    // The phase change's new optimum, per interval from the change (the middle of the run), and
+    // how soon mrc caught up with it; the lean runs' hit ratios beside static's.
+    let change = optimum.iter().find(|o| o["scenario"] == "phase").unwrap()["change"].clone();
+    assert_eq!(change["interval"].as_u64(), Some(15), "{change}");
+    assert_eq!(change["interval_misses"].as_array().unwrap().len(), 30, "{change}");
+    assert!(change["blocks"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).sum::<u64>() <= 1024, "{change}");
+    assert!(stdout.contains("caught up") && stdout.contains("Lender hit ratio with less memory"), "{stdout}");
     for scenario in ["skews", "scan+steep", "loop>share", "phase", "idle", "identical", "rate100:1", "total"] {
         assert!(stdout.lines().any(|l| l.starts_with(scenario)), "no {scenario} line in:\n{stdout}");
     }
+}
+
+#[test]
+fn bench_alloc_throughput_quick() {
+    let dir = Scratch::new("alloc-throughput");
+    let json_path = dir.0.join("out.json");
+    let (stdout, _) = farcache(
+        &dir,
+        &["bench", "alloc", "--throughput", "--quick", "--json", json_path.to_str().unwrap()],
+        Duration::from_secs(120),
+    );
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    // Batches 1 and 16 × 1 and 4 connections × two rounds × two lenders.
+    let rows = json["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2 * 2 * 2 * 2, "{json}");
+    for mode in ["shared", "mrc"] {
+        assert_eq!(rows.iter().filter(|r| r["mode"] == mode).count(), 8, "{json}");
+    }
+    for r in rows {
+        // Both lenders hold every key: every answer is a hit with the key's own value.
+        assert!(num(r, &["ops_per_sec"]) > 0.0, "{r}");
+        assert!(num(r, &["checked", "hits"]) > 0.0, "{r}");
+        assert_eq!(num(r, &["checked", "misses"]), 0.0, "{r}");
+        assert_eq!(num(r, &["checked", "mismatches"]), 0.0, "{r}");
+    }
+    let medians = json["medians"].as_array().unwrap();
+    assert_eq!(medians.len(), 4, "{json}");
+    assert!(num(&json, &["geomean"]) > 0.0, "{json}");
+    assert!(stdout.contains("mrc GET throughput") && stdout.contains("geometric mean"), "{stdout}");
 }
 
 /// `farcache bench restart --quick --events 1` (root: it mounts): one upgrade and one crash

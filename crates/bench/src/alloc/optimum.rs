@@ -30,6 +30,8 @@ use serde::{Deserialize, Serialize};
 pub const GRID: usize = 96;
 /// Windows of the run for the per-window optimum.
 pub const WINDOWS: usize = 10;
+/// Rounds per allocation interval: the bench starts five rounds per interval.
+pub const ROUNDS_PER_INTERVAL: u32 = 5;
 
 /// A tenant's GET batch: the round it is sent in and its distinct keys, in the order sent.
 #[derive(Clone, Debug, PartialEq)]
@@ -54,17 +56,27 @@ pub fn window(round: u32, rounds: usize) -> usize {
     (round as usize * WINDOWS / rounds.max(1)).min(WINDOWS - 1)
 }
 
+/// The allocation interval of `round`.
+pub fn interval(round: u32) -> usize {
+    (round / ROUNDS_PER_INTERVAL) as usize
+}
+
+/// Allocation intervals in a run of `rounds`.
+pub fn intervals(rounds: usize) -> usize {
+    rounds.div_ceil(ROUNDS_PER_INTERVAL as usize)
+}
+
 /// Blocks of grid step `k`.
 pub fn blocks_at(capacity: u64, k: usize) -> u64 {
     capacity * k as u64 / GRID as u64
 }
 
-/// Replay `batches` against a cache of `slots` blocks of `kind`; add each window's misses to
-/// `out`.
-fn replay(kind: PolicyKind, slots: u32, batches: &[Batch], rounds: usize, out: &mut [u64]) {
+/// Replay `batches` against a cache of `slots` blocks of `kind`; add each batch's misses to
+/// `out[bucket(round)]` (a window of the run, an allocation interval).
+fn replay(kind: PolicyKind, slots: u32, batches: &[Batch], bucket: impl Fn(u32) -> usize, out: &mut [u64]) {
     if slots == 0 {
         for b in batches {
-            out[window(b.round, rounds)] += b.keys.len() as u64;
+            out[bucket(b.round)] += b.keys.len() as u64;
         }
         return;
     }
@@ -81,7 +93,7 @@ fn replay(kind: PolicyKind, slots: u32, batches: &[Batch], rounds: usize, out: &
                 None => missed.push(k),
             }
         }
-        out[window(b.round, rounds)] += missed.len() as u64;
+        out[bucket(b.round)] += missed.len() as u64;
         // Demand fill, after the batch's answer, as the bench does.
         for &k in &missed {
             let slot = match free.pop() {
@@ -117,7 +129,7 @@ pub fn tenant_curves(kind: PolicyKind, capacity: u64, batches: &[Batch], rounds:
                         .map(|k| {
                             let mut out = vec![0u64; WINDOWS];
                             let slots = u32::try_from(blocks_at(capacity, k)).unwrap_or(u32::MAX);
-                            replay(kind, slots, batches, rounds, &mut out);
+                            replay(kind, slots, batches, |r| window(r, rounds), &mut out);
                             (k, out)
                         })
                         .collect::<Vec<_>>()
@@ -191,6 +203,59 @@ pub struct Optimum {
     pub window_gets: Vec<u64>,
     /// Per window, per tenant, blocks in that window's best split.
     pub best_per_window_blocks: Vec<Vec<u64>>,
+    /// Scenarios with a phase change: the new optimum, per allocation interval (absent from
+    /// older reports).
+    #[serde(default)]
+    pub change: Option<ChangeReference>,
+}
+
+/// The reference after a phase change ("the new optimum"): the split with the fewest misses
+/// from the change's window to the end of the run, held all along (so at the change every
+/// tenant already has its new memory, filled with what it kept of its old phase), replayed
+/// exactly per allocation interval. An online allocator is measured against it interval by
+/// interval after the change.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChangeReference {
+    /// The round of the change, and its allocation interval.
+    pub round: u32,
+    pub interval: usize,
+    /// Per tenant, blocks in the split.
+    pub blocks: Vec<u64>,
+    /// Per allocation interval of the whole run: that split's misses, and the GETs.
+    pub interval_misses: Vec<u64>,
+    pub interval_gets: Vec<u64>,
+}
+
+/// [`ChangeReference`] of a scenario whose tenants change behaviour at `round`: `curves` and
+/// `plan` (each tenant's batches) as for [`optimum`].
+pub fn change_reference(
+    kind: PolicyKind,
+    capacity: u64,
+    curves: &[TenantCurves],
+    plan: &[Vec<Batch>],
+    rounds: usize,
+    round: u32,
+) -> ChangeReference {
+    let from = window(round, rounds);
+    let after: Vec<Vec<u64>> =
+        curves.iter().map(|c| (0..=GRID).map(|k| c.misses[from..].iter().map(|w| w[k]).sum()).collect()).collect();
+    let (_, split) = best_split(&after);
+    let n = intervals(rounds);
+    let (mut interval_misses, mut interval_gets) = (vec![0u64; n], vec![0u64; n]);
+    for (batches, &k) in plan.iter().zip(&split) {
+        let slots = u32::try_from(blocks_at(capacity, k)).unwrap_or(u32::MAX);
+        replay(kind, slots, batches, interval, &mut interval_misses);
+        for b in batches {
+            interval_gets[interval(b.round)] += b.keys.len() as u64;
+        }
+    }
+    ChangeReference {
+        round,
+        interval: interval(round),
+        blocks: split.iter().map(|&k| blocks_at(capacity, k)).collect(),
+        interval_misses,
+        interval_gets,
+    }
 }
 
 /// The optimum of a scenario from its tenants' curves.
@@ -219,6 +284,7 @@ pub fn optimum(scenario: &str, capacity: u64, curves: &[TenantCurves]) -> Optimu
         window_best,
         window_gets: (0..WINDOWS).map(|w| curves.iter().map(|c| c.gets[w]).sum()).collect(),
         best_per_window_blocks: per_window,
+        change: None,
     }
 }
 
@@ -277,5 +343,26 @@ mod tests {
         let (first, last) = (&o.best_per_window_blocks[0], &o.best_per_window_blocks[WINDOWS - 1]);
         assert!(first[0] >= 20 && first[1] >= 70, "{first:?}");
         assert!(last[0] >= 70 && last[1] >= 20, "{last:?}");
+    }
+
+    #[test]
+    fn the_change_reference_holds_the_new_split_and_counts_per_interval() {
+        // The same swap as above, at round 300 of 600: the new optimum fits both new loops, so
+        // from the change on it misses only their first accesses (70 + 20 new keys).
+        let small: Vec<u64> = (0..3000).map(|i| i % 20).collect();
+        let large: Vec<u64> = (0..3000).map(|i| i % 70).collect();
+        let a: Vec<u64> = small.iter().copied().chain(large.iter().map(|k| k + 1000)).collect();
+        let b: Vec<u64> = large.iter().copied().chain(small.iter().map(|k| k + 1000)).collect();
+        let plan = [batches(&a, 10), batches(&b, 10)];
+        let rounds = plan[0].len();
+        let curves: Vec<_> = plan.iter().map(|p| tenant_curves(PolicyKind::Lru, 96, p, rounds)).collect();
+        let r = change_reference(PolicyKind::Lru, 96, &curves, &plan, rounds, 300);
+        assert_eq!(r.interval, 60);
+        assert_eq!(r.interval_misses.len(), intervals(rounds));
+        assert!(r.blocks[0] >= 70 && r.blocks[1] >= 20, "{r:?}");
+        assert_eq!(r.interval_gets.iter().sum::<u64>(), 12_000);
+        assert_eq!(r.interval_misses[r.interval..].iter().sum::<u64>(), 90, "{r:?}");
+        // Before the change b's 70-key loop does not fit its 20-odd blocks: every GET misses.
+        assert!(r.interval_misses[..r.interval].iter().sum::<u64>() > 2900, "{r:?}");
     }
 }

@@ -332,6 +332,17 @@ struct AllocArgs {
     /// The lender's `allocation_interval` in milliseconds (the time scale).
     #[arg(long)]
     interval_ms: Option<u64>,
+    /// Shares of the lender's capacity at which `mrc` runs the suite again, to compare its
+    /// hit ratio with static's at the whole capacity (default 0.7).
+    #[arg(long, value_delimiter = ',', conflicts_with = "no_lean")]
+    lean: Option<Vec<f64>>,
+    /// Do not run `mrc` again with less memory.
+    #[arg(long)]
+    no_lean: bool,
+    /// Instead of the suite: the lender's GET throughput under `mrc` against `shared`
+    /// (allocation off), side by side (about 3 minutes; --quick: 10 s).
+    #[arg(long)]
+    throughput: bool,
     /// Keep each run's server log in this directory, with the allocation timer's decisions
     /// (debug level: per tenant and tick, target, use, prediction, measured hit ratio).
     #[arg(long)]
@@ -459,6 +470,18 @@ fn run_policy(a: PolicyArgs) -> anyhow::Result<()> {
 
 fn run_alloc(a: AllocArgs) -> anyhow::Result<()> {
     let exe = this_binary()?;
+    if a.throughput {
+        use alloc_bench::throughput::{self, ThroughputOptions};
+        let o = if a.quick { ThroughputOptions::quick(exe) } else { ThroughputOptions::full(exe) };
+        let report = throughput::run(&o)?;
+        print!("{}", throughput::render(&report));
+        if let Some(path) = &a.json {
+            write_json(path, &report)?;
+        }
+        let bad = report.mismatches();
+        anyhow::ensure!(bad == 0, "{bad} GET answers carried the wrong value");
+        return Ok(());
+    }
     let mut o = if a.quick { AllocBenchOptions::quick(exe) } else { AllocBenchOptions::full(exe) };
     if let Some(m) = a.modes {
         o.modes = m
@@ -477,6 +500,12 @@ fn run_alloc(a: AllocArgs) -> anyhow::Result<()> {
     }
     if let Some(ms) = a.interval_ms {
         o.interval = std::time::Duration::from_millis(ms);
+    }
+    if let Some(l) = a.lean {
+        o.lean = l;
+    }
+    if a.no_lean {
+        o.lean.clear();
     }
     o.server_log = a.server_log;
     let report = alloc_bench::run(&o)?;
