@@ -155,6 +155,8 @@ struct State {
     /// Per tenant: (GETs, time) when its curve last started from nothing (its estimator's
     /// start or a phase change), for [`mature`].
     young: Vec<(u64, Duration)>,
+    /// Per tenant: the last curve it was planned with ([`planned_curve`]).
+    last_curve: Vec<Option<Curve>>,
     /// Per tenant: GET hits and GETs, moving sums with a half-life of one interval (its
     /// measured hit ratio, against the prediction, for `Store::set_tenant_short`).
     recent: Vec<(f64, f64)>,
@@ -191,6 +193,27 @@ pub fn mature(
     let intervals = age.as_secs_f64() / interval.as_secs_f64().max(1e-9);
     let slow = (made as f64) * SLOW_INTERVALS < capacity as f64 * intervals;
     made >= capacity || (age >= interval * MATURE_INTERVALS && (reuses || slow))
+}
+
+/// The curve a tenant is planned with: the estimator's, once it is `ripe` ([`mature`]) — or,
+/// when the estimator holds too few samples to draw one (`MIN_CURVE_ACCESSES`: a tenant that
+/// asks little, whose samples decayed away or were cut by a phase change's decay), the last
+/// curve the tenant was planned with, if it had one: its shape is still the best known, and
+/// its request rate says what it is worth now. Without it, a tenant that had finished its
+/// work and then made a trickle of requests (a database's checkpointer) counted as not yet
+/// measured, and an active tenant not yet measured is held at its static share: in `bench
+/// paper --experiment tenants` (session 19) a third of the lender for a minute, for a tenant
+/// holding 4 MiB. A curve not `ripe` is not measured, whatever the estimator holds.
+pub fn planned_curve(fresh: Curve, ripe: bool, last: &mut Option<Curve>) -> Curve {
+    let mut c = match *last {
+        Some(old) if ripe && !fresh.valid => old,
+        _ => fresh,
+    };
+    c.valid &= ripe;
+    if c.valid {
+        *last = Some(c);
+    }
+    c
 }
 
 /// A tick's measured hit ratio that departs from the running mean of (measured − predicted)
@@ -279,6 +302,7 @@ impl Allocation {
                 pending: vec![],
                 settle: vec![],
                 young: vec![],
+                last_curve: vec![],
                 recent: vec![],
             }),
         }
@@ -327,6 +351,7 @@ impl Allocation {
         st.pending.resize(n, (0, 0, 0, 0));
         st.settle.resize(n, now);
         st.young.resize(n, (0, now));
+        st.last_curve.resize(n, None);
         st.recent.resize(n, (0.0, 0.0));
         let weight = 1.0 - 0.5f64.powf(secs / self.interval.as_secs_f64().max(1e-3));
         for (i, (t, c)) in tenants.iter().zip(&counters).enumerate() {
@@ -384,9 +409,10 @@ impl Allocation {
                         }
                     }
                 }
-                s.curve = sampler.curve(gets, decay);
-                let reuses = s.curve.hit_ratio_at(capacity as f64) >= alloc::marginal::NO_REUSE;
-                s.curve.valid &= mature(st.young[i], c.hits + misses, now, capacity, self.interval, reuses);
+                let fresh = sampler.curve(gets, decay);
+                let reuses = fresh.hit_ratio_at(capacity as f64) >= alloc::marginal::NO_REUSE;
+                let ripe = mature(st.young[i], c.hits + misses, now, capacity, self.interval, reuses);
+                s.curve = planned_curve(fresh, ripe, &mut st.last_curve[i]);
             }
             if self.is_dynamic() {
                 store.set_tenant_floor(i as u16, s.min_blocks);
@@ -479,6 +505,34 @@ mod tests {
     use crate::store::{Store, StoreConfig};
     use farcache_policy::PolicyKind;
     use farcache_wire::Key;
+
+    #[test]
+    fn a_measured_tenant_that_asks_too_little_for_a_curve_keeps_its_last_one() {
+        let shaped = |valid: bool, at_half: f32| {
+            let mut c = Curve { valid, unit_blocks: 1.0, ..Curve::default() };
+            for (k, m) in c.miss_ratio.iter_mut().enumerate() {
+                *m = if k == 0 { 1.0 } else { at_half };
+            }
+            c
+        };
+        let mut last = None;
+        // Never measured: an empty estimator gives an unmeasured curve, ripe or not.
+        assert!(!planned_curve(shaped(false, 1.0), true, &mut last).valid);
+        assert!(last.is_none());
+        // Measured: kept.
+        let good = shaped(true, 0.3);
+        assert_eq!(planned_curve(good, true, &mut last), good);
+        assert_eq!(last, Some(good));
+        // Its samples decayed below the estimator's minimum: planned with the last curve.
+        assert_eq!(planned_curve(shaped(false, 1.0), true, &mut last), good);
+        // Not ripe (a phase change restarted it young): unmeasured, whatever it had.
+        assert!(!planned_curve(shaped(true, 0.5), false, &mut last).valid);
+        assert!(!planned_curve(shaped(false, 1.0), false, &mut last).valid);
+        // A new measured curve replaces the old one.
+        let newer = shaped(true, 0.6);
+        assert_eq!(planned_curve(newer, true, &mut last), newer);
+        assert_eq!(last, Some(newer));
+    }
 
     #[test]
     fn a_tenant_that_reads_back_what_it_filled_shows_reuse() {
