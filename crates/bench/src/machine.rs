@@ -112,6 +112,14 @@ impl CpuSnapshot {
     }
 }
 
+/// CPU seconds process `pid` has used so far (utime + stime), if it is there to read.
+pub fn process_cpu_secs(pid: u32) -> Option<f64> {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let line = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&line).map(|(own, _, _)| own as f64 / hz)
+}
+
 /// (utime + stime, that + cutime + cstime, comm) from a /proc/PID/stat line.
 fn parse_stat(line: &str) -> Option<(u64, u64, String)> {
     let open = line.find('(')?;

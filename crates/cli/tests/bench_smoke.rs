@@ -279,12 +279,16 @@ fn bench_alloc_throughput_quick() {
     for r in rows {
         // Both lenders hold every key: every answer is a hit with the key's own value.
         assert!(num(r, &["ops_per_sec"]) > 0.0, "{r}");
+        // The lender's CPU per key: it worked, and a GET costs it between 10 ns and 10 ms.
+        let cpu = num(r, &["server_cpu_us_per_key"]);
+        assert!((0.01..10_000.0).contains(&cpu), "{r}");
         assert!(num(r, &["checked", "hits"]) > 0.0, "{r}");
         assert_eq!(num(r, &["checked", "misses"]), 0.0, "{r}");
         assert_eq!(num(r, &["checked", "mismatches"]), 0.0, "{r}");
     }
     let medians = json["medians"].as_array().unwrap();
     assert_eq!(medians.len(), 4, "{json}");
+    assert_eq!(json["cpu_medians"].as_array().unwrap().len(), 4, "{json}");
     assert!(num(&json, &["geomean"]) > 0.0, "{json}");
     assert!(stdout.contains("mrc GET throughput") && stdout.contains("geometric mean"), "{stdout}");
 }

@@ -323,15 +323,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_per_window_optimum_follows_a_phase_change() {
-        // Two tenants swap a 20-key and a 70-key loop halfway, 96 blocks: each half's own
-        // split fits both loops, no fixed split does.
+    /// Two tenants that swap a 20-key and a 70-key loop halfway (3,000 GETs each way, ten per
+    /// round: 600 rounds), each tenant's batches.
+    fn swapping_loops() -> [Vec<Batch>; 2] {
         let small: Vec<u64> = (0..3000).map(|i| i % 20).collect();
         let large: Vec<u64> = (0..3000).map(|i| i % 70).collect();
         let a: Vec<u64> = small.iter().copied().chain(large.iter().map(|k| k + 1000)).collect();
         let b: Vec<u64> = large.iter().copied().chain(small.iter().map(|k| k + 1000)).collect();
-        let (ba, bb) = (batches(&a, 10), batches(&b, 10));
+        [batches(&a, 10), batches(&b, 10)]
+    }
+
+    #[test]
+    fn the_per_window_optimum_follows_a_phase_change() {
+        // 96 blocks: each half's own split fits both loops, no fixed split does.
+        let [ba, bb] = swapping_loops();
         let rounds = ba.len();
         let curves = [tenant_curves(PolicyKind::Lru, 96, &ba, rounds), tenant_curves(PolicyKind::Lru, 96, &bb, rounds)];
         let o = optimum("phase", 96, &curves);
@@ -347,13 +352,9 @@ mod tests {
 
     #[test]
     fn the_change_reference_holds_the_new_split_and_counts_per_interval() {
-        // The same swap as above, at round 300 of 600: the new optimum fits both new loops, so
-        // from the change on it misses only their first accesses (70 + 20 new keys).
-        let small: Vec<u64> = (0..3000).map(|i| i % 20).collect();
-        let large: Vec<u64> = (0..3000).map(|i| i % 70).collect();
-        let a: Vec<u64> = small.iter().copied().chain(large.iter().map(|k| k + 1000)).collect();
-        let b: Vec<u64> = large.iter().copied().chain(small.iter().map(|k| k + 1000)).collect();
-        let plan = [batches(&a, 10), batches(&b, 10)];
+        // The swap at round 300 of 600: the new optimum fits both new loops, so from the change
+        // on it misses only their first accesses (70 + 20 new keys).
+        let plan = swapping_loops();
         let rounds = plan[0].len();
         let curves: Vec<_> = plan.iter().map(|p| tenant_curves(PolicyKind::Lru, 96, p, rounds)).collect();
         let r = change_reference(PolicyKind::Lru, 96, &curves, &plan, rounds, 300);

@@ -8,7 +8,10 @@
 //! against each in turn, for each (batch, connections), `rounds` times, the order of the two
 //! alternating from run to run so neither always goes first on a machine whose speed drifts.
 //! Per configuration the figure is the median of the rounds; the target is on the geometric
-//! mean, over configurations, of `mrc ÷ shared`.
+//! mean, over configurations, of `mrc ÷ shared`. Beside it, each lender's CPU time per key
+//! (its utime + stime over the run, warm-up included, ÷ the keys answered in it): on a shared
+//! machine whose speed moves from run to run (hypervisor steal), what a GET costs the lender
+//! moves less than what a closed loop gets through.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -18,6 +21,7 @@ use farcache_policy::alloc::AllocationKind;
 use serde::{Deserialize, Serialize};
 
 use crate::load::{self, RunResult, RunSpec, Tally, Target};
+use crate::machine::process_cpu_secs;
 use crate::proc::{self, FarcacheSpec, WorkDir};
 use crate::value::VALUE_BYTES;
 use crate::{BenchError, Machine, Result};
@@ -83,6 +87,8 @@ pub struct ThroughputRow {
     pub batch: usize,
     pub connections: usize,
     pub round: usize,
+    /// The lender's CPU time per key answered in the run, warm-up included, in µs.
+    pub server_cpu_us_per_key: f64,
     #[serde(flatten)]
     pub result: RunResult,
 }
@@ -96,6 +102,11 @@ pub struct ThroughputReport {
     pub rows: Vec<ThroughputRow>,
     /// Per (batch, connections): the median ops/s under `shared` and `mrc`, and their ratio.
     pub medians: Vec<(usize, usize, f64, f64, f64)>,
+    /// Per (batch, connections): the median lender CPU µs per key under `shared` and `mrc`,
+    /// and their ratio.
+    pub cpu_medians: Vec<(usize, usize, f64, f64, f64)>,
+    /// The geometric mean of the CPU ratios.
+    pub cpu_geomean: f64,
     /// The geometric mean of the ratios: the figure the target is on.
     pub geomean: f64,
     pub met: bool,
@@ -155,19 +166,33 @@ pub fn run(o: &ThroughputOptions) -> Result<ThroughputReport> {
             };
             for j in 0..lenders.len() {
                 let (mode, guard, addr) = &mut lenders[(j + turn) % 2];
+                let cpu0 = process_cpu_secs(guard.pid());
                 let result = load::run(Target::Farcache(*addr), &spec).map_err(|e| match guard.check_alive() {
                     Err(dead) => BenchError::Setup(format!("{e}\n{dead}")),
                     Ok(()) => e,
                 })?;
+                let answered = (result.checked.hits + result.checked.misses).max(1) as f64;
+                let server_cpu_us_per_key = match (cpu0, process_cpu_secs(guard.pid())) {
+                    (Some(a), Some(b)) => (b - a) * 1e6 / answered,
+                    _ => 0.0,
+                };
                 eprintln!(
-                    "{:<6} batch {batch:>2} conns {connections:>2} round {}: {:>9.0} keys/s, p50 {:.1} µs, {} misses",
+                    "{:<6} batch {batch:>2} conns {connections:>2} round {}: {:>9.0} keys/s, p50 {:.1} µs, \
+                     lender CPU {server_cpu_us_per_key:.2} µs/key, {} misses",
                     mode.name(),
                     round + 1,
                     result.ops_per_sec,
                     result.latency_us_p50,
                     result.checked.misses
                 );
-                rows.push(ThroughputRow { mode: mode.name().into(), batch, connections, round, result });
+                rows.push(ThroughputRow {
+                    mode: mode.name().into(),
+                    batch,
+                    connections,
+                    round,
+                    server_cpu_us_per_key,
+                    result,
+                });
             }
         }
     }
@@ -175,21 +200,22 @@ pub fn run(o: &ThroughputOptions) -> Result<ThroughputReport> {
         guard.check_alive()?;
         guard.stop();
     }
-    let medians: Vec<(usize, usize, f64, f64, f64)> = configs
-        .iter()
-        .map(|&(b, c)| {
-            let median = |m: AllocationKind| {
-                median(
-                    rows.iter()
-                        .filter(|r| r.mode == m.name() && r.batch == b && r.connections == c)
-                        .map(|r| r.result.ops_per_sec),
-                )
-            };
-            let (off, on) = (median(OFF), median(ON));
-            (b, c, off, on, on / off.max(1e-9))
-        })
-        .collect();
+    let side_by_side = |figure: fn(&ThroughputRow) -> f64| -> Vec<(usize, usize, f64, f64, f64)> {
+        configs
+            .iter()
+            .map(|&(b, c)| {
+                let median = |m: AllocationKind| {
+                    median(rows.iter().filter(|r| r.mode == m.name() && r.batch == b && r.connections == c).map(figure))
+                };
+                let (off, on) = (median(OFF), median(ON));
+                (b, c, off, on, on / off.max(1e-9))
+            })
+            .collect()
+    };
+    let medians = side_by_side(|r| r.result.ops_per_sec);
+    let cpu_medians = side_by_side(|r| r.server_cpu_us_per_key);
     let geomean = geometric_mean(medians.iter().map(|m| m.4));
+    let cpu_geomean = geometric_mean(cpu_medians.iter().map(|m| m.4));
     Ok(ThroughputReport {
         machine: Machine::detect(),
         keys: o.keys,
@@ -198,6 +224,8 @@ pub fn run(o: &ThroughputOptions) -> Result<ThroughputReport> {
         rows,
         medians,
         geomean,
+        cpu_medians,
+        cpu_geomean,
         met: geomean >= WITHIN,
     })
 }
@@ -234,9 +262,24 @@ pub fn render(r: &ThroughputReport) -> String {
          the order alternating; keys/s, median of the rounds",
         r.keys, r.duration_secs, r.rounds
     );
-    let _ = writeln!(o, "{:>5} {:>5} | {:>11} {:>11} | {:>7}", "batch", "conns", OFF.name(), ON.name(), "ratio");
-    for (b, c, off, on, ratio) in &r.medians {
-        let _ = writeln!(o, "{b:>5} {c:>5} | {off:>11.0} {on:>11.0} | {ratio:>6.3}×");
+    let _ = writeln!(
+        o,
+        "{:>5} {:>5} | {:>11} {:>11} | {:>7} | lender CPU µs/key {:>7} {:>7} | {:>7}",
+        "batch",
+        "conns",
+        OFF.name(),
+        ON.name(),
+        "ratio",
+        OFF.name(),
+        ON.name(),
+        "ratio"
+    );
+    for ((b, c, off, on, ratio), (_, _, coff, con, cratio)) in r.medians.iter().zip(&r.cpu_medians) {
+        let _ = writeln!(
+            o,
+            "{b:>5} {c:>5} | {off:>11.0} {on:>11.0} | {ratio:>6.3}× | {:>17} {coff:>7.2} {con:>7.2} | {cratio:>6.3}×",
+            ""
+        );
     }
     let mut t = Tally::default();
     for x in &r.rows {
@@ -248,6 +291,12 @@ pub fn render(r: &ThroughputReport) -> String {
         "\nTargets\n  [{}] mrc GET throughput ≥ {WITHIN} × shared's (geometric mean over the configurations): {:.3}×",
         if r.met { "met" } else { "MISSED" },
         r.geomean
+    );
+    let _ = writeln!(
+        o,
+        "  (lender CPU per key, mrc ÷ shared, geometric mean: {:.3}×; rounds of one configuration can differ \
+         by more than that on a machine whose speed moves: the rows are in the JSON)",
+        r.cpu_geomean
     );
     o
 }
