@@ -701,6 +701,8 @@ pub fn caught_up(gains: &[(i64, i64)], want: f64, span: usize) -> Option<usize> 
 /// Intervals after a phase change by which `mrc` must have 90% of the new optimum's gain
 /// (issue 13: 30 s at the default 5 s interval).
 pub const CATCH_UP_INTERVALS: usize = 6;
+/// The part of the new optimum's gain that counts as caught up.
+const CATCH_UP_SHARE: f64 = 0.9;
 /// Intervals a catch-up is judged over (a single interval's gain is a few hundred misses).
 const CATCH_UP_SPAN: usize = 4;
 
@@ -719,15 +721,11 @@ fn render_change(o: &mut String, r: &AllocReport, modes: &[&str]) {
         for k in 0..shown {
             let _ = write!(head, " {:>6}", format!("+{k}"));
         }
-        let _ = write!(head, " {:>10} {:>12}", "caught up", "after +6");
+        let _ = write!(head, " {:>10} {:>12}", "caught up", format!("after +{CATCH_UP_INTERVALS}"));
         let _ = writeln!(o, "{head}");
         let mut line = format!("{:<11}", "opt gain");
-        for i in c.interval..(c.interval + shown).min(c.interval_misses.len()) {
-            let _ = write!(
-                line,
-                " {:>6}",
-                stat.interval_misses.get(i).map_or(0, |&s| s as i64 - c.interval_misses[i] as i64)
-            );
+        for (opt, _) in change_gains(c, stat, stat).iter().take(shown) {
+            let _ = write!(line, " {opt:>6}");
         }
         let _ = writeln!(o, "{line}");
         for m in modes.iter().filter(|m| **m != "static") {
@@ -741,7 +739,7 @@ fn render_change(o: &mut String, r: &AllocReport, modes: &[&str]) {
                     gain_share(std::slice::from_ref(g)).map_or("-".into(), |x| format!("{:.0}%", 100.0 * x))
                 );
             }
-            let caught = caught_up(&gains, 0.9, CATCH_UP_SPAN).map_or("never".into(), |k| format!("+{k}"));
+            let caught = caught_up(&gains, CATCH_UP_SHARE, CATCH_UP_SPAN).map_or("never".into(), |k| format!("+{k}"));
             let rest = gains
                 .get(CATCH_UP_INTERVALS..)
                 .and_then(gain_share)
@@ -750,9 +748,10 @@ fn render_change(o: &mut String, r: &AllocReport, modes: &[&str]) {
         }
         let _ = writeln!(
             o,
-            "(caught up: the first interval from which {CATCH_UP_SPAN} intervals together reach 90% of the new \
-             optimum's gain; target: by +{CATCH_UP_INTERVALS}, 30 s at the default interval. after +6: the share \
-             over the rest of the run)"
+            "(caught up: the first interval from which {CATCH_UP_SPAN} intervals together reach {:.0}% of the new \
+             optimum's gain; target: by +{CATCH_UP_INTERVALS}, 30 s at the default interval. after \
+             +{CATCH_UP_INTERVALS}: the share over the rest of the run)",
+            CATCH_UP_SHARE * 100.0
         );
     }
 }
@@ -760,11 +759,13 @@ fn render_change(o: &mut String, r: &AllocReport, modes: &[&str]) {
 /// `mrc` with less memory against `static` with all of it: the lender's hit ratio per scenario
 /// and over the suite.
 fn render_lean(o: &mut String, r: &AllocReport) {
-    let lean: Vec<&str> = {
-        let mut v: Vec<&str> = r.rows.iter().filter(|x| x.capacity_blocks.is_some()).map(|x| x.mode.as_str()).collect();
-        v.dedup();
-        v
-    };
+    // Each lean mode once, in the order run (its rows alternate with the scenarios').
+    let mut lean: Vec<&str> = Vec::new();
+    for x in r.rows.iter().filter(|x| x.capacity_blocks.is_some()) {
+        if !lean.contains(&x.mode.as_str()) {
+            lean.push(&x.mode);
+        }
+    }
     if lean.is_empty() {
         return;
     }

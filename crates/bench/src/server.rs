@@ -27,7 +27,7 @@ use crate::{BenchError, Machine, Result};
 const GIB: f64 = (1u64 << 30) as f64;
 const MIB: u64 = 1 << 20;
 /// Capacity beyond the payload for both systems, so that shard imbalance never evicts.
-const HEADROOM_BYTES: u64 = 64 * MIB;
+pub(crate) const HEADROOM_BYTES: u64 = 64 * MIB;
 /// Keys per PUT while filling, and connections filling at once.
 const FILL_BATCH: usize = 16;
 const FILL_CONNECTIONS: usize = 2;
@@ -310,7 +310,7 @@ pub fn run(opts: &ServerBenchOptions) -> Result<ServerReport> {
                     let mut rows = Vec::new();
                     for sut in &mut suts {
                         let before = CpuSnapshot::take(&ours);
-                        let result = load::run(sut.target, &spec).map_err(|e| with_log(e, &mut sut.guard))?;
+                        let result = sut.guard.blame(load::run(sut.target, &spec))?;
                         let other_cpu = CpuSnapshot::take(&ours).since(&before);
                         eprintln!(
                             "{:<9} mix {:<6} batch {:>3} conns {:>3}: {:>10.0} ops/s  p50 {:>7.1} µs  p99 {:>7.1} µs  misses {}  mismatches {}  other CPU {:.2} {}",
@@ -390,20 +390,11 @@ pub fn run(opts: &ServerBenchOptions) -> Result<ServerReport> {
     Ok(ServerReport { machine, settings, memory, runs, discarded_attempts_checked, targets })
 }
 
-/// Add the end of the child's log to an error, and say if it died.
-fn with_log(e: BenchError, guard: &mut ChildGuard) -> BenchError {
-    match guard.check_alive() {
-        Err(dead) => BenchError::Setup(format!("{e}\n{dead}")),
-        Ok(()) => e,
-    }
-}
-
 fn fill_phase(sut: &mut Sut, opts: &ServerBenchOptions) -> Result<MemoryRow> {
     let payload = opts.payload_bytes();
     let rss_before = sut.guard.rss_bytes()?;
     let t0 = Instant::now();
-    let tally: Tally =
-        load::fill(sut.target, opts.keys, FILL_BATCH, FILL_CONNECTIONS).map_err(|e| with_log(e, &mut sut.guard))?;
+    let tally: Tally = sut.guard.blame(load::fill(sut.target, opts.keys, FILL_BATCH, FILL_CONNECTIONS))?;
     let fill_secs = t0.elapsed().as_secs_f64();
     // Let the servers finish any work they defer (memcached's LRU maintainer, hash table
     // expansion) before reading RSS.

@@ -23,11 +23,10 @@ use serde::{Deserialize, Serialize};
 use crate::load::{self, RunResult, RunSpec, Tally, Target};
 use crate::machine::process_cpu_secs;
 use crate::proc::{self, FarcacheSpec, WorkDir};
+use crate::server::HEADROOM_BYTES;
 use crate::value::VALUE_BYTES;
 use crate::{BenchError, Machine, Result};
 
-/// Capacity beyond the payload, so that no shard ever evicts.
-const HEADROOM_BYTES: u64 = 64 << 20;
 /// The allocation that is "off" and the one measured against it.
 const OFF: AllocationKind = AllocationKind::Shared;
 const ON: AllocationKind = AllocationKind::Mrc;
@@ -135,8 +134,8 @@ pub fn run(o: &ThroughputOptions) -> Result<ThroughputReport> {
             config: format!("allocation = \"{}\"\n", mode.name()),
             log_filter: None,
         };
-        let (guard, addr) = proc::spawn_farcache(&spec, &dir, &format!("throughput-{}", mode.name()))?;
-        let filled = load::fill(Target::Farcache(addr), o.keys, 16, 2)?;
+        let (mut guard, addr) = proc::spawn_farcache(&spec, &dir, &format!("throughput-{}", mode.name()))?;
+        let filled = guard.blame(load::fill(Target::Farcache(addr), o.keys, 16, 2))?;
         if filled.put_rejected > 0 {
             return Err(BenchError::Setup(format!(
                 "alloc throughput: the {} lender refused {} of {} PUTs while filling",
@@ -167,10 +166,7 @@ pub fn run(o: &ThroughputOptions) -> Result<ThroughputReport> {
             for j in 0..lenders.len() {
                 let (mode, guard, addr) = &mut lenders[(j + turn) % 2];
                 let cpu0 = process_cpu_secs(guard.pid());
-                let result = load::run(Target::Farcache(*addr), &spec).map_err(|e| match guard.check_alive() {
-                    Err(dead) => BenchError::Setup(format!("{e}\n{dead}")),
-                    Ok(()) => e,
-                })?;
+                let result = guard.blame(load::run(Target::Farcache(*addr), &spec))?;
                 let answered = (result.checked.hits + result.checked.misses).max(1) as f64;
                 let server_cpu_us_per_key = match (cpu0, process_cpu_secs(guard.pid())) {
                     (Some(a), Some(b)) => (b - a) * 1e6 / answered,
