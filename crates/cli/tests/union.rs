@@ -774,6 +774,14 @@ fn the_copy_yields_to_foreground_io_and_still_finishes() {
     // waited for the readers to stop would show seconds per chunk.
     assert!(waited >= 1, "{s:#}");
     assert!(waited <= yields * (MAX_WAIT_MS + 500), "a wait passed its bound: {s:#}");
+    // Where the time went: the parts (each rounded down to a ms) and the waits make the
+    // balance's time, less what no part times (opening, metadata, the plan).
+    let part = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k} missing: {s:#}"));
+    let parts: u64 =
+        ["read_cache_ms", "read_disk_ms", "write_ms", "sync_ms", "switch_ms"].iter().map(|k| part(k)).sum();
+    let elapsed = part("elapsed_ms");
+    assert!(parts + waited <= elapsed + 6, "the parts exceed the whole: {s:#}");
+    assert!((parts + waited) * 2 + 12 >= elapsed, "most of the balance's time untimed: {s:#}");
     let st = d.stats();
     assert_eq!((n(&st, "union", "copy_yields"), n(&st, "union", "copy_yield_bounded")), (yields, bounded), "{st:#}");
     assert!(n(&st, "union", "copy_yield_wait_ms") <= waited + 1, "{st:#}");

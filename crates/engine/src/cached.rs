@@ -48,6 +48,11 @@ use crate::remote::Remote;
 use crate::routing::{Decision, Router, RouterState, STREAM_PROBE_MIN_BYTES};
 use crate::stats::{CacheStats, IndexStats, RoutingStats};
 
+/// Blocks a copy ([`DataPath::copy_read`]) fetches from the lenders at a time (128 KiB: at
+/// 1 Gbit/s about a millisecond of the link, the most an application's fetch waits behind
+/// one).
+pub const COPY_FETCH_BLOCKS: usize = 32;
+
 /// Counters of the cache engine beyond the remote tier's own.
 #[derive(Debug, Default)]
 pub struct EngineCounters {
@@ -511,68 +516,91 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         if !from_cache || len == 0 {
             return self.disk.copy_read(file, offset, len, false);
         }
+        let mut r = self.copy_read_held(file, offset, len)?;
+        let mut out = BytesMut::from(&r.data[..]);
+        let mut end = out.len();
+        for (at, n) in std::mem::take(&mut r.missing) {
+            let d = self.disk.copy_read(file, at, n, false)?;
+            // The span's bytes replace whatever the held part put there (zeros, or the
+            // lenders' copies of the same blocks); a short read is the end of the file.
+            let o = (at - offset) as usize;
+            out[o..o + d.data.len()].copy_from_slice(&d.data);
+            if d.data.len() < n {
+                end = end.min(o + d.data.len());
+            }
+            r.disk_blocks += d.disk_blocks;
+            r.disk_time += d.disk_time;
+        }
+        out.truncate(end);
+        r.data = out.freeze();
+        Ok(r)
+    }
+
+    /// The lenders' part of a copy: every block they give outside the span of those they do
+    /// not (one span, from the first block they lack to the last: read later in one disk
+    /// request, by [`DataPath::copy_read`] without the cache), never the disk.
+    fn copy_read_held(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
+        if len == 0 {
+            return Ok(CopyRead::default());
+        }
         debug_assert!(offset.is_multiple_of(BLOCK_BYTES));
         let first = offset / BLOCK_BYTES;
         let last = (offset + len as u64 - 1) / BLOCK_BYTES;
         let f = self.index.file(file.id());
         let keys: Vec<Option<BlockKey>> = (first..=last).map(|b| self.index.lookup(&f, b)).collect();
         // The blocks between the first and the last one no lender holds come from the disk
-        // anyway, in the one request below: asking lenders for them too would only add their
-        // round trip (measured: with a lender holding a few scattered blocks of each file,
-        // the copy from cache took 1.7× the disk's time). Lenders are asked for the rest.
+        // anyway, in the one request for the span: asking lenders for them too would only add
+        // their round trip (measured: with a lender holding a few scattered blocks of each
+        // file, the copy from cache took 1.7× the disk's time). Lenders are asked for the rest.
         let nokey = (keys.iter().position(Option::is_none), keys.iter().rposition(Option::is_none));
         let inside = |i: usize| matches!(nokey, (Some(a), Some(b)) if (a..=b).contains(&i));
         let asked: Vec<(usize, BlockKey)> =
             keys.iter().enumerate().filter(|(i, _)| !inside(*i)).filter_map(|(i, k)| k.map(|k| (i, k))).collect();
         let mut got: Vec<Option<Bytes>> = vec![None; keys.len()];
-        if !asked.is_empty() {
-            let want: Vec<BlockKey> = asked.iter().map(|(_, k)| *k).collect();
+        // In pieces, one after the other: the applications' fetches share the link with the
+        // copy's, and one that arrives behind a piece waits for the rest of it. Measured with
+        // `bench paper --experiment migrate` (one reader, 1 Gbit/s): a copy fetching 1 MiB at
+        // a time took the link for 8 ms a chunk, and the reader's lender reads queued behind
+        // it (BENCHMARKS.md, issue 14, session 20).
+        for piece in asked.chunks(COPY_FETCH_BLOCKS) {
+            let want: Vec<BlockKey> = piece.iter().map(|(_, k)| *k).collect();
             let fetched = self.remote.fetch(&want, BLOCK_BYTES as usize);
             let mut vals = fetched.values.into_iter();
-            for (i, k) in &asked {
+            for (i, k) in piece {
                 match vals.next().flatten() {
                     Some(v) => got[*i] = Some(v),
                     None => self.index.mark_missing(&f, *k),
                 }
             }
         }
-        // The blocks no lender gave come from the disk in one request spanning them all (the
+        // The blocks no lender gave are left to one disk request spanning them all (the
         // lenders' blocks between them read again and dropped), never filled: a copy must not
         // push the cache's working set out. One request, not one per run of missing blocks: a
         // busy disk's cost is per request (a seek; an IOPS limit), and a file lenders hold in
         // part has many short holes — measured with `bench paper --experiment migrate`, a
         // request per hole made copying from the cache slower than from the disk.
-        let missing = (got.iter().position(Option::is_none), got.iter().rposition(Option::is_none));
-        let span = match missing {
-            (Some(a), Some(b)) => {
-                let at = (first + a as u64) * BLOCK_BYTES;
-                let want = ((b - a + 1) as u64 * BLOCK_BYTES) as usize;
-                Some((a, self.disk.read(file, at, want)?))
-            }
+        let span = match (got.iter().position(Option::is_none), got.iter().rposition(Option::is_none)) {
+            (Some(a), Some(b)) => Some((a, b)),
             _ => None,
         };
-        let mut out = BytesMut::with_capacity(keys.len() * BLOCK_BYTES as usize);
-        let (mut cache_blocks, mut disk_blocks) = (0u64, 0u64);
-        for (i, g) in got.iter_mut().enumerate() {
-            if let Some(v) = g.take() {
-                out.extend_from_slice(&v);
+        let mut out = BytesMut::zeroed(keys.len() * BLOCK_BYTES as usize);
+        let mut cache_blocks = 0u64;
+        for (i, g) in got.iter().enumerate() {
+            if let (Some(v), false) = (g, span.is_some_and(|(a, b)| (a..=b).contains(&i))) {
+                let o = i * BLOCK_BYTES as usize;
+                out[o..o + v.len()].copy_from_slice(v);
                 cache_blocks += 1;
-                continue;
-            }
-            let Some((a, d)) = span.as_ref() else { break };
-            let o = (i - a) * BLOCK_BYTES as usize;
-            let e = (o + BLOCK_BYTES as usize).min(d.len());
-            if o >= e {
-                break; // end of file
-            }
-            out.extend_from_slice(&d[o..e]);
-            disk_blocks += 1;
-            if e - o < BLOCK_BYTES as usize {
-                break; // end of file
             }
         }
-        out.truncate(len.min(out.len()));
-        Ok(CopyRead { data: out.freeze(), cache_blocks, disk_blocks, tier_blocks: 0 })
+        out.truncate(len);
+        let missing = span
+            .map(|(a, b)| {
+                let at = (first + a as u64) * BLOCK_BYTES;
+                let end = ((first + b as u64 + 1) * BLOCK_BYTES).min(offset + len as u64);
+                vec![(at, (end - at) as usize)]
+            })
+            .unwrap_or_default();
+        Ok(CopyRead { data: out.freeze(), cache_blocks, missing, ..CopyRead::default() })
     }
 
     fn cached_blocks(&self, id: &FileId) -> u64 {

@@ -81,9 +81,23 @@ pub trait DataPath: Send + Sync + 'static {
     /// default reads from the disk only.
     fn copy_read(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> io::Result<CopyRead> {
         let _ = from_cache;
+        let t0 = std::time::Instant::now();
         let data = self.read(file, offset, len)?;
         let disk_blocks = data.len().div_ceil(crate::index::BLOCK_BYTES as usize) as u64;
-        Ok(CopyRead { data, cache_blocks: 0, disk_blocks, tier_blocks: 0 })
+        Ok(CopyRead { data, disk_blocks, disk_time: t0.elapsed(), ..CopyRead::default() })
+    }
+
+    /// The part of [`DataPath::copy_read`] that tiers in front of the disk give, without
+    /// reading the disk: `data` holds the range (`len` bytes, or fewer at the end of the
+    /// file) with every block a tier gave in place, and `missing` the spans still to read —
+    /// each with [`DataPath::copy_read`] without the cache, which also takes the blocks a
+    /// write-back tier holds dirty — whose bytes replace what `data` has there. A copy that
+    /// gives the disk back to the applications between its disk reads goes on with the
+    /// cached part meanwhile. The default holds nothing: the whole range is missing.
+    fn copy_read_held(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
+        let _ = file;
+        let missing = if len == 0 { Vec::new() } else { vec![(offset, len)] };
+        Ok(CopyRead { missing, ..CopyRead::default() })
     }
 
     /// Blocks of the file `id` that a tier in front of the disk holds (to prefer such files
@@ -132,6 +146,11 @@ pub struct CopyRead {
     pub disk_blocks: u64,
     /// Of `cache_blocks`, those the write-back tier held (dirty there: the disk lacks them).
     pub tier_blocks: u64,
+    /// Time spent reading the disk (what a copy that gives way to the applications' I/O
+    /// weighs its waits by: the time it held the disk, not the time it fetched from lenders).
+    pub disk_time: std::time::Duration,
+    /// From [`DataPath::copy_read_held`]: the spans (offset, length) not read yet.
+    pub missing: Vec<(u64, usize)>,
 }
 
 /// A shared data path is a data path (the mount keeps an `Arc` of the stack for its control
@@ -166,6 +185,9 @@ impl<T: DataPath + ?Sized> DataPath for std::sync::Arc<T> {
     }
     fn copy_read(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> io::Result<CopyRead> {
         (**self).copy_read(file, offset, len, from_cache)
+    }
+    fn copy_read_held(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
+        (**self).copy_read_held(file, offset, len)
     }
     fn cached_blocks(&self, id: &FileId) -> u64 {
         (**self).cached_blocks(id)
@@ -275,6 +297,9 @@ impl DataPath for Deferred {
     }
     fn copy_read(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> io::Result<CopyRead> {
         self.get().map_err(Self::eio)?.copy_read(file, offset, len, from_cache)
+    }
+    fn copy_read_held(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
+        self.get().map_err(Self::eio)?.copy_read_held(file, offset, len)
     }
     fn cached_blocks(&self, id: &FileId) -> u64 {
         self.slot.get().map_or(0, |p| p.cached_blocks(id))

@@ -117,7 +117,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     bar.finish();
     say(format!(
         "moved {} of {} files in {} ms ({} skipped, {} failed); blocks from cache {} ({} from the write-back tier), \
-         from disk {}; races {}, retries {}; {} chunks yielded to the foreground for {} ms ({} to the bound)",
+         from disk {}; races {}, retries {}; {} chunks yielded to the foreground for {} ms ({} to the bound); ms \
+         reading from the cache {}, from the disk {}, writing {}, syncing {}, switching {}",
         last.moved,
         last.planned.len(),
         last.elapsed_ms,
@@ -130,7 +131,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         last.retries,
         last.yields,
         last.yield_wait_ms,
-        last.yield_bounded
+        last.yield_bounded,
+        last.read_cache_ms,
+        last.read_disk_ms,
+        last.write_ms,
+        last.sync_ms,
+        last.switch_ms
     ));
     if a.json {
         println!("{}", serde_json::to_string(&last)?);

@@ -482,6 +482,96 @@ impl<D: DataPath> WritebackPath<D> {
         }
         let _ = h.join();
     }
+
+    /// [`DataPath::copy_read`] and [`DataPath::copy_read_held`]: the tier's dirty blocks
+    /// over what `below` reads of the rest (`held`: blocks destaged meanwhile left missing).
+    fn copy_over(
+        &self,
+        file: &BackingFile,
+        offset: u64,
+        len: usize,
+        held: bool,
+        below: &dyn Fn(u64, usize) -> io::Result<CopyRead>,
+    ) -> io::Result<CopyRead> {
+        let s = &self.shared;
+        let fe = s.files.lock().get(file.id()).cloned();
+        let Some(fe) = fe.filter(|_| len > 0) else { return below(offset, len) };
+        let (first, last) = (offset / B, (offset + len as u64 - 1) / B);
+        let dirty: HashMap<u64, farcache_tier::Rec> = s.log.dirty_in(fe.key, first, last).into_iter().collect();
+        if dirty.is_empty() {
+            return below(offset, len);
+        }
+        // The file's size now (the tier extends it with every write past its end).
+        let size = file.file().metadata()?.len();
+        let want = (size.saturating_sub(offset)).min(len as u64) as usize;
+        let mut out = BytesMut::zeroed(want);
+        let mut r = CopyRead::default();
+        // Runs of blocks the tier does not hold, as (first, last) block numbers.
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for b in first..=last {
+            if b * B >= offset + want as u64 {
+                break;
+            }
+            if dirty.contains_key(&b) {
+                continue;
+            }
+            match runs.last_mut() {
+                Some((_, l)) if *l + 1 == b => *l = b,
+                _ => runs.push((b, b)),
+            }
+        }
+        if runs.len() > COPY_RUNS {
+            let (a, z) = (runs[0].0, runs[runs.len() - 1].1);
+            runs = vec![(a, z)];
+        }
+        for (a, z) in runs {
+            let at = a * B;
+            let n = (((z - a + 1) * B).min(offset + want as u64 - at)) as usize;
+            let got = below(at, n)?;
+            let o = (at - offset) as usize;
+            let m = got.data.len().min(want - o);
+            out[o..o + m].copy_from_slice(&got.data[..m]);
+            r.cache_blocks += got.cache_blocks;
+            r.disk_blocks += got.disk_blocks;
+            r.disk_time += got.disk_time;
+            r.missing.extend(got.missing);
+        }
+        // The tier's blocks last: its records are the newest data (one destaged meanwhile
+        // was read from below, with the same contents).
+        let mut from_tier = 0u64;
+        for b in dirty.keys() {
+            let Some((page, valid)) = s.log.read_block(fe.key, *b)? else {
+                // Destaged since: the disk has it now.
+                let at = b * B;
+                if at >= offset + want as u64 {
+                    continue;
+                }
+                let n = (B.min(offset + want as u64 - at)) as usize;
+                if held {
+                    r.missing.push((at, n));
+                    continue;
+                }
+                let t0 = std::time::Instant::now();
+                let got = s.inner.read(file, at, n)?;
+                r.disk_time += t0.elapsed();
+                let o = (at - offset) as usize;
+                out[o..o + got.len()].copy_from_slice(&got);
+                r.disk_blocks += 1;
+                continue;
+            };
+            let (bs, be) = (b * B, b * B + u64::from(valid));
+            let (lo, hi) = (bs.max(offset), be.min(offset + want as u64));
+            if lo < hi {
+                out[(lo - offset) as usize..(hi - offset) as usize]
+                    .copy_from_slice(&page.0[(lo - bs) as usize..(hi - bs) as usize]);
+            }
+            from_tier += 1;
+        }
+        r.tier_blocks = from_tier;
+        r.cache_blocks += from_tier;
+        r.data = out.freeze();
+        Ok(r)
+    }
 }
 
 impl<D: DataPath> Drop for WritebackPath<D> {
@@ -887,76 +977,15 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
     /// it —, the rest from the path below (lenders, then the disk), one request per run of
     /// blocks the tier does not hold (at most [`COPY_RUNS`], then one request spanning them).
     fn copy_read(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> io::Result<CopyRead> {
-        let s = &self.shared;
-        let fe = s.files.lock().get(file.id()).cloned();
-        let Some(fe) = fe.filter(|_| len > 0) else { return s.inner.copy_read(file, offset, len, from_cache) };
-        let (first, last) = (offset / B, (offset + len as u64 - 1) / B);
-        let dirty: HashMap<u64, farcache_tier::Rec> = s.log.dirty_in(fe.key, first, last).into_iter().collect();
-        if dirty.is_empty() {
-            return s.inner.copy_read(file, offset, len, from_cache);
-        }
-        // The file's size now (the tier extends it with every write past its end).
-        let size = file.file().metadata()?.len();
-        let want = (size.saturating_sub(offset)).min(len as u64) as usize;
-        let mut out = BytesMut::zeroed(want);
-        let mut r = CopyRead::default();
-        // Runs of blocks the tier does not hold, as (first, last) block numbers.
-        let mut runs: Vec<(u64, u64)> = Vec::new();
-        for b in first..=last {
-            if b * B >= offset + want as u64 {
-                break;
-            }
-            if dirty.contains_key(&b) {
-                continue;
-            }
-            match runs.last_mut() {
-                Some((_, l)) if *l + 1 == b => *l = b,
-                _ => runs.push((b, b)),
-            }
-        }
-        if runs.len() > COPY_RUNS {
-            let (a, z) = (runs[0].0, runs[runs.len() - 1].1);
-            runs = vec![(a, z)];
-        }
-        for (a, z) in runs {
-            let at = a * B;
-            let n = (((z - a + 1) * B).min(offset + want as u64 - at)) as usize;
-            let got = s.inner.copy_read(file, at, n, from_cache)?;
-            let o = (at - offset) as usize;
-            let m = got.data.len().min(want - o);
-            out[o..o + m].copy_from_slice(&got.data[..m]);
-            r.cache_blocks += got.cache_blocks;
-            r.disk_blocks += got.disk_blocks;
-        }
-        // The tier's blocks last: its records are the newest data (one destaged meanwhile
-        // was read from below, with the same contents).
-        let mut from_tier = 0u64;
-        for b in dirty.keys() {
-            let Some((page, valid)) = s.log.read_block(fe.key, *b)? else {
-                // Destaged since: the disk has it now.
-                let at = b * B;
-                if at >= offset + want as u64 {
-                    continue;
-                }
-                let n = (B.min(offset + want as u64 - at)) as usize;
-                let got = s.inner.read(file, at, n)?;
-                let o = (at - offset) as usize;
-                out[o..o + got.len()].copy_from_slice(&got);
-                r.disk_blocks += 1;
-                continue;
-            };
-            let (bs, be) = (b * B, b * B + u64::from(valid));
-            let (lo, hi) = (bs.max(offset), be.min(offset + want as u64));
-            if lo < hi {
-                out[(lo - offset) as usize..(hi - offset) as usize]
-                    .copy_from_slice(&page.0[(lo - bs) as usize..(hi - bs) as usize]);
-            }
-            from_tier += 1;
-        }
-        r.tier_blocks = from_tier;
-        r.cache_blocks += from_tier;
-        r.data = out.freeze();
-        Ok(r)
+        let inner = &self.shared.inner;
+        self.copy_over(file, offset, len, false, &|at, n| inner.copy_read(file, at, n, from_cache))
+    }
+
+    /// As [`DataPath::copy_read`] from the cache, without the disk: the spans the path below
+    /// lacks, and blocks destaged meanwhile, are left missing.
+    fn copy_read_held(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
+        let inner = &self.shared.inner;
+        self.copy_over(file, offset, len, true, &|at, n| inner.copy_read_held(file, at, n))
     }
 
     fn cached_blocks(&self, id: &FileId) -> u64 {

@@ -640,6 +640,19 @@ fn a_union_files_data_is_copied_from_the_tier_follows_a_move_and_is_found_by_id_
     let r = t.copy_read(&dst, 0, 1 << 20, true).unwrap();
     assert_eq!(r.data.as_ref(), &model[..]);
     assert_eq!((r.tier_blocks, r.cache_blocks, r.disk_blocks), (1, 1, 3));
+    // The same in two steps, as a balance copies: the held part (the dirty block; nothing
+    // below holds the rest), then each missing span from the disk over it.
+    let h = t.copy_read_held(&dst, 0, model.len()).unwrap();
+    assert_eq!((h.tier_blocks, h.cache_blocks, h.disk_blocks), (1, 1, 0));
+    assert_eq!(h.missing, vec![(0, 2 * 4096), (3 * 4096, 100)], "the runs the tier does not hold");
+    assert_eq!(&h.data[2 * 4096..3 * 4096], &model[2 * 4096..3 * 4096]);
+    let mut copy = h.data.to_vec();
+    for (at, n) in &h.missing {
+        let d = t.copy_read(&dst, *at, *n, false).unwrap();
+        assert!(d.missing.is_empty() && d.disk_blocks > 0);
+        copy[*at as usize..*at as usize + d.data.len()].copy_from_slice(&d.data);
+    }
+    assert_eq!(copy, model);
 
     // A crash with that block dirty: found again by its id, where it lives now.
     drop(t);

@@ -59,9 +59,9 @@ idle_io_priority = true
 # The copy gives way to the applications' I/O, for every balance, automatic or asked for:
 # after each 1 MiB chunk it read from the source disk (not those lenders or the tier gave
 # whole), while the mount's reads or writes of files on the branches it copies between are
-# in flight, it waits — at most yield_wait_ratio times that chunk's copy time and at most
-# yield_max_wait. It never stops: under a foreground that never pauses it keeps
-# at least 1 / (1 + yield_wait_ratio) of its own speed. Works with any I/O scheduler
+# in flight, it waits — at most yield_wait_ratio times the time that chunk spent reading the
+# source disk and at most yield_max_wait. It never stops: under a foreground that never
+# pauses it still holds the source disk 1 / (1 + yield_wait_ratio) of the time. Works with any I/O scheduler
 # (idle_io_priority needs one with priorities).
 yield_to_foreground = true
 yield_wait_ratio = 4.0

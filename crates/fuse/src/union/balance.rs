@@ -2,9 +2,10 @@
 //! lenders (or a tier) hold from there and only the rest from the busy disk.
 //!
 //! A move of one file (journal first: `journal.rs`):
-//! 1. copy it to `.farcache-union/tmp/<id>` on the target branch, through
-//!    [`DataPath::copy_read`] (`--source cache`) or from the disk only (`--source disk`, the
-//!    conventional baseline); sync it;
+//! 1. copy it to `.farcache-union/tmp/<id>` on the target branch: with `--source cache`
+//!    each chunk's blocks lenders or a tier hold at once ([`DataPath::copy_read_held`]) and
+//!    the rest from the disk when the copy owes the applications no wait (`yielding.rs`);
+//!    with `--source disk` (the conventional baseline) everything from the disk; sync it;
 //!    give it the file's mode, owner, times, extended attributes and its id record; sync;
 //!    tell the data path (`DataPath::moving`: a write-back tier records that the file may
 //!    become the copy, durably; the blocks it holds were copied from it);
@@ -22,6 +23,7 @@
 //! The file's node id, inode number and cache identity do not change, so cached blocks stay
 //! valid and open handles go on, on the new copy. Hard-linked files are not moved.
 
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
@@ -47,6 +49,9 @@ use crate::sys;
 pub const MAX_ATTEMPTS: u32 = 3;
 /// Bytes read per copy request.
 const COPY_CHUNK_BYTES: usize = 1 << 20;
+/// Disk reads a copy queues while it owes the applications a wait (a few chunks: its cached
+/// part runs ahead of its disk part by at most this much).
+const MAX_QUEUED_READS: usize = 4;
 /// Most files one balance moves.
 pub const MAX_FILES: usize = 100_000;
 /// Longest load-measuring window.
@@ -86,6 +91,34 @@ impl Pacer {
         let ahead = due.saturating_sub(self.start.elapsed());
         // A rate limit, not a wait for an event: the copy may not go faster than this.
         std::thread::sleep(ahead.min(Duration::from_secs(1)));
+    }
+}
+
+/// Where one balance's copying time went (`BalanceStatus::read_cache_ms` and the others).
+#[derive(Default)]
+struct CopyTimes {
+    read_cache: Duration,
+    read_disk: Duration,
+    write: Duration,
+    sync: Duration,
+    switch: Duration,
+}
+
+impl CopyTimes {
+    /// Adds the time since `t0` to `slot`, and returns now (the next span's start).
+    fn lap(slot: &mut Duration, t0: Instant) -> Instant {
+        let now = Instant::now();
+        *slot += now - t0;
+        now
+    }
+
+    fn report(&self, s: &mut BalanceStatus) {
+        let ms = |d: Duration| d.as_millis() as u64;
+        s.read_cache_ms = ms(self.read_cache);
+        s.read_disk_ms = ms(self.read_disk);
+        s.write_ms = ms(self.write);
+        s.sync_ms = ms(self.sync);
+        s.switch_ms = ms(self.switch);
     }
 }
 
@@ -175,6 +208,20 @@ pub struct BalanceStatus {
     pub yield_bounded: u64,
     #[serde(default)]
     pub yield_wait_ms: u64,
+    /// Where the copy's time went (milliseconds, summed over files): reading chunks the
+    /// lenders or the tier gave whole, reading chunks that needed the source disk, writing
+    /// the copy, the syncs (journal record, copy, directories) and the switch under the gate.
+    /// With `yield_wait_ms` and the rate limit's waits they make `elapsed_ms`.
+    #[serde(default)]
+    pub read_cache_ms: u64,
+    #[serde(default)]
+    pub read_disk_ms: u64,
+    #[serde(default)]
+    pub write_ms: u64,
+    #[serde(default)]
+    pub sync_ms: u64,
+    #[serde(default)]
+    pub switch_ms: u64,
     pub elapsed_ms: u64,
     /// Why the balance stopped early, or the last file's failure.
     pub error: Option<String>,
@@ -434,13 +481,14 @@ impl UnionHandle {
         let planned = self.status.lock().planned.clone();
         let mut pacer = Pacer::new(limits.bytes_per_sec);
         let mut yielder = Yielder::new(*self.yielding.lock());
+        let mut times = CopyTimes::default();
         for f in planned {
             if self.cancel.load(Ordering::Relaxed) {
                 self.status.lock().error = Some("stopped: the mount is going away".into());
                 break;
             }
             let r = match self.inodes.get(f.id) {
-                Some(inode) => self.move_file(&inode, f.id, (from, to), source, (&mut pacer, &mut yielder)),
+                Some(inode) => self.move_file(&inode, f.id, (from, to), source, (&mut pacer, &mut yielder, &mut times)),
                 None => Ok(Outcome::Skipped("no longer known to the kernel")),
             };
             let mut s = self.status.lock();
@@ -460,6 +508,7 @@ impl UnionHandle {
                     s.error = Some(format!("{}: {e}", f.path));
                 }
             }
+            times.report(&mut s);
             s.elapsed_ms = t.elapsed().as_millis() as u64;
         }
         let mut s = self.status.lock();
@@ -468,7 +517,7 @@ impl UnionHandle {
         tracing::info!(
             "balance{} done: {} moved, {} skipped, {} failed in {} ms ({} blocks from cache ({} of them from the \
              write-back tier), {} from disk, {} races; {} chunks yielded to the foreground for {} ms, {} of them \
-             to the bound)",
+             to the bound; ms reading from the cache {}, from the disk {}, writing {}, syncing {}, switching {})",
             if s.automatic { " (automatic)" } else { "" },
             s.moved,
             s.skipped,
@@ -480,7 +529,12 @@ impl UnionHandle {
             s.races,
             s.yields,
             s.yield_wait_ms,
-            s.yield_bounded
+            s.yield_bounded,
+            s.read_cache_ms,
+            s.read_disk_ms,
+            s.write_ms,
+            s.sync_ms,
+            s.switch_ms
         );
         s.clone()
     }
@@ -496,7 +550,7 @@ impl UnionHandle {
         id: u64,
         (from, to): (usize, usize),
         source: CopySource,
-        (pacer, yielder): (&mut Pacer, &mut Yielder),
+        (pacer, yielder, times): (&mut Pacer, &mut Yielder, &mut CopyTimes),
     ) -> io::Result<Outcome> {
         let u = &*self.u;
         let (b, _) = u.locate(inode.fd())?;
@@ -514,7 +568,7 @@ impl UnionHandle {
                     u.counters.retries.fetch_add(1, Ordering::Relaxed);
                     self.count(|s| s.retries += 1);
                 }
-                match self.attempt(inode, id, (from, to), source, (&mut *pacer, &mut *yielder))? {
+                match self.attempt(inode, id, (from, to), source, (&mut *pacer, &mut *yielder, &mut *times))? {
                     Some(o) => return Ok(o),
                     None => {
                         u.counters.races.fetch_add(1, Ordering::Relaxed);
@@ -532,8 +586,9 @@ impl UnionHandle {
         r
     }
 
-    /// After a chunk of a copy from `from` to `to` that read the source disk: give way to
-    /// the applications' I/O on either branch (bounded; `yielding.rs`), counted.
+    /// Before a read of the source disk by a copy from `from` to `to`: give way to the
+    /// applications' I/O on either branch for what the last read owes them (bounded;
+    /// `yielding.rs`), counted.
     fn yield_to_foreground(&self, yielder: &mut Yielder, from: usize, to: usize) {
         let u = &*self.u;
         let (d, bounded) = match yielder.give_way(|| u.foreground.busy(&[from, to])) {
@@ -552,6 +607,34 @@ impl UnionHandle {
         });
     }
 
+    /// Copy `n` bytes at `at` of `src` from the disk (blocks a write-back tier holds dirty
+    /// from the tier) to `out`; the applications are owed a wait after it.
+    fn copy_from_disk(
+        &self,
+        src: &BackingFile,
+        out: &std::fs::File,
+        (at, n): (u64, usize),
+        yielder: &mut Yielder,
+        times: &mut CopyTimes,
+    ) -> io::Result<()> {
+        let u = &*self.u;
+        let c0 = Instant::now();
+        let r = self.data.copy_read(src, at, n, false)?;
+        let w0 = CopyTimes::lap(&mut times.read_disk, c0);
+        out.write_all_at(&r.data, at)?;
+        CopyTimes::lap(&mut times.write, w0);
+        yielder.read_disk(r.disk_time);
+        u.counters.blocks_from_cache.fetch_add(r.cache_blocks, Ordering::Relaxed);
+        u.counters.blocks_from_disk.fetch_add(r.disk_blocks, Ordering::Relaxed);
+        u.counters.blocks_from_tier.fetch_add(r.tier_blocks, Ordering::Relaxed);
+        self.count(|s| {
+            s.blocks_from_cache += r.cache_blocks;
+            s.blocks_from_disk += r.disk_blocks;
+            s.blocks_from_tier += r.tier_blocks;
+        });
+        Ok(())
+    }
+
     /// One copy and switch; `None` when the file changed during the copy.
     fn attempt(
         &self,
@@ -559,7 +642,7 @@ impl UnionHandle {
         id: u64,
         (from, to): (usize, usize),
         source: CopySource,
-        (pacer, yielder): (&mut Pacer, &mut Yielder),
+        (pacer, yielder, times): (&mut Pacer, &mut Yielder, &mut CopyTimes),
     ) -> io::Result<Option<Outcome>> {
         let u = &*self.u;
         let fid = FileId::union(id);
@@ -571,7 +654,9 @@ impl UnionHandle {
         let (parent_rel, name) = split(&rel)?;
         // The record first, at each attempt: a rename since the last one moved the file.
         let m = Move { id, from: u.branches[from].uuid, to: u.branches[to].uuid, rel: rel.clone() };
+        let t0 = Instant::now();
         journal::begin(u, to, &m)?;
+        CopyTimes::lap(&mut times.sync, t0);
         u.fault("before-copy");
         // The copy.
         let td = journal::tmp_dir(u, to)?;
@@ -588,37 +673,52 @@ impl UnionHandle {
         let src = BackingFile::new(fid, src, libc::O_RDONLY, &self.opts);
         let mut off = 0u64;
         let mut mid_copy_fault = true;
+        // Spans still to read from the disk (offset, length), oldest first: a chunk's
+        // cached part is copied at once, its disk part when the disk is the copy's again
+        // (`yielding.rs`), at most MAX_QUEUED_READS of them waiting.
+        let mut queued: VecDeque<(u64, usize)> = VecDeque::new();
         while off < size {
             let len = ((size - off) as usize).min(COPY_CHUNK_BYTES);
-            let c0 = Instant::now();
-            let r = self.data.copy_read(&src, off, len, source == CopySource::Cache)?;
-            if r.data.is_empty() {
-                break; // shrank: the check below sees it
+            if source == CopySource::Cache {
+                let c0 = Instant::now();
+                let r = self.data.copy_read_held(&src, off, len)?;
+                let w0 = CopyTimes::lap(&mut times.read_cache, c0);
+                if r.data.is_empty() && r.missing.is_empty() {
+                    break; // shrank: the check below sees it
+                }
+                out.write_all_at(&r.data, off)?;
+                CopyTimes::lap(&mut times.write, w0);
+                u.counters.blocks_from_cache.fetch_add(r.cache_blocks, Ordering::Relaxed);
+                u.counters.blocks_from_tier.fetch_add(r.tier_blocks, Ordering::Relaxed);
+                self.count(|s| {
+                    s.blocks_from_cache += r.cache_blocks;
+                    s.blocks_from_tier += r.tier_blocks;
+                });
+                queued.extend(r.missing);
+            } else {
+                queued.push_back((off, len));
             }
-            out.write_all_at(&r.data, off)?;
-            off += r.data.len() as u64;
-            // A chunk that read the source disk is followed by a wait for the applications:
-            // one whose blocks all came from lenders (or the tier) cost the disks only its
-            // write, which the page cache takes until the sync. After the chunk, not before:
-            // whether it reads the disk is known only then (a lender may have dropped blocks
-            // the index still lists).
-            if r.disk_blocks > 0 {
-                yielder.chunk_took(c0.elapsed());
+            off += len as u64;
+            pacer.copied(len as u64);
+            // The disk's part: each read once the copy owes the applications no wait (or
+            // they are idle); in turn, waiting, when too many are queued.
+            while let Some(&(at, n)) = queued.front() {
+                let busy = || u.foreground.busy(&[from, to]);
+                if queued.len() <= MAX_QUEUED_READS && !yielder.may_read_disk(busy) {
+                    break;
+                }
                 self.yield_to_foreground(yielder, from, to);
+                queued.pop_front();
+                self.copy_from_disk(&src, &out, (at, n), yielder, times)?;
             }
-            pacer.copied(r.data.len() as u64);
-            u.counters.blocks_from_cache.fetch_add(r.cache_blocks, Ordering::Relaxed);
-            u.counters.blocks_from_disk.fetch_add(r.disk_blocks, Ordering::Relaxed);
-            u.counters.blocks_from_tier.fetch_add(r.tier_blocks, Ordering::Relaxed);
-            self.count(|s| {
-                s.blocks_from_cache += r.cache_blocks;
-                s.blocks_from_disk += r.disk_blocks;
-                s.blocks_from_tier += r.tier_blocks;
-            });
             if mid_copy_fault && off * 2 >= size {
                 mid_copy_fault = false;
                 u.fault("mid-copy");
             }
+        }
+        while let Some((at, n)) = queued.pop_front() {
+            self.yield_to_foreground(yielder, from, to);
+            self.copy_from_disk(&src, &out, (at, n), yielder, times)?;
         }
         // The copy's metadata and id record before the switch: a change of the file's
         // metadata since counts as a write to it (the gate's guard), and fails the check.
@@ -626,10 +726,12 @@ impl UnionHandle {
         copy_metadata(u, inode.fd(), &out, &sst)?;
         let ost = sys::fstat(out.as_fd())?;
         IdRecord { id, branch: u.branches[to].uuid, ino: ost.st_ino }.write(out.as_fd(), &u.xattr)?;
+        let t0 = Instant::now();
         out.sync_all()?;
         // A write-back tier holding data of the file records that the file may become the
         // copy (durably, before the switch): whichever copy a crash leaves, it finds it.
         self.data.moving(&fid, &out)?;
+        CopyTimes::lap(&mut times.sync, t0);
         u.fault("after-copy");
         let dst_dir = u.ensure_path(to, from, &parent_rel)?;
         let dst_dir_rd = sys::reopen(dst_dir.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
@@ -637,6 +739,7 @@ impl UnionHandle {
         let aside_dir = journal::tmp_dir(u, from)?;
         let aside = journal::aside_name(id);
         // The switch: no fsync under the gate, only renames and descriptor swaps.
+        let t_switch = Instant::now();
         let g = u.gate.write();
         let unchanged = u.moving_writes.load(Ordering::SeqCst) == w0
             && u.locate(inode.fd()).ok().as_ref() == Some(&(from, rel.clone()))
@@ -704,6 +807,7 @@ impl UnionHandle {
             _ => tracing::warn!("balance: the source of {} changed name during the switch", rel.display()),
         }
         drop(g);
+        let t0 = CopyTimes::lap(&mut times.switch, t_switch);
         // A supervisor keeps the inode from now on (until here it kept the source: a crash
         // in between is the journal's, whose replay decides which copy is the file).
         self.keeper.tell(crate::Kept::Known { nodeid: inode.nodeid, fd: inode.fd() });
@@ -717,6 +821,7 @@ impl UnionHandle {
         sys::fsync_fd(aside_dir.as_fd(), false)?;
         let src_dir_rd = sys::reopen(src_dir.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
         sys::fsync_fd(src_dir_rd.as_fd(), false)?;
+        CopyTimes::lap(&mut times.sync, t0);
         u.counters.moves.fetch_add(1, Ordering::Relaxed);
         u.counters.bytes_moved.fetch_add(size, Ordering::Relaxed);
         tracing::debug!("balance: moved {} ({} bytes) to {}", rel.display(), size, u.branches[to].path.display());

@@ -10,14 +10,19 @@
 //! ([`Foreground`]: in flight now, or ended less than [`QUIET`] ago — a reader issuing its
 //! next request right after the last one is not idle). The copy's own I/O is not counted.
 //!
-//! The rule, after each chunk (1 MiB) of a copy that read the source disk (a chunk lenders
-//! or the tier gave whole costs the disks only its write, which the page cache takes until
-//! the sync; known after the chunk, not before — a lender may have dropped blocks the index
-//! still lists): while the branches it reads from and writes to have foreground I/O, wait —
-//! at most `yield_wait_ratio` times that chunk's copy time and at most `yield_max_wait`. So
-//! the copy never stops: under a foreground that never pauses it still runs at least
-//! 1 / (1 + ratio) of its own speed, and goes at full speed as soon as the foreground pauses.
-//! Waits and those that ran to their bound are counted.
+//! The rule, after each read of the source disk by a copy (a chunk of 1 MiB, or the span of
+//! a chunk that lenders or the tier did not give: known only once they were asked — a lender
+//! may have dropped blocks the index still lists): before the next read of the disk, while
+//! the branches it reads from and writes to have foreground I/O, wait —
+//! at most `yield_wait_ratio` times that read's time (not the lenders' part of its chunk, nor
+//! its write: what the copy gives back is the disk time it took) and at
+//! most `yield_max_wait`, counted from that read's end. Chunks that lenders or the tier give
+//! cost the disks only their write, which the page cache takes until the sync: the copy goes
+//! on with them meanwhile, its disk reads queued (a few chunks' worth at most), so the wait
+//! is spent on work that does not touch the disk. The copy never stops: under a foreground
+//! that never pauses it still holds the source disk at least 1 / (1 + ratio) of the time, and
+//! goes at full speed as soon as the foreground pauses. Waits and those that ran to their
+//! bound are counted.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -76,7 +81,7 @@ impl Foreground {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct YieldPolicy {
     pub(crate) enabled: bool,
-    /// The most a chunk waits, as a multiple of the previous chunk's copy time.
+    /// The most a chunk waits, as a multiple of the time the chunk spent reading the disk.
     pub(crate) wait_ratio: f64,
     /// The most a chunk waits, whatever the ratio.
     pub(crate) max_wait: Duration,
@@ -94,10 +99,15 @@ pub(crate) enum Waited {
     Bounded(Duration),
 }
 
-/// One balance's yielding: the bound of the next wait follows the previous chunk's time.
+/// One balance's yielding: after each read of the source disk the copy owes the
+/// applications a wait of `wait_ratio` times that read (at most `max_wait`), counted from the
+/// read's end — so the copy's work that does not touch the disk (chunks lenders or the tier
+/// gave, writes to the target) goes on meanwhile and pays it off.
 pub(crate) struct Yielder {
     policy: YieldPolicy,
-    last_chunk: Duration,
+    /// The wait owed since the last disk read ended, and when that was.
+    owed: Duration,
+    since: Instant,
     /// Chunks that waited, of them those that waited to the bound, and the time waited.
     yields: u64,
     bounded: u64,
@@ -106,16 +116,22 @@ pub(crate) struct Yielder {
 
 impl Yielder {
     pub(crate) fn new(policy: YieldPolicy) -> Yielder {
-        Yielder { policy, last_chunk: Duration::ZERO, yields: 0, bounded: 0, waited: Duration::ZERO }
+        Yielder { policy, owed: Duration::ZERO, since: Instant::now(), yields: 0, bounded: 0, waited: Duration::ZERO }
     }
 
-    /// The longest the next chunk may wait.
+    /// The longest the next read of the disk may still wait.
     pub(crate) fn bound(&self) -> Duration {
-        self.last_chunk.mul_f64(self.policy.wait_ratio).min(self.policy.max_wait)
+        self.owed.saturating_sub(self.since.elapsed())
     }
 
-    /// After a chunk that read the disk ([`Yielder::chunk_took`] first): wait while `busy()`
-    /// says the foreground has I/O on the chunk's branches, at most [`Yielder::bound`].
+    /// Whether the copy may read the disk now: nothing is owed any more, or `busy()` says
+    /// the applications have no I/O on its branches (or yielding is off).
+    pub(crate) fn may_read_disk(&self, busy: impl Fn() -> bool) -> bool {
+        !self.policy.enabled || self.bound().is_zero() || !busy()
+    }
+
+    /// Before a read of the disk: wait while `busy()` says the applications have I/O on the
+    /// copy's branches, at most [`Yielder::bound`].
     pub(crate) fn give_way(&mut self, busy: impl Fn() -> bool) -> Waited {
         let bound = self.bound();
         if !self.policy.enabled || bound.is_zero() || !busy() {
@@ -145,9 +161,11 @@ impl Yielder {
         (self.yields, self.bounded, self.waited)
     }
 
-    /// A chunk that read the disk took `d` to copy (read and write; no wait included).
-    pub(crate) fn chunk_took(&mut self, d: Duration) {
-        self.last_chunk = d;
+    /// A read of the disk just ended, after `d` (its lenders' part and its write not
+    /// included): the next one owes a wait from now.
+    pub(crate) fn read_disk(&mut self, d: Duration) {
+        self.owed = d.mul_f64(self.policy.wait_ratio).min(self.policy.max_wait);
+        self.since = Instant::now();
     }
 }
 
@@ -180,17 +198,28 @@ mod tests {
     #[test]
     fn a_chunk_waits_while_busy_bounded_by_ratio_and_max() {
         let mut y = Yielder::new(policy(true));
-        // Never idle, but no chunk timed yet: a zero bound, no wait at all.
+        // Never idle, but no disk read yet: nothing owed, no wait at all.
         assert_eq!(y.give_way(|| true), Waited::No);
-        // After a 5 ms chunk: at most 4 × 5 = 20 ms.
-        y.chunk_took(Duration::from_millis(5));
-        assert_eq!(y.bound(), Duration::from_millis(20));
+        assert!(y.may_read_disk(|| true));
+        // After a 5 ms read: at most 4 × 5 = 20 ms, counted from the read's end.
+        y.read_disk(Duration::from_millis(5));
+        let b = y.bound();
+        assert!(b <= Duration::from_millis(20) && b > Duration::from_millis(10), "{b:?}");
+        assert!(!y.may_read_disk(|| true), "owed, and the foreground is busy");
+        assert!(y.may_read_disk(|| false), "nothing to give way to");
         let t = Instant::now();
         let Waited::Bounded(w) = y.give_way(|| true) else { panic!("a busy foreground must bound the wait") };
-        assert!(w >= Duration::from_millis(20) && t.elapsed() < Duration::from_millis(200), "{w:?}");
-        // A long chunk: the cap (40 ms), not 4 × 1 s.
-        y.chunk_took(Duration::from_secs(1));
-        assert_eq!(y.bound(), Duration::from_millis(40));
+        assert!(w >= b && t.elapsed() < Duration::from_millis(200), "{w:?}");
+        // Paid: the next read goes at once.
+        assert!(y.may_read_disk(|| true));
+        assert_eq!(y.give_way(|| true), Waited::No);
+        // Time spent on other work after the read counts: the wait is owed from its end.
+        y.read_disk(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(25));
+        assert!(y.may_read_disk(|| true) && y.bound().is_zero());
+        // A long read: the cap (40 ms), not 4 × 1 s.
+        y.read_disk(Duration::from_secs(1));
+        assert!(y.bound() <= Duration::from_millis(40) && y.bound() > Duration::from_millis(30));
         // The foreground pauses after three looks: the copy goes on at once.
         let looks = Cell::new(0);
         let w = y.give_way(|| {
@@ -202,9 +231,10 @@ mod tests {
         assert_eq!(y.give_way(|| false), Waited::No);
         let (yields, bounded, waited) = y.totals();
         assert_eq!((yields, bounded), (2, 1));
-        assert!(waited >= Duration::from_millis(20), "{waited:?}");
+        assert!(waited >= Duration::from_millis(10), "{waited:?}");
         let mut off = Yielder::new(policy(false));
-        off.chunk_took(Duration::from_secs(1));
+        off.read_disk(Duration::from_secs(1));
         assert_eq!(off.give_way(|| true), Waited::No);
+        assert!(off.may_read_disk(|| true));
     }
 }
