@@ -438,7 +438,8 @@ fn names(dir: &Path) -> Vec<String> {
 #[test]
 fn a_kill_during_a_balance_under_supervise_leaves_each_file_once_and_open_files_right() {
     const FILES: usize = 3;
-    const SIZE: usize = 1 << 20;
+    // Three chunks of copy each: "mid-copy" is after the second, the copy begun, not done.
+    const SIZE: usize = 3 << 20;
     for step in ["before-copy", "mid-copy", "after-copy", "after-switch", "before-remove"] {
         let d = Dirs::new(&format!("bal-{step}"));
         let rels: Vec<String> = (0..FILES).map(|i| format!("f{i}")).collect();

@@ -388,7 +388,8 @@ fn a_kill_at_each_step_of_a_move_under_supervise_with_dirty_tier_data_loses_noth
         let sup =
             MountProcess::try_start_env(bin(), &d.d.branches(), &d.d.mnt, &args, &[("FARCACHE_FAULT", &fault)], &log)
                 .unwrap_or_else(|e| panic!("{e}"));
-        let mut files = vec![("f".to_string(), pattern(600_000, 71))];
+        // Three chunks of copy: "mid-copy" is after the second.
+        let mut files = vec![("f".to_string(), pattern((2 << 20) + 600_000, 71))];
         write_synced(&d.m("f"), &files[0].1);
         let inos = vec![fs::metadata(d.m("f")).unwrap().ino()];
         let held = OpenOptions::new().read(true).write(true).open(d.m("f")).unwrap();

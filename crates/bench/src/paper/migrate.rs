@@ -38,7 +38,7 @@ use crate::{BenchError, Result};
 
 use super::mount::MountDaemon;
 use super::report::{PaperReport, Verdict};
-use super::testbed::{ExtraDisk, Testbed};
+use super::testbed::{cpu_idle_steal_ticks, ExtraDisk, Testbed};
 use super::worker::{fill_block, AlignedBuf, BLOCK};
 use super::{sys, Experiment, PaperOptions, MIB};
 
@@ -70,6 +70,18 @@ pub struct Phases {
     /// more disks can speed up — the rest is the lender's.
     pub disk_before: Option<f64>,
     pub disk_after: Option<f64>,
+    /// What the lenders gave the mount before and after (MB/s), and the share of the blocks
+    /// asked of them that they had evicted (the index still listed them).
+    pub lender_before: Option<f64>,
+    pub lender_after: Option<f64>,
+    pub lender_miss_before: Option<f64>,
+    pub lender_miss_after: Option<f64>,
+    /// The machine's CPU busy (stolen time included) before, during and after, as a share of
+    /// all its CPU time; and the share the hypervisor stole during.
+    pub cpu_busy_before: Option<f64>,
+    pub cpu_busy_during: Option<f64>,
+    pub cpu_busy_after: Option<f64>,
+    pub steal_during: Option<f64>,
 }
 
 /// One reading, taken every second.
@@ -85,6 +97,26 @@ pub struct Sample {
     pub write_bytes: [u64; 2],
     /// Per branch: the daemon's I/O time there so far (ms; `union.branch_busy_ms`).
     pub daemon_busy_ms: [u64; 2],
+    /// The mount's counters so far (`farcache stats`): blocks its lenders gave (the copy's
+    /// included) and fetched blocks they did not have (`remote.hits`, `remote.misses`: a
+    /// miss is a block the index listed that the lender had evicted), and reads the mount
+    /// sent to the disk whole (`engine.disk_reads`) or in part (`engine.partial_hits`).
+    #[serde(default)]
+    pub lender_hits: u64,
+    #[serde(default)]
+    pub lender_misses: u64,
+    #[serde(default)]
+    pub disk_reads: u64,
+    #[serde(default)]
+    pub partial_reads: u64,
+    /// The machine's CPU time so far, its idle part and the part the hypervisor stole
+    /// (clock ticks, `/proc/stat`): on two vCPUs the copy's CPU is the foreground's.
+    #[serde(default)]
+    pub cpu_ticks: u64,
+    #[serde(default)]
+    pub cpu_idle_ticks: u64,
+    #[serde(default)]
+    pub steal_ticks: u64,
 }
 
 /// One configuration: copy source × foreground threads.
@@ -206,6 +238,11 @@ pub(super) fn run_experiment(
 
 fn f1(x: Option<f64>) -> String {
     x.map_or("–".into(), |v| format!("{v:.1}"))
+}
+
+/// A share as a percentage (one decimal).
+fn pct(x: Option<f64>) -> String {
+    x.map_or("–".into(), |v| format!("{:.1}%", 100.0 * v))
 }
 
 /// Empty a disk's file system (the earlier configuration's files and union state).
@@ -370,28 +407,40 @@ fn diskstats(text: &str, dev: &str) -> (u64, u64, u64) {
         .unwrap_or_default()
 }
 
-/// The daemon's per-branch I/O time (ms) from `farcache stats MNT --json`.
-fn daemon_busy(exe: &Path, mnt: &Path) -> [u64; 2] {
+/// The mount's counters from `farcache stats MNT --json` (zeros when it does not answer).
+fn mount_counters(exe: &Path, mnt: &Path) -> Value {
     let out = sys::run_with_timeout(
         &exe.to_string_lossy(),
         &["stats", &mnt.to_string_lossy(), "--json"],
         Duration::from_secs(5),
     );
-    let v: Value = out.ok().and_then(|o| serde_json::from_str(o.trim()).ok()).unwrap_or_default();
-    let b = |i: usize| v["union"]["branch_busy_ms"][i].as_u64().unwrap_or(0);
-    [b(0), b(1)]
+    out.ok().and_then(|o| serde_json::from_str(o.trim()).ok()).unwrap_or_default()
 }
 
 fn sample(t0: Instant, devs: [&str; 2], exe: &Path, mnt: &Path, s: &Shared) -> Sample {
     let text = std::fs::read_to_string("/proc/diskstats").unwrap_or_default();
     let (a, b) = (diskstats(&text, devs[0]), diskstats(&text, devs[1]));
+    let t_secs = t0.elapsed().as_secs_f64();
+    let fg_bytes = s.bytes.load(Ordering::Relaxed);
+    let (cpu_ticks, cpu_idle_ticks, steal_ticks) =
+        cpu_idle_steal_ticks(&std::fs::read_to_string("/proc/stat").unwrap_or_default());
+    let v = mount_counters(exe, mnt);
+    let c = |section: &str, k: &str| v[section][k].as_u64().unwrap_or(0);
+    let busy = |i: usize| v["union"]["branch_busy_ms"][i].as_u64().unwrap_or(0);
     Sample {
-        t_secs: t0.elapsed().as_secs_f64(),
-        fg_bytes: s.bytes.load(Ordering::Relaxed),
+        t_secs,
+        fg_bytes,
         io_ticks_ms: [a.0, b.0],
         read_bytes: [a.1, b.1],
         write_bytes: [a.2, b.2],
-        daemon_busy_ms: daemon_busy(exe, mnt),
+        daemon_busy_ms: [busy(0), busy(1)],
+        lender_hits: c("remote", "hits"),
+        lender_misses: c("remote", "misses"),
+        disk_reads: c("engine", "disk_reads"),
+        partial_reads: c("engine", "partial_hits"),
+        cpu_ticks,
+        cpu_idle_ticks,
+        steal_ticks,
     }
 }
 
@@ -415,17 +464,42 @@ pub fn mbps(samples: &[Sample], a: f64, b: f64) -> Option<f64> {
     Some((bytes_at(samples, b)? - bytes_at(samples, a)?) / (b - a) / 1e6)
 }
 
-/// MB/s both disks read between the samples nearest after `a` and nearest before `b` (disk
-/// counters are read once a second; no interpolation).
-pub fn disk_mbps(samples: &[Sample], a: f64, b: f64) -> Option<f64> {
+/// The change per second of `count` between the samples nearest after `a` and nearest
+/// before `b` (the counters are read once a second; no interpolation).
+fn rate(samples: &[Sample], a: f64, b: f64, count: impl Fn(&Sample) -> u64) -> Option<f64> {
     let first = samples.iter().find(|s| s.t_secs >= a)?;
     let last = samples.iter().rev().find(|s| s.t_secs <= b)?;
     let dt = last.t_secs - first.t_secs;
-    if dt <= 0.0 {
-        return None;
-    }
-    let read = |s: &Sample| s.read_bytes.iter().sum::<u64>() as f64;
-    Some((read(last) - read(first)) / dt / 1e6)
+    (dt > 0.0).then(|| count(last).saturating_sub(count(first)) as f64 / dt)
+}
+
+/// MB/s both disks read between `a` and `b` seconds.
+pub fn disk_mbps(samples: &[Sample], a: f64, b: f64) -> Option<f64> {
+    rate(samples, a, b, |s| s.read_bytes.iter().sum()).map(|r| r / 1e6)
+}
+
+/// MB/s the lenders gave the mount between `a` and `b` seconds.
+pub fn lender_mbps(samples: &[Sample], a: f64, b: f64) -> Option<f64> {
+    rate(samples, a, b, |s| s.lender_hits * BLOCK as u64).map(|r| r / 1e6)
+}
+
+/// Of the blocks the mount asked its lenders for between `a` and `b` seconds, the share
+/// they no longer held (the index listed them; the lender had evicted them).
+pub fn lender_miss_share(samples: &[Sample], a: f64, b: f64) -> Option<f64> {
+    let hits = rate(samples, a, b, |s| s.lender_hits)?;
+    let misses = rate(samples, a, b, |s| s.lender_misses)?;
+    (hits + misses > 0.0).then(|| misses / (hits + misses))
+}
+
+/// `part`'s share of the machine's CPU time between `a` and `b` seconds.
+fn share_of_cpu(samples: &[Sample], a: f64, b: f64, part: impl Fn(&Sample) -> u64) -> Option<f64> {
+    let all = rate(samples, a, b, |s| s.cpu_ticks)?;
+    (all > 0.0).then(|| rate(samples, a, b, part).unwrap_or(0.0) / all)
+}
+
+/// The machine's busy share of its CPU time between `a` and `b` seconds.
+fn cpu_busy(samples: &[Sample], a: f64, b: f64) -> Option<f64> {
+    share_of_cpu(samples, a, b, |s| s.cpu_ticks.saturating_sub(s.cpu_idle_ticks))
 }
 
 /// The phases of a record's samples.
@@ -441,6 +515,14 @@ pub fn phases(samples: &[Sample], m0: f64, m1: f64) -> Phases {
         during: mbps(samples, m0, m1),
         disk_before: disk_mbps(samples, 0.0, m0),
         disk_after: disk_mbps(samples, m1, end),
+        lender_before: lender_mbps(samples, 0.0, m0),
+        lender_after: lender_mbps(samples, m1, end),
+        lender_miss_before: lender_miss_share(samples, 0.0, m0),
+        lender_miss_after: lender_miss_share(samples, m1, end),
+        cpu_busy_before: cpu_busy(samples, 0.0, m0),
+        cpu_busy_during: cpu_busy(samples, m0, m1),
+        cpu_busy_after: cpu_busy(samples, m1, end),
+        steal_during: share_of_cpu(samples, m0, m1, |s| s.steal_ticks),
     }
 }
 
@@ -724,19 +806,23 @@ pub fn render(s: &mut String, r: &PaperReport) {
         s,
         "\nForeground MB/s (the paper's Fig. 11-c and Fig. 17): before (one disk), the migration's thirds, after \
          (two disks); during is the whole migration; the disks' reads are both disks' MB/s before and after (the \
-         lender serves the rest).\n\n| source | threads | before | early | middle | late | during | after | \
-         after/before | disks' reads before / after |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+         lender serves the rest), the lenders' what the mount got from them, and their misses the share of blocks \
+         asked of them that they had evicted; CPU busy is the machine's (both vCPUs, stolen time included).\n\n| source \
+         | threads | before | early | middle | late | during | after | after/before | disks' reads before / after | \
+         lenders' before / after | lenders' misses before / after | CPU busy before / during / after |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for x in &r.migrate_runs {
         if let Some(e) = &x.error {
-            let _ = writeln!(s, "| {} | {} | failed: {} | | | | | | | |", x.source, x.threads, e.replace('|', "/"));
+            let _ =
+                writeln!(s, "| {} | {} | failed: {} | | | | | | | | | | |", x.source, x.threads, e.replace('|', "/"));
             continue;
         }
         let p = &x.mbps;
         let ratio = p.before.zip(p.after).map(|(b, a)| a / b.max(1e-9));
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} | {} / {} | {} / {} / {} |",
             x.source,
             x.threads,
             f1(p.before),
@@ -747,7 +833,14 @@ pub fn render(s: &mut String, r: &PaperReport) {
             f1(p.after),
             ratio.map_or("–".into(), |v| format!("{v:.2}")),
             f1(p.disk_before),
-            f1(p.disk_after)
+            f1(p.disk_after),
+            f1(p.lender_before),
+            f1(p.lender_after),
+            pct(p.lender_miss_before),
+            pct(p.lender_miss_after),
+            pct(p.cpu_busy_before),
+            pct(p.cpu_busy_during),
+            pct(p.cpu_busy_after)
         );
     }
     let _ = writeln!(
@@ -805,6 +898,25 @@ mod tests {
         assert!((disk_mbps(&s, 0.0, 10.0).unwrap() - 2.0).abs() < 1e-9);
         assert!((disk_mbps(&s, 10.0, 14.0).unwrap() - 6.0).abs() < 1e-9);
         assert_eq!(disk_mbps(&s, 11.0, 11.5), None, "no two samples between");
+        // The lenders: 250 blocks a second with 50 misses, then 500 with none.
+        let l = |t: f64, hits: u64, misses: u64| Sample { lender_hits: hits, lender_misses: misses, ..at(t, 0) };
+        let s = vec![l(0.0, 0, 0), l(4.0, 1000, 200), l(6.0, 2000, 200)];
+        assert!((lender_mbps(&s, 0.0, 4.0).unwrap() - 250.0 * 4096.0 / 1e6).abs() < 1e-9);
+        assert!((lender_miss_share(&s, 0.0, 4.0).unwrap() - 200.0 / 1200.0).abs() < 1e-9);
+        assert_eq!(lender_miss_share(&s, 4.0, 6.0), Some(0.0));
+        assert_eq!(lender_miss_share(&[l(0.0, 5, 5), l(1.0, 5, 5)], 0.0, 1.0), None, "nothing asked");
+        // The machine's CPU: 200 ticks a second, idle 150 of them, then 20 (10 stolen).
+        let c = |t: f64, all: u64, idle: u64, steal: u64| Sample {
+            cpu_ticks: all,
+            cpu_idle_ticks: idle,
+            steal_ticks: steal,
+            ..at(t, 0)
+        };
+        let s = vec![c(0.0, 0, 0, 0), c(2.0, 400, 300, 0), c(3.0, 600, 320, 10)];
+        assert!((cpu_busy(&s, 0.0, 2.0).unwrap() - 0.25).abs() < 1e-9);
+        assert!((cpu_busy(&s, 2.0, 3.0).unwrap() - 0.9).abs() < 1e-9);
+        assert!((share_of_cpu(&s, 2.0, 3.0, |x| x.steal_ticks).unwrap() - 0.05).abs() < 1e-9);
+        assert_eq!(cpu_busy(&[c(0.0, 5, 5, 0), c(1.0, 5, 5, 0)], 0.0, 1.0), None, "no ticks");
     }
 
     #[test]

@@ -534,9 +534,16 @@ fn stat_fields(text: &str) -> impl Fn(usize) -> u64 {
 /// user nice system idle iowait irq softirq steal guest guest_nice`; guest time is already
 /// in user time). (0, 0) when it is not there.
 fn cpu_and_steal_ticks(proc_stat: &str) -> (u64, u64) {
-    let Some(line) = proc_stat.lines().find(|l| l.starts_with("cpu ")) else { return (0, 0) };
+    let (all, _, steal) = cpu_idle_steal_ticks(proc_stat);
+    (all, steal)
+}
+
+/// All CPU time, the idle part (idle and iowait) and the part stolen, in clock ticks, from
+/// `/proc/stat`'s first line. Zeros when it is not there.
+pub(crate) fn cpu_idle_steal_ticks(proc_stat: &str) -> (u64, u64, u64) {
+    let Some(line) = proc_stat.lines().find(|l| l.starts_with("cpu ")) else { return (0, 0, 0) };
     let g = stat_fields(line);
-    ((0..8).map(&g).sum(), g(7))
+    ((0..8).map(&g).sum(), g(3) + g(4), g(7))
 }
 
 /// Bytes read and written, from a block device's `stat` file (sectors of 512 bytes).

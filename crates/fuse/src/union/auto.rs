@@ -57,15 +57,16 @@ copy_bytes_per_sec = "32MiB"
 # mq-deadline) act on it; blkio throttling and the "none" scheduler do not.
 idle_io_priority = true
 # The copy gives way to the applications' I/O, for every balance, automatic or asked for:
-# after each 1 MiB chunk it read from the source disk (not those lenders or the tier gave
-# whole), while the mount's reads or writes of files on the branches it copies between are
-# in flight, it waits — at most yield_wait_ratio times the time that chunk spent reading the
-# source disk and at most yield_max_wait. It never stops: under a foreground that never
-# pauses it still holds the source disk 1 / (1 + yield_wait_ratio) of the time. Works with any I/O scheduler
-# (idle_io_priority needs one with priorities).
+# while the mount's reads or writes of files on the branches it copies between are in
+# flight, it reads the source disk again only after a wait of up to yield_wait_ratio times
+# its last read of it (at most yield_max_wait), and fetches from the lenders again only after
+# a wait as long as its last fetch; it copies what the other side gives meanwhile. It never
+# stops: under a foreground that never pauses it still holds the source disk
+# 1 / (1 + yield_wait_ratio) of the time (9: a tenth) and the lenders' link half of it.
+# Works with any I/O scheduler (idle_io_priority needs one with priorities).
 yield_to_foreground = true
-yield_wait_ratio = 4.0
-yield_max_wait = "200ms"
+yield_wait_ratio = 9.0
+yield_max_wait = "500ms"
 # Where the copies read from: "cache" (every block lenders or a tier hold, the rest from
 # the busy disk) or "disk" (all from the disk).
 source = "cache"
@@ -119,8 +120,8 @@ impl Default for BalanceConfig {
             copy_bytes_per_sec: ByteSize::mib(32),
             idle_io_priority: true,
             yield_to_foreground: true,
-            yield_wait_ratio: 4.0,
-            yield_max_wait: HumanDuration::ms(200),
+            yield_wait_ratio: 9.0,
+            yield_max_wait: HumanDuration::ms(500),
             source: CopySource::Cache,
         }
     }

@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 
 use super::journal::{self, Move};
 use super::ops::split;
-use super::yielding::{Waited, YieldPolicy, Yielder};
+use super::yielding::{Side, Waited, YieldPolicy, Yielder};
 use super::{load, IdRecord, Union};
 use crate::handles::{FileHandle, Handles};
 use crate::inode::{Inode, InodeTable};
@@ -589,9 +589,9 @@ impl UnionHandle {
     /// Before a read of the source disk by a copy from `from` to `to`: give way to the
     /// applications' I/O on either branch for what the last read owes them (bounded;
     /// `yielding.rs`), counted.
-    fn yield_to_foreground(&self, yielder: &mut Yielder, from: usize, to: usize) {
+    fn yield_to_foreground(&self, yielder: &mut Yielder, side: Side, from: usize, to: usize) {
         let u = &*self.u;
-        let (d, bounded) = match yielder.give_way(|| u.foreground.busy(&[from, to])) {
+        let (d, bounded) = match yielder.give_way(side, || u.foreground.busy(&[from, to])) {
             Waited::No => return,
             Waited::Yielded(d) => (d, false),
             Waited::Bounded(d) => (d, true),
@@ -623,7 +623,7 @@ impl UnionHandle {
         let w0 = CopyTimes::lap(&mut times.read_disk, c0);
         out.write_all_at(&r.data, at)?;
         CopyTimes::lap(&mut times.write, w0);
-        yielder.read_disk(r.disk_time);
+        yielder.used(Side::Disk, r.disk_time);
         u.counters.blocks_from_cache.fetch_add(r.cache_blocks, Ordering::Relaxed);
         u.counters.blocks_from_disk.fetch_add(r.disk_blocks, Ordering::Relaxed);
         u.counters.blocks_from_tier.fetch_add(r.tier_blocks, Ordering::Relaxed);
@@ -680,9 +680,13 @@ impl UnionHandle {
         while off < size {
             let len = ((size - off) as usize).min(COPY_CHUNK_BYTES);
             if source == CopySource::Cache {
+                self.yield_to_foreground(yielder, Side::Lenders, from, to);
                 let c0 = Instant::now();
                 let r = self.data.copy_read_held(&src, off, len)?;
                 let w0 = CopyTimes::lap(&mut times.read_cache, c0);
+                if r.cache_blocks > r.tier_blocks {
+                    yielder.used(Side::Lenders, w0 - c0);
+                }
                 if r.data.is_empty() && r.missing.is_empty() {
                     break; // shrank: the check below sees it
                 }
@@ -704,10 +708,10 @@ impl UnionHandle {
             // they are idle); in turn, waiting, when too many are queued.
             while let Some(&(at, n)) = queued.front() {
                 let busy = || u.foreground.busy(&[from, to]);
-                if queued.len() <= MAX_QUEUED_READS && !yielder.may_read_disk(busy) {
+                if queued.len() <= MAX_QUEUED_READS && !yielder.may_use(Side::Disk, busy) {
                     break;
                 }
-                self.yield_to_foreground(yielder, from, to);
+                self.yield_to_foreground(yielder, Side::Disk, from, to);
                 queued.pop_front();
                 self.copy_from_disk(&src, &out, (at, n), yielder, times)?;
             }
@@ -717,7 +721,7 @@ impl UnionHandle {
             }
         }
         while let Some((at, n)) = queued.pop_front() {
-            self.yield_to_foreground(yielder, from, to);
+            self.yield_to_foreground(yielder, Side::Disk, from, to);
             self.copy_from_disk(&src, &out, (at, n), yielder, times)?;
         }
         // The copy's metadata and id record before the switch: a change of the file's

@@ -481,10 +481,13 @@ impl Union {
         WriteGuard { u: self, id, _g: self.gate.read() }
     }
 
-    /// Abort the daemon here if the test-only fault point `step` is set.
+    /// Kill the daemon here (SIGKILL: no handler, no unwinding, no flush — as the kernel's
+    /// OOM killer or `kill -9` would) if the test-only fault point `step` is set.
     pub(crate) fn fault(&self, step: &str) {
         if self.fault.as_deref().and_then(|f| f.strip_prefix("balance:")) == Some(step) {
-            tracing::error!("FARCACHE_FAULT=balance:{step}: aborting (test fault point)");
+            tracing::error!("FARCACHE_FAULT=balance:{step}: killing the daemon (test fault point)");
+            // SAFETY: a signal to this process; SIGKILL cannot be caught.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
             std::process::abort();
         }
     }

@@ -10,19 +10,21 @@
 //! ([`Foreground`]: in flight now, or ended less than [`QUIET`] ago — a reader issuing its
 //! next request right after the last one is not idle). The copy's own I/O is not counted.
 //!
-//! The rule, after each read of the source disk by a copy (a chunk of 1 MiB, or the span of
-//! a chunk that lenders or the tier did not give: known only once they were asked — a lender
-//! may have dropped blocks the index still lists): before the next read of the disk, while
-//! the branches it reads from and writes to have foreground I/O, wait —
-//! at most `yield_wait_ratio` times that read's time (not the lenders' part of its chunk, nor
-//! its write: what the copy gives back is the disk time it took) and at
-//! most `yield_max_wait`, counted from that read's end. Chunks that lenders or the tier give
-//! cost the disks only their write, which the page cache takes until the sync: the copy goes
-//! on with them meanwhile, its disk reads queued (a few chunks' worth at most), so the wait
-//! is spent on work that does not touch the disk. The copy never stops: under a foreground
-//! that never pauses it still holds the source disk at least 1 / (1 + ratio) of the time, and
-//! goes at full speed as soon as the foreground pauses. Waits and those that ran to their
-//! bound are counted.
+//! The rule. Each read of the source disk by a copy (a chunk of 1 MiB, or the span of a
+//! chunk that lenders or the tier did not give: known only once they were asked — a lender
+//! may have dropped blocks the index still lists) owes the applications a wait of at most
+//! `yield_wait_ratio` times that read (not the lenders' part of its chunk, nor its write:
+//! what the copy gives back is the disk time it took), and each fetch of a chunk's held
+//! blocks from the lenders a wait of [`LENDER_WAIT_RATIO`] times that fetch (the
+//! applications' lender reads share the link and queue behind the copy's); both at most
+//! `yield_max_wait`, counted from the end of what owes them. Before using a side again the
+//! copy waits out what it owes there while the branches it reads from and writes to have
+//! foreground I/O. It does the other side's work meanwhile: chunks the lenders give whole cost
+//! the disks only their write, which the page cache takes until the sync, and the disk reads
+//! queue behind (a few chunks' worth at most), so the waits are spent on work that does not
+//! touch the busy side. The copy never stops: under a foreground that never pauses it still
+//! holds the source disk 1 / (1 + ratio) of the time, and goes at full speed as soon as the
+//! foreground pauses. Waits and those that ran to their bound are counted.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -99,16 +101,46 @@ pub(crate) enum Waited {
     Bounded(Duration),
 }
 
-/// One balance's yielding: after each read of the source disk the copy owes the
-/// applications a wait of `wait_ratio` times that read (at most `max_wait`), counted from the
-/// read's end — so the copy's work that does not touch the disk (chunks lenders or the tier
-/// gave, writes to the target) goes on meanwhile and pays it off.
-pub(crate) struct Yielder {
-    policy: YieldPolicy,
-    /// The wait owed since the last disk read ended, and when that was.
+/// What a copy's wait gives back to the applications.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// The source disk: owed after each read of it, `yield_wait_ratio` times that read.
+    Disk,
+    /// The lenders and the link to them: owed after each fetch of a chunk's held blocks,
+    /// [`LENDER_WAIT_RATIO`] times that fetch — the applications' fetches share the link,
+    /// and one that arrives behind the copy's waits for it.
+    Lenders,
+}
+
+/// After fetching a chunk's blocks from the lenders, a copy waits this many times the
+/// fetch while the applications have I/O (so it takes at most half the link's time from
+/// them). Measured (BENCHMARKS.md, issue 14, session 20): one reader half of whose reads are
+/// lender hits lost 14–28% of its rate to a copy fetching back to back, though the copy
+/// read the disk no more than the conventional one that cost it nothing.
+pub const LENDER_WAIT_RATIO: f64 = 1.0;
+
+/// A wait owed since `since`.
+#[derive(Clone, Copy)]
+struct Owed {
     owed: Duration,
     since: Instant,
-    /// Chunks that waited, of them those that waited to the bound, and the time waited.
+}
+
+impl Owed {
+    fn left(&self) -> Duration {
+        self.owed.saturating_sub(self.since.elapsed())
+    }
+}
+
+/// One balance's yielding: after each read of the source disk, and after each fetch from
+/// the lenders, the copy owes the applications a wait on that side (a multiple of what it
+/// took, at most `max_wait`), counted from its end — so the copy's work on the other side
+/// goes on meanwhile and pays it off.
+pub(crate) struct Yielder {
+    policy: YieldPolicy,
+    /// The wait owed on each side ([`Side::Disk`], [`Side::Lenders`]).
+    owed: [Owed; 2],
+    /// Waits, of them those that waited to the bound, and the time waited.
     yields: u64,
     bounded: u64,
     waited: Duration,
@@ -116,24 +148,25 @@ pub(crate) struct Yielder {
 
 impl Yielder {
     pub(crate) fn new(policy: YieldPolicy) -> Yielder {
-        Yielder { policy, owed: Duration::ZERO, since: Instant::now(), yields: 0, bounded: 0, waited: Duration::ZERO }
+        let none = Owed { owed: Duration::ZERO, since: Instant::now() };
+        Yielder { policy, owed: [none; 2], yields: 0, bounded: 0, waited: Duration::ZERO }
     }
 
-    /// The longest the next read of the disk may still wait.
-    pub(crate) fn bound(&self) -> Duration {
-        self.owed.saturating_sub(self.since.elapsed())
+    /// The longest the next use of `side` may still wait.
+    pub(crate) fn bound(&self, side: Side) -> Duration {
+        self.owed[side as usize].left()
     }
 
-    /// Whether the copy may read the disk now: nothing is owed any more, or `busy()` says
+    /// Whether the copy may use `side` now: nothing is owed there any more, or `busy()` says
     /// the applications have no I/O on its branches (or yielding is off).
-    pub(crate) fn may_read_disk(&self, busy: impl Fn() -> bool) -> bool {
-        !self.policy.enabled || self.bound().is_zero() || !busy()
+    pub(crate) fn may_use(&self, side: Side, busy: impl Fn() -> bool) -> bool {
+        !self.policy.enabled || self.bound(side).is_zero() || !busy()
     }
 
-    /// Before a read of the disk: wait while `busy()` says the applications have I/O on the
-    /// copy's branches, at most [`Yielder::bound`].
-    pub(crate) fn give_way(&mut self, busy: impl Fn() -> bool) -> Waited {
-        let bound = self.bound();
+    /// Before using `side`: wait while `busy()` says the applications have I/O on the copy's
+    /// branches, at most [`Yielder::bound`].
+    pub(crate) fn give_way(&mut self, side: Side, busy: impl Fn() -> bool) -> Waited {
+        let bound = self.bound(side);
         if !self.policy.enabled || bound.is_zero() || !busy() {
             return Waited::No;
         }
@@ -156,16 +189,19 @@ impl Yielder {
         w
     }
 
-    /// Chunks that waited, of them those that waited to the bound, and the time waited.
+    /// Waits, of them those that waited to the bound, and the time waited.
     pub(crate) fn totals(&self) -> (u64, u64, Duration) {
         (self.yields, self.bounded, self.waited)
     }
 
-    /// A read of the disk just ended, after `d` (its lenders' part and its write not
-    /// included): the next one owes a wait from now.
-    pub(crate) fn read_disk(&mut self, d: Duration) {
-        self.owed = d.mul_f64(self.policy.wait_ratio).min(self.policy.max_wait);
-        self.since = Instant::now();
+    /// The copy just used `side` for `d` (a read of the disk: not the lenders' part of its
+    /// chunk nor its write; a fetch of held blocks): the next use owes a wait from now.
+    pub(crate) fn used(&mut self, side: Side, d: Duration) {
+        let ratio = match side {
+            Side::Disk => self.policy.wait_ratio,
+            Side::Lenders => LENDER_WAIT_RATIO,
+        };
+        self.owed[side as usize] = Owed { owed: d.mul_f64(ratio).min(self.policy.max_wait), since: Instant::now() };
     }
 }
 
@@ -198,43 +234,52 @@ mod tests {
     #[test]
     fn a_chunk_waits_while_busy_bounded_by_ratio_and_max() {
         let mut y = Yielder::new(policy(true));
-        // Never idle, but no disk read yet: nothing owed, no wait at all.
-        assert_eq!(y.give_way(|| true), Waited::No);
-        assert!(y.may_read_disk(|| true));
+        // Never idle, but nothing used yet: nothing owed, no wait at all.
+        assert_eq!(y.give_way(Side::Disk, || true), Waited::No);
+        assert!(y.may_use(Side::Disk, || true) && y.may_use(Side::Lenders, || true));
         // After a 5 ms read: at most 4 × 5 = 20 ms, counted from the read's end.
-        y.read_disk(Duration::from_millis(5));
-        let b = y.bound();
+        y.used(Side::Disk, Duration::from_millis(5));
+        let b = y.bound(Side::Disk);
         assert!(b <= Duration::from_millis(20) && b > Duration::from_millis(10), "{b:?}");
-        assert!(!y.may_read_disk(|| true), "owed, and the foreground is busy");
-        assert!(y.may_read_disk(|| false), "nothing to give way to");
+        assert!(!y.may_use(Side::Disk, || true), "owed, and the foreground is busy");
+        assert!(y.may_use(Side::Disk, || false), "nothing to give way to");
+        assert!(y.may_use(Side::Lenders, || true), "the other side owes nothing");
         let t = Instant::now();
-        let Waited::Bounded(w) = y.give_way(|| true) else { panic!("a busy foreground must bound the wait") };
+        let Waited::Bounded(w) = y.give_way(Side::Disk, || true) else {
+            panic!("a busy foreground must bound the wait")
+        };
         assert!(w >= b && t.elapsed() < Duration::from_millis(200), "{w:?}");
         // Paid: the next read goes at once.
-        assert!(y.may_read_disk(|| true));
-        assert_eq!(y.give_way(|| true), Waited::No);
+        assert!(y.may_use(Side::Disk, || true));
+        assert_eq!(y.give_way(Side::Disk, || true), Waited::No);
         // Time spent on other work after the read counts: the wait is owed from its end.
-        y.read_disk(Duration::from_millis(5));
+        y.used(Side::Disk, Duration::from_millis(5));
         std::thread::sleep(Duration::from_millis(25));
-        assert!(y.may_read_disk(|| true) && y.bound().is_zero());
+        assert!(y.may_use(Side::Disk, || true) && y.bound(Side::Disk).is_zero());
+        // The lenders' side owes LENDER_WAIT_RATIO times a fetch.
+        y.used(Side::Lenders, Duration::from_millis(8));
+        let b = y.bound(Side::Lenders);
+        assert!(b <= Duration::from_millis(8).mul_f64(LENDER_WAIT_RATIO) && !b.is_zero(), "{b:?}");
+        assert!(!y.may_use(Side::Lenders, || true) && y.may_use(Side::Disk, || true));
         // A long read: the cap (40 ms), not 4 × 1 s.
-        y.read_disk(Duration::from_secs(1));
-        assert!(y.bound() <= Duration::from_millis(40) && y.bound() > Duration::from_millis(30));
+        y.used(Side::Disk, Duration::from_secs(1));
+        assert!(y.bound(Side::Disk) <= Duration::from_millis(40) && y.bound(Side::Disk) > Duration::from_millis(30));
         // The foreground pauses after three looks: the copy goes on at once.
         let looks = Cell::new(0);
-        let w = y.give_way(|| {
+        let w = y.give_way(Side::Disk, || {
             looks.set(looks.get() + 1);
             looks.get() < 3
         });
         assert!(matches!(w, Waited::Yielded(d) if d < Duration::from_millis(40)), "{w:?}");
         // Idle: no wait; off: no wait however busy.
-        assert_eq!(y.give_way(|| false), Waited::No);
+        assert_eq!(y.give_way(Side::Lenders, || false), Waited::No);
         let (yields, bounded, waited) = y.totals();
         assert_eq!((yields, bounded), (2, 1));
         assert!(waited >= Duration::from_millis(10), "{waited:?}");
         let mut off = Yielder::new(policy(false));
-        off.read_disk(Duration::from_secs(1));
-        assert_eq!(off.give_way(|| true), Waited::No);
-        assert!(off.may_read_disk(|| true));
+        off.used(Side::Disk, Duration::from_secs(1));
+        off.used(Side::Lenders, Duration::from_secs(1));
+        assert_eq!(off.give_way(Side::Disk, || true), Waited::No);
+        assert!(off.may_use(Side::Disk, || true) && off.may_use(Side::Lenders, || true));
     }
 }
