@@ -845,14 +845,24 @@ fn a_copy_from_lenders_alone_does_not_wait_and_one_from_the_disk_does() {
         assert_eq!(wrong, 0);
         s
     };
-    // Every block from the lender: no chunk read the disk, none waited, busy readers or not.
+    // Every block from the lender: no chunk read the disk, none waited for it, busy readers
+    // or not (yield_wait_ratio 99 would have made each wait 20 ms). Fetches from the lender
+    // owe the readers a wait as long as themselves (the link is theirs too), not 99 times.
     let s = under_readers(&["--from", "0", "--to", "1", "--files", "1"]);
     assert_eq!((s["moved"].as_u64(), s["blocks_from_disk"].as_u64()), (Some(1), Some(0)), "{s:#}");
-    assert_eq!(s["yields"].as_u64(), Some(0), "a copy from the lender alone waited: {s:#}");
+    assert_eq!(s["yields"].as_u64(), Some(0), "a copy from the lender alone waited for the disk: {s:#}");
+    let (lender_waits, lender_waited, fetching) = (
+        s["lender_yields"].as_u64().unwrap(),
+        s["lender_yield_wait_ms"].as_u64().unwrap(),
+        s["read_cache_ms"].as_u64().unwrap(),
+    );
+    // Each wait at most its fetch's time, plus a late wake-up (see the test above).
+    assert!(lender_waited <= fetching + 1 + lender_waits * 500, "waited longer than it fetched: {s:#}");
     assert_eq!(d.on("hot"), (false, true));
     // The same readers, the conventional copy back (both files, all from the disk): it waits.
     let s = under_readers(&["--from", "1", "--to", "0", "--files", "2", "--source", "disk"]);
     assert_eq!((s["moved"].as_u64(), s["blocks_from_cache"].as_u64()), (Some(2), Some(0)), "{s:#}");
     assert!(s["yields"].as_u64().unwrap() >= 2, "a copy from the disk under readers did not wait: {s:#}");
+    assert_eq!(s["lender_yields"].as_u64(), Some(0), "a copy from the disk waited for the lenders: {s:#}");
     assert!(fs::read(d.m("hot")).unwrap() == hot && fs::read(d.m("fg")).unwrap() == *fg);
 }

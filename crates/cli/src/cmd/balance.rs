@@ -117,8 +117,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     bar.finish();
     say(format!(
         "moved {} of {} files in {} ms ({} skipped, {} failed); blocks from cache {} ({} from the write-back tier), \
-         from disk {}; races {}, retries {}; {} chunks yielded to the foreground for {} ms ({} to the bound); ms \
-         reading from the cache {}, from the disk {}, writing {}, syncing {}, switching {}",
+         from disk {}; races {}, retries {}; yielded to the foreground {} times before the disk for {} ms ({} to \
+         the bound), {} before the lenders for {} ms; ms reading from the cache {}, from the disk {}, writing {}, \
+         syncing {}, switching {}",
         last.moved,
         last.planned.len(),
         last.elapsed_ms,
@@ -132,6 +133,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         last.yields,
         last.yield_wait_ms,
         last.yield_bounded,
+        last.lender_yields,
+        last.lender_yield_wait_ms,
         last.read_cache_ms,
         last.read_disk_ms,
         last.write_ms,

@@ -338,7 +338,7 @@ fn render_mount(s: &MountStats) -> String {
             "moves      {} files ({}), {} failed, {} skipped; blocks from cache {} ({} from the tier), from disk {}; races {}, \
              retries {}; \
              {} open handles switched; {} interrupted moves finished at start; copies yielded to the foreground {} \
-             times ({} to the bound) for {} ms",
+             times before the disk ({} to the bound) for {} ms, {} times before the lenders for {} ms",
             u.moves,
             ByteSize(u.bytes_moved).approx(),
             u.move_failures,
@@ -352,7 +352,9 @@ fn render_mount(s: &MountStats) -> String {
             u.journal_replayed,
             u.copy_yields,
             u.copy_yield_bounded,
-            u.copy_yield_wait_ms
+            u.copy_yield_wait_ms,
+            u.copy_lender_yields,
+            u.copy_lender_yield_wait_ms
         );
         if u.auto_enabled {
             let _ = writeln!(

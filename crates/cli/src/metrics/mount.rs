@@ -152,6 +152,8 @@ impl Collector for Snapshot {
             (UNION_COPY_YIELDS, u.copy_yields),
             (UNION_COPY_YIELD_BOUNDED, u.copy_yield_bounded),
             (UNION_COPY_YIELD_WAIT_MS, u.copy_yield_wait_ms),
+            (UNION_COPY_LENDER_YIELDS, u.copy_lender_yields),
+            (UNION_COPY_LENDER_YIELD_WAIT_MS, u.copy_lender_yield_wait_ms),
         ] {
             o.value(m, v)?;
         }

@@ -174,9 +174,11 @@ metrics! { MOUNT:
     UNION_AUTO_ROUNDS = "farcache_mount_union_auto_rounds", Counter, "Rounds of moves the automatic balancer ran";
     UNION_AUTO_MOVES = "farcache_mount_union_auto_moves", Counter, "Files the automatic balancer moved";
     UNION_AUTO_SKIPS = "farcache_mount_union_auto_skips", Counter, "Automatic rounds not started because a balance asked for was running";
-    UNION_COPY_YIELDS = "farcache_mount_union_copy_yields", Counter, "Copy chunks of moves that waited for the applications' I/O on their branches";
+    UNION_COPY_YIELDS = "farcache_mount_union_copy_yields", Counter, "Waits of copies of moves before reading the source disk again, for the applications' I/O on their branches";
     UNION_COPY_YIELD_BOUNDED = "farcache_mount_union_copy_yield_bounded", Counter, "Of those, the waits that ran to their bound (the foreground never paused)";
     UNION_COPY_YIELD_WAIT_MS = "farcache_mount_union_copy_yield_wait_milliseconds", Counter, "Milliseconds copies of moves waited for the applications' I/O";
+    UNION_COPY_LENDER_YIELDS = "farcache_mount_union_copy_lender_yields", Counter, "Waits of copies of moves before fetching from the lenders again (the applications' lender reads share the link)";
+    UNION_COPY_LENDER_YIELD_WAIT_MS = "farcache_mount_union_copy_lender_yield_wait_milliseconds", Counter, "Milliseconds copies of moves waited before fetching from the lenders again";
     FUSE_RING_ACTIVE = "farcache_mount_fuse_ring_active", Gauge, "1 while FUSE-over-io_uring serves the mount's requests, 0 with /dev/fuse read loops";
     FUSE_RING_REQUESTS = "farcache_mount_fuse_ring_requests", Counter, "Requests received and answered over FUSE-over-io_uring";
     FUSE_RING_COMMIT_ERRORS = "farcache_mount_fuse_ring_commit_errors", Counter, "Ring replies the kernel refused";

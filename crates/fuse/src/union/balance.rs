@@ -200,14 +200,20 @@ pub struct BalanceStatus {
     /// Of `blocks_from_cache`, those the write-back tier held (data the disk lacked).
     #[serde(default)]
     pub blocks_from_tier: u64,
-    /// Copy chunks that waited for the applications' I/O (`[balance] yield_to_foreground`),
-    /// of them those whose wait ran to its bound, and the time waited in all.
+    /// Waits before reading the source disk again, for the applications' I/O (`[balance]
+    /// yield_to_foreground`), of them those that ran to their bound, and the time waited.
     #[serde(default)]
     pub yields: u64,
     #[serde(default)]
     pub yield_bounded: u64,
     #[serde(default)]
     pub yield_wait_ms: u64,
+    /// Waits before fetching from the lenders again (the applications' lender reads share the
+    /// link), and the time waited.
+    #[serde(default)]
+    pub lender_yields: u64,
+    #[serde(default)]
+    pub lender_yield_wait_ms: u64,
     /// Where the copy's time went (milliseconds, summed over files): reading chunks the
     /// lenders or the tier gave whole, reading chunks that needed the source disk, writing
     /// the copy, the syncs (journal record, copy, directories) and the switch under the gate.
@@ -516,8 +522,9 @@ impl UnionHandle {
         s.running = false;
         tracing::info!(
             "balance{} done: {} moved, {} skipped, {} failed in {} ms ({} blocks from cache ({} of them from the \
-             write-back tier), {} from disk, {} races; {} chunks yielded to the foreground for {} ms, {} of them \
-             to the bound; ms reading from the cache {}, from the disk {}, writing {}, syncing {}, switching {})",
+             write-back tier), {} from disk, {} races; yielded to the foreground {} times before the disk for {} ms \
+             ({} to the bound), {} before the lenders for {} ms; ms reading from the cache {}, from the disk {}, \
+             writing {}, syncing {}, switching {})",
             if s.automatic { " (automatic)" } else { "" },
             s.moved,
             s.skipped,
@@ -530,6 +537,8 @@ impl UnionHandle {
             s.yields,
             s.yield_wait_ms,
             s.yield_bounded,
+            s.lender_yields,
+            s.lender_yield_wait_ms,
             s.read_cache_ms,
             s.read_disk_ms,
             s.write_ms,
@@ -596,15 +605,27 @@ impl UnionHandle {
             Waited::Yielded(d) => (d, false),
             Waited::Bounded(d) => (d, true),
         };
-        u.counters.copy_yields.fetch_add(1, Ordering::Relaxed);
-        u.counters.copy_yield_bounded.fetch_add(bounded as u64, Ordering::Relaxed);
-        u.counters.copy_yield_wait_ns.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
-        let (yields, bounded, waited) = yielder.totals();
-        self.count(|s| {
-            s.yields = yields;
-            s.yield_bounded = bounded;
-            s.yield_wait_ms = waited.as_millis() as u64;
-        });
+        let (yields, bounded_all, waited) = yielder.totals(side);
+        match side {
+            Side::Disk => {
+                u.counters.copy_yields.fetch_add(1, Ordering::Relaxed);
+                u.counters.copy_yield_bounded.fetch_add(bounded as u64, Ordering::Relaxed);
+                u.counters.copy_yield_wait_ns.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+                self.count(|s| {
+                    s.yields = yields;
+                    s.yield_bounded = bounded_all;
+                    s.yield_wait_ms = waited.as_millis() as u64;
+                });
+            }
+            Side::Lenders => {
+                u.counters.copy_lender_yields.fetch_add(1, Ordering::Relaxed);
+                u.counters.copy_lender_yield_wait_ns.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+                self.count(|s| {
+                    s.lender_yields = yields;
+                    s.lender_yield_wait_ms = waited.as_millis() as u64;
+                });
+            }
+        }
     }
 
     /// Copy `n` bytes at `at` of `src` from the disk (blocks a write-back tier holds dirty

@@ -100,6 +100,8 @@ pub(crate) struct Counters {
     pub(crate) copy_yields: AtomicU64,
     pub(crate) copy_yield_bounded: AtomicU64,
     pub(crate) copy_yield_wait_ns: AtomicU64,
+    pub(crate) copy_lender_yields: AtomicU64,
+    pub(crate) copy_lender_yield_wait_ns: AtomicU64,
 }
 
 /// What `farcache stats` shows of a union (`union` in the stats document).
@@ -151,12 +153,17 @@ pub struct UnionStats {
     /// Per branch, milliseconds the daemon's reads and writes of files there took (summed
     /// over threads): the daemon's own load measure, which sees a throttled device's waits.
     pub branch_busy_ms: Vec<u64>,
-    /// Copy chunks that waited for the applications' I/O on their branches
-    /// (`[balance] yield_to_foreground`), of them those whose wait ran to its bound (the
-    /// foreground never paused), and the time waited in all.
+    /// Waits of copies before reading the source disk again, for the applications' I/O on
+    /// their branches (`[balance] yield_to_foreground`), of them those that ran to their bound
+    /// (the foreground never paused), and the time waited in all.
     pub copy_yields: u64,
     pub copy_yield_bounded: u64,
     pub copy_yield_wait_ms: u64,
+    /// Waits of copies before fetching from the lenders again, and the time waited.
+    #[serde(default)]
+    pub copy_lender_yields: u64,
+    #[serde(default)]
+    pub copy_lender_yield_wait_ms: u64,
 }
 
 /// A bounded, lock-free ring of recently accessed node ids (two atomic operations per
@@ -459,6 +466,8 @@ impl Union {
             copy_yields: l(&c.copy_yields),
             copy_yield_bounded: l(&c.copy_yield_bounded),
             copy_yield_wait_ms: l(&c.copy_yield_wait_ns) / 1_000_000,
+            copy_lender_yields: l(&c.copy_lender_yields),
+            copy_lender_yield_wait_ms: l(&c.copy_lender_yield_wait_ns) / 1_000_000,
         }
     }
 

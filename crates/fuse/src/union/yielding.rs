@@ -140,16 +140,16 @@ pub(crate) struct Yielder {
     policy: YieldPolicy,
     /// The wait owed on each side ([`Side::Disk`], [`Side::Lenders`]).
     owed: [Owed; 2],
-    /// Waits, of them those that waited to the bound, and the time waited.
-    yields: u64,
-    bounded: u64,
-    waited: Duration,
+    /// Per side: waits, of them those that waited to the bound, and the time waited.
+    yields: [u64; 2],
+    bounded: [u64; 2],
+    waited: [Duration; 2],
 }
 
 impl Yielder {
     pub(crate) fn new(policy: YieldPolicy) -> Yielder {
         let none = Owed { owed: Duration::ZERO, since: Instant::now() };
-        Yielder { policy, owed: [none; 2], yields: 0, bounded: 0, waited: Duration::ZERO }
+        Yielder { policy, owed: [none; 2], yields: [0; 2], bounded: [0; 2], waited: [Duration::ZERO; 2] }
     }
 
     /// The longest the next use of `side` may still wait.
@@ -183,15 +183,17 @@ impl Yielder {
                 break Waited::Yielded(t0.elapsed());
             }
         };
-        self.yields += 1;
-        self.bounded += matches!(w, Waited::Bounded(_)) as u64;
-        self.waited += t0.elapsed();
+        let i = side as usize;
+        self.yields[i] += 1;
+        self.bounded[i] += matches!(w, Waited::Bounded(_)) as u64;
+        self.waited[i] += t0.elapsed();
         w
     }
 
-    /// Waits, of them those that waited to the bound, and the time waited.
-    pub(crate) fn totals(&self) -> (u64, u64, Duration) {
-        (self.yields, self.bounded, self.waited)
+    /// Waits for `side`, of them those that waited to the bound, and the time waited.
+    pub(crate) fn totals(&self, side: Side) -> (u64, u64, Duration) {
+        let i = side as usize;
+        (self.yields[i], self.bounded[i], self.waited[i])
     }
 
     /// The copy just used `side` for `d` (a read of the disk: not the lenders' part of its
@@ -273,9 +275,10 @@ mod tests {
         assert!(matches!(w, Waited::Yielded(d) if d < Duration::from_millis(40)), "{w:?}");
         // Idle: no wait; off: no wait however busy.
         assert_eq!(y.give_way(Side::Lenders, || false), Waited::No);
-        let (yields, bounded, waited) = y.totals();
+        let (yields, bounded, waited) = y.totals(Side::Disk);
         assert_eq!((yields, bounded), (2, 1));
         assert!(waited >= Duration::from_millis(10), "{waited:?}");
+        assert_eq!(y.totals(Side::Lenders), (0, 0, Duration::ZERO));
         let mut off = Yielder::new(policy(false));
         off.used(Side::Disk, Duration::from_secs(1));
         off.used(Side::Lenders, Duration::from_secs(1));
