@@ -314,6 +314,16 @@ fn bench_paper_quick_runs_the_migration_experiment() {
         let written = |s: &Value| s["write_bytes"][1].as_u64().unwrap();
         let copied = written(samples.last().unwrap()) - written(&samples[0]);
         assert!(copied >= 4 * (4 << 20), "disk 2 took {copied} bytes: {r}");
+        // The mount's and the machine's counters came with every sample: the lender served
+        // the readers, and the CPU ticked.
+        let last = samples.last().unwrap();
+        let count = |s: &Value, k: &str| s[k].as_u64().unwrap_or_else(|| panic!("no {k} in a sample: {s}"));
+        assert!(count(last, "lender_hits") > count(&samples[0], "lender_hits"), "no lender hit sampled: {r}");
+        assert!(count(last, "cpu_ticks") > count(&samples[0], "cpu_ticks"), "no CPU time sampled: {r}");
+        assert!(num(r, &["mbps", "lender_before"]) > 0.0, "{r}");
+        let b = &r["balance"];
+        let part = |k: &str| b[k].as_u64().unwrap_or_else(|| panic!("no {k} in the balance: {b}"));
+        assert!(part("sync_ms") + part("write_ms") + part("read_disk_ms") + part("read_cache_ms") > 0, "{b}");
         let blocks = 4.0 * 1024.0;
         match r["source"].as_str().unwrap() {
             "cache" => assert!(num(r, &["blocks_from_cache"]) > 0.0, "no block copied from the lenders: {r}"),
@@ -325,6 +335,7 @@ fn bench_paper_quick_runs_the_migration_experiment() {
     assert!(checks.len() >= 6 && checks.iter().all(|c| c["ok"] == true), "{json}");
     let md = std::fs::read_to_string(dir.0.join("paper001-quick.md")).unwrap();
     assert!(md.contains("## migrate") && md.contains("cache/disk") && md.contains("disk2 daemon"), "{md}");
+    assert!(md.contains("lenders' misses before / after") && md.contains("CPU busy before / during / after"), "{md}");
 
     // --resume keeps what the JSON holds and runs nothing again.
     let mut again = args.to_vec();

@@ -147,17 +147,27 @@ fn with_a_good_key_the_mount_seals_blocks_on_its_embedded_lender() {
     let f = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(d.p("m/f")).unwrap();
     let mut buf = vec![0u8; 8192];
     let off = buf.as_ptr().align_offset(4096);
-    for _ in 0..2 {
+    let stats = || {
+        let out = farcache(&["stats", d.p("m").to_str().unwrap(), "--json"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    for pass in 0..2 {
         for b in 0..128usize {
             let got = &mut buf[off..off + 4096];
             assert_eq!(f.read_at(got, (b * 4096) as u64).unwrap(), 4096);
             assert_eq!(&got[..], &data[b * 4096..(b + 1) * 4096], "block {b}");
         }
-        std::thread::sleep(Duration::from_millis(300));
+        if pass == 0 {
+            // The fills go in the background: the second pass waits until the lender has
+            // every block (on a loaded machine a fill has taken half a second).
+            let filled = farcache_testkit::wait_until(Duration::from_secs(30), Duration::from_millis(50), || {
+                stats()["index"]["remote_blocks"].as_u64().unwrap_or(0) >= 128
+            });
+            assert!(filled, "the lender never got the file's blocks: {}", stats());
+        }
     }
-    let out = farcache(&["stats", d.p("m").to_str().unwrap(), "--json"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = stats();
     let r = &s["remote"];
     let n = |k: &str| r[k].as_u64().unwrap();
     assert!(n("puts") > 0 && n("hits") > 0, "{s}");

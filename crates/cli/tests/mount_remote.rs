@@ -48,8 +48,17 @@ fn reads_come_from_the_lender_and_are_always_current() {
             assert_eq!(r.read(b * 4096), &data[o..o + 4096], "pass {pass} block {b}");
         }
         if pass == 0 {
-            // Fills are asynchronous: give them a moment to land.
-            std::thread::sleep(Duration::from_millis(300));
+            // Fills are asynchronous: the second pass waits until the mount's index lists
+            // (nearly) every block as held (on a loaded machine a fill has taken half a second).
+            let held = || {
+                let out = Command::new(bin()).args(["stats", mnt.to_str().unwrap(), "--json"]).output().unwrap();
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+                v["index"]["remote_blocks"].as_u64().unwrap_or(0)
+            };
+            let filled = farcache_testkit::wait_until(Duration::from_secs(30), Duration::from_millis(50), || {
+                held() >= 2048 * 9 / 10
+            });
+            assert!(filled, "the lender never got the file's blocks: {} held", held());
         }
     }
     let h = hits(&addr);
