@@ -814,6 +814,44 @@ fn the_copy_yields_to_foreground_io_and_still_finishes() {
     assert_eq!(s["yields"].as_u64(), Some(0), "waited with no foreground I/O: {s:#}");
 }
 
+/// A lender smaller than the file evicts part of what the mount filled, and the mount's index
+/// does not know which part: the copy takes what the lender still has, reads the rest from
+/// the disk afterwards (its queued spans), and the moved file is exactly the file.
+#[test]
+fn a_copy_from_a_lender_that_evicted_part_of_the_file_reads_the_rest_from_the_disk() {
+    const SIZE: usize = 4 << 20;
+    let d = Dirs::new("evicted");
+    let data = pattern(SIZE, 51);
+    fs::write(d.a.join("f"), &data).unwrap();
+    // The mount's own lender, 2 MiB: half the file at most.
+    let cfg = d.config("[server]\ncapacity = \"2MiB\"\nshards = 8\n");
+    let _m = d.mount(&[LENDERS_FIRST[0], LENDERS_FIRST[1], "--config", &cfg]);
+    let blocks = (SIZE / 4096) as u64;
+    let order: Vec<u64> = (0..blocks).map(|i| (i * 613) % blocks).collect();
+    DirectReader::open(&d.m("f")).pass(&order, &data);
+    assert!(
+        wait_until(Duration::from_secs(30), Duration::from_millis(50), || {
+            n(&d.stats(), "index", "remote_blocks") >= blocks
+        }),
+        "the index never listed every block (the lender holds half at most): {:#}",
+        d.stats()
+    );
+    let before = d.stats();
+    let s = d.balanced(&["--from", "0", "--to", "1", "--files", "1"]);
+    assert_eq!(s["moved"].as_u64(), Some(1), "{s:#}");
+    let (cache, disk) = (s["blocks_from_cache"].as_u64().unwrap(), s["blocks_from_disk"].as_u64().unwrap());
+    assert!(cache > 0 && disk > 0, "the copy should take part from the lender and part from the disk: {s:#}");
+    assert!(cache < blocks * 3 / 4, "more blocks from a 2 MiB lender than it can hold: {s:#}");
+    let after = d.stats();
+    assert!(
+        n(&after, "remote", "misses") > n(&before, "remote", "misses"),
+        "the copy asked for no evicted block (the test's premise): {after:#}"
+    );
+    assert_eq!(d.on("f"), (false, true));
+    assert!(fs::read(d.b.join("f")).unwrap() == data, "the copy on the target branch differs");
+    assert!(fs::read(d.m("f")).unwrap() == data, "the moved file reads differently");
+}
+
 #[test]
 fn a_copy_from_lenders_alone_does_not_wait_and_one_from_the_disk_does() {
     const SIZE: usize = 4 << 20;
