@@ -50,6 +50,16 @@ impl Dirs {
         p.display().to_string()
     }
 
+    /// Wait (at most `within`) until the mount's index lists at least `blocks` blocks as held
+    /// by its lenders: fills land in the background.
+    fn wait_listed(&self, blocks: u64, within: Duration) {
+        assert!(
+            wait_until(within, Duration::from_millis(50), || n(&self.stats(), "index", "remote_blocks") >= blocks),
+            "the index never listed {blocks} blocks as held by the lenders: {:#}",
+            self.stats()
+        );
+    }
+
     fn try_mount(&self, args: &[&str], env: &[(&str, &str)]) -> Result<MountProcess, String> {
         MountProcess::try_start_env(bin(), &self.branches(), &self.mnt, args, env, &self.root.join("daemon.log"))
     }
@@ -391,13 +401,7 @@ fn blocks_of_a_moved_file_still_hit_on_the_lender() {
     let blocks = (SIZE / 4096) as u64;
     let order: Vec<u64> = (0..blocks).map(|i| (i * 613) % blocks).collect();
     DirectReader::open(&d.m("hot")).pass(&order, &data);
-    assert!(
-        wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
-            n(&d.stats(), "index", "remote_blocks") >= blocks * 9 / 10
-        }),
-        "the lender never got the file's blocks: {:#}",
-        d.stats()
-    );
+    d.wait_listed(blocks * 9 / 10, Duration::from_secs(10));
     let s = d.balanced(&["--from", "0", "--to", "1", "--files", "1"]);
     assert_eq!(s["moved"].as_u64(), Some(1), "{s:#}");
     assert_eq!(d.on("hot"), (false, true));
@@ -829,13 +833,8 @@ fn a_copy_from_a_lender_that_evicted_part_of_the_file_reads_the_rest_from_the_di
     let blocks = (SIZE / 4096) as u64;
     let order: Vec<u64> = (0..blocks).map(|i| (i * 613) % blocks).collect();
     DirectReader::open(&d.m("f")).pass(&order, &data);
-    assert!(
-        wait_until(Duration::from_secs(30), Duration::from_millis(50), || {
-            n(&d.stats(), "index", "remote_blocks") >= blocks
-        }),
-        "the index never listed every block (the lender holds half at most): {:#}",
-        d.stats()
-    );
+    // Every block listed, though the lender holds half at most.
+    d.wait_listed(blocks, Duration::from_secs(30));
     let before = d.stats();
     let s = d.balanced(&["--from", "0", "--to", "1", "--files", "1"]);
     assert_eq!(s["moved"].as_u64(), Some(1), "{s:#}");
@@ -866,13 +865,7 @@ fn a_copy_from_lenders_alone_does_not_wait_and_one_from_the_disk_does() {
     let blocks = (SIZE / 4096) as u64;
     let order: Vec<u64> = (0..blocks).collect();
     DirectReader::open(&d.m("hot")).pass(&order, &hot);
-    assert!(
-        wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
-            n(&d.stats(), "index", "remote_blocks") >= blocks
-        }),
-        "the lender never got the file's blocks: {:#}",
-        d.stats()
-    );
+    d.wait_listed(blocks, Duration::from_secs(10));
     let under_readers = |args: &[&str]| {
         let stop = Arc::new(AtomicBool::new(false));
         let readers = foreground_readers(&d.m("fg"), &fg, 4, &stop);

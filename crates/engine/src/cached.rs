@@ -48,7 +48,7 @@ use crate::remote::Remote;
 use crate::routing::{Decision, Router, RouterState, STREAM_PROBE_MIN_BYTES};
 use crate::stats::{CacheStats, IndexStats, RoutingStats};
 
-/// Blocks a copy ([`DataPath::copy_read`]) fetches from the lenders at a time (128 KiB: at
+/// Blocks a copy ([`DataPath::copy_read_held`]) fetches from the lenders at a time (128 KiB: at
 /// 1 Gbit/s about a millisecond of the link, the most an application's fetch waits behind
 /// one).
 pub const COPY_FETCH_BLOCKS: usize = 32;
@@ -512,33 +512,14 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         self.disk.backing_counters()
     }
 
-    fn copy_read(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> io::Result<CopyRead> {
-        if !from_cache || len == 0 {
-            return self.disk.copy_read(file, offset, len, false);
-        }
-        let mut r = self.copy_read_held(file, offset, len)?;
-        let mut out = BytesMut::from(&r.data[..]);
-        let mut end = out.len();
-        for (at, n) in std::mem::take(&mut r.missing) {
-            let d = self.disk.copy_read(file, at, n, false)?;
-            // The span's bytes replace whatever the held part put there (zeros, or the
-            // lenders' copies of the same blocks); a short read is the end of the file.
-            let o = (at - offset) as usize;
-            out[o..o + d.data.len()].copy_from_slice(&d.data);
-            if d.data.len() < n {
-                end = end.min(o + d.data.len());
-            }
-            r.disk_blocks += d.disk_blocks;
-            r.disk_time += d.disk_time;
-        }
-        out.truncate(end);
-        r.data = out.freeze();
-        Ok(r)
+    /// The disk's part of a copy: from the disk below, not through the lenders, never filled.
+    fn copy_read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
+        self.disk.copy_read(file, offset, len)
     }
 
     /// The lenders' part of a copy: every block they give outside the span of those they do
     /// not (one span, from the first block they lack to the last: read later in one disk
-    /// request, by [`DataPath::copy_read`] without the cache), never the disk.
+    /// request, by [`DataPath::copy_read`]), never the disk.
     fn copy_read_held(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
         if len == 0 {
             return Ok(CopyRead::default());

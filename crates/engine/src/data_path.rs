@@ -74,13 +74,12 @@ pub trait DataPath: Send + Sync + 'static {
         None
     }
 
-    /// Read `len` bytes of `file` at `offset` for a copy of the file (a migration between
-    /// backing branches): every whole block a tier in front of the disk holds is taken from
-    /// there (with `from_cache`), the rest from the disk; nothing is filled. The bytes are the
-    /// file's current contents, as [`DataPath::read`]'s are. `offset` is block-aligned. The
-    /// default reads from the disk only.
-    fn copy_read(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> io::Result<CopyRead> {
-        let _ = from_cache;
+    /// Read `len` bytes of `file` at `offset` from the disk for a copy of the file (a
+    /// migration between backing branches; a copy from the cache takes
+    /// [`DataPath::copy_read_held`] first): blocks a write-back tier holds dirty come from the
+    /// tier (the disk lacks them), nothing is filled. The bytes are the file's current
+    /// contents, as [`DataPath::read`]'s are. `offset` is block-aligned.
+    fn copy_read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
         let t0 = std::time::Instant::now();
         let data = self.read(file, offset, len)?;
         let disk_blocks = data.len().div_ceil(crate::index::BLOCK_BYTES as usize) as u64;
@@ -90,8 +89,8 @@ pub trait DataPath: Send + Sync + 'static {
     /// The part of [`DataPath::copy_read`] that tiers in front of the disk give, without
     /// reading the disk: `data` holds the range (`len` bytes, or fewer at the end of the
     /// file) with every block a tier gave in place, and `missing` the spans still to read —
-    /// each with [`DataPath::copy_read`] without the cache, which also takes the blocks a
-    /// write-back tier holds dirty — whose bytes replace what `data` has there. A copy that
+    /// each with [`DataPath::copy_read`], which also takes the blocks a write-back tier holds
+    /// dirty — whose bytes replace what `data` has there. A copy that
     /// gives the disk back to the applications between its disk reads goes on with the
     /// cached part meanwhile. The default holds nothing: the whole range is missing.
     fn copy_read_held(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
@@ -183,8 +182,8 @@ impl<T: DataPath + ?Sized> DataPath for std::sync::Arc<T> {
     fn backing_counters(&self) -> Option<BackingCountersSnapshot> {
         (**self).backing_counters()
     }
-    fn copy_read(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> io::Result<CopyRead> {
-        (**self).copy_read(file, offset, len, from_cache)
+    fn copy_read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
+        (**self).copy_read(file, offset, len)
     }
     fn copy_read_held(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
         (**self).copy_read_held(file, offset, len)
@@ -295,8 +294,8 @@ impl DataPath for Deferred {
     fn backing_counters(&self) -> Option<BackingCountersSnapshot> {
         self.slot.get().and_then(|p| p.backing_counters())
     }
-    fn copy_read(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> io::Result<CopyRead> {
-        self.get().map_err(Self::eio)?.copy_read(file, offset, len, from_cache)
+    fn copy_read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
+        self.get().map_err(Self::eio)?.copy_read(file, offset, len)
     }
     fn copy_read_held(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
         self.get().map_err(Self::eio)?.copy_read_held(file, offset, len)

@@ -41,7 +41,8 @@
 //! - **A union** (several backing branches, [`WritebackPath::open_union`]): files are keyed
 //!   by their farcache id ([`FileId::union`]), which a move between branches keeps, named in
 //!   the log by id (and found again by it: `name.rs`), every branch marked. A move
-//!   ([`DataPath::copy_read`]) takes the file's dirty blocks from here, not the disk — they
+//!   ([`DataPath::copy_read_held`], [`DataPath::copy_read`]) takes the file's dirty blocks
+//!   from here, not the disk — they
 //!   are not written back first —, declares the copy before the switch
 //!   ([`DataPath::moving`]: whichever copy a crash leaves, recovery finds it), and at the
 //!   switch ([`DataPath::moved`]) the tier's own descriptor is made to refer to the copy, so
@@ -85,7 +86,7 @@ use crate::identity::FileId;
 const B: u64 = farcache_tier::PAGE_BYTES as u64;
 /// Striped locks serialising writes to the same blocks.
 const STRIPES: usize = 256;
-/// Most requests below the tier one [`DataPath::copy_read`] makes (runs of blocks the tier
+/// Most requests below the tier one copy read makes (runs of blocks the tier
 /// does not hold); past it, one request spans them all.
 const COPY_RUNS: usize = 8;
 
@@ -973,15 +974,15 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
         self.shared.inner.opened(file);
     }
 
-    /// Every block dirty here comes from the tier — with `from_cache` or not: the disk lacks
-    /// it —, the rest from the path below (lenders, then the disk), one request per run of
-    /// blocks the tier does not hold (at most [`COPY_RUNS`], then one request spanning them).
-    fn copy_read(&self, file: &BackingFile, offset: u64, len: usize, from_cache: bool) -> io::Result<CopyRead> {
+    /// Every block dirty here comes from the tier (the disk lacks it), the rest from the disk
+    /// below, one request per run of blocks the tier does not hold (at most [`COPY_RUNS`],
+    /// then one request spanning them).
+    fn copy_read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
         let inner = &self.shared.inner;
-        self.copy_over(file, offset, len, false, &|at, n| inner.copy_read(file, at, n, from_cache))
+        self.copy_over(file, offset, len, false, &|at, n| inner.copy_read(file, at, n))
     }
 
-    /// As [`DataPath::copy_read`] from the cache, without the disk: the spans the path below
+    /// The tier's dirty blocks over what the path below holds (its lenders): the spans it
     /// lacks, and blocks destaged meanwhile, are left missing.
     fn copy_read_held(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
         let inner = &self.shared.inner;

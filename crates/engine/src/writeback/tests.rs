@@ -617,7 +617,7 @@ fn a_union_files_data_is_copied_from_the_tier_follows_a_move_and_is_found_by_id_
     assert_eq!(on_disk(&a.join("plain")), b"through");
 
     // The copy: every block from the tier (the disk has zeros), counted.
-    let r = t.copy_read(&src, 0, 1 << 20, false).unwrap();
+    let r = t.copy_read(&src, 0, 1 << 20).unwrap();
     assert_eq!(r.data.as_ref(), &model[..]);
     assert_eq!((r.tier_blocks, r.cache_blocks, r.disk_blocks), (4, 4, 0));
     std::fs::write(b.join("f"), &r.data).unwrap();
@@ -637,7 +637,7 @@ fn a_union_files_data_is_copied_from_the_tier_follows_a_move_and_is_found_by_id_
     // Partly dirty: the dirty block from the tier, the others from the disk.
     t.write(&dst, 2 * 4096, b"partly").unwrap();
     model[2 * 4096..2 * 4096 + 6].copy_from_slice(b"partly");
-    let r = t.copy_read(&dst, 0, 1 << 20, true).unwrap();
+    let r = t.copy_read(&dst, 0, 1 << 20).unwrap();
     assert_eq!(r.data.as_ref(), &model[..]);
     assert_eq!((r.tier_blocks, r.cache_blocks, r.disk_blocks), (1, 1, 3));
     // The same in two steps, as a balance copies: the held part (the dirty block; nothing
@@ -648,7 +648,7 @@ fn a_union_files_data_is_copied_from_the_tier_follows_a_move_and_is_found_by_id_
     assert_eq!(&h.data[2 * 4096..3 * 4096], &model[2 * 4096..3 * 4096]);
     let mut copy = h.data.to_vec();
     for (at, n) in &h.missing {
-        let d = t.copy_read(&dst, *at, *n, false).unwrap();
+        let d = t.copy_read(&dst, *at, *n).unwrap();
         assert!(d.missing.is_empty() && d.disk_blocks > 0);
         copy[*at as usize..*at as usize + d.data.len()].copy_from_slice(&d.data);
     }

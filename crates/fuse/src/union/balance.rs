@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use farcache_engine::{BackingFile, BackingOptions, DataPath, FileId};
+use farcache_engine::{BackingFile, BackingOptions, CopyRead, DataPath, FileId};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
@@ -214,10 +214,10 @@ pub struct BalanceStatus {
     pub lender_yields: u64,
     #[serde(default)]
     pub lender_yield_wait_ms: u64,
-    /// Where the copy's time went (milliseconds, summed over files): reading chunks the
-    /// lenders or the tier gave whole, reading chunks that needed the source disk, writing
-    /// the copy, the syncs (journal record, copy, directories) and the switch under the gate.
-    /// With `yield_wait_ms` and the rate limit's waits they make `elapsed_ms`.
+    /// Where the copy's time went (milliseconds, summed over files): taking what the lenders
+    /// or the tier hold, reading the source disk, writing the copy, the syncs (journal record,
+    /// copy, directories) and the switch under the gate. With the waits (`yield_wait_ms`,
+    /// `lender_yield_wait_ms`, the rate limit's) they make `elapsed_ms`.
     #[serde(default)]
     pub read_cache_ms: u64,
     #[serde(default)]
@@ -595,9 +595,9 @@ impl UnionHandle {
         r
     }
 
-    /// Before a read of the source disk by a copy from `from` to `to`: give way to the
-    /// applications' I/O on either branch for what the last read owes them (bounded;
-    /// `yielding.rs`), counted.
+    /// Before a copy from `from` to `to` uses `side` again: give way to the applications' I/O
+    /// on either branch for what its last use of `side` owes them (bounded; `yielding.rs`),
+    /// counted.
     fn yield_to_foreground(&self, yielder: &mut Yielder, side: Side, from: usize, to: usize) {
         let u = &*self.u;
         let (d, bounded) = match yielder.give_way(side, || u.foreground.busy(&[from, to])) {
@@ -638,22 +638,27 @@ impl UnionHandle {
         yielder: &mut Yielder,
         times: &mut CopyTimes,
     ) -> io::Result<()> {
-        let u = &*self.u;
         let c0 = Instant::now();
-        let r = self.data.copy_read(src, at, n, false)?;
+        let r = self.data.copy_read(src, at, n)?;
         let w0 = CopyTimes::lap(&mut times.read_disk, c0);
         out.write_all_at(&r.data, at)?;
         CopyTimes::lap(&mut times.write, w0);
         yielder.used(Side::Disk, r.disk_time);
-        u.counters.blocks_from_cache.fetch_add(r.cache_blocks, Ordering::Relaxed);
-        u.counters.blocks_from_disk.fetch_add(r.disk_blocks, Ordering::Relaxed);
-        u.counters.blocks_from_tier.fetch_add(r.tier_blocks, Ordering::Relaxed);
+        self.count_blocks(&r);
+        Ok(())
+    }
+
+    /// Where a copy read's blocks came from, in the mount's counters and the status.
+    fn count_blocks(&self, r: &CopyRead) {
+        let c = &self.u.counters;
+        c.blocks_from_cache.fetch_add(r.cache_blocks, Ordering::Relaxed);
+        c.blocks_from_disk.fetch_add(r.disk_blocks, Ordering::Relaxed);
+        c.blocks_from_tier.fetch_add(r.tier_blocks, Ordering::Relaxed);
         self.count(|s| {
             s.blocks_from_cache += r.cache_blocks;
             s.blocks_from_disk += r.disk_blocks;
             s.blocks_from_tier += r.tier_blocks;
         });
-        Ok(())
     }
 
     /// One copy and switch; `None` when the file changed during the copy.
@@ -713,12 +718,7 @@ impl UnionHandle {
                 }
                 out.write_all_at(&r.data, off)?;
                 CopyTimes::lap(&mut times.write, w0);
-                u.counters.blocks_from_cache.fetch_add(r.cache_blocks, Ordering::Relaxed);
-                u.counters.blocks_from_tier.fetch_add(r.tier_blocks, Ordering::Relaxed);
-                self.count(|s| {
-                    s.blocks_from_cache += r.cache_blocks;
-                    s.blocks_from_tier += r.tier_blocks;
-                });
+                self.count_blocks(&r);
                 queued.extend(r.missing);
             } else {
                 queued.push_back((off, len));

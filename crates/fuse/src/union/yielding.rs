@@ -83,9 +83,10 @@ impl Foreground {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct YieldPolicy {
     pub(crate) enabled: bool,
-    /// The most a chunk waits, as a multiple of the time the chunk spent reading the disk.
+    /// The most the copy waits before reading the source disk again, as a multiple of its
+    /// last read of it.
     pub(crate) wait_ratio: f64,
-    /// The most a chunk waits, whatever the ratio.
+    /// The most the copy waits before using either side again, whatever the ratio.
     pub(crate) max_wait: Duration,
 }
 
