@@ -134,3 +134,68 @@ fn handle_killpriv_spares_writes_their_getxattr() {
     let on = getxattrs_for_ten_writes(&d, "writeback_cache = false\n");
     assert!(on <= 1, "{on} GETXATTRs for 10 writes with FUSE_HANDLE_KILLPRIV_V2");
 }
+
+/// The mount's `fuse` stats (`farcache stats MNT --json`).
+fn fuse_stats(mnt: &Path) -> Value {
+    let out = farcache_testkit::run_bin(bin(), &["stats", mnt.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "farcache stats: {}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["fuse"].clone()
+}
+
+/// Mount with `mount_table`, wait (bounded) until the mount's readahead window is `want_kb`,
+/// then read a 16 MiB file through it from start to end: the READ requests it took.
+fn reads_for_a_sequential_16mib(d: &Dirs, mount_table: &str, want_kb: u64) -> u64 {
+    let big = vec![3u8; 16 << 20];
+    fs::write(d.backing.join("big"), &big).unwrap();
+    let m = d.mount(mount_table);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let f = fuse_stats(m.mnt());
+        if f["read_ahead_kb"].as_u64() == Some(want_kb) {
+            assert_eq!(f["read_ahead_problem"], "", "{f:#}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the window never became {want_kb} KiB: {f:#}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let before = ops(m.mnt());
+    let mut got = Vec::new();
+    let mut f = fs::File::open(m.m("big")).unwrap();
+    std::io::Read::read_to_end(&mut f, &mut got).unwrap();
+    assert!(got == big, "the file read back differs");
+    delta(&before, &ops(m.mnt()), "read")
+}
+
+#[test]
+fn a_sequential_reader_is_served_in_windows_of_mount_read_ahead() {
+    let d = Dirs::new();
+    // The default (1 MiB): 16 requests of 1 MiB once the window has grown, a few smaller
+    // ones while it grows.
+    let wide = reads_for_a_sequential_16mib(&d, "", 1024);
+    assert!((16..=24).contains(&wide), "{wide} READ requests for 16 MiB with a 1 MiB window");
+    // The kernel's own window (128 KiB): at least 128 requests.
+    let narrow = reads_for_a_sequential_16mib(&d, "read_ahead = \"0\"\n", 128);
+    assert!(narrow >= 128, "{narrow} READ requests for 16 MiB with a 128 KiB window");
+}
+
+#[test]
+fn a_read_ahead_out_of_range_is_refused_by_name() {
+    let d = Dirs::new();
+    let cfg = d.root.path().join("bad.toml");
+    fs::write(&cfg, "[mount]\nread_ahead = \"32MiB\"\n").unwrap();
+    let out = farcache_testkit::run_bin(
+        bin(),
+        &[
+            "mount",
+            "--no-remote",
+            "--config",
+            cfg.to_str().unwrap(),
+            d.backing.to_str().unwrap(),
+            d.mnt.to_str().unwrap(),
+        ],
+    );
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("mount.read_ahead") && err.contains("16MiB"), "{err}");
+}

@@ -85,6 +85,12 @@ handle_killpriv = true
 max_background = 64
 # Largest write request the kernel sends (at most 1MiB with 4KiB pages).
 max_write = "1MiB"
+# The kernel's readahead for files read through the mount (the mount's read_ahead_kb in
+# /sys/class/bdi, set once the mount is up; needs root). A FUSE mount starts at 128KiB, so a
+# sequential reader's pages come as 128KiB requests, each a round trip to the daemon; at
+# 1MiB they come as the largest request (max_pages), a round trip per MiB. Also the window
+# an mmap page fault reads around. "0": leave the kernel's (128KiB). At most 16MiB.
+read_ahead = "1MiB"
 # Backing inodes the kernel may know at once; each holds one open descriptor.
 max_inodes = 1000000
 # Files and directories open through the mount at once.
@@ -121,6 +127,7 @@ pub struct MountConfig {
     pub handle_killpriv: bool,
     pub max_background: u16,
     pub max_write: farcache_config::ByteSize,
+    pub read_ahead: farcache_config::ByteSize,
     pub max_inodes: u64,
     pub max_open_handles: u64,
     pub shutdown_grace: HumanDuration,
@@ -200,6 +207,8 @@ const _: () = assert!(MAX_FUSE_URING_QUEUE_DEPTH as usize <= fuser::URING_MAX_QU
 pub const MAX_THREADS: u32 = 256;
 /// The kernel's largest FUSE request payload with 4 KiB pages (256 pages).
 pub const MAX_WRITE_BYTES: u64 = 1 << 20;
+/// Most `mount.read_ahead`.
+pub const MAX_READ_AHEAD_BYTES: u64 = 16 << 20;
 const _: () = assert!(MAX_WRITE_BYTES as usize <= farcache_engine::MAX_READ_BYTES);
 
 impl Default for MountConfig {
@@ -225,6 +234,7 @@ impl Default for MountConfig {
             handle_killpriv: true,
             max_background: 64,
             max_write: farcache_config::ByteSize::mib(1),
+            read_ahead: farcache_config::ByteSize::mib(1),
             max_inodes: 1_000_000,
             max_open_handles: 65_536,
             shutdown_grace: HumanDuration::secs(10),
@@ -254,6 +264,14 @@ impl MountConfig {
                 "mount.max_write",
                 format!("{} is out of range", self.max_write),
                 "set 4KiB to 1MiB",
+            ));
+        }
+        let ra = self.read_ahead.bytes();
+        if ra != 0 && !(4096..=MAX_READ_AHEAD_BYTES).contains(&ra) {
+            return Err(ConfigError::invalid(
+                "mount.read_ahead",
+                format!("{} is out of range", self.read_ahead),
+                "set 4KiB to 16MiB, or 0 to leave the kernel's",
             ));
         }
         if let Some(p) = self.io_options().problem() {
@@ -306,6 +324,13 @@ mod tests {
         c.max_write = farcache_config::ByteSize::mib(2);
         assert!(c.validate().unwrap_err().to_string().contains("mount.max_write"));
         c.max_write = farcache_config::ByteSize::mib(1);
+        c.read_ahead = farcache_config::ByteSize::mib(17);
+        assert!(c.validate().unwrap_err().to_string().contains("mount.read_ahead"));
+        c.read_ahead = farcache_config::ByteSize::kib(1);
+        assert!(c.validate().unwrap_err().to_string().contains("mount.read_ahead"));
+        c.read_ahead = farcache_config::ByteSize::mib(0);
+        c.validate().unwrap();
+        c.read_ahead = farcache_config::ByteSize::mib(1);
         c.io_queue_depth = 0;
         assert!(c.validate().unwrap_err().to_string().contains("mount.io_queue_depth"));
         c.io_queue_depth = 512;

@@ -38,6 +38,7 @@ mod ops_dir;
 mod ops_entry;
 mod ops_file;
 mod ops_once;
+mod readahead;
 mod sys;
 pub mod takeover;
 mod transport;
@@ -59,6 +60,7 @@ pub use config::{
 };
 pub use error::MountError;
 pub use ops_count::OpCounts;
+pub use readahead::ReadAhead;
 pub use takeover::{Handover, HandoverState, INIT_KEYS, TAKEOVER_PROTOCOL};
 pub use transport::{kernel_enable_uring, Transport, TransportStats, ENABLE_URING_PARAM};
 
@@ -173,6 +175,8 @@ pub struct Mount {
     /// The largest request the kernel can send on this connection (see
     /// [`Mount::prefault_request_buffers`]).
     max_request: usize,
+    /// `mount.read_ahead`, set once the connection serves.
+    read_ahead: Arc<ReadAhead>,
 }
 
 /// How [`Mount::run`] ended.
@@ -545,6 +549,7 @@ impl Mount {
             union: None,
             transport: Transport::read_loops(cfg, ""),
             max_request: max_request(cfg),
+            read_ahead: ReadAhead::new(dev, cfg.read_ahead.bytes()),
         })
     }
 
@@ -644,7 +649,7 @@ impl Mount {
 
     /// How requests reach this daemon; its counters move while the mount serves.
     pub fn transport(&self) -> Transport {
-        self.transport.clone()
+        self.transport.clone().with_read_ahead(self.read_ahead.clone())
     }
 
     pub fn unmounter(&mut self) -> Unmounter {
@@ -661,7 +666,8 @@ impl Mount {
     /// before mounting again. Unmounting through [`Unmounter`] avoids it.
     pub fn run(self) -> Result<Ended, MountError> {
         let mountpoint = self.mountpoint.clone();
-        let Mount { session, fuse, workers, slot, dev, .. } = self;
+        let Mount { session, fuse, workers, slot, dev, read_ahead, .. } = self;
+        read_ahead.apply_when_served(&mountpoint);
         match session.run() {
             Ok(()) if slot.armed.load(Ordering::SeqCst) => {
                 let (mut state, keep) = slot.taken.lock().take().unwrap_or_default();

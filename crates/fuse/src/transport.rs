@@ -58,6 +58,8 @@ pub struct Transport {
     rings: Option<Arc<fuser::UringStats>>,
     /// Requests received by opcode (counted by the file system).
     ops: Arc<OpCounts>,
+    /// The mount's readahead window (`mount.read_ahead`).
+    read_ahead: Option<Arc<crate::ReadAhead>>,
 }
 
 /// What `farcache stats` shows of the transport (docs/METRICS.md, `fuse`).
@@ -80,11 +82,26 @@ pub struct TransportStats {
     /// `other` for any opcode without one), over either transport.
     #[serde(default)]
     pub ops: BTreeMap<String, u64>,
+    /// The kernel's readahead window for the mount now, KiB (its bdi's `read_ahead_kb`; 0
+    /// where it cannot be read), and the one `mount.read_ahead` asked for (0: none).
+    #[serde(default)]
+    pub read_ahead_kb: u64,
+    #[serde(default)]
+    pub read_ahead_wanted_kb: u64,
+    /// Why the window is not the one asked for ("" when it is).
+    #[serde(default)]
+    pub read_ahead_problem: String,
 }
 
 impl Transport {
     pub(crate) fn read_loops(cfg: &MountConfig, why: &str) -> Transport {
-        Transport { setting: cfg.fuse_uring, why_not: why.to_string(), rings: None, ops: Arc::default() }
+        Transport {
+            setting: cfg.fuse_uring,
+            why_not: why.to_string(),
+            rings: None,
+            ops: Arc::default(),
+            read_ahead: None,
+        }
     }
 
     /// After INIT: rings asked for (`why_not` None) and agreed, or the reason they are not.
@@ -94,7 +111,13 @@ impl Transport {
         stats: Arc<fuser::UringStats>,
     ) -> Result<Transport, MountError> {
         if let Some(why) = why_not {
-            return Ok(Transport { setting: cfg.fuse_uring, why_not: why, rings: None, ops: Arc::default() });
+            return Ok(Transport {
+                setting: cfg.fuse_uring,
+                why_not: why,
+                rings: None,
+                ops: Arc::default(),
+                read_ahead: None,
+            });
         }
         if !stats.negotiated.load(Ordering::SeqCst) {
             let problem = if stats.offered.load(Ordering::SeqCst) {
@@ -108,9 +131,27 @@ impl Transport {
                     fix: format!("check {ENABLE_URING_PARAM} is Y, or set mount.fuse_uring = \"auto\" or \"off\""),
                 });
             }
-            return Ok(Transport { setting: cfg.fuse_uring, why_not: problem, rings: None, ops: Arc::default() });
+            return Ok(Transport {
+                setting: cfg.fuse_uring,
+                why_not: problem,
+                rings: None,
+                ops: Arc::default(),
+                read_ahead: None,
+            });
         }
-        Ok(Transport { setting: cfg.fuse_uring, why_not: String::new(), rings: Some(stats), ops: Arc::default() })
+        Ok(Transport {
+            setting: cfg.fuse_uring,
+            why_not: String::new(),
+            rings: Some(stats),
+            ops: Arc::default(),
+            read_ahead: None,
+        })
+    }
+
+    /// The mount's readahead window, for the stats.
+    pub(crate) fn with_read_ahead(mut self, r: Arc<crate::ReadAhead>) -> Transport {
+        self.read_ahead = Some(r);
+        self
     }
 
     /// The counters the mount's file system counts its requests in.
@@ -147,6 +188,11 @@ impl Transport {
             ops: self.ops.snapshot(),
             ..TransportStats::default()
         };
+        if let Some(r) = &self.read_ahead {
+            t.read_ahead_kb = r.current_kb().unwrap_or(0);
+            t.read_ahead_wanted_kb = r.wanted_kb();
+            t.read_ahead_problem = r.problem();
+        }
         if let Some(s) = &self.rings {
             if s.active.load(Ordering::SeqCst) {
                 t.mode = "io_uring".into();

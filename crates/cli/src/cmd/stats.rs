@@ -306,6 +306,19 @@ fn render_mount(s: &MountStats) -> String {
             );
         }
     }
+    if f.read_ahead_wanted_kb > 0 || f.read_ahead_kb > 0 {
+        let _ = writeln!(
+            out,
+            "readahead  {} KiB a window (mount.read_ahead: {}){}",
+            f.read_ahead_kb,
+            if f.read_ahead_wanted_kb == 0 {
+                "the kernel's".to_string()
+            } else {
+                format!("{} KiB", f.read_ahead_wanted_kb)
+            },
+            if f.read_ahead_problem.is_empty() { String::new() } else { format!(": {}", f.read_ahead_problem) }
+        );
+    }
     let mut ops: Vec<(&String, &u64)> = f.ops.iter().filter(|(_, n)| **n > 0).collect();
     if !ops.is_empty() {
         ops.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));

@@ -127,6 +127,7 @@ impl Collector for Snapshot {
             (FUSE_RING_ACTIVE, u64::from(s.fuse.mode == "io_uring")),
             (FUSE_RING_REQUESTS, s.fuse.ring_requests),
             (FUSE_RING_COMMIT_ERRORS, s.fuse.ring_commit_errors),
+            (FUSE_READ_AHEAD, s.fuse.read_ahead_kb * 1024),
         ] {
             o.value(m, v)?;
         }

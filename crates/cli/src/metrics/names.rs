@@ -179,6 +179,7 @@ metrics! { MOUNT:
     UNION_COPY_YIELD_WAIT_MS = "farcache_mount_union_copy_yield_wait_milliseconds", Counter, "Milliseconds copies of moves waited for the applications' I/O";
     UNION_COPY_LENDER_YIELDS = "farcache_mount_union_copy_lender_yields", Counter, "Waits of copies of moves before fetching from the lenders again (the applications' lender reads share the link)";
     UNION_COPY_LENDER_YIELD_WAIT_MS = "farcache_mount_union_copy_lender_yield_wait_milliseconds", Counter, "Milliseconds copies of moves waited before fetching from the lenders again";
+    FUSE_READ_AHEAD = "farcache_mount_read_ahead_bytes", Gauge, "The kernel's readahead window for the mount now (its bdi's read_ahead_kb; mount.read_ahead), 0 where it cannot be read";
     FUSE_RING_ACTIVE = "farcache_mount_fuse_ring_active", Gauge, "1 while FUSE-over-io_uring serves the mount's requests, 0 with /dev/fuse read loops";
     FUSE_RING_REQUESTS = "farcache_mount_fuse_ring_requests", Counter, "Requests received and answered over FUSE-over-io_uring";
     FUSE_RING_COMMIT_ERRORS = "farcache_mount_fuse_ring_commit_errors", Counter, "Ring replies the kernel refused";
