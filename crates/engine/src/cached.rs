@@ -176,7 +176,6 @@ impl<D: DataPath> CachedPath<D> {
             return (first, last);
         }
         let lo = first / w * w;
-        add(&self.counters.read_arounds, 1);
         (lo, lo + w - 1)
     }
 
@@ -238,19 +237,19 @@ impl<D: DataPath> CachedPath<D> {
 
     /// A disk read, timed for the adaptive rule.
     fn disk_read(&self, file: &BackingFile, offset: u64, len: usize, sequential: bool) -> io::Result<Bytes> {
-        self.disk_read_for(file, offset, len, sequential, len)
+        self.disk_read_for(file, offset, len, sequential, false)
     }
 
-    /// [`Self::disk_read`] of `len` bytes read for a request of `asked` bytes: the rule
-    /// learns what the request cost (a read-around window costs what its read cost, not
-    /// more bytes at the disk's rate).
+    /// [`Self::disk_read`], of a read-around window when `widened` ([`RouterState::widen`]): the
+    /// rule then learns what a read of the window's size costs, and takes no vote from it
+    /// (only reads as asked say what serving a read from the disk costs).
     fn disk_read_for(
         &self,
         file: &BackingFile,
         offset: u64,
         len: usize,
         sequential: bool,
-        asked: usize,
+        widened: bool,
     ) -> io::Result<Bytes> {
         if !self.routing.measures() {
             return self.disk.read(file, offset, len);
@@ -259,8 +258,12 @@ impl<D: DataPath> CachedPath<D> {
         let t = Instant::now();
         let data = self.disk.read(file, offset, len)?;
         if !data.is_empty() {
-            let (got, took) = (data.len().min(asked) as u64, t.elapsed());
-            self.routing.disk_read(got, sequential, took);
+            let (got, took) = (data.len() as u64, t.elapsed());
+            if widened {
+                self.routing.disk_read_widened(got, took);
+            } else {
+                self.routing.disk_read(got, sequential, took);
+            }
             self.routing.stream_read(stream, got, Some(took));
         }
         Ok(data)
@@ -321,12 +324,17 @@ impl<D: DataPath> CachedPath<D> {
     ) -> io::Result<Bytes> {
         let first = offset / BLOCK_BYTES;
         let last = (offset + len as u64 - 1) / BLOCK_BYTES;
-        let asked = ((last - first + 1) * BLOCK_BYTES) as usize;
-        let (first, last) = if around { self.read_window(first, last) } else { (first, last) };
+        let window = if around { self.read_window(first, last) } else { (first, last) };
+        // All but the control reads read the whole window (see `READ_AROUND_CONTROL_EVERY`).
+        let widened = window != (first, last) && self.routing.widen();
+        let (first, last) = if widened { window } else { (first, last) };
+        if widened {
+            add(&self.counters.read_arounds, 1);
+        }
         // Tickets before the disk read: a write landing after this point voids them.
         let tickets: Vec<_> = (first..=last).map(|b| self.index.fill_start(f, b)).collect();
         let start = first * BLOCK_BYTES;
-        let data = self.disk_read_for(file, start, ((last - first + 1) * BLOCK_BYTES) as usize, sequential, asked)?;
+        let data = self.disk_read_for(file, start, ((last - first + 1) * BLOCK_BYTES) as usize, sequential, widened)?;
         let mut filled = 0;
         for t in tickets {
             let from = ((t.key.block - first) * BLOCK_BYTES) as usize;

@@ -120,6 +120,18 @@ pub const TROUBLE_FACTOR: f64 = 8.0;
 /// A random disk read counts this many times its time against a lender hit (see the module
 /// doc).
 pub const DISK_WEIGHT: f64 = 1.1;
+/// A disk read that fills the lenders reads its whole read-around window (`cache.read_around`)
+/// — except one in this many, read as asked: the *control* reads. Only reads as asked vote
+/// on the disk's share and on whether filling is worth it; a widened read tells the model
+/// what its own size costs and nothing else. A window costs more than the read it widens
+/// (measured on this machine's raw disk: 16 KiB 460 µs against 186 µs for 4 KiB, under
+/// load), and counted as the asked read's cost, it made the disk look slower for as long as
+/// the rule was filling — which kept it filling: once a slow moment of the disk started the
+/// fills, they went on after the disk was fast again (raw disk, randread 1 GiB: 172,000–
+/// 233,000 blocks filled in a pass, 0.44–0.69× the passthrough; with read-around off 2,900–
+/// 38,600 and 0.91–1.58×; BENCHMARKS.md, "Session 21").
+pub const READ_AROUND_CONTROL_EVERY: u64 = 8;
+const _: () = assert!(READ_AROUND_CONTROL_EVERY >= 2);
 /// Random disk reads vote on the share in windows of this long (and at least
 /// [`WINDOW_MIN_READS`] reads), with the window's mean: a throttled disk answers most reads
 /// at once and stalls a few for tens of ms (measured here at 3,000 IOPS: p50 79 µs, one read
@@ -430,6 +442,8 @@ pub(crate) struct Measured {
     remote_hit_us: AtomicU64,
     /// Random reads sent to the disk while it had every one of them (for seeds).
     seed_acc: AtomicU64,
+    /// Fill reads that could be widened to their read-around window (for control reads).
+    widen_acc: AtomicU64,
     /// How many times the lenders' random probes and seeds are backed off (doublings, at
     /// most [`QUIET_MAX_LEVEL`]; see the constant).
     quiet: AtomicU64,
@@ -595,6 +609,7 @@ impl RouterState {
                 // The disk is the truth and the first guess: the lenders earn their share.
                 disk_share: AtomicU64::new(SHARE_ONE),
                 seed_acc: AtomicU64::new(0),
+                widen_acc: AtomicU64::new(0),
                 quiet: AtomicU64::new(0),
                 fills_window: AtomicU64::new(0),
                 retired_window: AtomicU64::new(0),
@@ -890,6 +905,32 @@ impl RouterState {
                     });
                 }
             }
+            m.disk_samples.fetch_add(1, Ordering::Relaxed);
+            m.disk_seen_us.store(m.now_us(), Ordering::Relaxed);
+            m.disk_cost_us.store(took.as_micros() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a disk read that fills the lenders and could read its read-around window
+    /// should: all but one in [`READ_AROUND_CONTROL_EVERY`] (the control reads, read as
+    /// asked so that the disk's votes measure reads as asked); always under the threshold
+    /// rule, which measures nothing.
+    pub fn widen(&self) -> bool {
+        match self {
+            RouterState::Adaptive(m) => {
+                m.widen_acc.fetch_add(1, Ordering::Relaxed) % READ_AROUND_CONTROL_EVERY != READ_AROUND_CONTROL_EVERY - 1
+            }
+            RouterState::Threshold(_) => true,
+        }
+    }
+
+    /// A disk read widened to its read-around window ([`Self::widen`]) took `took` for its
+    /// `len` bytes: the model learns what reads of that size cost, and the probe clock that
+    /// the disk was measured; the disk's votes do not count it (see
+    /// [`READ_AROUND_CONTROL_EVERY`]).
+    pub fn disk_read_widened(&self, len: u64, took: Duration) {
+        if let RouterState::Adaptive(m) = self {
+            m.model.lock().observe_disk(len, false, took.as_secs_f64() * 1e6);
             m.disk_samples.fetch_add(1, Ordering::Relaxed);
             m.disk_seen_us.store(m.now_us(), Ordering::Relaxed);
             m.disk_cost_us.store(took.as_micros() as u64, Ordering::Relaxed);
@@ -1293,6 +1334,68 @@ mod tests {
             }
         }
         (r.estimates().unwrap().disk_share, routes)
+    }
+
+    /// Random reads of one block as `CachedPath::read` serves them: a disk read that fills
+    /// reads its 16 KiB window (`window_us`) unless the rule wants a control read
+    /// (`plain_us`, as every read that does not fill); the lenders hit in `hit_us`, but one
+    /// read in two sent to them finds a block they never held, which the disk serves and
+    /// fills (the first pass over a file). Returns the fill reads and the lenders' reads
+    /// among the reads from `late` on.
+    fn fills_after(r: &RouterState, from: u64, to: u64, late: u64, plain_us: u64, window_us: u64) -> (u64, u64) {
+        let hit = Duration::from_micros(145);
+        let fill_read = |r: &RouterState| {
+            if r.widen() {
+                r.disk_read_widened(16384, Duration::from_micros(window_us));
+            } else {
+                r.disk_read(4096, false, Duration::from_micros(plain_us));
+            }
+        };
+        let (mut fills, mut remote) = (0, 0);
+        for i in from..to {
+            r.skip(Duration::from_micros(200));
+            let d = r.decide(&id(5), (i * 13 % 997) << 20, 4096);
+            let counted = i >= late;
+            match d.route {
+                Route::Disk if d.fill => {
+                    fill_read(r);
+                    fills += counted as u64;
+                }
+                Route::Disk => r.disk_read(4096, false, Duration::from_micros(plain_us)),
+                Route::Remote if i % 2 == 0 => {
+                    fill_read(r);
+                    fills += counted as u64;
+                }
+                Route::Remote => {
+                    r.remote_fetch(4096, hit);
+                    remote += counted as u64;
+                }
+            }
+            if d.may_probe_remote && r.claim_remote_probe(&d) {
+                r.remote_fetch(4096, hit);
+            }
+        }
+        (fills, remote)
+    }
+
+    #[test]
+    fn a_disk_fast_again_ends_the_fills_its_slow_moment_started() {
+        let r = RouterState::new(Adaptive::new().into());
+        // Four seconds of a slow disk (600 µs a read, 1.2 ms a 16 KiB window): the reads
+        // go to the lenders, and the disk's reads fill them.
+        let (fills, _) = fills_after(&r, 0, 20_000, 0, 600, 1_200);
+        assert!(fills > 5_000, "{fills} fills while the disk was slow");
+        assert!(r.estimates().unwrap().disk_share < 0.5, "{:?}", r.estimates());
+        // Then a disk faster than a lender hit again (120 µs a read), whose windows still
+        // cost more than a hit (330 µs): the disk's reads as asked win the reads back and the
+        // fills stop. (Voted with the windows' time, the disk looked 2.3 times slower than
+        // the lenders for as long as it filled, so it filled for ever.)
+        let (fills, remote) = fills_after(&r, 20_000, 420_000, 370_000, 120, 330);
+        let e = r.estimates().unwrap();
+        assert_eq!(e.disk_share, 1.0, "{e:?}");
+        assert!(e.disk_over_remote < FILL_MARGIN, "{e:?}");
+        assert!(fills <= 50_000 / SEED_EVERY + 1, "{fills} fills in the last 50,000 reads: {e:?}");
+        assert!(remote <= 50, "{remote} lender reads in the last 50,000: {e:?}");
     }
 
     #[test]
