@@ -12,10 +12,7 @@
 //!   lender fails to deliver joins the span), and assembles the answer. When none are, or the
 //!   span is the whole read, it reads the whole-block range from the disk. Either way it sends
 //!   the full blocks it read from the disk that no lender holds to their lenders in the
-//!   background (a *fill*) — under the adaptive rule, a read that finds none of its blocks
-//!   on the lenders fills them only on the terms of a read routed to the disk (below). A
-//!   read routed to the disk goes straight there and fills only as the adaptive rule says
-//!   (while the disk is clearly slower than a lender hit, and seeds).
+//!   background (a *fill*). A read routed to the disk goes straight there and fills nothing.
 //! - *Read-around*: a small read routed to the lenders that misses entirely reads the aligned
 //!   window of `read_around` blocks that holds it and fills the lenders with all of it, so
 //!   that the neighbours the kernel's readahead asks for on a later pass are on the lenders
@@ -402,9 +399,6 @@ impl<D: DataPath> DataPath for CachedPath<D> {
                 return self.disk_read(file, offset, len, d.sequential);
             }
             add(&self.counters.disk_reads, 1);
-            if !d.fill {
-                return self.disk_read(file, offset, len, d.sequential);
-            }
             return self.read_and_fill(file, &f, offset, len, d.sequential, true);
         }
         if d.probe {
@@ -457,9 +451,6 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         if lo == 0 && hi == keys.len() - 1 {
             // Nothing usable from the lenders: the whole range from the disk.
             add(&self.counters.disk_reads, 1);
-            if !d.fill {
-                return self.disk_read(file, offset, len, d.sequential);
-            }
             return self.read_and_fill(file, &f, offset, len, d.sequential, true);
         }
         // A partial hit: the lenders' blocks around one span read from the disk.

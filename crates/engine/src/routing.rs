@@ -74,9 +74,7 @@
 //! While the lenders take part of the random reads, the reads the disk serves fill the
 //! lenders too (they are likely to serve those blocks next); once the disk has all of them
 //! nothing is filled (on a disk that fast the lenders' copies would cost CPU and network for
-//! nothing). A read that fills reads its read-around window, but one in
-//! [`READ_AROUND_CONTROL_EVERY`] is read as asked, and only reads as asked vote: a window
-//! is the fill's investment, not what serving the read from the disk costs.
+//! nothing).
 //!
 //! Sequential reads are decided whole, with hysteresis: a stream goes where it is expected
 //! to finish sooner (the lenders only on a link faster than the disk's stream), and changes
@@ -320,14 +318,9 @@ pub(crate) struct Decision {
     /// (`route` is `Remote`; only if they hold all of its blocks, else it goes to the disk
     /// as the rule said), or to the disk (`route` is `Disk`).
     pub probe: bool,
-    /// The disk's blocks fill the lenders too: a random read the rule sends to the disk
-    /// while its reads take more than [`FILL_MARGIN`] lender hits (or a seed, see
-    /// [`SEED_EVERY`]); for a read sent to the lenders, what the disk serves of blocks they
-    /// never held or no longer have, on the same terms (the threshold rule: always). A read
-    /// the rule sends to the lenders is no reason by itself to fill them: on a disk about as
-    /// fast as a lender hit the rule may send them reads, and filling every block it read
-    /// for them took a pass over a file 1.3–2× the passthrough's time (BENCHMARKS.md,
-    /// "Session 21").
+    /// A random read the rule sends to the disk while its reads take more than
+    /// [`FILL_MARGIN`] lender hits (or a seed, see [`SEED_EVERY`]): the disk's blocks fill
+    /// the lenders too.
     pub fill: bool,
     /// The read goes to the disk, and the lenders are due a measurement: if they hold all
     /// of its blocks and [`RouterState::claim_remote_probe`] says yes, it is fetched from
@@ -671,17 +664,14 @@ impl RouterState {
     /// Where a read of `len` bytes at `offset` of `id` goes.
     pub fn decide(&self, id: &FileId, offset: u64, len: u64) -> Decision {
         match self {
-            RouterState::Threshold(t) => {
-                let route = t.route(len);
-                Decision {
-                    route,
-                    adaptive: false,
-                    sequential: false,
-                    probe: false,
-                    fill: route == Route::Remote,
-                    may_probe_remote: false,
-                }
-            }
+            RouterState::Threshold(t) => Decision {
+                route: t.route(len),
+                adaptive: false,
+                sequential: false,
+                probe: false,
+                fill: false,
+                may_probe_remote: false,
+            },
             RouterState::Adaptive(m) => {
                 // A read as large as a readahead window is a stream's, whether or not it
                 // continues the one before it.
@@ -768,8 +758,7 @@ impl RouterState {
                     });
                     // A disk read fills while a lender hit is clearly cheaper than a disk
                     // read; otherwise one in SEED_EVERY still does (a seed, see the constant).
-                    // So does what the disk serves of a read sent to the lenders.
-                    let fill = m.fill_worth() || m.random_seed();
+                    let fill = to_disk && (m.fill_worth() || m.random_seed());
                     (!to_disk, fill)
                 };
                 let (route, probe, may_probe_remote) = if remote {
@@ -1387,50 +1376,6 @@ mod tests {
             }
         }
         (fills, remote)
-    }
-
-    #[test]
-    fn reads_sent_to_the_lenders_fill_them_on_the_disks_terms() {
-        // A disk a little slower than a lender hit (130 µs against 100 µs: 1.3×, below
-        // FILL_MARGIN): the rule sends the reads to the lenders, but what the disk serves
-        // of them (blocks the lenders never held) fills them only as seeds.
-        let r = RouterState::new(Adaptive::new().into());
-        let (mut remote, mut remote_fills) = (0u64, 0u64);
-        for i in 0..100_000u64 {
-            r.skip(Duration::from_micros(200));
-            let d = r.decide(&id(6), (i * 13 % 997) << 20, 4096);
-            match d.route {
-                Route::Disk => r.disk_read(4096, false, Duration::from_micros(130)),
-                // One read in two the lenders never held: the disk serves it, as asked.
-                Route::Remote if i % 2 == 0 => {
-                    if i >= 50_000 {
-                        remote += 1;
-                        remote_fills += d.fill as u64;
-                    }
-                    r.disk_read(4096, false, Duration::from_micros(130));
-                }
-                Route::Remote => r.remote_fetch(4096, Duration::from_micros(100)),
-            }
-        }
-        let e = r.estimates().unwrap();
-        assert!(e.disk_share < 0.5, "{e:?}");
-        assert!(remote > 10_000, "{remote} reads of blocks the lenders lacked: {e:?}");
-        assert!(remote_fills <= 2 * remote / SEED_EVERY + 1, "{remote_fills} of {remote} filled: {e:?}");
-        // A disk three times slower than a hit: every read the lenders lack fills them.
-        let r = RouterState::new(Adaptive::new().into());
-        let mut last = None;
-        for i in 0..20_000u64 {
-            r.skip(Duration::from_micros(200));
-            let d = r.decide(&id(7), (i * 13 % 997) << 20, 4096);
-            match d.route {
-                Route::Disk => r.disk_read(4096, false, Duration::from_micros(300)),
-                Route::Remote => r.remote_fetch(4096, Duration::from_micros(100)),
-            }
-            last = Some(d);
-        }
-        let d = last.unwrap();
-        assert_eq!(d.route, Route::Remote, "{:?}", r.estimates());
-        assert!(d.fill, "a read sent to lenders that lack its blocks fills them: {:?}", r.estimates());
     }
 
     #[test]
