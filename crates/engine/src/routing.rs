@@ -74,7 +74,9 @@
 //! While the lenders take part of the random reads, the reads the disk serves fill the
 //! lenders too (they are likely to serve those blocks next); once the disk has all of them
 //! nothing is filled (on a disk that fast the lenders' copies would cost CPU and network for
-//! nothing).
+//! nothing). A read that fills reads its read-around window, but one in
+//! [`READ_AROUND_CONTROL_EVERY`] is read as asked, and only reads as asked vote: a window
+//! is the fill's investment, not what serving the read from the disk costs.
 //!
 //! Sequential reads are decided whole, with hysteresis: a stream goes where it is expected
 //! to finish sooner (the lenders only on a link faster than the disk's stream), and changes
