@@ -152,6 +152,13 @@ fn with_a_good_key_the_mount_seals_blocks_on_its_embedded_lender() {
         assert!(out.status.success(), "{}", text(&out.stderr));
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
     };
+    // The embedded lender connects in the background, after the mount is up; a fill sent
+    // before that is dropped (`remote.puts_dropped`), and the first pass would leave the
+    // lender without some of the blocks the wait below expects.
+    let connected = farcache_testkit::wait_until(Duration::from_secs(30), Duration::from_millis(20), || {
+        stats()["lenders"][0]["connected"].as_bool() == Some(true)
+    });
+    assert!(connected, "the mount never connected to its embedded lender: {}", stats());
     for pass in 0..2 {
         for b in 0..128usize {
             let got = &mut buf[off..off + 4096];

@@ -40,6 +40,16 @@ fn reads_come_from_the_lender_and_are_always_current() {
         &root.path().join("log"),
     );
 
+    // The mount connects to its lender in the background; fills sent before that are
+    // dropped, so the first pass starts once it is connected.
+    let stats = || {
+        let out = Command::new(bin()).args(["stats", mnt.to_str().unwrap(), "--json"]).output().unwrap();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()
+    };
+    let connected = farcache_testkit::wait_until(Duration::from_secs(30), Duration::from_millis(20), || {
+        stats()["lenders"][0]["connected"].as_bool() == Some(true)
+    });
+    assert!(connected, "the mount never connected to its lender: {}", stats());
     let blocks: Vec<u64> = (0..2048u64).map(|i| (i * 613) % 2048).collect();
     let mut r = DirectReader::open(&mnt.join("f"));
     for pass in 0..2 {
@@ -50,11 +60,7 @@ fn reads_come_from_the_lender_and_are_always_current() {
         if pass == 0 {
             // Fills are asynchronous: the second pass waits until the mount's index lists
             // (nearly) every block as held (on a loaded machine a fill has taken half a second).
-            let held = || {
-                let out = Command::new(bin()).args(["stats", mnt.to_str().unwrap(), "--json"]).output().unwrap();
-                let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-                v["index"]["remote_blocks"].as_u64().unwrap_or(0)
-            };
+            let held = || stats()["index"]["remote_blocks"].as_u64().unwrap_or(0);
             let filled = farcache_testkit::wait_until(Duration::from_secs(30), Duration::from_millis(50), || {
                 held() >= 2048 * 9 / 10
             });
