@@ -43,12 +43,17 @@ impl Dirs {
     }
 }
 
-/// The mount's requests by opcode (`farcache stats MNT --json`, `fuse.ops`).
-fn ops(mnt: &Path) -> Value {
+/// The mount's `fuse` stats (`farcache stats MNT --json`).
+fn fuse_stats(mnt: &Path) -> Value {
     let out = farcache_testkit::run_bin(bin(), &["stats", mnt.to_str().unwrap(), "--json"]);
     assert!(out.status.success(), "farcache stats: {}", text(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["fuse"]["ops"].clone()
+    v["fuse"].clone()
+}
+
+/// The mount's requests by opcode (`fuse.ops`).
+fn ops(mnt: &Path) -> Value {
+    fuse_stats(mnt)["ops"].clone()
 }
 
 fn n(v: &Value, op: &str) -> u64 {
@@ -135,30 +140,18 @@ fn handle_killpriv_spares_writes_their_getxattr() {
     assert!(on <= 1, "{on} GETXATTRs for 10 writes with FUSE_HANDLE_KILLPRIV_V2");
 }
 
-/// The mount's `fuse` stats (`farcache stats MNT --json`).
-fn fuse_stats(mnt: &Path) -> Value {
-    let out = farcache_testkit::run_bin(bin(), &["stats", mnt.to_str().unwrap(), "--json"]);
-    assert!(out.status.success(), "farcache stats: {}", text(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["fuse"].clone()
-}
-
 /// Mount with `mount_table`, wait (bounded) until the mount's readahead window is `want_kb`,
 /// then read a 16 MiB file through it from start to end: the READ requests it took.
 fn reads_for_a_sequential_16mib(d: &Dirs, mount_table: &str, want_kb: u64) -> u64 {
     let big = vec![3u8; 16 << 20];
     fs::write(d.backing.join("big"), &big).unwrap();
     let m = d.mount(mount_table);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let f = fuse_stats(m.mnt());
-        if f["read_ahead_kb"].as_u64() == Some(want_kb) {
-            assert_eq!(f["read_ahead_problem"], "", "{f:#}");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "the window never became {want_kb} KiB: {f:#}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let set = farcache_testkit::wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+        fuse_stats(m.mnt())["read_ahead_kb"].as_u64() == Some(want_kb)
+    });
+    let f = fuse_stats(m.mnt());
+    assert!(set, "the window never became {want_kb} KiB: {f:#}");
+    assert_eq!(f["read_ahead_problem"], "", "{f:#}");
     let before = ops(m.mnt());
     let mut got = Vec::new();
     let mut f = fs::File::open(m.m("big")).unwrap();

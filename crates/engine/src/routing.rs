@@ -865,6 +865,19 @@ impl RouterState {
 
     /// A disk read of `len` bytes took `took`.
     pub fn disk_read(&self, len: u64, sequential: bool, took: Duration) {
+        self.disk_observed(len, sequential, took, true);
+    }
+
+    /// A disk read widened to its read-around window ([`Self::widen`]) took `took` for its
+    /// `len` bytes: the model learns what reads of that size cost, and the probe clock that
+    /// the disk was measured; the disk's votes do not count it (see
+    /// [`READ_AROUND_CONTROL_EVERY`]).
+    pub fn disk_read_widened(&self, len: u64, took: Duration) {
+        self.disk_observed(len, false, took, false);
+    }
+
+    /// [`Self::disk_read`], the window's vote only with `vote`.
+    fn disk_observed(&self, len: u64, sequential: bool, took: Duration, vote: bool) {
         if let RouterState::Adaptive(m) = self {
             let us = took.as_secs_f64() * 1e6;
             // What the same read would have cost at the lenders: a hit for a block or two,
@@ -872,9 +885,9 @@ impl RouterState {
             let remote_us = {
                 let mut a = m.model.lock();
                 a.observe_disk(len, sequential, us);
-                (len > 2 * BLOCK).then(|| a.remote_us(len))
+                (vote && len > 2 * BLOCK).then(|| a.remote_us(len))
             };
-            if !sequential {
+            if vote && !sequential {
                 // The disk's own random reads, at the load its share gives it, move the share:
                 // each window of them votes with their time against what the lenders would
                 // have taken for the same reads.
@@ -923,19 +936,6 @@ impl RouterState {
                 m.widen_acc.fetch_add(1, Ordering::Relaxed) % READ_AROUND_CONTROL_EVERY != READ_AROUND_CONTROL_EVERY - 1
             }
             RouterState::Threshold(_) => true,
-        }
-    }
-
-    /// A disk read widened to its read-around window ([`Self::widen`]) took `took` for its
-    /// `len` bytes: the model learns what reads of that size cost, and the probe clock that
-    /// the disk was measured; the disk's votes do not count it (see
-    /// [`READ_AROUND_CONTROL_EVERY`]).
-    pub fn disk_read_widened(&self, len: u64, took: Duration) {
-        if let RouterState::Adaptive(m) = self {
-            m.model.lock().observe_disk(len, false, took.as_secs_f64() * 1e6);
-            m.disk_samples.fetch_add(1, Ordering::Relaxed);
-            m.disk_seen_us.store(m.now_us(), Ordering::Relaxed);
-            m.disk_cost_us.store(took.as_micros() as u64, Ordering::Relaxed);
         }
     }
 
@@ -1340,7 +1340,7 @@ mod tests {
 
     /// Random reads of one block as `CachedPath::read` serves them: a disk read that fills
     /// reads its 16 KiB window (`window_us`) unless the rule wants a control read
-    /// (`plain_us`, as every read that does not fill); the lenders hit in `hit_us`, but one
+    /// (`plain_us`, as every read that does not fill); the lenders hit in 145 µs, but one
     /// read in two sent to them finds a block they never held, which the disk serves and
     /// fills (the first pass over a file). Returns the fill reads and the lenders' reads
     /// among the reads from `late` on.

@@ -111,13 +111,7 @@ impl Transport {
         stats: Arc<fuser::UringStats>,
     ) -> Result<Transport, MountError> {
         if let Some(why) = why_not {
-            return Ok(Transport {
-                setting: cfg.fuse_uring,
-                why_not: why,
-                rings: None,
-                ops: Arc::default(),
-                read_ahead: None,
-            });
+            return Ok(Transport::read_loops(cfg, &why));
         }
         if !stats.negotiated.load(Ordering::SeqCst) {
             let problem = if stats.offered.load(Ordering::SeqCst) {
@@ -131,21 +125,9 @@ impl Transport {
                     fix: format!("check {ENABLE_URING_PARAM} is Y, or set mount.fuse_uring = \"auto\" or \"off\""),
                 });
             }
-            return Ok(Transport {
-                setting: cfg.fuse_uring,
-                why_not: problem,
-                rings: None,
-                ops: Arc::default(),
-                read_ahead: None,
-            });
+            return Ok(Transport::read_loops(cfg, &problem));
         }
-        Ok(Transport {
-            setting: cfg.fuse_uring,
-            why_not: String::new(),
-            rings: Some(stats),
-            ops: Arc::default(),
-            read_ahead: None,
-        })
+        Ok(Transport { rings: Some(stats), ..Transport::read_loops(cfg, "") })
     }
 
     /// The mount's readahead window, for the stats.
