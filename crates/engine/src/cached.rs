@@ -196,7 +196,7 @@ impl<D: DataPath> CachedPath<D> {
     /// index (see [`BlockIndex::memory_bytes`]): for stats, not for the data path.
     pub fn stats(&self) -> CacheStats {
         CacheStats {
-            remote: self.remote.counters().snapshot(),
+            remote: self.remote.stats(),
             engine: self.counters.snapshot(),
             index: IndexStats::new(self.index.memory_bytes(), self.index.remote_blocks()),
             routing: RoutingStats {

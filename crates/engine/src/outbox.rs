@@ -191,7 +191,6 @@ impl Outbox {
     }
 
     /// Blocks and keys queued or in flight now.
-    #[cfg(test)]
     pub fn outstanding(&self) -> (usize, usize) {
         (self.puts_out.load(Ordering::Acquire), self.dels_out.load(Ordering::Acquire))
     }

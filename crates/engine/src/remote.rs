@@ -300,6 +300,12 @@ pub struct RemoteCountersSnapshot {
     pub fetch_latency: LatencySnapshot,
     #[serde(default)]
     pub fill_latency: LatencySnapshot,
+    /// Fills queued or on their way to a lender now (a gauge, at most `max_pending_puts`).
+    #[serde(default)]
+    pub puts_in_flight: u64,
+    /// Deletions queued or on their way now (a gauge, at most `max_pending_dels`).
+    #[serde(default)]
+    pub invalidations_in_flight: u64,
 }
 
 impl RemoteCounters {
@@ -324,6 +330,8 @@ impl RemoteCounters {
             auth_failures: l(&self.auth_failures),
             fetch_latency: self.fetch_latency.snapshot(),
             fill_latency: self.fill_latency.snapshot(),
+            puts_in_flight: 0,
+            invalidations_in_flight: 0,
         }
     }
 }
@@ -670,6 +678,16 @@ impl Remote {
 
     pub fn counters(&self) -> &RemoteCounters {
         &self.counters
+    }
+
+    /// The counters, with the fills and deletions queued or in flight now.
+    pub fn stats(&self) -> RemoteCountersSnapshot {
+        let (puts, dels) = self.outbox.outstanding();
+        RemoteCountersSnapshot {
+            puts_in_flight: puts as u64,
+            invalidations_in_flight: dels as u64,
+            ..self.counters.snapshot()
+        }
     }
 
     /// The configuration the tier was started with (`servers` is the initial set).

@@ -263,3 +263,38 @@ fn reading_threads_fetch_on_connections_of_their_own_bounded_per_lender() {
         wait("all closed", || proxy.live() == 0);
     }
 }
+
+/// Fills sent to a lender that stops answering are given up at the request timeout: they
+/// count as failed and give back their place in `max_pending_puts`, so a hung lender can
+/// never leave the mount dropping every later fill. Once it answers again, fills land.
+#[test]
+fn fills_to_a_hung_lender_fail_at_the_timeout_and_free_their_places() {
+    const BLOCKS: usize = 64;
+    let lender = Lender::start("16MiB");
+    let hung = Proxy::start(lender.addr);
+    // Fills give up at fetch_timeout, and at no less than 500 ms.
+    let remote = common::remote(vec![hung.addr], |c| c.fetch_timeout = Duration::from_millis(100));
+    let e = CachedPath::new(DirectPath::new(), remote, Threshold::PAPER);
+    wait("the connection", || e.remote().connected() == 1);
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(BLOCKS * 4096, 23);
+    let file = backing(&dir, &data);
+
+    hung.freeze(true);
+    read_all(&e, &file, &data);
+    let fills = e.counters().snapshot().fills;
+    assert!(fills > 0, "no fill was sent");
+    let t = Instant::now();
+    wait("the fills to the hung lender to settle", || common::fills_settled(&e));
+    let r = e.remote().stats();
+    // The proxy may pass on the one request it was reading when it froze.
+    assert!(r.puts <= farcache_engine::remote::PUT_REQUEST_BLOCKS as u64, "{r:?}");
+    assert!(r.puts_failed > 0, "nothing was sent to the hung lender: {r:?}");
+    assert_eq!(r.puts_in_flight, 0, "failed fills kept their places: {r:?}");
+    assert!(t.elapsed() < Duration::from_secs(3), "the fills waited {:?}", t.elapsed());
+
+    hung.freeze(false);
+    fill_all(&e, &file, &data);
+    assert_eq!(e.remote().stats().puts_in_flight, 0);
+    assert_eq!(e.index().remote_blocks(), BLOCKS as u64);
+}

@@ -249,12 +249,13 @@ fn render_mount(s: &MountStats) -> String {
     );
     let _ = writeln!(
         out,
-        "bytes      {} from lenders, {} to lenders; {} fills ({} dropped, {} failed), {} read-arounds",
+        "bytes      {} from lenders, {} to lenders; {} fills ({} dropped, {} failed, {} in flight), {} read-arounds",
         ByteSize(r.bytes_from_servers).approx(),
         ByteSize(r.bytes_to_servers).approx(),
         r.puts,
         r.puts_dropped,
         r.puts_failed,
+        r.puts_in_flight,
         e.read_arounds
     );
     let _ = writeln!(

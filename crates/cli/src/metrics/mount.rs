@@ -39,6 +39,8 @@ impl Collector for Snapshot {
             (REMOTE_PUTS, r.puts),
             (REMOTE_PUTS_DROPPED, r.puts_dropped),
             (REMOTE_PUTS_FAILED, r.puts_failed),
+            (REMOTE_PUTS_IN_FLIGHT, r.puts_in_flight),
+            (REMOTE_INVALIDATIONS_IN_FLIGHT, r.invalidations_in_flight),
             (REMOTE_INVALIDATIONS, r.invalidations),
             (REMOTE_INVALIDATIONS_DROPPED, r.invalidations_dropped),
             (REMOTE_FALLBACKS, r.fallbacks),
