@@ -81,6 +81,14 @@ xattrs = true
 # saved, with extended attributes still served (BENCHMARKS.md, "Session 14"). Off: the kernel
 # asks before every write, as before.
 handle_killpriv = true
+# The kernel's FUSE passthrough (Linux 6.9+, root only): an open file's reads, writes and mmap
+# go from the kernel straight to the backing file, without a request to this daemon — the
+# disk's own speed at any queue depth. Only where every read belongs on the disk anyway: a
+# mount with --no-remote, no write-back tier, one backing directory, and no --supervise or
+# --takeover (the mount refuses the others by name). Opens, attributes, truncate and fsync
+# still reach the daemon; reads and writes are not counted in `farcache stats` (the kernel's
+# own counters are the backing device's). Not with writeback_cache.
+kernel_passthrough = false
 # Requests the kernel may queue in the background (readahead, async reads).
 max_background = 64
 # Largest write request the kernel sends (at most 1MiB with 4KiB pages).
@@ -125,6 +133,7 @@ pub struct MountConfig {
     pub writeback_cache: bool,
     pub xattrs: bool,
     pub handle_killpriv: bool,
+    pub kernel_passthrough: bool,
     pub max_background: u16,
     pub max_write: farcache_config::ByteSize,
     pub read_ahead: farcache_config::ByteSize,
@@ -232,6 +241,7 @@ impl Default for MountConfig {
             writeback_cache: false,
             xattrs: true,
             handle_killpriv: true,
+            kernel_passthrough: false,
             max_background: 64,
             max_write: farcache_config::ByteSize::mib(1),
             read_ahead: farcache_config::ByteSize::mib(1),
@@ -283,6 +293,14 @@ impl MountConfig {
                 "mount.fuse_uring_queue_depth",
                 format!("{} is out of range", self.fuse_uring_queue_depth),
                 format!("set 1 to {MAX_FUSE_URING_QUEUE_DEPTH}"),
+            ));
+        }
+        if self.kernel_passthrough && self.writeback_cache {
+            return Err(ConfigError::invalid(
+                "mount.kernel_passthrough",
+                "cannot be combined with mount.writeback_cache (the kernel caches neither a passthrough file's \
+                 pages nor its writes)",
+                "set one of the two to false",
             ));
         }
         if self.max_background == 0 {
@@ -347,6 +365,9 @@ mod tests {
         let f: File = toml::from_str("[mount]\nfuse_uring = \"auto\"").unwrap();
         assert_eq!(f.mount.fuse_uring, FuseUring::Auto);
         assert!(toml::from_str::<File>("[mount]\nfuse_uring = \"yes\"").is_err());
+        let f: File = toml::from_str("[mount]\nkernel_passthrough = true\nwriteback_cache = true").unwrap();
+        let e = f.mount.validate().unwrap_err().to_string();
+        assert!(e.contains("mount.kernel_passthrough") && e.contains("writeback_cache"), "{e}");
         c.io_queue_depth = 32;
         c.fuse_uring_queue_depth = 0;
         assert!(c.validate().unwrap_err().to_string().contains("mount.fuse_uring_queue_depth"));

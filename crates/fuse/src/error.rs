@@ -43,6 +43,8 @@ pub enum MountError {
     Config(#[from] farcache_config::ConfigError),
     #[error("mount {mountpoint} failed: {source}")]
     Mount { mountpoint: PathBuf, source: std::io::Error },
+    #[error("mount.kernel_passthrough: {problem}; {fix}")]
+    KernelPassthrough { problem: String, fix: String },
     #[error("mount.fuse_uring: {problem}; {fix}")]
     FuseUring { problem: String, fix: String },
     #[error("FUSE session on {mountpoint} ended with an error: {source}")]

@@ -63,6 +63,9 @@ pub(crate) struct Passthrough {
     pub(crate) journal: Option<Arc<crate::journal::Journal>>,
     /// Requests received by opcode (`ops_count.rs`), shared with the mount's stats.
     pub(crate) ops: Arc<crate::OpCounts>,
+    /// `mount.kernel_passthrough`: opens answered with the kernel's passthrough
+    /// (`kernel_passthrough.rs`); `None` when off.
+    pub(crate) kernel_passthrough: Option<Arc<crate::KernelPassthrough>>,
 }
 
 /// An unknown node id or handle: the kernel and we disagree, which is a bug somewhere.
@@ -135,6 +138,7 @@ impl Passthrough {
             union: None,
             journal: None,
             ops: Arc::default(),
+            kernel_passthrough: cfg.kernel_passthrough.then(crate::KernelPassthrough::new),
         })
     }
 
@@ -362,6 +366,18 @@ impl Filesystem for Passthrough {
                 tracing::debug!("kernel lacks FUSE capability {missing:?}");
             }
         }
+        if let Some(k) = &self.kernel_passthrough {
+            // Depth 1: the backing files are on an ordinary file system (not a stacked one),
+            // and nothing may be stacked on this mount.
+            match config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).map(|()| config.set_max_stack_depth(1)) {
+                Ok(Ok(_)) => k.set_negotiated(true, ""),
+                Ok(Err(_)) => k.set_negotiated(false, "the kernel's INIT refused a passthrough stack depth of 1"),
+                Err(_) => k.set_negotiated(
+                    false,
+                    "the kernel's INIT did not offer FUSE_PASSTHROUGH (Linux 6.9+ built with CONFIG_FUSE_PASSTHROUGH)",
+                ),
+            }
+        }
         Ok(())
     }
 
@@ -488,8 +504,12 @@ impl Filesystem for Passthrough {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        answer!(reply, self.do_open(ino, self.app_flags(flags.0), req.uid() != 0), |fh| reply
-            .opened(Fh(fh), self.fopen_flags(flags.0)))
+        answer!(reply, self.do_open(ino, self.app_flags(flags.0), req.uid() != 0), |fh| {
+            match self.passthrough_id(ino.0, fh, |fd| reply.open_backing(fd)) {
+                Some(id) => reply.opened_passthrough(Fh(fh), FopenFlags::empty(), &id),
+                None => reply.opened(Fh(fh), self.fopen_flags(flags.0)),
+            }
+        })
     }
 
     fn read(
@@ -541,6 +561,9 @@ impl Filesystem for Passthrough {
         reply: ReplyEmpty,
     ) {
         self.files.remove(fh.0);
+        if let Some(k) = &self.kernel_passthrough {
+            k.release(fh.0);
+        }
         reply.ok();
     }
 
@@ -657,7 +680,10 @@ impl Filesystem for Passthrough {
         reply: ReplyCreate,
     ) {
         let (res, _held) = self.create_once(req, parent, name, mode, self.app_flags(flags));
-        answer!(reply, res, |(a, fh)| reply.created(&self.attr_ttl, &a, Generation(0), Fh(fh), self.fopen_flags(flags)))
+        answer!(reply, res, |(a, fh)| match self.passthrough_id(a.ino.0, fh, |fd| reply.open_backing(fd)) {
+            Some(id) => reply.created_passthrough(&self.attr_ttl, &a, Generation(0), Fh(fh), FopenFlags::empty(), &id),
+            None => reply.created(&self.attr_ttl, &a, Generation(0), Fh(fh), self.fopen_flags(flags)),
+        })
     }
 
     fn fallocate(&self, _req: &Request, ino: INodeNo, fh: Fh, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
@@ -683,6 +709,20 @@ impl Filesystem for Passthrough {
 }
 
 impl Passthrough {
+    /// With `mount.kernel_passthrough`: the backing id to answer the open of handle `fh` of
+    /// node `ino` with (`register` makes one from a descriptor of the backing file); `None`
+    /// to serve the file through the daemon.
+    fn passthrough_id(
+        &self,
+        ino: u64,
+        fh: u64,
+        register: impl FnOnce(BorrowedFd<'_>) -> io::Result<fuser::BackingId>,
+    ) -> Option<Arc<fuser::BackingId>> {
+        let k = self.kernel_passthrough.as_ref()?;
+        let h = self.files.get(fh)?;
+        k.attach(ino, fh, h.backing.file().as_fd(), register)
+    }
+
     fn entry(&self, reply: ReplyEntry, a: &FileAttr) {
         reply.entry_with_ttls(&self.attr_ttl, &self.entry_ttl, a, Generation(0))
     }

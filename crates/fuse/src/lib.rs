@@ -32,6 +32,7 @@ mod fs;
 mod handles;
 mod inode;
 mod journal;
+mod kernel_passthrough;
 mod ops_attr;
 mod ops_count;
 mod ops_dir;
@@ -59,6 +60,7 @@ pub use config::{
     split_branches, Backing, CreatePolicy, FuseUring, MountConfig, MAX_FUSE_URING_QUEUE_DEPTH, MAX_THREADS, TEMPLATE,
 };
 pub use error::MountError;
+pub use kernel_passthrough::{KernelPassthrough, PassthroughCounts};
 pub use ops_count::OpCounts;
 pub use readahead::ReadAhead;
 pub use takeover::{Handover, HandoverState, INIT_KEYS, TAKEOVER_PROTOCOL};
@@ -309,9 +311,12 @@ impl Mount {
         let why_not = transport::plan(cfg)?;
         let fc = fuser_config(&backing, cfg, root, why_not.is_none());
         let ops = fs.ops.clone();
+        let kernel_passthrough = fs.kernel_passthrough.clone();
         let session = fuser::Session::new(fs, &mountpoint, &fc)
             .map_err(|source| MountError::Mount { mountpoint: mountpoint.clone(), source })?;
-        let transport = Transport::negotiated(cfg, why_not, session.uring_stats())?.with_ops(ops);
+        let transport = Transport::negotiated(cfg, why_not, session.uring_stats())?
+            .with_ops(ops)
+            .with_kernel_passthrough(kernel_passthrough);
         // Not stat(2): that would ask the file system, which serves nothing before `run`.
         let dev = mounted_dev(&mountpoint).ok_or_else(|| MountError::Mount {
             mountpoint: mountpoint.clone(),
@@ -365,6 +370,11 @@ impl Mount {
         journal: &Path,
     ) -> Result<Mount, MountError> {
         cfg.validate()?;
+        if cfg.kernel_passthrough {
+            // A move replaces the file under its open handles, which passthrough would keep
+            // writing to the old copy.
+            return Err(MountError::UnionUnsupported { what: "mount.kernel_passthrough" });
+        }
         let union::OpenUnion { u, canon } = opened;
         let mountpoint = check_dir(mountpoint, MountError::MountpointMissing, MountError::MountpointNotDir)?;
         if let Some(b) = canon.iter().find(|b| mountpoint != **b && mountpoint.starts_with(b)) {
@@ -443,6 +453,14 @@ impl Mount {
         opened: Option<union::OpenUnion>,
     ) -> Result<Mount, MountError> {
         cfg.validate()?;
+        if cfg.kernel_passthrough {
+            return Err(MountError::KernelPassthrough {
+                problem: "a connection handed to another daemon cannot serve files in passthrough (the backing ids \
+                          of the files open through the earlier daemon are not known to the next)"
+                    .into(),
+                fix: "set mount.kernel_passthrough = false to use --supervise or --takeover".into(),
+            });
+        }
         if branches.is_empty() {
             return Err(MountError::BackingMissing(PathBuf::new()));
         }

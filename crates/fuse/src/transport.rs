@@ -60,6 +60,8 @@ pub struct Transport {
     ops: Arc<OpCounts>,
     /// The mount's readahead window (`mount.read_ahead`).
     read_ahead: Option<Arc<crate::ReadAhead>>,
+    /// `mount.kernel_passthrough`, when on.
+    kernel_passthrough: Option<Arc<crate::KernelPassthrough>>,
 }
 
 /// What `farcache stats` shows of the transport (docs/METRICS.md, `fuse`).
@@ -91,6 +93,17 @@ pub struct TransportStats {
     /// Why the window is not the one asked for ("" when it is).
     #[serde(default)]
     pub read_ahead_problem: String,
+    /// `mount.kernel_passthrough`: whether opens are answered with the kernel's passthrough
+    /// now, why not when it was asked for and does not serve, opens so answered, and inodes
+    /// with a backing file registered now.
+    #[serde(default)]
+    pub kernel_passthrough: bool,
+    #[serde(default)]
+    pub kernel_passthrough_problem: String,
+    #[serde(default)]
+    pub passthrough_opens: u64,
+    #[serde(default)]
+    pub passthrough_files: u64,
 }
 
 impl Transport {
@@ -101,6 +114,7 @@ impl Transport {
             rings: None,
             ops: Arc::default(),
             read_ahead: None,
+            kernel_passthrough: None,
         }
     }
 
@@ -133,6 +147,12 @@ impl Transport {
     /// The mount's readahead window, for the stats.
     pub(crate) fn with_read_ahead(mut self, r: Arc<crate::ReadAhead>) -> Transport {
         self.read_ahead = Some(r);
+        self
+    }
+
+    /// The mount's kernel passthrough, for the stats.
+    pub(crate) fn with_kernel_passthrough(mut self, k: Option<Arc<crate::KernelPassthrough>>) -> Transport {
+        self.kernel_passthrough = k;
         self
     }
 
@@ -174,6 +194,12 @@ impl Transport {
             t.read_ahead_kb = r.current_kb().unwrap_or(0);
             t.read_ahead_wanted_kb = r.wanted_kb();
             t.read_ahead_problem = r.problem();
+        }
+        if let Some(k) = &self.kernel_passthrough {
+            let c = k.counts();
+            t.kernel_passthrough = k.active();
+            t.kernel_passthrough_problem = k.problem();
+            (t.passthrough_opens, t.passthrough_files) = (c.opens, c.files);
         }
         if let Some(s) = &self.rings {
             if s.active.load(Ordering::SeqCst) {

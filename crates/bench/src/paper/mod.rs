@@ -129,11 +129,18 @@ impl Experiment {
     pub fn own_configs(self) -> &'static [ConfigKind] {
         match self {
             e if e.of_the_tier() => &ConfigKind::TIER_SET,
-            Experiment::Engine => {
-                &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::PassthroughRing, ConfigKind::Farcache]
+            Experiment::Engine => &[
+                ConfigKind::Native,
+                ConfigKind::Passthrough,
+                ConfigKind::PassthroughRing,
+                ConfigKind::PassthroughKernel,
+                ConfigKind::Farcache,
+            ],
+            Experiment::Serial => {
+                &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::PassthroughKernel, ConfigKind::Serialized]
             }
-            Experiment::Serial => &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::Serialized],
             Experiment::Migrate | Experiment::Tenants => &[ConfigKind::Farcache],
+            // passthrough-kernel runs OLTP when asked for (`--configs`), not by default.
             Experiment::Oltp => &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::Farcache],
             _ => &ConfigKind::ALL,
         }
@@ -142,7 +149,9 @@ impl Experiment {
     /// Whether `cfg` is one of this experiment's configurations: its own, and for pgbench
     /// also the write-back tier's (TPC-B with the tier, issue 12; asked for with --configs).
     pub fn runs_in(self, cfg: ConfigKind) -> bool {
-        self.own_configs().contains(&cfg) || (self == Experiment::Pgbench && cfg.has_tier())
+        self.own_configs().contains(&cfg)
+            || (self == Experiment::Pgbench && cfg.has_tier())
+            || (self == Experiment::Oltp && cfg == ConfigKind::PassthroughKernel)
     }
 
     pub fn table(self) -> &'static str {
@@ -202,6 +211,10 @@ pub enum ConfigKind {
     /// and restored after).
     #[serde(rename = "passthrough-ring")]
     PassthroughRing,
+    /// `farcache mount --no-remote --kernel-passthrough`: the kernel serves the files' reads
+    /// and writes from the backing files, without the daemon (issue 11).
+    #[serde(rename = "passthrough-kernel")]
+    PassthroughKernel,
 }
 
 impl ConfigKind {
@@ -223,6 +236,7 @@ impl ConfigKind {
             ConfigKind::FarcacheTier => "farcache-tier",
             ConfigKind::Serialized => "serialized",
             ConfigKind::PassthroughRing => "passthrough-ring",
+            ConfigKind::PassthroughKernel => "passthrough-kernel",
         }
     }
 
@@ -236,6 +250,7 @@ impl ConfigKind {
                 | ConfigKind::FarcacheTier
                 | ConfigKind::Serialized
                 | ConfigKind::PassthroughRing
+                | ConfigKind::PassthroughKernel
         )
     }
 
@@ -253,8 +268,8 @@ impl ConfigKind {
 impl std::str::FromStr for ConfigKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        ConfigKind::ALL.into_iter().chain(ConfigKind::TIER_SET).chain([ConfigKind::Serialized, ConfigKind::FarcacheTier, ConfigKind::PassthroughRing]).find(|c| c.name() == s).ok_or_else(|| {
-            format!("unknown configuration {s:?}: native, passthrough, passthrough-ring, farcache, ideal, tier-dram, tier-ssd, farcache-tier or serialized")
+        ConfigKind::ALL.into_iter().chain(ConfigKind::TIER_SET).chain([ConfigKind::Serialized, ConfigKind::FarcacheTier, ConfigKind::PassthroughRing, ConfigKind::PassthroughKernel]).find(|c| c.name() == s).ok_or_else(|| {
+            format!("unknown configuration {s:?}: native, passthrough, passthrough-ring, passthrough-kernel, farcache, ideal, tier-dram, tier-ssd, farcache-tier or serialized")
         })
     }
 }

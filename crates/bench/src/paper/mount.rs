@@ -115,7 +115,10 @@ impl MountDaemon {
         if !cfg.through_mount() {
             return Ok(None);
         }
-        let extra = with_mount_config(o, extra);
+        let mut extra = with_mount_config(o, extra);
+        if cfg == super::ConfigKind::PassthroughKernel {
+            extra.push("--kernel-passthrough".into());
+        }
         MountDaemon::start_with(&o.exe, &tb.ext4, &tb.mnt, remote, o.routing.as_deref(), &extra, cgroups, log).map(Some)
     }
 

@@ -128,6 +128,12 @@ pub struct Args {
     /// Overrides mount.fuse_uring.
     #[arg(long, value_enum, value_name = "MODE")]
     fuse_uring: Option<FuseUringArg>,
+    /// Serve files with the kernel's FUSE passthrough (Linux 6.9+, root): reads, writes and
+    /// mmap go from the kernel to the backing file without the daemon. Only with --no-remote,
+    /// no tier, one backing directory, no --supervise/--takeover. Sets
+    /// mount.kernel_passthrough.
+    #[arg(long)]
+    kernel_passthrough: bool,
     /// Take the live mount on MOUNTPOINT over from the daemon serving it (an upgrade in
     /// place): same arguments otherwise. The running daemon hands over its FUSE connection
     /// and exits; applications see a short stall, no error. A write-back tier (the same
@@ -244,6 +250,33 @@ const RINGS_NOT_HANDED_OVER: &str = "mount.fuse_uring = \"on\" cannot be combine
      a FUSE-over-io_uring entry cannot be handed to another daemon (there is no commit without a fetch and the kernel \
      resends none of them), so the mount would hang when its daemon changes; fix: set mount.fuse_uring = \"auto\" \
      (read loops with WHAT) or \"off\", or leave WHAT out";
+
+/// `mount.kernel_passthrough` on a mount whose reads or writes must reach the daemon: what
+/// stands in its way (`None`: nothing does).
+fn kernel_passthrough_conflict(
+    a: &Args,
+    s: &crate::config::Config,
+    union: bool,
+    supervised: bool,
+) -> Option<&'static str> {
+    if !s.mount.kernel_passthrough {
+        return None;
+    }
+    if !a.no_remote {
+        Some("lenders serve reads through the daemon; add --no-remote (a mount without lenders) or leave it out")
+    } else if s.tier.enabled() {
+        Some("the write-back tier takes every write through the daemon; remove [tier] or leave it out")
+    } else if union {
+        Some("several backing directories move files under their open handles; mount one directory or leave it out")
+    } else if supervised || a.takeover {
+        Some(
+            "a connection handed to another daemon cannot keep files open in passthrough (the next daemon does \
+             not know their backing ids); drop --supervise/--takeover or leave it out",
+        )
+    } else {
+        None
+    }
+}
 
 const NO_REMOTE: &str = "this mount has no remote tier (--no-remote); remount without it to borrow from lenders";
 
@@ -372,6 +405,9 @@ fn settings(a: &Args) -> anyhow::Result<crate::config::Config> {
     if let Some(u) = a.fuse_uring {
         c.mount.fuse_uring = u.into();
     }
+    if a.kernel_passthrough {
+        c.mount.kernel_passthrough = true;
+    }
     c.mount.validate()?;
     if !a.servers.is_empty() {
         c.cache.servers = a.servers.clone();
@@ -452,6 +488,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         if s.mount.fuse_uring == farcache_fuse::FuseUring::On {
             anyhow::bail!("{}", RINGS_NOT_HANDED_OVER.replace("WHAT", "--supervise"));
         }
+        if let Some(why) = kernel_passthrough_conflict(&a, &s, branches(&a, &s.mount)?.len() > 1, true) {
+            anyhow::bail!("mount.kernel_passthrough = true cannot be used here: {why}");
+        }
         let window = std::time::Duration::from_secs(a.restart_window);
         return super::supervise::run(super::supervise::daemon_args(), a.restart_limit, window, a.mountpoint());
     }
@@ -461,6 +500,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let branches = branches(&a, &file_cfg.mount)?;
     let backing_dir = branches[0].clone();
     let union = branches.len() > 1;
+    if let Some(why) = kernel_passthrough_conflict(&a, &file_cfg, union, supervisor.is_some()) {
+        anyhow::bail!("mount.kernel_passthrough = true cannot be used here: {why}");
+    }
     let shown = branches.iter().map(|b| b.display().to_string()).collect::<Vec<_>>().join(":");
     let mut cfg = file_cfg.mount.clone();
     if cfg.fuse_uring != farcache_fuse::FuseUring::Off && (a.takeover || supervisor.is_some()) {

@@ -320,6 +320,20 @@ fn render_mount(s: &MountStats) -> String {
             if f.read_ahead_problem.is_empty() { String::new() } else { format!(": {}", f.read_ahead_problem) }
         );
     }
+    if f.kernel_passthrough || !f.kernel_passthrough_problem.is_empty() {
+        let _ = writeln!(
+            out,
+            "passthru   {} (mount.kernel_passthrough): {} opens served by the kernel, {} files open so now{}",
+            if f.kernel_passthrough { "on" } else { "off" },
+            f.passthrough_opens,
+            f.passthrough_files,
+            if f.kernel_passthrough_problem.is_empty() {
+                String::new()
+            } else {
+                format!("; {}", f.kernel_passthrough_problem)
+            }
+        );
+    }
     let mut ops: Vec<(&String, &u64)> = f.ops.iter().filter(|(_, n)| **n > 0).collect();
     if !ops.is_empty() {
         ops.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
