@@ -221,12 +221,22 @@ fn describe(name: &[u8]) -> String {
     }
 }
 
-/// Write `blocks` of `fe` (all its dirty blocks with `None`) back through the path below,
-/// merged, then fdatasync the file. The caller holds `fe.meta`.
 /// Merged writes of one file a destage round has in flight at once (each at most
-/// `tier.destage_write`): the memory a round holds is this many of them.
+/// `tier.destage_write`): the memory a round holds is this many of them, plus the one being
+/// filled (a run is handed to a helper only when one is free).
 const DESTAGE_IN_FLIGHT: usize = 4;
 
+/// Write `blocks` of `fe` (all its dirty blocks with `None`) back through the path below,
+/// merged, then fdatasync the file. The caller holds `fe.meta`.
+///
+/// A pipeline: this thread reads the blocks from the tier and merges them into runs; a file
+/// of more than one run has them written by up to [`DESTAGE_IN_FLIGHT`] helper threads,
+/// started for the file and fed through a bounded queue, so a disk with a queue gets them
+/// together (one 1 MiB write at a time left it half idle) while the next runs are read. The
+/// helpers live as long as the file's write-back: before, three threads were started for
+/// every four runs, and each new thread set up an io_uring ring of its own for its first
+/// write — 384 thread and ring setups to write back 512 MiB, which then ran at 30–75 MB/s
+/// on a disk that writes 350 (BENCHMARKS.md, "Session 22: destage").
 pub(crate) fn write_back_file<D: DataPath>(s: &Shared<D>, fe: &FileEntry, blocks: Option<&[u64]>) -> io::Result<()> {
     let mut list: Vec<u64> = match blocks {
         Some(b) => b.to_vec(),
@@ -234,57 +244,117 @@ pub(crate) fn write_back_file<D: DataPath>(s: &Shared<D>, fe: &FileEntry, blocks
     };
     list.sort_unstable();
     let max = s.cfg.destage_write.bytes();
-    let mut run: Option<(u64, BytesMut)> = None;
-    // Merged runs waiting to be written, [`DESTAGE_IN_FLIGHT`] at a time, in parallel: a
-    // disk with a queue writes them together (one 1 MiB write at a time left it half idle).
-    let mut ready: Vec<(u64, BytesMut)> = Vec::with_capacity(DESTAGE_IN_FLIGHT);
-    let mut n = 0u64;
-    let write_all = |ready: &mut Vec<(u64, BytesMut)>| -> io::Result<()> {
-        let one = |(start, buf): &(u64, BytesMut)| -> io::Result<()> {
-            s.inner.write(&fe.rw, start * B, buf)?;
-            add(&s.counters.destaged_bytes, buf.len() as u64);
-            Ok(())
-        };
-        let r = match &ready[..] {
-            [] => Ok(()),
-            [only] => one(only),
-            [first, rest @ ..] => std::thread::scope(|sc| {
-                let hs: Vec<_> = rest.iter().map(|r| sc.spawn(move || one(r))).collect();
-                let first = one(first);
-                hs.into_iter()
-                    .map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("destage writer panicked"))))
-                    .fold(first, |a, r| a.and(r))
-            }),
-        };
-        ready.clear();
-        r
+    let write = |(start, buf): &(u64, BytesMut)| -> io::Result<()> {
+        s.inner.write(&fe.rw, start * B, buf)?;
+        add(&s.counters.destaged_bytes, buf.len() as u64);
+        Ok(())
     };
-    for b in list {
-        // Newest contents now; gone if cut or dropped since the plan.
-        let Some((page, valid)) = s.log.read_block(fe.key, b)? else { continue };
-        let contiguous = run.as_ref().is_some_and(|(start, buf)| {
-            (buf.len() as u64).is_multiple_of(B) && start + buf.len() as u64 / B == b && buf.len() as u64 + B <= max
-        });
-        if !contiguous {
-            if let Some(r) = run.take().filter(|(_, b)| !b.is_empty()) {
-                ready.push(r);
-                if ready.len() == DESTAGE_IN_FLIGHT {
-                    write_all(&mut ready)?;
-                }
+    let n = std::thread::scope(|sc| -> io::Result<u64> {
+        let mut writers = Writers::new(sc, &write);
+        let mut run: Option<(u64, BytesMut)> = None;
+        let mut n = 0u64;
+        for b in list {
+            if writers.failed() {
+                break;
             }
-            run = Some((b, BytesMut::with_capacity(max as usize)));
+            // Newest contents now; gone if cut or dropped since the plan.
+            let Some((page, valid)) = s.log.read_block(fe.key, b)? else { continue };
+            let contiguous = run.as_ref().is_some_and(|(start, buf)| {
+                (buf.len() as u64).is_multiple_of(B) && start + buf.len() as u64 / B == b && buf.len() as u64 + B <= max
+            });
+            if !contiguous {
+                if let Some(r) = run.take().filter(|(_, b)| !b.is_empty()) {
+                    writers.push(r);
+                }
+                run = Some((b, BytesMut::with_capacity(max as usize)));
+            }
+            let (_, buf) = run.as_mut().expect("a run");
+            buf.extend_from_slice(&page.0[..valid as usize]);
+            n += 1;
         }
-        let (_, buf) = run.as_mut().expect("a run");
-        buf.extend_from_slice(&page.0[..valid as usize]);
-        n += 1;
-    }
-    ready.extend(run.take().filter(|(_, b)| !b.is_empty()));
-    write_all(&mut ready)?;
+        if let Some(r) = run.take().filter(|(_, b)| !b.is_empty()) {
+            writers.push(r);
+        }
+        writers.finish().map(|()| n)
+    })?;
     if n > 0 {
         s.inner.fsync(&fe.rw, true)?;
         add(&s.counters.destaged_blocks, n);
     }
     Ok(())
+}
+
+/// The helper threads of one file's write-back ([`write_back_file`]). A file of one run
+/// writes it on the caller's thread and starts none.
+struct Writers<'scope, 'env, W: Fn(&(u64, BytesMut)) -> io::Result<()> + Sync> {
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    write: &'env W,
+    /// The first run, held back until a second one shows that helpers are worth starting.
+    first: Option<(u64, BytesMut)>,
+    queue: Option<std::sync::mpsc::SyncSender<(u64, BytesMut)>>,
+    helpers: Vec<std::thread::ScopedJoinHandle<'scope, ()>>,
+    /// The first error a helper met; the others then skip their runs.
+    error: std::sync::Arc<parking_lot::Mutex<Option<io::Error>>>,
+}
+
+impl<'scope, 'env, W: Fn(&(u64, BytesMut)) -> io::Result<()> + Sync> Writers<'scope, 'env, W> {
+    fn new(scope: &'scope std::thread::Scope<'scope, 'env>, write: &'env W) -> Self {
+        Writers { scope, write, first: None, queue: None, helpers: Vec::new(), error: Default::default() }
+    }
+
+    fn failed(&self) -> bool {
+        self.error.lock().is_some()
+    }
+
+    fn push(&mut self, run: (u64, BytesMut)) {
+        if self.queue.is_none() {
+            if self.first.is_none() {
+                self.first = Some(run);
+                return;
+            }
+            self.start();
+        }
+        let q = self.queue.as_ref().expect("started");
+        if let Some(first) = self.first.take() {
+            let _ = q.send(first);
+        }
+        let _ = q.send(run); // waits for a free helper: the memory bound
+    }
+
+    fn start(&mut self) {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(u64, BytesMut)>(0);
+        let rx = std::sync::Arc::new(parking_lot::Mutex::new(rx));
+        for _ in 0..DESTAGE_IN_FLIGHT {
+            let (rx, error, write) = (rx.clone(), self.error.clone(), self.write);
+            self.helpers.push(self.scope.spawn(move || loop {
+                let Ok(run) = rx.lock().recv() else { return };
+                if error.lock().is_some() {
+                    continue; // drain: the round fails anyway
+                }
+                if let Err(e) = write(&run) {
+                    error.lock().get_or_insert(e);
+                }
+            }));
+        }
+        self.queue = Some(tx);
+    }
+
+    /// Every run written (or the first error).
+    fn finish(mut self) -> io::Result<()> {
+        if let Some(first) = self.first.take() {
+            (self.write)(&first)?;
+        }
+        drop(self.queue.take());
+        for h in self.helpers.drain(..) {
+            if h.join().is_err() {
+                self.error.lock().get_or_insert(io::Error::other("destage writer panicked"));
+            }
+        }
+        match self.error.lock().take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Destage everything and wait (module docs of `super`).

@@ -610,7 +610,17 @@ impl<D: DataPath> Shared<D> {
         let fe = Arc::new(FileEntry {
             key: FileKey(farcache_tier_key()),
             name: Mutex::new(Arc::from(name.encode())),
-            rw: BackingFile::new(*file.id(), rw, libc::O_RDWR, &self.backing_opts),
+            // Only destaging writes through it: with direct reads on, its aligned merged
+            // runs go direct too. The data is in the tier until the fdatasync; a second copy
+            // in the backing file's page cache would only cost the copy, the memory (the
+            // daemon's cgroup pays for it, and its dirty limit throttled write-back) and a
+            // flush later (BENCHMARKS.md, "Session 22: destage").
+            rw: BackingFile::new(
+                *file.id(),
+                rw,
+                libc::O_RDWR,
+                &BackingOptions { direct_writes: self.backing_opts.direct_io, ..self.backing_opts },
+            ),
             meta: Mutex::new(()),
             size: Mutex::new(()),
             // The first fsync after the tier met the file goes to the backing store: the file

@@ -56,7 +56,7 @@ fn on_disk(p: &Path) -> Vec<u8> {
     std::fs::read(p).unwrap()
 }
 
-fn read_all(t: &WritebackPath<DirectPath>, f: &BackingFile, len: usize) -> Vec<u8> {
+fn read_all<D: DataPath>(t: &WritebackPath<D>, f: &BackingFile, len: usize) -> Vec<u8> {
     let mut out = Vec::new();
     while out.len() < len {
         let n = (len - out.len()).min(1 << 20);
@@ -347,6 +347,65 @@ fn a_backing_that_refuses_writes_keeps_the_data_dirty_and_says_so() {
     let mut b = [0u8; 1];
     whole.read_exact_at(&mut b, 8191).unwrap();
     let _ = &mut whole;
+}
+
+/// A file of many merged runs is written back by helper threads (`destage::Writers`): when
+/// one of its writes fails, the round fails and frees nothing; the next writes every run.
+#[test]
+fn a_failed_run_among_many_keeps_the_whole_file_dirty_until_a_round_writes_them_all() {
+    struct FailsOne {
+        inner: DirectPath,
+        writes: std::sync::atomic::AtomicU64,
+        fail_at: std::sync::atomic::AtomicU64,
+    }
+    impl DataPath for FailsOne {
+        fn read(&self, f: &BackingFile, o: u64, l: usize) -> io::Result<Bytes> {
+            self.inner.read(f, o, l)
+        }
+        fn write(&self, f: &BackingFile, o: u64, d: &[u8]) -> io::Result<usize> {
+            if self.writes.fetch_add(1, Ordering::SeqCst) + 1 == self.fail_at.load(Ordering::SeqCst) {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            self.inner.write(f, o, d)
+        }
+        fn set_len(&self, f: &BackingFile, s: u64) -> io::Result<()> {
+            self.inner.set_len(f, s)
+        }
+        fn fallocate(&self, f: &BackingFile, m: i32, o: u64, l: u64) -> io::Result<()> {
+            self.inner.fallocate(f, m, o, l)
+        }
+        fn fsync(&self, f: &BackingFile, d: bool) -> io::Result<()> {
+            self.inner.fsync(f, d)
+        }
+        fn forget(&self, id: &FileId) {
+            self.inner.forget(id)
+        }
+    }
+    let env = env();
+    let mut c = cfg(&env, 8 << 20);
+    c.retry_min = farcache_config::HumanDuration::ms(10);
+    let inner = Arc::new(FailsOne { inner: DirectPath::new(), writes: 0.into(), fail_at: 7.into() });
+    let t =
+        WritebackPath::open(inner.clone(), &c, &env.root, BackingOptions { direct_io: false, direct_writes: false })
+            .unwrap();
+    let f = open_file(&env, "x");
+    // Blocks 0, 2, 4, ..., 38: twenty runs of one block each; the file is 39 blocks long.
+    let mut model = vec![0u8; 39 * 4096];
+    for b in (0..40).step_by(2) {
+        let data = vec![b as u8 + 1; 4096];
+        t.write(&f, b * 4096, &data).unwrap();
+        model[b as usize * 4096..(b as usize + 1) * 4096].copy_from_slice(&data);
+    }
+    let e = t.flush(Duration::from_secs(10), &mut |_| {}).unwrap_err();
+    assert!(e.to_string().contains("Input/output error"), "{e}");
+    assert_eq!(t.stats().log.dirty_blocks, 20, "nothing freed after a failed run");
+    assert!(read_all(&t, &f, model.len()) == model, "reads do not see the data");
+    // No more failures: one round writes every run.
+    inner.fail_at.store(u64::MAX, Ordering::SeqCst);
+    t.flush(Duration::from_secs(10), &mut |_| {}).unwrap();
+    assert_eq!(t.stats().log.dirty_blocks, 0);
+    assert!(on_disk(&env.root.join("x")) == model, "the disk lacks a run");
+    assert!(inner.writes.load(Ordering::SeqCst) >= 20 + 7, "every run written in the second round");
 }
 
 #[test]
