@@ -6,10 +6,10 @@
 use std::fs::{self, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use farcache_testkit::{require_root, text, MountProcess};
+use farcache_testkit::{text, MountDirs, MountProcess};
 use serde_json::Value;
 
 fn bin() -> &'static Path {
@@ -17,29 +17,25 @@ fn bin() -> &'static Path {
 }
 
 /// A backing directory with one 64 KiB file, and an empty mount point.
-struct Dirs {
-    root: tempfile::TempDir,
-    backing: PathBuf,
-    mnt: PathBuf,
+struct Dirs(MountDirs);
+
+impl std::ops::Deref for Dirs {
+    type Target = MountDirs;
+    fn deref(&self) -> &MountDirs {
+        &self.0
+    }
 }
 
 impl Dirs {
     fn new() -> Dirs {
-        require_root("the FUSE opcode counter tests");
-        let root = tempfile::tempdir().unwrap();
-        let (backing, mnt) = (root.path().join("b"), root.path().join("m"));
-        fs::create_dir(&backing).unwrap();
-        fs::create_dir(&mnt).unwrap();
-        fs::write(backing.join("f"), vec![7u8; 64 << 10]).unwrap();
-        Dirs { root, backing, mnt }
+        let d = MountDirs::new("the FUSE opcode counter tests");
+        fs::write(d.backing.join("f"), vec![7u8; 64 << 10]).unwrap();
+        Dirs(d)
     }
 
     /// `farcache mount --no-remote` with this `[mount]` table.
     fn mount(&self, mount_table: &str) -> MountProcess {
-        let cfg = self.root.path().join("farcache.toml");
-        fs::write(&cfg, format!("[mount]\n{mount_table}")).unwrap();
-        let args = ["--no-remote", "--config", cfg.to_str().unwrap()];
-        MountProcess::start(bin(), &self.backing, &self.mnt, &args, &self.root.path().join("mount.log"))
+        self.0.mount(bin(), mount_table, &["--no-remote"])
     }
 }
 

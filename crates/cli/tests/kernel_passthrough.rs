@@ -6,55 +6,29 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use farcache_testkit::{pattern, require_root, text, wait_until, MountProcess};
+use farcache_testkit::{pattern, text, wait_until, MountDirs};
 use serde_json::Value;
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
 }
 
-struct Dirs {
-    root: tempfile::TempDir,
-    backing: PathBuf,
-    mnt: PathBuf,
+fn dirs() -> MountDirs {
+    MountDirs::new("the kernel passthrough tests")
 }
 
-impl Dirs {
-    fn new() -> Dirs {
-        require_root("the kernel passthrough tests");
-        let root = tempfile::tempdir().unwrap();
-        let (backing, mnt) = (root.path().join("b"), root.path().join("m"));
-        fs::create_dir(&backing).unwrap();
-        fs::create_dir(&mnt).unwrap();
-        Dirs { root, backing, mnt }
-    }
-
-    fn config(&self, mount_table: &str) -> PathBuf {
-        let cfg = self.root.path().join("farcache.toml");
-        fs::write(&cfg, format!("[mount]\n{mount_table}")).unwrap();
-        cfg
-    }
-
-    fn mount(&self, mount_table: &str, extra: &[&str]) -> MountProcess {
-        let cfg = self.config(mount_table);
-        let mut args = vec!["--config", cfg.to_str().unwrap()];
-        args.extend_from_slice(extra);
-        MountProcess::start(bin(), &self.backing, &self.mnt, &args, &self.root.path().join("mount.log"))
-    }
-
-    /// `farcache mount` that must refuse to start: its stderr.
-    fn refused(&self, mount_table: &str, extra: &[&str]) -> String {
-        let cfg = self.config(mount_table);
-        let mut args = vec!["mount", "--config", cfg.to_str().unwrap()];
-        args.extend_from_slice(extra);
-        args.extend([self.backing.to_str().unwrap(), self.mnt.to_str().unwrap()]);
-        let out = farcache_testkit::run_bin(bin(), &args);
-        assert!(!out.status.success(), "it started: {}", text(&out.stderr));
-        text(&out.stderr)
-    }
+/// `farcache mount` of `d` that must refuse to start: its stderr.
+fn refused(d: &MountDirs, mount_table: &str, extra: &[&str]) -> String {
+    let cfg = d.config(mount_table);
+    let mut args = vec!["mount", "--config", cfg.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    args.extend([d.backing.to_str().unwrap(), d.mnt.to_str().unwrap()]);
+    let out = farcache_testkit::run_bin(bin(), &args);
+    assert!(!out.status.success(), "it started: {}", text(&out.stderr));
+    text(&out.stderr)
 }
 
 fn fuse_stats(mnt: &Path) -> Value {
@@ -100,10 +74,10 @@ fn evict(path: &Path) {
 
 #[test]
 fn files_are_served_by_the_kernel_without_the_daemon() {
-    let d = Dirs::new();
+    let d = dirs();
     let data = pattern(1 << 20, 11);
     fs::write(d.backing.join("f"), &data).unwrap();
-    let m = d.mount("kernel_passthrough = true\n", &["--no-remote"]);
+    let m = d.mount(bin(), "kernel_passthrough = true\n", &["--no-remote"]);
     let f0 = fuse_stats(m.mnt());
     assert_eq!(f0["kernel_passthrough"], true, "{f0:#}");
     assert_eq!(f0["kernel_passthrough_problem"], "", "{f0:#}");
@@ -173,12 +147,12 @@ fn files_are_served_by_the_kernel_without_the_daemon() {
 /// a silent fall-back to buffered I/O), and a buffered one fills that cache.
 #[test]
 fn an_o_direct_reader_stays_direct() {
-    let d = Dirs::new();
+    let d = dirs();
     let path = d.backing.join("f");
     fs::write(&path, pattern(4 << 20, 13)).unwrap();
     evict(&path);
     let before = resident_pages(&path);
-    let m = d.mount("kernel_passthrough = true\nread_ahead = \"0\"\n", &["--no-remote"]);
+    let m = d.mount(bin(), "kernel_passthrough = true\nread_ahead = \"0\"\n", &["--no-remote"]);
     let direct = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(m.m("f")).unwrap();
     let mut v = Vec::new();
     let buf = aligned(&mut v, 1 << 20);
@@ -194,12 +168,12 @@ fn an_o_direct_reader_stays_direct() {
 
 #[test]
 fn mounts_that_need_the_daemon_refuse_it_by_name() {
-    let d = Dirs::new();
-    let e = d.refused("kernel_passthrough = true\n", &[]);
+    let d = dirs();
+    let e = refused(&d, "kernel_passthrough = true\n", &[]);
     assert!(e.contains("mount.kernel_passthrough") && e.contains("--no-remote"), "{e}");
-    let e = d.refused("kernel_passthrough = true\nwriteback_cache = true\n", &["--no-remote"]);
+    let e = refused(&d, "kernel_passthrough = true\nwriteback_cache = true\n", &["--no-remote"]);
     assert!(e.contains("mount.kernel_passthrough") && e.contains("writeback_cache"), "{e}");
-    let e = d.refused("kernel_passthrough = true\n", &["--no-remote", "--supervise"]);
+    let e = refused(&d, "kernel_passthrough = true\n", &["--no-remote", "--supervise"]);
     assert!(e.contains("mount.kernel_passthrough") && e.contains("--supervise"), "{e}");
     let other = d.root.path().join("b2");
     fs::create_dir(&other).unwrap();

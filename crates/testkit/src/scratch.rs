@@ -162,3 +162,38 @@ impl Drop for UnionDirs {
         }
     }
 }
+
+/// A temporary directory with an empty backing directory `b/` and mount point `m/`, for a
+/// single-directory mount with a `[mount]` table of the test's (root only: it calls
+/// [`crate::require_root`] with `what`).
+pub struct MountDirs {
+    pub root: tempfile::TempDir,
+    pub backing: PathBuf,
+    pub mnt: PathBuf,
+}
+
+impl MountDirs {
+    pub fn new(what: &str) -> MountDirs {
+        crate::require_root(what);
+        let root = tempfile::tempdir().unwrap();
+        let (backing, mnt) = (root.path().join("b"), root.path().join("m"));
+        std::fs::create_dir(&backing).unwrap();
+        std::fs::create_dir(&mnt).unwrap();
+        MountDirs { root, backing, mnt }
+    }
+
+    /// A configuration file holding `[mount]` and `mount_table`.
+    pub fn config(&self, mount_table: &str) -> PathBuf {
+        let cfg = self.root.path().join("farcache.toml");
+        std::fs::write(&cfg, format!("[mount]\n{mount_table}")).unwrap();
+        cfg
+    }
+
+    /// `farcache mount --config CFG ARGS b m`, its log in the directory.
+    pub fn mount(&self, bin: &Path, mount_table: &str, args: &[&str]) -> crate::MountProcess {
+        let cfg = self.config(mount_table);
+        let mut all = vec!["--config", cfg.to_str().unwrap()];
+        all.extend_from_slice(args);
+        crate::MountProcess::start(bin, &self.backing, &self.mnt, &all, &self.root.path().join("mount.log"))
+    }
+}

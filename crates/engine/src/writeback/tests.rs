@@ -69,6 +69,65 @@ fn read_all<D: DataPath>(t: &WritebackPath<D>, f: &BackingFile, len: usize) -> V
     out
 }
 
+/// The path below a tier in these tests: a `DirectPath` with switches a test flips to fail
+/// writes or syncs, and counts of what reached it.
+struct Hooked {
+    inner: DirectPath,
+    /// Writes fail with ENOSPC while set.
+    refuse_writes: AtomicBool,
+    /// Syncs fail with EIO while set.
+    fail_sync: AtomicBool,
+    /// The write of this number (counting from 1) fails with EIO; 0: none.
+    fail_write_at: AtomicU64,
+    reads: AtomicU64,
+    writes: AtomicU64,
+}
+
+impl Hooked {
+    fn new() -> Hooked {
+        Hooked {
+            inner: DirectPath::new(),
+            refuse_writes: false.into(),
+            fail_sync: false.into(),
+            fail_write_at: 0.into(),
+            reads: 0.into(),
+            writes: 0.into(),
+        }
+    }
+}
+
+impl DataPath for Hooked {
+    fn read(&self, f: &BackingFile, o: u64, l: usize) -> io::Result<Bytes> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.read(f, o, l)
+    }
+    fn write(&self, f: &BackingFile, o: u64, d: &[u8]) -> io::Result<usize> {
+        let n = self.writes.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.refuse_writes.load(Ordering::SeqCst) {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        if n == self.fail_write_at.load(Ordering::SeqCst) {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        self.inner.write(f, o, d)
+    }
+    fn set_len(&self, f: &BackingFile, s: u64) -> io::Result<()> {
+        self.inner.set_len(f, s)
+    }
+    fn fallocate(&self, f: &BackingFile, m: i32, o: u64, l: u64) -> io::Result<()> {
+        self.inner.fallocate(f, m, o, l)
+    }
+    fn fsync(&self, f: &BackingFile, d: bool) -> io::Result<()> {
+        if self.fail_sync.load(Ordering::SeqCst) {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        self.inner.fsync(f, d)
+    }
+    fn forget(&self, id: &FileId) {
+        self.inner.forget(id)
+    }
+}
+
 #[test]
 fn writes_are_served_from_the_tier_and_reach_the_disk_on_flush() {
     let env = env();
@@ -287,43 +346,11 @@ fn an_idle_mount_destages_everything_and_a_busy_one_does_not() {
 
 #[test]
 fn a_backing_that_refuses_writes_keeps_the_data_dirty_and_says_so() {
-    // A DataPath whose writes fail with ENOSPC, or whose syncs fail with EIO, until told
-    // otherwise.
-    struct Refusing {
-        inner: DirectPath,
-        refuse: std::sync::atomic::AtomicBool,
-        fail_sync: std::sync::atomic::AtomicBool,
-    }
-    impl DataPath for Refusing {
-        fn read(&self, f: &BackingFile, o: u64, l: usize) -> io::Result<Bytes> {
-            self.inner.read(f, o, l)
-        }
-        fn write(&self, f: &BackingFile, o: u64, d: &[u8]) -> io::Result<usize> {
-            if self.refuse.load(Ordering::Relaxed) {
-                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
-            }
-            self.inner.write(f, o, d)
-        }
-        fn set_len(&self, f: &BackingFile, s: u64) -> io::Result<()> {
-            self.inner.set_len(f, s)
-        }
-        fn fallocate(&self, f: &BackingFile, m: i32, o: u64, l: u64) -> io::Result<()> {
-            self.inner.fallocate(f, m, o, l)
-        }
-        fn fsync(&self, f: &BackingFile, d: bool) -> io::Result<()> {
-            if self.fail_sync.load(Ordering::Relaxed) {
-                return Err(io::Error::from_raw_os_error(libc::EIO));
-            }
-            self.inner.fsync(f, d)
-        }
-        fn forget(&self, id: &FileId) {
-            self.inner.forget(id)
-        }
-    }
     let env = env();
     let mut c = cfg(&env, 8 << 20);
     c.retry_min = farcache_config::HumanDuration::ms(10);
-    let inner = Arc::new(Refusing { inner: DirectPath::new(), refuse: true.into(), fail_sync: false.into() });
+    let inner = Arc::new(Hooked::new());
+    inner.refuse_writes.store(true, Ordering::Relaxed);
     let t =
         WritebackPath::open(inner.clone(), &c, &env.root, BackingOptions { direct_io: false, direct_writes: false })
             .unwrap();
@@ -335,7 +362,7 @@ fn a_backing_that_refuses_writes_keeps_the_data_dirty_and_says_so() {
     assert!(s.destage_errors > 0 && s.last_destage_error.is_some() && s.log.dirty_blocks == 2, "{s:?}");
     assert_eq!(&t.read(&f, 0, 8192).unwrap()[..], &[5u8; 8192][..], "reads still see the data");
     // The writes go through but the sync fails: nothing may be freed (the disk may not have it).
-    inner.refuse.store(false, Ordering::Relaxed);
+    inner.refuse_writes.store(false, Ordering::Relaxed);
     inner.fail_sync.store(true, Ordering::Relaxed);
     let e = t.flush(Duration::from_secs(10), &mut |_| {}).unwrap_err();
     assert!(e.to_string().contains("Input/output error"), "{e}");
@@ -353,38 +380,11 @@ fn a_backing_that_refuses_writes_keeps_the_data_dirty_and_says_so() {
 /// one of its writes fails, the round fails and frees nothing; the next writes every run.
 #[test]
 fn a_failed_run_among_many_keeps_the_whole_file_dirty_until_a_round_writes_them_all() {
-    struct FailsOne {
-        inner: DirectPath,
-        writes: std::sync::atomic::AtomicU64,
-        fail_at: std::sync::atomic::AtomicU64,
-    }
-    impl DataPath for FailsOne {
-        fn read(&self, f: &BackingFile, o: u64, l: usize) -> io::Result<Bytes> {
-            self.inner.read(f, o, l)
-        }
-        fn write(&self, f: &BackingFile, o: u64, d: &[u8]) -> io::Result<usize> {
-            if self.writes.fetch_add(1, Ordering::SeqCst) + 1 == self.fail_at.load(Ordering::SeqCst) {
-                return Err(io::Error::from_raw_os_error(libc::EIO));
-            }
-            self.inner.write(f, o, d)
-        }
-        fn set_len(&self, f: &BackingFile, s: u64) -> io::Result<()> {
-            self.inner.set_len(f, s)
-        }
-        fn fallocate(&self, f: &BackingFile, m: i32, o: u64, l: u64) -> io::Result<()> {
-            self.inner.fallocate(f, m, o, l)
-        }
-        fn fsync(&self, f: &BackingFile, d: bool) -> io::Result<()> {
-            self.inner.fsync(f, d)
-        }
-        fn forget(&self, id: &FileId) {
-            self.inner.forget(id)
-        }
-    }
     let env = env();
     let mut c = cfg(&env, 8 << 20);
     c.retry_min = farcache_config::HumanDuration::ms(10);
-    let inner = Arc::new(FailsOne { inner: DirectPath::new(), writes: 0.into(), fail_at: 7.into() });
+    let inner = Arc::new(Hooked::new());
+    inner.fail_write_at.store(7, Ordering::SeqCst);
     let t =
         WritebackPath::open(inner.clone(), &c, &env.root, BackingOptions { direct_io: false, direct_writes: false })
             .unwrap();
@@ -401,7 +401,7 @@ fn a_failed_run_among_many_keeps_the_whole_file_dirty_until_a_round_writes_them_
     assert_eq!(t.stats().log.dirty_blocks, 20, "nothing freed after a failed run");
     assert!(read_all(&t, &f, model.len()) == model, "reads do not see the data");
     // No more failures: one round writes every run.
-    inner.fail_at.store(u64::MAX, Ordering::SeqCst);
+    inner.fail_write_at.store(0, Ordering::SeqCst);
     t.flush(Duration::from_secs(10), &mut |_| {}).unwrap();
     assert_eq!(t.stats().log.dirty_blocks, 0);
     assert!(on_disk(&env.root.join("x")) == model, "the disk lacks a run");
@@ -549,34 +549,8 @@ fn recovery_restores_the_size_a_lost_extension_took_away() {
 
 #[test]
 fn a_range_the_tier_holds_whole_is_read_from_it_alone() {
-    // Counts the reads that reach the path below.
-    struct Counting {
-        inner: DirectPath,
-        reads: AtomicU64,
-    }
-    impl DataPath for Counting {
-        fn read(&self, f: &BackingFile, o: u64, l: usize) -> io::Result<Bytes> {
-            self.reads.fetch_add(1, Ordering::Relaxed);
-            self.inner.read(f, o, l)
-        }
-        fn write(&self, f: &BackingFile, o: u64, d: &[u8]) -> io::Result<usize> {
-            self.inner.write(f, o, d)
-        }
-        fn set_len(&self, f: &BackingFile, s: u64) -> io::Result<()> {
-            self.inner.set_len(f, s)
-        }
-        fn fallocate(&self, f: &BackingFile, m: i32, o: u64, l: u64) -> io::Result<()> {
-            self.inner.fallocate(f, m, o, l)
-        }
-        fn fsync(&self, f: &BackingFile, d: bool) -> io::Result<()> {
-            self.inner.fsync(f, d)
-        }
-        fn forget(&self, id: &FileId) {
-            self.inner.forget(id)
-        }
-    }
     let env = env();
-    let inner = Arc::new(Counting { inner: DirectPath::new(), reads: AtomicU64::new(0) });
+    let inner = Arc::new(Hooked::new());
     let t = WritebackPath::open(
         inner.clone(),
         &cfg(&env, 8 << 20),
