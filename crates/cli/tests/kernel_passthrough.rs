@@ -187,3 +187,35 @@ fn mounts_that_need_the_daemon_refuse_it_by_name() {
     let e = text(&out.stderr);
     assert!(e.contains("mount.kernel_passthrough") && e.contains("several backing directories"), "{e}");
 }
+
+/// A daemon with files open in the kernel's passthrough refuses to hand its connection to
+/// another (that one's opens of those files would fail), says why, and serves on.
+#[test]
+fn a_mount_serving_in_passthrough_is_not_taken_over() {
+    let d = dirs();
+    fs::write(d.backing.join("f"), b"kept").unwrap();
+    let m = d.mount(bin(), "kernel_passthrough = true\n", &["--no-remote"]);
+    let open = File::open(m.m("f")).unwrap();
+    let cfg = d.config("");
+    let out = farcache_testkit::run_bin(
+        bin(),
+        &[
+            "mount",
+            "--takeover",
+            "--no-remote",
+            "--config",
+            cfg.to_str().unwrap(),
+            d.backing.to_str().unwrap(),
+            d.mnt.to_str().unwrap(),
+        ],
+    );
+    assert!(!out.status.success(), "the takeover went through: {}", text(&out.stderr));
+    let e = text(&out.stderr);
+    assert!(e.contains("kernel_passthrough"), "{e}");
+    let mut got = [0u8; 4];
+    open.read_exact_at(&mut got, 0).unwrap();
+    assert_eq!(&got, b"kept");
+    assert_eq!(fs::read(m.m("f")).unwrap(), b"kept", "the running daemon serves on");
+    drop(open);
+    m.stop();
+}

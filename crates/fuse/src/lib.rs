@@ -685,7 +685,7 @@ impl Mount {
     pub fn run(self) -> Result<Ended, MountError> {
         let mountpoint = self.mountpoint.clone();
         let Mount { session, fuse, workers, slot, dev, read_ahead, .. } = self;
-        read_ahead.apply_when_served(&mountpoint);
+        read_ahead.apply_if_wanted();
         match session.run() {
             Ok(()) if slot.armed.load(Ordering::SeqCst) => {
                 let (mut state, keep) = slot.taken.lock().take().unwrap_or_default();

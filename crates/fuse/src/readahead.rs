@@ -7,11 +7,11 @@
 //! the INIT reply asks for). The window is raised through sysfs once INIT is done (before,
 //! the INIT reply would lower it again) — which needs root; without it the mount serves on
 //! at the kernel's default and says so once. Files opened before the change keep the window
-//! they were opened with (the kernel copies it at open), so it is set before anything else
-//! is served where it can be: at the first moment the connection answers.
+//! they were opened with (the kernel copies it at open), so it is set before anything is
+//! served: after the INIT handshake, before the session's loops start.
 
 use parking_lot::Mutex;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// The window asked for and what came of it; shared with the stats.
@@ -49,28 +49,19 @@ impl ReadAhead {
         self.problem.lock().clone()
     }
 
-    /// In a thread of its own, once the connection answers (a `stat` of the mount point
-    /// waits for INIT, and is answered by the serving threads): write the window.
-    pub(crate) fn apply_when_served(self: &Arc<Self>, mountpoint: &Path) {
-        if self.want_kb == 0 {
-            return;
-        }
-        let me = self.clone();
-        let mountpoint = mountpoint.to_path_buf();
-        let spawned = std::thread::Builder::new().name("farcache-readahead".into()).spawn(move || {
-            // A mount that never serves (an error, an unmount first) ends this stat with an
-            // error, or never: the thread holds nothing anybody waits for.
-            match std::fs::metadata(&mountpoint) {
-                Ok(_) => me.apply(),
-                Err(e) => me.failed(format!("the mount point did not answer ({e})")),
-            }
-        });
-        if let Err(e) = spawned {
-            self.failed(format!("no thread to set it from ({e})"));
+    /// Set the window now, if one was asked for. Called before the session serves: INIT is
+    /// done by then (a new connection's handshake happens in `Session::new`, and a
+    /// connection taken over was initialized by the earlier daemon), so nothing lowers it
+    /// again, and no file has been opened under the old window. Writing sysfs, not asking
+    /// the mount: a `stat` of the mount point from here (session 21's way of waiting for
+    /// INIT) could still be in flight when the mount was unmounted, which then failed with
+    /// EBUSY.
+    pub(crate) fn apply_if_wanted(&self) {
+        if self.want_kb > 0 {
+            self.apply();
         }
     }
 
-    /// Write the window now (the connection is initialized).
     pub(crate) fn apply(&self) {
         let path = self.sysfs_path();
         if let Err(e) = std::fs::write(&path, format!("{}\n", self.want_kb)) {

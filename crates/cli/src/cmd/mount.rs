@@ -866,6 +866,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let mut offered = handover_settings.clone();
         offered["fuse_transport"] =
             serde_json::json!(if mount.transport().negotiated_rings() { "io_uring" } else { "read-loops" });
+        // Nor does one that may have files open in the kernel's passthrough.
+        offered["kernel_passthrough"] = serde_json::json!(cfg.kernel_passthrough);
         let giver = Arc::new(Giver::new(mount.handle(), offered, supervisor.is_some()));
         *control.giver.lock().unwrap_or_else(|e| e.into_inner()) = Some(giver.clone());
         match mount.run()? {

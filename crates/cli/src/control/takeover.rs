@@ -81,6 +81,16 @@ fn mismatch(running: &Value, ours: &Value) -> Option<String> {
                 .into(),
         );
     }
+    // Files open in the kernel's passthrough are tied to backing ids the next daemon would not
+    // know: its opens of those files would fail (the kernel allows one backing per inode).
+    if running.get("kernel_passthrough").and_then(Value::as_bool) == Some(true) {
+        return Some(
+            "kernel_passthrough: the running daemon serves files with the kernel's passthrough, whose open files \
+             cannot be handed to another daemon (mount it with mount.kernel_passthrough = false to be able to take \
+             it over)"
+                .into(),
+        );
+    }
     for k in ["backing_dir", "mountpoint", "remote_tier", "tier"] {
         if running.get(k) != ours.get(k) {
             return Some(format!("{k}: the running daemon has {}, this one {}", running[k], ours[k]));
@@ -391,5 +401,10 @@ mod tests {
         assert!(mismatch(&rings, &base).unwrap().starts_with("fuse_transport: "));
         rings["fuse_transport"] = json!("read-loops");
         assert_eq!(mismatch(&rings, &base), None);
+        let mut kp = base.clone();
+        kp["kernel_passthrough"] = json!(true);
+        assert!(mismatch(&kp, &base).unwrap().starts_with("kernel_passthrough: "));
+        kp["kernel_passthrough"] = json!(false);
+        assert_eq!(mismatch(&kp, &base), None);
     }
 }
