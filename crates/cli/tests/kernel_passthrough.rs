@@ -124,7 +124,15 @@ fn files_are_served_by_the_kernel_without_the_daemon() {
     assert_eq!(fs::read(m.m("n")).unwrap(), &data[..200_000]);
     assert_eq!(fs::read(d.backing.join("n")).unwrap(), &data[..200_000]);
 
+    // A fifo through the mount is the kernel's own (no OPEN reaches the daemon for it):
+    // opening one leaves passthrough on for the files.
+    let fifo = std::ffi::CString::new(d.backing.join("p").to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    drop(OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(m.m("p")).unwrap());
+
     let f1 = fuse_stats(m.mnt());
+    assert_eq!(f1["kernel_passthrough"], true, "the fifo switched passthrough off: {f1:#}");
     let ops = |f: &Value, op: &str| f["ops"][op].as_u64().unwrap();
     assert_eq!(ops(&f1, "read") - ops(&f0, "read"), 0, "a read reached the daemon: {f1:#}");
     assert_eq!(ops(&f1, "write") - ops(&f0, "write"), 0, "a write reached the daemon: {f1:#}");
