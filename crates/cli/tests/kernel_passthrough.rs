@@ -20,12 +20,12 @@ fn dirs() -> MountDirs {
     MountDirs::new("the kernel passthrough tests")
 }
 
-/// `farcache mount` of `d` that must refuse to start: its stderr.
-fn refused(d: &MountDirs, mount_table: &str, extra: &[&str]) -> String {
+/// `farcache mount --config CFG EXTRA BACKING d.mnt` that must refuse to start: its stderr.
+fn refused(d: &MountDirs, backing: &Path, mount_table: &str, extra: &[&str]) -> String {
     let cfg = d.config(mount_table);
     let mut args = vec!["mount", "--config", cfg.to_str().unwrap()];
     args.extend_from_slice(extra);
-    args.extend([d.backing.to_str().unwrap(), d.mnt.to_str().unwrap()]);
+    args.extend([backing.to_str().unwrap(), d.mnt.to_str().unwrap()]);
     let out = farcache_testkit::run_bin(bin(), &args);
     assert!(!out.status.success(), "it started: {}", text(&out.stderr));
     text(&out.stderr)
@@ -177,22 +177,16 @@ fn an_o_direct_reader_stays_direct() {
 #[test]
 fn mounts_that_need_the_daemon_refuse_it_by_name() {
     let d = dirs();
-    let e = refused(&d, "kernel_passthrough = true\n", &[]);
+    let e = refused(&d, &d.backing, "kernel_passthrough = true\n", &[]);
     assert!(e.contains("mount.kernel_passthrough") && e.contains("--no-remote"), "{e}");
-    let e = refused(&d, "kernel_passthrough = true\nwriteback_cache = true\n", &["--no-remote"]);
+    let e = refused(&d, &d.backing, "kernel_passthrough = true\nwriteback_cache = true\n", &["--no-remote"]);
     assert!(e.contains("mount.kernel_passthrough") && e.contains("writeback_cache"), "{e}");
-    let e = refused(&d, "kernel_passthrough = true\n", &["--no-remote", "--supervise"]);
+    let e = refused(&d, &d.backing, "kernel_passthrough = true\n", &["--no-remote", "--supervise"]);
     assert!(e.contains("mount.kernel_passthrough") && e.contains("--supervise"), "{e}");
     let other = d.root.path().join("b2");
     fs::create_dir(&other).unwrap();
     let both = format!("{}:{}", d.backing.display(), other.display());
-    let cfg = d.config("kernel_passthrough = true\n");
-    let out = farcache_testkit::run_bin(
-        bin(),
-        &["mount", "--no-remote", "--config", cfg.to_str().unwrap(), &both, d.mnt.to_str().unwrap()],
-    );
-    assert!(!out.status.success());
-    let e = text(&out.stderr);
+    let e = refused(&d, Path::new(&both), "kernel_passthrough = true\n", &["--no-remote"]);
     assert!(e.contains("mount.kernel_passthrough") && e.contains("several backing directories"), "{e}");
 }
 
@@ -204,21 +198,7 @@ fn a_mount_serving_in_passthrough_is_not_taken_over() {
     fs::write(d.backing.join("f"), b"kept").unwrap();
     let m = d.mount(bin(), "kernel_passthrough = true\n", &["--no-remote"]);
     let open = File::open(m.m("f")).unwrap();
-    let cfg = d.config("");
-    let out = farcache_testkit::run_bin(
-        bin(),
-        &[
-            "mount",
-            "--takeover",
-            "--no-remote",
-            "--config",
-            cfg.to_str().unwrap(),
-            d.backing.to_str().unwrap(),
-            d.mnt.to_str().unwrap(),
-        ],
-    );
-    assert!(!out.status.success(), "the takeover went through: {}", text(&out.stderr));
-    let e = text(&out.stderr);
+    let e = refused(&d, &d.backing, "", &["--takeover", "--no-remote"]);
     assert!(e.contains("kernel_passthrough"), "{e}");
     let mut got = [0u8; 4];
     open.read_exact_at(&mut got, 0).unwrap();

@@ -52,7 +52,7 @@ impl ReadAhead {
     /// Set the window now, if one was asked for. Called before the session serves: INIT is
     /// done by then (a new connection's handshake happens in `Session::new`, and a
     /// connection taken over was initialized by the earlier daemon), so nothing lowers it
-    /// again, and no file has been opened under the old window. Writing sysfs, not asking
+    /// again, and a new mount has no file opened under the old window. Writing sysfs, not asking
     /// the mount: a `stat` of the mount point from here (session 21's way of waiting for
     /// INIT) could still be in flight when the mount was unmounted, which then failed with
     /// EBUSY.
@@ -62,6 +62,7 @@ impl ReadAhead {
         }
     }
 
+    /// Write the window now and check it reads back.
     pub(crate) fn apply(&self) {
         let path = self.sysfs_path();
         if let Err(e) = std::fs::write(&path, format!("{}\n", self.want_kb)) {

@@ -231,7 +231,7 @@ const DESTAGE_IN_FLIGHT: usize = 4;
 ///
 /// A pipeline: this thread reads the blocks from the tier and merges them into runs; a file
 /// of more than one run has them written by up to [`DESTAGE_IN_FLIGHT`] helper threads,
-/// started for the file and fed through a bounded queue, so a disk with a queue gets them
+/// started for the file and fed through a rendezvous queue, so a disk with a queue gets them
 /// together (one 1 MiB write at a time left it half idle) while the next runs are read. The
 /// helpers live as long as the file's write-back: before, three threads were started for
 /// every four runs, and each new thread set up an io_uring ring of its own for its first
@@ -254,9 +254,6 @@ pub(crate) fn write_back_file<D: DataPath>(s: &Shared<D>, fe: &FileEntry, blocks
         let mut run: Option<(u64, BytesMut)> = None;
         let mut n = 0u64;
         for b in list {
-            if writers.failed() {
-                break;
-            }
             // Newest contents now; gone if cut or dropped since the plan.
             let Some((page, valid)) = s.log.read_block(fe.key, b)? else { continue };
             let contiguous = run.as_ref().is_some_and(|(start, buf)| {
@@ -264,6 +261,9 @@ pub(crate) fn write_back_file<D: DataPath>(s: &Shared<D>, fe: &FileEntry, blocks
             });
             if !contiguous {
                 if let Some(r) = run.take().filter(|(_, b)| !b.is_empty()) {
+                    if writers.failed() {
+                        break; // the round fails anyway: read no further
+                    }
                     writers.push(r);
                 }
                 run = Some((b, BytesMut::with_capacity(max as usize)));
