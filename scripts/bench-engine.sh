@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Paper 002 (the backing I/O engine, issue 11) reproduced: fio 4 KiB random reads and writes
 # through io_uring at queue depth 1-32, 1 and 4 jobs on one file (native / passthrough /
-# passthrough-ring, the passthrough over FUSE-over-io_uring / farcache), and the serialization test (1-16 processes of synchronous 8 KiB reads; native /
-# passthrough / serialized), one `farcache bench paper` invocation per disk profile.
+# passthrough-ring, the passthrough over FUSE-over-io_uring / passthrough-kernel, the kernel's
+# FUSE passthrough / farcache; each point in every configuration before the next,
+# --engine-interleave), and the serialization test (1-16 processes of synchronous 8 KiB reads;
+# native / passthrough / passthrough-kernel / serialized), one `farcache bench paper`
+# invocation per disk profile.
 # Then paper 002's OLTP figures (`--experiment oltp`: go-tpc's TPC-C-like load on PostgreSQL 15,
-# tpmC by connections 1-32, by the loop device's scheduler and by cpuset CPUs 1 and 2; about
-# 40 min per profile at the defaults), one invocation per profile, resumable per configuration
-# (`--resume` keeps the points its JSON holds).
+# tpmC by connections 1-32, by the loop device's scheduler and by cpuset CPUs 1 and 2, in
+# native / passthrough / farcache / passthrough-kernel; about 55 min per profile at the
+# defaults), one invocation per profile, resumable per configuration (`--resume` keeps the
+# points its JSON holds).
 # Resumable: a profile whose JSON exists is skipped (delete it to run it again).
 # Results: bench/results/paper002/<profile>/, bench/results/paper002-oltp/<profile>/.
 #   PROFILES        default "raw cloud"
@@ -31,7 +35,7 @@ for prof in ${PROFILES:-raw cloud}; do
   mkdir -p "$dir"
   echo "== engine, serial ($prof)"
   # shellcheck disable=SC2086
-  "$BIN" bench paper --profile "$prof" --experiment engine,serial --out "$dir" ${EXTRA:-} >"$dir/log" 2>&1 ||
+  "$BIN" bench paper --profile "$prof" --experiment engine,serial --engine-interleave --out "$dir" ${EXTRA:-} >"$dir/log" 2>&1 ||
     { echo "   failed: see $dir/log (what ran is kept as partial-*.json)"; for j in "$dir"/paper002-*.json; do [ -e "$j" ] && mv "$j" "$dir/partial-$(basename "$j")"; done; }
   awk '/^## /{p = ($0 !~ /memory|Sanity|Targets/)} p' "$dir"/paper002-*.md 2>/dev/null || true
 done

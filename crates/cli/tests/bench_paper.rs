@@ -249,6 +249,8 @@ fn bench_paper_quick_runs_the_oltp_experiment() {
         "farcache scheduler 4 mq-deadline 2".into(),
         format!("farcache cpus 4 {d} 1"),
         format!("farcache cpus 4 {d} 2"),
+        format!("passthrough-kernel connections 1 {d} 2"),
+        format!("passthrough-kernel connections 4 {d} 2"),
     ];
     assert_eq!(keys, want, "{json}");
     for r in runs {
@@ -280,8 +282,8 @@ fn bench_paper_quick_runs_the_oltp_experiment() {
     again.push("--resume");
     let (status, stdout, stderr) = run_quick(&again, &dir.0, Duration::from_secs(120));
     assert!(status.success(), "--resume failed ({status}); stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(stderr.contains("10 oltp point(s) done before"), "{stderr}");
-    assert_eq!(stderr.matches("done in an earlier run, kept").count(), 3, "{stderr}");
+    assert!(stderr.contains("12 oltp point(s) done before"), "{stderr}");
+    assert_eq!(stderr.matches("done in an earlier run, kept").count(), 4, "{stderr}");
     assert!(!stderr.contains("loading 1 warehouse"), "the rerun loaded the data again: {stderr}");
     let resumed: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert_eq!(resumed["oltp"], json["oltp"], "the kept points changed");

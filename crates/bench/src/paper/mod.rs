@@ -140,8 +140,12 @@ impl Experiment {
                 &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::PassthroughKernel, ConfigKind::Serialized]
             }
             Experiment::Migrate | Experiment::Tenants => &[ConfigKind::Farcache],
-            // passthrough-kernel runs OLTP when asked for (`--configs`), not by default.
-            Experiment::Oltp => &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::Farcache],
+            Experiment::Oltp => &[
+                ConfigKind::Native,
+                ConfigKind::Passthrough,
+                ConfigKind::Farcache,
+                ConfigKind::PassthroughKernel,
+            ],
             _ => &ConfigKind::ALL,
         }
     }
@@ -151,7 +155,6 @@ impl Experiment {
     pub fn runs_in(self, cfg: ConfigKind) -> bool {
         self.own_configs().contains(&cfg)
             || (self == Experiment::Pgbench && cfg.has_tier())
-            || (self == Experiment::Oltp && cfg == ConfigKind::PassthroughKernel)
     }
 
     pub fn table(self) -> &'static str {

@@ -789,6 +789,7 @@ pub fn render(s: &mut String, r: &PaperReport) {
         (ConfigKind::Passthrough, ConfigKind::Native),
         (ConfigKind::Farcache, ConfigKind::Native),
         (ConfigKind::Farcache, ConfigKind::Passthrough),
+        (ConfigKind::PassthroughKernel, ConfigKind::Native),
     ]
     .into_iter()
     .filter(|(a, b)| cfgs.contains(a) && cfgs.contains(b))
