@@ -271,9 +271,9 @@ fn bench_paper_quick_runs_the_oltp_experiment() {
     let lender: f64 = runs.iter().filter(|r| r["config"] == "farcache").map(|r| num(r, &["lenders", "puts"])).sum();
     assert!(lender > 0.0, "farcache never filled its lender: {json}");
     let checks = json["checks"].as_array().unwrap();
-    assert!(checks.len() == 3 && checks.iter().all(|c| c["ok"] == true), "{json}");
+    assert!(checks.len() == 4 && checks.iter().all(|c| c["ok"] == true), "one check per configuration: {json}");
     let md = std::fs::read_to_string(dir.0.join("paper002-oltp-quick.md")).unwrap();
-    for want in ["## oltp", "farcache/native", "| mq-deadline |", "scaling 1 → 2"] {
+    for want in ["## oltp", "farcache/native", "passthrough-kernel/native", "| mq-deadline |", "scaling 1 → 2"] {
         assert!(md.contains(want), "{want:?} missing:\n{md}");
     }
 
