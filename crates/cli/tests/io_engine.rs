@@ -12,12 +12,20 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use farcache_testkit::{require_root, text, MountProcess, Rng, LENDERS_FIRST};
 use serde_json::Value;
 
 const BLOCK: usize = 4096;
+
+/// The tests that look at which engine ran take this shared; the one that turns io_uring
+/// off for the whole machine takes it alone.
+static URING_SWITCH: RwLock<()> = RwLock::new(());
+
+fn uring_as_is() -> RwLockReadGuard<'static, ()> {
+    URING_SWITCH.read().unwrap_or_else(|e| e.into_inner())
+}
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
@@ -155,6 +163,7 @@ fn hammer(file: &Path, size: usize, threads: usize, ops: usize) {
 
 #[test]
 fn concurrent_overlapping_reads_and_writes_match_a_model() {
+    let _uring = uring_as_is();
     for (tag, args) in [("noremote", &["--no-remote"][..]), ("lenders", &LENDERS_FIRST[..])] {
         let root = test_root(tag);
         let backing = root.join("backing");
@@ -176,6 +185,7 @@ fn concurrent_overlapping_reads_and_writes_match_a_model() {
 
 #[test]
 fn forced_fallbacks_move_their_counters() {
+    let _uring = uring_as_is();
     // io_engine = "sync": the synchronous path, shown as such.
     let root = test_root("sync");
     let backing = root.join("backing");
@@ -245,6 +255,7 @@ fn run(cmd: &str, args: &[&str]) {
 
 #[test]
 fn backing_faults_reach_the_application_as_their_errno() {
+    let _uring = uring_as_is();
     let root = test_root("faults");
     let fs4 = Ext4::new(&root, 16);
     let m = mount(&root, &fs4.dir, &["--no-remote"], None);
@@ -277,7 +288,58 @@ fn backing_faults_reach_the_application_as_their_errno() {
     assert_eq!(errno(f.write_at(b.buf(), 0)), libc::EIO, "a write to a dead file system");
     assert_eq!(errno(f.sync_all()), libc::EIO, "an fsync on a dead file system");
     drop(f);
+    // Nothing else broke: the daemon answers, and says what failed.
+    let s = backing_stats(m.mnt());
+    assert!(n(&s["io"], "ops_uring") > 0, "{s}");
     drop(m);
     drop(fs4);
+    fs::remove_dir_all(&root).unwrap();
+}
+
+/// `/proc/sys/kernel/io_uring_disabled` set to `value` until dropped (then restored).
+struct UringDisabled {
+    was: String,
+}
+
+const URING_SYSCTL: &str = "/proc/sys/kernel/io_uring_disabled";
+
+impl UringDisabled {
+    fn set(value: &str) -> UringDisabled {
+        let was = fs::read_to_string(URING_SYSCTL)
+            .unwrap_or_else(|e| panic!("{URING_SYSCTL}: {e} (the kernel's io_uring switch, Linux 6.6 and later)"));
+        fs::write(URING_SYSCTL, value).unwrap();
+        UringDisabled { was: was.trim().to_string() }
+    }
+}
+
+impl Drop for UringDisabled {
+    fn drop(&mut self) {
+        let _ = fs::write(URING_SYSCTL, &self.was);
+    }
+}
+
+/// With io_uring forbidden by the kernel (`io_uring_disabled = 2`, as a hardened host or a
+/// seccomp filter would have it) the mount serves every request on synchronous system
+/// calls — the same bytes — and says so: `fallback_no_uring` and `ops_sync` move, no ring is
+/// made, and the log has one line for it.
+#[test]
+fn without_io_uring_the_mount_serves_on_synchronous_calls_counted_and_logged_once() {
+    require_root("the kernel's io_uring switch");
+    let _alone = URING_SWITCH.write().unwrap_or_else(|e| e.into_inner());
+    let root = test_root("no-uring");
+    let backing = root.join("backing");
+    fs::create_dir(&backing).unwrap();
+    let off = UringDisabled::set("2");
+    let m = mount(&root, &backing, &["--no-remote"], None);
+    hammer(&m.m("f"), 256 << 10, 4, 100);
+    assert_eq!(fs::read(m.b("f")).unwrap(), fs::read(m.m("f")).unwrap());
+    let s = backing_stats(m.mnt());
+    let io = &s["io"];
+    assert_eq!(io["engine"], "sync", "the engine in force: {s}");
+    assert_eq!((n(io, "ops_uring"), n(io, "rings")), (0, 0), "{s}");
+    assert!(n(io, "ops_sync") > 0 && n(io, "fallback_no_uring") >= n(io, "ops_sync"), "{s}");
+    let log = m.stop();
+    drop(off);
+    assert_eq!(log.matches("backing I/O fallback (fallback_no_uring)").count(), 1, "logged once:\n{log}");
     fs::remove_dir_all(&root).unwrap();
 }

@@ -243,8 +243,14 @@ fn a_files_inode_number_survives_a_move_and_a_remount() {
     let dry = d.balanced(&["--from", "0", "--to", "1", "--dry-run"]);
     assert_eq!(dry["planned"].as_array().unwrap().len(), 4, "{dry:#}");
     assert!(files.iter().all(|(p, _)| d.on(p) == (true, false)), "a dry run moves nothing");
+    let io0 = d.stats()["backing"]["io"].clone();
     let s = d.balanced(&["--from", "0", "--to", d.b.to_str().unwrap(), "--files", "3"]);
     assert_eq!((s["moved"].as_u64(), s["failed"].as_u64()), (Some(3), Some(0)), "{s:#}");
+    // The copies were written and synced through the mount's I/O engine.
+    let io = d.stats()["backing"]["io"].clone();
+    for k in ["write_ops", "sync_ops"] {
+        assert!(io[k].as_u64().unwrap() >= io0[k].as_u64().unwrap() + 3, "{k}: {io0} -> {io}");
+    }
     let moved: Vec<bool> = files.iter().map(|(p, _)| d.on(p) == (false, true)).collect();
     assert_eq!(moved.iter().filter(|m| **m).count(), 3);
     for ((p, data), ino) in files.iter().zip(&inos) {

@@ -39,7 +39,7 @@ use bytes::Bytes;
 
 use crate::aligned::AlignedBuf;
 use crate::identity::FileId;
-use crate::io::IoEngine;
+use crate::io::{IoEngine, Meanwhile};
 
 /// The largest read one call may ask for. The kernel sends at most `max_pages` (256) pages
 /// per FUSE read; this leaves room and bounds the buffer a caller can make us allocate.
@@ -175,20 +175,33 @@ impl BackingFile {
 
     /// Read up to `len` bytes at `offset` through `io`; fewer only at end of file.
     pub fn read_at(&self, io: &IoEngine, offset: u64, len: usize) -> io::Result<(Bytes, ReadMode)> {
+        self.read_at_while(io, offset, len, &mut Meanwhile::none())
+    }
+
+    /// [`BackingFile::read_at`], running `meanwhile` while the read is in the kernel (see
+    /// [`Meanwhile`]; it may not have run when this returns an error).
+    pub fn read_at_while(
+        &self,
+        io: &IoEngine,
+        offset: u64,
+        len: usize,
+        meanwhile: &mut Meanwhile<'_>,
+    ) -> io::Result<(Bytes, ReadMode)> {
         if len > MAX_READ_BYTES {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         if len == 0 {
+            meanwhile.run();
             return Ok((Bytes::new(), ReadMode::Buffered));
         }
         if let Some(d) = self.live_direct_fd(io) {
-            match read_direct(io, d, offset, len) {
+            match read_direct(io, d, offset, len, meanwhile) {
                 Ok(b) => return Ok((b, ReadMode::Direct)),
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.direct_refused(io, "read", offset, len),
                 Err(e) => return Err(e),
             }
         }
-        Ok((read_buffered(io, &self.file, offset, len)?, ReadMode::Buffered))
+        Ok((read_buffered(io, &self.file, offset, len, meanwhile)?, ReadMode::Buffered))
     }
 
     /// Write all of `data` at `offset` through `io`: direct if the application opened the
@@ -331,7 +344,13 @@ fn dio_align(file: &File) -> Option<(u32, u32)> {
     Some((stx.stx_dio_offset_align, stx.stx_dio_mem_align))
 }
 
-fn read_direct(io: &IoEngine, d: &DirectFd, offset: u64, len: usize) -> io::Result<Bytes> {
+fn read_direct(
+    io: &IoEngine,
+    d: &DirectFd,
+    offset: u64,
+    len: usize,
+    meanwhile: &mut Meanwhile<'_>,
+) -> io::Result<Bytes> {
     let a = d.offset_align;
     let start = offset / a * a;
     let end = (offset.checked_add(len as u64))
@@ -344,7 +363,7 @@ fn read_direct(io: &IoEngine, d: &DirectFd, offset: u64, len: usize) -> io::Resu
         });
     }
     let mut buf = AlignedBuf::with_capacity(span, d.mem_align.max(a as usize));
-    let n = io.read_full(d.file.as_fd(), start, buf.spare_uninit(), a)?;
+    let n = io.read_full_while(d.file.as_fd(), start, buf.spare_uninit(), a, meanwhile)?;
     // SAFETY: read_full initialised the first n bytes of the spare room.
     unsafe { buf.advance(n) };
     let skip = (offset - start) as usize;
@@ -356,9 +375,15 @@ fn read_direct(io: &IoEngine, d: &DirectFd, offset: u64, len: usize) -> io::Resu
     Ok(Bytes::from_owner(buf).slice(skip..upto))
 }
 
-fn read_buffered(io: &IoEngine, file: &File, offset: u64, len: usize) -> io::Result<Bytes> {
+fn read_buffered(
+    io: &IoEngine,
+    file: &File,
+    offset: u64,
+    len: usize,
+    meanwhile: &mut Meanwhile<'_>,
+) -> io::Result<Bytes> {
     let mut buf: Vec<u8> = Vec::with_capacity(len);
-    let got = io.read_full(file.as_fd(), offset, &mut buf.spare_capacity_mut()[..len], 1)?;
+    let got = io.read_full_while(file.as_fd(), offset, &mut buf.spare_capacity_mut()[..len], 1, meanwhile)?;
     // SAFETY: read_full initialised the first `got` bytes of the spare capacity.
     unsafe { buf.set_len(got) };
     Ok(Bytes::from(buf))

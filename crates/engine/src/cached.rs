@@ -44,6 +44,7 @@ use crate::backing::BackingFile;
 use crate::data_path::{CopyRead, DataPath};
 use crate::identity::FileId;
 use crate::index::{BlockIndex, BlockKey, FileIndex, Stamp, BLOCK_BYTES};
+use crate::io::Meanwhile;
 use crate::remote::Remote;
 use crate::routing::{Decision, Router, RouterState, STREAM_PROBE_MIN_BYTES};
 use crate::stats::{CacheStats, IndexStats, RoutingStats};
@@ -72,6 +73,9 @@ pub struct EngineCounters {
     /// Of `partial_hits`: blocks read from the disk (the span from the first missing block to
     /// the last).
     pub partial_disk_blocks: AtomicU64,
+    /// Of `partial_hits`: those whose disk read was in flight while the lenders were asked
+    /// (the disk's part known before the fetch), on one thread.
+    pub partial_overlapped: AtomicU64,
     /// Blocks sent to lenders after a disk read.
     pub fills: AtomicU64,
     /// Misses read with their read-around window (more blocks than asked, all filled).
@@ -98,6 +102,8 @@ pub struct EngineCountersSnapshot {
     pub partial_remote_blocks: u64,
     #[serde(default)]
     pub partial_disk_blocks: u64,
+    #[serde(default)]
+    pub partial_overlapped: u64,
     pub fills: u64,
     #[serde(default)]
     pub read_arounds: u64,
@@ -117,6 +123,7 @@ impl EngineCounters {
             partial_hits: l(&self.partial_hits),
             partial_remote_blocks: l(&self.partial_remote_blocks),
             partial_disk_blocks: l(&self.partial_disk_blocks),
+            partial_overlapped: l(&self.partial_overlapped),
             fills: l(&self.fills),
             read_arounds: l(&self.read_arounds),
             adaptive_remote: l(&self.adaptive_remote),
@@ -251,6 +258,26 @@ impl<D: DataPath> CachedPath<D> {
         sequential: bool,
         widened: bool,
     ) -> io::Result<Bytes> {
+        self.disk_read_while(file, offset, len, sequential, widened, &mut Meanwhile::none())
+    }
+
+    /// [`Self::disk_read_for`], running `meanwhile` while the disk read is in flight
+    /// ([`DataPath::read_while`]). Such a read takes no part in the rule's measurements: its
+    /// time is the longer of the two.
+    fn disk_read_while(
+        &self,
+        file: &BackingFile,
+        offset: u64,
+        len: usize,
+        sequential: bool,
+        widened: bool,
+        meanwhile: &mut Meanwhile<'_>,
+    ) -> io::Result<Bytes> {
+        if meanwhile.pending() {
+            let data = self.disk.read_while(file, offset, len, meanwhile)?;
+            meanwhile.run();
+            return Ok(data);
+        }
         if !self.routing.measures() {
             return self.disk.read(file, offset, len);
         }
@@ -322,6 +349,21 @@ impl<D: DataPath> CachedPath<D> {
         sequential: bool,
         around: bool,
     ) -> io::Result<Bytes> {
+        self.read_and_fill_while(file, f, offset, len, sequential, around, &mut Meanwhile::none())
+    }
+
+    /// [`Self::read_and_fill`], running `meanwhile` while the disk read is in flight.
+    #[allow(clippy::too_many_arguments)]
+    fn read_and_fill_while(
+        &self,
+        file: &BackingFile,
+        f: &Arc<FileIndex>,
+        offset: u64,
+        len: usize,
+        sequential: bool,
+        around: bool,
+        meanwhile: &mut Meanwhile<'_>,
+    ) -> io::Result<Bytes> {
         let first = offset / BLOCK_BYTES;
         let last = (offset + len as u64 - 1) / BLOCK_BYTES;
         let window = if around { self.read_window(first, last) } else { (first, last) };
@@ -334,7 +376,14 @@ impl<D: DataPath> CachedPath<D> {
         // Tickets before the disk read: a write landing after this point voids them.
         let tickets: Vec<_> = (first..=last).map(|b| self.index.fill_start(f, b)).collect();
         let start = first * BLOCK_BYTES;
-        let data = self.disk_read_for(file, start, ((last - first + 1) * BLOCK_BYTES) as usize, sequential, widened)?;
+        let data = self.disk_read_while(
+            file,
+            start,
+            ((last - first + 1) * BLOCK_BYTES) as usize,
+            sequential,
+            widened,
+            meanwhile,
+        )?;
         let mut filled = 0;
         for t in tickets {
             let from = ((t.key.block - first) * BLOCK_BYTES) as usize;
@@ -407,36 +456,59 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         // The blocks the disk must give: one span, from the first block the lenders do not
         // hold to the last (one disk read however the held blocks are scattered; a held block
         // inside it is read from the disk too, not fetched).
-        let mut span = span_of(keys.iter().enumerate().filter(|(_, k)| k.is_none()).map(|(i, _)| i));
+        let span = span_of(keys.iter().enumerate().filter(|(_, k)| k.is_none()).map(|(i, _)| i));
+        if span == Some((0, keys.len() - 1)) {
+            // Nothing usable from the lenders: the whole range from the disk.
+            add(&self.counters.disk_reads, 1);
+            return self.read_and_fill(file, &f, offset, len, d.sequential, true);
+        }
         let wanted: Vec<usize> =
             (0..keys.len()).filter(|i| !span.is_some_and(|(lo, hi)| (lo..=hi).contains(i))).collect();
         let asked: Vec<BlockKey> = wanted.iter().map(|&i| keys[i].expect("held outside the span")).collect();
         let stream = self.routing.stream_begin(d.sequential, true);
-        let t = Instant::now();
-        let fetched = self.remote.fetch(&asked, BLOCK_BYTES as usize);
-        let stream_took = (fetched.asked > 0 && !fetched.failed).then(|| t.elapsed());
+        // With the disk's span known already, its read goes out first and the fetch runs
+        // while it is in flight: one thread waits for both at once (issue 11, item 3).
+        let mut fetch_and_time = None;
+        let mut early: Option<(usize, usize, Bytes)> = None;
+        if let Some((lo, hi)) = span {
+            let mut fetch = || {
+                let t = Instant::now();
+                fetch_and_time = Some((self.remote.fetch(&asked, BLOCK_BYTES as usize), t.elapsed()));
+            };
+            let span_bytes = ((hi - lo + 1) as u64 * BLOCK_BYTES) as usize;
+            let at = (first + lo as u64) * BLOCK_BYTES;
+            let mut m = Meanwhile::new(&mut fetch);
+            early = Some((lo, hi, self.read_and_fill_while(file, &f, at, span_bytes, d.sequential, false, &mut m)?));
+            add(&self.counters.partial_overlapped, 1);
+        }
+        let (fetched, took) = fetch_and_time.unwrap_or_else(|| {
+            let t = Instant::now();
+            (self.remote.fetch(&asked, BLOCK_BYTES as usize), t.elapsed())
+        });
+        let stream_took = (fetched.asked > 0 && !fetched.failed).then_some(took);
         self.routing.stream_read(stream, fetched.asked as u64 * BLOCK_BYTES, stream_took);
         if self.routing.measures() {
             if fetched.asked > 0 {
-                self.routing.remote_fetch(fetched.asked as u64 * BLOCK_BYTES, t.elapsed());
+                self.routing.remote_fetch(fetched.asked as u64 * BLOCK_BYTES, took);
             }
             if fetched.failed {
-                self.routing.remote_failed(t.elapsed());
+                self.routing.remote_failed(took);
             }
         }
         let mut values: Vec<Option<Bytes>> = vec![None; keys.len()];
+        let mut missed = Vec::new();
         for ((&i, k), v) in wanted.iter().zip(&asked).zip(fetched.values) {
             match v {
                 Some(v) => values[i] = Some(v),
                 None => {
                     // Forget what the lenders no longer have, so it is read (and refilled) now.
                     self.index.mark_missing(&f, *k);
-                    span = Some(span.map_or((i, i), |(lo, hi)| (lo.min(i), hi.max(i))));
+                    missed.push(i);
                 }
             }
         }
         let skip = (offset - first * BLOCK_BYTES) as usize;
-        let Some((lo, hi)) = span else {
+        if early.is_none() && missed.is_empty() {
             add(&self.counters.remote_reads, 1);
             if values.len() == 1 {
                 let v = values.pop().flatten().expect("every block fetched");
@@ -447,28 +519,53 @@ impl<D: DataPath> DataPath for CachedPath<D> {
                 buf.extend_from_slice(&v);
             }
             return Ok(buf.freeze().slice(skip..skip + len));
-        };
-        if lo == 0 && hi == keys.len() - 1 {
-            // Nothing usable from the lenders: the whole range from the disk.
+        }
+        if early.is_none() && span_of(missed.iter().copied()) == Some((0, keys.len() - 1)) {
+            // The lenders lost the first and the last block: the whole range from the disk.
             add(&self.counters.disk_reads, 1);
             return self.read_and_fill(file, &f, offset, len, d.sequential, true);
         }
-        // A partial hit: the lenders' blocks around one span read from the disk.
-        add(&self.counters.partial_hits, 1);
-        add(&self.counters.partial_remote_blocks, (keys.len() - (hi - lo + 1)) as u64);
-        add(&self.counters.partial_disk_blocks, (hi - lo + 1) as u64);
-        let span_bytes = ((hi - lo + 1) as u64 * BLOCK_BYTES) as usize;
-        let disk = self.read_and_fill(file, &f, (first + lo as u64) * BLOCK_BYTES, span_bytes, d.sequential, false)?;
-        let mut buf = BytesMut::with_capacity(keys.len() * BLOCK_BYTES as usize);
-        for v in values[..lo].iter().flatten() {
-            buf.extend_from_slice(v);
-        }
-        buf.extend_from_slice(&disk);
-        if disk.len() == span_bytes {
-            for v in values[hi + 1..].iter().flatten() {
-                buf.extend_from_slice(v);
+        // A partial hit: the lenders' blocks, the span read beside the fetch, and one more
+        // disk read on each side of it for the blocks the lenders lost (the span they make).
+        let mut parts: Vec<(usize, usize, Bytes)> = Vec::new();
+        let sides = match &early {
+            Some((lo, hi, _)) => {
+                [span_of(missed.iter().copied().filter(|i| i < lo)), span_of(missed.iter().copied().filter(|i| i > hi))]
             }
-        } // else the file ends inside the span: so does the answer.
+            None => [span_of(missed.iter().copied()), None],
+        };
+        for (lo, hi) in sides.into_iter().flatten() {
+            let at = (first + lo as u64) * BLOCK_BYTES;
+            let bytes = ((hi - lo + 1) as u64 * BLOCK_BYTES) as usize;
+            parts.push((lo, hi, self.read_and_fill(file, &f, at, bytes, d.sequential, false)?));
+        }
+        parts.extend(early);
+        let from_disk: usize = parts.iter().map(|(lo, hi, _)| hi - lo + 1).sum();
+        if from_disk == keys.len() {
+            // The lenders lost every block they were asked for: the disk's read after all.
+            add(&self.counters.disk_reads, 1);
+        } else {
+            add(&self.counters.partial_hits, 1);
+            add(&self.counters.partial_remote_blocks, (keys.len() - from_disk) as u64);
+            add(&self.counters.partial_disk_blocks, from_disk as u64);
+        }
+        let mut buf = BytesMut::with_capacity(keys.len() * BLOCK_BYTES as usize);
+        let b = BLOCK_BYTES as usize;
+        for (i, v) in values.iter().enumerate() {
+            let Some((lo, _, data)) = parts.iter().find(|(lo, hi, _)| (*lo..=*hi).contains(&i)) else {
+                buf.extend_from_slice(v.as_ref().expect("a block no disk read covers was fetched"));
+                continue;
+            };
+            let from = (i - lo) * b;
+            let to = data.len().min(from + b);
+            if to <= from {
+                break; // the file ends before this block: so does the answer
+            }
+            buf.extend_from_slice(&data[from..to]);
+            if to - from < b {
+                break; // the file ends inside this block
+            }
+        }
         let buf = buf.freeze();
         Ok(if buf.len() <= skip { Bytes::new() } else { buf.slice(skip..buf.len().min(skip + len)) })
     }
@@ -518,6 +615,10 @@ impl<D: DataPath> DataPath for CachedPath<D> {
 
     fn backing_counters(&self) -> Option<crate::BackingCountersSnapshot> {
         self.disk.backing_counters()
+    }
+
+    fn io_engine(&self) -> Option<Arc<crate::IoEngine>> {
+        self.disk.io_engine()
     }
 
     /// The disk's part of a copy: from the disk below, not through the lenders, never filled.

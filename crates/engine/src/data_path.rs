@@ -35,6 +35,23 @@ pub trait DataPath: Send + Sync + 'static {
     /// [`crate::MAX_READ_BYTES`].
     fn read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<Bytes>;
 
+    /// [`DataPath::read`], with `meanwhile` run while the read is on its way: a path that
+    /// reads the disk through the I/O engine submits the read, runs `meanwhile`, then waits
+    /// for the read — so a caller overlaps its own wait (a lender fetch for the other blocks
+    /// of one request) with the disk's, on one thread. `meanwhile` runs at most once; it may
+    /// not have run when this returns an error ([`crate::io::Meanwhile`]). The default runs
+    /// it first, then reads.
+    fn read_while(
+        &self,
+        file: &BackingFile,
+        offset: u64,
+        len: usize,
+        meanwhile: &mut crate::io::Meanwhile<'_>,
+    ) -> io::Result<Bytes> {
+        meanwhile.run();
+        self.read(file, offset, len)
+    }
+
     /// Write all of `data` at `offset` through to the backing file; returns `data.len()`.
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize>;
 
@@ -71,6 +88,13 @@ pub trait DataPath: Send + Sync + 'static {
     /// The counters of the backing I/O underneath, if this path (or the path it wraps) keeps
     /// them. For stats; cheap (a few atomic loads).
     fn backing_counters(&self) -> Option<BackingCountersSnapshot> {
+        None
+    }
+
+    /// The I/O engine of the disk underneath, if this path (or the path it wraps) has one:
+    /// for other writers of the backing store (a migration's copy) to go through the same
+    /// engine, its queue, bounds and counters.
+    fn io_engine(&self) -> Option<std::sync::Arc<crate::IoEngine>> {
         None
     }
 
@@ -158,6 +182,15 @@ impl<T: DataPath + ?Sized> DataPath for std::sync::Arc<T> {
     fn read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<Bytes> {
         (**self).read(file, offset, len)
     }
+    fn read_while(
+        &self,
+        file: &BackingFile,
+        offset: u64,
+        len: usize,
+        meanwhile: &mut crate::io::Meanwhile<'_>,
+    ) -> io::Result<Bytes> {
+        (**self).read_while(file, offset, len, meanwhile)
+    }
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {
         (**self).write(file, offset, data)
     }
@@ -181,6 +214,9 @@ impl<T: DataPath + ?Sized> DataPath for std::sync::Arc<T> {
     }
     fn backing_counters(&self) -> Option<BackingCountersSnapshot> {
         (**self).backing_counters()
+    }
+    fn io_engine(&self) -> Option<std::sync::Arc<crate::IoEngine>> {
+        (**self).io_engine()
     }
     fn copy_read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
         (**self).copy_read(file, offset, len)
@@ -293,6 +329,9 @@ impl DataPath for Deferred {
     }
     fn backing_counters(&self) -> Option<BackingCountersSnapshot> {
         self.slot.get().and_then(|p| p.backing_counters())
+    }
+    fn io_engine(&self) -> Option<std::sync::Arc<crate::IoEngine>> {
+        self.slot.get().and_then(|p| p.io_engine())
     }
     fn copy_read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
         self.get().map_err(Self::eio)?.copy_read(file, offset, len)

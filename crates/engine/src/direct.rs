@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::backing::{BackingFile, ReadMode, WriteMode};
 use crate::data_path::DataPath;
 use crate::identity::FileId;
-use crate::io::{IoCountersSnapshot, IoEngine};
+use crate::io::{IoCountersSnapshot, IoEngine, Meanwhile};
 use crate::latency::{Latency, LatencySnapshot};
 
 /// Counters of the backing I/O (names in docs/METRICS.md once the mount exports them).
@@ -112,9 +112,23 @@ fn add(c: &AtomicU64, n: u64) {
 
 impl DataPath for DirectPath {
     fn read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<Bytes> {
+        self.read_while(file, offset, len, &mut Meanwhile::none())
+    }
+
+    fn read_while(
+        &self,
+        file: &BackingFile,
+        offset: u64,
+        len: usize,
+        meanwhile: &mut Meanwhile<'_>,
+    ) -> io::Result<Bytes> {
         let t = Instant::now();
-        let (data, mode) = file.read_at(&self.io, offset, len)?;
-        self.counters.read_latency.record(t.elapsed());
+        // A read overlapped with other work is not timed: its time is the longer of the two.
+        let timed = !meanwhile.pending();
+        let (data, mode) = file.read_at_while(&self.io, offset, len, meanwhile)?;
+        if timed {
+            self.counters.read_latency.record(t.elapsed());
+        }
         match mode {
             ReadMode::Direct => add(&self.counters.reads_direct, 1),
             ReadMode::Buffered => add(&self.counters.reads_buffered, 1),
@@ -168,5 +182,9 @@ impl DataPath for DirectPath {
 
     fn backing_counters(&self) -> Option<BackingCountersSnapshot> {
         Some(self.snapshot())
+    }
+
+    fn io_engine(&self) -> Option<Arc<IoEngine>> {
+        Some(self.io.clone())
     }
 }

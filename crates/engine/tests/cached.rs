@@ -195,6 +195,8 @@ fn stats_count_a_known_sequence_exactly() {
             partial_hits: 1,
             partial_remote_blocks: 10,
             partial_disk_blocks: 2,
+            // Its two disk blocks were known before the fetch: read beside it.
+            partial_overlapped: 1,
             fills: 13,
             read_arounds: 0,
             adaptive_remote: 0,
@@ -343,6 +345,7 @@ fn partial_hits_assemble_lender_blocks_and_one_disk_span_exactly() {
         (c.partial_remote_blocks - c0.partial_remote_blocks, c.partial_disk_blocks - c0.partial_disk_blocks),
         (1, 4)
     );
+    assert_eq!(c.partial_overlapped - c0.partial_overlapped, 1, "the disk's span was known before the fetch");
     assert_eq!(backing_bytes() - d0, 4 * 4096);
     wait("fills of 1, 2, 4", || (1..=4).all(|b| held(&e, &file, b)));
 
@@ -368,14 +371,33 @@ fn partial_hits_assemble_lender_blocks_and_one_disk_span_exactly() {
     // (Under the same key: nothing was written, so the key still names these bytes.)
     wait("block 12 refilled", || e.index().lookup(&e.index().file(file.id()), 12) == Some(k12));
 
-    // When the span is the whole read, it is a plain disk read.
+    // When the lenders lost every block asked of them, it is a disk read: block 16 read
+    // beside the fetch, the lost block 15 after it.
     let k15 = e.index().lookup(&e.index().file(file.id()), 15).unwrap();
     e.remote().del_async(vec![k15]);
     wait("block 15 deleted on the lender", || e.remote().get(&[k15], 4096)[0].is_none());
-    let c0 = counters();
+    let (c0, d0) = (counters(), backing_bytes());
     assert_eq!(&e.read(&file, 15 * 4096, 8192).unwrap()[..], &data[15 * 4096..17 * 4096]);
     let c = counters();
     assert_eq!((c.partial_hits - c0.partial_hits, c.disk_reads - c0.disk_reads), (0, 1));
+    assert_eq!(backing_bytes() - d0, 2 * 4096);
+
+    // A lost block beside the span known before the fetch: one more disk read for it, the
+    // other held block from the lender. Blocks 27..=33: 27, 30 and 33 held, 27 lost; the span
+    // is 28..=32 (30 inside it).
+    let k27 = e.index().lookup(&e.index().file(file.id()), 27).unwrap();
+    e.remote().del_async(vec![k27]);
+    wait("block 27 deleted on the lender", || e.remote().get(&[k27], 4096)[0].is_none());
+    let (c0, d0) = (counters(), backing_bytes());
+    assert_eq!(&e.read(&file, 27 * 4096 + 5, 7 * 4096 - 10).unwrap()[..], &data[27 * 4096 + 5..34 * 4096 - 5]);
+    let c = counters();
+    assert_eq!((c.partial_hits - c0.partial_hits, c.partial_overlapped - c0.partial_overlapped), (1, 1));
+    assert_eq!(
+        (c.partial_remote_blocks - c0.partial_remote_blocks, c.partial_disk_blocks - c0.partial_disk_blocks),
+        (1, 6),
+        "33 from the lender; the span 28..=32, then 27"
+    );
+    assert_eq!(backing_bytes() - d0, 6 * 4096);
 }
 
 /// Reads of every size and alignment, interleaved with page writes and lost copies, against

@@ -140,12 +140,9 @@ impl Experiment {
                 &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::PassthroughKernel, ConfigKind::Serialized]
             }
             Experiment::Migrate | Experiment::Tenants => &[ConfigKind::Farcache],
-            Experiment::Oltp => &[
-                ConfigKind::Native,
-                ConfigKind::Passthrough,
-                ConfigKind::Farcache,
-                ConfigKind::PassthroughKernel,
-            ],
+            Experiment::Oltp => {
+                &[ConfigKind::Native, ConfigKind::Passthrough, ConfigKind::Farcache, ConfigKind::PassthroughKernel]
+            }
             _ => &ConfigKind::ALL,
         }
     }
@@ -153,8 +150,7 @@ impl Experiment {
     /// Whether `cfg` is one of this experiment's configurations: its own, and for pgbench
     /// also the write-back tier's (TPC-B with the tier, issue 12; asked for with --configs).
     pub fn runs_in(self, cfg: ConfigKind) -> bool {
-        self.own_configs().contains(&cfg)
-            || (self == Experiment::Pgbench && cfg.has_tier())
+        self.own_configs().contains(&cfg) || (self == Experiment::Pgbench && cfg.has_tier())
     }
 
     pub fn table(self) -> &'static str {

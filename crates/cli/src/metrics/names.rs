@@ -104,6 +104,7 @@ metrics! { MOUNT:
     ENGINE_PARTIAL_HITS = "farcache_mount_engine_partial_hits", Counter, "Reads answered partly from lenders, partly from one disk read";
     ENGINE_PARTIAL_REMOTE_BLOCKS = "farcache_mount_engine_partial_remote_blocks", Counter, "Of partial hits, blocks served from lenders";
     ENGINE_PARTIAL_DISK_BLOCKS = "farcache_mount_engine_partial_disk_blocks", Counter, "Of partial hits, blocks read from the disk";
+    ENGINE_PARTIAL_OVERLAPPED = "farcache_mount_engine_partial_overlapped", Counter, "Of partial hits, those whose disk read was in flight while the lenders were asked";
     ENGINE_SEQUENTIAL_BYPASSES = "farcache_mount_engine_sequential_bypasses", Counter, "Large reads threshold routing sent straight to the disk";
     ENGINE_FILLS = "farcache_mount_engine_fills", Counter, "Blocks sent to lenders after a disk read";
     ENGINE_READ_AROUNDS = "farcache_mount_engine_read_arounds", Counter, "Misses read with their read-around window";
@@ -129,6 +130,8 @@ metrics! { MOUNT:
     BACKING_FORGETS = "farcache_mount_backing_forgets", Counter, "Files that lost their last name";
     BACKING_WRITES_DIRECT = "farcache_mount_backing_writes_direct", Counter, "Writes to backing files with O_DIRECT";
     IO_OPS_URING = "farcache_mount_io_ops_uring", Counter, "Backing operations completed through io_uring";
+    IO_WRITE_OPS = "farcache_mount_io_write_ops", Counter, "Of the backing operations, writes";
+    IO_SYNC_OPS = "farcache_mount_io_sync_ops", Counter, "Of the backing operations, fsyncs and fdatasyncs";
     IO_OPS_SYNC = "farcache_mount_io_ops_sync", Counter, "Backing operations completed by synchronous system calls";
     IO_IN_FLIGHT = "farcache_mount_io_in_flight", Gauge, "Backing operations in flight now";
     IO_IN_FLIGHT_PEAK = "farcache_mount_io_in_flight_peak", Gauge, "Most backing operations ever in flight at once";

@@ -55,6 +55,9 @@ pub struct IoCounters {
     pub ops_uring: AtomicU64,
     /// Operations completed by a synchronous system call (`io_engine = "sync"`, or fallback).
     pub ops_sync: AtomicU64,
+    /// Of all operations: writes, and fsyncs or fdatasyncs (the rest are reads).
+    pub write_ops: AtomicU64,
+    pub sync_ops: AtomicU64,
     /// Operations in flight now.
     pub in_flight: AtomicU64,
     /// The most operations ever in flight at once: how deep the queue really got.
@@ -85,6 +88,8 @@ impl IoCounters {
             uring_unavailable: AtomicBool::new(false),
             ops_uring: AtomicU64::new(0),
             ops_sync: AtomicU64::new(0),
+            write_ops: AtomicU64::new(0),
+            sync_ops: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             in_flight_peak: AtomicU64::new(0),
             rings: AtomicU64::new(0),
@@ -121,6 +126,8 @@ impl IoCounters {
             engine: self.engine(),
             ops_uring: l(&self.ops_uring),
             ops_sync: l(&self.ops_sync),
+            write_ops: l(&self.write_ops),
+            sync_ops: l(&self.sync_ops),
             in_flight: l(&self.in_flight),
             in_flight_peak: l(&self.in_flight_peak),
             rings: l(&self.rings),
@@ -141,6 +148,8 @@ pub struct IoCountersSnapshot {
     pub engine: IoEngineKind,
     pub ops_uring: u64,
     pub ops_sync: u64,
+    pub write_ops: u64,
+    pub sync_ops: u64,
     pub in_flight: u64,
     pub in_flight_peak: u64,
     pub rings: u64,

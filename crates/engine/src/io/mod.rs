@@ -168,16 +168,23 @@ impl IoEngine {
         for (round, res) in
             ops.chunks_mut(self.opts.queue_depth as usize).zip(out.chunks_mut(self.opts.queue_depth as usize))
         {
-            self.run_round(round, res);
+            self.run_round(round, res, &mut Meanwhile::none());
         }
         out.into_iter().map(|r| r.expect("every operation answered")).collect()
     }
 
     /// One operation (no allocation).
     pub fn run_one(&self, op: Op<'_>) -> io::Result<usize> {
+        self.run_one_while(op, &mut Meanwhile::none())
+    }
+
+    /// [`IoEngine::run_one`], running `meanwhile` (if it has not run yet) while the operation
+    /// is in flight: on a ring, after the submission and before the wait for its completion;
+    /// on the synchronous path, before the call (there is nothing to overlap).
+    fn run_one_while(&self, op: Op<'_>, meanwhile: &mut Meanwhile<'_>) -> io::Result<usize> {
         let mut ops = [op];
         let mut res = [None];
-        self.run_round(&mut ops, &mut res);
+        self.run_round(&mut ops, &mut res, meanwhile);
         res[0].take().expect("the operation answered")
     }
 
@@ -194,11 +201,25 @@ impl IoEngine {
         buf: &mut [MaybeUninit<u8>],
         align: u64,
     ) -> io::Result<usize> {
+        self.read_full_while(fd, offset, buf, align, &mut Meanwhile::none())
+    }
+
+    /// [`IoEngine::read_full`], running `meanwhile` once while the first read is in flight
+    /// ([`Meanwhile`]).
+    pub fn read_full_while(
+        &self,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        buf: &mut [MaybeUninit<u8>],
+        align: u64,
+        meanwhile: &mut Meanwhile<'_>,
+    ) -> io::Result<usize> {
         let mut got = 0;
         let mut was_short = false;
         while got < buf.len() {
             let end = buf.len().min(got + MAX_OP_BYTES);
-            let n = self.run_one(Op::Read { fd, offset: offset + got as u64, buf: &mut buf[got..end] })?;
+            let op = Op::Read { fd, offset: offset + got as u64, buf: &mut buf[got..end] };
+            let n = self.run_one_while(op, meanwhile)?;
             if n > 0 && was_short {
                 self.counters.short_retries.hit(|| "a short transfer was resubmitted for the rest".into());
             }
@@ -235,9 +256,10 @@ impl IoEngine {
     }
 
     /// At most `queue_depth` operations: room first, then a ring (or the sync path).
-    fn run_round(&self, ops: &mut [Op<'_>], out: &mut [Option<io::Result<usize>>]) {
+    fn run_round(&self, ops: &mut [Op<'_>], out: &mut [Option<io::Result<usize>>], meanwhile: &mut Meanwhile<'_>) {
         debug_assert!(ops.len() <= self.opts.queue_depth as usize && ops.len() == out.len());
         if ops.is_empty() {
+            meanwhile.run();
             return;
         }
         let n = ops.len() as u32;
@@ -245,11 +267,19 @@ impl IoEngine {
             self.counters.waits_for_room.fetch_add(1, Ordering::Relaxed);
         }
         self.counters.start(n);
+        let (writes, syncs) = ops.iter().fold((0, 0), |(w, f), op| match op {
+            Op::Write { .. } => (w + 1, f),
+            Op::Fsync { .. } => (w, f + 1),
+            Op::Read { .. } => (w, f),
+        });
+        self.counters.write_ops.fetch_add(writes, Ordering::Relaxed);
+        self.counters.sync_ops.fetch_add(syncs, Ordering::Relaxed);
         let ran = match &self.rings {
-            Some(pool) => pool.run(ops, out, &self.counters),
+            Some(pool) => pool.run(ops, out, &self.counters, meanwhile),
             None => false,
         };
         if !ran {
+            meanwhile.run();
             for (op, r) in ops.iter_mut().zip(out.iter_mut()) {
                 *r = Some(sync::run(op));
             }
@@ -257,6 +287,35 @@ impl IoEngine {
         }
         self.counters.finish(n);
         self.room.give(n);
+    }
+}
+
+/// Work for the caller's thread to do while its own operation is in the kernel (a lender
+/// fetch beside the disk read of one FUSE request: paper 002's "one event loop for disk and
+/// lenders", without a second thread). Runs at most once; [`Meanwhile::run`] runs it now if it
+/// has not run, so a caller may call it after the I/O to be sure it ran (an error, or an empty
+/// operation, returns before any submission).
+pub struct Meanwhile<'a>(Option<&'a mut dyn FnMut()>);
+
+impl<'a> Meanwhile<'a> {
+    pub fn new(f: &'a mut dyn FnMut()) -> Meanwhile<'a> {
+        Meanwhile(Some(f))
+    }
+
+    pub fn none() -> Meanwhile<'static> {
+        Meanwhile(None)
+    }
+
+    /// Whether there is work that has not run yet.
+    pub fn pending(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Run it, if it has not run yet.
+    pub fn run(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
     }
 }
 

@@ -143,3 +143,110 @@ fn options_out_of_range_are_named() {
     let o = IoOptions { queue_depth: 64, max_in_flight: 32, ..IoOptions::default() };
     assert!(o.problem().unwrap().contains("io_max_in_flight"));
 }
+
+/// An empty pipe and its write end (a read of it completes only once something is written).
+fn pipe() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills both descriptors on success, and they are ours alone.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    unsafe { (std::os::fd::OwnedFd::from_raw_fd(fds[0]), std::os::fd::OwnedFd::from_raw_fd(fds[1])) }
+}
+
+fn write_fd(fd: std::os::fd::BorrowedFd<'_>, data: &[u8]) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a live descriptor and a buffer of its true length.
+    assert_eq!(unsafe { libc::write(fd.as_raw_fd(), data.as_ptr().cast(), data.len()) }, data.len() as isize);
+}
+
+/// `meanwhile` runs while the read waits in the kernel: a read of an empty pipe that only
+/// `meanwhile` writes to completes with its bytes. (Run after the wait, the read would block
+/// until the watchdog's bytes arrive, and return those.)
+#[test]
+fn meanwhile_runs_while_a_ring_read_is_in_flight() {
+    let e = engine(IoEngineKind::Uring, 4, 8);
+    let (r, w) = pipe();
+    let w = Arc::new(w);
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let watchdog = {
+        let w = w.clone();
+        std::thread::spawn(move || {
+            if stop_rx.recv_timeout(std::time::Duration::from_secs(10)).is_err() {
+                write_fd(w.as_fd(), b"late!");
+            }
+        })
+    };
+    let mut ran = 0;
+    let mut m = || {
+        ran += 1;
+        write_fd(w.as_fd(), b"hello");
+    };
+    let mut buf = uninit(5);
+    let n = e.read_full_while(r.as_fd(), 0, &mut buf, 1, &mut Meanwhile::new(&mut m)).unwrap();
+    stop_tx.send(()).unwrap();
+    watchdog.join().unwrap();
+    assert_eq!((n, init(&buf).as_slice(), ran), (5, &b"hello"[..], 1));
+    assert_eq!(e.counters().snapshot().ops_uring, 1, "the read went through a ring");
+}
+
+/// A panic in `meanwhile` waits for the read the kernel holds a buffer of, then goes on up;
+/// the engine serves the next read.
+#[test]
+fn a_panic_in_meanwhile_waits_for_the_read_first() {
+    let e = engine(IoEngineKind::Uring, 4, 8);
+    let (r, w) = pipe();
+    let mut buf = uninit(5);
+    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut m = || {
+            write_fd(w.as_fd(), b"12345");
+            panic!("meanwhile failed");
+        };
+        e.read_full_while(r.as_fd(), 0, &mut buf, 1, &mut Meanwhile::new(&mut m))
+    }));
+    assert!(res.is_err(), "the panic went on up");
+    assert_eq!(init(&buf), b"12345", "the read completed before the unwind");
+    assert_eq!(e.counters().snapshot().ops_uring, 1);
+    write_fd(w.as_fd(), b"abc");
+    let mut buf = uninit(3);
+    assert_eq!(e.read_full(r.as_fd(), 0, &mut buf, 1).unwrap(), 3);
+    assert_eq!(init(&buf), b"abc");
+}
+
+/// On either engine `meanwhile` runs exactly once, also for an empty read and past the end
+/// of the file, and the bytes are the file's.
+#[test]
+fn meanwhile_runs_once_on_both_engines() {
+    for kind in [IoEngineKind::Uring, IoEngineKind::Sync] {
+        let e = engine(kind, 4, 8);
+        let data: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        let (_d, f) = tmpfile("meanwhile", &data);
+        for (offset, len, want) in
+            [(0u64, 12_000usize, 12_000usize), (16_000, 8_000, 4_000), (30_000, 100, 0), (0, 0, 0)]
+        {
+            let mut ran = 0;
+            let mut m = || ran += 1;
+            let mut buf = uninit(len);
+            let n = e.read_full_while(f.as_fd(), offset, &mut buf, 1, &mut Meanwhile::new(&mut m)).unwrap();
+            assert_eq!((n, ran), (want, if len == 0 { 0 } else { 1 }), "{kind} at {offset}+{len}");
+            let at = (offset as usize).min(data.len());
+            assert_eq!(init(&buf[..n]), data[at..at + n]);
+        }
+    }
+}
+
+/// A short transfer from the kernel is resubmitted for the rest and counted, and the caller
+/// gets every byte: a pipe holding 3 bytes answers a 6-byte read with 3 at its submission;
+/// the other 3 arrive while it is in flight (written by `meanwhile`) and the resubmission
+/// reads them.
+#[test]
+fn a_short_read_is_resubmitted_for_the_rest_and_counted() {
+    let e = engine(IoEngineKind::Uring, 4, 8);
+    let (r, w) = pipe();
+    write_fd(w.as_fd(), b"abc");
+    let mut m = || write_fd(w.as_fd(), b"def");
+    let mut buf = uninit(6);
+    let n = e.read_full_while(r.as_fd(), 0, &mut buf, 1, &mut Meanwhile::new(&mut m)).unwrap();
+    assert_eq!((n, init(&buf).as_slice()), (6, &b"abcdef"[..]));
+    let s = e.counters().snapshot();
+    assert_eq!((s.short_retries, s.ops_uring), (1, 2), "{s:?}");
+}

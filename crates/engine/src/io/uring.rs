@@ -19,7 +19,7 @@ use io_uring::{opcode, squeue, types, IoUring, Probe};
 use parking_lot::Mutex;
 
 use super::counters::IoCounters;
-use super::{sync, Op, MAX_OP_BYTES};
+use super::{sync, Meanwhile, Op, MAX_OP_BYTES};
 
 /// Consecutive failed waits for operations already in the kernel before giving up on the
 /// process (their buffers cannot be freed while the kernel may still write to them).
@@ -87,7 +87,15 @@ impl RingPool {
 
     /// Run `ops` (at most `depth`) on a ring, filling `out`; false if no ring could be had
     /// (the caller runs them synchronously; counted here).
-    pub(super) fn run(&self, ops: &mut [Op<'_>], out: &mut [Option<io::Result<usize>>], c: &IoCounters) -> bool {
+    /// `meanwhile` runs once the operations are submitted, before the wait for them; a panic
+    /// in it is held until every operation the kernel took has completed.
+    pub(super) fn run(
+        &self,
+        ops: &mut [Op<'_>],
+        out: &mut [Option<io::Result<usize>>],
+        c: &IoCounters,
+        meanwhile: &mut Meanwhile<'_>,
+    ) -> bool {
         let n = ops.len();
         debug_assert!(n <= self.depth as usize);
         let Some(mut ring) = self.take(c, n as u32) else { return false };
@@ -100,6 +108,31 @@ impl RingPool {
                 unsafe { sq.push(&e) }.expect("a round is no larger than its ring");
             }
         }
+        let mut panicked = None;
+        if meanwhile.pending() {
+            // Submitted without waiting; a failed submission is met again by the wait below.
+            let _ = ring.submit();
+            // The buffers stay borrowed by the kernel until the wait below: an unwind now
+            // would free them under it.
+            panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| meanwhile.run())).err();
+        }
+        let ran = self.finish(ring, n, ops, out, c);
+        if let Some(p) = panicked {
+            std::panic::resume_unwind(p);
+        }
+        ran
+    }
+
+    /// Wait for the `n` operations pushed on `ring`, filling `out`; the ring goes back to
+    /// the pool (or, after a failed submission, the rest runs synchronously).
+    fn finish(
+        &self,
+        mut ring: IoUring,
+        n: usize,
+        ops: &mut [Op<'_>],
+        out: &mut [Option<io::Result<usize>>],
+        c: &IoCounters,
+    ) -> bool {
         let mut done = 0;
         let mut failures = 0;
         while done < n {

@@ -1056,6 +1056,10 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
     fn backing_counters(&self) -> Option<crate::BackingCountersSnapshot> {
         self.shared.inner.backing_counters()
     }
+
+    fn io_engine(&self) -> Option<Arc<crate::IoEngine>> {
+        self.shared.inner.io_engine()
+    }
 }
 
 #[cfg(test)]

@@ -26,7 +26,6 @@
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -250,6 +249,35 @@ pub struct UnionHandle {
     pub(crate) cancel: Arc<AtomicBool>,
     /// Told of a moved file's new inode (a supervisor keeps it: `crate::Kept::Known`).
     pub(crate) keeper: crate::KeeperSlot,
+}
+
+/// The copy being written: its writes and its sync go through the backing store's I/O
+/// engine ([`DataPath::io_engine`]), like every other backing I/O of the mount — the engine's
+/// bound on what is in flight covers them, and `farcache stats` counts them under
+/// `backing.io`. A data path without an engine (tests) gets one of its own.
+struct CopyOut {
+    file: std::fs::File,
+    io: Arc<farcache_engine::IoEngine>,
+}
+
+impl CopyOut {
+    fn new(file: std::fs::File, data: &dyn DataPath) -> CopyOut {
+        CopyOut { file, io: data.io_engine().unwrap_or_default() }
+    }
+
+    fn write_all_at(&self, data: &[u8], at: u64) -> io::Result<()> {
+        self.io.write_all(self.file.as_fd(), at, data)
+    }
+
+    fn sync_all(&self) -> io::Result<()> {
+        self.io.fsync(self.file.as_fd(), false)
+    }
+}
+
+impl AsFd for CopyOut {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
 }
 
 /// How one file's move ended.
@@ -633,7 +661,7 @@ impl UnionHandle {
     fn copy_from_disk(
         &self,
         src: &BackingFile,
-        out: &std::fs::File,
+        out: &CopyOut,
         (at, n): (u64, usize),
         yielder: &mut Yielder,
         times: &mut CopyTimes,
@@ -688,12 +716,15 @@ impl UnionHandle {
         let td = journal::tmp_dir(u, to)?;
         let tmp = journal::tmp_name(id);
         let _ = sys::unlinkat(td.as_fd(), &tmp, 0);
-        let out = std::fs::File::from(sys::openat(
-            td.as_fd(),
-            &tmp,
-            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
-            0o600,
-        )?);
+        let out = CopyOut::new(
+            std::fs::File::from(sys::openat(
+                td.as_fd(),
+                &tmp,
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+                0o600,
+            )?),
+            &*self.data,
+        );
         let src = std::fs::File::from(sys::reopen(inode.fd(), libc::O_RDONLY)?);
         let size = src.metadata()?.len();
         let src = BackingFile::new(fid, src, libc::O_RDONLY, &self.opts);
@@ -748,11 +779,12 @@ impl UnionHandle {
         // The copy's metadata and id record before the switch: a change of the file's
         // metadata since counts as a write to it (the gate's guard), and fails the check.
         let sst = sys::fstat(inode.fd())?;
-        copy_metadata(u, inode.fd(), &out, &sst)?;
+        copy_metadata(u, inode.fd(), &out.file, &sst)?;
         let ost = sys::fstat(out.as_fd())?;
         IdRecord { id, branch: u.branches[to].uuid, ino: ost.st_ino }.write(out.as_fd(), &u.xattr)?;
         let t0 = Instant::now();
         out.sync_all()?;
+        let out = out.file;
         // A write-back tier holding data of the file records that the file may become the
         // copy (durably, before the switch): whichever copy a crash leaves, it finds it.
         self.data.moving(&fid, &out)?;
