@@ -9,7 +9,8 @@ writes bench/results/paper-cloud-seqread.png, paper-cloud-randread.png, ... besi
 migrate: each disk's utilization and the foreground's throughput over time; tenants: each
 tenant's target and use at the lender over time per allocation mode, paper 004's Fig. 4, one
 PNG per capacity point, -tenants-<share>.png; oltp: paper 002's OLTP figures, tpmC against
-connections per configuration, by the loop device's scheduler and by CPUs, -oltp.png).
+connections per configuration, by the loop device's scheduler and by CPUs, -oltp.png; engine,
+serial: paper 002's IOPS / native per queue depth and the serialization test, -engine.png).
 """
 import json
 import os
@@ -318,6 +319,82 @@ def plot_oltp(report, png):
     return True
 
 
+def engine_rec(report, exp, cfg, **k):
+    for x in report.get("engine_runs", []):
+        if x.get("experiment") == exp and x.get("config") == cfg and not x.get("error"):
+            if all(x.get(a) == b for a, b in k.items()):
+                return x
+    return None
+
+
+def plot_engine(report, png):
+    """Paper 002's engine figures: IOPS / native per queue depth (randread, randwrite; 1 and 4
+    jobs on one file) per configuration, and the serialization test: IOPS and the disk's
+    queue depth against processes."""
+    runs = report.get("engine_runs", [])
+    o = report["options"]
+    cfgs = [c for c in o["configs"] if c != "native" and any(x.get("config") == c for x in runs)]
+    eng = [x for x in runs if x.get("experiment") == "engine"]
+    ser = [x for x in runs if x.get("experiment") == "serial"]
+    if not eng and not ser:
+        return False
+    panels = [(rw, j) for rw in ("randread", "randwrite") for j in (1, 4)
+              if any(x["rw"] == rw and x["jobs"] == j for x in eng)]
+    # Two rows: reads above writes, 1 and 4 jobs side by side, the serialization test last.
+    fig, grid = plt.subplots(2, 3, figsize=(12, 7.2), squeeze=False)
+    slot = {("randread", 1): grid[0][0], ("randread", 4): grid[0][1],
+            ("randwrite", 1): grid[1][0], ("randwrite", 4): grid[1][1]}
+    for k, ax in slot.items():
+        if k not in panels:
+            ax.axis("off")
+    for (rw, jobs) in panels:
+        ax = slot[(rw, jobs)]
+        qds = sorted({x["iodepth"] for x in eng if x["rw"] == rw and x["jobs"] == jobs})
+        for c in cfgs:
+            ys = []
+            for q in qds:
+                a = engine_rec(report, "engine", c, rw=rw, jobs=jobs, iodepth=q)
+                b = engine_rec(report, "engine", "native", rw=rw, jobs=jobs, iodepth=q)
+                ys.append(a["iops"] / b["iops"] if a and b and b["iops"] else float("nan"))
+            if any(y == y for y in ys):
+                ax.plot(qds, ys, marker="o", label=c)
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax.axhline(0.9, color="red", lw=0.6, ls=":")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(qds)
+        ax.set_xticklabels([str(q) for q in qds])
+        ax.set_xlabel("queue depth")
+        ax.set_ylabel("IOPS / native")
+        ax.set_title(f"{rw}, {jobs} job(s), 4 KiB", fontsize=9)
+        ax.legend(fontsize=6)
+    if not ser:
+        grid[0][2].axis("off")
+        grid[1][2].axis("off")
+    else:
+        axi, axq = grid[0][2], grid[1][2]
+        procs = sorted({x["jobs"] for x in ser})
+        for c in ["native"] + cfgs:
+            pts = [engine_rec(report, "serial", c, jobs=p) for p in procs]
+            if not any(pts):
+                continue
+            axi.plot(procs, [r["iops"] if r else float("nan") for r in pts], marker="o", label=c)
+            axq.plot(procs, [r.get("disk_queue", float("nan")) if r else float("nan") for r in pts], marker="o", label=c)
+        for ax, yl, t in [(axi, "IOPS", "serialization test: IOPS"), (axq, "disk queue depth", "serialization test: queue")]:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(procs)
+            ax.set_xticklabels([str(p) for p in procs])
+            ax.set_xlabel("processes (sync 8 KiB O_DIRECT reads, one file)")
+            ax.set_ylabel(yl)
+            ax.set_title(t, fontsize=9)
+            ax.legend(fontsize=6)
+    fig.suptitle(f"The backing I/O engine (paper 002, issue 11): disk {o['profile']}, fio on a "
+                 f"{human(o.get('engine_file_bytes', 0))} file, {o.get('engine_secs')} s points", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def plot(path):
     report = json.load(open(path))
     o = report["options"]
@@ -327,6 +404,11 @@ def plot(path):
     for exp in o["experiments"]:
         if exp == "tenants":
             out.extend(plot_tenants(report, stem))
+            continue
+        if exp in ("engine", "serial"):
+            if exp == "engine" or "engine" not in o["experiments"]:
+                if plot_engine(report, f"{stem}-engine.png"):
+                    out.append(f"{stem}-engine.png")
             continue
         if exp == "oltp":
             if plot_oltp(report, f"{stem}-oltp.png"):
