@@ -11,7 +11,7 @@
 # native / passthrough / farcache / passthrough-kernel; about 55 min per profile at the
 # defaults), one invocation per profile, resumable per configuration (`--resume` keeps the
 # points its JSON holds).
-# Resumable: a profile whose JSON exists is skipped (delete it to run it again).
+# Resumable: a profile whose JSON is complete is skipped (delete it to run it again).
 # Results: bench/results/paper002/<profile>/, bench/results/paper002-oltp/<profile>/.
 #   PROFILES        default "raw cloud"
 #   EXTRA           more `bench paper` arguments for engine,serial (e.g. "--engine-secs 5")
@@ -28,7 +28,8 @@ fi
 "$BIN" bench paper --cleanup
 for prof in ${PROFILES:-raw cloud}; do
   dir="$OUT/$prof"
-  if ls "$dir"/paper002-*.json >/dev/null 2>&1; then
+  # The JSON is written as the points run: only a complete one means the profile is done.
+  if grep -qs '"complete": true' "$dir"/paper002-*.json; then
     echo "== $prof: done before ($dir), skipped"
     continue
   fi
