@@ -244,26 +244,14 @@ impl<D: DataPath> CachedPath<D> {
 
     /// A disk read, timed for the adaptive rule.
     fn disk_read(&self, file: &BackingFile, offset: u64, len: usize, sequential: bool) -> io::Result<Bytes> {
-        self.disk_read_for(file, offset, len, sequential, false)
+        self.disk_read_while(file, offset, len, sequential, false, &mut Meanwhile::none())
     }
 
     /// [`Self::disk_read`], of a read-around window when `widened` ([`RouterState::widen`]): the
     /// rule then learns what a read of the window's size costs, and takes no vote from it
-    /// (only reads as asked say what serving a read from the disk costs).
-    fn disk_read_for(
-        &self,
-        file: &BackingFile,
-        offset: u64,
-        len: usize,
-        sequential: bool,
-        widened: bool,
-    ) -> io::Result<Bytes> {
-        self.disk_read_while(file, offset, len, sequential, widened, &mut Meanwhile::none())
-    }
-
-    /// [`Self::disk_read_for`], running `meanwhile` while the disk read is in flight
-    /// ([`DataPath::read_while`]). Such a read takes no part in the rule's measurements: its
-    /// time is the longer of the two.
+    /// (only reads as asked say what serving a read from the disk costs). With `meanwhile`
+    /// pending, it runs while the disk read is in flight ([`DataPath::read_while`]), and the
+    /// read takes no part in the rule's measurements: its time is the longer of the two.
     fn disk_read_while(
         &self,
         file: &BackingFile,

@@ -272,8 +272,13 @@ impl IoEngine {
             Op::Fsync { .. } => (w, f + 1),
             Op::Read { .. } => (w, f),
         });
-        self.counters.write_ops.fetch_add(writes, Ordering::Relaxed);
-        self.counters.sync_ops.fetch_add(syncs, Ordering::Relaxed);
+        // Only when there are some: a read costs no write to these shared counters.
+        if writes > 0 {
+            self.counters.write_ops.fetch_add(writes, Ordering::Relaxed);
+        }
+        if syncs > 0 {
+            self.counters.sync_ops.fetch_add(syncs, Ordering::Relaxed);
+        }
         let ran = match &self.rings {
             Some(pool) => pool.run(ops, out, &self.counters, meanwhile),
             None => false,
