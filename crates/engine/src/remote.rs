@@ -959,17 +959,25 @@ async fn flush_outbox(
                     let entries: Vec<(Key, &[u8])> = sealed.iter().map(|(k, v)| (*k, &v[..])).collect();
                     // Small requests, at most PUT_REQUESTS_IN_FLIGHT of them on the link to
                     // this lender at once: a fetch waits behind those, not behind a whole
-                    // batch (1 MiB is 8 ms on 1 Gbit/s). The timeout covers the wait for a
-                    // slot too, so a stalled lender holds a batch no longer than it.
-                    let (client, slots) = (&client, &lender.put_slots);
+                    // batch (1 MiB is 8 ms on 1 Gbit/s). The timeout runs from the moment a
+                    // request has its slot, so a slow lender takes a batch at its own pace
+                    // (the batch's tail waiting its turn is not a failure); the first request
+                    // that times out or fails gives up the rest of the batch, so a stalled
+                    // lender holds it about one timeout.
+                    let (client, slots, gave_up) = (&client, &lender.put_slots, &AtomicBool::new(false));
                     let parts = join_all(entries.chunks(PUT_REQUEST_BLOCKS).map(|part| async move {
-                        let put = async {
-                            let _slot = slots.acquire().await.ok()?;
-                            client.put(part).await.ok()
-                        };
-                        tokio::time::timeout(timeout, put).await.ok().flatten().unwrap_or_default()
+                        let _slot = slots.acquire().await.ok()?;
+                        if gave_up.load(Ordering::Relaxed) {
+                            return None;
+                        }
+                        let stored = tokio::time::timeout(timeout, client.put(part)).await.ok().and_then(|r| r.ok());
+                        if stored.is_none() {
+                            gave_up.store(true, Ordering::Relaxed);
+                        }
+                        stored
                     }))
                     .await;
+                    let parts: Vec<Vec<PutStatus>> = parts.into_iter().map(Option::unwrap_or_default).collect();
                     let mut statuses = Vec::with_capacity(entries.len());
                     for (part, s) in entries.chunks(PUT_REQUEST_BLOCKS).zip(parts) {
                         let got = s.len();

@@ -298,3 +298,36 @@ fn fills_to_a_hung_lender_fail_at_the_timeout_and_free_their_places() {
     assert_eq!(e.remote().stats().puts_in_flight, 0);
     assert_eq!(e.index().remote_blocks(), BLOCKS as u64);
 }
+
+/// A lender that answers slowly still takes every fill: the timeout runs from the moment a
+/// request is on the link, not from when its batch left the outbox, so the tail of a batch
+/// waiting its turn behind PUT_REQUESTS_IN_FLIGHT slow requests is not failed. (Timed from
+/// the batch, a batch that takes longer than the timeout lost its tail, and a loaded machine
+/// filled nothing: CI of session 23.)
+#[test]
+fn a_slow_lender_takes_every_fill_at_its_own_pace() {
+    const BLOCKS: usize = 256;
+    let lender = Lender::start("16MiB");
+    let slow = Proxy::start(lender.addr);
+    // Fills give up a request after 500 ms on the link (fetch_timeout, at no less than 500 ms).
+    let remote = common::remote(vec![slow.addr], |c| c.fetch_timeout = Duration::from_millis(100));
+    let e = CachedPath::new(DirectPath::new(), remote, Threshold::PAPER);
+    wait("the connection", || e.remote().connected() == 1);
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(BLOCKS * 4096, 29);
+    let file = backing(&dir, &data);
+
+    // 32 requests of 8 blocks, two at a time, each answer held 80 ms: about 1.3 s for the
+    // batch, well past the 500 ms a single request may take.
+    slow.slow(80);
+    let t = Instant::now();
+    read_all(&e, &file, &data);
+    wait("the fills to the slow lender to settle", || common::fills_settled(&e));
+    let took = t.elapsed();
+    let r = e.remote().stats();
+    assert_eq!(r.puts_failed, 0, "fills to a slow lender failed after {took:?}: {r:?}");
+    assert_eq!(r.puts_dropped, 0, "{r:?}");
+    assert_eq!(e.index().remote_blocks(), BLOCKS as u64, "{r:?}");
+    assert!(took > Duration::from_millis(500), "the lender was not slow: the fills took {took:?}");
+    assert_eq!(r.puts_in_flight, 0);
+}

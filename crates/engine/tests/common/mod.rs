@@ -146,6 +146,8 @@ pub fn fill_all<D: DataPath>(e: &CachedPath<D>, file: &BackingFile, data: &[u8])
 pub struct Proxy {
     pub addr: SocketAddr,
     frozen: Arc<AtomicBool>,
+    /// Milliseconds each chunk from the lender waits before it is passed on (0: none).
+    delay_ms: Arc<AtomicU64>,
     live: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
 }
@@ -156,7 +158,8 @@ impl Proxy {
         let addr = listener.local_addr().unwrap();
         let (frozen, live, stop) =
             (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
-        let (f, l, s) = (frozen.clone(), live.clone(), stop.clone());
+        let delay_ms = Arc::new(AtomicU64::new(0));
+        let (f, l, s, d) = (frozen.clone(), live.clone(), stop.clone(), delay_ms.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 if s.load(Ordering::Relaxed) {
@@ -166,15 +169,21 @@ impl Proxy {
                 let Ok(up) = TcpStream::connect(upstream) else { continue };
                 l.fetch_add(1, Ordering::SeqCst);
                 let (c2, u2) = (client.try_clone().unwrap(), up.try_clone().unwrap());
-                let (f1, f2, s1, s2, l1) = (f.clone(), f.clone(), s.clone(), s.clone(), l.clone());
+                let (f1, f2, s1, s2, l1, d2) = (f.clone(), f.clone(), s.clone(), s.clone(), l.clone(), d.clone());
                 std::thread::spawn(move || {
-                    pump(client, up, &f1, &s1);
+                    pump(client, up, &f1, &s1, None);
                     l1.fetch_sub(1, Ordering::SeqCst);
                 });
-                std::thread::spawn(move || pump(u2, c2, &f2, &s2));
+                std::thread::spawn(move || pump(u2, c2, &f2, &s2, Some(&d2)));
             }
         });
-        Proxy { addr, frozen, live, stop }
+        Proxy { addr, frozen, delay_ms, live, stop }
+    }
+
+    /// Hold each chunk the lender sends for `ms` milliseconds before passing it on: a slow
+    /// lender, not a hung one.
+    pub fn slow(&self, ms: u64) {
+        self.delay_ms.store(ms, Ordering::SeqCst);
     }
 
     pub fn freeze(&self, on: bool) {
@@ -195,7 +204,7 @@ impl Drop for Proxy {
     }
 }
 
-fn pump(mut from: TcpStream, mut to: TcpStream, frozen: &AtomicBool, stop: &AtomicBool) {
+fn pump(mut from: TcpStream, mut to: TcpStream, frozen: &AtomicBool, stop: &AtomicBool, delay_ms: Option<&AtomicU64>) {
     from.set_read_timeout(Some(Duration::from_millis(5))).unwrap();
     let mut buf = vec![0u8; 64 << 10];
     while !stop.load(Ordering::Relaxed) {
@@ -206,6 +215,10 @@ fn pump(mut from: TcpStream, mut to: TcpStream, frozen: &AtomicBool, stop: &Atom
         match from.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
+                let ms = delay_ms.map_or(0, |d| d.load(Ordering::SeqCst));
+                if ms > 0 {
+                    std::thread::sleep(Duration::from_millis(ms));
+                }
                 if to.write_all(&buf[..n]).is_err() {
                     break;
                 }
