@@ -264,21 +264,36 @@ fn reading_threads_fetch_on_connections_of_their_own_bounded_per_lender() {
     }
 }
 
+/// A lender behind a [`Proxy`], an engine on it whose fill requests give up after 500 ms on
+/// the link (fetch_timeout 100 ms, at no less than 500 ms), and a backing file of `blocks`.
+struct BehindProxy {
+    _lender: Lender,
+    proxy: Proxy,
+    e: CachedPath<DirectPath>,
+    _dir: tempfile::TempDir,
+    data: Vec<u8>,
+    file: farcache_engine::BackingFile,
+}
+
+fn behind_proxy(blocks: usize, seed: u64) -> BehindProxy {
+    let lender = Lender::start("16MiB");
+    let proxy = Proxy::start(lender.addr);
+    let remote = common::remote(vec![proxy.addr], |c| c.fetch_timeout = Duration::from_millis(100));
+    let e = CachedPath::new(DirectPath::new(), remote, Threshold::PAPER);
+    wait("the connection", || e.remote().connected() == 1);
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(blocks * 4096, seed);
+    let file = backing(&dir, &data);
+    BehindProxy { _lender: lender, proxy, e, _dir: dir, data, file }
+}
+
 /// Fills sent to a lender that stops answering are given up at the request timeout: they
 /// count as failed and give back their place in `max_pending_puts`, so a hung lender can
 /// never leave the mount dropping every later fill. Once it answers again, fills land.
 #[test]
 fn fills_to_a_hung_lender_fail_at_the_timeout_and_free_their_places() {
     const BLOCKS: usize = 64;
-    let lender = Lender::start("16MiB");
-    let hung = Proxy::start(lender.addr);
-    // Fills give up at fetch_timeout, and at no less than 500 ms.
-    let remote = common::remote(vec![hung.addr], |c| c.fetch_timeout = Duration::from_millis(100));
-    let e = CachedPath::new(DirectPath::new(), remote, Threshold::PAPER);
-    wait("the connection", || e.remote().connected() == 1);
-    let dir = tempfile::tempdir().unwrap();
-    let data = pattern(BLOCKS * 4096, 23);
-    let file = backing(&dir, &data);
+    let BehindProxy { _lender, proxy: hung, e, _dir, data, file } = behind_proxy(BLOCKS, 23);
 
     hung.freeze(true);
     read_all(&e, &file, &data);
@@ -307,15 +322,7 @@ fn fills_to_a_hung_lender_fail_at_the_timeout_and_free_their_places() {
 #[test]
 fn a_slow_lender_takes_every_fill_at_its_own_pace() {
     const BLOCKS: usize = 256;
-    let lender = Lender::start("16MiB");
-    let slow = Proxy::start(lender.addr);
-    // Fills give up a request after 500 ms on the link (fetch_timeout, at no less than 500 ms).
-    let remote = common::remote(vec![slow.addr], |c| c.fetch_timeout = Duration::from_millis(100));
-    let e = CachedPath::new(DirectPath::new(), remote, Threshold::PAPER);
-    wait("the connection", || e.remote().connected() == 1);
-    let dir = tempfile::tempdir().unwrap();
-    let data = pattern(BLOCKS * 4096, 29);
-    let file = backing(&dir, &data);
+    let BehindProxy { _lender, proxy: slow, e, _dir, data, file } = behind_proxy(BLOCKS, 29);
 
     // 32 requests of 8 blocks, two at a time, each answer held 80 ms: about 1.3 s for the
     // batch, well past the 500 ms a single request may take.
