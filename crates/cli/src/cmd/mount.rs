@@ -364,12 +364,17 @@ impl Control for MountControl {
         let u = self.union_handle().ok_or(ONE_BRANCH)?;
         serde_json::to_value(u.status()).map_err(|e| e.to_string())
     }
-    fn flush(&self, wait: std::time::Duration) -> Result<Value, String> {
+    fn flush(&self, wait: std::time::Duration, through: Option<u64>) -> Result<Value, String> {
         let Some(t) = self.tier.get() else { return Err("this mount has no write-back tier (--tier)".into()) };
         use farcache_engine::writeback::FlushError;
-        match t.flush(wait, &mut |_| {}) {
-            Ok(()) => Ok(serde_json::json!({ "done": true, "dirty_bytes": t.stats().log.dirty_bytes })),
-            Err(FlushError::Timeout(_, left)) => Ok(serde_json::json!({ "done": false, "dirty_bytes": left })),
+        let through = through.unwrap_or_else(|| t.last_seq());
+        match t.flush_through(through, wait, &mut |_| {}) {
+            Ok(()) => {
+                Ok(serde_json::json!({ "done": true, "dirty_bytes": t.stats().log.dirty_bytes, "through": through }))
+            }
+            Err(FlushError::Timeout(_, left)) => {
+                Ok(serde_json::json!({ "done": false, "dirty_bytes": left, "through": through }))
+            }
             Err(e) => Err(format!("flush: {e}")),
         }
     }

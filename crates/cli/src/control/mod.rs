@@ -8,7 +8,8 @@
 //! {"cmd":"remove_lender","addr":"10.0.0.2:7411"}   {"ok":true,"lenders":[...]}
 //! {"cmd":"ping"}                                   {"ok":true,"version":"...","pid":1234}
 //! {"cmd":"takeover",...}                           an exchange of its own (takeover.rs)
-//! {"cmd":"flush","wait_ms":2000}                   {"ok":true,"done":false,"dirty_bytes":N}
+//! {"cmd":"flush","wait_ms":2000}                   {"ok":true,"done":false,"dirty_bytes":N,"through":S}
+//! {"cmd":"flush","wait_ms":2000,"through":S}        (asked again: the same records)
 //! {"cmd":"balance","options":{...}}                {"ok":true,"balance":{plan...}}
 //! {"cmd":"balance_status"}                         {"ok":true,"balance":{progress...}}
 //! anything else                                    {"ok":false,"error":"..."}
@@ -60,10 +61,12 @@ pub trait Control: Send + Sync + 'static {
     fn takeover(&self, s: std::os::unix::net::UnixStream, _req: &Value) {
         let _ = fds::write_line(&s, &error("this daemon cannot hand its mount over"));
     }
-    /// Destage everything the write-back tier holds, waiting at most `wait` (the client asks
-    /// again until `done`): `{"done":bool,"dirty_bytes":N}`, or why it cannot.
-    fn flush(&self, wait: Duration) -> Result<Value, String> {
-        let _ = wait;
+    /// Destage what the write-back tier held when the flush was first asked for (`through`,
+    /// given back by the client from the first answer; `None`: now), waiting at most `wait`
+    /// (the client asks again until `done`): `{"done":bool,"dirty_bytes":N,"through":S}`, or
+    /// why it cannot.
+    fn flush(&self, wait: Duration, through: Option<u64>) -> Result<Value, String> {
+        let _ = (wait, through);
         Err("this mount has no write-back tier (mount with --tier PATH to have one)".into())
     }
     /// Plan a balance of a mount of several branches (`farcache_fuse::union::BalanceOptions`
@@ -104,7 +107,7 @@ pub fn handle(control: &dyn Control, line: &[u8]) -> Value {
     };
     let expected: &[&str] = match cmd {
         "add_lender" | "remove_lender" => &["cmd", "addr"],
-        "flush" => &["cmd", "wait_ms"],
+        "flush" => &["cmd", "wait_ms", "through"],
         "balance" => &["cmd", "options"],
         _ => &["cmd"],
     };
@@ -125,7 +128,14 @@ pub fn handle(control: &dyn Control, line: &[u8]) -> Value {
         "ping" => json!({ "ok": true, "version": env!("CARGO_PKG_VERSION"), "pid": std::process::id() }),
         "flush" => {
             let ms = obj.get("wait_ms").and_then(Value::as_u64).unwrap_or(0);
-            match control.flush(Duration::from_millis(ms).min(MAX_FLUSH_WAIT)) {
+            let through = match obj.get("through") {
+                None => None,
+                Some(v) => match v.as_u64() {
+                    Some(t) => Some(t),
+                    None => return error("flush: \"through\" must be the number a previous answer gave"),
+                },
+            };
+            match control.flush(Duration::from_millis(ms).min(MAX_FLUSH_WAIT), through) {
                 Ok(mut v) => {
                     v["ok"] = json!(true);
                     v
@@ -242,6 +252,8 @@ mod tests {
             (r#"{"cmd":"add_lender","addr":"lender1:7411"}"#, "\"addr\" must be"),
             (r#"{"cmd":"add_lender","addr":7411}"#, "\"addr\" must be"),
             (r#"{"cmd":"stats"} {"cmd":"stats"}"#, "malformed request"),
+            (r#"{"cmd":"flush","wait_ms":10,"through":"x"}"#, "\"through\" must be"),
+            (r#"{"cmd":"flush","wait_ms":10,"through":-1}"#, "\"through\" must be"),
         ] {
             let r = ask(&c, line);
             assert_eq!(r["ok"], false, "{line:?}: {r}");

@@ -36,6 +36,8 @@ pub(crate) struct Ctl {
     /// Flushes asked for, and the last one a round completed.
     flush_asked: u64,
     flush_done: u64,
+    /// The log's seq the pending flushes need written back (`u64::MAX`: until clean).
+    flush_target: u64,
     /// Rounds that failed since the last flush was asked for.
     failures_since_ask: u64,
     pub(crate) last_error: Option<String>,
@@ -103,7 +105,7 @@ pub(crate) fn run<D: DataPath>(s: &Shared<D>) {
                 s.cv.wait_for(&mut c, left);
                 continue;
             }
-            (c.flush_asked > c.flush_done).then_some(c.flush_asked)
+            (c.flush_asked > c.flush_done).then_some((c.flush_asked, c.flush_target))
         };
         let now = foreground(s);
         if now != seen.0 {
@@ -117,7 +119,7 @@ pub(crate) fn run<D: DataPath>(s: &Shared<D>) {
             (a, b) => a.or(b),
         };
         let Some(through) = through else {
-            if let Some(t) = flush_ticket {
+            if let Some((t, _)) = flush_ticket {
                 s.ctl.lock().flush_done = t;
                 s.cv.notify_all();
             }
@@ -128,8 +130,11 @@ pub(crate) fn run<D: DataPath>(s: &Shared<D>) {
                 let mut c = s.ctl.lock();
                 c.retry_at = None;
                 c.retry_delay = Duration::ZERO;
-                if let Some(t) = flush_ticket {
-                    if s.log.last_seq() <= through || s.log.is_clean() {
+                // A flush is done once what was written before it was asked for is: records a
+                // writer adds meanwhile are the next flush's (chasing them, a flush beside a
+                // steady writer never ended).
+                if let Some((t, target)) = flush_ticket {
+                    if through >= target || s.log.last_seq() <= through || s.log.is_clean() {
                         c.flush_done = t;
                     }
                 }
@@ -357,15 +362,21 @@ impl<'scope, 'env, W: Fn(&(u64, BytesMut)) -> io::Result<()> + Sync> Writers<'sc
     }
 }
 
-/// Destage everything and wait (module docs of `super`).
+/// Destage the log through seq `through` and wait (module docs of `super`); with `None`, also
+/// what is written meanwhile, until the tier is clean (a shutdown, whose later writes go
+/// through).
 pub(crate) fn flush<D: DataPath>(
     s: &Shared<D>,
+    through: Option<u64>,
     timeout: Duration,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(), FlushError> {
     let t0 = Instant::now();
     let ticket = {
         let mut c = s.ctl.lock();
+        let target = through.unwrap_or(u64::MAX);
+        // One target serves every pending flush: the furthest one asked for.
+        c.flush_target = if c.flush_asked > c.flush_done { c.flush_target.max(target) } else { target };
         c.flush_asked += 1;
         c.failures_since_ask = 0;
         c.retry_at = None; // an operator asking: try now

@@ -375,10 +375,28 @@ impl<D: DataPath> WritebackPath<D> {
         }
     }
 
-    /// Destage everything and wait (at most `timeout`), reporting progress through
-    /// `progress` (dirty bytes left) about once a second.
+    /// Destage everything written before the call and wait (at most `timeout`), reporting
+    /// progress through `progress` (dirty bytes left) about once a second. Writes that
+    /// arrive meanwhile may stay dirty: a flush beside a steady writer ends.
     pub fn flush(&self, timeout: std::time::Duration, progress: &mut dyn FnMut(u64)) -> Result<(), FlushError> {
-        destage::flush(&self.shared, timeout, progress)
+        self.flush_through(self.shared.log.last_seq(), timeout, progress)
+    }
+
+    /// Destage the records through seq `through` (a [`Self::last_seq`] taken earlier: what
+    /// was acknowledged by then) and wait, as [`Self::flush`]. A caller that asks again after
+    /// a timeout passes the same `through`, so its flush does not chase later writes.
+    pub fn flush_through(
+        &self,
+        through: u64,
+        timeout: std::time::Duration,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(), FlushError> {
+        destage::flush(&self.shared, Some(through), timeout, progress)
+    }
+
+    /// Seq of the newest committed record: every write acknowledged so far is at or below it.
+    pub fn last_seq(&self) -> u64 {
+        self.shared.log.last_seq()
     }
 
     /// Destage everything, stop the destager and, if the tier is clean, remove the backing
@@ -388,7 +406,9 @@ impl<D: DataPath> WritebackPath<D> {
         // From here on writes go through (files that are dirty here are written back first):
         // nothing new becomes dirty after the last flush, so a clean tier stays clean.
         self.shared.closing.store(true, Ordering::SeqCst);
-        let r = self.flush(timeout, &mut |left| tracing::info!("tier: destaging before exit, {left} bytes left"));
+        let r = destage::flush(&self.shared, None, timeout, &mut |left| {
+            tracing::info!("tier: destaging before exit, {left} bytes left")
+        });
         self.stop_destager(None);
         match r {
             Ok(()) if self.shared.log.is_clean() && !self.shared.log.is_broken() => {
@@ -429,6 +449,15 @@ impl<D: DataPath> WritebackPath<D> {
 pub trait TierControl: Send + Sync {
     fn stats(&self) -> TierStats;
     fn flush(&self, timeout: std::time::Duration, progress: &mut dyn FnMut(u64)) -> Result<(), FlushError>;
+    /// [`WritebackPath::flush_through`].
+    fn flush_through(
+        &self,
+        through: u64,
+        timeout: std::time::Duration,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(), FlushError>;
+    /// [`WritebackPath::last_seq`].
+    fn last_seq(&self) -> u64;
     fn shutdown(&self, timeout: std::time::Duration) -> bool;
     /// Stop destaging, leaving everything dirty in the tier, for a daemon that handed its
     /// mount over and exits: the new one takes the tier (and its lock) once this process is
@@ -442,6 +471,17 @@ impl<D: DataPath> TierControl for WritebackPath<D> {
     }
     fn flush(&self, timeout: std::time::Duration, progress: &mut dyn FnMut(u64)) -> Result<(), FlushError> {
         WritebackPath::flush(self, timeout, progress)
+    }
+    fn flush_through(
+        &self,
+        through: u64,
+        timeout: std::time::Duration,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(), FlushError> {
+        WritebackPath::flush_through(self, through, timeout, progress)
+    }
+    fn last_seq(&self) -> u64 {
+        WritebackPath::last_seq(self)
     }
     fn shutdown(&self, timeout: std::time::Duration) -> bool {
         WritebackPath::shutdown(self, timeout)
@@ -680,7 +720,7 @@ impl<D: DataPath> Shared<D> {
     /// Never called holding a file's `meta` (the destager takes it).
     fn make_meta_room(&self) {
         if !self.log.meta_room() {
-            let _ = destage::flush(self, std::time::Duration::from_secs(30), &mut |_| {});
+            let _ = destage::flush(self, Some(self.log.last_seq()), std::time::Duration::from_secs(30), &mut |_| {});
         }
     }
 
