@@ -977,9 +977,9 @@ async fn flush_outbox(
                         stored
                     }))
                     .await;
-                    let parts: Vec<Vec<PutStatus>> = parts.into_iter().map(Option::unwrap_or_default).collect();
                     let mut statuses = Vec::with_capacity(entries.len());
                     for (part, s) in entries.chunks(PUT_REQUEST_BLOCKS).zip(parts) {
+                        let s = s.unwrap_or_default();
                         let got = s.len();
                         statuses.extend(s.into_iter().map(Some));
                         // A failed request: its blocks failed.

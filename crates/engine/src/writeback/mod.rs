@@ -448,7 +448,6 @@ impl<D: DataPath> WritebackPath<D> {
 /// A tier seen from the mount's control socket and exit path, whatever it wraps.
 pub trait TierControl: Send + Sync {
     fn stats(&self) -> TierStats;
-    fn flush(&self, timeout: std::time::Duration, progress: &mut dyn FnMut(u64)) -> Result<(), FlushError>;
     /// [`WritebackPath::flush_through`].
     fn flush_through(
         &self,
@@ -468,9 +467,6 @@ pub trait TierControl: Send + Sync {
 impl<D: DataPath> TierControl for WritebackPath<D> {
     fn stats(&self) -> TierStats {
         WritebackPath::stats(self)
-    }
-    fn flush(&self, timeout: std::time::Duration, progress: &mut dyn FnMut(u64)) -> Result<(), FlushError> {
-        WritebackPath::flush(self, timeout, progress)
     }
     fn flush_through(
         &self,
