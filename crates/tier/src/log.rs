@@ -42,6 +42,38 @@ const OPTIMISTIC_READS: usize = 8;
 /// find written but never flushed after the log's end).
 pub const MAX_GROUP_PAGES: u64 = 2048;
 
+/// What an item of a batch carries on a page of its own: a data entry's page (written from
+/// where its append holds it) or a name's bytes (copied into a zero-padded page).
+#[derive(Clone, Copy)]
+enum Payload<'a> {
+    Page(&'a Page),
+    Bytes(&'a [u8]),
+}
+
+/// A page of a batch being written: held by an append, or made for the batch.
+enum Paged<'a> {
+    Held(&'a Page),
+    Own(Box<Page>),
+}
+
+impl Paged<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Paged::Held(p) => &p.0,
+            Paged::Own(p) => &p.0,
+        }
+    }
+}
+
+/// A batch of a group, encoded: its place in the ring, its header (and the page it is
+/// encoded in), and its entries' pages in order.
+struct Batch<'a> {
+    at: u64,
+    head: BatchHead,
+    header: Box<Page>,
+    pages: Vec<Paged<'a>>,
+}
+
 /// One thing an append records.
 #[derive(Debug)]
 pub enum Entry {
@@ -521,14 +553,14 @@ impl Log {
     }
 
     /// The items an append records, in order: the names it must declare, then its entries.
-    fn items<'a>(a: &'a Append, names: &[FileKey]) -> Vec<(EntryHead, Option<&'a [u8]>)> {
+    fn items<'a>(a: &'a Append, names: &[FileKey]) -> Vec<(EntryHead, Option<Payload<'a>>)> {
         let mut items = Vec::with_capacity(names.len() + a.entries.len());
         for (k, n) in &a.names {
             if names.contains(k) {
                 let len = n.len().min(PAGE_BYTES);
                 items.push((
                     EntryHead { kind: Kind::Name, data_crc: 0, key: *k, block: 0, aux: len as u64 },
-                    Some(&n[..len]),
+                    Some(Payload::Bytes(&n[..len])),
                 ));
             }
         }
@@ -536,7 +568,7 @@ impl Log {
             items.push(match e {
                 Entry::Data { key, block, valid, page } => (
                     EntryHead { kind: Kind::Data, data_crc: 0, key: *key, block: *block, aux: u64::from(*valid) },
-                    Some(&page.0[..]),
+                    Some(Payload::Page(page)),
                 ),
                 Entry::Trim { key, size } => {
                     (EntryHead { kind: Kind::Trim, data_crc: 0, key: *key, block: 0, aux: *size }, None)
@@ -654,12 +686,13 @@ impl Log {
         // Pass 2: the batches pass 1 placed, encoded.
         let mut cur = start;
         let (mut seq, mut prev) = (ring.next_seq, ring.last_crc);
-        let mut batches: Vec<(u64, BatchHead, Vec<Page>)> = Vec::new();
-        let mut open: Vec<(EntryHead, Option<&[u8]>)> = Vec::new();
-        let mut close = |open: &mut Vec<(EntryHead, Option<&[u8]>)>, cur: &mut Cursor| {
-            let pages = open.iter().filter(|i| i.1.is_some()).count();
-            let at = cur.place(1 + pages as u64, self.end).expect("pass 1 placed this batch");
-            let mut bufs = page::zeroed(1 + pages);
+        let mut batches: Vec<Batch<'_>> = Vec::new();
+        let mut open: Vec<(EntryHead, Option<Payload<'_>>)> = Vec::new();
+        let mut close = |open: &mut Vec<_>, cur: &mut Cursor| {
+            let n = open.iter().filter(|i: &&(EntryHead, Option<Payload>)| i.1.is_some()).count();
+            let at = cur.place(1 + n as u64, self.end).expect("pass 1 placed this batch");
+            let mut header = Page::zeroed();
+            let mut pages = Vec::with_capacity(n);
             let mut h = BatchHead {
                 log_id: self.log_id,
                 seq,
@@ -667,19 +700,27 @@ impl Log {
                 session: self.session,
                 entries: Vec::with_capacity(open.len()),
             };
-            let mut d = 1;
             for (e, data) in open.drain(..) {
                 let mut e = e;
                 if let Some(data) = data {
-                    bufs[d].0[..data.len()].copy_from_slice(data);
-                    e.data_crc = data_crc(&bufs[d].0);
-                    d += 1;
+                    // A data entry's page is written from where the append holds it (no
+                    // copy); a name is copied into a page of its own, zero-padded.
+                    let page = match data {
+                        Payload::Page(p) => Paged::Held(p),
+                        Payload::Bytes(b) => {
+                            let mut p = Page::zeroed();
+                            p.0[..b.len()].copy_from_slice(b);
+                            Paged::Own(p)
+                        }
+                    };
+                    e.data_crc = data_crc(page.bytes());
+                    pages.push(page);
                 }
                 h.entries.push(e);
             }
-            prev = h.encode(&mut bufs[0].0);
+            prev = h.encode(&mut header.0);
             seq += 1;
-            batches.push((at, h, bufs));
+            batches.push(Batch { at, head: h, header, pages });
         };
         for (p, names) in &accepted {
             for item in Self::items(&p.append, names) {
@@ -694,9 +735,10 @@ impl Log {
         }
         // Write and flush.
         let mut io_err = None;
-        for (at, _, bufs) in &batches {
-            if let Err(e) = self.medium.write_at(at * PB, page::bytes(bufs)) {
-                io_err = Some(format!("writing {} pages at page {at}: {e}", bufs.len()));
+        for b in &batches {
+            let bufs: Vec<&[u8]> = std::iter::once(&b.header.0[..]).chain(b.pages.iter().map(Paged::bytes)).collect();
+            if let Err(e) = self.medium.write_vectored_at(b.at * PB, &bufs) {
+                io_err = Some(format!("writing {} pages at page {}: {e}", bufs.len(), b.at));
                 break;
             }
         }
@@ -717,25 +759,26 @@ impl Log {
         }
         {
             let mut ix = self.index.lock();
-            for (at, h, bufs) in &batches {
+            for b in &batches {
                 let mut d = 0;
-                for e in &h.entries {
+                for e in &b.head.entries {
                     let (pg, name) = if e.kind.has_page() {
                         d += 1;
-                        (at + d as u64, Some(&bufs[d].0[..(e.aux as usize).min(PAGE_BYTES)]))
+                        (b.at + d as u64, Some(&b.pages[d - 1].bytes()[..(e.aux as usize).min(PAGE_BYTES)]))
                     } else {
                         (0, None)
                     };
-                    ix.apply(h.seq, e, pg, if e.kind == Kind::Name { name } else { None });
+                    ix.apply(b.head.seq, e, pg, if e.kind == Kind::Name { name } else { None });
                 }
             }
         }
         let now = Instant::now();
         let mut last = ring.last_crc;
-        for (at, h, bufs) in &batches {
-            ring.batches.push_back(BatchPos { seq: h.seq, page: *at, pages: bufs.len() as u64, prev: h.prev, at: now });
-            ring.head = at + bufs.len() as u64;
-            last = BatchHead::crc_of(&bufs[0].0);
+        for b in &batches {
+            let pages = 1 + b.pages.len() as u64;
+            ring.batches.push_back(BatchPos { seq: b.head.seq, page: b.at, pages, prev: b.head.prev, at: now });
+            ring.head = b.at + pages;
+            last = BatchHead::crc_of(&b.header.0);
         }
         ring.next_seq = seq;
         ring.last_crc = last;

@@ -32,6 +32,16 @@ pub trait Medium: Send + Sync {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     /// Write all of `data` at `offset`. Not durable before the next [`Medium::flush`].
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()>;
+    /// Write `bufs`, one after the other, at `offset`: one write, as [`Medium::write_at`] of
+    /// their concatenation (which the default makes, one copy). Each buffer is whole pages,
+    /// page-aligned, so a medium opened `O_DIRECT` can write them where they are.
+    fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        let mut all = Vec::with_capacity(bufs.iter().map(|b| b.len()).sum());
+        for b in bufs {
+            all.extend_from_slice(b);
+        }
+        self.write_at(offset, &all)
+    }
     /// Make every write completed before the call durable.
     fn flush(&self) -> io::Result<()>;
 }
@@ -216,6 +226,46 @@ impl Medium for FileMedium {
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
         std::os::unix::fs::FileExt::write_all_at(&self.file, data, offset)
     }
+    /// `pwritev` from where the buffers are (a batch's data pages stay in the appends that
+    /// hold them: measured, the copy into one buffer and its zeroing were a fifth of a
+    /// 1 MiB write's CPU in the daemon), continued after a short write.
+    fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        let mut iov: Vec<libc::iovec> =
+            bufs.iter().map(|b| libc::iovec { iov_base: b.as_ptr() as *mut libc::c_void, iov_len: b.len() }).collect();
+        let (mut first, mut at) = (0usize, offset);
+        while first < iov.len() {
+            let n = iov.len().min(first + 1024) - first; // IOV_MAX
+                                                         // SAFETY: the iovecs point into `bufs`, borrowed for the call.
+            let r = unsafe { libc::pwritev(self.file.as_raw_fd(), iov[first..].as_ptr(), n as i32, at as libc::off_t) };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if r == 0 {
+                return Err(io::Error::new(io::ErrorKind::WriteZero, "the medium took no bytes"));
+            }
+            at += r as u64;
+            let mut left = r as usize;
+            while left > 0 && first < iov.len() {
+                if left >= iov[first].iov_len {
+                    left -= iov[first].iov_len;
+                    first += 1;
+                } else {
+                    // SAFETY: advancing within the same buffer.
+                    iov[first].iov_base = unsafe { iov[first].iov_base.cast::<u8>().add(left).cast() };
+                    iov[first].iov_len -= left;
+                    left = 0;
+                }
+            }
+            while first < iov.len() && iov[first].iov_len == 0 {
+                first += 1;
+            }
+        }
+        Ok(())
+    }
     fn flush(&self) -> io::Result<()> {
         if self.sync {
             self.file.sync_data()?;
@@ -304,6 +354,14 @@ impl Medium for PmemMedium {
         }
         Ok(())
     }
+    fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        let mut at = offset;
+        for b in bufs {
+            self.write_at(at, b)?;
+            at += b.len() as u64;
+        }
+        Ok(())
+    }
     fn flush(&self) -> io::Result<()> {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a store fence has no memory-safety preconditions.
@@ -388,6 +446,37 @@ mod tests {
         assert_eq!((r.formatted, r.records), (false, 10));
         let (page, _) = log.read_block(FileKey(1), 7).unwrap().unwrap();
         assert!(page.0.iter().all(|&x| x == 8));
+    }
+
+    /// A vectored write lands as one write of the buffers' concatenation, on a file written
+    /// plainly (dram) and with `O_DIRECT` (ssd), from pages allocated apart.
+    #[test]
+    fn a_vectored_write_lands_as_the_concatenation_of_its_pages() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        for mode in [Mode::Dram, Mode::Ssd] {
+            let p = dir.path().join(format!("{mode}"));
+            if mode == Mode::Ssd && detect(&p).unwrap() != Mode::Ssd {
+                continue; // the source tree is on tmpfs here: no O_DIRECT
+            }
+            let m = open(&p, mode, 1 << 20).unwrap();
+            let pages: Vec<Box<crate::Page>> = (0..70u8)
+                .map(|i| {
+                    let mut pg = crate::Page::zeroed();
+                    pg.0.fill(i + 1);
+                    pg
+                })
+                .collect();
+            let bufs: Vec<&[u8]> = pages.iter().map(|p| &p.0[..]).collect();
+            m.write_vectored_at(3 * 4096, &bufs).unwrap();
+            m.flush().unwrap();
+            let mut back = crate::page::zeroed(72);
+            m.read_at(2 * 4096, crate::page::bytes_mut(&mut back)).unwrap();
+            assert!(back[0].0.iter().all(|&x| x == 0), "{mode}: before the write");
+            for (i, pg) in back[1..71].iter().enumerate() {
+                assert!(pg.0.iter().all(|&x| x == i as u8 + 1), "{mode}: page {i}");
+            }
+            assert!(back[71].0.iter().all(|&x| x == 0), "{mode}: after the write");
+        }
     }
 
     #[test]

@@ -13,6 +13,21 @@ impl Page {
     pub fn zeroed() -> Box<Page> {
         Box::new(Page([0; PAGE_BYTES]))
     }
+
+    /// A page holding `data` (at most a page), zeros after it — without zeroing first what
+    /// `data` covers (measured: the zeroing was a tenth of a 1 MiB write's CPU in the daemon).
+    pub fn copied(data: &[u8]) -> Box<Page> {
+        assert!(data.len() <= PAGE_BYTES, "more than a page");
+        let mut p = Box::<Page>::new_uninit();
+        let dst = p.as_mut_ptr().cast::<u8>();
+        // SAFETY: `dst` is the page's PAGE_BYTES bytes; the two writes cover all of them, and
+        // every bit pattern is a valid Page.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len());
+            std::ptr::write_bytes(dst.add(data.len()), 0, PAGE_BYTES - data.len());
+            p.assume_init()
+        }
+    }
 }
 
 impl std::fmt::Debug for Page {

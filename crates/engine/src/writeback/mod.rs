@@ -860,23 +860,21 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
         for b in first..=last {
             let bs = b * B;
             let (lo, hi) = (offset.max(bs) - bs, end.min(bs + B) - bs);
-            let mut page = Page::zeroed();
-            let mut valid = hi;
-            if lo > 0 || hi < B {
-                let merged = if dirty.contains_key(&b) { s.log.read_block(fe.key, b)? } else { None };
-                match merged {
-                    Some((p, v)) => {
-                        page = p;
-                        valid = valid.max(u64::from(v));
-                    }
-                    None => {
-                        let r = s.read_below(&fe, b)?;
-                        page.0[..r.len()].copy_from_slice(&r);
-                        valid = valid.max(r.len() as u64);
-                    }
-                }
-            }
             let src = &data[(bs + lo - offset) as usize..(bs + hi - offset) as usize];
+            if lo == 0 && hi == B {
+                // A whole block: the new bytes are all of it.
+                entries.push(Entry::Data { key: fe.key, block: b, valid: B as u32, page: Page::copied(src) });
+                continue;
+            }
+            // Part of a block: merged with what it held (dirty in the tier, or below).
+            let merged = if dirty.contains_key(&b) { s.log.read_block(fe.key, b)? } else { None };
+            let (mut page, valid) = match merged {
+                Some((p, v)) => (p, hi.max(u64::from(v))),
+                None => {
+                    let r = s.read_below(&fe, b)?;
+                    (Page::copied(&r), hi.max(r.len() as u64))
+                }
+            };
             page.0[lo as usize..hi as usize].copy_from_slice(src);
             entries.push(Entry::Data { key: fe.key, block: b, valid: valid as u32, page });
         }
