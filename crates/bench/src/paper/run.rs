@@ -29,6 +29,17 @@ pub(super) struct Snapshot {
     pub(super) mount: Option<MountCounters>,
 }
 
+/// Lender namespaces the testbed needs: `o.lenders` if any configuration borrows lenders'
+/// RAM (`farcache`, `farcache-tier`), else none. (Made only for `farcache`, a run of
+/// `farcache-tier` without it had no lenders, and measured the tier alone.)
+fn testbed_lenders(o: &PaperOptions) -> usize {
+    if o.configs.iter().any(|c| c.has_lenders()) {
+        o.lenders
+    } else {
+        0
+    }
+}
+
 /// Run everything `o` asks for; `progress` sees the report after every configuration (to
 /// save partial results). The testbed is gone when this returns, whatever happened.
 pub fn run(o: &PaperOptions, progress: &mut dyn FnMut(&PaperReport)) -> Result<PaperReport> {
@@ -39,7 +50,7 @@ pub fn run(o: &PaperOptions, progress: &mut dyn FnMut(&PaperReport)) -> Result<P
         exe: o.exe.clone(),
         disk_bytes: o.disk_bytes(),
         profile: o.profile,
-        lenders: if o.configs.contains(&ConfigKind::Farcache) { o.lenders } else { 0 },
+        lenders: testbed_lenders(o),
         link_rate: o.link_rate.clone(),
     };
     let mut tb = Testbed::create(spec)?;
@@ -533,5 +544,24 @@ pub(super) fn transfers(first: &Snapshot, last: &Snapshot) -> Transfers {
         bytes_from_servers: l.bytes_out,
         invalidations: l.dels,
         source: "lender STATS".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_testbed_has_lenders_for_every_configuration_that_borrows_them() {
+        let mut o = PaperOptions::full(std::path::PathBuf::from("farcache"));
+        for (configs, lenders) in [
+            (vec![ConfigKind::Passthrough, ConfigKind::FarcacheTier], o.lenders),
+            (vec![ConfigKind::Farcache], o.lenders),
+            (vec![ConfigKind::Passthrough, ConfigKind::TierDram], 0),
+        ] {
+            o.configs = configs.clone();
+            assert_eq!(testbed_lenders(&o), lenders, "{configs:?}");
+        }
+        assert!(o.lenders > 0);
     }
 }

@@ -306,6 +306,13 @@ impl Testbed {
 
     /// Start one `farcache server` per lender namespace, each lending `capacity` bytes.
     pub fn start_lenders(&self, capacity: u64, policy: Option<&str>) -> Result<Lenders> {
+        if self.nets.is_empty() {
+            return Err(BenchError::Setup(
+                "a configuration with lenders on a testbed made without lender namespaces (a bug of the \
+                 harness: the testbed's lender count comes from the configurations that borrow lenders)"
+                    .into(),
+            ));
+        }
         let mut procs = Vec::new();
         for i in 0..self.nets.len() {
             procs.push(self.start_lender(i, capacity, policy, &[])?);
