@@ -13,6 +13,8 @@
 //!   span is the whole read, it reads the whole-block range from the disk. Either way it sends
 //!   the full blocks it read from the disk that no lender holds to their lenders in the
 //!   background (a *fill*). A read routed to the disk goes straight there and fills nothing.
+//!   A block whose fill (under the same key) is still on its way is not sent again
+//!   ([`PendingFills`]).
 //! - *Read-around*: a small read routed to the lenders that misses entirely reads the aligned
 //!   window of `read_around` blocks that holds it and fills the lenders with all of it, so
 //!   that the neighbours the kernel's readahead asks for on a later pass are on the lenders
@@ -78,6 +80,9 @@ pub struct EngineCounters {
     pub partial_overlapped: AtomicU64,
     /// Blocks sent to lenders after a disk read.
     pub fills: AtomicU64,
+    /// Blocks read from the disk again while their fill (under the same key) was still on
+    /// its way to the lender: not sent a second time.
+    pub fills_pending_skipped: AtomicU64,
     /// Misses read with their read-around window (more blocks than asked, all filled).
     pub read_arounds: AtomicU64,
     /// Reads the adaptive rule routed to the lenders.
@@ -106,6 +111,8 @@ pub struct EngineCountersSnapshot {
     pub partial_overlapped: u64,
     pub fills: u64,
     #[serde(default)]
+    pub fills_pending_skipped: u64,
+    #[serde(default)]
     pub read_arounds: u64,
     pub adaptive_remote: u64,
     pub adaptive_disk: u64,
@@ -125,6 +132,7 @@ impl EngineCounters {
             partial_disk_blocks: l(&self.partial_disk_blocks),
             partial_overlapped: l(&self.partial_overlapped),
             fills: l(&self.fills),
+            fills_pending_skipped: l(&self.fills_pending_skipped),
             read_arounds: l(&self.read_arounds),
             adaptive_remote: l(&self.adaptive_remote),
             adaptive_disk: l(&self.adaptive_disk),
@@ -143,6 +151,49 @@ pub struct CachedPath<D: DataPath> {
     counters: EngineCounters,
     /// Read-around window in blocks (0 or 1: off).
     read_around: u64,
+    /// Keys whose fill is on its way to a lender.
+    pending: Arc<PendingFills>,
+}
+
+/// Shards of [`PendingFills`] (each with its own lock).
+const PENDING_SHARDS: usize = 16;
+
+/// The keys of the fills on their way to lenders: a block read from the disk again before
+/// its fill landed (a read-around window read twice, a hot block missed by several readers
+/// at once) is not sent again. A key leaves the set when its fill is settled — stored,
+/// failed or dropped — through the [`PendingFill`] its completion holds, which is dropped
+/// on every one of those paths. Bounded by the fills in flight (`max_pending_puts`).
+#[derive(Default)]
+struct PendingFills {
+    shards: [parking_lot::Mutex<std::collections::HashSet<BlockKey>>; PENDING_SHARDS],
+}
+
+impl PendingFills {
+    fn shard(&self, key: &BlockKey) -> &parking_lot::Mutex<std::collections::HashSet<BlockKey>> {
+        let h = key.block ^ (key.file as u64).rotate_left(17) ^ ((key.file >> 64) as u64) ^ key.version.rotate_left(41);
+        &self.shards[(h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % PENDING_SHARDS]
+    }
+
+    /// Claim `key` for a fill: `None` if one is already on its way.
+    fn claim(self: &Arc<Self>, key: BlockKey) -> Option<PendingFill> {
+        self.shard(&key).lock().insert(key).then(|| PendingFill { set: self.clone(), key })
+    }
+
+    fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+}
+
+/// A claimed fill: its key leaves [`PendingFills`] when this is dropped.
+struct PendingFill {
+    set: Arc<PendingFills>,
+    key: BlockKey,
+}
+
+impl Drop for PendingFill {
+    fn drop(&mut self) {
+        self.set.shard(&self.key).lock().remove(&self.key);
+    }
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -166,6 +217,7 @@ impl<D: DataPath> CachedPath<D> {
             routing: RouterState::new(router.into()),
             counters: EngineCounters::default(),
             read_around: 0,
+            pending: Arc::default(),
         }
     }
 
@@ -197,6 +249,11 @@ impl<D: DataPath> CachedPath<D> {
     }
     pub fn counters(&self) -> &EngineCounters {
         &self.counters
+    }
+
+    /// Fills on their way to lenders now, by key (a gauge; for tests and stats).
+    pub fn fills_pending(&self) -> usize {
+        self.pending.len()
     }
 
     /// Everything an operator may want to see, as one serializable document. Walks the
@@ -381,12 +438,20 @@ impl<D: DataPath> CachedPath<D> {
             if self.index.lookup(f, t.key.block).is_some() {
                 continue; // already there (under this key, or carried under an older one)
             }
+            let Some(claim) = self.pending.claim(t.key) else {
+                add(&self.counters.fills_pending_skipped, 1);
+                continue; // on its way already
+            };
             let block = data.slice(from..from + BLOCK_BYTES as usize);
             let (index, fi) = (self.index.clone(), f.clone());
             add(&self.counters.fills, 1);
             filled += 1;
+            // `claim` goes with the completion: released when the lender has the block (after
+            // the index knows it), or when the fill fails or is dropped (the completion is
+            // dropped uncalled).
             self.remote.put_async(t.key, block, move || {
                 index.fill_done(&fi, t);
+                drop(claim);
             });
         }
         self.routing.filled(filled);

@@ -338,3 +338,44 @@ fn a_slow_lender_takes_every_fill_at_its_own_pace() {
     assert!(took > Duration::from_millis(500), "the lender was not slow: the fills took {took:?}");
     assert_eq!(r.puts_in_flight, 0);
 }
+
+/// A block read from the disk again while its fill is still on its way is not sent a second
+/// time (a read-around window read twice, several readers missing one block); once the fill
+/// settles — stored, or failed at a hung lender — its key is free and a later miss fills
+/// again. (Before, every such read sent the block again: up to four times under a slow
+/// lender with read-around windows of four blocks.)
+#[test]
+fn a_block_read_again_while_its_fill_is_on_its_way_is_not_sent_twice() {
+    const BLOCKS: usize = 8;
+    let BehindProxy { _lender, proxy, e, _dir, data, file } = behind_proxy(BLOCKS, 31);
+    let block = |b: usize| &data[b * 4096..(b + 1) * 4096];
+
+    // The lender's answers held 300 ms: the first read's fill is on its way during the others.
+    proxy.slow(300);
+    for _ in 0..3 {
+        assert_eq!(&e.read(&file, 0, 4096).unwrap()[..], block(0));
+    }
+    let c = e.counters().snapshot();
+    assert_eq!((c.fills, c.fills_pending_skipped), (1, 2), "{c:?}");
+    assert_eq!(e.fills_pending(), 1);
+    wait("the fill to settle", || common::fills_settled(&e));
+    assert_eq!(e.fills_pending(), 0, "a stored fill keeps its key");
+    assert_eq!(e.index().remote_blocks(), 1);
+
+    // A fill that fails gives its key back. (The frozen proxy may still pass on the request
+    // it was reading when it froze: the next block then.)
+    proxy.slow(0);
+    proxy.freeze(true);
+    let failed = (1..BLOCKS)
+        .find(|&b| {
+            assert_eq!(&e.read(&file, b as u64 * 4096, 4096).unwrap()[..], block(b));
+            wait("the fill to the hung lender to settle", || common::fills_settled(&e));
+            e.remote().stats().puts_failed >= 1
+        })
+        .expect("no fill to the hung lender failed");
+    assert_eq!(e.fills_pending(), 0, "a failed fill keeps its key");
+    let before = e.counters().snapshot().fills;
+    assert_eq!(&e.read(&file, failed as u64 * 4096, 4096).unwrap()[..], block(failed));
+    assert_eq!(e.counters().snapshot().fills, before + 1, "the block was not filled again after its fill failed");
+    proxy.freeze(false);
+}

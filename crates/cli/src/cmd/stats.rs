@@ -249,13 +249,15 @@ fn render_mount(s: &MountStats) -> String {
     );
     let _ = writeln!(
         out,
-        "bytes      {} from lenders, {} to lenders; {} fills ({} dropped, {} failed, {} in flight), {} read-arounds",
+        "bytes      {} from lenders, {} to lenders; {} fills ({} dropped, {} failed, {} in flight, {} not sent twice), \
+         {} read-arounds",
         ByteSize(r.bytes_from_servers).approx(),
         ByteSize(r.bytes_to_servers).approx(),
         r.puts,
         r.puts_dropped,
         r.puts_failed,
         r.puts_in_flight,
+        e.fills_pending_skipped,
         e.read_arounds
     );
     let _ = writeln!(
