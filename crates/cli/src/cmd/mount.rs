@@ -589,9 +589,28 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 server_cfg.slot_bytes = sealed_bytes as u32;
                 server_cfg.validate().context("the lender inside this process, with slots for sealed blocks")?;
             }
+            // It lends this process's own memory: inside a memory cgroup, a lender as large as
+            // the limit gets the mount OOM-killed once it fills (the default 512MiB in a
+            // 512MiB cgroup did, in `bench paper`).
+            let limit = cgroup_memory_limit();
+            if let Some(cap) = embedded_capacity(server_cfg.capacity.bytes(), limit) {
+                tracing::warn!(
+                    "the lender inside this process would lend {} of a memory cgroup limited to {}: lending {} \
+                     (a quarter of the limit) instead; give lenders elsewhere (--server) for more",
+                    server_cfg.capacity,
+                    farcache_config::ByteSize(limit.unwrap_or_default()),
+                    farcache_config::ByteSize(cap)
+                );
+                server_cfg.capacity = farcache_config::ByteSize(cap);
+                server_cfg.validate().context(
+                    "the lender inside this process, shrunk to a quarter of the memory cgroup's limit; \
+                     raise the limit or give lenders elsewhere (--server)",
+                )?;
+            }
+            let capacity = server_cfg.capacity;
             let (rt, addr) = embedded_lender(server_cfg)?;
             _embedded = Some(rt);
-            tracing::info!("no lenders configured: lending {} from this process on {addr}", file_cfg.server.capacity);
+            tracing::info!("no lenders configured: lending {capacity} from this process on {addr}");
             (vec![addr.into()], "embedded")
         } else {
             (cache.resolve_servers()?, "lenders")
@@ -986,6 +1005,44 @@ fn log_summary(control: &MountControl) {
 }
 
 /// Start a lender inside this process on a loopback port: `farcache mount` on one machine.
+/// What the lender inside this process lends instead of `configured` bytes under a memory
+/// cgroup limit of `limit` bytes: a quarter of the limit (whole MiB) when `configured` is more
+/// than that, else `None` (as configured).
+fn embedded_capacity(configured: u64, limit: Option<u64>) -> Option<u64> {
+    let quarter = limit? / 4 / (1 << 20) * (1 << 20);
+    (configured > quarter).then_some(quarter)
+}
+
+/// The memory limit of this process's memory cgroup (v1 `memory.limit_in_bytes`, v2
+/// `memory.max`), if it has one.
+fn cgroup_memory_limit() -> Option<u64> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    memory_limit_of(&own, std::path::Path::new("/sys/fs/cgroup"))
+}
+
+/// [`cgroup_memory_limit`] for a `/proc/PID/cgroup` text and the cgroup file systems under
+/// `root`: the v1 memory controller's line if there is one, else the v2 (unified) line.
+fn memory_limit_of(proc_cgroup: &str, root: &std::path::Path) -> Option<u64> {
+    let lines: Vec<(&str, &str)> = proc_cgroup
+        .lines()
+        .filter_map(|l| {
+            let mut p = l.splitn(3, ':');
+            let (_, ctls, path) = (p.next()?, p.next()?, p.next()?);
+            Some((ctls, path.trim_start_matches('/')))
+        })
+        .collect();
+    let file = match lines.iter().find(|(c, _)| c.split(',').any(|c| c == "memory")) {
+        Some((_, path)) => root.join("memory").join(path).join("memory.limit_in_bytes"),
+        None => {
+            let (_, path) = lines.iter().find(|(c, _)| c.is_empty())?;
+            root.join(path).join("memory.max")
+        }
+    };
+    let text = std::fs::read_to_string(file).ok()?;
+    // v2 says "max"; v1 says a number near 2^63 for none.
+    text.trim().parse::<u64>().ok().filter(|&n| n < 1 << 62)
+}
+
 fn embedded_lender(
     cfg: farcache_server::ServerConfig,
 ) -> anyhow::Result<(tokio::runtime::Runtime, std::net::SocketAddr)> {
@@ -1009,6 +1066,32 @@ fn embedded_lender(
 mod tests {
     use super::*;
     use clap::Parser;
+
+    #[test]
+    fn the_embedded_lender_takes_a_quarter_of_a_memory_cgroup_at_most() {
+        const MIB: u64 = 1 << 20;
+        assert_eq!(embedded_capacity(512 * MIB, None), None);
+        assert_eq!(embedded_capacity(512 * MIB, Some(512 * MIB)), Some(128 * MIB));
+        assert_eq!(embedded_capacity(512 * MIB, Some(4096 * MIB)), None);
+        assert_eq!(embedded_capacity(512 * MIB, Some(1000 * MIB + 5)), Some(250 * MIB));
+
+        let root = tempfile::tempdir().unwrap();
+        let put = |dir: &str, file: &str, text: &str| {
+            let d = root.path().join(dir);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join(file), text).unwrap();
+        };
+        put("memory/fcb-c3", "memory.limit_in_bytes", "536870912\n");
+        put("memory/free", "memory.limit_in_bytes", "9223372036854771712\n");
+        put("app.slice", "memory.max", "268435456\n");
+        put("none.slice", "memory.max", "max\n");
+        let v1 = "12:blkio:/fcb-b\n7:memory:/fcb-c3\n0::/other\n";
+        assert_eq!(memory_limit_of(v1, root.path()), Some(512 * MIB), "v1 wins over the unified line");
+        assert_eq!(memory_limit_of("7:memory:/free\n", root.path()), None, "v1 without a limit");
+        assert_eq!(memory_limit_of("0::/app.slice\n", root.path()), Some(256 * MIB));
+        assert_eq!(memory_limit_of("0::/none.slice\n", root.path()), None);
+        assert_eq!(memory_limit_of("0::/gone\n", root.path()), None, "unreadable: no limit known");
+    }
 
     #[derive(Parser)]
     struct Cli {
