@@ -347,11 +347,21 @@ fn a_slow_lender_takes_every_fill_at_its_own_pace() {
 #[test]
 fn a_block_read_again_while_its_fill_is_on_its_way_is_not_sent_twice() {
     const BLOCKS: usize = 8;
-    let BehindProxy { _lender, proxy, e, _dir, data, file } = behind_proxy(BLOCKS, 31);
+    // Requests may take 3 s (`fetch_timeout`, which fills' requests share, at least 500 ms):
+    // a fill held 1 s by the proxy below still lands on a loaded machine, and the reads
+    // meanwhile have a second to run.
+    let _lender = Lender::start("16MiB");
+    let proxy = Proxy::start(_lender.addr);
+    let remote = common::remote(vec![proxy.addr], |c| c.fetch_timeout = Duration::from_secs(3));
+    let e = CachedPath::new(DirectPath::new(), remote, Threshold::PAPER);
+    wait("the connection", || e.remote().connected() == 1);
+    let _dir = tempfile::tempdir().unwrap();
+    let data = pattern(BLOCKS * 4096, 31);
+    let file = backing(&_dir, &data);
     let block = |b: usize| &data[b * 4096..(b + 1) * 4096];
 
-    // The lender's answers held 300 ms: the first read's fill is on its way during the others.
-    proxy.slow(300);
+    // The lender's answers held 1 s: the first read's fill is on its way during the others.
+    proxy.slow(1000);
     for _ in 0..3 {
         assert_eq!(&e.read(&file, 0, 4096).unwrap()[..], block(0));
     }
