@@ -276,9 +276,15 @@ struct BehindProxy {
 }
 
 fn behind_proxy(blocks: usize, seed: u64) -> BehindProxy {
+    behind_proxy_timing_out_at(blocks, seed, Duration::from_millis(100))
+}
+
+/// [`behind_proxy`] with requests timing out after `fetch_timeout` (fills' requests share
+/// it, at least 500 ms).
+fn behind_proxy_timing_out_at(blocks: usize, seed: u64, fetch_timeout: Duration) -> BehindProxy {
     let lender = Lender::start("16MiB");
     let proxy = Proxy::start(lender.addr);
-    let remote = common::remote(vec![proxy.addr], |c| c.fetch_timeout = Duration::from_millis(100));
+    let remote = common::remote(vec![proxy.addr], |c| c.fetch_timeout = fetch_timeout);
     let e = CachedPath::new(DirectPath::new(), remote, Threshold::PAPER);
     wait("the connection", || e.remote().connected() == 1);
     let dir = tempfile::tempdir().unwrap();
@@ -350,14 +356,8 @@ fn a_block_read_again_while_its_fill_is_on_its_way_is_not_sent_twice() {
     // Requests may take 3 s (`fetch_timeout`, which fills' requests share, at least 500 ms):
     // a fill held 1 s by the proxy below still lands on a loaded machine, and the reads
     // meanwhile have a second to run.
-    let _lender = Lender::start("16MiB");
-    let proxy = Proxy::start(_lender.addr);
-    let remote = common::remote(vec![proxy.addr], |c| c.fetch_timeout = Duration::from_secs(3));
-    let e = CachedPath::new(DirectPath::new(), remote, Threshold::PAPER);
-    wait("the connection", || e.remote().connected() == 1);
-    let _dir = tempfile::tempdir().unwrap();
-    let data = pattern(BLOCKS * 4096, 31);
-    let file = backing(&_dir, &data);
+    let BehindProxy { _lender, proxy, e, _dir, data, file } =
+        behind_proxy_timing_out_at(BLOCKS, 31, Duration::from_secs(3));
     let block = |b: usize| &data[b * 4096..(b + 1) * 4096];
 
     // The lender's answers held 1 s: the first read's fill is on its way during the others.
