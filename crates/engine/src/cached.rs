@@ -170,8 +170,9 @@ struct PendingFills {
 
 impl PendingFills {
     fn shard(&self, key: &BlockKey) -> &parking_lot::Mutex<std::collections::HashSet<BlockKey>> {
-        let h = key.block ^ (key.file as u64).rotate_left(17) ^ ((key.file >> 64) as u64) ^ key.version.rotate_left(41);
-        &self.shards[(h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % PENDING_SHARDS]
+        let h =
+            crate::index::mix(key.block ^ (key.file as u64) ^ ((key.file >> 64) as u64).rotate_left(32) ^ key.version);
+        &self.shards[h as usize % PENDING_SHARDS]
     }
 
     /// Claim `key` for a fill: `None` if one is already on its way.
@@ -251,7 +252,8 @@ impl<D: DataPath> CachedPath<D> {
         &self.counters
     }
 
-    /// Fills on their way to lenders now, by key (a gauge; for tests and stats).
+    /// Fills on their way to lenders now, by key (a gauge; the remote tier's `puts_in_flight`
+    /// is the operator's).
     pub fn fills_pending(&self) -> usize {
         self.pending.len()
     }

@@ -108,7 +108,7 @@ fn chunk_hash(no: u32) -> u64 {
 
 /// A cheap full-avalanche mix (MurmurHash3 fmix64); chunk numbers are not adversarial.
 #[inline]
-fn mix(mut x: u64) -> u64 {
+pub(crate) fn mix(mut x: u64) -> u64 {
     x ^= x >> 33;
     x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
     x ^= x >> 33;

@@ -707,11 +707,7 @@ impl Log {
                     // copy); a name is copied into a page of its own, zero-padded.
                     let page = match data {
                         Payload::Page(p) => Paged::Held(p),
-                        Payload::Bytes(b) => {
-                            let mut p = Page::zeroed();
-                            p.0[..b.len()].copy_from_slice(b);
-                            Paged::Own(p)
-                        }
+                        Payload::Bytes(b) => Paged::Own(Page::copied(b)),
                     };
                     e.data_crc = data_crc(page.bytes());
                     pages.push(page);

@@ -234,8 +234,9 @@ impl Medium for FileMedium {
             bufs.iter().map(|b| libc::iovec { iov_base: b.as_ptr() as *mut libc::c_void, iov_len: b.len() }).collect();
         let (mut first, mut at) = (0usize, offset);
         while first < iov.len() {
-            let n = iov.len().min(first + 1024) - first; // IOV_MAX
-                                                         // SAFETY: the iovecs point into `bufs`, borrowed for the call.
+            // At most IOV_MAX buffers a call.
+            let n = iov.len().min(first + 1024) - first;
+            // SAFETY: the iovecs point into `bufs`, borrowed for the call.
             let r = unsafe { libc::pwritev(self.file.as_raw_fd(), iov[first..].as_ptr(), n as i32, at as libc::off_t) };
             if r < 0 {
                 let e = io::Error::last_os_error();

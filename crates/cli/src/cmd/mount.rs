@@ -1004,7 +1004,6 @@ fn log_summary(control: &MountControl) {
     );
 }
 
-/// Start a lender inside this process on a loopback port: `farcache mount` on one machine.
 /// What the lender inside this process lends instead of `configured` bytes under a memory
 /// cgroup limit of `limit` bytes: a quarter of the limit (whole MiB) when `configured` is more
 /// than that, else `None` (as configured).
@@ -1043,6 +1042,7 @@ fn memory_limit_of(proc_cgroup: &str, root: &std::path::Path) -> Option<u64> {
     text.trim().parse::<u64>().ok().filter(|&n| n < 1 << 62)
 }
 
+/// Start a lender inside this process on a loopback port: `farcache mount` on one machine.
 fn embedded_lender(
     cfg: farcache_server::ServerConfig,
 ) -> anyhow::Result<(tokio::runtime::Runtime, std::net::SocketAddr)> {
