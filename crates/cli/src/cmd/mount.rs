@@ -663,12 +663,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "routing {}",
             match cache.routing {
                 Routing::Threshold => format!("threshold: reads of {} or more go to the disk", cache.threshold),
-                Routing::Adaptive => "adaptive: each read where measured costs say it finishes sooner".to_string(),
+                Routing::Adaptive => format!(
+                    "adaptive: each read where measured costs say it finishes sooner{}",
+                    if cache.routing_trials { ", judged by trials with the disk alone" } else { "" }
+                ),
             }
         );
         let c = Arc::new(
             CachedPath::new(DirectPath::with_io(io), remote, cache.router())
-                .with_read_around(cache.read_around_blocks()),
+                .with_read_around(cache.read_around_blocks())
+                .with_trials(cache.routing_trials),
         );
         (c.clone(), Engine::Cached(c), tier)
     };
