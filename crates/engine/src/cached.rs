@@ -228,14 +228,6 @@ impl<D: DataPath> CachedPath<D> {
         self
     }
 
-    /// Judge the adaptive rule by trials (`cache.routing_trials`, see [`crate::trials`]).
-    pub fn with_trials(mut self, on: bool) -> CachedPath<D> {
-        if on {
-            self.routing.enable_trials();
-        }
-        self
-    }
-
     /// The blocks a miss of blocks `first..=last` reads from the disk: the aligned
     /// read-around window that holds them when it is larger, else just them.
     fn read_window(&self, first: u64, last: u64) -> (u64, u64) {
@@ -475,156 +467,7 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         if len == 0 {
             return Ok(Bytes::new());
         }
-        let d = self.routing.decide(file.id(), offset, len as u64);
-        let Some(tag) = d.trial else { return self.read_decided(file, offset, len, d) };
-        let t = Instant::now();
-        let r = self.read_decided(file, offset, len, d);
-        if r.is_ok() {
-            self.routing.trial_read(tag, t.elapsed());
-        }
-        r
-    }
-
-    fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {
-        self.changing(file, offset, data.len() as u64, || self.disk.write(file, offset, data))
-    }
-
-    fn set_len(&self, file: &BackingFile, size: u64) -> io::Result<()> {
-        // Everything from the block holding the new end on may have changed.
-        self.changing(file, size / BLOCK_BYTES * BLOCK_BYTES, u64::MAX / 2, || self.disk.set_len(file, size))
-    }
-
-    fn fallocate(&self, file: &BackingFile, mode: i32, offset: u64, len: u64) -> io::Result<()> {
-        // Collapse and insert range shift everything after `offset`.
-        let shifts = mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0;
-        self.changing(file, offset, if shifts { u64::MAX / 2 } else { len }, || {
-            self.disk.fallocate(file, mode, offset, len)
-        })
-    }
-
-    fn fsync(&self, file: &BackingFile, datasync: bool) -> io::Result<()> {
-        self.disk.fsync(file, datasync)
-    }
-
-    fn opened(&self, file: &BackingFile) {
-        // A file whose stamp cannot be read is left as it is: its next change through the
-        // mount still invalidates what it touched.
-        let gone = self.index.revalidate(file.id(), || Stamp::of(file.file()));
-        if !gone.is_empty() {
-            add(&self.counters.changed_behind, 1);
-            tracing::info!(file = ?file.id(), "changed behind the mount since it was last open: {} cached blocks dropped", gone.len());
-        }
-        self.remote.del_async(gone);
-        self.disk.opened(file);
-    }
-
-    fn forget(&self, id: &FileId) {
-        let gone = self.index.forget(id);
-        self.remote.del_async(gone);
-        self.disk.forget(id);
-    }
-
-    fn discard(&self, id: &FileId) {
-        self.disk.discard(id);
-    }
-
-    fn backing_counters(&self) -> Option<crate::BackingCountersSnapshot> {
-        self.disk.backing_counters()
-    }
-
-    fn io_engine(&self) -> Option<Arc<crate::IoEngine>> {
-        self.disk.io_engine()
-    }
-
-    /// The disk's part of a copy: from the disk below, not through the lenders, never filled.
-    fn copy_read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
-        self.disk.copy_read(file, offset, len)
-    }
-
-    /// The lenders' part of a copy: every block they give outside the span of those they do
-    /// not (one span, from the first block they lack to the last: read later in one disk
-    /// request, by [`DataPath::copy_read`]), never the disk.
-    fn copy_read_held(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
-        if len == 0 {
-            return Ok(CopyRead::default());
-        }
-        debug_assert!(offset.is_multiple_of(BLOCK_BYTES));
-        let first = offset / BLOCK_BYTES;
-        let last = (offset + len as u64 - 1) / BLOCK_BYTES;
-        let f = self.index.file(file.id());
-        let keys: Vec<Option<BlockKey>> = (first..=last).map(|b| self.index.lookup(&f, b)).collect();
-        // The blocks between the first and the last one no lender holds come from the disk
-        // anyway, in the one request for the span: asking lenders for them too would only add
-        // their round trip (measured: with a lender holding a few scattered blocks of each
-        // file, the copy from cache took 1.7× the disk's time). Lenders are asked for the rest.
-        let nokey = (keys.iter().position(Option::is_none), keys.iter().rposition(Option::is_none));
-        let inside = |i: usize| matches!(nokey, (Some(a), Some(b)) if (a..=b).contains(&i));
-        let asked: Vec<(usize, BlockKey)> =
-            keys.iter().enumerate().filter(|(i, _)| !inside(*i)).filter_map(|(i, k)| k.map(|k| (i, k))).collect();
-        let mut got: Vec<Option<Bytes>> = vec![None; keys.len()];
-        // In pieces, one after the other: the applications' fetches share the link with the
-        // copy's, and one that arrives behind a piece waits for the rest of it. Measured with
-        // `bench paper --experiment migrate` (one reader, 1 Gbit/s): a copy fetching 1 MiB at
-        // a time took the link for 8 ms a chunk, and the reader's lender reads queued behind
-        // it (BENCHMARKS.md, issue 14, session 20).
-        for piece in asked.chunks(COPY_FETCH_BLOCKS) {
-            let want: Vec<BlockKey> = piece.iter().map(|(_, k)| *k).collect();
-            let fetched = self.remote.fetch(&want, BLOCK_BYTES as usize);
-            let mut vals = fetched.values.into_iter();
-            for (i, k) in piece {
-                match vals.next().flatten() {
-                    Some(v) => got[*i] = Some(v),
-                    None => self.index.mark_missing(&f, *k),
-                }
-            }
-        }
-        // The blocks no lender gave are left to one disk request spanning them all (the
-        // lenders' blocks between them read again and dropped), never filled: a copy must not
-        // push the cache's working set out. One request, not one per run of missing blocks: a
-        // busy disk's cost is per request (a seek; an IOPS limit), and a file lenders hold in
-        // part has many short holes — measured with `bench paper --experiment migrate`, a
-        // request per hole made copying from the cache slower than from the disk.
-        let span = match (got.iter().position(Option::is_none), got.iter().rposition(Option::is_none)) {
-            (Some(a), Some(b)) => Some((a, b)),
-            _ => None,
-        };
-        let mut out = BytesMut::zeroed(keys.len() * BLOCK_BYTES as usize);
-        let mut cache_blocks = 0u64;
-        for (i, g) in got.iter().enumerate() {
-            if let (Some(v), false) = (g, span.is_some_and(|(a, b)| (a..=b).contains(&i))) {
-                let o = i * BLOCK_BYTES as usize;
-                out[o..o + v.len()].copy_from_slice(v);
-                cache_blocks += 1;
-            }
-        }
-        out.truncate(len);
-        let missing = span
-            .map(|(a, b)| {
-                let at = (first + a as u64) * BLOCK_BYTES;
-                let end = ((first + b as u64 + 1) * BLOCK_BYTES).min(offset + len as u64);
-                vec![(at, (end - at) as usize)]
-            })
-            .unwrap_or_default();
-        Ok(CopyRead { data: out.freeze(), cache_blocks, missing, ..CopyRead::default() })
-    }
-
-    fn cached_blocks(&self, id: &FileId) -> u64 {
-        self.index.file_remote_blocks(id)
-    }
-
-    fn moved(&self, id: &FileId, file: &std::fs::File) {
-        self.index.restamp(id, || Stamp::of(file));
-        self.disk.moved(id, file);
-    }
-}
-
-impl<D: DataPath> CachedPath<D> {
-    /// [`DataPath::read`] once the rule decided `d`.
-    fn read_decided(&self, file: &BackingFile, offset: u64, len: usize, mut d: Decision) -> io::Result<Bytes> {
-        if d.disk_only {
-            add(&self.counters.adaptive_disk, 1);
-            return self.disk.read(file, offset, len);
-        }
+        let mut d = self.routing.decide(file.id(), offset, len as u64);
         if d.may_probe_remote {
             // The lenders are due a measurement: this read is it if they hold all of it; a
             // stream's is the last stream seeds fetched back (see `probe_stream_seeds`).
@@ -780,5 +623,137 @@ impl<D: DataPath> CachedPath<D> {
         }
         let buf = buf.freeze();
         Ok(if buf.len() <= skip { Bytes::new() } else { buf.slice(skip..buf.len().min(skip + len)) })
+    }
+
+    fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {
+        self.changing(file, offset, data.len() as u64, || self.disk.write(file, offset, data))
+    }
+
+    fn set_len(&self, file: &BackingFile, size: u64) -> io::Result<()> {
+        // Everything from the block holding the new end on may have changed.
+        self.changing(file, size / BLOCK_BYTES * BLOCK_BYTES, u64::MAX / 2, || self.disk.set_len(file, size))
+    }
+
+    fn fallocate(&self, file: &BackingFile, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+        // Collapse and insert range shift everything after `offset`.
+        let shifts = mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0;
+        self.changing(file, offset, if shifts { u64::MAX / 2 } else { len }, || {
+            self.disk.fallocate(file, mode, offset, len)
+        })
+    }
+
+    fn fsync(&self, file: &BackingFile, datasync: bool) -> io::Result<()> {
+        self.disk.fsync(file, datasync)
+    }
+
+    fn opened(&self, file: &BackingFile) {
+        // A file whose stamp cannot be read is left as it is: its next change through the
+        // mount still invalidates what it touched.
+        let gone = self.index.revalidate(file.id(), || Stamp::of(file.file()));
+        if !gone.is_empty() {
+            add(&self.counters.changed_behind, 1);
+            tracing::info!(file = ?file.id(), "changed behind the mount since it was last open: {} cached blocks dropped", gone.len());
+        }
+        self.remote.del_async(gone);
+        self.disk.opened(file);
+    }
+
+    fn forget(&self, id: &FileId) {
+        let gone = self.index.forget(id);
+        self.remote.del_async(gone);
+        self.disk.forget(id);
+    }
+
+    fn discard(&self, id: &FileId) {
+        self.disk.discard(id);
+    }
+
+    fn backing_counters(&self) -> Option<crate::BackingCountersSnapshot> {
+        self.disk.backing_counters()
+    }
+
+    fn io_engine(&self) -> Option<Arc<crate::IoEngine>> {
+        self.disk.io_engine()
+    }
+
+    /// The disk's part of a copy: from the disk below, not through the lenders, never filled.
+    fn copy_read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
+        self.disk.copy_read(file, offset, len)
+    }
+
+    /// The lenders' part of a copy: every block they give outside the span of those they do
+    /// not (one span, from the first block they lack to the last: read later in one disk
+    /// request, by [`DataPath::copy_read`]), never the disk.
+    fn copy_read_held(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<CopyRead> {
+        if len == 0 {
+            return Ok(CopyRead::default());
+        }
+        debug_assert!(offset.is_multiple_of(BLOCK_BYTES));
+        let first = offset / BLOCK_BYTES;
+        let last = (offset + len as u64 - 1) / BLOCK_BYTES;
+        let f = self.index.file(file.id());
+        let keys: Vec<Option<BlockKey>> = (first..=last).map(|b| self.index.lookup(&f, b)).collect();
+        // The blocks between the first and the last one no lender holds come from the disk
+        // anyway, in the one request for the span: asking lenders for them too would only add
+        // their round trip (measured: with a lender holding a few scattered blocks of each
+        // file, the copy from cache took 1.7× the disk's time). Lenders are asked for the rest.
+        let nokey = (keys.iter().position(Option::is_none), keys.iter().rposition(Option::is_none));
+        let inside = |i: usize| matches!(nokey, (Some(a), Some(b)) if (a..=b).contains(&i));
+        let asked: Vec<(usize, BlockKey)> =
+            keys.iter().enumerate().filter(|(i, _)| !inside(*i)).filter_map(|(i, k)| k.map(|k| (i, k))).collect();
+        let mut got: Vec<Option<Bytes>> = vec![None; keys.len()];
+        // In pieces, one after the other: the applications' fetches share the link with the
+        // copy's, and one that arrives behind a piece waits for the rest of it. Measured with
+        // `bench paper --experiment migrate` (one reader, 1 Gbit/s): a copy fetching 1 MiB at
+        // a time took the link for 8 ms a chunk, and the reader's lender reads queued behind
+        // it (BENCHMARKS.md, issue 14, session 20).
+        for piece in asked.chunks(COPY_FETCH_BLOCKS) {
+            let want: Vec<BlockKey> = piece.iter().map(|(_, k)| *k).collect();
+            let fetched = self.remote.fetch(&want, BLOCK_BYTES as usize);
+            let mut vals = fetched.values.into_iter();
+            for (i, k) in piece {
+                match vals.next().flatten() {
+                    Some(v) => got[*i] = Some(v),
+                    None => self.index.mark_missing(&f, *k),
+                }
+            }
+        }
+        // The blocks no lender gave are left to one disk request spanning them all (the
+        // lenders' blocks between them read again and dropped), never filled: a copy must not
+        // push the cache's working set out. One request, not one per run of missing blocks: a
+        // busy disk's cost is per request (a seek; an IOPS limit), and a file lenders hold in
+        // part has many short holes — measured with `bench paper --experiment migrate`, a
+        // request per hole made copying from the cache slower than from the disk.
+        let span = match (got.iter().position(Option::is_none), got.iter().rposition(Option::is_none)) {
+            (Some(a), Some(b)) => Some((a, b)),
+            _ => None,
+        };
+        let mut out = BytesMut::zeroed(keys.len() * BLOCK_BYTES as usize);
+        let mut cache_blocks = 0u64;
+        for (i, g) in got.iter().enumerate() {
+            if let (Some(v), false) = (g, span.is_some_and(|(a, b)| (a..=b).contains(&i))) {
+                let o = i * BLOCK_BYTES as usize;
+                out[o..o + v.len()].copy_from_slice(v);
+                cache_blocks += 1;
+            }
+        }
+        out.truncate(len);
+        let missing = span
+            .map(|(a, b)| {
+                let at = (first + a as u64) * BLOCK_BYTES;
+                let end = ((first + b as u64 + 1) * BLOCK_BYTES).min(offset + len as u64);
+                vec![(at, (end - at) as usize)]
+            })
+            .unwrap_or_default();
+        Ok(CopyRead { data: out.freeze(), cache_blocks, missing, ..CopyRead::default() })
+    }
+
+    fn cached_blocks(&self, id: &FileId) -> u64 {
+        self.index.file_remote_blocks(id)
+    }
+
+    fn moved(&self, id: &FileId, file: &std::fs::File) {
+        self.index.restamp(id, || Stamp::of(file));
+        self.disk.moved(id, file);
     }
 }

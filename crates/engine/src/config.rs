@@ -76,12 +76,6 @@ fetch_connections = 8
 # `threshold` bytes or more to the disk, smaller ones to the lenders, every miss filled).
 # BENCHMARKS.md "Nothing gets slower" measures both.
 routing = "adaptive"
-# Under "adaptive": judge the rule as a whole by trials. Now and then (at most every 1 s,
-# at least every 16 s) the mount serves random reads from the disk alone for a quarter of a
-# second and compares what they took with the rule's reads just before; when the lenders'
-# traffic made the reads slower (a fast disk, a host short of CPU), every random read goes
-# to the disk until a trial finds the lenders faster again. false: the rule alone.
-routing_trials = true
 # Reads this large or larger go to the disk under "threshold" routing. A multiple of 4KiB,
 # 4KiB to 1MiB.
 threshold = "128KiB"
@@ -141,8 +135,6 @@ pub struct CacheConfig {
     /// Direct fetch connections per lender (0: off).
     pub fetch_connections: u32,
     pub routing: Routing,
-    /// Judge the adaptive rule by trials with the disk alone (`crate::trials`).
-    pub routing_trials: bool,
     pub threshold: ByteSize,
     /// Aligned window read and filled around a small miss; 0: off.
     pub read_around: ByteSize,
@@ -172,7 +164,6 @@ impl Default for CacheConfig {
             threads: 2,
             fetch_connections: 8,
             routing: Routing::Adaptive,
-            routing_trials: true,
             threshold: ByteSize::kib(128),
             read_around: ByteSize::kib(16),
             max_lenders: 64,
@@ -622,7 +613,7 @@ mod tests {
     #[test]
     fn template_is_the_defaults_and_mentions_every_key() {
         let keys = farcache_config::check_template::<CacheConfig>("cache", TEMPLATE).unwrap();
-        assert_eq!(keys.len(), 23);
+        assert_eq!(keys.len(), 22);
         CacheConfig::default().validate().unwrap();
     }
 

@@ -7,8 +7,7 @@
 //!   client-side [`index::BlockIndex`] (`index.rs`), the lender set [`remote::Remote`]
 //!   (`remote.rs`, lenders can join and leave while running) and the routing rule
 //!   [`routing::Router`] (`routing.rs`: paper 000's threshold, or adaptive from measured
-//!   costs), judged as a whole by [`trials::Trials`] (`trials.rs`: epochs with the lenders
-//!   and without them, compared by what the reads took).
+//!   costs).
 //! - [`seal::BlockSeal`] (`seal.rs`): what a block looks like on a lender — the identity,
 //!   or encrypted and authenticated (XChaCha20-Poly1305) so a lender can cost a miss, never
 //!   wrong data.
@@ -45,7 +44,6 @@ pub mod remote;
 pub mod routing;
 pub mod seal;
 pub mod stats;
-pub mod trials;
 pub mod writeback;
 
 pub use backing::{BackingFile, BackingOptions, ReadMode, WriteMode, MAX_READ_BYTES};

@@ -102,7 +102,6 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::identity::FileId;
-use crate::trials::{TrialStats, Trials};
 
 /// Reads of at least this many bytes are a stream's (readahead), sequential or not: paper
 /// 000's n = 32 blocks.
@@ -307,9 +306,6 @@ pub struct AdaptiveEstimates {
     /// Where sequential reads go now: true = the lenders.
     #[serde(default)]
     pub stream_remote: bool,
-    /// What the routing trials found (`None`: trials off, `cache.routing_trials = false`).
-    #[serde(default)]
-    pub trials: Option<TrialStats>,
 }
 
 /// One read's route.
@@ -332,12 +328,6 @@ pub(crate) struct Decision {
     /// of its blocks and [`RouterState::claim_remote_probe`] says yes, it is fetched from
     /// them instead (then `route` becomes `Remote` and `probe` true).
     pub may_probe_remote: bool,
-    /// A random read under trials: the tag of the epoch it was decided in (its time goes
-    /// back with [`RouterState::trial_read`]).
-    pub trial: Option<u64>,
-    /// The read is in a disk-only epoch of the trials: the disk serves it as asked, and the
-    /// rule neither fills from it nor learns from it.
-    pub disk_only: bool,
 }
 
 impl Decision {
@@ -433,8 +423,6 @@ pub(crate) enum RouterState {
 
 pub(crate) struct Measured {
     model: Mutex<Adaptive>,
-    /// The rule judged as a whole (`None`: off).
-    trials: Option<Trials>,
     streams: Streams,
     disk_samples: AtomicU64,
     remote_samples: AtomicU64,
@@ -616,7 +604,6 @@ impl RouterState {
             Router::Threshold(t) => RouterState::Threshold(t),
             Router::Adaptive(a) => RouterState::Adaptive(Box::new(Measured {
                 model: Mutex::new(a),
-                trials: None,
                 streams: Streams::new(),
                 disk_samples: AtomicU64::new(0),
                 remote_samples: AtomicU64::new(0),
@@ -686,26 +673,11 @@ impl RouterState {
                 probe: false,
                 fill: false,
                 may_probe_remote: false,
-                trial: None,
-                disk_only: false,
             },
             RouterState::Adaptive(m) => {
                 // A read as large as a readahead window is a stream's, whether or not it
                 // continues the one before it.
                 let sequential = m.streams.observe(id, offset, len) || len >= STREAM_MIN_BYTES;
-                let trial = if sequential { None } else { m.trials.as_ref().map(Trials::tag) };
-                if trial.is_some_and(Trials::disk_only) {
-                    return Decision {
-                        route: Route::Disk,
-                        adaptive: true,
-                        sequential,
-                        probe: false,
-                        fill: false,
-                        may_probe_remote: false,
-                        trial,
-                        disk_only: true,
-                    };
-                }
                 let (remote, fill) = if sequential {
                     // Streams go to the lenders only on stream reads measured there (probes
                     // on seeded blocks), never on the model's extrapolation from small
@@ -815,25 +787,7 @@ impl RouterState {
                         !fill && m.probe_wanted(&m.remote_seen_us, &m.remote_cost_us, m.remote_probe_interval()),
                     )
                 };
-                Decision { route, adaptive: true, sequential, probe, fill, may_probe_remote, trial, disk_only: false }
-            }
-        }
-    }
-
-    /// Judge the rule by trials ([`crate::trials`]): epochs with the rule deciding and
-    /// epochs with every random read on the disk, compared by what the reads took. No
-    /// effect on the threshold rule.
-    pub fn enable_trials(&mut self) {
-        if let RouterState::Adaptive(m) = self {
-            m.trials = Some(Trials::new());
-        }
-    }
-
-    /// A random read decided under trials ([`Decision::trial`]) took `took`, all told.
-    pub fn trial_read(&self, tag: u64, took: Duration) {
-        if let RouterState::Adaptive(m) = self {
-            if let Some(t) = &m.trials {
-                t.read_done(tag, took);
+                Decision { route, adaptive: true, sequential, probe, fill, may_probe_remote }
             }
         }
     }
@@ -1106,7 +1060,6 @@ impl RouterState {
                 let mib = (1 << 20) as f64;
                 [c.side[0].per_byte_us * mib, c.side[1].per_byte_us * mib, c.probe_per_byte_us * mib]
             },
-            trials: m.trials.as_ref().map(Trials::stats),
         })
     }
 }

@@ -663,16 +663,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "routing {}",
             match cache.routing {
                 Routing::Threshold => format!("threshold: reads of {} or more go to the disk", cache.threshold),
-                Routing::Adaptive => format!(
-                    "adaptive: each read where measured costs say it finishes sooner{}",
-                    if cache.routing_trials { ", judged by trials with the disk alone" } else { "" }
-                ),
+                Routing::Adaptive => "adaptive: each read where measured costs say it finishes sooner".to_string(),
             }
         );
         let c = Arc::new(
             CachedPath::new(DirectPath::with_io(io), remote, cache.router())
-                .with_read_around(cache.read_around_blocks())
-                .with_trials(cache.routing_trials),
+                .with_read_around(cache.read_around_blocks()),
         );
         (c.clone(), Engine::Cached(c), tier)
     };

@@ -205,7 +205,7 @@ fn render_mount(s: &MountStats) -> String {
                  disk share {:.0}%, a disk read {:.1}x a lender's (fills above {FILL_MARGIN}x), \
                  {:.0}% of fills not retired by writes; \
                  disk {:.0}us + {:.0} MB/s ({} samples), lenders {:.0}us + {:.0} MB/s ({} samples); \
-                 streams to the {}: disk {}, lenders {} (probes {}); {}",
+                 streams to the {}: disk {}, lenders {} (probes {})",
                 e.adaptive_remote,
                 e.adaptive_disk,
                 e.adaptive_probes,
@@ -224,18 +224,6 @@ fn render_mount(s: &MountStats) -> String {
                 stream_rate(a.stream_us_per_mib[0]),
                 stream_rate(a.stream_us_per_mib[1]),
                 stream_rate(a.stream_us_per_mib[2]),
-                match &a.trials {
-                    None => "trials off".to_string(),
-                    Some(t) => format!(
-                        "trials: random reads {} ({} tests, {} changes, shared/disk-only {:.2}, a test every {} epochs, {} void)",
-                        if t.disk_only { "on the disk only" } else { "shared by the rule" },
-                        t.tests,
-                        t.changes,
-                        t.shared_over_disk,
-                        t.test_every,
-                        t.void_epochs
-                    ),
-                },
             ),
             None => "adaptive".to_string(),
         },

@@ -91,10 +91,6 @@ impl Collector for Snapshot {
             o.value(m, v)?;
         }
         o.gauge_f64(ROUTING_DISK_SHARE, c.routing.adaptive.as_ref().map_or(0.0, |a| a.disk_share))?;
-        let trials = c.routing.adaptive.as_ref().and_then(|a| a.trials.clone()).unwrap_or_default();
-        o.value(ROUTING_TRIALS_DISK_ONLY, trials.disk_only as u64)?;
-        o.value(ROUTING_TRIAL_TESTS, trials.tests)?;
-        o.value(ROUTING_TRIAL_CHANGES, trials.changes)?;
         let addrs: Vec<String> = c.lenders.iter().map(|l| l.addr.to_string()).collect();
         type Field = fn(&farcache_engine::LenderStatus) -> u64;
         let per_lender: [(Metric, Field); 5] = [

@@ -117,9 +117,6 @@ metrics! { MOUNT:
     INDEX_REMOTE_BLOCKS = "farcache_mount_index_remote_blocks", Gauge, "Blocks the index marks as held by a lender";
     INDEX_PER_GIB = "farcache_mount_index_bytes_per_gib_cached", Gauge, "Index bytes per GiB held on lenders";
     ROUTING_DISK_SHARE = "farcache_mount_routing_disk_share", Gauge, "Share of random reads adaptive routing sends to the disk (0 to 1; 0 under threshold routing)";
-    ROUTING_TRIALS_DISK_ONLY = "farcache_mount_routing_trials_disk_only", Gauge, "1 while routing trials keep every random read on the disk (the lenders made reads slower)";
-    ROUTING_TRIAL_TESTS = "farcache_mount_routing_trial_tests", Counter, "Routing trials' test epochs (the mode the verdict rejected, measured)";
-    ROUTING_TRIAL_CHANGES = "farcache_mount_routing_trial_changes", Counter, "Times routing trials changed their verdict";
     LENDER_CONNECTED = "farcache_mount_lender_connected", Gauge, "1 while a connection to the lender is live";
     LENDER_CONNECTS = "farcache_mount_lender_connects", Counter, "Connections made to the lender since it joined the set";
     LENDER_HITS = "farcache_mount_lender_hits", Counter, "Blocks the lender delivered";
