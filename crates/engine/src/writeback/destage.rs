@@ -56,9 +56,24 @@ pub enum FlushError {
 }
 
 impl<D: DataPath> Shared<D> {
-    /// Wake the destager.
+    /// Wake the destager, once per look it takes for work: a kick while one is pending
+    /// costs an atomic swap. Measured: a durable writer past the high watermark kicked on
+    /// every write, and each kick woke every waiter of the one condvar the destager and a
+    /// waiting `farcache flush` shared — one wake-up of the flush's thread per write, on a
+    /// two-CPU machine beside the write-back's own threads (BENCHMARKS.md, issue 12,
+    /// session 28).
     pub(crate) fn kick(&self) {
-        self.cv.notify_all();
+        if !self.kicked.swap(true, Ordering::AcqRel) {
+            // Under the lock: the destager either saw the flag before it waits, or waits
+            // already and gets this notify.
+            let _c = self.ctl.lock();
+            self.cv.notify_one();
+        }
+    }
+
+    /// Wake the flushes waiting for the destager's progress.
+    fn progressed(&self) {
+        self.done_cv.notify_all();
     }
 
     /// Wake the destager if the tier is past its high watermark.
@@ -93,8 +108,10 @@ pub(crate) fn run<D: DataPath>(s: &Shared<D>) {
             if c.stop {
                 return;
             }
-            if c.flush_asked == c.flush_done {
+            // A kick since the last look is work to look at now; else wait for one.
+            if c.flush_asked == c.flush_done && !s.kicked.swap(false, Ordering::AcqRel) {
                 s.cv.wait_for(&mut c, s.cfg.destage_interval.get());
+                s.kicked.store(false, Ordering::Release);
             }
             if c.stop {
                 return;
@@ -121,7 +138,7 @@ pub(crate) fn run<D: DataPath>(s: &Shared<D>) {
         let Some(through) = through else {
             if let Some((t, _)) = flush_ticket {
                 s.ctl.lock().flush_done = t;
-                s.cv.notify_all();
+                s.progressed();
             }
             continue;
         };
@@ -156,7 +173,7 @@ pub(crate) fn run<D: DataPath>(s: &Shared<D>) {
                 c.last_error = Some(e);
             }
         }
-        s.cv.notify_all();
+        s.progressed();
     }
 }
 
@@ -398,7 +415,7 @@ pub(crate) fn flush<D: DataPath>(
         if t0.elapsed() >= timeout {
             return Err(FlushError::Timeout(timeout, s.log.stats().dirty_bytes));
         }
-        s.cv.wait_for(&mut c, Duration::from_millis(200));
+        s.done_cv.wait_for(&mut c, Duration::from_millis(200));
         drop(c);
         if last_report.elapsed() >= Duration::from_secs(1) {
             progress(s.log.stats().dirty_bytes);

@@ -185,7 +185,15 @@ pub(crate) struct Shared<D: DataPath> {
     cfg: TierConfig,
     counters: TierCounters,
     ctl: Mutex<destage::Ctl>,
+    /// The destager waits here for work (a kick, a flush asked for, `stop`).
     cv: Condvar,
+    /// Flushes wait here for the destager's progress (a round done, an error, `stop`): a
+    /// condvar of their own, so that kicking the destager does not wake them.
+    done_cv: Condvar,
+    /// A kick is pending: the destager has not yet looked for work since. While it is set,
+    /// a kick costs one atomic swap and no wake-up (a writer past the high watermark kicks
+    /// on every write).
+    kicked: AtomicBool,
     recovered: Recovered,
     /// Set by `shutdown`: writes go through.
     closing: AtomicBool,
@@ -326,6 +334,8 @@ impl<D: DataPath> WritebackPath<D> {
             counters: TierCounters::default(),
             ctl: Mutex::new(destage::Ctl::default()),
             cv: Condvar::new(),
+            done_cv: Condvar::new(),
+            kicked: AtomicBool::new(false),
             recovered,
             closing: AtomicBool::new(false),
             _lock: lock,
@@ -500,6 +510,7 @@ impl<D: DataPath> WritebackPath<D> {
     fn stop_destager(&self, wait: Option<std::time::Duration>) {
         self.shared.ctl.lock().stop = true;
         self.shared.cv.notify_all();
+        self.shared.done_cv.notify_all();
         let Some(h) = self.destager.lock().take() else { return };
         let Some(wait) = wait else {
             let _ = h.join();

@@ -323,6 +323,38 @@ fn destage_starts_at_the_high_watermark_and_by_age() {
     assert_eq!(&on_disk(&env.root.join("w"))[..4096], &[9u8; 4096][..]);
 }
 
+/// A write past the high watermark wakes the destager itself: with a destage interval of an
+/// hour, only the kick can start the round. Twice, so that a kick flag left set (or cleared
+/// too early) by the first wake-up shows as a second round that never starts.
+#[test]
+fn a_write_past_the_high_watermark_wakes_the_destager_each_time() {
+    let env = env();
+    let mut c = cfg(&env, 2 << 20);
+    c.destage_interval = farcache_config::HumanDuration::secs(3600);
+    let t = open_tier(&env, &c);
+    let f = open_file(&env, "k");
+    std::thread::sleep(Duration::from_millis(50)); // the destager waits by now
+    for cycle in 0..2u64 {
+        let before = t.stats().destage_rounds;
+        // Past 50% of ~2 MiB (each 4 KiB write costs a data and a header page).
+        for i in 0..200u64 {
+            t.write(&f, (cycle * 200 + i) * 4096, &[i as u8; 4096]).unwrap();
+        }
+        let t0 = std::time::Instant::now();
+        loop {
+            let s = t.stats();
+            if s.destage_rounds > before && s.log.used_bytes <= s.log.capacity_bytes / 2 {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "cycle {cycle}: the kick did not start a round: {s:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    t.flush(Duration::from_secs(10), &mut |_| {}).unwrap();
+    assert_eq!(t.stats().log.dirty_blocks, 0);
+    assert_eq!(&on_disk(&env.root.join("k"))[399 * 4096..400 * 4096], &[199u8; 4096][..]);
+}
+
 #[test]
 fn an_idle_mount_destages_everything_and_a_busy_one_does_not() {
     let env = env();
