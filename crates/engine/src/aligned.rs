@@ -34,6 +34,11 @@ impl AlignedBuf {
         self.filled
     }
 
+    /// Empty again, to be filled anew (the allocation is kept).
+    pub(crate) fn clear(&mut self) {
+        self.filled = 0;
+    }
+
     /// Where the next bytes go, and how many still fit.
     pub(crate) fn spare(&mut self) -> (*mut u8, usize) {
         // SAFETY: filled <= capacity, so the pointer stays inside the allocation.

@@ -288,10 +288,20 @@ impl<D: DataPath> CachedPath<D> {
         len: u64,
         change: impl FnOnce() -> io::Result<T>,
     ) -> io::Result<T> {
+        self.changing_ranges(file, &[(offset, len)], change)
+    }
+
+    /// [`Self::changing`] of several ranges `(offset, len)` changed at once.
+    fn changing_ranges<T>(
+        &self,
+        file: &BackingFile,
+        ranges: &[(u64, u64)],
+        change: impl FnOnce() -> io::Result<T>,
+    ) -> io::Result<T> {
         let f = self.index.file(file.id());
         self.index.begin_change(&f);
         let r = change();
-        if len > 0 {
+        for &(offset, len) in ranges.iter().filter(|(_, len)| *len > 0) {
             let last = offset.saturating_add(len - 1) / BLOCK_BYTES;
             let gone = self.index.invalidate(&f, offset / BLOCK_BYTES, last);
             self.routing.retired(gone.len() as u64);
@@ -627,6 +637,11 @@ impl<D: DataPath> DataPath for CachedPath<D> {
 
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {
         self.changing(file, offset, data.len() as u64, || self.disk.write(file, offset, data))
+    }
+
+    fn write_many(&self, file: &BackingFile, writes: &[(u64, &[u8])]) -> io::Result<()> {
+        let ranges: Vec<(u64, u64)> = writes.iter().map(|(o, d)| (*o, d.len() as u64)).collect();
+        self.changing_ranges(file, &ranges, || self.disk.write_many(file, writes))
     }
 
     fn set_len(&self, file: &BackingFile, size: u64) -> io::Result<()> {

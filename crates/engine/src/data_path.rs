@@ -55,6 +55,18 @@ pub trait DataPath: Send + Sync + 'static {
     /// Write all of `data` at `offset` through to the backing file; returns `data.len()`.
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize>;
 
+    /// Write each `(offset, data)` of `writes` (ranges that do not overlap) as
+    /// [`DataPath::write`] writes one. A path over the I/O engine submits them together, so
+    /// the disk gets them as one queue (the destager's merged runs of a file). On an error
+    /// some may have been written and others not; as for `write`, nothing cached of any of
+    /// the ranges can be read afterwards. The default writes them one after another.
+    fn write_many(&self, file: &BackingFile, writes: &[(u64, &[u8])]) -> io::Result<()> {
+        for (offset, data) in writes {
+            self.write(file, *offset, data)?;
+        }
+        Ok(())
+    }
+
     /// Set the file's size (truncate or extend). Data past the new size is gone.
     fn set_len(&self, file: &BackingFile, size: u64) -> io::Result<()>;
 
@@ -194,6 +206,9 @@ impl<T: DataPath + ?Sized> DataPath for std::sync::Arc<T> {
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {
         (**self).write(file, offset, data)
     }
+    fn write_many(&self, file: &BackingFile, writes: &[(u64, &[u8])]) -> io::Result<()> {
+        (**self).write_many(file, writes)
+    }
     fn set_len(&self, file: &BackingFile, size: u64) -> io::Result<()> {
         (**self).set_len(file, size)
     }
@@ -302,6 +317,9 @@ impl DataPath for Deferred {
     }
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {
         self.get().map_err(Self::eio)?.write(file, offset, data)
+    }
+    fn write_many(&self, file: &BackingFile, writes: &[(u64, &[u8])]) -> io::Result<()> {
+        self.get().map_err(Self::eio)?.write_many(file, writes)
     }
     fn set_len(&self, file: &BackingFile, size: u64) -> io::Result<()> {
         self.get().map_err(Self::eio)?.set_len(file, size)

@@ -428,10 +428,11 @@ fn render_mount(s: &MountStats) -> String {
         );
         let _ = writeln!(
             out,
-            "           destaged {} blocks ({}) in {} rounds, {} blocks of {} deleted files never written; {} errors{}",
+            "           destaged {} blocks ({}) in {} rounds ({} batches at full depth, the mount idle), {} blocks of {} deleted files never written; {} errors{}",
             t.destaged_blocks,
             ByteSize(t.destaged_bytes).approx(),
             t.destage_rounds,
+            t.destage_batches_deep,
             t.discarded_blocks,
             t.discarded_files,
             t.destage_errors,

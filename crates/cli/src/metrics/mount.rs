@@ -122,6 +122,7 @@ impl Collector for Snapshot {
             (TIER_THROUGH_FULL, t.write_through_full),
             (TIER_THROUGH_BROKEN, t.write_through_broken),
             (TIER_DESTAGE_ROUNDS, t.destage_rounds),
+            (TIER_DESTAGE_DEEP, t.destage_batches_deep),
             (TIER_DESTAGED_BLOCKS, t.destaged_blocks),
             (TIER_DESTAGED_BYTES, t.destaged_bytes),
             (TIER_DISCARDED_BLOCKS, t.discarded_blocks),

@@ -161,6 +161,7 @@ metrics! { MOUNT:
     TIER_THROUGH_FULL = "farcache_mount_tier_write_through_full", Counter, "Writes that went through because the tier was full";
     TIER_THROUGH_BROKEN = "farcache_mount_tier_write_through_broken", Counter, "Writes that went through because the tier's medium failed";
     TIER_DESTAGE_ROUNDS = "farcache_mount_tier_destage_rounds", Counter, "Destage rounds run";
+    TIER_DESTAGE_DEEP = "farcache_mount_tier_destage_batches_deep", Counter, "Destage batches written all at once because the mount was idle (else four writes at a time)";
     TIER_DESTAGED_BLOCKS = "farcache_mount_tier_destaged_blocks", Counter, "Blocks written back to the backing store";
     TIER_DESTAGED_BYTES = "farcache_mount_tier_destaged_bytes", Counter, "Bytes written back to the backing store";
     TIER_DISCARDED_BLOCKS = "farcache_mount_tier_discarded_blocks", Counter, "Dirty blocks of deleted files dropped instead of written back";

@@ -21,7 +21,6 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use farcache_tier::Log;
 
 use super::name::{FileName, Located};
@@ -98,10 +97,25 @@ fn foreground<D: DataPath>(s: &Shared<D>) -> u64 {
         + below
 }
 
+/// How long no application I/O has reached the mount, as far as the checks tell: since the
+/// first check that saw the present count (so at most that long, and 0 when it just moved).
+/// The destager checks at least every `destage_interval`, and before each batch it writes.
+fn quiet_for<D: DataPath>(s: &Shared<D>) -> Duration {
+    let now = foreground(s);
+    let mut q = s.quiet.lock();
+    if q.0 != now {
+        *q = (now, Instant::now());
+    }
+    q.1.elapsed()
+}
+
+/// A batch is written all at once only when the mount has been quiet this long (module docs
+/// of [`DESTAGE_IN_FLIGHT`]): an application between two of its requests is not idle.
+const DEEP_AFTER_QUIET: Duration = Duration::from_millis(10);
+
 /// The destager thread.
 pub(crate) fn run<D: DataPath>(s: &Shared<D>) {
-    // (foreground count, when it last moved)
-    let mut seen = (foreground(s), Instant::now());
+    quiet_for(s);
     loop {
         let flush_ticket = {
             let mut c = s.ctl.lock();
@@ -124,12 +138,9 @@ pub(crate) fn run<D: DataPath>(s: &Shared<D>) {
             }
             (c.flush_asked > c.flush_done).then_some((c.flush_asked, c.flush_target))
         };
-        let now = foreground(s);
-        if now != seen.0 {
-            seen = (now, Instant::now());
-        }
         let idle_after = s.cfg.idle_destage_after.get();
-        let idle = !idle_after.is_zero() && seen.1.elapsed() >= idle_after;
+        let quiet = quiet_for(s);
+        let idle = !idle_after.is_zero() && quiet >= idle_after;
         let recovered = s.ctl.lock().recovered_through.take();
         let through = match (due(s, flush_ticket.is_some() || idle), recovered) {
             (Some(a), Some(b)) => Some(a.max(b)),
@@ -243,61 +254,130 @@ fn describe(name: &[u8]) -> String {
     }
 }
 
-/// Merged writes of one file a destage round has in flight at once (each at most
-/// `tier.destage_write`): the memory a round holds is this many of them, plus the one being
-/// filled (a run is handed to a helper only when one is free).
+/// Merged writes of one file a destage round has in flight at once while the applications
+/// are using the mount: a batch is written in groups of this many. A batch also holds up to
+/// this many `tier.destage_write`s' worth of bytes, and at most [`DESTAGE_BATCH_RUNS`] runs
+/// (scattered single blocks). At most two batches exist per file's write-back, one being
+/// written and one being filled: the memory a round holds.
+///
+/// Measured (BENCHMARKS.md, issue 12, session 28): a durable writer's p99 beside a flush on
+/// two vCPUs was 93–124 µs with groups of 4, 87–109 µs with groups of 2, and 186–292 µs
+/// with a whole batch at once (the I/O engine's queue depth, 32) — which wrote scattered
+/// blocks back 1.4× as fast. So a whole batch goes at once only once no application I/O
+/// has reached the mount for [`DEEP_AFTER_QUIET`]: faster when the mount is idle.
 const DESTAGE_IN_FLIGHT: usize = 4;
+/// Runs of one batch, at most.
+const DESTAGE_BATCH_RUNS: usize = 256;
+
+/// The merged runs of one batch, in one block-aligned buffer (each run starts on a block
+/// boundary of it, so that whole-block runs can be written `O_DIRECT` from where they lie).
+struct Batch {
+    buf: crate::aligned::AlignedBuf,
+    /// (first block, where in `buf`, bytes)
+    runs: Vec<(u64, usize, usize)>,
+}
+
+impl Batch {
+    fn new(capacity: usize) -> Batch {
+        Batch { buf: crate::aligned::AlignedBuf::with_capacity(capacity, B as usize), runs: Vec::new() }
+    }
+
+    /// Whether block `b` extends the last run: right after it, which ends on a whole block,
+    /// and still within `max` bytes.
+    fn extends(&self, b: u64, max: usize) -> bool {
+        self.runs.last().is_some_and(|&(start, _, len)| {
+            (len as u64).is_multiple_of(B) && start + len as u64 / B == b && len + B as usize <= max
+        })
+    }
+
+    /// Whether a new run of up to `most` bytes fits.
+    fn has_room(&self, most: usize) -> bool {
+        self.runs.len() < DESTAGE_BATCH_RUNS
+            && self.buf.filled().next_multiple_of(B as usize) + most <= self.buf.capacity()
+    }
+
+    /// A new run at block `b` (the caller checked [`Batch::has_room`]).
+    fn start_run(&mut self, b: u64) {
+        const ZEROS: [u8; B as usize] = [0; B as usize];
+        let pad = self.buf.filled().next_multiple_of(B as usize) - self.buf.filled();
+        self.buf.extend_from_slice(&ZEROS[..pad]);
+        self.runs.push((b, self.buf.filled(), 0));
+    }
+
+    fn append(&mut self, data: &[u8]) {
+        self.buf.extend_from_slice(data);
+        self.runs.last_mut().expect("a run was started").2 += data.len();
+    }
+
+    /// The runs as writes: (offset in the file, bytes).
+    fn writes(&self) -> Vec<(u64, &[u8])> {
+        let all = self.buf.as_ref();
+        self.runs.iter().map(|&(b, at, len)| (b * B, &all[at..at + len])).collect()
+    }
+}
 
 /// Write `blocks` of `fe` (all its dirty blocks with `None`) back through the path below,
 /// merged, then fdatasync the file. The caller holds `fe.meta`.
 ///
-/// A pipeline: this thread reads the blocks from the tier and merges them into runs; a file
-/// of more than one run has them written by up to [`DESTAGE_IN_FLIGHT`] helper threads,
-/// started for the file and fed through a rendezvous queue, so a disk with a queue gets them
-/// together (one 1 MiB write at a time left it half idle) while the next runs are read. The
-/// helpers live as long as the file's write-back: before, three threads were started for
-/// every four runs, and each new thread set up an io_uring ring of its own for its first
-/// write — 384 thread and ring setups to write back 512 MiB, which then ran at 30–75 MB/s
-/// on a disk that writes 350 (BENCHMARKS.md, "Session 22: destage").
+/// A pipeline of two: this thread reads the blocks from the tier, merges them into runs and
+/// the runs into batches ([`Batch`]); a file of more than one batch has them written by a
+/// helper thread, started for the file and fed through a rendezvous queue, while the next is
+/// read. A batch goes down as one [`DataPath::write_many`]: the I/O engine submits its runs
+/// together, so the disk gets a queue. Before (session 28), each run was handed to one of four
+/// helper threads and written alone: scattered blocks cost a hand-off and a ring wait each —
+/// 45,711 context switches of the destage threads in 5 s of a flush beside a durable writer,
+/// whose p99 the write-back's CPU then raised 4× on two vCPUs (BENCHMARKS.md, issue 12).
 pub(crate) fn write_back_file<D: DataPath>(s: &Shared<D>, fe: &FileEntry, blocks: Option<&[u64]>) -> io::Result<()> {
     let mut list: Vec<u64> = match blocks {
         Some(b) => b.to_vec(),
         None => s.log.dirty_in(fe.key, 0, u64::MAX).into_iter().map(|(b, _)| b).collect(),
     };
     list.sort_unstable();
-    let max = s.cfg.destage_write.bytes();
-    let write = |(start, buf): &(u64, BytesMut)| -> io::Result<()> {
-        s.inner.write(&fe.rw, start * B, buf)?;
-        add(&s.counters.destaged_bytes, buf.len() as u64);
+    let max = s.cfg.destage_write.bytes() as usize;
+    // No bigger than the file's dirty blocks need (one pad after a partial last block).
+    let capacity = (DESTAGE_IN_FLIGHT * max).min((list.len() + 1) * B as usize);
+    let total = list.len();
+    let write = |batch: &Batch| -> io::Result<()> {
+        let writes = batch.writes();
+        // A quiet mount: all of it at once (the engine's queue depth bounds it).
+        let idle = quiet_for(s) >= DEEP_AFTER_QUIET;
+        let group = if idle { writes.len().max(1) } else { DESTAGE_IN_FLIGHT };
+        if idle {
+            add(&s.counters.destage_batches_deep, 1);
+        }
+        for w in writes.chunks(group) {
+            s.inner.write_many(&fe.rw, w)?;
+        }
+        add(&s.counters.destaged_bytes, writes.iter().map(|(_, d)| d.len() as u64).sum());
         Ok(())
     };
     let n = std::thread::scope(|sc| -> io::Result<u64> {
-        let mut writers = Writers::new(sc, &write);
-        let mut run: Option<(u64, BytesMut)> = None;
+        let mut writer = Writer::new(sc, &write);
+        let mut batch = Batch::new(capacity);
         let mut n = 0u64;
-        for b in list {
+        for (i, b) in list.into_iter().enumerate() {
             // Newest contents now; gone if cut or dropped since the plan.
             let Some((page, valid)) = s.log.read_block(fe.key, b)? else { continue };
-            let contiguous = run.as_ref().is_some_and(|(start, buf)| {
-                (buf.len() as u64).is_multiple_of(B) && start + buf.len() as u64 / B == b && buf.len() as u64 + B <= max
-            });
-            if !contiguous {
-                if let Some(r) = run.take().filter(|(_, b)| !b.is_empty()) {
-                    if writers.failed() {
+            if !batch.extends(b, max) {
+                // A run starting here grows to `max` at most, and to the blocks left.
+                let most = max.min((total - i) * B as usize);
+                if !batch.has_room(most) {
+                    debug_assert!(!batch.runs.is_empty(), "an empty batch holds any run");
+                    if writer.failed() {
                         break; // the round fails anyway: read no further
                     }
-                    writers.push(r);
+                    let next = writer.spare().unwrap_or_else(|| Batch::new(capacity));
+                    writer.push(std::mem::replace(&mut batch, next));
                 }
-                run = Some((b, BytesMut::with_capacity(max as usize)));
+                batch.start_run(b);
             }
-            let (_, buf) = run.as_mut().expect("a run");
-            buf.extend_from_slice(&page.0[..valid as usize]);
+            batch.append(&page.0[..valid as usize]);
             n += 1;
         }
-        if let Some(r) = run.take().filter(|(_, b)| !b.is_empty()) {
-            writers.push(r);
+        if !batch.runs.is_empty() {
+            writer.push(batch);
         }
-        writers.finish().map(|()| n)
+        writer.finish().map(|()| n)
     })?;
     if n > 0 {
         s.inner.fsync(&fe.rw, true)?;
@@ -306,32 +386,46 @@ pub(crate) fn write_back_file<D: DataPath>(s: &Shared<D>, fe: &FileEntry, blocks
     Ok(())
 }
 
-/// The helper threads of one file's write-back ([`write_back_file`]). A file of one run
+/// The helper thread of one file's write-back ([`write_back_file`]). A file of one batch
 /// writes it on the caller's thread and starts none.
-struct Writers<'scope, 'env, W: Fn(&(u64, BytesMut)) -> io::Result<()> + Sync> {
+struct Writer<'scope, 'env, W: Fn(&Batch) -> io::Result<()> + Sync> {
     scope: &'scope std::thread::Scope<'scope, 'env>,
     write: &'env W,
-    /// The first run, held back until a second one shows that helpers are worth starting.
-    first: Option<(u64, BytesMut)>,
-    queue: Option<std::sync::mpsc::SyncSender<(u64, BytesMut)>>,
-    helpers: Vec<std::thread::ScopedJoinHandle<'scope, ()>>,
-    /// The first error a helper met; the others then skip their runs.
+    /// The first batch, held back until a second one shows that a helper is worth starting.
+    first: Option<Batch>,
+    queue: Option<std::sync::mpsc::SyncSender<Batch>>,
+    /// Batches the helper has written, emptied, for the reader to fill again.
+    spares: std::sync::Arc<parking_lot::Mutex<Vec<Batch>>>,
+    helper: Option<std::thread::ScopedJoinHandle<'scope, ()>>,
+    /// The first error the helper met; it then skips the rest.
     error: std::sync::Arc<parking_lot::Mutex<Option<io::Error>>>,
 }
 
-impl<'scope, 'env, W: Fn(&(u64, BytesMut)) -> io::Result<()> + Sync> Writers<'scope, 'env, W> {
+impl<'scope, 'env, W: Fn(&Batch) -> io::Result<()> + Sync> Writer<'scope, 'env, W> {
     fn new(scope: &'scope std::thread::Scope<'scope, 'env>, write: &'env W) -> Self {
-        Writers { scope, write, first: None, queue: None, helpers: Vec::new(), error: Default::default() }
+        Writer {
+            scope,
+            write,
+            first: None,
+            queue: None,
+            spares: Default::default(),
+            helper: None,
+            error: Default::default(),
+        }
     }
 
     fn failed(&self) -> bool {
         self.error.lock().is_some()
     }
 
-    fn push(&mut self, run: (u64, BytesMut)) {
+    fn spare(&self) -> Option<Batch> {
+        self.spares.lock().pop()
+    }
+
+    fn push(&mut self, batch: Batch) {
         if self.queue.is_none() {
             if self.first.is_none() {
-                self.first = Some(run);
+                self.first = Some(batch);
                 return;
             }
             self.start();
@@ -340,34 +434,35 @@ impl<'scope, 'env, W: Fn(&(u64, BytesMut)) -> io::Result<()> + Sync> Writers<'sc
         if let Some(first) = self.first.take() {
             let _ = q.send(first);
         }
-        let _ = q.send(run); // waits for a free helper: the memory bound
+        let _ = q.send(batch); // waits for the helper to be free: the memory bound
     }
 
     fn start(&mut self) {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<(u64, BytesMut)>(0);
-        let rx = std::sync::Arc::new(parking_lot::Mutex::new(rx));
-        for _ in 0..DESTAGE_IN_FLIGHT {
-            let (rx, error, write) = (rx.clone(), self.error.clone(), self.write);
-            self.helpers.push(self.scope.spawn(move || loop {
-                let Ok(run) = rx.lock().recv() else { return };
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(0);
+        let (error, spares, write) = (self.error.clone(), self.spares.clone(), self.write);
+        self.helper = Some(self.scope.spawn(move || {
+            while let Ok(mut batch) = rx.recv() {
                 if error.lock().is_some() {
                     continue; // drain: the round fails anyway
                 }
-                if let Err(e) = write(&run) {
+                if let Err(e) = write(&batch) {
                     error.lock().get_or_insert(e);
                 }
-            }));
-        }
+                batch.runs.clear();
+                batch.buf.clear();
+                spares.lock().push(batch);
+            }
+        }));
         self.queue = Some(tx);
     }
 
-    /// Every run written (or the first error).
+    /// Every batch written (or the first error).
     fn finish(mut self) -> io::Result<()> {
         if let Some(first) = self.first.take() {
             (self.write)(&first)?;
         }
         drop(self.queue.take());
-        for h in self.helpers.drain(..) {
+        if let Some(h) = self.helper.take() {
             if h.join().is_err() {
                 self.error.lock().get_or_insert(io::Error::other("destage writer panicked"));
             }

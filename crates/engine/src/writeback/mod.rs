@@ -119,6 +119,7 @@ pub struct TierCounters {
     pub write_through_unnamed: AtomicU64,
     pub file_flushes: AtomicU64,
     pub destage_rounds: AtomicU64,
+    pub destage_batches_deep: AtomicU64,
     pub destaged_blocks: AtomicU64,
     pub destaged_bytes: AtomicU64,
     pub destage_errors: AtomicU64,
@@ -145,6 +146,10 @@ pub struct TierStats {
     pub write_through_unnamed: u64,
     pub file_flushes: u64,
     pub destage_rounds: u64,
+    /// Batches of merged writes sent to the disk all at once because no application I/O
+    /// reached the mount since the previous batch (otherwise four at a time).
+    #[serde(default)]
+    pub destage_batches_deep: u64,
     pub destaged_blocks: u64,
     pub destaged_bytes: u64,
     pub destage_errors: u64,
@@ -194,6 +199,9 @@ pub(crate) struct Shared<D: DataPath> {
     /// a kick costs one atomic swap and no wake-up (a writer past the high watermark kicks
     /// on every write).
     kicked: AtomicBool,
+    /// The application I/O count last seen and since when it has not moved
+    /// (`destage::quiet_for`).
+    quiet: Mutex<(u64, std::time::Instant)>,
     recovered: Recovered,
     /// Set by `shutdown`: writes go through.
     closing: AtomicBool,
@@ -336,6 +344,7 @@ impl<D: DataPath> WritebackPath<D> {
             cv: Condvar::new(),
             done_cv: Condvar::new(),
             kicked: AtomicBool::new(false),
+            quiet: Mutex::new((0, std::time::Instant::now())),
             recovered,
             closing: AtomicBool::new(false),
             _lock: lock,
@@ -374,6 +383,7 @@ impl<D: DataPath> WritebackPath<D> {
             write_through_unnamed: l(&c.write_through_unnamed),
             file_flushes: l(&c.file_flushes),
             destage_rounds: l(&c.destage_rounds),
+            destage_batches_deep: l(&c.destage_batches_deep),
             destaged_blocks: l(&c.destaged_blocks),
             destaged_bytes: l(&c.destaged_bytes),
             destage_errors: l(&c.destage_errors),

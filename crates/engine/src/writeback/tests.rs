@@ -355,6 +355,98 @@ fn a_write_past_the_high_watermark_wakes_the_destager_each_time() {
     assert_eq!(&on_disk(&env.root.join("k"))[399 * 4096..400 * 4096], &[199u8; 4096][..]);
 }
 
+/// A write-back of more than one batch: scattered single blocks (more runs than a batch
+/// takes), long runs (more bytes than a batch takes) and a partial last block, on a backing
+/// written direct and on one written buffered — every byte on the disk after the flush.
+#[test]
+fn a_write_back_of_many_batches_lands_every_byte() {
+    for direct_writes in [false, true] {
+        let env = env();
+        let mut c = cfg(&env, 64 << 20);
+        // The destager looks often, so it has seen the mount quiet before the flush.
+        c.destage_interval = farcache_config::HumanDuration::ms(5);
+        let t =
+            WritebackPath::open(DirectPath::new(), &c, &env.root, BackingOptions { direct_io: true, direct_writes })
+                .unwrap();
+        let f = open_file(&env, "many");
+        let mut model = vec![0u8; 0];
+        let mut put = |t: &WritebackPath<DirectPath>, off: u64, data: &[u8]| {
+            t.write(&f, off, data).unwrap();
+            let end = off as usize + data.len();
+            if model.len() < end {
+                model.resize(end, 0);
+            }
+            model[off as usize..end].copy_from_slice(data);
+        };
+        // 600 scattered blocks (every other one of the first 1,200).
+        for i in 0..600u64 {
+            put(&t, i * 2 * 4096, &[(i % 251) as u8 + 1; 4096]);
+        }
+        // 6 MiB contiguous after them, in 1 MiB writes, then a partial block at the end.
+        let base = 1200 * 4096;
+        for m in 0..6u64 {
+            let data: Vec<u8> = (0..1 << 20).map(|j: u64| (j / 4096 + m * 7) as u8).collect();
+            put(&t, base + (m << 20), &data);
+        }
+        put(&t, base + (6 << 20), &[9u8; 1000]);
+        std::thread::sleep(Duration::from_millis(100));
+        t.flush(Duration::from_secs(30), &mut |_| {}).unwrap();
+        assert_eq!(t.stats().log.dirty_blocks, 0, "direct_writes {direct_writes}");
+        assert!(on_disk(&env.root.join("many")) == model, "direct_writes {direct_writes}: the disk differs");
+        // The mount was quiet: batches went all at once.
+        assert!(t.stats().destage_batches_deep > 0, "direct_writes {direct_writes}: {:?}", t.stats());
+    }
+}
+
+/// A write-back beside an application's writes goes a few writes at a time (the batches at
+/// full depth are counted): the same file as above, flushed while another file is written
+/// in a loop.
+#[test]
+fn a_write_back_beside_a_writer_goes_a_few_writes_at_a_time() {
+    let env = env();
+    let c = cfg(&env, 64 << 20);
+    let t = open_tier(&env, &c);
+    let f = open_file(&env, "many");
+    for i in 0..600u64 {
+        t.write(&f, i * 2 * 4096, &[(i % 251) as u8 + 1; 4096]).unwrap();
+    }
+    for m in 0..6u64 {
+        t.write(&f, 1200 * 4096 + (m << 20), &vec![m as u8 + 1; 1 << 20]).unwrap();
+    }
+    let g = open_file(&env, "busy");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let deep = std::thread::scope(|sc| {
+        let w = sc.spawn(|| {
+            let mut i = 0u64;
+            // Bounded: stops when told, or after 60 s.
+            let t0 = std::time::Instant::now();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(60) {
+                t.write(&g, (i % 64) * 4096, &[i as u8; 4096]).unwrap();
+                i += 1;
+            }
+            i
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        let before = t.stats().destage_batches_deep;
+        t.flush(Duration::from_secs(30), &mut |_| {}).unwrap();
+        let deep = t.stats().destage_batches_deep - before;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(w.join().unwrap() > 0);
+        deep
+    });
+    // At least 5 batches went down (601 runs, 8.3 MiB); one may have found the writer
+    // descheduled for its whole length on a loaded machine.
+    assert!(deep <= 1, "{deep} batches at full depth beside a writer: {:?}", t.stats());
+    let mut want = vec![0u8; 1200 * 4096 + (6 << 20)];
+    for i in 0..600usize {
+        want[i * 2 * 4096..(i * 2 + 1) * 4096].fill((i % 251) as u8 + 1);
+    }
+    for m in 0..6usize {
+        want[1200 * 4096 + (m << 20)..1200 * 4096 + ((m + 1) << 20)].fill(m as u8 + 1);
+    }
+    assert!(on_disk(&env.root.join("many")) == want, "the disk differs");
+}
+
 #[test]
 fn an_idle_mount_destages_everything_and_a_busy_one_does_not() {
     let env = env();
