@@ -261,7 +261,7 @@ fn describe(name: &[u8]) -> String {
 /// written and one being filled: the memory a round holds.
 ///
 /// Measured (BENCHMARKS.md, issue 12, session 28): a durable writer's p99 beside a flush on
-/// two vCPUs was 93–124 µs with groups of 4, 87–109 µs with groups of 2, and 186–292 µs
+/// two vCPUs was 93–124 µs with groups of 4, 87–109 µs with groups of 2, and 169–308 µs
 /// with a whole batch at once (the I/O engine's queue depth, 32) — which wrote scattered
 /// blocks back 1.4× as fast. So a whole batch goes at once only once no application I/O
 /// has reached the mount for [`DEEP_AFTER_QUIET`]: faster when the mount is idle.
