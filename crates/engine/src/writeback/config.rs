@@ -30,7 +30,8 @@ destage_interval = "100ms"
 # Once the mount has seen no reads or writes for this long, destage everything: an idle
 # backing store takes the write-back at no one's expense. "0s": only by the rules above.
 idle_destage_after = "2s"
-# Largest single write a destage round merges neighbouring dirty blocks into.
+# Largest single write a destage round merges neighbouring dirty blocks into. A write-back
+# holds at most eight of these in memory (two batches of four: one written, one filled).
 destage_write = "1MiB"
 # After a destage error (the backing refused a write or a sync): retry after retry_min,
 # doubling up to retry_max. The data stays dirty in the tier meanwhile.
