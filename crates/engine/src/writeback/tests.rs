@@ -286,6 +286,14 @@ fn random_operations_match_a_model_through_crashes_and_a_full_tier() {
     assert_eq!(on_disk(&env.root.join("m")), model);
 }
 
+/// Past 50% of a ~2 MiB tier (each 4 KiB write costs a data and a header page): 200 blocks
+/// of `f` from block `from`, block `from + i` holding the byte `i`.
+fn write_past_half<D: DataPath>(t: &WritebackPath<D>, f: &BackingFile, from: u64) {
+    for i in 0..200u64 {
+        t.write(f, (from + i) * 4096, &[i as u8; 4096]).unwrap();
+    }
+}
+
 #[test]
 fn destage_starts_at_the_high_watermark_and_by_age() {
     let env = env();
@@ -293,10 +301,7 @@ fn destage_starts_at_the_high_watermark_and_by_age() {
     c.destage_interval = farcache_config::HumanDuration::ms(10);
     let t = open_tier(&env, &c);
     let f = open_file(&env, "w");
-    // Past 50% of ~2 MiB (each 4 KiB write costs a data and a header page).
-    for i in 0..200u64 {
-        t.write(&f, i * 4096, &[i as u8; 4096]).unwrap();
-    }
+    write_past_half(&t, &f, 0);
     let t0 = std::time::Instant::now();
     loop {
         let s = t.stats();
@@ -336,10 +341,7 @@ fn a_write_past_the_high_watermark_wakes_the_destager_each_time() {
     std::thread::sleep(Duration::from_millis(50)); // the destager waits by now
     for cycle in 0..2u64 {
         let before = t.stats().destage_rounds;
-        // Past 50% of ~2 MiB (each 4 KiB write costs a data and a header page).
-        for i in 0..200u64 {
-            t.write(&f, (cycle * 200 + i) * 4096, &[i as u8; 4096]).unwrap();
-        }
+        write_past_half(&t, &f, cycle * 200);
         let t0 = std::time::Instant::now();
         loop {
             let s = t.stats();
@@ -504,36 +506,47 @@ fn a_backing_that_refuses_writes_keeps_the_data_dirty_and_says_so() {
     let _ = &mut whole;
 }
 
-/// A file of many merged runs is written back by helper threads (`destage::Writers`): when
-/// one of its writes fails, the round fails and frees nothing; the next writes every run.
+/// A file of many merged runs is written back in batches (`destage::Writer`; one batch on the
+/// reading thread, more through a helper thread): when one of its writes fails, the round
+/// fails and frees nothing; the next writes every run. 20 runs (one batch) failing at the
+/// 7th write, and 600 (three batches) failing at the 300th, in the helper's batch.
 #[test]
 fn a_failed_run_among_many_keeps_the_whole_file_dirty_until_a_round_writes_them_all() {
-    let env = env();
-    let mut c = cfg(&env, 8 << 20);
-    c.retry_min = farcache_config::HumanDuration::ms(10);
-    let inner = Arc::new(Hooked::new());
-    inner.fail_write_at.store(7, Ordering::SeqCst);
-    let t =
-        WritebackPath::open(inner.clone(), &c, &env.root, BackingOptions { direct_io: false, direct_writes: false })
-            .unwrap();
-    let f = open_file(&env, "x");
-    // Blocks 0, 2, 4, ..., 38: twenty runs of one block each; the file is 39 blocks long.
-    let mut model = vec![0u8; 39 * 4096];
-    for b in (0..40).step_by(2) {
-        let data = vec![b as u8 + 1; 4096];
-        t.write(&f, b * 4096, &data).unwrap();
-        model[b as usize * 4096..(b as usize + 1) * 4096].copy_from_slice(&data);
+    for (runs, fail_at) in [(20u64, 7u64), (600, 300)] {
+        let env = env();
+        let mut c = cfg(&env, 16 << 20);
+        c.retry_min = farcache_config::HumanDuration::ms(10);
+        let inner = Arc::new(Hooked::new());
+        inner.fail_write_at.store(fail_at, Ordering::SeqCst);
+        let t = WritebackPath::open(
+            inner.clone(),
+            &c,
+            &env.root,
+            BackingOptions { direct_io: false, direct_writes: false },
+        )
+        .unwrap();
+        let f = open_file(&env, "x");
+        // Blocks 0, 2, 4, ...: runs of one block each; the file ends on the last.
+        let mut model = vec![0u8; (2 * runs as usize - 1) * 4096];
+        for b in (0..2 * runs).step_by(2) {
+            let data = vec![(b % 251) as u8 + 1; 4096];
+            t.write(&f, b * 4096, &data).unwrap();
+            model[b as usize * 4096..(b as usize + 1) * 4096].copy_from_slice(&data);
+        }
+        let e = t.flush(Duration::from_secs(10), &mut |_| {}).unwrap_err();
+        assert!(e.to_string().contains("Input/output error"), "{runs} runs: {e}");
+        assert_eq!(t.stats().log.dirty_blocks, runs, "{runs} runs: nothing freed after a failed run");
+        assert!(read_all(&t, &f, model.len()) == model, "{runs} runs: reads do not see the data");
+        // No more failures: one round writes every run.
+        inner.fail_write_at.store(0, Ordering::SeqCst);
+        t.flush(Duration::from_secs(10), &mut |_| {}).unwrap();
+        assert_eq!(t.stats().log.dirty_blocks, 0);
+        assert!(on_disk(&env.root.join("x")) == model, "{runs} runs: the disk lacks a run");
+        assert!(
+            inner.writes.load(Ordering::SeqCst) >= runs + fail_at,
+            "{runs} runs: every run written in the second round"
+        );
     }
-    let e = t.flush(Duration::from_secs(10), &mut |_| {}).unwrap_err();
-    assert!(e.to_string().contains("Input/output error"), "{e}");
-    assert_eq!(t.stats().log.dirty_blocks, 20, "nothing freed after a failed run");
-    assert!(read_all(&t, &f, model.len()) == model, "reads do not see the data");
-    // No more failures: one round writes every run.
-    inner.fail_write_at.store(0, Ordering::SeqCst);
-    t.flush(Duration::from_secs(10), &mut |_| {}).unwrap();
-    assert_eq!(t.stats().log.dirty_blocks, 0);
-    assert!(on_disk(&env.root.join("x")) == model, "the disk lacks a run");
-    assert!(inner.writes.load(Ordering::SeqCst) >= 20 + 7, "every run written in the second round");
 }
 
 #[test]
