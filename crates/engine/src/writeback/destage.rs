@@ -139,6 +139,7 @@ pub(crate) fn run<D: DataPath>(s: &Shared<D>) {
             (c.flush_asked > c.flush_done).then_some((c.flush_asked, c.flush_target))
         };
         let idle_after = s.cfg.idle_destage_after.get();
+        // Every look updates the quiet clock the batches also read (even with idle destaging off).
         let quiet = quiet_for(s);
         let idle = !idle_after.is_zero() && quiet >= idle_after;
         let recovered = s.ctl.lock().recovered_through.take();

@@ -147,7 +147,7 @@ pub struct TierStats {
     pub file_flushes: u64,
     pub destage_rounds: u64,
     /// Batches of merged writes sent to the disk all at once because no application I/O
-    /// reached the mount since the previous batch (otherwise four at a time).
+    /// had reached the mount for 10 ms (otherwise four at a time).
     #[serde(default)]
     pub destage_batches_deep: u64,
     pub destaged_blocks: u64,
