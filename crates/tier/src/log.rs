@@ -38,6 +38,10 @@ use crate::{FileKey, TierError, PAGE_BYTES};
 const PB: u64 = PAGE_BYTES as u64;
 /// Reads of a dirty block without a lock before [`Log::read_block`] takes the commit lock.
 const OPTIMISTIC_READS: usize = 8;
+
+/// Pages [`Log::read_blocks`] reads at once (256 KiB).
+const READ_RUN_PAGES: usize = 64;
+
 /// Most pages one leader writes before it flushes (bounds a group, and what recovery may
 /// find written but never flushed after the log's end).
 pub const MAX_GROUP_PAGES: u64 = 2048;
@@ -835,6 +839,62 @@ impl Log {
         // held (every append and `free_through` takes it), so this read cannot lose the race.
         // Bounded: one read of one page while appends wait.
         self.read_block_locked(key, block)
+    }
+
+    /// [`Log::read_block`] for many blocks of `key` (ascending): each block still dirty, in
+    /// order, as `(block, its valid bytes)` to `f`, which returns whether to go on; a block
+    /// no longer dirty is skipped. Records on consecutive pages of the medium (where a file
+    /// written in order lands) are read together, up to [`READ_RUN_PAGES`] pages in one read
+    /// into one buffer, and the index is looked up once per [`READ_RUN_PAGES`] blocks: no page
+    /// allocated and no read per block, as [`Log::read_block`] costs. A record freed, or
+    /// failing its checksum, by the time its run was read is read again alone by
+    /// [`Log::read_block`], which settles the race or reports the damage.
+    pub fn read_blocks(
+        &self,
+        key: FileKey,
+        blocks: &[u64],
+        mut f: impl FnMut(u64, &[u8]) -> bool,
+    ) -> std::io::Result<()> {
+        let mut scratch = page::zeroed(READ_RUN_PAGES.min(blocks.len()));
+        let mut recs: Vec<(u64, Option<Rec>)> = Vec::with_capacity(scratch.len());
+        for chunk in blocks.chunks(READ_RUN_PAGES) {
+            recs.clear();
+            {
+                let ix = self.index.lock();
+                let file = ix.files.get(&key);
+                recs.extend(chunk.iter().map(|b| (*b, file.and_then(|f| f.blocks.get(b)).copied())));
+            }
+            let mut i = 0;
+            while i < recs.len() {
+                let Some(first) = recs[i].1 else {
+                    i += 1;
+                    continue;
+                };
+                let mut j = i + 1;
+                while j < recs.len() && recs[j].1.is_some_and(|r| r.page == first.page + (j - i) as u64) {
+                    j += 1;
+                }
+                self.medium.read_at(first.page * PB, &mut page::bytes_mut(&mut scratch)[..(j - i) * PAGE_BYTES])?;
+                // As in `read_block`: a record freed while we read may hold another's bytes.
+                let tail = self.tail_seq.load(Ordering::Acquire);
+                for (p, &(b, rec)) in scratch.iter().zip(&recs[i..j]) {
+                    let rec = rec.expect("a run holds records only");
+                    let go = if tail <= rec.seq && data_crc(&p.0) == rec.crc {
+                        f(b, &p.0[..rec.valid as usize])
+                    } else {
+                        match self.read_block(key, b)? {
+                            Some((p, valid)) => f(b, &p.0[..valid as usize]),
+                            None => true,
+                        }
+                    };
+                    if !go {
+                        return Ok(());
+                    }
+                }
+                i = j;
+            }
+        }
+        Ok(())
     }
 
     /// [`Log::read_block`] under the commit lock: cannot race a rewrite or a free.

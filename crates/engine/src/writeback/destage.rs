@@ -356,25 +356,26 @@ pub(crate) fn write_back_file<D: DataPath>(s: &Shared<D>, fe: &FileEntry, blocks
         let mut writer = Writer::new(sc, &write);
         let mut batch = Batch::new(capacity);
         let mut n = 0u64;
-        for (i, b) in list.into_iter().enumerate() {
-            // Newest contents now; gone if cut or dropped since the plan.
-            let Some((page, valid)) = s.log.read_block(fe.key, b)? else { continue };
+        // Newest contents now (gone if cut or dropped since the plan), read in runs.
+        s.log.read_blocks(fe.key, &list, |b, data| {
             if !batch.extends(b, max) {
-                // A run starting here grows to `max` at most, and to the blocks left.
-                let most = max.min((total - i) * B as usize);
+                // A run starting here grows to `max` at most, and to the blocks left (at most
+                // those not read yet).
+                let most = max.min((total - n as usize) * B as usize);
                 if !batch.has_room(most) {
                     debug_assert!(!batch.runs.is_empty(), "an empty batch holds any run");
                     if writer.failed() {
-                        break; // the round fails anyway: read no further
+                        return false; // the round fails anyway: read no further
                     }
                     let next = writer.spare().unwrap_or_else(|| Batch::new(capacity));
                     writer.push(std::mem::replace(&mut batch, next));
                 }
                 batch.start_run(b);
             }
-            batch.append(&page.0[..valid as usize]);
+            batch.append(data);
             n += 1;
-        }
+            true
+        })?;
         if !batch.runs.is_empty() {
             writer.push(batch);
         }

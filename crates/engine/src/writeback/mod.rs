@@ -827,27 +827,34 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
         } else {
             BytesMut::from(&s.inner.read(file, offset, len)?[..])
         };
-        for (b, _) in dirty {
-            let (page, valid) = match s.log.read_block(fe.key, b)? {
-                Some((p, v)) => (p, v as u64),
-                None => {
-                    // Destaged (or cut) since we looked: the path below has it now.
-                    let r = s.inner.read(file, b * B, B as usize)?;
-                    let mut p = Page::zeroed();
-                    p.0[..r.len()].copy_from_slice(&r);
-                    (p, r.len() as u64)
-                }
-            };
-            let (bs, be) = (b * B, b * B + valid);
+        // Block `b`'s newest bytes over the range.
+        let mut overlay = |b: u64, data: &[u8]| {
+            let (bs, be) = (b * B, b * B + data.len() as u64);
             let (lo, hi) = (bs.max(offset), be.min(offset + len as u64));
-            if lo >= hi {
-                continue;
+            if lo < hi {
+                let (at, to) = ((lo - offset) as usize, (hi - offset) as usize);
+                if out.len() < to {
+                    out.resize(to, 0);
+                }
+                out[at..to].copy_from_slice(&data[(lo - bs) as usize..(hi - bs) as usize]);
             }
-            let (at, to) = ((lo - offset) as usize, (hi - offset) as usize);
-            if out.len() < to {
-                out.resize(to, 0);
+        };
+        let blocks: Vec<u64> = dirty.iter().map(|(b, _)| *b).collect();
+        // Blocks destaged (or cut) since we looked: the path below has them now.
+        let mut gone = Vec::new();
+        let mut next = 0;
+        s.log.read_blocks(fe.key, &blocks, |b, data| {
+            while blocks[next] != b {
+                gone.push(blocks[next]);
+                next += 1;
             }
-            out[at..to].copy_from_slice(&page.0[(lo - bs) as usize..(hi - bs) as usize]);
+            next += 1;
+            overlay(b, data);
+            true
+        })?;
+        gone.extend_from_slice(&blocks[next..]);
+        for b in gone {
+            overlay(b, &s.inner.read(file, b * B, B as usize)?);
         }
         Ok(out.freeze())
     }
