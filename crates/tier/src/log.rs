@@ -846,9 +846,10 @@ impl Log {
     /// no longer dirty is skipped. Records on consecutive pages of the medium (where a file
     /// written in order lands) are read together, up to [`READ_RUN_PAGES`] pages in one read
     /// into one buffer, and the index is looked up once per [`READ_RUN_PAGES`] blocks: no page
-    /// allocated and no read per block, as [`Log::read_block`] costs. A record freed, or
-    /// failing its checksum, by the time its run was read is read again alone by
-    /// [`Log::read_block`], which settles the race or reports the damage.
+    /// allocated and no read per block, as [`Log::read_block`] costs; the runs of those
+    /// blocks are read together ([`Medium::read_many`]: in flight at once on a device). A
+    /// record freed, or failing its checksum, by the time its run was read is read again
+    /// alone by [`Log::read_block`], which settles the race or reports the damage.
     pub fn read_blocks(
         &self,
         key: FileKey,
@@ -864,34 +865,41 @@ impl Log {
                 let file = ix.files.get(&key);
                 recs.extend(chunk.iter().map(|b| (*b, file.and_then(|f| f.blocks.get(b)).copied())));
             }
-            let mut i = 0;
-            while i < recs.len() {
-                let Some(first) = recs[i].1 else {
-                    i += 1;
-                    continue;
-                };
-                let mut j = i + 1;
-                while j < recs.len() && recs[j].1.is_some_and(|r| r.page == first.page + (j - i) as u64) {
-                    j += 1;
+            // The dirty ones only, in runs of consecutive pages; page k of `scratch` holds the
+            // k-th of them.
+            recs.retain(|(_, r)| r.is_some());
+            let mut runs: Vec<(u64, usize)> = Vec::new(); // (first page, pages)
+            for (_, r) in &recs {
+                let page = r.expect("kept").page;
+                match runs.last_mut() {
+                    Some((first, n)) if *first + *n as u64 == page => *n += 1,
+                    _ => runs.push((page, 1)),
                 }
-                self.medium.read_at(first.page * PB, &mut page::bytes_mut(&mut scratch)[..(j - i) * PAGE_BYTES])?;
-                // As in `read_block`: a record freed while we read may hold another's bytes.
-                let tail = self.tail_seq.load(Ordering::Acquire);
-                for (p, &(b, rec)) in scratch.iter().zip(&recs[i..j]) {
-                    let rec = rec.expect("a run holds records only");
-                    let go = if tail <= rec.seq && data_crc(&p.0) == rec.crc {
-                        f(b, &p.0[..rec.valid as usize])
-                    } else {
-                        match self.read_block(key, b)? {
-                            Some((p, valid)) => f(b, &p.0[..valid as usize]),
-                            None => true,
-                        }
-                    };
-                    if !go {
-                        return Ok(());
+            }
+            let mut reads = Vec::with_capacity(runs.len());
+            let mut rest = &mut page::bytes_mut(&mut scratch)[..];
+            for &(first, n) in &runs {
+                let (buf, after) = std::mem::take(&mut rest).split_at_mut(n * PAGE_BYTES);
+                reads.push((first * PB, buf));
+                rest = after;
+            }
+            self.medium.read_many(&mut reads)?;
+            drop(reads);
+            // As in `read_block`: a record freed while we read may hold another's bytes.
+            let tail = self.tail_seq.load(Ordering::Acquire);
+            for (p, &(b, rec)) in scratch.iter().zip(&recs) {
+                let rec = rec.expect("kept");
+                let go = if tail <= rec.seq && data_crc(&p.0) == rec.crc {
+                    f(b, &p.0[..rec.valid as usize])
+                } else {
+                    match self.read_block(key, b)? {
+                        Some((p, valid)) => f(b, &p.0[..valid as usize]),
+                        None => true,
                     }
+                };
+                if !go {
+                    return Ok(());
                 }
-                i = j;
             }
         }
         Ok(())

@@ -47,6 +47,19 @@ pub trait Medium: Send + Sync {
     }
     /// Make every write completed before the call durable.
     fn flush(&self) -> io::Result<()>;
+    /// Read each `(offset, buffer)`, as [`Medium::read_at`] does: one after the other here; a
+    /// medium on a device overrides it to have them in flight together.
+    fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> io::Result<()> {
+        for (offset, buf) in reads.iter_mut() {
+            self.read_at(*offset, buf)?;
+        }
+        Ok(())
+    }
+    /// The descriptor positional reads of this medium go to (`ssd`), for an I/O engine to
+    /// submit [`Medium::read_many`]'s reads on; `None` for a mapping.
+    fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
 }
 
 /// What kind of medium a tier is on (module docs).
@@ -279,6 +292,9 @@ impl Medium for FileMedium {
             self.file.sync_data()?;
         }
         Ok(())
+    }
+    fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        Some(std::os::fd::AsFd::as_fd(&self.file))
     }
 }
 

@@ -400,6 +400,51 @@ fn a_write_back_of_many_batches_lands_every_byte() {
     }
 }
 
+/// An `ssd` tier (a file on a disk file system, read `O_DIRECT`) hands the write-back's reads
+/// of a file's dirty blocks to the mount's I/O engine together: blocks written in random
+/// order lie on pages far apart, and were read one `pread` after another (session 29: 9 s to
+/// flush 512 MiB). Every byte lands; the tier's reads show in the engine's counters.
+#[test]
+fn an_ssd_tiers_scattered_blocks_are_read_through_the_io_engine_for_the_write_back() {
+    let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+    let tier = dir.path().join("tier");
+    if farcache_tier::detect(&tier).unwrap() != Mode::Ssd {
+        eprintln!("skipped: the source tree is not on a disk file system (no O_DIRECT)");
+        return;
+    }
+    let mut env = env();
+    env.tier = tier;
+    let mut c = cfg(&env, 64 << 20);
+    c.mode = TierMode::Ssd;
+    let io = Arc::new(crate::IoEngine::default());
+    let t = WritebackPath::open(
+        DirectPath::with_io(io.clone()),
+        &c,
+        &env.root,
+        BackingOptions { direct_io: false, direct_writes: false },
+    )
+    .unwrap();
+    let f = open_file(&env, "scattered");
+    // 1,000 blocks in a scrambled order (7 is coprime to 1,000), each its own pattern.
+    let n = 1000u64;
+    let mut model = vec![0u8; (n * 4096) as usize];
+    for i in 0..n {
+        let b = (i * 7 + 3) % n;
+        let data: Vec<u8> = (0..4096u64).map(|j| (b * 13 + j) as u8).collect();
+        t.write(&f, b * 4096, &data).unwrap();
+        model[(b * 4096) as usize..((b + 1) * 4096) as usize].copy_from_slice(&data);
+    }
+    let reads = |s: &crate::io::IoCountersSnapshot| s.ops_uring + s.ops_sync - s.write_ops - s.sync_ops;
+    let before = reads(&io.counters().snapshot());
+    t.flush(Duration::from_secs(30), &mut |_| {}).unwrap();
+    assert_eq!(t.stats().log.dirty_blocks, 0);
+    assert!(on_disk(&env.root.join("scattered")) == model, "the disk differs");
+    // Nothing read the backing file: the engine's reads were the tier's, at least one per
+    // 64 blocks (a chunk of `Log::read_blocks`), and no more than one per block.
+    let tier_reads = reads(&io.counters().snapshot()) - before;
+    assert!((n / 64..=n).contains(&tier_reads), "{tier_reads} reads of the tier through the engine for {n} blocks");
+}
+
 /// A write-back beside an application's writes goes a few writes at a time (the batches at
 /// full depth are counted): the same file as above, flushed while another file is written
 /// in a loop.
