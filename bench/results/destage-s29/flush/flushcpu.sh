@@ -1,7 +1,8 @@
 #!/bin/bash
-# daemon CPU and wall time of `farcache flush` of 512 MiB written into a dram tier: $3 = randwrite|write
+# daemon CPU and wall time of `farcache flush` of 512 MiB written into a tier: $3 = randwrite|write;
+# TIERDIR: where the tier file goes (/dev/shm: a dram tier; /var/tmp, on the disk: an ssd tier)
 B=$1; tag=$2; rw=$3
-base=/var/tmp/s29fc; mnt=/tmp/s29/mnt; tier=/dev/shm/s29fc.tier
+base=/var/tmp/s29fc; mnt=/tmp/s29/mnt; tier=${TIERDIR:-/dev/shm}/s29fc.tier
 rm -rf $base $tier; mkdir -p $base $mnt
 cat > /tmp/s29/noidle.toml <<T
 [tier]
