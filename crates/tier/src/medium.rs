@@ -3,12 +3,9 @@
 //! [`Medium`] is the seam under the log: positional writes and reads of whole pages, and a
 //! flush that makes every completed write durable. Three implementations, chosen by what
 //! the tier's path is ([`detect`]):
-//! - `dram`: a file on tmpfs (or ramfs), reserved whole at start and mapped shared: writes
-//!   and reads are copies to and from the mapping, with no system call. A write is "durable"
-//!   once it is in the file: it survives the daemon (a SIGKILL, a crash), **not** a power cut
-//!   or a reboot. The flush is free. This is how paper 003 emulated NVM. Measured against
-//!   `pread`/`pwritev` of the file (session 29, BENCHMARKS.md): the kernel's tmpfs read path
-//!   (page lookups, `folio_mark_accessed`, the copy out) was half of a flush's CPU.
+//! - `dram`: a file on tmpfs (or ramfs). A write is "durable" once it is in the file: it
+//!   survives the daemon (a SIGKILL, a crash), **not** a power cut or a reboot. The flush is
+//!   free. This is how paper 003 emulated NVM.
 //! - `ssd`: a file on a disk file system, or a block device, written with `O_DIRECT` and made
 //!   durable by `fdatasync` (a cache flush / FUA on the device). The log commits concurrent
 //!   writers' records together (group commit), so one flush covers many writes.
@@ -193,13 +190,9 @@ pub fn open(path: &Path, mode: Mode, size: u64) -> Result<Box<dyn Medium>, TierE
                 }
                 size
             };
-            let len = len / PAGE_BYTES as u64 * PAGE_BYTES as u64;
-            if mode == Mode::Dram {
-                return Ok(Box::new(MappedMedium::map(path, file, len, libc::MAP_SHARED, false)?));
-            }
-            Ok(Box::new(FileMedium { file, len, sync: true }))
+            Ok(Box::new(FileMedium { file, len: len / PAGE_BYTES as u64 * PAGE_BYTES as u64, sync: mode == Mode::Ssd }))
         }
-        Mode::Pmem => Ok(Box::new(MappedMedium::open_pmem(path, size)?)),
+        Mode::Pmem => Ok(Box::new(PmemMedium::open(path, size)?)),
     }
 }
 
@@ -228,11 +221,11 @@ fn device_size(file: &File) -> io::Result<u64> {
     Ok(n)
 }
 
-/// `ssd`: a file or block device, written with `pwrite` and `O_DIRECT`.
+/// `dram` and `ssd`: a file or block device, written with `pwrite` (`O_DIRECT` for ssd).
 struct FileMedium {
     file: File,
     len: u64,
-    /// Flush with `fdatasync`.
+    /// Flush with `fdatasync` (ssd); dram's writes are as durable as they get once written.
     sync: bool,
 }
 
@@ -293,33 +286,30 @@ impl Medium for FileMedium {
         }
         Ok(())
     }
+    /// An ssd tier's: a device worth queueing reads on (a dram tier's reads are copies).
     fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        Some(std::os::fd::AsFd::as_fd(&self.file))
+        self.sync.then(|| std::os::fd::AsFd::as_fd(&self.file))
     }
 }
 
-/// `pmem` and `dram`: a shared mapping — with `MAP_SYNC` on a DAX file system, of a
-/// device-DAX device, or of a tmpfs file (dram, whose space `open` reserved first: a store to
-/// a page tmpfs cannot supply would be a `SIGBUS`).
-struct MappedMedium {
+/// `pmem`: a shared mapping with `MAP_SYNC` (DAX file system) or of a device-DAX device.
+struct PmemMedium {
     base: *mut u8,
     len: u64,
-    /// Persistent memory: each write's cache lines are flushed, and a flush fences them.
-    pmem: bool,
     _file: File,
 }
 
 // SAFETY: the mapping is shared memory; the log never writes one page from two threads at
 // once (it writes only pages it allocated to the writing leader) and reads only pages that
 // are live.
-unsafe impl Send for MappedMedium {}
-unsafe impl Sync for MappedMedium {}
+unsafe impl Send for PmemMedium {}
+unsafe impl Sync for PmemMedium {}
 
 const MAP_SHARED_VALIDATE: i32 = 0x03;
 const MAP_SYNC: i32 = 0x80000;
 
-impl MappedMedium {
-    fn open_pmem(path: &Path, size: u64) -> Result<MappedMedium, TierError> {
+impl PmemMedium {
+    fn open(path: &Path, size: u64) -> Result<PmemMedium, TierError> {
         let is_chr = std::fs::metadata(path).map(|m| m.file_type().is_char_device()).unwrap_or(false);
         let file = OpenOptions::new().read(true).write(true).create(!is_chr).open(path).map_err(|e| {
             TierError::config(path, &format!("cannot open it: {e}"), "check the path and its permissions")
@@ -328,16 +318,11 @@ impl MappedMedium {
             file.set_len(size).map_err(|e| TierError::config(path, &format!("cannot size it: {e}"), "free space"))?;
         }
         let flags = if is_chr { libc::MAP_SHARED } else { MAP_SHARED_VALIDATE | MAP_SYNC };
-        Self::map(path, file, size / PAGE_BYTES as u64 * PAGE_BYTES as u64, flags, true)
-    }
-
-    /// Map `len` bytes of `file` with `flags`.
-    fn map(path: &Path, file: File, len: u64, flags: i32, pmem: bool) -> Result<MappedMedium, TierError> {
-        // SAFETY: a fresh shared mapping of `len` bytes of a file we keep open.
+        // SAFETY: a fresh shared mapping of `size` bytes of a file we keep open.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                len as usize,
+                size as usize,
                 libc::PROT_READ | libc::PROT_WRITE,
                 flags,
                 file.as_raw_fd(),
@@ -346,32 +331,24 @@ impl MappedMedium {
         };
         if p == libc::MAP_FAILED {
             let e = io::Error::last_os_error();
-            return Err(if pmem {
-                TierError::config(
-                    path,
-                    &format!("pmem: the kernel refused a DAX mapping with MAP_SYNC ({e}); this machine or file system has no usable persistent memory"),
-                    "mount a pmem device's file system with -o dax, or give a file on tmpfs (mode dram) or on an SSD (mode ssd)",
-                )
-            } else {
-                TierError::config(
-                    path,
-                    &format!("cannot map {len} bytes of it ({e})"),
-                    "give a smaller --tier-size, or raise the address-space limit (ulimit -v)",
-                )
-            });
+            return Err(TierError::config(
+                path,
+                &format!("pmem: the kernel refused a DAX mapping with MAP_SYNC ({e}); this machine or file system has no usable persistent memory"),
+                "mount a pmem device's file system with -o dax, or give a file on tmpfs (mode dram) or on an SSD (mode ssd)",
+            ));
         }
-        Ok(MappedMedium { base: p.cast(), len, pmem, _file: file })
+        Ok(PmemMedium { base: p.cast(), len: size / PAGE_BYTES as u64 * PAGE_BYTES as u64, _file: file })
     }
 }
 
-impl Drop for MappedMedium {
+impl Drop for PmemMedium {
     fn drop(&mut self) {
         // SAFETY: unmapping the mapping made in `open`.
         unsafe { libc::munmap(self.base.cast(), self.len as usize) };
     }
 }
 
-impl Medium for MappedMedium {
+impl Medium for PmemMedium {
     fn len(&self) -> u64 {
         self.len
     }
@@ -391,9 +368,7 @@ impl Medium for MappedMedium {
         unsafe {
             let dst = self.base.add(offset as usize);
             std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len());
-            if self.pmem {
-                flush_lines(dst, data.len());
-            }
+            flush_lines(dst, data.len());
         }
         Ok(())
     }
@@ -406,9 +381,6 @@ impl Medium for MappedMedium {
         Ok(())
     }
     fn flush(&self) -> io::Result<()> {
-        if !self.pmem {
-            return Ok(()); // dram: in the file once copied
-        }
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a store fence has no memory-safety preconditions.
         unsafe {

@@ -183,8 +183,7 @@ pub struct MountStats {
 /// the time of the stats request.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DaemonMemory {
-    /// Resident set (`VmRSS`); with a `dram` tier, its file's pages touched through the
-    /// mapping too (`RssShmem`: the tier's reserved memory, not the daemon's own).
+    /// Resident set (`VmRSS`).
     pub rss_bytes: u64,
     /// Of it, anonymous memory (`RssAnon`): heap, request buffers.
     pub anon_bytes: u64,
