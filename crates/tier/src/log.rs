@@ -850,10 +850,13 @@ impl Log {
     /// blocks are read together ([`Medium::read_many`]: in flight at once on a device). A
     /// record freed, or failing its checksum, by the time its run was read is read again
     /// alone by [`Log::read_block`], which settles the race or reports the damage.
+    /// `depth()`, asked before each chunk, bounds the reads handed to the medium at once
+    /// (the destager's fewer while applications use the mount).
     pub fn read_blocks(
         &self,
         key: FileKey,
         blocks: &[u64],
+        depth: impl Fn() -> usize,
         mut f: impl FnMut(u64, &[u8]) -> bool,
     ) -> std::io::Result<()> {
         let mut scratch = page::zeroed(READ_RUN_PAGES.min(blocks.len()));
@@ -883,7 +886,9 @@ impl Log {
                 reads.push((first * PB, buf));
                 rest = after;
             }
-            self.medium.read_many(&mut reads)?;
+            for group in reads.chunks_mut(depth().max(1)) {
+                self.medium.read_many(group)?;
+            }
             drop(reads);
             // As in `read_block`: a record freed while we read may hold another's bytes.
             let tail = self.tail_seq.load(Ordering::Acquire);

@@ -357,7 +357,10 @@ pub(crate) fn write_back_file<D: DataPath>(s: &Shared<D>, fe: &FileEntry, blocks
         let mut batch = Batch::new(capacity);
         let mut n = 0u64;
         // Newest contents now (gone if cut or dropped since the plan), read in runs.
-        s.log.read_blocks(fe.key, &list, |b, data| {
+        // Reads of the tier as the writes below: a few at a time beside applications (the
+        // tier's own commits share its device), all at once on a quiet mount.
+        let depth = || if quiet_for(s) >= DEEP_AFTER_QUIET { usize::MAX } else { DESTAGE_IN_FLIGHT };
+        s.log.read_blocks(fe.key, &list, depth, |b, data| {
             if !batch.extends(b, max) {
                 // A run starting here grows to `max` at most, and to the blocks left (at most
                 // those not read yet).

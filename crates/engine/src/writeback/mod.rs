@@ -901,15 +901,20 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
         // Blocks destaged (or cut) since we looked: the path below has them now.
         let mut gone = Vec::new();
         let mut next = 0;
-        s.log.read_blocks(fe.key, &blocks, |b, data| {
-            while blocks[next] != b {
-                gone.push(blocks[next]);
+        s.log.read_blocks(
+            fe.key,
+            &blocks,
+            || usize::MAX,
+            |b, data| {
+                while blocks[next] != b {
+                    gone.push(blocks[next]);
+                    next += 1;
+                }
                 next += 1;
-            }
-            next += 1;
-            overlay(b, data);
-            true
-        })?;
+                overlay(b, data);
+                true
+            },
+        )?;
         gone.extend_from_slice(&blocks[next..]);
         for b in gone {
             overlay(b, &s.inner.read(file, b * B, B as usize)?);

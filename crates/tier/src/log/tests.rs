@@ -171,13 +171,18 @@ fn reads_of_a_block_rewritten_and_freed_under_them_see_one_whole_version() {
         if let Some((p, _)) = log.read_block_locked(FileKey(1), 0).unwrap() {
             check(&p);
         }
-        log.read_blocks(FileKey(1), &[0], |b, d| {
-            assert_eq!((b, d.len()), (0, PAGE_BYTES));
-            let mut p = Page::zeroed();
-            p.0.copy_from_slice(d);
-            check(&p);
-            true
-        })
+        log.read_blocks(
+            FileKey(1),
+            &[0],
+            || 1,
+            |b, d| {
+                assert_eq!((b, d.len()), (0, PAGE_BYTES));
+                let mut p = Page::zeroed();
+                p.0.copy_from_slice(d);
+                check(&p);
+                true
+            },
+        )
         .unwrap();
         reads += 3;
     }
@@ -213,7 +218,16 @@ fn read_blocks_reads_runs_together_and_gives_each_block_its_newest_bytes() {
         fn flush(&self) -> io::Result<()> {
             self.0.flush()
         }
+        fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> io::Result<()> {
+            WIDEST.fetch_max(reads.len() as u64, Ordering::Relaxed);
+            for (o, b) in reads.iter_mut() {
+                self.0.read_at(*o, b)?;
+            }
+            Ok(())
+        }
     }
+    /// The most reads handed to the medium at once.
+    static WIDEST: AtomicU64 = AtomicU64::new(0);
     let (log, _) = Log::open(Box::new(Shared(m.clone())), Mode::Dram, Some("b")).unwrap();
     let name = |k: u64| (FileKey(k), Arc::from(&b"n"[..]));
     // Key 1: blocks 0..200 in one append (consecutive pages), the last one partial; key 2
@@ -238,10 +252,15 @@ fn read_blocks_reads_runs_together_and_gives_each_block_its_newest_bytes() {
     let asked: Vec<u64> = (0..260).collect();
     let reads0 = m.reads.load(Ordering::Relaxed);
     let mut got = Vec::new();
-    log.read_blocks(FileKey(1), &asked, |b, d| {
-        got.push((b, d.to_vec()));
-        true
-    })
+    log.read_blocks(
+        FileKey(1),
+        &asked,
+        || usize::MAX,
+        |b, d| {
+            got.push((b, d.to_vec()));
+            true
+        },
+    )
     .unwrap();
     let reads = m.reads.load(Ordering::Relaxed) - reads0;
     assert_eq!(got.iter().map(|(b, _)| *b).collect::<Vec<_>>(), (0..200).collect::<Vec<_>>());
@@ -254,17 +273,26 @@ fn read_blocks_reads_runs_together_and_gives_each_block_its_newest_bytes() {
     // 200 blocks in runs broken by the two rewritten ones, the 64-block chunks and the batch's
     // header pages (measured: 11 reads): far fewer reads than blocks.
     assert!(reads <= 16, "{reads} reads of the medium for 200 blocks");
+    // The runs of a chunk went to the medium together; `depth` bounds how many at once.
+    assert!(WIDEST.swap(0, Ordering::Relaxed) >= 3, "the runs of a chunk were read together");
+    log.read_blocks(FileKey(1), &asked, || 2, |_, _| true).unwrap();
+    assert_eq!(WIDEST.load(Ordering::Relaxed), 2, "at most `depth` reads at once");
     // Stopping early: no more blocks given once `f` says so.
     let mut n = 0;
-    log.read_blocks(FileKey(1), &asked, |_, _| {
-        n += 1;
-        n < 5
-    })
+    log.read_blocks(
+        FileKey(1),
+        &asked,
+        || usize::MAX,
+        |_, _| {
+            n += 1;
+            n < 5
+        },
+    )
     .unwrap();
     assert_eq!(n, 5);
     // A damaged page of a run is an error, not bytes.
     let rec = log.dirty_in(FileKey(1), 30, 30)[0].1;
     bytes.lock()[(rec.page * PB) as usize] ^= 0xFF;
-    let err = log.read_blocks(FileKey(1), &asked, |_, _| true).unwrap_err();
+    let err = log.read_blocks(FileKey(1), &asked, || usize::MAX, |_, _| true).unwrap_err();
     assert!(err.to_string().contains("fails its checksum"), "{err}");
 }
