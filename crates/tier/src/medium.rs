@@ -44,8 +44,8 @@ pub trait Medium: Send + Sync {
     }
     /// Make every write completed before the call durable.
     fn flush(&self) -> io::Result<()>;
-    /// Read each `(offset, buffer)`, as [`Medium::read_at`] does: one after the other here; a
-    /// medium on a device overrides it to have them in flight together.
+    /// Read each `(offset, buffer)`, as [`Medium::read_at`] does: one after the other here;
+    /// the engine's wrapper of a medium with a [`Medium::fd`] has them in flight together.
     fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> io::Result<()> {
         for (offset, buf) in reads.iter_mut() {
             self.read_at(*offset, buf)?;
@@ -53,7 +53,7 @@ pub trait Medium: Send + Sync {
         Ok(())
     }
     /// The descriptor positional reads of this medium go to (`ssd`), for an I/O engine to
-    /// submit [`Medium::read_many`]'s reads on; `None` for a mapping.
+    /// submit [`Medium::read_many`]'s reads on; `None` for a mapping or a tmpfs file.
     fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         None
     }
