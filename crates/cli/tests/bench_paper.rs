@@ -39,9 +39,19 @@ fn num(v: &Value, path: &[&str]) -> f64 {
     x.as_f64().unwrap_or_else(|| panic!("{path:?} is not a number in {v}"))
 }
 
-/// `farcache bench paper --quick ARGS --out DIR`, bounded by `limit`; then checks that
-/// nothing of its testbed is left, whatever the outcome. Its status, stdout and stderr.
+/// One `bench paper` run at a time in this binary. A run is a benchmark of the whole machine
+/// (its disk, its two CPUs, a memory cgroup sized to the workload), as `make bench` runs them:
+/// side by side, one run's gigabytes of disk I/O stalled another's write-through mount behind
+/// a 128 MiB cgroup until the OOM killer took it (a fresh clone's `make test`, session 29:
+/// the OLTP run beside the tier's, "3946 MiB of other I/O on the machine's disk in 66 s").
+static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// `farcache bench paper --quick ARGS --out DIR`, bounded by `limit`, alone
+/// ([`ONE_RUN_AT_A_TIME`]); then checks that nothing of its testbed is left, whatever the
+/// outcome. Its status, stdout and stderr.
 fn run_quick(args: &[&str], dir: &Path, limit: Duration) -> (std::process::ExitStatus, String, String) {
+    // A run that panicked left nothing to protect: its testbed is checked below.
+    let _alone = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (out_path, err_path) = (dir.join("stdout"), dir.join("stderr"));
     let mut child = Command::new(bin())
         .args(["bench", "paper", "--quick"])
