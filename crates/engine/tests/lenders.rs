@@ -308,8 +308,11 @@ fn fills_to_a_hung_lender_fail_at_the_timeout_and_free_their_places() {
     let t = Instant::now();
     wait("the fills to the hung lender to settle", || common::fills_settled(&e));
     let r = e.remote().stats();
-    // The proxy may pass on the one request it was reading when it froze.
-    assert!(r.puts <= farcache_engine::remote::PUT_REQUEST_BLOCKS as u64, "{r:?}");
+    // The proxy may pass on what it was reading when it froze: up to the requests the
+    // outbox keeps on the link at once (seen: 10 blocks stored, a request and part of the
+    // next in one read of the proxy's).
+    let on_the_link = farcache_engine::remote::PUT_REQUEST_BLOCKS * farcache_engine::remote::PUT_REQUESTS_IN_FLIGHT;
+    assert!(r.puts <= on_the_link as u64, "{r:?}");
     assert!(r.puts_failed > 0, "nothing was sent to the hung lender: {r:?}");
     assert_eq!(r.puts_in_flight, 0, "failed fills kept their places: {r:?}");
     assert!(t.elapsed() < Duration::from_secs(3), "the fills waited {:?}", t.elapsed());
