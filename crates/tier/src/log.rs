@@ -860,23 +860,20 @@ impl Log {
         mut f: impl FnMut(u64, &[u8]) -> bool,
     ) -> std::io::Result<()> {
         let mut scratch = page::zeroed(READ_RUN_PAGES.min(blocks.len()));
-        let mut recs: Vec<(u64, Option<Rec>)> = Vec::with_capacity(scratch.len());
+        // The chunk's blocks still dirty, and their records in runs of consecutive pages:
+        // page k of `scratch` holds the k-th of them.
+        let mut recs: Vec<(u64, Rec)> = Vec::with_capacity(scratch.len());
+        let mut runs: Vec<(u64, usize)> = Vec::new(); // (first page, pages)
         for chunk in blocks.chunks(READ_RUN_PAGES) {
             recs.clear();
-            {
-                let ix = self.index.lock();
-                let file = ix.files.get(&key);
-                recs.extend(chunk.iter().map(|b| (*b, file.and_then(|f| f.blocks.get(b)).copied())));
+            if let Some(file) = self.index.lock().files.get(&key) {
+                recs.extend(chunk.iter().filter_map(|b| Some((*b, *file.blocks.get(b)?))));
             }
-            // The dirty ones only, in runs of consecutive pages; page k of `scratch` holds the
-            // k-th of them.
-            recs.retain(|(_, r)| r.is_some());
-            let mut runs: Vec<(u64, usize)> = Vec::new(); // (first page, pages)
+            runs.clear();
             for (_, r) in &recs {
-                let page = r.expect("kept").page;
                 match runs.last_mut() {
-                    Some((first, n)) if *first + *n as u64 == page => *n += 1,
-                    _ => runs.push((page, 1)),
+                    Some((first, n)) if *first + *n as u64 == r.page => *n += 1,
+                    _ => runs.push((r.page, 1)),
                 }
             }
             let mut reads = Vec::with_capacity(runs.len());
@@ -893,7 +890,6 @@ impl Log {
             // As in `read_block`: a record freed while we read may hold another's bytes.
             let tail = self.tail_seq.load(Ordering::Acquire);
             for (p, &(b, rec)) in scratch.iter().zip(&recs) {
-                let rec = rec.expect("kept");
                 let go = if tail <= rec.seq && data_crc(&p.0) == rec.crc {
                     f(b, &p.0[..rec.valid as usize])
                 } else {
