@@ -11,8 +11,9 @@
 //!   requests on different ranges of one file proceed in parallel, as many as there are
 //!   callers. With `io_engine = "sync"` (or when io_uring is unavailable), the same
 //!   operations are plain `pread`/`pwrite`/`fsync` calls (`sync.rs`).
-//! - **A bound on what is in flight.** One call submits at most `queue_depth` operations at
-//!   once (a larger batch goes in rounds), and at most `max_in_flight` operations are in
+//! - **A bound on what is in flight.** One call has at most `queue_depth` operations in the
+//!   kernel at once (a larger batch is a sliding window: each completion lets the next
+//!   operation in, so the device's queue does not drain between rounds), and at most `max_in_flight` operations are in
 //!   flight across the engine; a caller beyond that waits for room.
 //! - **Buffers with an owner.** An [`Op`] borrows its caller's buffer for exactly the call:
 //!   every call returns only once the kernel has finished with every operation it submitted
@@ -160,16 +161,13 @@ impl IoEngine {
         &self.counters
     }
 
-    /// Run every operation of `ops`, at most `queue_depth` at once, and return each one's
+    /// Run every operation of `ops`, at most `queue_depth` at once (each completion making
+    /// room for the next operation), and return each one's
     /// result in order: the bytes moved (0 for a sync) or the OS error. Returns only once the
     /// kernel is done with every buffer.
     pub fn run(&self, ops: &mut [Op<'_>]) -> Vec<io::Result<usize>> {
         let mut out: Vec<Option<io::Result<usize>>> = (0..ops.len()).map(|_| None).collect();
-        for (round, res) in
-            ops.chunks_mut(self.opts.queue_depth as usize).zip(out.chunks_mut(self.opts.queue_depth as usize))
-        {
-            self.run_round(round, res, &mut Meanwhile::none());
-        }
+        self.run_round(ops, &mut out, &mut Meanwhile::none());
         out.into_iter().map(|r| r.expect("every operation answered")).collect()
     }
 
@@ -255,18 +253,20 @@ impl IoEngine {
         self.run_one(Op::Fsync { fd, datasync }).map(drop)
     }
 
-    /// At most `queue_depth` operations: room first, then a ring (or the sync path).
+    /// Room for a window of up to `queue_depth` operations first, then a ring (a larger
+    /// batch slides through the window) or the sync path.
     fn run_round(&self, ops: &mut [Op<'_>], out: &mut [Option<io::Result<usize>>], meanwhile: &mut Meanwhile<'_>) {
-        debug_assert!(ops.len() <= self.opts.queue_depth as usize && ops.len() == out.len());
+        debug_assert!(ops.len() == out.len());
         if ops.is_empty() {
             meanwhile.run();
             return;
         }
         let n = ops.len() as u32;
-        if self.room.take(n) {
+        let window = n.min(self.opts.queue_depth);
+        if self.room.take(window) {
             self.counters.waits_for_room.fetch_add(1, Ordering::Relaxed);
         }
-        self.counters.start(n);
+        self.counters.start(window);
         let (writes, syncs) = ops.iter().fold((0, 0), |(w, f), op| match op {
             Op::Write { .. } => (w + 1, f),
             Op::Fsync { .. } => (w, f + 1),
@@ -290,8 +290,8 @@ impl IoEngine {
             }
             self.counters.ops_sync.fetch_add(u64::from(n), Ordering::Relaxed);
         }
-        self.counters.finish(n);
-        self.room.give(n);
+        self.counters.finish(window);
+        self.room.give(window);
     }
 }
 

@@ -189,6 +189,35 @@ fn meanwhile_runs_while_a_ring_read_is_in_flight() {
     assert_eq!(e.counters().snapshot().ops_uring, 1, "the read went through a ring");
 }
 
+/// A batch larger than the queue depth slides through it: the first completion lets the next
+/// operation in while the others still wait. Depth 2, operations [read A, read B, write C]:
+/// only once C is in the kernel does the helper feed B. In rounds of 2, C would wait for B
+/// and B for C (the helper then gives up after 10 s, feeds B, and says so).
+#[test]
+fn a_batch_deeper_than_the_queue_slides_through_it() {
+    let e = engine(IoEngineKind::Uring, 2, 2);
+    let ((ra, wa), (rb, wb), (rc, wc)) = (pipe(), pipe(), pipe());
+    let helper = std::thread::spawn(move || {
+        write_fd(wa.as_fd(), b"aaaa");
+        let mut fd = libc::pollfd { fd: std::os::fd::AsRawFd::as_raw_fd(&rc), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one live descriptor.
+        let ready = unsafe { libc::poll(&mut fd, 1, 10_000) } == 1;
+        write_fd(wb.as_fd(), b"bbbb");
+        (ready, rc) // C's pipe stays open until the batch is done
+    });
+    let (mut a, mut b) = (uninit(4), uninit(4));
+    let mut ops = [
+        Op::Read { fd: ra.as_fd(), offset: 0, buf: &mut a },
+        Op::Read { fd: rb.as_fd(), offset: 0, buf: &mut b },
+        Op::Write { fd: wc.as_fd(), offset: 0, data: b"cccc" },
+    ];
+    let res: Vec<usize> = e.run(&mut ops).into_iter().map(|r| r.unwrap()).collect();
+    assert!(helper.join().unwrap().0, "the write was not submitted until the read before it completed (rounds)");
+    assert_eq!((res, init(&a), init(&b)), (vec![4, 4, 4], b"aaaa".to_vec(), b"bbbb".to_vec()));
+    let s = e.counters().snapshot();
+    assert_eq!((s.ops_uring, s.rings, s.in_flight), (3, 1, 0), "{s:?}");
+}
+
 /// A panic in `meanwhile` waits for the read the kernel holds a buffer of, then goes on up;
 /// the engine serves the next read.
 #[test]

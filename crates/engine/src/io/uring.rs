@@ -85,10 +85,12 @@ impl RingPool {
         }
     }
 
-    /// Run `ops` (at most `depth`) on a ring, filling `out`; false if no ring could be had
-    /// (the caller runs them synchronously; counted here).
-    /// `meanwhile` runs once the operations are submitted, before the wait for them; a panic
-    /// in it is held until every operation the kernel took has completed.
+    /// Run `ops` on a ring, filling `out`; false if no ring could be had (the caller runs
+    /// them synchronously; counted here). At most `depth` are in the kernel at once: a batch
+    /// larger than that is a sliding window — each completion makes room for the next
+    /// operation, so the device's queue stays full instead of draining between rounds.
+    /// `meanwhile` runs once the first operations are submitted, before the wait for them; a
+    /// panic in it is held until every operation the kernel took has completed.
     pub(super) fn run(
         &self,
         ops: &mut [Op<'_>],
@@ -97,17 +99,8 @@ impl RingPool {
         meanwhile: &mut Meanwhile<'_>,
     ) -> bool {
         let n = ops.len();
-        debug_assert!(n <= self.depth as usize);
         let Some(mut ring) = self.take(c, n as u32) else { return false };
-        {
-            let mut sq = ring.submission();
-            for (i, op) in ops.iter_mut().enumerate() {
-                let e = entry(op, &mut out[i]).user_data(i as u64);
-                // SAFETY: the entry's buffer and descriptor are borrowed for this call, which
-                // returns only after the kernel completed every entry it consumed.
-                unsafe { sq.push(&e) }.expect("a round is no larger than its ring");
-            }
-        }
+        let pushed = push(&mut ring, ops, out, 0, self.depth as usize);
         let mut panicked = None;
         if meanwhile.pending() {
             // Submitted without waiting; a failed submission is met again by the wait below.
@@ -116,44 +109,49 @@ impl RingPool {
             // would free them under it.
             panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| meanwhile.run())).err();
         }
-        let ran = self.finish(ring, n, ops, out, c);
+        let ran = self.finish(ring, pushed, ops, out, c);
         if let Some(p) = panicked {
             std::panic::resume_unwind(p);
         }
         ran
     }
 
-    /// Wait for the `n` operations pushed on `ring`, filling `out`; the ring goes back to
-    /// the pool (or, after a failed submission, the rest runs synchronously).
+    /// Wait for the operations of `ops` on `ring` (the first `pushed` of them already
+    /// pushed), pushing the rest as completions make room, filling `out`; the ring goes back
+    /// to the pool (or, after a failed submission, the rest runs synchronously).
     fn finish(
         &self,
         mut ring: IoUring,
-        n: usize,
+        mut pushed: usize,
         ops: &mut [Op<'_>],
         out: &mut [Option<io::Result<usize>>],
         c: &IoCounters,
     ) -> bool {
+        let n = ops.len();
         let mut done = 0;
         let mut failures = 0;
         while done < n {
-            match ring.submit_and_wait(n - done) {
+            // With operations still to push, wake for the first completion (room for the
+            // next); with all of them pushed, for the last.
+            let want = if pushed < n { 1 } else { pushed - done };
+            match ring.submit_and_wait(want) {
                 Ok(_) => failures = 0,
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)) => {}
                 Err(e) => {
                     done += reap(&mut ring, out);
                     let unconsumed = ring.submission().len();
-                    if n - unconsumed == done {
+                    if pushed - unconsumed == done {
                         // Nothing of ours in the kernel: drop the ring (with what it never
-                        // consumed) and finish synchronously.
+                        // consumed) and finish synchronously, with those never pushed.
                         drop(ring);
-                        c.fallback_no_uring.hit_n(unconsumed as u64, || {
+                        c.fallback_no_uring.hit_n((n - done) as u64, || {
                             format!("an io_uring submission failed ({e}); synchronous system calls for it")
                         });
                         for (op, r) in ops.iter_mut().zip(out.iter_mut()).filter(|(_, r)| r.is_none()) {
                             *r = Some(sync::run(op));
                         }
                         c.ops_uring.fetch_add(done as u64, Ordering::Relaxed);
-                        c.ops_sync.fetch_add(unconsumed as u64, Ordering::Relaxed);
+                        c.ops_sync.fetch_add((n - done) as u64, Ordering::Relaxed);
                         return true;
                     }
                     failures += 1;
@@ -164,11 +162,36 @@ impl RingPool {
                 }
             }
             done += reap(&mut ring, out);
+            if pushed < n {
+                let room = self.depth as usize - (pushed - done);
+                pushed = push(&mut ring, ops, out, pushed, room);
+            }
         }
         c.ops_uring.fetch_add(n as u64, Ordering::Relaxed);
         self.idle.lock().push(ring);
         true
     }
+}
+
+/// Push `ops[from..]`, at most `room` of them, on `ring`'s submission queue (which has room
+/// for them: the caller keeps at most `depth` operations unfinished); returns the index after
+/// the last pushed.
+fn push(
+    ring: &mut IoUring,
+    ops: &mut [Op<'_>],
+    out: &mut [Option<io::Result<usize>>],
+    from: usize,
+    room: usize,
+) -> usize {
+    let to = ops.len().min(from + room);
+    let mut sq = ring.submission();
+    for i in from..to {
+        let e = entry(&mut ops[i], &mut out[i]).user_data(i as u64);
+        // SAFETY: the entry's buffer and descriptor are borrowed for this call, which
+        // returns only after the kernel completed every entry it consumed.
+        unsafe { sq.push(&e) }.expect("no more unfinished operations than the ring has entries");
+    }
+    to
 }
 
 fn unavailable_note() -> String {
