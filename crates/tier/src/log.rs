@@ -4,8 +4,10 @@
 //!   a trim, a drop) and tries the commit lock. Whoever holds it is the *leader*: it takes
 //!   every queued append, packs them into shared batches at the ring's head (each append
 //!   whole or not at all), flushes the medium once for all of them, updates the index and
-//!   publishes each append's result. The others wait on a condition variable for theirs:
-//!   an append queued while a leader writes rides on the next leader's flush. The commit lock is the one lock held
+//!   publishes each append's result into its writer's slot, waking that writer alone; then it
+//!   wakes the writer of the first append queued meanwhile to lead the next group, which
+//!   takes the whole queue: an append queued while a leader writes rides on the next
+//!   leader's flush. The commit lock is the one lock held
 //!   across I/O, and it is the serialisation point of the log by design; the index lock is
 //!   never held across I/O.
 //! - **Space.** The ring frees from its tail only ([`Log::free_through`], once the caller
@@ -45,6 +47,10 @@ const READ_RUN_PAGES: usize = 64;
 /// Most pages one leader writes before it flushes (bounds a group, and what recovery may
 /// find written but never flushed after the log's end).
 pub const MAX_GROUP_PAGES: u64 = 2048;
+
+/// The longest a writer waits for its leader's wake-up before it looks again (a safety net:
+/// every release of the commit lock wakes whoever is to go next; counted when it fires).
+const WAIT_SAFETY_NET: Duration = Duration::from_millis(10);
 
 /// What an item of a batch carries on a page of its own: a data entry's page (written from
 /// where its append holds it) or a name's bytes (copied into a zero-padded page).
@@ -168,6 +174,9 @@ pub struct LogStats {
     pub refused_full: u64,
     pub broken: Option<String>,
     pub freed_batches: u64,
+    /// Writers' waits for the group commit that ran their whole safety net (10 ms) instead of
+    /// ending on a wake-up: the commit lock held that long, or a lost wake-up.
+    pub wait_timeouts: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -246,8 +255,66 @@ impl Index {
 }
 
 struct Pending {
-    ticket: u64,
     append: Append,
+    /// Where its leader puts the result, and wakes this append's writer (and no other).
+    slot: Arc<Slot>,
+}
+
+/// One queued append's meeting point with its leader: the result, or a call to lead the next
+/// group. A leader wakes exactly the writers whose appends it committed, and one writer to
+/// lead what queued meanwhile — not every waiting writer, as one condition variable for all
+/// did: with 32 writers each commit woke the 31 others to find out whose turn it was, on two
+/// CPUs (BENCHMARKS.md, issue 12, session 30).
+#[derive(Default)]
+struct Slot {
+    state: Mutex<SlotState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct SlotState {
+    result: Option<Result<(), AppendError>>,
+    /// The last leader found this append first in the queue: try the commit lock.
+    lead: bool,
+}
+
+/// The commit lock held by anyone but a leader in [`Log::append`] (a reader, the destager, a
+/// statistic): when let go, it wakes the writer of the first queued append to lead, as a
+/// leader does — a writer that found the lock held waits for exactly that.
+struct RingGuard<'a> {
+    log: &'a Log,
+    ring: Option<parking_lot::MutexGuard<'a, Ring>>,
+}
+
+impl std::ops::Deref for RingGuard<'_> {
+    type Target = Ring;
+    fn deref(&self) -> &Ring {
+        self.ring.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for RingGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Ring {
+        self.ring.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for RingGuard<'_> {
+    fn drop(&mut self) {
+        drop(self.ring.take());
+        self.log.wake_next_leader();
+    }
+}
+
+impl Slot {
+    fn publish(&self, r: Result<(), AppendError>) {
+        self.state.lock().result = Some(r);
+        self.cv.notify_one();
+    }
+
+    fn take(&self) -> Option<Result<(), AppendError>> {
+        self.state.lock().result.take()
+    }
 }
 
 #[derive(Default)]
@@ -256,6 +323,7 @@ struct Counters {
     groups: AtomicU64,
     refused_full: AtomicU64,
     freed_batches: AtomicU64,
+    wait_timeouts: AtomicU64,
 }
 
 /// The log (module docs).
@@ -270,10 +338,6 @@ pub struct Log {
     reserve: u64,
     commit: Mutex<Ring>,
     pending: Mutex<Vec<Pending>>,
-    results: Mutex<HashMap<u64, Result<(), AppendError>>>,
-    /// Signalled (under `results`) when a leader is done.
-    done: Condvar,
-    next_ticket: AtomicU64,
     index: Mutex<Index>,
     /// The first seq that counts: a record below it was freed and its page may be reused.
     tail_seq: AtomicU64,
@@ -466,9 +530,6 @@ impl Log {
                 sb_gen: sb.generation,
             }),
             pending: Mutex::new(Vec::new()),
-            results: Mutex::new(HashMap::new()),
-            done: Condvar::new(),
-            next_ticket: AtomicU64::new(1),
             index: Mutex::new(Index::default()),
             tail_seq: AtomicU64::new(sb.tail_seq),
             broken: Mutex::new(None),
@@ -501,33 +562,39 @@ impl Log {
             return Err(AppendError::Broken(b));
         }
         self.counters.appends.fetch_add(1, Ordering::Relaxed);
-        let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
-        self.pending.lock().push(Pending { ticket, append: a });
+        let slot = Arc::new(Slot::default());
+        self.pending.lock().push(Pending { append: a, slot: slot.clone() });
         loop {
             if let Some(mut ring) = self.commit.try_lock() {
-                if let Some(r) = self.results.lock().remove(&ticket) {
+                if let Some(r) = slot.take() {
+                    drop(ring);
+                    self.wake_next_leader();
                     return r;
                 }
                 let group: Vec<Pending> = std::mem::take(&mut *self.pending.lock());
                 self.lead(&mut ring, group);
                 drop(ring);
-                self.wake_followers();
+                self.wake_next_leader();
                 continue;
             }
-            // A leader is writing: wait for it to publish (our append rode along, or we
-            // lead the next group). Its wake-up is sent under the results lock, which we
-            // hold from the check to the wait, so it cannot be missed; the timeout is a
-            // safety net only.
-            let mut res = self.results.lock();
-            if let Some(r) = res.remove(&ticket) {
+            // A leader is writing: wait for it to publish our result (our append rode
+            // along), or for a call to lead the next group. Both are set under the slot's
+            // lock, which we hold from the check to the wait, so neither can be missed; the
+            // timeout is a safety net only.
+            let mut st = slot.state.lock();
+            if let Some(r) = st.result.take() {
                 return r;
             }
-            if self.commit.is_locked() {
-                self.done.wait_for(&mut res, Duration::from_millis(10));
+            if !std::mem::take(&mut st.lead)
+                && self.commit.is_locked()
+                && slot.cv.wait_for(&mut st, WAIT_SAFETY_NET).timed_out()
+            {
+                self.counters.wait_timeouts.fetch_add(1, Ordering::Relaxed);
             }
-            if let Some(r) = res.remove(&ticket) {
+            if let Some(r) = st.result.take() {
                 return r;
             }
+            st.lead = false;
         }
     }
 
@@ -535,25 +602,33 @@ impl Log {
     /// checker: each result in order.
     #[cfg(test)]
     pub(crate) fn append_group(&self, appends: Vec<Append>) -> Vec<Result<(), AppendError>> {
-        let tickets: Vec<u64> = appends
+        let slots: Vec<Arc<Slot>> = appends
             .into_iter()
             .map(|a| {
-                let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
-                self.pending.lock().push(Pending { ticket, append: a });
-                ticket
+                let slot = Arc::new(Slot::default());
+                self.pending.lock().push(Pending { append: a, slot: slot.clone() });
+                slot
             })
             .collect();
-        let mut ring = self.commit.lock();
+        let mut ring = self.ring();
         let group: Vec<Pending> = std::mem::take(&mut *self.pending.lock());
         self.lead(&mut ring, group);
-        let mut r = self.results.lock();
-        tickets.iter().map(|t| r.remove(t).expect("led")).collect()
+        slots.iter().map(|s| s.take().expect("led")).collect()
     }
 
-    /// After the commit lock was released: wake everyone waiting for a result.
-    fn wake_followers(&self) {
-        let _g = self.results.lock();
-        self.done.notify_all();
+    /// The commit lock, for anything but leading a group ([`RingGuard`]).
+    fn ring(&self) -> RingGuard<'_> {
+        RingGuard { log: self, ring: Some(self.commit.lock()) }
+    }
+
+    /// After the commit lock was released: if appends queued meanwhile (or were deferred),
+    /// wake the writer of the first to lead them.
+    fn wake_next_leader(&self) {
+        let q = self.pending.lock();
+        if let Some(p) = q.first() {
+            p.slot.state.lock().lead = true;
+            p.slot.cv.notify_one();
+        }
     }
 
     /// The items an append records, in order: the names it must declare, then its entries.
@@ -595,7 +670,7 @@ impl Log {
     fn lead(&self, ring: &mut Ring, group: Vec<Pending>) {
         self.counters.groups.fetch_add(1, Ordering::Relaxed);
         let ring_pages = self.end - RING_START;
-        let mut out: Vec<(u64, Result<(), AppendError>)> = Vec::with_capacity(group.len());
+        let mut out: Vec<(Arc<Slot>, Result<(), AppendError>)> = Vec::with_capacity(group.len());
         let mut declared: std::collections::HashSet<FileKey> = {
             let ix = self.index.lock();
             group
@@ -613,7 +688,7 @@ impl Log {
         let mut deferred = Vec::new();
         for p in group {
             if let Some(b) = self.broken.lock().clone() {
-                out.push((p.ticket, Err(AppendError::Broken(b))));
+                out.push((p.slot.clone(), Err(AppendError::Broken(b))));
                 continue;
             }
             // Names first (each key once per group, only if not declared yet); an append of
@@ -667,7 +742,7 @@ impl Log {
             if !fits || trial.used(ring_pages) + keep > ring_pages {
                 (cur, open) = saved;
                 self.counters.refused_full.fetch_add(1, Ordering::Relaxed);
-                out.push((p.ticket, Err(AppendError::Full)));
+                out.push((p.slot.clone(), Err(AppendError::Full)));
                 continue;
             }
             named_here.extend(names.iter().copied());
@@ -678,7 +753,7 @@ impl Log {
                     named_here.remove(key);
                 }
             }
-            out.push((p.ticket, Ok(())));
+            out.push((p.slot.clone(), Ok(())));
             accepted.push((p, names));
         }
         if !deferred.is_empty() {
@@ -751,9 +826,8 @@ impl Log {
             tracing::error!("tier log: {msg}; the tier takes no more writes (they go through to the backing store), what it holds stays readable and is destaged");
             *self.broken.lock() = Some(msg.clone());
             self.is_broken.store(true, Ordering::Relaxed);
-            let mut r = self.results.lock();
-            for (t, res) in out {
-                r.insert(t, res.and(Err(AppendError::Broken(msg.clone()))));
+            for (slot, res) in out {
+                slot.publish(res.and(Err(AppendError::Broken(msg.clone()))));
             }
             return;
         }
@@ -782,9 +856,8 @@ impl Log {
         }
         ring.next_seq = seq;
         ring.last_crc = last;
-        let mut r = self.results.lock();
-        for (t, res) in out {
-            r.insert(t, res);
+        for (slot, res) in out {
+            slot.publish(res);
         }
     }
 
@@ -908,7 +981,7 @@ impl Log {
 
     /// [`Log::read_block`] under the commit lock: cannot race a rewrite or a free.
     fn read_block_locked(&self, key: FileKey, block: u64) -> std::io::Result<Option<(Box<Page>, u32)>> {
-        let _ring = self.commit.lock();
+        let _ring = self.ring();
         let rec = match self.index.lock().files.get(&key).and_then(|f| f.blocks.get(&block)) {
             Some(r) => *r,
             None => return Ok(None),
@@ -927,7 +1000,7 @@ impl Log {
 
     /// Seq of the newest committed batch (0: none ever).
     pub fn last_seq(&self) -> u64 {
-        self.commit.lock().next_seq - 1
+        self.ring().next_seq - 1
     }
 
     /// Apply a trim or drop to the index without logging it — only when the log cannot take
@@ -948,7 +1021,7 @@ impl Log {
     /// Whether a trim or drop appended now fits (with room to spare for a few more). Check
     /// before changing the backing file: if not, destage first.
     pub fn meta_room(&self) -> bool {
-        let ring = self.commit.lock();
+        let ring = self.ring();
         let ring_pages = self.end - RING_START;
         ring.used(self.end) + META_PAGES.min(self.reserve).max(2) <= ring_pages
             && place(ring.head, ring.tail(), 1, self.end).is_some()
@@ -956,12 +1029,12 @@ impl Log {
 
     /// Seq of the oldest live batch, if any.
     pub fn first_seq(&self) -> Option<u64> {
-        self.commit.lock().batches.front().map(|b| b.seq)
+        self.ring().batches.front().map(|b| b.seq)
     }
 
     /// Used pages as a fraction of the ring, in permille.
     pub fn used_permille(&self) -> u64 {
-        let ring = self.commit.lock();
+        let ring = self.ring();
         ring.used(self.end) * 1000 / (self.end - RING_START)
     }
 
@@ -969,7 +1042,7 @@ impl Log {
     /// below, and the seq of the newest batch older than `max_age` — the larger of the two,
     /// or `None` if neither asks for anything.
     pub fn due(&self, target_permille: u64, max_age: Duration) -> Option<u64> {
-        let ring = self.commit.lock();
+        let ring = self.ring();
         let ring_pages = self.end - RING_START;
         let target = ring_pages * target_permille / 1000;
         let mut by_space = None;
@@ -1016,7 +1089,7 @@ impl Log {
     /// no room to declare those names again: then free through [`Log::last_seq`] (after
     /// destaging everything), which needs none.
     pub fn free_through(&self, seq: u64) -> Result<u64, AppendError> {
-        let mut ring = self.commit.lock();
+        let mut ring = self.ring();
         if ring.batches.front().is_none_or(|b| b.seq > seq) {
             return Ok(0);
         }
@@ -1030,11 +1103,9 @@ impl Log {
                 .collect()
         };
         for chunk in redeclare.chunks(MAX_ENTRIES) {
-            let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
             let names: Vec<(FileKey, Arc<[u8]>)> = chunk.to_vec();
             // A name-only append: entries none, so force the names with a marker key set.
-            self.lead_names(&mut ring, ticket, names);
-            if let Some(Err(e)) = self.results.lock().remove(&ticket) {
+            if let Some(Err(e)) = self.lead_names(&mut ring, names) {
                 return Err(e);
             }
         }
@@ -1089,14 +1160,13 @@ impl Log {
             ix.dirty = ix.files.values().map(|f| f.blocks.len() as u64).sum();
         }
         *ring = r;
-        drop(ring);
-        self.wake_followers();
+        drop(ring); // wakes the next leader (RingGuard)
         self.counters.freed_batches.fetch_add(n, Ordering::Relaxed);
         Ok(freed)
     }
 
     /// Declare `names` again in a batch of their own (as leader, commit lock held).
-    fn lead_names(&self, ring: &mut Ring, ticket: u64, names: Vec<(FileKey, Arc<[u8]>)>) {
+    fn lead_names(&self, ring: &mut Ring, names: Vec<(FileKey, Arc<[u8]>)>) -> Option<Result<(), AppendError>> {
         // Mark them undeclared so that `lead` writes them.
         {
             let mut ix = self.index.lock();
@@ -1106,12 +1176,15 @@ impl Log {
                 }
             }
         }
-        self.lead(ring, vec![Pending { ticket, append: Append { entries: Vec::new(), names, reserve: true } }]);
+        let slot = Arc::new(Slot::default());
+        let append = Append { entries: Vec::new(), names, reserve: true };
+        self.lead(ring, vec![Pending { append, slot: slot.clone() }]);
+        slot.take()
     }
 
     pub fn stats(&self) -> LogStats {
-        let used = self.commit.lock().used(self.end);
-        let batches = self.commit.lock().batches.len() as u64;
+        let used = self.ring().used(self.end);
+        let batches = self.ring().batches.len() as u64;
         let (dirty, files) = {
             let ix = self.index.lock();
             (ix.dirty, ix.files.len() as u64)
@@ -1130,6 +1203,7 @@ impl Log {
             refused_full: self.counters.refused_full.load(Ordering::Relaxed),
             broken: self.broken.lock().clone(),
             freed_batches: self.counters.freed_batches.load(Ordering::Relaxed),
+            wait_timeouts: self.counters.wait_timeouts.load(Ordering::Relaxed),
         }
     }
 
