@@ -10,7 +10,9 @@ migrate: each disk's utilization and the foreground's throughput over time; tena
 tenant's target and use at the lender over time per allocation mode, paper 004's Fig. 4, one
 PNG per capacity point, -tenants-<share>.png; oltp: paper 002's OLTP figures, tpmC against
 connections per configuration, by the loop device's scheduler and by CPUs, -oltp.png; engine,
-serial: paper 002's IOPS / native per queue depth and the serialization test, -engine.png).
+serial: paper 002's IOPS / native per queue depth and the serialization test, -engine.png;
+postmark, dfsio, durable, destage: paper 003's figures, each case per configuration and its
+ratio to native, -<experiment>.png).
 """
 import json
 import os
@@ -74,17 +76,22 @@ def ratio_bars(ax, labels, series, ylabel):
 
 def plot_pgbench(report, png):
     o = report["options"]
-    labels, vs_pt, vs_ideal = [], [], []
+    # Every configuration against the passthrough (farcache also against ideal, paper 000's
+    # figure; the tier's configurations are paper 003's TPC-B point).
+    others = [c for c in o.get("configs", []) if c not in ("passthrough", "ideal", "native")] or ["farcache"]
+    labels = []
+    series = {f"{c} / passthrough": [] for c in others}
+    if "ideal" in o.get("configs", []) and "farcache" in others:
+        series["farcache / ideal"] = []
     for mode in ["select-only", "tpc-b"]:
         for c in o.get("pgbench_clients", []):
-            f = tps(report, "farcache", mode, c)
-            p = tps(report, "passthrough", mode, c)
-            i = tps(report, "ideal", mode, c)
             labels.append(f"{mode}\n{c} clients")
-            vs_pt.append(f / p if f and p else float("nan"))
-            vs_ideal.append(f / i if f and i else float("nan"))
+            for name, ys in series.items():
+                cfg, base = name.split(" / ")
+                f, b = tps(report, cfg, mode, c), tps(report, base, mode, c)
+                ys.append(f / b if f and b else float("nan"))
     fig, ax = plt.subplots(figsize=(11, 4))
-    ratio_bars(ax, labels, [(vs_pt, "farcache / passthrough"), (vs_ideal, "farcache / ideal")], "tps ratio")
+    ratio_bars(ax, labels, [(ys, name) for name, ys in series.items()], "tps ratio")
     setup = report.get("pgbench_setup") or {}
     fig.suptitle(
         f"pgbench: scale {setup.get('scale', '?')}, client {human(o['memory_bytes'])}, disk {o['profile']}",
@@ -395,6 +402,79 @@ def plot_engine(report, png):
     return True
 
 
+TIER_TITLES = {
+    "postmark": "Postmark, Table 1's settings (paper 003, Fig. 7)",
+    "dfsio": "TestDFSIO-like: write, then read back with caches dropped (paper 003, Fig. 8)",
+    "durable": "Durable 4 KiB writes: pwrite + fdatasync (issue 12)",
+    "destage": "Destage: write-back against the disk's own sequential write, and a durable writer's p99",
+}
+
+
+def plot_tier(report, exp, png):
+    """Paper 003's figures: each case's rate per configuration, and each against native (the
+    backing alone; the paper's "SSD only" = 1.00)."""
+    runs = [r for r in report.get("tier_runs", []) if r.get("experiment") == exp and not r.get("error")]
+    if not runs:
+        return False
+    o = report["options"]
+    configs = [c for c in o.get("configs", []) if any(r["config"] == c for r in runs)]
+    cases = list(dict.fromkeys(r["case"] for r in runs))
+    rec = {(r["config"], r["case"]): r for r in runs}
+    base = "native" if "native" in configs else configs[0]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    if exp == "destage":
+        # Left: the write-back (tier) against the disk's sequential write (no tier), MB/s;
+        # right: the durable writer's p99 while it runs and while nothing does.
+        first = cases[0]
+        ys = [rec[(c, first)]["per_sec"] if (c, first) in rec else float("nan") for c in configs]
+        axes[0].bar(configs, ys, color=[f"C{i}" for i in range(len(configs))])
+        for i, y in enumerate(ys):
+            if y == y:
+                axes[0].annotate(f"{y:.0f}", (i, y), ha="center", va="bottom", fontsize=7)
+        axes[0].set_ylabel("MB/s")
+        axes[0].set_title("written back (tier) / sequential write (no tier)", fontsize=9)
+        axes[0].tick_params(axis="x", labelsize=8)
+        later = cases[1:]
+        w = 0.8 / max(1, len(later))
+        for i, case in enumerate(later):
+            ys = [(rec.get((c, case)) or {}).get("p99_us") or float("nan") for c in configs]
+            bars = axes[1].bar([v + (i - (len(later) - 1) / 2) * w for v in range(len(configs))], ys, w, label=case)
+            for b, y in zip(bars, ys):
+                if y == y:
+                    axes[1].annotate(f"{y:.0f}", (b.get_x() + b.get_width() / 2, y), ha="center", va="bottom", fontsize=7)
+        axes[1].set_xticks(list(range(len(configs))))
+        axes[1].set_xticklabels(configs, fontsize=8)
+        axes[1].set_ylabel("p99 µs")
+        axes[1].set_title("durable writer's p99", fontsize=9)
+        axes[1].legend(fontsize=8)
+    else:
+        x = range(len(cases))
+        w = 0.8 / len(configs)
+        for i, c in enumerate(configs):
+            ys = [rec[(c, k)]["per_sec"] if (c, k) in rec else float("nan") for k in cases]
+            axes[0].bar([v + (i - (len(configs) - 1) / 2) * w for v in x], ys, w, label=c)
+        axes[0].set_xticks(list(x))
+        axes[0].set_xticklabels(cases, fontsize=7)
+        axes[0].set_ylabel(runs[0]["unit"])
+        axes[0].legend(fontsize=8)
+        series = []
+        for c in configs:
+            if c == base:
+                continue
+            ys = []
+            for k in cases:
+                a, b = rec.get((c, k)), rec.get((base, k))
+                ys.append(a["per_sec"] / b["per_sec"] if a and b and b["per_sec"] > 0 else float("nan"))
+            series.append((ys, f"{c} / {base}"))
+        ratio_bars(axes[1], cases, series, f"ratio ({base} = 1.00)")
+        axes[1].tick_params(axis="x", labelsize=7)
+    fig.suptitle(f"{TIER_TITLES.get(exp, exp)}: disk {o['profile']}, client {human(o['memory_bytes'])}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def plot(path):
     report = json.load(open(path))
     o = report["options"]
@@ -417,6 +497,10 @@ def plot(path):
         if exp == "migrate":
             if plot_migrate(report, f"{stem}-migrate.png"):
                 out.append(f"{stem}-migrate.png")
+            continue
+        if exp in TIER_TITLES:
+            if plot_tier(report, exp, f"{stem}-{exp}.png"):
+                out.append(f"{stem}-{exp}.png")
             continue
         if exp == "pgbench":
             if report.get("pgbench"):
