@@ -301,6 +301,13 @@ impl TierFile {
             _ => return Ok(None),
         };
         let _ = std::fs::remove_file(&path);
+        if cfg == ConfigKind::TierSsd {
+            // The mount makes it, as an operator's first mount would: reserved, then written
+            // once (a fallocated file's unwritten extents cost a metadata commit per group
+            // commit until the ring has gone round). `O_DIRECT` charges no page cache to the
+            // client's cgroup.
+            return Ok(Some(TierFile { path }));
+        }
         let f = std::fs::File::create(&path).ctx(|| format!("create the tier file {}", path.display()))?;
         use std::os::fd::AsRawFd;
         // SAFETY: plain syscall on a descriptor we own.
