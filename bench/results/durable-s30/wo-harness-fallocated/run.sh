@@ -1,8 +1,0 @@
-#!/bin/bash
-# durable writes through an ssd tier: 81378dd (tier file fallocated) vs wo (written once), interleaved before, after, after, before
-cd /work/main
-for r in 1-81378dd 1-wo 2-wo 2-81378dd; do
-  /tmp/s30/farcache-${r#*-} bench paper --profile ssd --experiment durable --configs tier-ssd --durable-secs 10 \
-    --out bench/results/durable-s30/wo/$r > bench/results/durable-s30/wo/$r.log 2>&1
-done
-echo DONE > bench/results/durable-s30/wo/DONE
