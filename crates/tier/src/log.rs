@@ -7,9 +7,8 @@
 //!   publishes each append's result into its writer's slot, waking that writer alone; then it
 //!   wakes the writer of the first append queued meanwhile to lead the next group, which
 //!   takes the whole queue: an append queued while a leader writes rides on the next
-//!   leader's flush. The commit lock is the one lock held
-//!   across I/O, and it is the serialisation point of the log by design; the index lock is
-//!   never held across I/O.
+//!   leader's flush. The commit lock is the one lock held across I/O, and it is the
+//!   serialisation point of the log by design; the index lock is never held across I/O.
 //! - **Space.** The ring frees from its tail only ([`Log::free_through`], once the caller
 //!   has destaged and synced what it frees). An append that does not fit is refused with
 //!   [`AppendError::Full`] — never waited for — and the caller writes through. The last
@@ -575,6 +574,10 @@ impl Log {
                 self.lead(&mut ring, group);
                 drop(ring);
                 self.wake_next_leader();
+                // Ours was in the group, unless it was deferred to the next one.
+                if let Some(r) = slot.take() {
+                    return r;
+                }
                 continue;
             }
             // A leader is writing: wait for it to publish our result (our append rode

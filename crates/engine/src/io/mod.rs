@@ -13,8 +13,9 @@
 //!   operations are plain `pread`/`pwrite`/`fsync` calls (`sync.rs`).
 //! - **A bound on what is in flight.** One call has at most `queue_depth` operations in the
 //!   kernel at once (a larger batch is a sliding window: each completion lets the next
-//!   operation in, so the device's queue does not drain between rounds), and at most `max_in_flight` operations are in
-//!   flight across the engine; a caller beyond that waits for room.
+//!   operation in, so the device's queue does not drain between rounds), and at most
+//!   `max_in_flight` operations are in flight across the engine; a caller beyond that waits
+//!   for room.
 //! - **Buffers with an owner.** An [`Op`] borrows its caller's buffer for exactly the call:
 //!   every call returns only once the kernel has finished with every operation it submitted
 //!   (a submission failure with operations still in the kernel waits for them first).
@@ -162,9 +163,8 @@ impl IoEngine {
     }
 
     /// Run every operation of `ops`, at most `queue_depth` at once (each completion making
-    /// room for the next operation), and return each one's
-    /// result in order: the bytes moved (0 for a sync) or the OS error. Returns only once the
-    /// kernel is done with every buffer.
+    /// room for the next operation), and return each one's result in order: the bytes moved
+    /// (0 for a sync) or the OS error. Returns only once the kernel is done with every buffer.
     pub fn run(&self, ops: &mut [Op<'_>]) -> Vec<io::Result<usize>> {
         let mut out: Vec<Option<io::Result<usize>>> = (0..ops.len()).map(|_| None).collect();
         self.run_round(ops, &mut out, &mut Meanwhile::none());
