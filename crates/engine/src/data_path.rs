@@ -77,6 +77,16 @@ pub trait DataPath: Send + Sync + 'static {
     /// `fsync(2)` (`datasync == false`) or `fdatasync(2)` of the backing file.
     fn fsync(&self, file: &BackingFile, datasync: bool) -> io::Result<()>;
 
+    /// The application asked for the writes just made to `file` to be synchronous (`O_SYNC`,
+    /// `O_DSYNC`, `RWF_DSYNC`): make them durable before they are acknowledged. The default
+    /// does nothing: a path that writes through to the backing file opened it with the
+    /// application's `O_SYNC`/`O_DSYNC`. A write-back tier that acknowledges writes before
+    /// they are durable in it commits them here.
+    fn sync_writes(&self, file: &BackingFile) -> io::Result<()> {
+        let _ = file;
+        Ok(())
+    }
+
     /// The inode named by `id` lost its last name (unlinked, or replaced by a rename): no
     /// new open can reach it. Handles still open may read it until they close, and must get
     /// its real contents. Called after the change, at most once per name lost.
@@ -218,6 +228,9 @@ impl<T: DataPath + ?Sized> DataPath for std::sync::Arc<T> {
     fn fsync(&self, file: &BackingFile, datasync: bool) -> io::Result<()> {
         (**self).fsync(file, datasync)
     }
+    fn sync_writes(&self, file: &BackingFile) -> io::Result<()> {
+        (**self).sync_writes(file)
+    }
     fn forget(&self, id: &FileId) {
         (**self).forget(id)
     }
@@ -329,6 +342,9 @@ impl DataPath for Deferred {
     }
     fn fsync(&self, file: &BackingFile, datasync: bool) -> io::Result<()> {
         self.get().map_err(Self::eio)?.fsync(file, datasync)
+    }
+    fn sync_writes(&self, file: &BackingFile) -> io::Result<()> {
+        self.get().map_err(Self::eio)?.sync_writes(file)
     }
     fn forget(&self, id: &FileId) {
         if let Ok(p) = self.get() {

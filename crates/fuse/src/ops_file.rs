@@ -82,6 +82,11 @@ impl Passthrough {
                 self.data.write(&h.backing, offset, data)?
             }
         };
+        if flags & libc::O_DSYNC != 0 {
+            // O_SYNC and O_DSYNC (and RWF_DSYNC: the kernel's write flags carry it) include
+            // this bit: the write is durable before it is acknowledged.
+            self.data.sync_writes(&h.backing)?;
+        }
         Ok(u32::try_from(n).expect("a FUSE write is at most max_write bytes"))
     }
 

@@ -114,6 +114,18 @@ pub struct Append {
     pub names: Vec<(FileKey, Arc<[u8]>)>,
     /// May use the reserve (module docs).
     pub reserve: bool,
+    /// May be acknowledged once written, before it is durable: a write no one asked to be
+    /// synchronous. A log that commits lazily ([`Log::commit_lazily`]) flushes it with the
+    /// next flush — a [`Log::commit`] (an fsync), an append that is not lazy, or its bound on
+    /// unflushed pages; other logs flush it before it is acknowledged, as any append.
+    pub lazy: bool,
+}
+
+impl Append {
+    /// An append of nothing: a commit barrier ([`Log::commit`]).
+    fn is_barrier(&self) -> bool {
+        self.entries.is_empty() && self.names.is_empty()
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -176,6 +188,18 @@ pub struct LogStats {
     /// Writers' waits for the group commit that ran their whole safety net (10 ms) instead of
     /// ending on a wake-up: the commit lock held that long, or a lost wake-up.
     pub wait_timeouts: u64,
+    /// Flushes of the medium by appends (group commits), and of them those a
+    /// [`Log::commit`] asked for (fsyncs, O_DSYNC writes, the age bound).
+    #[serde(default)]
+    pub flushes: u64,
+    #[serde(default)]
+    pub commits: u64,
+    /// Lazy appends written and acknowledged, not yet flushed.
+    #[serde(default)]
+    pub unflushed_bytes: u64,
+    /// Whether lazy appends are acknowledged before their flush ([`Log::commit_lazily`]).
+    #[serde(default)]
+    pub lazy: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -195,6 +219,9 @@ struct Ring {
     last_crc: u32,
     batches: VecDeque<BatchPos>,
     sb_gen: u64,
+    /// Pages written since the last flush (lazy appends), and when the first of them was.
+    unflushed: u64,
+    unflushed_since: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -323,6 +350,8 @@ struct Counters {
     refused_full: AtomicU64,
     freed_batches: AtomicU64,
     wait_timeouts: AtomicU64,
+    flushes: AtomicU64,
+    commits: AtomicU64,
 }
 
 /// The log (module docs).
@@ -343,6 +372,13 @@ pub struct Log {
     broken: Mutex<Option<String>>,
     is_broken: AtomicBool,
     counters: Counters,
+    /// Lazy appends are acknowledged unflushed, up to this many pages ([`Log::commit_lazily`]);
+    /// 0: every append is flushed before it is acknowledged.
+    lazy_pages: u64,
+    /// [`Ring::unflushed`], readable without the commit lock: stored before the results of the
+    /// group that wrote them are published, so a [`Log::commit`] that reads 0 finds every
+    /// acknowledged append durable.
+    unflushed: AtomicU64,
 }
 
 impl std::fmt::Debug for Log {
@@ -527,6 +563,8 @@ impl Log {
                 last_crc: sb.tail_prev,
                 batches: VecDeque::new(),
                 sb_gen: sb.generation,
+                unflushed: 0,
+                unflushed_since: None,
             }),
             pending: Mutex::new(Vec::new()),
             index: Mutex::new(Index::default()),
@@ -534,6 +572,8 @@ impl Log {
             broken: Mutex::new(None),
             is_broken: AtomicBool::new(false),
             counters: Counters::default(),
+            lazy_pages: 0,
+            unflushed: AtomicU64::new(0),
         };
         log.scan(&mut rec)?;
         {
@@ -553,6 +593,42 @@ impl Log {
     }
     pub fn capacity_bytes(&self) -> u64 {
         (self.end - RING_START) * PB
+    }
+
+    /// Acknowledge lazy appends once written, flushing them with the next flush, and at the
+    /// latest once `max_pages` pages are unflushed (at least one largest group). Only where
+    /// a flush costs something (`ssd`); see [`Append::lazy`].
+    pub fn commit_lazily(mut self, max_pages: u64) -> Self {
+        self.lazy_pages = max_pages.max(MAX_GROUP_PAGES);
+        self
+    }
+
+    /// Make every append acknowledged so far durable (an fsync): a flush if any is not yet
+    /// (a group of its own, or riding on a leader's), else nothing.
+    pub fn commit(&self) -> Result<(), AppendError> {
+        if self.unflushed.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        self.append(Append::default())
+    }
+
+    /// [`Log::commit`] if what is unflushed was first written at least `age` ago (the
+    /// destager's bound on how long a lazy append stays unflushed).
+    pub fn commit_if_older(&self, age: Duration) -> Result<(), AppendError> {
+        if self.unflushed.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        let since = self.ring().unflushed_since;
+        if since.is_some_and(|t| t.elapsed() >= age) {
+            return self.commit();
+        }
+        Ok(())
+    }
+
+    /// Bytes written and acknowledged but not yet flushed (lazy appends).
+    pub fn unflushed_bytes(&self) -> u64 {
+        self.unflushed.load(Ordering::Acquire) * PB
     }
 
     /// Append durably, or refuse at once (never waits for space). See the module docs.
@@ -689,9 +765,16 @@ impl Log {
         let mut open = (0usize, 0u64); // entries and data pages of the batch being filled
         let mut accepted: Vec<(Pending, Vec<FileKey>)> = Vec::new();
         let mut deferred = Vec::new();
+        // Whether the group must end in a flush: an append that is not lazy, or a barrier.
+        let mut durable = self.lazy_pages == 0;
         for p in group {
             if let Some(b) = self.broken.lock().clone() {
                 out.push((p.slot.clone(), Err(AppendError::Broken(b))));
+                continue;
+            }
+            if p.append.is_barrier() {
+                durable = true;
+                out.push((p.slot.clone(), Ok(())));
                 continue;
             }
             // Names first (each key once per group, only if not declared yet); an append of
@@ -756,6 +839,7 @@ impl Log {
                     named_here.remove(key);
                 }
             }
+            durable |= !p.append.lazy;
             out.push((p.slot.clone(), Ok(())));
             accepted.push((p, names));
         }
@@ -820,7 +904,10 @@ impl Log {
                 break;
             }
         }
-        if io_err.is_none() && !batches.is_empty() {
+        let written: u64 = batches.iter().map(|b| 1 + b.pages.len() as u64).sum();
+        let flush = ring.unflushed + written > 0 && (durable || ring.unflushed + written > self.lazy_pages);
+        if io_err.is_none() && flush {
+            self.counters.flushes.fetch_add(1, Ordering::Relaxed);
             if let Err(e) = self.medium.flush() {
                 io_err = Some(format!("flushing: {e}"));
             }
@@ -859,6 +946,15 @@ impl Log {
         }
         ring.next_seq = seq;
         ring.last_crc = last;
+        if flush {
+            ring.unflushed = 0;
+            ring.unflushed_since = None;
+        } else if written > 0 {
+            ring.unflushed += written;
+            ring.unflushed_since.get_or_insert(now);
+        }
+        // Before the results: a commit that reads 0 finds what they acknowledge durable.
+        self.unflushed.store(ring.unflushed, Ordering::Release);
         for (slot, res) in out {
             slot.publish(res);
         }
@@ -1136,7 +1232,17 @@ impl Log {
         };
         let mut p = Page::zeroed();
         sb.encode(&mut p.0);
-        let res = self.medium.write_at((gen % 2) * PB, &p.0).and_then(|()| self.medium.flush());
+        // Lazy appends first: a record freed here may be superseded by one of them (the plan
+        // leaves a block whose newest record is newer), which must not be lost with it — the
+        // superblock must never be durable before the batches after its tail.
+        let flushed_first = if r.unflushed > 0 {
+            self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+            self.medium.flush()
+        } else {
+            Ok(())
+        };
+        let res =
+            flushed_first.and_then(|()| self.medium.write_at((gen % 2) * PB, &p.0)).and_then(|()| self.medium.flush());
         if let Err(e) = res {
             let msg = format!("writing the superblock: {e}");
             tracing::error!("tier log: {msg}; the tier takes no more writes");
@@ -1145,6 +1251,10 @@ impl Log {
             return Err(AppendError::Broken(msg));
         }
         r.sb_gen = gen;
+        // The flush covered every lazy append too.
+        r.unflushed = 0;
+        r.unflushed_since = None;
+        self.unflushed.store(0, Ordering::Release);
         // Readers of a freed record see the new tail before its page can be reused (the
         // next leader writes only after taking the commit lock we hold).
         self.tail_seq.store(tail_seq, Ordering::Release);
@@ -1180,7 +1290,7 @@ impl Log {
             }
         }
         let slot = Arc::new(Slot::default());
-        let append = Append { entries: Vec::new(), names, reserve: true };
+        let append = Append { entries: Vec::new(), names, reserve: true, lazy: false };
         self.lead(ring, vec![Pending { append, slot: slot.clone() }]);
         slot.take()
     }
@@ -1207,6 +1317,10 @@ impl Log {
             broken: self.broken.lock().clone(),
             freed_batches: self.counters.freed_batches.load(Ordering::Relaxed),
             wait_timeouts: self.counters.wait_timeouts.load(Ordering::Relaxed),
+            flushes: self.counters.flushes.load(Ordering::Relaxed),
+            commits: self.counters.commits.load(Ordering::Relaxed),
+            unflushed_bytes: self.unflushed_bytes(),
+            lazy: self.lazy_pages > 0,
         }
     }
 

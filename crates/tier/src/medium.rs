@@ -153,6 +153,16 @@ fn mounted_with_dax(path: &Path) -> bool {
 /// Open (or create, `size` bytes) the medium at `path` in `mode`. A device is used up to
 /// `size` bytes (or its own size if smaller).
 pub fn open(path: &Path, mode: Mode, size: u64) -> Result<Box<dyn Medium>, TierError> {
+    open_with(path, mode, size, false)
+}
+
+/// [`open`]; `buffered`: an `ssd` medium written through the page cache instead of with
+/// `O_DIRECT`, for a log that commits lazily ([`crate::Log::commit_lazily`]): a write is a
+/// copy into the page cache, as a write to the backing file would be, and the flush
+/// (`fdatasync`) writes back what the lazy appends left there — the log's pages, in ring
+/// order — and then drops the tier's pages from the page cache, so the tier holds page cache
+/// only for what is not yet flushed (and reads since the last flush).
+pub fn open_with(path: &Path, mode: Mode, size: u64, buffered: bool) -> Result<Box<dyn Medium>, TierError> {
     let io_err = |what: &str, e: io::Error| {
         TierError::config(path, &format!("{what}: {e}"), "check the path and its permissions")
     };
@@ -164,7 +174,8 @@ pub fn open(path: &Path, mode: Mode, size: u64) -> Result<Box<dyn Medium>, TierE
             if !is_dev {
                 o.create(true);
             }
-            if mode == Mode::Ssd {
+            let buffered = buffered && mode == Mode::Ssd;
+            if mode == Mode::Ssd && !buffered {
                 o.custom_flags(libc::O_DIRECT);
             }
             let file = o.open(path).map_err(|e| {
@@ -193,7 +204,12 @@ pub fn open(path: &Path, mode: Mode, size: u64) -> Result<Box<dyn Medium>, TierE
                 }
                 size
             };
-            Ok(Box::new(FileMedium { file, len: len / PAGE_BYTES as u64 * PAGE_BYTES as u64, sync: mode == Mode::Ssd }))
+            Ok(Box::new(FileMedium {
+                file,
+                len: len / PAGE_BYTES as u64 * PAGE_BYTES as u64,
+                sync: mode == Mode::Ssd,
+                buffered,
+            }))
         }
         Mode::Pmem => Ok(Box::new(PmemMedium::open(path, size)?)),
     }
@@ -258,6 +274,9 @@ struct FileMedium {
     len: u64,
     /// Flush with `fdatasync` (ssd); dram's writes are as durable as they get once written.
     sync: bool,
+    /// An ssd medium written through the page cache ([`open_with`]): its pages are dropped
+    /// from the page cache after each flush.
+    buffered: bool,
 }
 
 impl Medium for FileMedium {
@@ -314,6 +333,11 @@ impl Medium for FileMedium {
     fn flush(&self) -> io::Result<()> {
         if self.sync {
             self.file.sync_data()?;
+        }
+        if self.buffered {
+            // Clean now: drop them (pages written meanwhile are dirty and stay).
+            // SAFETY: plain syscall on a descriptor we own.
+            unsafe { libc::posix_fadvise(self.file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         }
         Ok(())
     }
@@ -495,6 +519,7 @@ mod tests {
                 entries: vec![e],
                 names: vec![(FileKey(1), std::sync::Arc::from(&b"n"[..]))],
                 reserve: false,
+                lazy: false,
             })
             .unwrap();
         };

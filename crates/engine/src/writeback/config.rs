@@ -17,6 +17,20 @@ path = ""
 size = "1GiB"
 # "auto" (from the path, as above), or force "dram", "ssd" or "pmem".
 mode = "auto"
+# When an ssd tier's writes become durable (docs/SEMANTICS.md, "The write-back tier").
+# "fsync": as on a local file system — a write is in the tier when acknowledged (it survives
+# the daemon: a SIGKILL, a crash), and survives a power cut once the application asks:
+# fsync or fdatasync (of any file on the mount), a write with O_SYNC or O_DSYNC; at the
+# latest commit_interval later, or once max_unflushed bytes wait. Its writes go through the
+# page cache: an unsynced write costs a copy, as written through to the backing file it would.
+# "write": every write is durable in the tier before it is acknowledged (O_DIRECT and
+# fdatasync: each small write without an fsync pays a device flush; fsync then costs
+# nothing more). dram and pmem tiers ignore it (their flush costs nothing, or a fence).
+commit = "fsync"
+# With commit = "fsync": the longest a write stays acknowledged but not durable against a
+# power cut, and the most bytes that may.
+commit_interval = "1s"
+max_unflushed = "64MiB"
 # Destaging starts when this share of the tier is used, in percent, and stops at
 # low_watermark (dm-writecache's defaults).
 high_watermark = 50
@@ -50,6 +64,17 @@ pub enum TierMode {
     Pmem,
 }
 
+/// `commit`: when an ssd tier's writes become durable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TierCommit {
+    /// At fsync, fdatasync, an O_SYNC/O_DSYNC write, `commit_interval`, `max_unflushed`.
+    #[default]
+    Fsync,
+    /// Before each write is acknowledged.
+    Write,
+}
+
 /// `[tier]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -57,6 +82,9 @@ pub struct TierConfig {
     pub path: String,
     pub size: ByteSize,
     pub mode: TierMode,
+    pub commit: TierCommit,
+    pub commit_interval: HumanDuration,
+    pub max_unflushed: ByteSize,
     pub high_watermark: u32,
     pub low_watermark: u32,
     pub max_dirty_age: HumanDuration,
@@ -74,6 +102,9 @@ impl Default for TierConfig {
             path: String::new(),
             size: ByteSize::gib(1),
             mode: TierMode::Auto,
+            commit: TierCommit::Fsync,
+            commit_interval: HumanDuration::secs(1),
+            max_unflushed: ByteSize::mib(64),
             high_watermark: 50,
             low_watermark: 45,
             max_dirty_age: HumanDuration::secs(30),
@@ -112,6 +143,21 @@ impl TierConfig {
                 "tier.low_watermark",
                 format!("{} is not below high_watermark ({})", self.low_watermark, self.high_watermark),
                 "set it below tier.high_watermark",
+            ));
+        }
+        if self.commit_interval.get().is_zero() || self.commit_interval.get() > std::time::Duration::from_secs(60) {
+            return Err(ConfigError::invalid(
+                "tier.commit_interval",
+                format!("{} is out of range", self.commit_interval),
+                "set 1ms to 60s (or commit = \"write\" for every write durable when acknowledged)",
+            ));
+        }
+        let u = self.max_unflushed.bytes();
+        if !((8 << 20)..=(4 << 30)).contains(&u) {
+            return Err(ConfigError::invalid(
+                "tier.max_unflushed",
+                format!("{} is out of range", self.max_unflushed),
+                "set 8MiB (the largest group commit) to 4GiB",
             ));
         }
         if self.max_dirty_bytes.bytes() < 4096 {
@@ -160,6 +206,13 @@ mod tests {
         assert!(c.validate().unwrap_err().to_string().contains("tier.size"));
         let c = TierConfig { destage_write: ByteSize(5000), ..TierConfig::default() };
         assert!(c.validate().unwrap_err().to_string().contains("tier.destage_write"));
+        let c = TierConfig { commit_interval: HumanDuration::ms(0), ..TierConfig::default() };
+        assert!(c.validate().unwrap_err().to_string().contains("tier.commit_interval"));
+        let c = TierConfig { max_unflushed: ByteSize::mib(1), ..TierConfig::default() };
+        assert!(c.validate().unwrap_err().to_string().contains("tier.max_unflushed"));
+        let f: File = toml::from_str("[tier]\ncommit = \"write\"").unwrap();
+        assert_eq!(f.tier.commit, TierCommit::Write);
+        assert!(toml::from_str::<File>("[tier]\ncommit = \"sometimes\"").is_err());
         let f: File = toml::from_str("[tier]\nmode = \"ssd\"").unwrap();
         assert_eq!(f.tier.mode, TierMode::Ssd);
         assert!(toml::from_str::<File>("[tier]\nmode = \"nvme\"").is_err());

@@ -138,6 +138,9 @@ pub(crate) fn run<D: DataPath>(s: &Shared<D>) {
             }
             (c.flush_asked > c.flush_done).then_some((c.flush_asked, c.flush_target))
         };
+        // Lazy writes are flushed at the latest commit_interval after the first of them (an
+        // error breaks the log, which logs it; fsyncs then write back through the file).
+        let _ = s.log.commit_if_older(s.cfg.commit_interval.get());
         let idle_after = s.cfg.idle_destage_after.get();
         // Every look updates the quiet clock the batches also read (even with idle destaging off).
         let quiet = quiet_for(s);
@@ -648,7 +651,8 @@ pub(crate) fn recover<D: DataPath>(s: &Shared<D>) -> Result<(), TierOpenError> {
 
 fn drop_key(log: &Log, key: farcache_tier::FileKey) {
     let e = || farcache_tier::Entry::Drop { key, through: u64::MAX };
-    if log.append(farcache_tier::Append { entries: vec![e()], names: Vec::new(), reserve: true }).is_err() {
+    if log.append(farcache_tier::Append { entries: vec![e()], names: Vec::new(), reserve: true, lazy: false }).is_err()
+    {
         log.apply_unlogged(&e());
     }
 }

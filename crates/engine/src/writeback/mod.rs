@@ -76,7 +76,7 @@ use farcache_tier::{Append, AppendError, Entry, FileKey, Log, LogStats, Mode, Pa
 use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
 
-pub use config::{TierConfig, TierMode, TEMPLATE};
+pub use config::{TierCommit, TierConfig, TierMode, TEMPLATE};
 pub use destage::FlushError;
 
 use crate::backing::{BackingFile, BackingOptions};
@@ -126,6 +126,7 @@ pub struct TierCounters {
     pub fsyncs_absorbed: AtomicU64,
     pub discarded_files: AtomicU64,
     pub discarded_blocks: AtomicU64,
+    pub commit_fallbacks: AtomicU64,
 }
 
 /// The tier as `farcache stats` shows it.
@@ -161,6 +162,10 @@ pub struct TierStats {
     pub discarded_files: u64,
     #[serde(default)]
     pub discarded_blocks: u64,
+    /// Commits (fsync, O_DSYNC writes) the medium failed, answered by writing the file back
+    /// and syncing it on the backing store instead.
+    #[serde(default)]
+    pub commit_fallbacks: u64,
     pub recovered: Recovered,
 }
 
@@ -221,6 +226,10 @@ fn add(c: &AtomicU64, n: u64) {
 }
 
 /// The mode `cfg` asks for at `path`.
+/// What a write acknowledged by an ssd tier with `commit = "fsync"` survives (the start-up log).
+pub const LAZY_DURABILITY: &str = "survives the daemon at once and a power cut once synced: fsync, fdatasync, an \
+     O_SYNC/O_DSYNC write, or tier.commit_interval later (commit = \"fsync\")";
+
 pub fn resolve_mode(cfg: &TierConfig) -> Result<Mode, TierOpenError> {
     Ok(match cfg.mode {
         TierMode::Auto => farcache_tier::detect(Path::new(&cfg.path))?,
@@ -298,7 +307,9 @@ impl<D: DataPath> WritebackPath<D> {
             Ok(m) if m.is_file() && m.len() > 0 => m.len().max(cfg.size.bytes()),
             _ => cfg.size.bytes(),
         };
-        let medium = farcache_tier::medium::open(path, mode, size)?;
+        // Lazily committed only where a flush costs a device's cache flush.
+        let lazy = mode == Mode::Ssd && cfg.commit == TierCommit::Fsync;
+        let medium = farcache_tier::medium::open_with(path, mode, size, lazy)?;
         let medium: Box<dyn farcache_tier::Medium> = match inner.io_engine() {
             Some(io) if medium.fd().is_some() => Box::new(EngineMedium { inner: medium, io }),
             _ => medium,
@@ -307,6 +318,8 @@ impl<D: DataPath> WritebackPath<D> {
         // A union's tier belongs to its branches, in order.
         let root_s = roots.iter().map(|r| r.to_string_lossy().into_owned()).collect::<Vec<_>>().join(":");
         let (log, recovered) = Log::open(medium, mode, Some(&root_s))?;
+        let log =
+            if lazy { log.commit_lazily(cfg.max_unflushed.bytes() / farcache_tier::PAGE_BYTES as u64) } else { log };
         for r in roots {
             marker::write(r, &cfg.path).map_err(|e| TierOpenError::Config {
                 path: cfg.path.clone(),
@@ -318,7 +331,7 @@ impl<D: DataPath> WritebackPath<D> {
             "write-back tier {} ({mode}: a write acknowledged by it {}), {} bytes; recovered {} records of {} files \
              in {} ms{}",
             cfg.path,
-            mode.durability(),
+            if lazy { LAZY_DURABILITY } else { mode.durability() },
             log.capacity_bytes(),
             recovered.records,
             recovered.files,
@@ -395,6 +408,7 @@ impl<D: DataPath> WritebackPath<D> {
             fsyncs_absorbed: l(&c.fsyncs_absorbed),
             discarded_files: l(&c.discarded_files),
             discarded_blocks: l(&c.discarded_blocks),
+            commit_fallbacks: l(&c.commit_fallbacks),
             recovered: self.shared.recovered.clone(),
         }
     }
@@ -725,7 +739,7 @@ impl<D: DataPath> Shared<D> {
         let through = self.log.last_seq();
         destage::write_back_file(self, fe, None)?;
         let drop = Entry::Drop { key: fe.key, through };
-        if let Err(e) = self.log.append(Append { entries: vec![drop], names: Vec::new(), reserve: true }) {
+        if let Err(e) = self.log.append(Append { entries: vec![drop], names: Vec::new(), reserve: true, lazy: false }) {
             tracing::error!(
                 "tier: cannot log that file key {} was written back ({e}); dropped in memory only: until the \
                  tier is next written back whole, a crash could replay its older records over newer data",
@@ -734,6 +748,29 @@ impl<D: DataPath> Shared<D> {
             self.log.apply_unlogged(&Entry::Drop { key: fe.key, through });
         }
         Ok(())
+    }
+
+    /// Make every write the tier acknowledged durable in it (an fsync of `fe`, or an
+    /// O_SYNC/O_DSYNC write to it): a flush of the log if lazy writes wait for one. If the
+    /// medium fails it, `fe`'s dirty blocks are written back and synced instead (the log is
+    /// broken from then on, and later writes go through), so the caller's data is durable
+    /// all the same; only a failure of that is an error.
+    fn commit(&self, fe: &FileEntry) -> io::Result<()> {
+        match self.log.commit() {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                add(&self.counters.commit_fallbacks, 1);
+                tracing::error!(
+                    "tier {}: cannot make its writes durable ({e}); writing file key {} back to the backing store \
+                     and syncing it there instead",
+                    self.path,
+                    fe.key.0
+                );
+                self.flush_file(fe)?;
+                fe.unsynced.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+        }
     }
 
     /// Before a truncate or a file write-back changes the backing file: make sure the trim
@@ -970,7 +1007,8 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
             entries.push(Entry::Data { key: fe.key, block: b, valid: valid as u32, page });
         }
         let name = fe.name.lock().clone();
-        let append = Append { entries, names: vec![(fe.key, name)], reserve: !dirty.is_empty() };
+        // Lazy (the log flushes it with the next commit) unless the log commits every write.
+        let append = Append { entries, names: vec![(fe.key, name)], reserve: !dirty.is_empty(), lazy: true };
         let r =
             if closing { Err(AppendError::Broken("the mount is shutting down".into())) } else { s.log.append(append) };
         match r {
@@ -1009,7 +1047,7 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
                 s.inner.fsync(file, true)?;
             }
             let e = Entry::Trim { key: fe.key, size };
-            if let Err(err) = s.log.append(Append { entries: vec![e], names: Vec::new(), reserve: true }) {
+            if let Err(err) = s.log.append(Append { entries: vec![e], names: Vec::new(), reserve: true, lazy: false }) {
                 tracing::error!("tier: cannot log a truncate of file key {} ({err}); applied in memory only", fe.key.0);
                 s.log.apply_unlogged(&Entry::Trim { key: fe.key, size });
             }
@@ -1036,13 +1074,26 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
 
     fn fsync(&self, file: &BackingFile, datasync: bool) -> io::Result<()> {
         let s = &self.shared;
-        match s.files.lock().get(file.id()).cloned() {
+        let fe = s.files.lock().get(file.id()).cloned();
+        if let Some(fe) = &fe {
+            s.commit(fe)?;
+        }
+        match fe {
             Some(fe) if !fe.unsynced.swap(false, Ordering::Relaxed) => {
                 // Everything written since the last sync is durable in the tier already.
                 add(&s.counters.fsyncs_absorbed, 1);
                 Ok(())
             }
             _ => s.inner.fsync(file, datasync),
+        }
+    }
+
+    fn sync_writes(&self, file: &BackingFile) -> io::Result<()> {
+        let s = &self.shared;
+        let fe = s.files.lock().get(file.id()).cloned();
+        match fe {
+            Some(fe) => s.commit(&fe),
+            None => Ok(()),
         }
     }
 
@@ -1061,7 +1112,7 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
                 let n: Arc<[u8]> = Arc::from(n.encode());
                 *fe.name.lock() = n.clone();
                 if s.log.has_dirty(fe.key) {
-                    let a = Append { entries: Vec::new(), names: vec![(fe.key, n)], reserve: true };
+                    let a = Append { entries: Vec::new(), names: vec![(fe.key, n)], reserve: true, lazy: false };
                     if let Err(e) = s.log.append(a) {
                         tracing::warn!("tier: cannot log that file key {} was unlinked ({e})", fe.key.0);
                     }
@@ -1092,7 +1143,9 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
             if blocks > 0 {
                 let through = s.log.last_seq();
                 let drop = Entry::Drop { key: fe.key, through };
-                if let Err(e) = s.log.append(Append { entries: vec![drop], names: Vec::new(), reserve: true }) {
+                if let Err(e) =
+                    s.log.append(Append { entries: vec![drop], names: Vec::new(), reserve: true, lazy: false })
+                {
                     // Unlogged, a crash replays them to the unlinked inode (or finds it gone):
                     // harmless either way.
                     tracing::debug!("tier: dropping deleted file key {} in memory only ({e})", fe.key.0);
@@ -1152,7 +1205,8 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
         if both.encode().len() > farcache_tier::PAGE_BYTES {
             both.path.clear();
         }
-        let a = Append { entries: Vec::new(), names: vec![(fe.key, Arc::from(both.encode()))], reserve: true };
+        let a =
+            Append { entries: Vec::new(), names: vec![(fe.key, Arc::from(both.encode()))], reserve: true, lazy: false };
         s.log.append(a).map_err(|e| io::Error::other(format!("the write-back tier cannot record the move: {e}")))?;
         s.inner.moving(id, copy)
     }

@@ -929,3 +929,65 @@ fn a_flush_beside_a_steady_writer_ends_with_what_came_before_it_on_the_disk() {
     assert!(t.shutdown(Duration::from_secs(10)), "a shutdown writes back everything");
     assert!(t.stats().log.dirty_blocks == 0);
 }
+
+/// An `ssd` tier with `commit = "fsync"` (the default) acknowledges a write once it is in the
+/// tier file (through the page cache), flushes at the file's fsync or an O_DSYNC write (once:
+/// a second fsync finds nothing to flush), and a write it acknowledged survives the daemon
+/// (dropped without a flush) all the same. With `commit = "write"` every write is flushed
+/// before it is acknowledged.
+#[test]
+fn an_ssd_tier_commits_at_fsync_and_its_unsynced_writes_survive_the_daemon() {
+    let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+    let tier = dir.path().join("tier");
+    if farcache_tier::detect(&tier).unwrap() != Mode::Ssd {
+        eprintln!("skipped: the source tree is not on a disk file system");
+        return;
+    }
+    let mut env = env();
+    env.tier = tier;
+    let mut c = cfg(&env, 16 << 20);
+    c.mode = TierMode::Ssd;
+    let t = open_tier(&env, &c);
+    let f = open_file(&env, "a");
+    let s0 = t.stats().log;
+    assert!(s0.lazy, "{s0:?}");
+    for b in 0..8u64 {
+        t.write(&f, b * 4096, &[b as u8 + 1; 4096]).unwrap();
+    }
+    let s = t.stats().log;
+    assert_eq!(s.flushes, s0.flushes, "unsynced writes are not flushed: {s:?}");
+    assert!(s.unflushed_bytes >= 8 * 4096, "{s:?}");
+    t.fsync(&f, true).unwrap();
+    let s = t.stats().log;
+    assert_eq!((s.unflushed_bytes, s.commits, s.flushes), (0, 1, s0.flushes + 1), "{s:?}");
+    t.fsync(&f, true).unwrap();
+    assert_eq!(t.stats().log.commits, 1, "nothing left to flush");
+    t.write(&f, 0, &[9u8; 4096]).unwrap();
+    t.sync_writes(&f).unwrap();
+    assert_eq!(t.stats().log.unflushed_bytes, 0, "an O_DSYNC write is flushed");
+    // Unsynced, then the daemon dies (no flush, no destage): the tier file has it.
+    t.write(&f, 8 * 4096, &[42u8; 4096]).unwrap();
+    assert!(t.stats().log.unflushed_bytes > 0);
+    drop(t);
+    let t = open_tier(&env, &c);
+    let f = open_file(&env, "a");
+    let got = read_all(&t, &f, 9 * 4096);
+    let mut want: Vec<u8> = (0..8u8).flat_map(|b| [b + 1; 4096]).collect();
+    want[..4096].fill(9);
+    want.extend([42u8; 4096]);
+    assert!(got == want, "after the daemon's death the tier holds every acknowledged write");
+    drop(t);
+    // commit = "write": each write flushed before it is acknowledged.
+    let mut env2 = self::env();
+    env2.tier = dir.path().join("tier2");
+    let mut c = cfg(&env2, 16 << 20);
+    c.mode = TierMode::Ssd;
+    c.commit = super::TierCommit::Write;
+    let t = open_tier(&env2, &c);
+    let f = open_file(&env2, "a");
+    let s0 = t.stats().log;
+    t.write(&f, 0, &[1u8; 4096]).unwrap();
+    t.write(&f, 4096, &[2u8; 4096]).unwrap();
+    let s = t.stats().log;
+    assert_eq!((s.lazy, s.unflushed_bytes, s.flushes), (false, 0, s0.flushes + 2), "{s:?}");
+}

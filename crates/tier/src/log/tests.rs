@@ -36,6 +36,7 @@ fn data(key: u64, block: u64) -> Append {
         entries: vec![Entry::Data { key: FileKey(key), block, valid: PAGE_BYTES as u32, page: p }],
         names: vec![(FileKey(key), Arc::from(&b"n"[..]))],
         reserve: false,
+        lazy: false,
     }
 }
 
@@ -163,6 +164,7 @@ fn version(v: u64) -> Append {
         entries: vec![Entry::Data { key: FileKey(1), block: 0, valid: PAGE_BYTES as u32, page: p }],
         names: vec![(FileKey(1), Arc::from(&b"n"[..]))],
         reserve: false,
+        lazy: false,
     }
 }
 
@@ -269,7 +271,7 @@ fn read_blocks_reads_runs_together_and_gives_each_block_its_newest_bytes() {
     // records on later pages).
     let mut entries: Vec<Entry> = (0..200).map(|b| block(1, b, if b == 199 { 100 } else { PAGE_BYTES })).collect();
     entries.push(block(2, 0, PAGE_BYTES));
-    log.append(Append { entries, names: vec![name(1), name(2)], reserve: false }).unwrap();
+    log.append(Append { entries, names: vec![name(1), name(2)], reserve: false, lazy: false }).unwrap();
     let newer = |b: u64| {
         let Entry::Data { mut page, .. } = block(1, b, PAGE_BYTES) else { unreachable!() };
         page.0[0] = 0xEE;
@@ -277,6 +279,7 @@ fn read_blocks_reads_runs_together_and_gives_each_block_its_newest_bytes() {
             entries: vec![Entry::Data { key: FileKey(1), block: b, valid: PAGE_BYTES as u32, page }],
             names: vec![name(1)],
             reserve: false,
+            lazy: false,
         })
         .unwrap();
     };
@@ -329,4 +332,66 @@ fn read_blocks_reads_runs_together_and_gives_each_block_its_newest_bytes() {
     bytes.lock()[(rec.page * PB) as usize] ^= 0xFF;
     let err = log.read_blocks(FileKey(1), &asked, || usize::MAX, |_, _| true).unwrap_err();
     assert!(err.to_string().contains("fails its checksum"), "{err}");
+}
+
+/// A lazily committing log acknowledges lazy appends without a flush, flushes them at a
+/// commit (once, then nothing is left to flush), with the next durable append, and at its
+/// bound on unflushed pages; a log that does not commit lazily flushes every append.
+#[test]
+fn lazy_appends_are_flushed_by_a_commit_a_durable_append_or_the_bound() {
+    let open = |lazy: Option<u64>| {
+        let m = Mem {
+            data: Arc::new(Mutex::new(vec![0; 64 << 20])),
+            flush_us: 0,
+            flushes: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
+        };
+        let (log, _) = Log::open(Box::new(m), Mode::Ssd, Some("b")).unwrap();
+        match lazy {
+            Some(n) => log.commit_lazily(n),
+            None => log,
+        }
+    };
+    let lazy = |k, b| Append { lazy: true, ..data(k, b) };
+    let log = open(Some(0));
+    let f0 = log.stats().flushes;
+    for b in 0..10 {
+        log.append(lazy(1, b)).unwrap();
+    }
+    let s = log.stats();
+    assert_eq!((s.flushes - f0, s.lazy), (0, true), "lazy appends are not flushed");
+    assert!(s.unflushed_bytes >= 10 * PB, "{s:?}");
+    // Readable at once.
+    let (p, _) = log.read_block(FileKey(1), 9).unwrap().unwrap();
+    assert_eq!(&p.0[..16], &[1u64.to_le_bytes(), 9u64.to_le_bytes()].concat()[..]);
+    log.commit().unwrap();
+    let s = log.stats();
+    assert_eq!((s.flushes - f0, s.commits, s.unflushed_bytes), (1, 1, 0), "{s:?}");
+    log.commit().unwrap();
+    assert_eq!(log.stats().commits, 1, "nothing left to commit: no flush");
+    // A durable append flushes the lazy ones before it.
+    log.append(lazy(1, 20)).unwrap();
+    log.append(data(1, 21)).unwrap();
+    let s = log.stats();
+    assert_eq!((s.flushes - f0, s.unflushed_bytes), (2, 0), "{s:?}");
+    // The bound: at most MAX_GROUP_PAGES (the least it may be) unflushed.
+    for b in 0..(MAX_GROUP_PAGES + 10) {
+        log.append(lazy(2, b)).unwrap();
+        assert!(log.unflushed_bytes() <= MAX_GROUP_PAGES * PB);
+    }
+    assert!(log.stats().flushes - f0 >= 3, "the bound flushed");
+    // The age bound.
+    log.append(lazy(3, 0)).unwrap();
+    log.commit_if_older(Duration::from_secs(3600)).unwrap();
+    assert!(log.unflushed_bytes() > 0, "younger than the age bound");
+    log.commit_if_older(Duration::ZERO).unwrap();
+    assert_eq!(log.unflushed_bytes(), 0);
+    // Not lazy: `lazy` is ignored, each append is flushed.
+    let log = open(None);
+    let f0 = log.stats().flushes;
+    for b in 0..5 {
+        log.append(lazy(1, b)).unwrap();
+    }
+    let s = log.stats();
+    assert_eq!((s.flushes - f0, s.unflushed_bytes, s.lazy), (5, 0, false), "{s:?}");
 }
