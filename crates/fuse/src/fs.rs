@@ -543,10 +543,10 @@ impl Filesystem for Passthrough {
     }
 
     fn flush(&self, _req: &Request, ino: INodeNo, fh: Fh, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        // Writes are durable when they are acknowledged: on the backing file, or in the
-        // write-back tier, which answers for them until it has written them back (close does
-        // not wait for that; docs/SEMANTICS.md). Locks are the kernel's (no POSIX lock
-        // capability is negotiated). Nothing to flush.
+        // Writes are in the backing file, or in the write-back tier (which answers for them
+        // until it has written them back) when acknowledged; as on a local file system, close
+        // makes nothing durable — fsync does (docs/SEMANTICS.md). Locks are the kernel's (no
+        // POSIX lock capability is negotiated). Nothing to flush.
         answer!(reply, self.file(ino, fh, None), |_| reply.ok())
     }
 

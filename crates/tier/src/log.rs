@@ -387,6 +387,10 @@ impl std::fmt::Debug for Log {
     }
 }
 
+/// What a write acknowledged by a lazily committing log survives (`farcache stats`, the log).
+pub const LAZY_DURABILITY: &str = "survives the daemon at once and a power cut once synced: fsync, fdatasync, an \
+     O_SYNC/O_DSYNC write, or tier.commit_interval later (commit = \"fsync\")";
+
 /// Pages only trims and drops may use: a truncate or unlink changes the backing file first and
 /// must then be able to log it.
 pub const META_PAGES: u64 = 8;
@@ -464,7 +468,8 @@ impl Ring {
 impl Log {
     /// Open the log on `medium` (recovering what it holds), or make a new one if the medium
     /// is blank (its first two pages are zeros). `backing`: the backing directory the tier
-    /// must belong to (`None`: any, for inspection). Writes nothing unless it formats.
+    /// must belong to (`None`: any, for inspection). Writes nothing unless it formats (it
+    /// flushes what it found).
     pub fn open(medium: Box<dyn Medium>, mode: Mode, backing: Option<&str>) -> Result<(Log, Recovered), TierError> {
         let t0 = Instant::now();
         let pages = medium.len() / PB;
@@ -576,6 +581,12 @@ impl Log {
             unflushed: AtomicU64::new(0),
         };
         log.scan(&mut rec)?;
+        if rec.batches > 0 {
+            // What the scan found may never have been flushed (a lazy log's daemon died, or
+            // handed the tier over, before its commit): flushed now, so that a commit that
+            // finds nothing unflushed (an fsync after the restart) means it is durable.
+            log.medium.flush().map_err(|e| TierError::io("flushing the recovered log", e))?;
+        }
         {
             let ix = log.index.lock();
             rec.records = ix.dirty;
@@ -1304,7 +1315,7 @@ impl Log {
         };
         LogStats {
             mode: self.mode.to_string(),
-            durability: self.mode.durability().to_string(),
+            durability: if self.lazy_pages > 0 { LAZY_DURABILITY } else { self.mode.durability() }.to_string(),
             capacity_bytes: self.capacity_bytes(),
             used_bytes: used * PB,
             dirty_bytes: dirty * PB,

@@ -348,6 +348,9 @@ pub struct PaperOptions {
     /// Paper 003: the write-back tier's size (tier-dram, tier-ssd).
     #[serde(default)]
     pub tier_bytes: u64,
+    /// Paper 003: the tier's commit (`--tier-commit`), or the mount's default.
+    #[serde(default)]
+    pub tier_commit: Option<String>,
     /// postmark: the share of Table 1's transactions run (1.0: the paper's).
     #[serde(default)]
     pub postmark_scale: f64,
@@ -493,6 +496,7 @@ impl PaperOptions {
             tpch_statement_timeout_secs: 600,
             tpch_deadline_secs: 4 * 3600,
             tier_bytes: 2 * GIB,
+            tier_commit: None,
             postmark_scale: 1.0,
             postmark_files_scale: 1.0,
             dfsio_bytes: 800 * MIB,

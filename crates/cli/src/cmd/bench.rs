@@ -121,6 +121,10 @@ struct PaperArgs {
     /// tier-dram / tier-ssd: the write-back tier's size (default 2GiB; --quick 256MiB).
     #[arg(long)]
     tier_size: Option<ByteSize>,
+    /// tier-ssd / tier-dram / farcache-tier: the tier's commit (`farcache mount --tier-commit`:
+    /// fsync, the default, or write).
+    #[arg(long, value_parser = ["fsync", "write"])]
+    tier_commit: Option<String>,
     /// postmark: the share of paper 003's Table 1 transactions to run (default 1: the paper's;
     /// --quick 0.01).
     #[arg(long)]
@@ -626,6 +630,9 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
     if let Some(t) = a.tier_size {
         anyhow::ensure!(t.bytes() >= 64 << 20, "--tier-size: at least 64MiB");
         o.tier_bytes = t.bytes();
+    }
+    if let Some(c) = &a.tier_commit {
+        o.tier_commit = Some(c.clone());
     }
     if let Some(x) = a.postmark_scale {
         anyhow::ensure!(x > 0.0 && x <= 1.0, "--postmark-scale: more than 0, at most 1");

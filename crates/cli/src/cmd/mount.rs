@@ -119,6 +119,11 @@ pub struct Args {
     /// Size of the tier's medium, e.g. 4GiB (overrides tier.size).
     #[arg(long, value_name = "SIZE", requires = "tier")]
     tier_size: Option<farcache_config::ByteSize>,
+    /// When an ssd tier's writes become durable (overrides tier.commit): "fsync" (at fsync,
+    /// fdatasync, an O_SYNC/O_DSYNC write, or tier.commit_interval later, as on a local file
+    /// system) or "write" (each write before it is acknowledged).
+    #[arg(long, value_name = "WHEN", value_parser = ["fsync", "write"], requires = "tier")]
+    tier_commit: Option<String>,
     /// Configuration file (TOML); its [mount], [cache] and (for the lender inside this
     /// process) [server] tables apply. Flags override it.
     #[arg(long)]
@@ -435,6 +440,13 @@ fn settings(a: &Args) -> anyhow::Result<crate::config::Config> {
     }
     if let Some(n) = a.tier_size {
         c.tier.size = n;
+    }
+    if let Some(w) = &a.tier_commit {
+        c.tier.commit = if w == "write" {
+            farcache_engine::writeback::TierCommit::Write
+        } else {
+            farcache_engine::writeback::TierCommit::Fsync
+        };
     }
     c.tier.validate()?;
     c.balance.validate()?;

@@ -154,7 +154,11 @@ metrics! { MOUNT:
     TIER_BROKEN = "farcache_mount_tier_broken", Gauge, "1 if the tier's medium failed (every write then goes through)";
     TIER_WRITES = "farcache_mount_tier_writes", Counter, "Writes acknowledged by the tier";
     TIER_WRITE_BYTES = "farcache_mount_tier_write_bytes", Counter, "Bytes of writes acknowledged by the tier";
-    TIER_GROUPS = "farcache_mount_tier_group_commits", Counter, "Flushes of the tier's medium (each carries one or more appends)";
+    TIER_GROUPS = "farcache_mount_tier_group_commits", Counter, "Group commits of the tier's log (each carries one or more appends; flushed unless all were unsynced writes)";
+    TIER_FLUSHES = "farcache_mount_tier_flushes", Counter, "Flushes of the tier's medium";
+    TIER_COMMITS = "farcache_mount_tier_commits", Counter, "Flushes asked for by an fsync, an O_DSYNC write or commit_interval (commit = fsync)";
+    TIER_UNFLUSHED = "farcache_mount_tier_unflushed_bytes", Gauge, "Bytes of acknowledged writes waiting for the tier's flush (a power cut could take them)";
+    TIER_COMMIT_FALLBACKS = "farcache_mount_tier_commit_fallbacks", Counter, "Commits the tier's medium failed, answered by syncing the file on the backing store";
     TIER_FSYNCS_ABSORBED = "farcache_mount_tier_fsyncs_absorbed", Counter, "fsyncs answered without the disk (data durable in the tier)";
     TIER_READS = "farcache_mount_tier_reads", Counter, "Reads that took at least one block from the tier";
     TIER_READS_WHOLE = "farcache_mount_tier_reads_whole", Counter, "Reads the tier answered whole, without the disk";

@@ -8,10 +8,11 @@ use serde::{Deserialize, Serialize};
 pub const TEMPLATE: &str = r#"[tier]
 # The write-back tier's medium: a file (created if missing) or a block device on fast local
 # storage. "" for none: every write goes through to the backing directory before it is
-# acknowledged. With a tier, a write is acknowledged once it is durable in the tier, and the
-# tier writes it back ("destages" it) later. The mode follows from what the path is: a file
-# on tmpfs is "dram" (survives the daemon, NOT a power cut), a file on a disk file system or
-# a block device is "ssd" (O_DIRECT and fdatasync), a file on a DAX file system is "pmem".
+# acknowledged. With a tier, a write is acknowledged once it is in the tier (durable there
+# as `commit` says), and the tier writes it back ("destages" it) later. The mode follows
+# from what the path is: a file on tmpfs is "dram" (survives the daemon, NOT a power cut), a
+# file on a disk file system or a block device is "ssd" (fdatasync), a file on a DAX file
+# system is "pmem".
 path = ""
 # Bytes of the medium the tier uses (a file is created and preallocated with this size).
 size = "1GiB"

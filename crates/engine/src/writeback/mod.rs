@@ -226,10 +226,6 @@ fn add(c: &AtomicU64, n: u64) {
 }
 
 /// The mode `cfg` asks for at `path`.
-/// What a write acknowledged by an ssd tier with `commit = "fsync"` survives (the start-up log).
-pub const LAZY_DURABILITY: &str = "survives the daemon at once and a power cut once synced: fsync, fdatasync, an \
-     O_SYNC/O_DSYNC write, or tier.commit_interval later (commit = \"fsync\")";
-
 pub fn resolve_mode(cfg: &TierConfig) -> Result<Mode, TierOpenError> {
     Ok(match cfg.mode {
         TierMode::Auto => farcache_tier::detect(Path::new(&cfg.path))?,
@@ -331,7 +327,7 @@ impl<D: DataPath> WritebackPath<D> {
             "write-back tier {} ({mode}: a write acknowledged by it {}), {} bytes; recovered {} records of {} files \
              in {} ms{}",
             cfg.path,
-            if lazy { LAZY_DURABILITY } else { mode.durability() },
+            log.stats().durability,
             log.capacity_bytes(),
             recovered.records,
             recovered.files,
