@@ -708,6 +708,20 @@ fn children_of(pid: i32) -> Vec<i32> {
 /// invariant holds for what it holds — amcheck and `pg_checksums` clean.
 #[test]
 fn postgres_survives_the_mount_daemon_killed_under_it_with_a_tier() {
+    let tier = TierFile::new("pgkill");
+    daemon_killed_under_postgres(tier.arg().to_string(), None);
+}
+
+/// The same with an `ssd` tier (a file on the test tree's disk file system) and its default
+/// commit ("fsync"): a write is acknowledged before its flush, and PostgreSQL's WAL fdatasync
+/// is what makes a commit durable — no committed transaction may be lost to the kill.
+#[test]
+fn postgres_survives_the_mount_daemon_killed_under_it_with_an_ssd_tier() {
+    daemon_killed_under_postgres(String::new(), Some("pgkill-ssd.tier"));
+}
+
+/// `tier`: the tier's path; or, with `ssd_name`, a file of that name in the test tree.
+fn daemon_killed_under_postgres(tier: String, ssd_name: Option<&str>) {
     require_root("the PostgreSQL test (it mounts FUSE and runs PostgreSQL as the postgres user)");
     let user = require_postgres();
     let t0 = Instant::now();
@@ -716,9 +730,17 @@ fn postgres_survives_the_mount_daemon_killed_under_it_with_a_tier() {
     let root = tree.path();
     let (backing, mnt) = (root.join("backing"), root.join("mnt"));
     let port = free_port();
-    let tier = TierFile::new("pgkill");
-    let t = tier.arg();
-    let args = ["--no-remote", "--tier", t, "--tier-size", "512MiB"];
+    // An ssd tier on the target directory's disk file system (as `tier_crash.rs`'s).
+    let ssd_file = ssd_name.map(|n| {
+        let p = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{n}-{}", std::process::id()));
+        let _ = fs::remove_file(&p);
+        p
+    });
+    let tier = match &ssd_file {
+        Some(p) => p.to_str().expect("a UTF-8 path").to_string(),
+        None => tier,
+    };
+    let args = ["--no-remote", "--tier", tier.as_str(), "--tier-size", "512MiB"];
     let m = MountProcess::start(bin(), &backing, &mnt, &args, &root.join("mount1.log"));
     let pgdata = mnt.join("pgdata");
     let mut pg = Pg::new(pgdata.clone(), root, port, "pg-kill.log", user);
@@ -768,6 +790,9 @@ fn postgres_survives_the_mount_daemon_killed_under_it_with_a_tier() {
     let m = MountProcess::start(bin(), &backing, &mnt, &args, &root.join("mount2.log"));
     let log = m.log_text();
     assert!(log.contains("recovered"), "{log}");
+    if ssd_file.is_some() {
+        assert!(log.contains("(ssd: a write acknowledged by it survives the daemon at once"), "{log}");
+    }
     // A new server log: the first holds the PANICs of losing the files.
     drop(pg);
     let mut pg = Pg::new(pgdata.clone(), root, port, "pg-after-kill.log", user);
@@ -786,4 +811,7 @@ fn postgres_survives_the_mount_daemon_killed_under_it_with_a_tier() {
     ));
     drop(pg);
     m.stop();
+    if let Some(p) = ssd_file {
+        let _ = fs::remove_file(p);
+    }
 }
