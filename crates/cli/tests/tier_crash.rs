@@ -1,6 +1,7 @@
 //! The write-back tier against real crashes and real backing faults (issue 12).
 //!
-//! `acknowledged_writes_survive_sigkill`: writers write 4 KiB blocks through a real
+//! `acknowledged_writes_survive_sigkill` (and `..._with_an_ssd_tier`; `unsynced_writes_survive_sigkill_with_an_ssd_tier`:
+//! the same with no fdatasync, a write acknowledged when it returns): writers write 4 KiB blocks through a real
 //! `farcache mount --tier` (on tmpfs: it survives the daemon) and fdatasync each one, logging
 //! what was acknowledged; the daemon is SIGKILLed at a random point; the mount is remounted
 //! with the same tier (recovery writes everything back first) and every block must show its
