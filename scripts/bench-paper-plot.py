@@ -61,6 +61,11 @@ def tps(report, cfg, mode, clients):
 def ratio_bars(ax, labels, series, ylabel):
     """Grouped bars of (ratios, name) series over `labels`, each bar annotated, a line at 1."""
     x = range(len(labels))
+    if not series:
+        # Nothing to compare against (a run without the baseline configuration).
+        ax.text(0.5, 0.5, "no baseline in this run", ha="center", va="center", transform=ax.transAxes)
+        ax.set_ylabel(ylabel)
+        return
     w = 0.8 / len(series)
     for i, (ys, name) in enumerate(series):
         bars = ax.bar([v + (i - (len(series) - 1) / 2) * w for v in x], ys, w, label=name)
