@@ -400,22 +400,29 @@ fn a_write_back_of_many_batches_lands_every_byte() {
     }
 }
 
+/// An `ssd` tier of `size` bytes in a directory of the source tree (a disk file system), and
+/// that directory; `None` (the test skips, saying so) where the tree is not on one.
+fn ssd_env(size: u64) -> Option<(tempfile::TempDir, Env, TierConfig)> {
+    let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+    let tier = dir.path().join("tier");
+    if farcache_tier::detect(&tier).unwrap() != Mode::Ssd {
+        eprintln!("skipped: the source tree is not on a disk file system (no O_DIRECT)");
+        return None;
+    }
+    let mut env = env();
+    env.tier = tier;
+    let mut c = cfg(&env, size);
+    c.mode = TierMode::Ssd;
+    Some((dir, env, c))
+}
+
 /// An `ssd` tier (a file on a disk file system, read `O_DIRECT`) hands the write-back's reads
 /// of a file's dirty blocks to the mount's I/O engine together: blocks written in random
 /// order lie on pages far apart, and were read one `pread` after another (session 29: 9 s to
 /// flush 512 MiB). Every byte lands; the tier's reads show in the engine's counters.
 #[test]
 fn an_ssd_tiers_scattered_blocks_are_read_through_the_io_engine_for_the_write_back() {
-    let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
-    let tier = dir.path().join("tier");
-    if farcache_tier::detect(&tier).unwrap() != Mode::Ssd {
-        eprintln!("skipped: the source tree is not on a disk file system (no O_DIRECT)");
-        return;
-    }
-    let mut env = env();
-    env.tier = tier;
-    let mut c = cfg(&env, 64 << 20);
-    c.mode = TierMode::Ssd;
+    let Some((_dir, env, c)) = ssd_env(64 << 20) else { return };
     let io = Arc::new(crate::IoEngine::default());
     let t = WritebackPath::open(
         DirectPath::with_io(io.clone()),
@@ -937,16 +944,7 @@ fn a_flush_beside_a_steady_writer_ends_with_what_came_before_it_on_the_disk() {
 /// before it is acknowledged.
 #[test]
 fn an_ssd_tier_commits_at_fsync_and_its_unsynced_writes_survive_the_daemon() {
-    let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
-    let tier = dir.path().join("tier");
-    if farcache_tier::detect(&tier).unwrap() != Mode::Ssd {
-        eprintln!("skipped: the source tree is not on a disk file system");
-        return;
-    }
-    let mut env = env();
-    env.tier = tier;
-    let mut c = cfg(&env, 16 << 20);
-    c.mode = TierMode::Ssd;
+    let Some((dir, env, c)) = ssd_env(16 << 20) else { return };
     let t = open_tier(&env, &c);
     let f = open_file(&env, "a");
     let s0 = t.stats().log;

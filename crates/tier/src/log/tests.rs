@@ -9,6 +9,12 @@ struct Mem {
     flushes: AtomicU64,
     reads: AtomicU64,
 }
+impl Mem {
+    fn new(data: Arc<Mutex<Vec<u8>>>, flush_us: u64) -> Mem {
+        Mem { data, flush_us, flushes: AtomicU64::new(0), reads: AtomicU64::new(0) }
+    }
+}
+
 impl Medium for Mem {
     fn len(&self) -> u64 {
         self.data.lock().len() as u64
@@ -43,7 +49,7 @@ fn data(key: u64, block: u64) -> Append {
 #[test]
 fn concurrent_writers_share_flushes() {
     let bytes = Arc::new(Mutex::new(vec![0; 64 << 20]));
-    let m = Mem { data: bytes.clone(), flush_us: 2000, flushes: AtomicU64::new(0), reads: AtomicU64::new(0) };
+    let m = Mem::new(bytes.clone(), 2000);
     let (log, _) = Log::open(Box::new(m), Mode::Ssd, Some("b")).unwrap();
     let log = Arc::new(log);
     let threads: Vec<_> = (0..16)
@@ -75,7 +81,7 @@ fn concurrent_writers_share_flushes() {
     // And recovery reads the packed batches back.
     let log = Arc::into_inner(log).unwrap();
     drop(log);
-    let m = Mem { data: bytes, flush_us: 0, flushes: AtomicU64::new(0), reads: AtomicU64::new(0) };
+    let m = Mem::new(bytes, 0);
     let (log, r) = Log::open(Box::new(m), Mode::Ssd, Some("b")).unwrap();
     assert_eq!((r.records, r.files), (640, 16));
     for t in 0..16 {
@@ -92,12 +98,7 @@ fn concurrent_writers_share_flushes() {
 /// heard only leaders; without the wake on release it would wait out the net every round.)
 #[test]
 fn a_writer_behind_a_non_leader_holding_the_commit_lock_is_woken_when_it_lets_go() {
-    let m = Mem {
-        data: Arc::new(Mutex::new(vec![0; 8 << 20])),
-        flush_us: 0,
-        flushes: AtomicU64::new(0),
-        reads: AtomicU64::new(0),
-    };
+    let m = Mem::new(Arc::new(Mutex::new(vec![0; 8 << 20])), 0);
     let (log, _) = Log::open(Box::new(m), Mode::Ssd, Some("b")).unwrap();
     let log = Arc::new(log);
     let rounds = 20u64;
@@ -124,7 +125,7 @@ fn a_writer_behind_a_non_leader_holding_the_commit_lock_is_woken_when_it_lets_go
 fn recovery_scans_at_least_a_gib_per_second() {
     // 64 MiB of one-block appends (the slowest shape: a header per block), then a scan.
     let bytes = Arc::new(Mutex::new(vec![0; 64 << 20]));
-    let m = Mem { data: bytes.clone(), flush_us: 0, flushes: AtomicU64::new(0), reads: AtomicU64::new(0) };
+    let m = Mem::new(bytes.clone(), 0);
     let (log, _) = Log::open(Box::new(m), Mode::Dram, Some("b")).unwrap();
     let mut n = 0;
     while log.append(Append { reserve: true, ..data(n % 7, n) }).is_ok() {
@@ -133,7 +134,7 @@ fn recovery_scans_at_least_a_gib_per_second() {
     let used = log.stats().used_bytes;
     assert!(used > 60 << 20, "{used}");
     drop(log);
-    let m = Mem { data: bytes, flush_us: 0, flushes: AtomicU64::new(0), reads: AtomicU64::new(0) };
+    let m = Mem::new(bytes, 0);
     // CPU time of this thread, not wall time: the scan is CPU-bound here (the medium is
     // memory), and a loaded machine must not fail the test.
     let cpu = || {
@@ -174,7 +175,7 @@ fn reads_of_a_block_rewritten_and_freed_under_them_see_one_whole_version() {
     // so far: the lock-free reads lose their race over and over, and the read under the commit
     // lock must still give a whole version (never an error, never a mix of two).
     let bytes = Arc::new(Mutex::new(vec![0; 16 << 20]));
-    let m = Mem { data: bytes, flush_us: 0, flushes: AtomicU64::new(0), reads: AtomicU64::new(0) };
+    let m = Mem::new(bytes, 0);
     let (log, _) = Log::open(Box::new(m), Mode::Ssd, Some("b")).unwrap();
     let log = Arc::new(log);
     log.append(version(1)).unwrap();
@@ -239,7 +240,7 @@ fn block(k: u64, b: u64, valid: usize) -> Entry {
 #[test]
 fn read_blocks_reads_runs_together_and_gives_each_block_its_newest_bytes() {
     let bytes = Arc::new(Mutex::new(vec![0; 16 << 20]));
-    let m = Arc::new(Mem { data: bytes.clone(), flush_us: 0, flushes: AtomicU64::new(0), reads: AtomicU64::new(0) });
+    let m = Arc::new(Mem::new(bytes.clone(), 0));
     struct Shared(Arc<Mem>);
     impl Medium for Shared {
         fn len(&self) -> u64 {
@@ -340,12 +341,7 @@ fn read_blocks_reads_runs_together_and_gives_each_block_its_newest_bytes() {
 #[test]
 fn lazy_appends_are_flushed_by_a_commit_a_durable_append_or_the_bound() {
     let open = |lazy: Option<u64>| {
-        let m = Mem {
-            data: Arc::new(Mutex::new(vec![0; 64 << 20])),
-            flush_us: 0,
-            flushes: AtomicU64::new(0),
-            reads: AtomicU64::new(0),
-        };
+        let m = Mem::new(Arc::new(Mutex::new(vec![0; 64 << 20])), 0);
         let (log, _) = Log::open(Box::new(m), Mode::Ssd, Some("b")).unwrap();
         match lazy {
             Some(n) => log.commit_lazily(n),
