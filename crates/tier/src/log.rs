@@ -47,6 +47,10 @@ const READ_RUN_PAGES: usize = 64;
 /// find written but never flushed after the log's end).
 pub const MAX_GROUP_PAGES: u64 = 2048;
 
+/// Unflushed pages of a lazy log after which the medium is asked to start writing them out
+/// ([`Medium::start_writeback`]): 8 MiB.
+const WRITEBACK_PAGES: u64 = 2048;
+
 /// The longest a writer waits for its leader's wake-up before it looks again (a safety net:
 /// every release of the commit lock wakes whoever is to go next; counted when it fires).
 const WAIT_SAFETY_NET: Duration = Duration::from_millis(10);
@@ -961,6 +965,11 @@ impl Log {
             ring.unflushed = 0;
             ring.unflushed_since = None;
         } else if written > 0 {
+            // Every WRITEBACK_PAGES unflushed, the medium starts writing them out, so that the
+            // flush at a commit or at the bound finds little left (it holds the commit lock).
+            if (ring.unflushed + written) / WRITEBACK_PAGES > ring.unflushed / WRITEBACK_PAGES {
+                self.medium.start_writeback();
+            }
             ring.unflushed += written;
             ring.unflushed_since.get_or_insert(now);
         }

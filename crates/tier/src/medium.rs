@@ -44,6 +44,10 @@ pub trait Medium: Send + Sync {
     }
     /// Make every write completed before the call durable.
     fn flush(&self) -> io::Result<()>;
+    /// Start writing what is written but not yet durable towards the device, without waiting
+    /// (a medium written through the page cache: so that the next flush has less to do). A
+    /// hint: the default does nothing.
+    fn start_writeback(&self) {}
     /// Read each `(offset, buffer)`, as [`Medium::read_at`] does: one after the other here;
     /// the engine's wrapper of a medium with a [`Medium::fd`] has them in flight together.
     fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> io::Result<()> {
@@ -340,6 +344,13 @@ impl Medium for FileMedium {
             unsafe { libc::posix_fadvise(self.file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         }
         Ok(())
+    }
+    fn start_writeback(&self) {
+        if self.buffered {
+            // SAFETY: plain syscall on a descriptor we own; SYNC_FILE_RANGE_WRITE starts the
+            // write-back of the file's dirty pages and does not wait for it.
+            unsafe { libc::sync_file_range(self.file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+        }
     }
     /// An ssd tier's: a device worth queueing reads on (a dram tier's reads are copies).
     fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {

@@ -815,6 +815,9 @@ impl farcache_tier::Medium for EngineMedium {
     fn flush(&self) -> io::Result<()> {
         self.inner.flush()
     }
+    fn start_writeback(&self) {
+        self.inner.start_writeback()
+    }
     fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         self.inner.fd()
     }

@@ -340,8 +340,28 @@ fn read_blocks_reads_runs_together_and_gives_each_block_its_newest_bytes() {
 /// bound on unflushed pages; a log that does not commit lazily flushes every append.
 #[test]
 fn lazy_appends_are_flushed_by_a_commit_a_durable_append_or_the_bound() {
+    let writebacks = Arc::new(AtomicU64::new(0));
+    // The medium's write-back starts, read through a shared counter.
+    struct Counted(Mem, Arc<AtomicU64>);
+    impl Medium for Counted {
+        fn len(&self) -> u64 {
+            self.0.len()
+        }
+        fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
+            self.0.read_at(off, buf)
+        }
+        fn write_at(&self, off: u64, d: &[u8]) -> io::Result<()> {
+            self.0.write_at(off, d)
+        }
+        fn flush(&self) -> io::Result<()> {
+            self.0.flush()
+        }
+        fn start_writeback(&self) {
+            self.1.fetch_add(1, Ordering::Relaxed);
+        }
+    }
     let open = |lazy: Option<u64>| {
-        let m = Mem::new(Arc::new(Mutex::new(vec![0; 64 << 20])), 0);
+        let m = Counted(Mem::new(Arc::new(Mutex::new(vec![0; 64 << 20])), 0), writebacks.clone());
         let (log, _) = Log::open(Box::new(m), Mode::Ssd, Some("b")).unwrap();
         match lazy {
             Some(n) => log.commit_lazily(n),
@@ -376,6 +396,7 @@ fn lazy_appends_are_flushed_by_a_commit_a_durable_append_or_the_bound() {
         assert!(log.unflushed_bytes() <= MAX_GROUP_PAGES * PB);
     }
     assert!(log.stats().flushes - f0 >= 3, "the bound flushed");
+    assert!(writebacks.load(Ordering::Relaxed) >= 1, "the medium was asked to start writing back");
     // The age bound.
     log.append(lazy(3, 0)).unwrap();
     log.commit_if_older(Duration::from_secs(3600)).unwrap();
