@@ -8,10 +8,12 @@ struct Mem {
     flush_us: u64,
     flushes: AtomicU64,
     reads: AtomicU64,
+    /// [`Medium::start_writeback`] calls (shared: read after the medium is boxed).
+    writebacks: Arc<AtomicU64>,
 }
 impl Mem {
     fn new(data: Arc<Mutex<Vec<u8>>>, flush_us: u64) -> Mem {
-        Mem { data, flush_us, flushes: AtomicU64::new(0), reads: AtomicU64::new(0) }
+        Mem { data, flush_us, flushes: AtomicU64::new(0), reads: AtomicU64::new(0), writebacks: Arc::default() }
     }
 }
 
@@ -27,6 +29,9 @@ impl Medium for Mem {
     fn write_at(&self, off: u64, d: &[u8]) -> io::Result<()> {
         self.data.lock()[off as usize..off as usize + d.len()].copy_from_slice(d);
         Ok(())
+    }
+    fn start_writeback(&self) {
+        self.writebacks.fetch_add(1, Ordering::Relaxed);
     }
     fn flush(&self) -> io::Result<()> {
         self.flushes.fetch_add(1, Ordering::Relaxed);
@@ -341,27 +346,9 @@ fn read_blocks_reads_runs_together_and_gives_each_block_its_newest_bytes() {
 #[test]
 fn lazy_appends_are_flushed_by_a_commit_a_durable_append_or_the_bound() {
     let writebacks = Arc::new(AtomicU64::new(0));
-    // The medium's write-back starts, read through a shared counter.
-    struct Counted(Mem, Arc<AtomicU64>);
-    impl Medium for Counted {
-        fn len(&self) -> u64 {
-            self.0.len()
-        }
-        fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
-            self.0.read_at(off, buf)
-        }
-        fn write_at(&self, off: u64, d: &[u8]) -> io::Result<()> {
-            self.0.write_at(off, d)
-        }
-        fn flush(&self) -> io::Result<()> {
-            self.0.flush()
-        }
-        fn start_writeback(&self) {
-            self.1.fetch_add(1, Ordering::Relaxed);
-        }
-    }
     let open = |lazy: Option<u64>| {
-        let m = Counted(Mem::new(Arc::new(Mutex::new(vec![0; 64 << 20])), 0), writebacks.clone());
+        let mut m = Mem::new(Arc::new(Mutex::new(vec![0; 64 << 20])), 0);
+        m.writebacks = writebacks.clone();
         let (log, _) = Log::open(Box::new(m), Mode::Ssd, Some("b")).unwrap();
         match lazy {
             Some(n) => log.commit_lazily(n),
