@@ -641,6 +641,15 @@ impl Log {
         Ok(())
     }
 
+    /// What an append this log acknowledges survives (`farcache stats`, the start-up log).
+    pub fn durability(&self) -> &'static str {
+        if self.lazy_pages > 0 {
+            LAZY_DURABILITY
+        } else {
+            self.mode.durability()
+        }
+    }
+
     /// Bytes written and acknowledged but not yet flushed (lazy appends).
     pub fn unflushed_bytes(&self) -> u64 {
         self.unflushed.load(Ordering::Acquire) * PB
@@ -1324,7 +1333,7 @@ impl Log {
         };
         LogStats {
             mode: self.mode.to_string(),
-            durability: if self.lazy_pages > 0 { LAZY_DURABILITY } else { self.mode.durability() }.to_string(),
+            durability: self.durability().to_string(),
             capacity_bytes: self.capacity_bytes(),
             used_bytes: used * PB,
             dirty_bytes: dirty * PB,

@@ -327,7 +327,7 @@ impl<D: DataPath> WritebackPath<D> {
             "write-back tier {} ({mode}: a write acknowledged by it {}), {} bytes; recovered {} records of {} files \
              in {} ms{}",
             cfg.path,
-            log.stats().durability,
+            log.durability(),
             log.capacity_bytes(),
             recovered.records,
             recovered.files,
@@ -762,9 +762,8 @@ impl<D: DataPath> Shared<D> {
                     self.path,
                     fe.key.0
                 );
-                self.flush_file(fe)?;
-                fe.unsynced.store(true, Ordering::Relaxed);
-                Ok(())
+                // Written back and synced there (`write_back_file` syncs before the drop).
+                self.flush_file(fe)
             }
         }
     }
