@@ -351,6 +351,10 @@ pub struct PaperOptions {
     /// Paper 003: the tier's commit (`--tier-commit`), or the mount's default.
     #[serde(default)]
     pub tier_commit: Option<String>,
+    /// Paper 003: the tier's sequential cutoff in bytes (`--tier-sequential-cutoff`), or the
+    /// mount's default.
+    #[serde(default)]
+    pub tier_sequential_cutoff: Option<u64>,
     /// postmark: the share of Table 1's transactions run (1.0: the paper's).
     #[serde(default)]
     pub postmark_scale: f64,
@@ -497,6 +501,7 @@ impl PaperOptions {
             tpch_deadline_secs: 4 * 3600,
             tier_bytes: 2 * GIB,
             tier_commit: None,
+            tier_sequential_cutoff: None,
             postmark_scale: 1.0,
             postmark_files_scale: 1.0,
             dfsio_bytes: 800 * MIB,

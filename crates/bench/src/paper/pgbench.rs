@@ -387,7 +387,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
     // tier-dram / tier-ssd: TPC-B with the write-back tier (issue 12).
     let tier = super::writeback::TierFile::make(tb, cfg, o.tier_bytes)?;
     let log = tb.logs.join(format!("pgbench-{}.mount.log", cfg.name()));
-    let extra = tier.as_ref().map(|t| t.mount_args(o.tier_bytes, o.tier_commit.as_deref())).unwrap_or_default();
+    let extra = tier.as_ref().map(|t| t.mount_args(o)).unwrap_or_default();
     let remote = lenders.as_ref().map(|l| &l.addrs[..]);
     let mut mount = MountDaemon::for_config(tb, o, cfg, remote, &extra, &[&mem, &cpu, &tb.blkio], &log)?;
     let probe = CpuProbe {

@@ -221,7 +221,7 @@ fn in_config(
     let mem = tb.memory_cgroup(Some(o.memory_bytes))?;
     let log = tb.logs.join(format!("{}-{case}-{}.mount.log", exp.name(), cfg.name()));
     let tier = TierFile::make(tb, cfg, o.tier_bytes)?;
-    let extra = tier.as_ref().map(|t| t.mount_args(o.tier_bytes, o.tier_commit.as_deref())).unwrap_or_default();
+    let extra = tier.as_ref().map(|t| t.mount_args(o)).unwrap_or_default();
     let mut mount = MountDaemon::for_config(tb, o, cfg, None, &extra, &[&mem, &tb.blkio], &log)?;
     let dir = if mount.is_some() { tb.mnt.join("work") } else { work.clone() };
     let env = ClientEnv {
@@ -284,15 +284,18 @@ pub(super) struct TierFile {
 
 impl TierFile {
     /// `farcache mount`'s arguments for this tier of `bytes`.
-    pub(super) fn mount_args(&self, bytes: u64, commit: Option<&str>) -> Vec<OsString> {
+    pub(super) fn mount_args(&self, o: &PaperOptions) -> Vec<OsString> {
         let mut a = vec![
             OsString::from("--tier"),
             self.path.clone().into_os_string(),
             OsString::from("--tier-size"),
-            OsString::from(bytes.to_string()),
+            OsString::from(o.tier_bytes.to_string()),
         ];
-        if let Some(c) = commit {
+        if let Some(c) = &o.tier_commit {
             a.extend([OsString::from("--tier-commit"), OsString::from(c)]);
+        }
+        if let Some(n) = o.tier_sequential_cutoff {
+            a.extend([OsString::from("--tier-sequential-cutoff"), OsString::from(n.to_string())]);
         }
         a
     }

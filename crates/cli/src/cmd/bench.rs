@@ -125,6 +125,10 @@ struct PaperArgs {
     /// fsync, the default, or write).
     #[arg(long, value_parser = ["fsync", "write"])]
     tier_commit: Option<String>,
+    /// tier-ssd / tier-dram / farcache-tier: the tier's sequential cutoff
+    /// (`farcache mount --tier-sequential-cutoff`; 0 sends every write to the tier).
+    #[arg(long)]
+    tier_sequential_cutoff: Option<ByteSize>,
     /// postmark: the share of paper 003's Table 1 transactions to run (default 1: the paper's;
     /// --quick 0.01).
     #[arg(long)]
@@ -633,6 +637,9 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
     }
     if let Some(c) = &a.tier_commit {
         o.tier_commit = Some(c.clone());
+    }
+    if let Some(n) = a.tier_sequential_cutoff {
+        o.tier_sequential_cutoff = Some(n.bytes());
     }
     if let Some(x) = a.postmark_scale {
         anyhow::ensure!(x > 0.0 && x <= 1.0, "--postmark-scale: more than 0, at most 1");

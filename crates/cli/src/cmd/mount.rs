@@ -124,6 +124,11 @@ pub struct Args {
     /// system) or "write" (each write before it is acknowledged).
     #[arg(long, value_name = "WHEN", value_parser = ["fsync", "write"], requires = "tier")]
     tier_commit: Option<String>,
+    /// A write continuing a sequential run of at least this many bytes written to one file
+    /// since its last sync goes straight to the backing store, e.g. 4MiB; 0 sends every
+    /// write to the tier (overrides tier.sequential_cutoff).
+    #[arg(long, value_name = "SIZE", requires = "tier")]
+    tier_sequential_cutoff: Option<farcache_config::ByteSize>,
     /// Configuration file (TOML); its [mount], [cache] and (for the lender inside this
     /// process) [server] tables apply. Flags override it.
     #[arg(long)]
@@ -447,6 +452,9 @@ fn settings(a: &Args) -> anyhow::Result<crate::config::Config> {
         } else {
             farcache_engine::writeback::TierCommit::Fsync
         };
+    }
+    if let Some(n) = a.tier_sequential_cutoff {
+        c.tier.sequential_cutoff = n;
     }
     c.tier.validate()?;
     c.balance.validate()?;

@@ -417,14 +417,16 @@ fn render_mount(s: &MountStats) -> String {
         let _ = writeln!(
             out,
             "           {} writes ({}) in {} group commits, {} fsyncs absorbed; written through: {} full, {} broken, \
-             {} unnamed",
+             {} unnamed, {} of long streams ({})",
             t.writes,
             ByteSize(t.write_bytes).approx(),
             l.groups,
             t.fsyncs_absorbed,
             t.write_through_full,
             t.write_through_broken,
-            t.write_through_unnamed
+            t.write_through_unnamed,
+            t.write_through_sequential,
+            ByteSize(t.write_through_sequential_bytes).approx()
         );
         let _ = writeln!(
             out,

@@ -125,6 +125,8 @@ impl Collector for Snapshot {
             (TIER_READS_WHOLE, t.reads_only_from_tier),
             (TIER_THROUGH_FULL, t.write_through_full),
             (TIER_THROUGH_BROKEN, t.write_through_broken),
+            (TIER_THROUGH_SEQUENTIAL, t.write_through_sequential),
+            (TIER_THROUGH_SEQUENTIAL_BYTES, t.write_through_sequential_bytes),
             (TIER_DESTAGE_ROUNDS, t.destage_rounds),
             (TIER_DESTAGE_DEEP, t.destage_batches_deep),
             (TIER_DESTAGED_BLOCKS, t.destaged_blocks),

@@ -164,6 +164,8 @@ metrics! { MOUNT:
     TIER_READS_WHOLE = "farcache_mount_tier_reads_whole", Counter, "Reads the tier answered whole, without the disk";
     TIER_THROUGH_FULL = "farcache_mount_tier_write_through_full", Counter, "Writes that went through because the tier was full";
     TIER_THROUGH_BROKEN = "farcache_mount_tier_write_through_broken", Counter, "Writes that went through because the tier's medium failed";
+    TIER_THROUGH_SEQUENTIAL = "farcache_mount_tier_write_through_sequential", Counter, "Writes of a long unsynced sequential run sent to the backing store (tier.sequential_cutoff)";
+    TIER_THROUGH_SEQUENTIAL_BYTES = "farcache_mount_tier_write_through_sequential_bytes", Counter, "Bytes of those writes";
     TIER_DESTAGE_ROUNDS = "farcache_mount_tier_destage_rounds", Counter, "Destage rounds run";
     TIER_DESTAGE_DEEP = "farcache_mount_tier_destage_batches_deep", Counter, "Destage batches written all at once because the mount was idle (else four writes at a time)";
     TIER_DESTAGED_BLOCKS = "farcache_mount_tier_destaged_blocks", Counter, "Blocks written back to the backing store";

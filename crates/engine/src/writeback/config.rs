@@ -32,6 +32,13 @@ commit = "fsync"
 # power cut, and the most bytes that may.
 commit_interval = "1s"
 max_unflushed = "64MiB"
+# An ssd tier: a write that continues a sequential run of at least this many bytes, written
+# to one file since its last sync, goes straight to the backing store, as without a tier
+# (unless it overwrites blocks dirty in the tier): the tier would copy a long stream, write it
+# and read it back to write it to the disk again (bcache's sequential_cutoff). A writer that
+# syncs often (a database's log) keeps the tier. "0": every write to the tier. dram and pmem
+# tiers take every write (memory takes a stream faster than the disk).
+sequential_cutoff = "4MiB"
 # Destaging starts when this share of the tier is used, in percent, and stops at
 # low_watermark (dm-writecache's defaults).
 high_watermark = 50
@@ -86,6 +93,7 @@ pub struct TierConfig {
     pub commit: TierCommit,
     pub commit_interval: HumanDuration,
     pub max_unflushed: ByteSize,
+    pub sequential_cutoff: ByteSize,
     pub high_watermark: u32,
     pub low_watermark: u32,
     pub max_dirty_age: HumanDuration,
@@ -106,6 +114,7 @@ impl Default for TierConfig {
             commit: TierCommit::Fsync,
             commit_interval: HumanDuration::secs(1),
             max_unflushed: ByteSize::mib(64),
+            sequential_cutoff: ByteSize::mib(4),
             high_watermark: 50,
             low_watermark: 45,
             max_dirty_age: HumanDuration::secs(30),

@@ -93,6 +93,7 @@ fn foreground<D: DataPath>(s: &Shared<D>) -> u64 {
         + l(&c.write_through_full)
         + l(&c.write_through_broken)
         + l(&c.write_through_unnamed)
+        + l(&c.write_through_sequential)
         + l(&c.reads_from_tier)
         + below
 }
@@ -599,6 +600,8 @@ pub(crate) fn recover<D: DataPath>(s: &Shared<D>) -> Result<(), TierOpenError> {
                     meta: parking_lot::Mutex::new(()),
                     size: parking_lot::Mutex::new(()),
                     unsynced: std::sync::atomic::AtomicBool::new(false),
+                    stream: parking_lot::Mutex::new(super::Stream::default()),
+                    writing: super::ranges::Ranges::default(),
                 });
                 s.keys.lock().insert(plan.key, fe);
             }

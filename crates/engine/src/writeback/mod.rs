@@ -7,7 +7,7 @@
 //!   if it is dirty there, else from the path underneath, and merged) and are acknowledged
 //!   once the log says they are durable. A write that extends the file first extends the
 //!   backing file's size (a metadata change, no data), so that its size is right for
-//!   `stat` and for reads. Writes to the same blocks are serialised by striped locks.
+//!   `stat` and for reads. Writes sharing a block are serialised (`ranges.rs`).
 //! - **Reads** see the newest data: the blocks dirty in the tier come from the tier, the rest
 //!   from the path underneath (page cache, lenders, disk as before). Nothing below answers
 //!   for a dirty block.
@@ -49,10 +49,10 @@
 //!   destaging follows the file to its branch.
 //!
 //! Locks, and what they are held across: the `files`/`keys` maps and the log's index only
-//! for lookups (never across I/O). A write holds the stripe locks of its blocks (256 stripes
-//! by file key and block) across its partial-block read and its append to the log, as a
-//! kernel holds a page lock across a read-modify-write: two writes to the same block are
-//! ordered, writes to other blocks do not wait. The log's commit lock is the group commit
+//! for lookups (never across I/O). A write holds its blocks (`ranges.rs`: the ranges of its
+//! file that writes in flight hold) across its partial-block read and its append to the log,
+//! as a kernel holds a page lock across a read-modify-write: two writes sharing a block are
+//! ordered, writes to other blocks (of the file or of others) do not wait. The log's commit lock is the group commit
 //! itself (one leader writes and flushes for everyone queued). A file's `meta` lock is held by
 //! the destager across that file's write-back and sync, so a truncate or content-changing
 //! fallocate of the same file waits for it (bounded by that file's dirty data); reads and
@@ -60,6 +60,7 @@
 
 mod config;
 mod destage;
+mod ranges;
 pub mod marker;
 pub mod name;
 
@@ -84,8 +85,6 @@ use crate::data_path::{CopyRead, DataPath};
 use crate::identity::FileId;
 
 const B: u64 = farcache_tier::PAGE_BYTES as u64;
-/// Striped locks serialising writes to the same blocks.
-const STRIPES: usize = 256;
 /// Most requests below the tier one copy read makes (runs of blocks the tier
 /// does not hold); past it, one request spans them all.
 const COPY_RUNS: usize = 8;
@@ -105,6 +104,34 @@ pub(crate) struct FileEntry {
     size: Mutex<()>,
     /// Something of this file went to the backing store since its last fsync.
     unsynced: AtomicBool,
+    /// The sequential run its writes are in (`tier.sequential_cutoff`).
+    stream: Mutex<Stream>,
+    /// The blocks writes in flight hold (`ranges.rs`).
+    writing: ranges::Ranges,
+}
+
+/// A file's sequential run of writes: where the next write would continue it, and the
+/// bytes written in it since the file was last synced.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Stream {
+    next: u64,
+    run: u64,
+}
+
+impl Stream {
+    /// Account a write of `len` bytes at `offset`; true if it continues a run that already
+    /// holds at least `cutoff` bytes (0: never).
+    fn wrote(&mut self, offset: u64, len: u64, cutoff: u64) -> bool {
+        let before = if offset == self.next { self.run } else { 0 };
+        self.next = offset + len;
+        self.run = before.saturating_add(len);
+        cutoff > 0 && before >= cutoff
+    }
+
+    /// The file was synced: a run starts again (a writer that syncs often keeps the tier).
+    fn synced(&mut self) {
+        self.run = 0;
+    }
 }
 
 /// Counters of the write-back layer (names in docs/METRICS.md, `tier`).
@@ -117,6 +144,8 @@ pub struct TierCounters {
     pub write_through_full: AtomicU64,
     pub write_through_broken: AtomicU64,
     pub write_through_unnamed: AtomicU64,
+    pub write_through_sequential: AtomicU64,
+    pub write_through_sequential_bytes: AtomicU64,
     pub file_flushes: AtomicU64,
     pub destage_rounds: AtomicU64,
     pub destage_batches_deep: AtomicU64,
@@ -145,6 +174,12 @@ pub struct TierStats {
     pub write_through_full: u64,
     pub write_through_broken: u64,
     pub write_through_unnamed: u64,
+    /// Writes that continued a sequential run of at least `sequential_cutoff` bytes without
+    /// a sync and touched no dirty block: sent to the backing store as without a tier.
+    #[serde(default)]
+    pub write_through_sequential: u64,
+    #[serde(default)]
+    pub write_through_sequential_bytes: u64,
     pub file_flushes: u64,
     pub destage_rounds: u64,
     /// Batches of merged writes sent to the disk all at once because no application I/O
@@ -191,7 +226,6 @@ pub(crate) struct Shared<D: DataPath> {
     backing_opts: BackingOptions,
     files: Mutex<HashMap<FileId, Arc<FileEntry>>>,
     keys: Mutex<HashMap<FileKey, Arc<FileEntry>>>,
-    stripes: Vec<Mutex<()>>,
     cfg: TierConfig,
     counters: TierCounters,
     ctl: Mutex<destage::Ctl>,
@@ -350,7 +384,6 @@ impl<D: DataPath> WritebackPath<D> {
             backing_opts,
             files: Mutex::new(HashMap::new()),
             keys: Mutex::new(HashMap::new()),
-            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             cfg: cfg.clone(),
             counters: TierCounters::default(),
             ctl: Mutex::new(destage::Ctl::default()),
@@ -394,6 +427,8 @@ impl<D: DataPath> WritebackPath<D> {
             write_through_full: l(&c.write_through_full),
             write_through_broken: l(&c.write_through_broken),
             write_through_unnamed: l(&c.write_through_unnamed),
+            write_through_sequential: l(&c.write_through_sequential),
+            write_through_sequential_bytes: l(&c.write_through_sequential_bytes),
             file_flushes: l(&c.file_flushes),
             destage_rounds: l(&c.destage_rounds),
             destage_batches_deep: l(&c.destage_batches_deep),
@@ -698,22 +733,13 @@ impl<D: DataPath> Shared<D> {
             // itself (a new inode, its size) becomes durable there, which recovery needs to
             // find it after a power cut. Later ones cost nothing.
             unsynced: AtomicBool::new(true),
+            stream: Mutex::new(Stream::default()),
+            writing: ranges::Ranges::default(),
         });
         let mut files = self.files.lock();
         let fe = files.entry(*file.id()).or_insert(fe).clone();
         self.keys.lock().insert(fe.key, fe.clone());
         Some(fe)
-    }
-
-    fn stripes_for(&self, key: FileKey, first: u64, last: u64) -> Vec<parking_lot::MutexGuard<'_, ()>> {
-        let mut idx: Vec<usize> = if last - first + 1 >= STRIPES as u64 {
-            (0..STRIPES).collect()
-        } else {
-            (first..=last).map(|b| stripe(key, b)).collect()
-        };
-        idx.sort_unstable();
-        idx.dedup();
-        idx.into_iter().map(|i| self.stripes[i].lock()).collect()
     }
 
     /// Write `data` at `offset` straight to the path underneath (counted by the caller).
@@ -781,11 +807,6 @@ impl<D: DataPath> Shared<D> {
     fn read_below(&self, fe: &FileEntry, b: u64) -> io::Result<Bytes> {
         self.inner.read(&fe.rw, b * B, B as usize)
     }
-}
-
-fn stripe(key: FileKey, b: u64) -> usize {
-    let h = key.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ b.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
-    (h >> 40) as usize % STRIPES
 }
 
 /// A tier medium on a device (`ssd`) whose many-page reads go down through the mount's I/O
@@ -972,9 +993,20 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
             return s.write_through(file, Some(&fe), offset, data);
         }
         let end = offset + data.len() as u64;
+        // Only an ssd tier: memory takes a stream faster than the disk (BENCHMARKS.md, session 32).
+        let cutoff = if s.log.mode() == Mode::Ssd { s.cfg.sequential_cutoff.bytes() } else { 0 };
+        let streaming = fe.stream.lock().wrote(offset, data.len() as u64, cutoff);
         let (first, last) = (offset / B, (end - 1) / B);
-        let _g = s.stripes_for(fe.key, first, last);
+        let _g = fe.writing.hold(first, last);
         let dirty: HashMap<u64, farcache_tier::Rec> = s.log.dirty_in(fe.key, first, last).into_iter().collect();
+        if streaming && dirty.is_empty() {
+            // A long unsynced stream: the disk takes it as well as the tier would, and the
+            // tier would have to write it there again. No older record of these blocks can
+            // win at recovery (none is dirty, and the held range keeps it so).
+            add(&s.counters.write_through_sequential, 1);
+            add(&s.counters.write_through_sequential_bytes, data.len() as u64);
+            return s.write_through(file, Some(&fe), offset, data);
+        }
         // The size first: stat and reads see it; recovery restores it from the records.
         {
             let _size = fe.size.lock();
@@ -1074,6 +1106,7 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
         let s = &self.shared;
         let fe = s.files.lock().get(file.id()).cloned();
         if let Some(fe) = &fe {
+            fe.stream.lock().synced();
             s.commit(fe)?;
         }
         match fe {
@@ -1090,7 +1123,10 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
         let s = &self.shared;
         let fe = s.files.lock().get(file.id()).cloned();
         match fe {
-            Some(fe) => s.commit(&fe),
+            Some(fe) => {
+                fe.stream.lock().synced();
+                s.commit(&fe)
+            }
             None => Ok(()),
         }
     }

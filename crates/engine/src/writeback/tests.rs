@@ -212,9 +212,23 @@ fn a_crash_loses_nothing_acknowledged_and_recovery_writes_it_back() {
 fn random_operations_match_a_model_through_crashes_and_a_full_tier() {
     let env = env();
     // 1 MiB tier: 254 ring pages, fills quickly; writes then go through.
-    let mut c = cfg(&env, 1 << 20);
+    let c = cfg(&env, 1 << 20);
+    random_operations(&env, c);
+}
+
+/// The same on an ssd tier, whose long streams go to the disk (`sequential_cutoff`).
+#[test]
+fn random_operations_and_streams_past_an_ssd_tier_match_a_model() {
+    let Some((_dir, env, c)) = ssd_env(1 << 20) else { return };
+    random_operations(&env, c);
+}
+
+fn random_operations(env: &Env, mut c: TierConfig) {
+    let ssd = c.mode == TierMode::Ssd;
     c.high_watermark = 95;
     c.low_watermark = 90;
+    // Sequential runs past 64 KiB go to the disk (unless over dirty blocks).
+    c.sequential_cutoff = farcache_config::ByteSize::kib(64);
     let mut seed = 0x1234_5678_9abc_def1u64 ^ u64::from(std::process::id());
     let start = seed;
     let mut rnd = move |n: u64| {
@@ -224,19 +238,22 @@ fn random_operations_match_a_model_through_crashes_and_a_full_tier() {
         seed % n.max(1)
     };
     let mut model: Vec<u8> = Vec::new();
-    let mut t = open_tier(&env, &c);
-    let mut f = open_file(&env, "m");
+    let mut t = open_tier(env, &c);
+    let mut f = open_file(env, "m");
     let mut tag = 1u8;
-    let (mut through, mut tiered) = (0, 0);
+    let (mut through, mut tiered, mut streamed) = (0, 0, 0);
+    let mut next = 0u64;
     for step in 0..600 {
         match rnd(100) {
             0..=69 => {
-                let off = rnd(600_000);
+                // Half of the writes continue the last one (a stream).
+                let off = if rnd(2) == 0 && next < 800_000 { next } else { rnd(600_000) };
                 let big = rnd(4) == 0;
                 let len = 1 + rnd(if big { 200_000 } else { 9000 }) as usize;
                 tag = tag.wrapping_add(1).max(1);
                 let data: Vec<u8> = (0..len).map(|i| tag ^ (i as u8)).collect();
                 t.write(&f, off, &data).unwrap();
+                next = off + len as u64;
                 let end = off as usize + len;
                 if model.len() < end {
                     model.resize(end, 0);
@@ -262,10 +279,11 @@ fn random_operations_match_a_model_through_crashes_and_a_full_tier() {
                 // Crash and recover: drop without flushing, reopen, check the disk.
                 through += t.stats().write_through_full;
                 tiered += t.stats().writes;
+                streamed += t.stats().write_through_sequential;
                 drop(f);
                 drop(t);
-                t = open_tier(&env, &c);
-                f = open_file(&env, "m");
+                t = open_tier(env, &c);
+                f = open_file(env, "m");
                 let got = read_all(&t, &f, model.len() + 10);
                 assert!(got == model, "read after recovery at step {step} (seed {start:#x})");
                 if rnd(2) == 0 {
@@ -282,8 +300,78 @@ fn random_operations_match_a_model_through_crashes_and_a_full_tier() {
     let s = t.stats();
     assert!(through + s.write_through_full > 0, "the tier never filled: {s:?}");
     assert!(tiered + s.writes > 0);
+    let streamed = streamed + s.write_through_sequential;
+    assert_eq!(streamed > 0, ssd, "streams past the tier: {streamed} (an ssd tier: {ssd}) {s:?}");
     t.flush(Duration::from_secs(30), &mut |_| {}).unwrap();
     assert_eq!(on_disk(&env.root.join("m")), model);
+}
+
+#[test]
+fn a_long_unsynced_stream_goes_to_the_disk_and_one_that_syncs_stays_in_the_tier() {
+    let Some((_dir, env, c)) = ssd_env(64 << 20) else { return };
+    assert_eq!(c.sequential_cutoff.bytes(), 4 << 20, "the default this test is written for");
+    const W: usize = 256 << 10;
+    {
+        // A dram tier takes the whole stream.
+        let dram = tempfile::tempdir().unwrap();
+        let d = TierConfig { path: dram.path().join("t").display().to_string(), mode: TierMode::Dram, ..c.clone() };
+        let t = open_tier(&env, &d);
+        let f = open_file(&env, "dram");
+        for i in 0..32u64 {
+            t.write(&f, i * W as u64, &[5u8; W]).unwrap();
+        }
+        let s = t.stats();
+        assert_eq!((s.writes, s.write_through_sequential), (32, 0), "{s:?}");
+        t.flush(Duration::from_secs(30), &mut |_| {}).unwrap();
+    }
+    let t = open_tier(&env, &c);
+    let stream = |f: &BackingFile, from: u64, bytes: usize, tag: u8, sync: bool| {
+        for i in 0..bytes / W {
+            t.write(f, from + (i * W) as u64, &vec![tag.wrapping_add(i as u8); W]).unwrap();
+            if sync {
+                t.fsync(f, true).unwrap();
+            }
+        }
+    };
+    let expect = |from: usize, bytes: usize, tag: u8| -> Vec<u8> {
+        (0..bytes).map(|i| tag.wrapping_add(((from + i) / W) as u8)).collect()
+    };
+    // 8 MiB without a sync: the first 4 MiB in the tier, the rest on the disk at once.
+    let a = open_file(&env, "a");
+    stream(&a, 0, 8 << 20, 1, false);
+    let s = t.stats();
+    assert_eq!((s.writes, s.write_through_sequential), (16, 16), "{s:?}");
+    assert_eq!(s.write_through_sequential_bytes, 4 << 20);
+    assert_eq!(s.log.dirty_blocks, 1024, "{s:?}");
+    let disk = on_disk(&env.root.join("a"));
+    assert!(disk[..4 << 20].iter().all(|&b| b == 0), "the tier's part is not on the disk yet");
+    assert_eq!(&disk[4 << 20..], &expect(4 << 20, 4 << 20, 1)[..]);
+    assert_eq!(read_all(&t, &a, 9 << 20), expect(0, 8 << 20, 1));
+    // The same with an fsync after each write (a database's log): all of it in the tier.
+    let b = open_file(&env, "b");
+    stream(&b, 0, 8 << 20, 2, true);
+    let s2 = t.stats();
+    assert_eq!((s2.writes - s.writes, s2.write_through_sequential), (32, 16), "{s2:?}");
+    // A stream across blocks dirty in the tier keeps them there (an older record must not win
+    // over the disk at recovery), and goes to the disk again past them.
+    let c_ = open_file(&env, "c");
+    t.write(&c_, 5 << 20, &vec![9u8; 1 << 20]).unwrap();
+    stream(&c_, 0, 8 << 20, 3, false);
+    let s3 = t.stats();
+    assert_eq!(s3.write_through_sequential - s2.write_through_sequential, 12, "{s3:?}: 4..5 and 6..8 MiB");
+    assert_eq!(read_all(&t, &c_, 9 << 20), expect(0, 8 << 20, 3));
+    // A crash: recovery replays the tier's records, and each is the newest of its blocks.
+    drop((a, b, c_));
+    drop(t);
+    let t = open_tier(&env, &c);
+    for (name, tag) in [("a", 1), ("b", 2), ("c", 3)] {
+        let f = open_file(&env, name);
+        assert!(read_all(&t, &f, 9 << 20) == expect(0, 8 << 20, tag), "{name} after recovery");
+    }
+    t.flush(Duration::from_secs(30), &mut |_| {}).unwrap();
+    for (name, tag) in [("a", 1), ("b", 2), ("c", 3)] {
+        assert!(on_disk(&env.root.join(name)) == expect(0, 8 << 20, tag), "{name} on the disk");
+    }
 }
 
 /// Past 50% of a ~2 MiB tier (each 4 KiB write costs a data and a header page): 200 blocks
