@@ -9,7 +9,10 @@
 //! a mix of two (each block carries one tag throughout). Half the cycles run with the
 //! embedded lender in the stack, half without. Once, a mount without the tier must refuse the
 //! dirty backing directory. At the end a clean unmount must leave the backing complete and
-//! unmarked.
+//! unmarked. `unsynced_writes_and_streams_past_an_ssd_tier_survive_sigkill`: the unsynced
+//! case with writers that also sweep their files in order past a 64 KiB
+//! `--tier-sequential-cutoff`, so that writes to the same blocks land in the tier and on the
+//! disk by turns.
 //!
 //! `a_full_backing_keeps_the_data_dirty_and_the_mount_up`: the backing is a 1 MiB tmpfs; a
 //! 3 MiB file written through the tier cannot be destaged (ENOSPC): the mount stays up, reads
@@ -78,16 +81,20 @@ struct Ledger {
     in_flight: Option<(u64, u64)>,
 }
 
-fn mount_args(tier: &Path, with_lender: bool) -> Vec<String> {
+fn mount_args(tier: &Path, with_lender: bool, streams: bool) -> Vec<String> {
     let mut a = vec!["--tier".into(), tier.display().to_string(), "--tier-size".into(), "32MiB".into()];
     if !with_lender {
         a.push("--no-remote".into());
     }
+    if streams {
+        // Runs of 16 blocks go to the disk: the writers' sweeps mix both.
+        a.extend([String::from("--tier-sequential-cutoff"), String::from("64KiB")]);
+    }
     a
 }
 
-fn start(d: &Dirs, cycle: usize) -> MountProcess {
-    let args = mount_args(&d.tier, cycle % 2 == 1);
+fn start(d: &Dirs, cycle: usize, streams: bool) -> MountProcess {
+    let args = mount_args(&d.tier, cycle % 2 == 1, streams);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let sock = d.base.join("ctl");
     let mut all = args.clone();
@@ -120,7 +127,7 @@ fn verify(m: &MountProcess, ledgers: &[Arc<Mutex<Ledger>>], when: &str) {
 #[test]
 fn acknowledged_writes_survive_sigkill() {
     // The tier on tmpfs (mode dram): survives the daemon.
-    kill_cycles(dirs("crash"), cycles(), true);
+    kill_cycles(dirs("crash"), cycles(), true, false);
 }
 
 #[test]
@@ -129,7 +136,7 @@ fn acknowledged_writes_survive_sigkill_with_an_ssd_tier() {
     // fdatasync), fewer cycles.
     let mut d = dirs("crash-ssd");
     d.tier = d.base.join("ssd.tier");
-    kill_cycles(d, 6, true);
+    kill_cycles(d, 6, true, false);
 }
 
 /// With `commit = "fsync"` (the default) an ssd tier acknowledges a write before its flush:
@@ -139,12 +146,24 @@ fn acknowledged_writes_survive_sigkill_with_an_ssd_tier() {
 fn unsynced_writes_survive_sigkill_with_an_ssd_tier() {
     let mut d = dirs("crash-ssd-unsynced");
     d.tier = d.base.join("ssd.tier");
-    kill_cycles(d, 6, false);
+    kill_cycles(d, 6, false, false);
+}
+
+/// The same with writers that also sweep their file from start to end, and a cutoff of 64
+/// KiB: a sweep's later writes go to the disk (`tier.sequential_cutoff`) over blocks whose
+/// earlier writes may still be in the tier — recovery must never replay one of those over
+/// a newer write that went to the disk.
+#[test]
+fn unsynced_writes_and_streams_past_an_ssd_tier_survive_sigkill() {
+    let mut d = dirs("crash-ssd-streams");
+    d.tier = d.base.join("ssd.tier");
+    kill_cycles(d, 6, false, true);
 }
 
 /// `sync`: each write is followed by fdatasync (acknowledged once that returns); otherwise a
-/// write is acknowledged once `write` returns.
-fn kill_cycles(d: Dirs, cycles: usize, sync: bool) {
+/// write is acknowledged once `write` returns. `streams`: the writers also sweep their files
+/// in order, past a small sequential cutoff.
+fn kill_cycles(d: Dirs, cycles: usize, sync: bool, streams: bool) {
     require_fuse();
     require_root("the tier crash test (FUSE mounts)");
     let t0 = Instant::now();
@@ -161,8 +180,9 @@ fn kill_cycles(d: Dirs, cycles: usize, sync: bool) {
     };
     let mut seq_base = 0u64;
     let mut acked_total = 0usize;
+    let mut streamed = 0u64;
     for cycle in 0..cycles {
-        let m = start(&d, cycle);
+        let m = start(&d, cycle, streams);
         // What the previous run acknowledged is all there (recovery wrote it back).
         verify(&m, &ledgers, &format!("cycle {cycle}, after remount"));
         // The write in flight at the kill is now either there or not: settle it from what
@@ -185,11 +205,22 @@ fn kill_cycles(d: Dirs, cycles: usize, sync: bool) {
                 let Ok(f) = OpenOptions::new().read(true).write(true).open(&path) else { return 0 };
                 let mut n = 0;
                 let mut seq = base;
+                // The next block of a sweep in progress.
+                let mut sweep: Option<u64> = None;
                 while !stop.load(Ordering::Relaxed) {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
-                    let b = x % BLOCKS;
+                    if streams && sweep.is_none() && x % 8 == 0 {
+                        sweep = Some(0);
+                    }
+                    let b = match sweep {
+                        Some(b) => {
+                            sweep = (b + 1 < BLOCKS).then_some(b + 1);
+                            b
+                        }
+                        None => x % BLOCKS,
+                    };
                     seq += 1;
                     l.lock().unwrap().in_flight = Some((b, seq));
                     let ok = f.write_all_at(&block_of(w as u32, b as u32, seq), b * BLOCK as u64).is_ok()
@@ -206,6 +237,13 @@ fn kill_cycles(d: Dirs, cycles: usize, sync: bool) {
             }));
         }
         std::thread::sleep(Duration::from_millis(50 + next() % 250));
+        if streams {
+            let (mnt, sock) = (m.mnt().display().to_string(), d.base.join("ctl").display().to_string());
+            let (ok, out) = farcache(&["stats", &mnt, "--control-socket", &sock, "--json"]);
+            assert!(ok, "{out}");
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            streamed += v["tier"]["write_through_sequential"].as_u64().unwrap();
+        }
         m.signal(libc::SIGKILL);
         m.wait_exit();
         stop.store(true, Ordering::Relaxed);
@@ -227,7 +265,7 @@ fn kill_cycles(d: Dirs, cycles: usize, sync: bool) {
         }
     }
     // A clean unmount writes everything back and removes the marker.
-    let m = start(&d, cycles);
+    let m = start(&d, cycles, streams);
     verify(&m, &ledgers, "last remount");
     for (w, l) in ledgers.iter().enumerate() {
         let mut l = l.lock().unwrap();
@@ -251,6 +289,7 @@ fn kill_cycles(d: Dirs, cycles: usize, sync: bool) {
         }
     }
     assert!(acked_total >= cycles, "too few acknowledged writes to mean anything: {acked_total}");
+    assert_eq!(streamed > 0, streams, "writes of sweeps sent past the tier: {streamed}");
     let mode = if d.tier.starts_with("/dev/shm") { "dram" } else { "ssd" };
     let log = std::fs::read_to_string(d.base.join(format!("log{cycles}"))).unwrap_or_default();
     assert!(
@@ -258,8 +297,9 @@ fn kill_cycles(d: Dirs, cycles: usize, sync: bool) {
         "the tier's mode is stated at start:\n{log}"
     );
     eprintln!(
-        "{mode}{}: {cycles} kills, {acked_total} acknowledged writes, {:.1} s",
+        "{mode}{}{}: {cycles} kills, {acked_total} acknowledged writes, {streamed} past the tier, {:.1} s",
         if sync { "" } else { " (unsynced)" },
+        if streams { " with streams" } else { "" },
         t0.elapsed().as_secs_f64()
     );
 }
