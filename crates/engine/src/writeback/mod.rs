@@ -60,9 +60,9 @@
 
 mod config;
 mod destage;
-mod ranges;
 pub mod marker;
 pub mod name;
+mod ranges;
 
 use std::collections::HashMap;
 use std::fs::File;
