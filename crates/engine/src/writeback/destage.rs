@@ -593,16 +593,8 @@ pub(crate) fn recover<D: DataPath>(s: &Shared<D>) -> Result<(), TierOpenError> {
                         err(format!("{}: cannot restore its size: {e}", name.path), "check the backing file")
                     })?;
                 }
-                let fe = std::sync::Arc::new(FileEntry {
-                    key: plan.key,
-                    name: parking_lot::Mutex::new(plan.name.clone()),
-                    rw: BackingFile::new(id, f, libc::O_RDWR, &s.backing_opts),
-                    meta: parking_lot::Mutex::new(()),
-                    size: parking_lot::Mutex::new(()),
-                    unsynced: std::sync::atomic::AtomicBool::new(false),
-                    stream: parking_lot::Mutex::new(super::Stream::default()),
-                    writing: super::ranges::Ranges::default(),
-                });
+                let rw = BackingFile::new(id, f, libc::O_RDWR, &s.backing_opts);
+                let fe = std::sync::Arc::new(FileEntry::new(plan.key, plan.name.clone(), rw, false));
                 s.keys.lock().insert(plan.key, fe);
             }
             Located::Gone => {

@@ -52,8 +52,9 @@
 //! for lookups (never across I/O). A write holds its blocks (`ranges.rs`: the ranges of its
 //! file that writes in flight hold) across its partial-block read and its append to the log,
 //! as a kernel holds a page lock across a read-modify-write: two writes sharing a block are
-//! ordered, writes to other blocks (of the file or of others) do not wait. The log's commit lock is the group commit
-//! itself (one leader writes and flushes for everyone queued). A file's `meta` lock is held by
+//! ordered, writes to other blocks (of the file or of others) do not wait. The log's commit
+//! lock is the group commit itself (one leader writes and flushes for everyone queued). A
+//! file's `meta` lock is held by
 //! the destager across that file's write-back and sync, so a truncate or content-changing
 //! fallocate of the same file waits for it (bounded by that file's dirty data); reads and
 //! writes never take it.
@@ -108,6 +109,23 @@ pub(crate) struct FileEntry {
     stream: Mutex<Stream>,
     /// The blocks writes in flight hold (`ranges.rs`).
     writing: ranges::Ranges,
+}
+
+impl FileEntry {
+    /// The entry of file `key`, named `name`, written back through `rw`; `unsynced`: its
+    /// first fsync must reach the backing store.
+    fn new(key: FileKey, name: Arc<[u8]>, rw: BackingFile, unsynced: bool) -> FileEntry {
+        FileEntry {
+            key,
+            name: Mutex::new(name),
+            rw,
+            meta: Mutex::new(()),
+            size: Mutex::new(()),
+            unsynced: AtomicBool::new(unsynced),
+            stream: Mutex::new(Stream::default()),
+            writing: ranges::Ranges::default(),
+        }
+    }
 }
 
 /// A file's sequential run of writes: where the next write would continue it, and the
@@ -227,6 +245,9 @@ pub(crate) struct Shared<D: DataPath> {
     files: Mutex<HashMap<FileId, Arc<FileEntry>>>,
     keys: Mutex<HashMap<FileKey, Arc<FileEntry>>>,
     cfg: TierConfig,
+    /// `cfg.sequential_cutoff` for an ssd tier, 0 for the others: memory takes a stream
+    /// faster than the disk (BENCHMARKS.md, session 32).
+    sequential_cutoff: u64,
     counters: TierCounters,
     ctl: Mutex<destage::Ctl>,
     /// The destager waits here for work (a kick, a flush asked for, `stop`).
@@ -385,6 +406,7 @@ impl<D: DataPath> WritebackPath<D> {
             files: Mutex::new(HashMap::new()),
             keys: Mutex::new(HashMap::new()),
             cfg: cfg.clone(),
+            sequential_cutoff: if mode == Mode::Ssd { cfg.sequential_cutoff.bytes() } else { 0 },
             counters: TierCounters::default(),
             ctl: Mutex::new(destage::Ctl::default()),
             cv: Condvar::new(),
@@ -713,29 +735,21 @@ impl<D: DataPath> Shared<D> {
         if name.handle_type.is_none() && name.path.is_empty() {
             return None;
         }
-        let fe = Arc::new(FileEntry {
-            key: FileKey(farcache_tier_key()),
-            name: Mutex::new(Arc::from(name.encode())),
-            // Only destaging writes through it: with direct reads on, its aligned merged
-            // runs go direct too. The data is in the tier until the fdatasync; a second copy
-            // in the backing file's page cache would only cost the copy, the memory (the
-            // daemon's cgroup pays for it, and its dirty limit throttled write-back) and a
-            // flush later (BENCHMARKS.md, "Session 22: destage").
-            rw: BackingFile::new(
-                *file.id(),
-                rw,
-                libc::O_RDWR,
-                &BackingOptions { direct_writes: self.backing_opts.direct_io, ..self.backing_opts },
-            ),
-            meta: Mutex::new(()),
-            size: Mutex::new(()),
-            // The first fsync after the tier met the file goes to the backing store: the file
-            // itself (a new inode, its size) becomes durable there, which recovery needs to
-            // find it after a power cut. Later ones cost nothing.
-            unsynced: AtomicBool::new(true),
-            stream: Mutex::new(Stream::default()),
-            writing: ranges::Ranges::default(),
-        });
+        // Only destaging writes through `rw`: with direct reads on, its aligned merged runs go
+        // direct too. The data is in the tier until the fdatasync; a second copy in the
+        // backing file's page cache would only cost the copy, the memory (the daemon's cgroup
+        // pays for it, and its dirty limit throttled write-back) and a flush later
+        // (BENCHMARKS.md, "Session 22: destage").
+        let rw = BackingFile::new(
+            *file.id(),
+            rw,
+            libc::O_RDWR,
+            &BackingOptions { direct_writes: self.backing_opts.direct_io, ..self.backing_opts },
+        );
+        // Unsynced: the first fsync after the tier met the file goes to the backing store:
+        // the file itself (a new inode, its size) becomes durable there, which recovery needs
+        // to find it after a power cut. Later ones cost nothing.
+        let fe = Arc::new(FileEntry::new(FileKey(farcache_tier_key()), Arc::from(name.encode()), rw, true));
         let mut files = self.files.lock();
         let fe = files.entry(*file.id()).or_insert(fe).clone();
         self.keys.lock().insert(fe.key, fe.clone());
@@ -993,9 +1007,8 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
             return s.write_through(file, Some(&fe), offset, data);
         }
         let end = offset + data.len() as u64;
-        // Only an ssd tier: memory takes a stream faster than the disk (BENCHMARKS.md, session 32).
-        let cutoff = if s.log.mode() == Mode::Ssd { s.cfg.sequential_cutoff.bytes() } else { 0 };
-        let streaming = fe.stream.lock().wrote(offset, data.len() as u64, cutoff);
+        let streaming =
+            s.sequential_cutoff > 0 && fe.stream.lock().wrote(offset, data.len() as u64, s.sequential_cutoff);
         let (first, last) = (offset / B, (end - 1) / B);
         let _g = fe.writing.hold(first, last);
         let dirty: HashMap<u64, farcache_tier::Rec> = s.log.dirty_in(fe.key, first, last).into_iter().collect();
