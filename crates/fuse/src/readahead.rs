@@ -9,6 +9,12 @@
 //! at the kernel's default and says so once. Files opened before the change keep the window
 //! they were opened with (the kernel copies it at open), so it is set before anything is
 //! served: after the INIT handshake, before the session's loops start.
+//!
+//! The window is also what the kernel reads around a random read that lands beside cached
+//! pages (it takes them for a stream's history: `page_cache_sync_ra`), so random readers
+//! that touch neighbouring pages — a database's index lookups — reach the daemon as reads of
+//! up to the window. The default, 512 KiB, is measured between the two (BENCHMARKS.md,
+//! "Session 33: the readahead window and random lookups").
 
 use parking_lot::Mutex;
 use std::path::PathBuf;
