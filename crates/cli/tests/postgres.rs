@@ -446,8 +446,8 @@ fn postgres_on_the_mount_keeps_its_data_intact() {
 
     // Run 1: create, load, run TPC-B, check, stop, checksums. The kernel's readahead kept
     // to a page: once the random lookups have cached some pages, the kernel takes the next
-    // miss beside them for a stream and reads up to its window around it (512 KiB by
-    // default; 1 MiB then), and the threshold rule sends reads that large to the disk without filling
+    // miss beside them for a stream and reads up to its window around it (1 MiB by
+    // default), and the threshold rule sends reads that large to the disk without filling
     // the lenders — measured: the two checks reached the daemon as 998 reads of 157 MB, and
     // the lenders served 119–376 blocks in the second (the failures of sessions 25–28).
     // Here the lookups must reach the mount as what they are: 8 KiB random reads.

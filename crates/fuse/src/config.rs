@@ -96,12 +96,12 @@ max_write = "1MiB"
 # The kernel's readahead for files read through the mount (the mount's read_ahead_kb in
 # /sys/class/bdi, set once the mount is up; needs root). A FUSE mount starts at 128KiB, so a
 # sequential reader's pages come as 128KiB requests, each a round trip to the daemon; at
-# 512KiB, a round trip per half MiB. It is also how far the kernel reads around a random
-# read beside cached pages (a database's index lookups), so a wider window costs random
-# readers: 1MiB read streams on a fast disk 16-28% faster and made tpch's lookups 9-27%
-# slower. Also the window an mmap page fault reads around. "0": leave the kernel's
-# (128KiB). At most 16MiB.
-read_ahead = "512KiB"
+# 1MiB they come as the largest request (max_pages), a round trip per MiB. It is also how
+# far the kernel reads around a random read beside cached pages (a database's index
+# lookups): "512KiB" read streams 16-28% slower and tpch's lookups 0.96-1.27x as fast
+# (BENCHMARKS.md, session 33). Also the window an mmap page fault reads around. "0": leave
+# the kernel's (128KiB). At most 16MiB.
+read_ahead = "1MiB"
 # Backing inodes the kernel may know at once; each holds one open descriptor.
 max_inodes = 1000000
 # Files and directories open through the mount at once.
@@ -247,7 +247,7 @@ impl Default for MountConfig {
             kernel_passthrough: false,
             max_background: 64,
             max_write: farcache_config::ByteSize::mib(1),
-            read_ahead: farcache_config::ByteSize::kib(512),
+            read_ahead: farcache_config::ByteSize::mib(1),
             max_inodes: 1_000_000,
             max_open_handles: 65_536,
             shutdown_grace: HumanDuration::secs(10),

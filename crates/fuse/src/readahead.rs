@@ -13,8 +13,9 @@
 //! The window is also what the kernel reads around a random read that lands beside cached
 //! pages (it takes them for a stream's history: `page_cache_sync_ra`), so random readers
 //! that touch neighbouring pages — a database's index lookups — reach the daemon as reads of
-//! up to the window. The default, 512 KiB, is measured between the two (BENCHMARKS.md,
-//! "Session 33: the readahead window and random lookups").
+//! up to the window. The default stays 1 MiB: 512 KiB cost streams 16–28% on a fast disk
+//! for a gain in tpch's lookups that three rounds did not confirm (BENCHMARKS.md, "Session
+//! 33: the readahead window and random lookups").
 
 use parking_lot::Mutex;
 use std::path::PathBuf;
