@@ -54,10 +54,9 @@
 //! as a kernel holds a page lock across a read-modify-write: two writes sharing a block are
 //! ordered, writes to other blocks (of the file or of others) do not wait. The log's commit
 //! lock is the group commit itself (one leader writes and flushes for everyone queued). A
-//! file's `meta` lock is held by
-//! the destager across that file's write-back and sync, so a truncate or content-changing
-//! fallocate of the same file waits for it (bounded by that file's dirty data); reads and
-//! writes never take it.
+//! file's `meta` lock is held by the destager across that file's write-back and sync, so a
+//! truncate or content-changing fallocate of the same file waits for it (bounded by that
+//! file's dirty data); reads and writes never take it.
 
 mod config;
 mod destage;
