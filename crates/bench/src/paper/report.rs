@@ -753,7 +753,7 @@ pub fn render(r: &PaperReport) -> String {
     render_transfers(&mut s, r);
     render_memory(&mut s, r);
     render_other_io(&mut s, r);
-    for (title, list) in [("Sanity checks", &r.checks), ("Targets (issue 4)", &r.targets)] {
+    for (title, list) in [("Sanity checks", &r.checks), ("Targets", &r.targets)] {
         if list.is_empty() {
             continue;
         }

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Where a 4 KiB O_DIRECT random read's CPU goes: native, through the daemon, through the kernel's
+FUSE passthrough (issue 11's shortfall at QD >= 16, explained by the machine's CPU budget).
+
+Each configuration serves the same 1 GiB file on the VM's disk to fio (io_uring, randread,
+4 KiB, O_DIRECT) for SECS seconds; the configurations take turns, ROUNDS rounds. Per run:
+IOPS, the machine's busy CPU (/proc/stat: everything but idle and iowait, steal shown apart),
+the daemon's CPU (/proc/PID/stat, all threads), fio's own (its JSON), and context switches
+(/proc/stat ctxt) -- each per I/O. Then `perf record -a -g` over one run of each mount.
+
+Usage (root; fio, perf):
+  BIN=target/release/farcache python3 bench/results/engine-cpu-s34/cpu.py [OUT_DIR]
+  env: QD (32), JOBS (1), SECS (15), ROUNDS (3), DIR (/var/tmp/fc-cpu-s34), PERF (1)
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+BIN = os.environ.get("BIN", "target/release/farcache")
+QD = int(os.environ.get("QD", "32"))
+JOBS = int(os.environ.get("JOBS", "1"))
+SECS = int(os.environ.get("SECS", "15"))
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+DIR = os.environ.get("DIR", "/var/tmp/fc-cpu-s34")
+PERF = os.environ.get("PERF", "1") == "1"
+OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+HZ = os.sysconf("SC_CLK_TCK")
+
+MOUNTS = {
+    "passthrough": ["--no-remote"],
+    "farcache": [],
+    "kernel": ["--no-remote", "--kernel-passthrough"],
+}
+
+
+def stat():
+    with open("/proc/stat") as f:
+        lines = f.read().split("\n")
+    cpu = [int(x) for x in lines[0].split()[1:]]
+    ctxt = next(int(l.split()[1]) for l in lines if l.startswith("ctxt "))
+    user, nice, system, idle, iowait, irq, softirq, steal = cpu[:8]
+    return {"busy": user + nice + system + irq + softirq, "steal": steal, "ctxt": ctxt}
+
+
+def proc_cpu(pid):
+    if pid is None:
+        return 0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime, all threads
+
+
+def fio(path, tag):
+    out = f"{OUT}/fio-{tag}.json"
+    cmd = ["fio", "--name=r", f"--filename={path}", "--size=1G", "--rw=randread", "--bs=4k",
+           "--direct=1", "--ioengine=io_uring", f"--iodepth={QD}", f"--numjobs={JOBS}",
+           "--group_reporting", f"--runtime={SECS}", "--time_based", "--output-format=json",
+           f"--output={out}"]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    with open(out) as f:
+        j = json.load(f)["jobs"][0]
+    return j["read"]["iops"], (j["usr_cpu"] + j["sys_cpu"]) / 100.0 * SECS * JOBS
+
+
+def mount(name):
+    mp = f"{DIR}/m-{name}"
+    os.makedirs(mp, exist_ok=True)
+    log = open(f"{OUT}/mount-{name}.log", "w")
+    p = subprocess.Popen([BIN, "mount", *MOUNTS[name], f"{DIR}/b", mp], stdout=log, stderr=log)
+    for _ in range(200):
+        if os.path.exists(f"{mp}/f"):
+            return p, mp
+        if p.poll() is not None:
+            sys.exit(f"mount {name} exited: see {OUT}/mount-{name}.log")
+        time.sleep(0.05)
+    p.kill()
+    sys.exit(f"mount {name}: the file did not appear in 10 s")
+
+
+def unmount(p, mp):
+    subprocess.run(["fusermount3", "-u", mp], check=False)
+    try:
+        p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        subprocess.run(["umount", "-l", mp], check=False)
+
+
+def drop():
+    subprocess.run(["sync"])
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def run(name, tag):
+    p, path = None, f"{DIR}/b/f"
+    if name != "native":
+        p, mp = mount(name)
+        path = f"{mp}/f"
+    drop()
+    a, d0 = stat(), proc_cpu(p.pid if p else None)
+    iops, fio_cpu = fio(path, tag)
+    b, d1 = stat(), proc_cpu(p.pid if p else None)
+    if p:
+        unmount(p, mp)
+    ios = iops * SECS
+    us = lambda ticks: ticks / HZ / ios * 1e6
+    return {"config": name, "iops": iops, "busy_us": us(b["busy"] - a["busy"]),
+            "steal_us": us(b["steal"] - a["steal"]), "daemon_us": us(d1 - d0),
+            "fio_us": fio_cpu / ios * 1e6, "ctxt_per_io": (b["ctxt"] - a["ctxt"]) / ios,
+            "busy_cpus": (b["busy"] - a["busy"]) / HZ / SECS}
+
+
+def perf(name):
+    p, mp = mount(name)
+    drop()
+    f = subprocess.Popen(["fio", "--name=r", f"--filename={mp}/f", "--size=1G", "--rw=randread",
+                          "--bs=4k", "--direct=1", "--ioengine=io_uring", f"--iodepth={QD}",
+                          f"--numjobs={JOBS}", "--runtime=14", "--time_based"],
+                         stdout=subprocess.DEVNULL)
+    time.sleep(3)
+    data = f"{DIR}/perf-{name}.data"
+    subprocess.run(["perf", "record", "-a", "-g", "-o", data, "--", "sleep", "8"],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    f.wait()
+    unmount(p, mp)
+    for sort, lim in (("comm", 12), ("sym", 30)):
+        r = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", sort,
+                            "-g", "none", "--stdio", "--percent-limit", "0.7"],
+                           capture_output=True, text=True)
+        lines = [l for l in r.stdout.split("\n") if l.strip() and not l.startswith("#")]
+        with open(f"{OUT}/perf-{name}-{sort}.txt", "w") as o:
+            o.write("\n".join(lines[:lim]) + "\n")
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    os.makedirs(f"{DIR}/b", exist_ok=True)
+    if not os.path.exists(f"{DIR}/b/f") or os.path.getsize(f"{DIR}/b/f") != 1 << 30:
+        subprocess.run(["fio", "--name=lay", f"--filename={DIR}/b/f", "--size=1G", "--rw=write",
+                        "--bs=1M", "--direct=1"], check=True, stdout=subprocess.DEVNULL)
+    rows = []
+    for r in range(ROUNDS):
+        for name in ["native", *MOUNTS]:
+            row = run(name, f"{name}-{r}")
+            row["round"] = r
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            with open(f"{OUT}/cpu.json", "w") as o:
+                json.dump({"qd": QD, "jobs": JOBS, "secs": SECS, "rows": rows}, o, indent=1)
+    if PERF:
+        for name in MOUNTS:
+            perf(name)
+    shutil.rmtree(DIR, ignore_errors=True)
+
+
+main()
