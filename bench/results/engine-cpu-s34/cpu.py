@@ -53,12 +53,15 @@ def proc_cpu(pid):
     return int(fields[11]) + int(fields[12])  # utime + stime, all threads
 
 
+def fio_args(path, secs):
+    return ["fio", "--name=r", f"--filename={path}", "--size=1G", "--rw=randread", "--bs=4k",
+            "--direct=1", "--ioengine=io_uring", f"--iodepth={QD}", f"--numjobs={JOBS}",
+            "--group_reporting", f"--runtime={secs}", "--time_based"]
+
+
 def fio(path, tag):
     out = f"{OUT}/fio-{tag}.json"
-    cmd = ["fio", "--name=r", f"--filename={path}", "--size=1G", "--rw=randread", "--bs=4k",
-           "--direct=1", "--ioengine=io_uring", f"--iodepth={QD}", f"--numjobs={JOBS}",
-           "--group_reporting", f"--runtime={SECS}", "--time_based", "--output-format=json",
-           f"--output={out}"]
+    cmd = fio_args(path, SECS) + ["--output-format=json", f"--output={out}"]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     with open(out) as f:
         j = json.load(f)["jobs"][0]
@@ -117,10 +120,7 @@ def run(name, tag):
 def perf(name):
     p, mp = mount(name)
     drop()
-    f = subprocess.Popen(["fio", "--name=r", f"--filename={mp}/f", "--size=1G", "--rw=randread",
-                          "--bs=4k", "--direct=1", "--ioengine=io_uring", f"--iodepth={QD}",
-                          f"--numjobs={JOBS}", "--runtime=14", "--time_based"],
-                         stdout=subprocess.DEVNULL)
+    f = subprocess.Popen(fio_args(f"{mp}/f", 14), stdout=subprocess.DEVNULL)
     time.sleep(3)
     data = f"{DIR}/perf-{name}.data"
     subprocess.run(["perf", "record", "-a", "-g", "-o", data, "--", "sleep", "8"],
