@@ -18,6 +18,14 @@
 //! 3 MiB file written through the tier cannot be destaged (ENOSPC): the mount stays up, reads
 //! see the data, `farcache stats` and `farcache flush` say why; once the backing grows, the
 //! flush succeeds and the backing holds every byte.
+//!
+//! `a_stalled_backing_is_reported_and_loses_nothing`: the backing directory is an ext4 on a
+//! loop device, and the kernel's blkio throttle lets the mount daemon write one request and
+//! 4 KiB a second to it while the tier writes a 1 MiB file back: a disk that all but stopped.
+//! The stall is logged, counted and named in `farcache stats` after `tier.stall_warning`; the
+//! mount keeps serving the newest data from the tier and takes an fdatasync'd write; once the
+//! throttle is lifted, the end of the stall is logged, a flush succeeds and the disk holds
+//! the newest version of every file.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -354,4 +362,129 @@ fn a_full_backing_keeps_the_data_dirty_and_the_mount_up() {
     assert!(ok, "{out}\n{}", m.log_text());
     assert_eq!(std::fs::read(b.join("big")).unwrap(), data);
     m.stop();
+}
+
+/// Run `f` on a thread and wait for it at most `bound`: an operation that waits on the
+/// throttled backing fails the test with `what` instead of hanging it.
+fn within<T: Send + 'static>(bound: Duration, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(bound).unwrap_or_else(|_| panic!("{what}: still waiting after {bound:?} (on the stalled backing?)"))
+}
+
+fn tier_stats(mnt: &str, sock: &str) -> serde_json::Value {
+    let (ok, out) = farcache(&["stats", mnt, "--control-socket", sock, "--json"]);
+    assert!(ok, "{out}");
+    serde_json::from_str::<serde_json::Value>(&out).unwrap()["tier"].clone()
+}
+
+/// `path` opened read-write with `O_DIRECT` (created if missing).
+fn direct(path: &Path) -> File {
+    use std::os::unix::fs::OpenOptionsExt;
+    OpenOptions::new().read(true).write(true).create(true).custom_flags(libc::O_DIRECT).open(path).unwrap()
+}
+
+/// A buffer with `len` bytes from `seed` at a block-aligned range of it.
+fn aligned(len: usize, seed: u64) -> (Vec<u8>, std::ops::Range<usize>) {
+    let data = farcache_testkit::pattern(len, seed);
+    let mut buf = vec![0u8; len + 4096];
+    let off = buf.as_ptr().align_offset(4096);
+    buf[off..off + len].copy_from_slice(&data);
+    (buf, off..off + len)
+}
+
+#[test]
+fn a_stalled_backing_is_reported_and_loses_nothing() {
+    require_fuse();
+    require_root("the stalled-backing test (a loop device, a blkio cgroup)");
+    let d = dirs("stall");
+    // The backing directory is an ext4 of its own on a loop device, so that the kernel can
+    // throttle the daemon's writes to it alone.
+    let disk = farcache_testkit::LoopFs::new(&d.base, "disk");
+    let conf = d.base.join("stall.toml");
+    std::fs::write(&conf, "[tier]\nstall_warning = \"1s\"\n").unwrap();
+    let (sock, tier, c) =
+        (d.base.join("ctl").display().to_string(), d.tier.display().to_string(), conf.display().to_string());
+    let args = ["--no-remote", "--tier", &tier, "--tier-size", "32MiB", "--control-socket", &sock, "--config", &c];
+    let m = MountProcess::start(bin(), &disk.dir, &d.base.join("m"), &args, &d.base.join("log"));
+    let mnt = m.mnt().display().to_string();
+    let _dog = farcache_testkit::Watchdog::start(m.mnt(), Duration::from_secs(180));
+    let raw = disk.dir.clone();
+
+    const A: usize = 1 << 20;
+    const B: usize = 64 << 10;
+    let fa = Arc::new(direct(&m.m("a")));
+    let fb = Arc::new(direct(&m.m("b")));
+    let (a1, ra) = aligned(A, 1);
+    let (b1, rb) = aligned(B, 2);
+    fa.write_all_at(&a1[ra.clone()], 0).unwrap();
+    fb.write_all_at(&b1[rb.clone()], 0).unwrap();
+    fa.sync_data().unwrap();
+    let (ok, out) = farcache(&["flush", &mnt, "--control-socket", &sock, "--timeout", "30s"]);
+    assert!(ok, "{out}");
+    assert_eq!(std::fs::read(raw.join("a")).unwrap(), a1[ra.clone()], "the first version is on the disk");
+    assert_eq!(std::fs::read(raw.join("b")).unwrap(), b1[rb.clone()], "the first version is on the disk");
+
+    // New versions of both, acknowledged by the tier (the first fdatasync of a file the tier
+    // meets anew goes to the disk too: its inode and size must be durable there for recovery
+    // to find it); then the disk all but stops taking the daemon's writes: one request and
+    // 4 KiB a second (the write-back of `a` is one 1 MiB write: minutes).
+    let (a2, _) = aligned(A, 3);
+    let (b2, _) = aligned(B, 4);
+    fa.write_all_at(&a2[ra.clone()], 0).unwrap();
+    fb.write_all_at(&b2[rb.clone()], 0).unwrap();
+    fa.sync_data().unwrap();
+    fb.sync_data().unwrap();
+    let throttle = farcache_testkit::BlkioThrottle::new("stall", m.pid(), &disk.dev_numbers(), 1, 4096);
+    // The idle mount starts writing `a` back (idle_destage_after, 2 s) and the round waits.
+    let stalled = farcache_testkit::wait_until(Duration::from_secs(30), Duration::from_millis(200), || {
+        tier_stats(&mnt, &sock)["destage_stalled_on"].as_str().is_some_and(|f| f.ends_with('a') || f.ends_with('b'))
+    });
+    let t = tier_stats(&mnt, &sock);
+    assert!(stalled, "stats never reported the stall: {t}\n{}", m.log_text());
+    assert_eq!(t["destage_stalls"], 1, "{t}");
+    assert!(t["destage_round_ms"].as_u64().unwrap() >= 1000, "{t}");
+    assert!(t["dirty_bytes"].as_u64().unwrap() >= (A + B) as u64, "{t}");
+    assert!(m.log_text().contains("the write-back has waited"), "the log says so:\n{}", m.log_text());
+    let (ok, text) = farcache(&["stats", &mnt, "--control-socket", &sock]);
+    assert!(ok && text.contains("DESTAGE STALLED"), "{text}");
+
+    // The mount stays up: the tier serves the newest `a`, and takes a third version of `b`.
+    let f = fa.clone();
+    let got = within(Duration::from_secs(20), "an O_DIRECT read of a file dirty in the tier", move || {
+        let (mut buf, r) = aligned(A, 0);
+        f.read_exact_at(&mut buf[r.clone()], 0).unwrap();
+        buf[r].to_vec()
+    });
+    assert!(got == a2[ra.clone()], "a read during the stall returned something other than the newest data");
+    let (b3, _) = aligned(B, 5);
+    let (f, w) = (fb.clone(), b3[rb.clone()].to_vec());
+    within(Duration::from_secs(20), "an O_DIRECT write to the tier", move || {
+        let (mut buf, r) = aligned(B, 0);
+        buf[r.clone()].copy_from_slice(&w);
+        f.write_all_at(&buf[r], 0).unwrap();
+    });
+    let f = fb.clone();
+    within(Duration::from_secs(20), "an fdatasync of that file", move || f.sync_data().unwrap());
+    assert!(m.wait_exit_timeout(Duration::ZERO).is_none(), "the mount daemon exited:\n{}", m.log_text());
+    let t = tier_stats(&mnt, &sock);
+    assert!(t["destage_stalled_on"].as_str().is_some() && t["destage_stalls"] == 1, "still the one stall: {t}");
+
+    // The disk takes writes again: the round ends, and a flush writes everything.
+    throttle.set(0, 0);
+    let moved = farcache_testkit::wait_until(Duration::from_secs(60), Duration::from_millis(100), || {
+        m.log_text().contains("moves again")
+    });
+    assert!(moved, "the end of the stall is not logged:\n{}", m.log_text());
+    let (ok, out) = farcache(&["flush", &mnt, "--control-socket", &sock, "--timeout", "60s"]);
+    assert!(ok, "{out}\n{}", m.log_text());
+    let t = tier_stats(&mnt, &sock);
+    assert!(t["destage_stalled_on"].is_null() && t["destage_stalls"] == 1 && t["dirty_bytes"] == 0, "{t}");
+    drop((fa, fb));
+    m.stop();
+    drop(throttle);
+    assert_eq!(std::fs::read(raw.join("a")).unwrap(), a2[ra], "the newest a is on the disk");
+    assert_eq!(std::fs::read(raw.join("b")).unwrap(), b3[rb], "the newest b is on the disk");
 }

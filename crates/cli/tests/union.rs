@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use farcache_testkit::{
-    fuse_mounted, pattern, require_root, run_bin, text, wait_until, DirectReader, MountProcess, UnionDirs,
+    fuse_mounted, pattern, require_root, run_bin, text, wait_until, DirectReader, LoopFs, MountProcess, UnionDirs,
     LENDERS_FIRST,
 };
 use serde_json::Value;
@@ -533,47 +533,6 @@ fn a_source_set_aside_whose_target_was_lost_is_put_back_at_start() {
     assert_eq!(fs::metadata(d.m("f")).unwrap().ino(), ino);
     assert!(names(&d.a.join(".farcache-union/tmp")).is_empty());
     assert_eq!(n(&d.stats(), "union", "journal_replayed"), 1);
-}
-
-/// An ext4 file system of its own on a loop device (an image under `dir`), mounted at
-/// `dir/<tag>`; unmounted and detached on drop. For tests whose branches must behave alike
-/// (two tmpfs or a disk and tmpfs differ by far in what a read costs).
-struct LoopFs {
-    image: PathBuf,
-    dev: String,
-    dir: PathBuf,
-}
-
-impl LoopFs {
-    fn new(parent: &Path, tag: &str) -> LoopFs {
-        let image = parent.join(format!("{tag}.img"));
-        let dir = parent.join(tag);
-        fs::create_dir_all(&dir).unwrap();
-        File::create(&image).unwrap().set_len(96 << 20).unwrap();
-        let run = |cmd: &str, args: &[&str]| {
-            let out = std::process::Command::new(cmd).args(args).output().unwrap();
-            assert!(out.status.success(), "{cmd} {args:?}: {}", text(&out.stderr));
-            text(&out.stdout).trim().to_string()
-        };
-        let dev = run("losetup", &["--direct-io=on", "--show", "-f", image.to_str().unwrap()]);
-        let lf = LoopFs { image, dev, dir };
-        run("mkfs.ext4", &["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", &lf.dev]);
-        run("mount", &["-o", "noatime", &lf.dev, lf.dir.to_str().unwrap()]);
-        lf
-    }
-}
-
-impl Drop for LoopFs {
-    fn drop(&mut self) {
-        let d = self.dir.to_str().unwrap();
-        let quiet =
-            |cmd: &str, args: &[&str]| std::process::Command::new(cmd).args(args).status().is_ok_and(|s| s.success());
-        if !quiet("umount", &[d]) {
-            quiet("umount", &["-l", d]);
-        }
-        quiet("losetup", &["-d", &self.dev]);
-        let _ = fs::remove_file(&self.image);
-    }
 }
 
 /// The I/O priority (ioprio_get) of the daemon's thread named `comm`.

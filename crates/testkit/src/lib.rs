@@ -33,7 +33,7 @@ pub use raw::{
     check_round_trip, frame, frame_with_reserved, hello_body, hello_bytes, hello_bytes_versions, ErrorReply, RawConn,
 };
 pub use rng::Rng;
-pub use scratch::{MountDirs, ScratchDir, TierFile, TierScratch, UnionDirs};
+pub use scratch::{BlkioThrottle, LoopFs, MountDirs, ScratchDir, TierFile, TierScratch, UnionDirs};
 pub use uring::{uring_at, uring_on, UringAt, UringOn, ENABLE_URING};
 
 use std::path::{Path, PathBuf};

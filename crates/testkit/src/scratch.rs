@@ -197,3 +197,100 @@ impl MountDirs {
         crate::MountProcess::start(bin, &self.backing, &self.mnt, &all, &self.root.path().join("mount.log"))
     }
 }
+
+/// An ext4 file system of its own on a loop device (an image under `parent`), mounted at
+/// `parent/<tag>`; unmounted and detached on drop. For tests whose directories must behave
+/// alike (two tmpfs or a disk and tmpfs differ by far in what a read costs), and for tests
+/// that throttle one device ([`BlkioThrottle`]). Root.
+pub struct LoopFs {
+    image: PathBuf,
+    pub dev: String,
+    pub dir: PathBuf,
+}
+
+impl LoopFs {
+    pub fn new(parent: &Path, tag: &str) -> LoopFs {
+        let image = parent.join(format!("{tag}.img"));
+        let dir = parent.join(tag);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::File::create(&image).unwrap().set_len(96 << 20).unwrap();
+        let run = |cmd: &str, args: &[&str]| {
+            let out = std::process::Command::new(cmd).args(args).output().unwrap();
+            assert!(out.status.success(), "{cmd} {args:?}: {}", crate::text(&out.stderr));
+            crate::text(&out.stdout).trim().to_string()
+        };
+        let dev = run("losetup", &["--direct-io=on", "--show", "-f", image.to_str().unwrap()]);
+        let lf = LoopFs { image, dev, dir };
+        run("mkfs.ext4", &["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", &lf.dev]);
+        run("mount", &["-o", "noatime", &lf.dev, lf.dir.to_str().unwrap()]);
+        lf
+    }
+
+    /// The loop device's "MAJOR:MINOR".
+    pub fn dev_numbers(&self) -> String {
+        use std::os::unix::fs::MetadataExt;
+        let rdev = std::fs::metadata(&self.dev).unwrap().rdev();
+        format!("{}:{}", libc::major(rdev), libc::minor(rdev))
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        let d = self.dir.to_str().unwrap();
+        let quiet =
+            |cmd: &str, args: &[&str]| std::process::Command::new(cmd).args(args).status().is_ok_and(|s| s.success());
+        if !quiet("umount", &[d]) {
+            quiet("umount", &["-l", d]);
+        }
+        quiet("losetup", &["-d", &self.dev]);
+        let _ = std::fs::remove_file(&self.image);
+    }
+}
+
+/// A cgroup v1 blkio directory of its own whose members' writes to one device are throttled
+/// (the kernel's `blkio.throttle.write_*_device`): a disk that all but stops taking a
+/// process's writes. Lifted, its members moved back to the root and the directory removed
+/// on drop. Root, and the v1 blkio hierarchy (../shared/TESTBED.md).
+pub struct BlkioThrottle {
+    dir: PathBuf,
+    dev: String,
+}
+
+impl BlkioThrottle {
+    const ROOT: &'static str = "/sys/fs/cgroup/blkio";
+
+    /// Move process `pid` (all its threads) into a new cgroup that lets it write at most
+    /// `iops` requests and `bps` bytes a second to device `dev` ("MAJOR:MINOR").
+    pub fn new(tag: &str, pid: u32, dev: &str, iops: u64, bps: u64) -> BlkioThrottle {
+        let root = Path::new(Self::ROOT);
+        assert!(root.join("cgroup.procs").exists(), "no cgroup v1 blkio hierarchy at {}", root.display());
+        let dir = root.join(format!("farcache-test-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir(&dir);
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+        let t = BlkioThrottle { dir, dev: dev.to_string() };
+        t.set(iops, bps);
+        std::fs::write(t.dir.join("cgroup.procs"), pid.to_string()).unwrap();
+        t
+    }
+
+    /// New limits (0: none).
+    pub fn set(&self, iops: u64, bps: u64) {
+        for (f, v) in [("blkio.throttle.write_iops_device", iops), ("blkio.throttle.write_bps_device", bps)] {
+            std::fs::write(self.dir.join(f), format!("{} {v}", self.dev))
+                .unwrap_or_else(|e| panic!("{}/{f}: {e}", self.dir.display()));
+        }
+    }
+}
+
+impl Drop for BlkioThrottle {
+    fn drop(&mut self) {
+        for f in ["blkio.throttle.write_iops_device", "blkio.throttle.write_bps_device"] {
+            let _ = std::fs::write(self.dir.join(f), format!("{} 0", self.dev));
+        }
+        let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines() {
+            let _ = std::fs::write(Path::new(Self::ROOT).join("cgroup.procs"), pid);
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}

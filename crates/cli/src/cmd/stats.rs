@@ -440,6 +440,16 @@ fn render_mount(s: &MountStats) -> String {
             t.destage_errors,
             t.last_destage_error.as_deref().map(|e| format!(", last: {e}")).unwrap_or_default()
         );
+        if let Some(f) = &t.destage_stalled_on {
+            let _ = writeln!(
+                out,
+                "           DESTAGE STALLED: waiting {:.0} s on the backing store ({f}); {} stalls so far — the data stays dirty in the tier",
+                t.destage_round_ms as f64 / 1000.0,
+                t.destage_stalls
+            );
+        } else if t.destage_stalls > 0 {
+            let _ = writeln!(out, "           {} destage stalls so far (none now)", t.destage_stalls);
+        }
         if let Some(b) = &l.broken {
             let _ = writeln!(out, "           MEDIUM FAILED: {b} (every write goes through)");
         }

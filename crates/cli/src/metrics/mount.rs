@@ -113,6 +113,7 @@ impl Collector for Snapshot {
             (TIER_USED, t.log.used_bytes),
             (TIER_DIRTY, t.log.dirty_bytes),
             (TIER_BROKEN, u64::from(t.log.broken.is_some())),
+            (TIER_DESTAGE_STALLED, u64::from(t.destage_stalled_on.is_some())),
             (TIER_WRITES, t.writes),
             (TIER_WRITE_BYTES, t.write_bytes),
             (TIER_GROUPS, t.log.groups),
@@ -133,6 +134,7 @@ impl Collector for Snapshot {
             (TIER_DESTAGED_BYTES, t.destaged_bytes),
             (TIER_DISCARDED_BLOCKS, t.discarded_blocks),
             (TIER_DESTAGE_ERRORS, t.destage_errors),
+            (TIER_DESTAGE_STALLS, t.destage_stalls),
         ] {
             o.value(m, v)?;
         }

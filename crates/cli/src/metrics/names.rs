@@ -152,6 +152,7 @@ metrics! { MOUNT:
     TIER_USED = "farcache_mount_tier_used_bytes", Gauge, "Bytes of the log between its oldest live record and its head";
     TIER_DIRTY = "farcache_mount_tier_dirty_bytes", Gauge, "Bytes whose newest data is only in the tier";
     TIER_BROKEN = "farcache_mount_tier_broken", Gauge, "1 if the tier's medium failed (every write then goes through)";
+    TIER_DESTAGE_STALLED = "farcache_mount_tier_destage_stalled", Gauge, "1 while the destage round under way has waited on the backing store past tier.stall_warning";
     TIER_WRITES = "farcache_mount_tier_writes", Counter, "Writes acknowledged by the tier";
     TIER_WRITE_BYTES = "farcache_mount_tier_write_bytes", Counter, "Bytes of writes acknowledged by the tier";
     TIER_GROUPS = "farcache_mount_tier_group_commits", Counter, "Group commits of the tier's log (each carries one or more appends; flushed unless all were unsynced writes)";
@@ -172,6 +173,7 @@ metrics! { MOUNT:
     TIER_DESTAGED_BYTES = "farcache_mount_tier_destaged_bytes", Counter, "Bytes written back to the backing store";
     TIER_DISCARDED_BLOCKS = "farcache_mount_tier_discarded_blocks", Counter, "Dirty blocks of deleted files dropped instead of written back";
     TIER_DESTAGE_ERRORS = "farcache_mount_tier_destage_errors", Counter, "Destage rounds that failed (data kept dirty, retried with back-off)";
+    TIER_DESTAGE_STALLS = "farcache_mount_tier_destage_stalls", Counter, "Destage rounds that waited on the backing store past tier.stall_warning";
     UNION_BRANCHES = "farcache_mount_union_branches", Gauge, "Backing branches of the mount (1 for one backing directory)";
     UNION_MOVES = "farcache_mount_union_moves", Counter, "Files moved to another branch by farcache balance";
     UNION_MOVED_BYTES = "farcache_mount_union_moved_bytes", Counter, "Bytes of files moved to another branch";

@@ -59,6 +59,11 @@ destage_write = "1MiB"
 # doubling up to retry_max. The data stays dirty in the tier meanwhile.
 retry_min = "100ms"
 retry_max = "30s"
+# A destage round that has waited this long on the backing store (a write or a sync that
+# does not complete: a hung disk, a dead NFS server) is reported stalled: logged (again every
+# stall_warning while it lasts), counted, and shown in `farcache stats`. The data stays dirty
+# in the tier meanwhile; nothing is lost or given up.
+stall_warning = "30s"
 "#;
 
 /// `mode`: what kind of medium the tier is on.
@@ -103,6 +108,7 @@ pub struct TierConfig {
     pub destage_write: ByteSize,
     pub retry_min: HumanDuration,
     pub retry_max: HumanDuration,
+    pub stall_warning: HumanDuration,
 }
 
 impl Default for TierConfig {
@@ -124,6 +130,7 @@ impl Default for TierConfig {
             destage_write: ByteSize::mib(1),
             retry_min: HumanDuration::ms(100),
             retry_max: HumanDuration::secs(30),
+            stall_warning: HumanDuration::secs(30),
         }
     }
 }
@@ -187,6 +194,13 @@ impl TierConfig {
         if self.retry_max.get() < self.retry_min.get() {
             return Err(ConfigError::invalid("tier.retry_max", "below tier.retry_min", "set it at least as long"));
         }
+        if self.stall_warning.get() < std::time::Duration::from_secs(1) {
+            return Err(ConfigError::invalid(
+                "tier.stall_warning",
+                format!("{} is below 1s", self.stall_warning),
+                "set at least 1s (a destage round of a few hundred ms is normal work)",
+            ));
+        }
         Ok(())
     }
 }
@@ -220,6 +234,8 @@ mod tests {
         assert!(c.validate().unwrap_err().to_string().contains("tier.commit_interval"));
         let c = TierConfig { max_unflushed: ByteSize::mib(1), ..TierConfig::default() };
         assert!(c.validate().unwrap_err().to_string().contains("tier.max_unflushed"));
+        let c = TierConfig { stall_warning: HumanDuration::ms(500), ..TierConfig::default() };
+        assert!(c.validate().unwrap_err().to_string().contains("tier.stall_warning"));
         let f: File = toml::from_str("[tier]\ncommit = \"write\"").unwrap();
         assert_eq!(f.tier.commit, TierCommit::Write);
         assert!(toml::from_str::<File>("[tier]\ncommit = \"sometimes\"").is_err());

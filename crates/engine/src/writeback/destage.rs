@@ -44,6 +44,17 @@ pub(crate) struct Ctl {
     retry_delay: Duration,
     /// What recovery found, to destage first (the mount serves it meanwhile).
     pub(crate) recovered_through: Option<u64>,
+    /// The destage round under way, if any ([`watch`]).
+    pub(crate) round: Option<RoundUnderWay>,
+}
+
+/// A destage round under way: since when, the file it is writing back, and when [`watch`]
+/// last reported it stalled.
+#[derive(Debug)]
+pub(crate) struct RoundUnderWay {
+    pub(crate) since: Instant,
+    pub(crate) file: String,
+    pub(crate) warned: Option<Instant>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -158,7 +169,7 @@ pub(crate) fn run<D: DataPath>(s: &Shared<D>) {
             }
             continue;
         };
-        match round(s, through) {
+        match timed_round(s, through) {
             Ok(()) => {
                 let mut c = s.ctl.lock();
                 c.retry_at = None;
@@ -205,10 +216,82 @@ fn due<D: DataPath>(s: &Shared<D>, everything: bool) -> Option<u64> {
     s.log.due(target, s.cfg.max_dirty_age.get())
 }
 
+/// [`round`], with the round under way in [`Ctl::round`] for [`watch`] to see, and the end of
+/// a reported stall logged.
+fn timed_round<D: DataPath>(s: &Shared<D>, through: u64) -> Result<(), String> {
+    s.ctl.lock().round = Some(RoundUnderWay { since: Instant::now(), file: String::new(), warned: None });
+    let r = round(s, through);
+    let ended = s.ctl.lock().round.take();
+    if let Some(RoundUnderWay { since, warned: Some(_), .. }) = ended {
+        tracing::warn!(
+            "tier {}: the write-back stalled on the backing store moves again: the round ended after {:.1?} ({})",
+            s.path,
+            since.elapsed(),
+            if r.is_ok() { "written back" } else { "failed, retried" }
+        );
+    }
+    r
+}
+
+/// The stall watcher's thread: reports a destage round that has waited on the backing store
+/// for `tier.stall_warning` — a write or a sync that does not complete (a hung disk, a dead
+/// network file system) — counts it once, and reports it again every `stall_warning` while it
+/// lasts. It only watches: nothing is given up, the data stays dirty in the tier. Looks once
+/// a second at most; exits on `stop`.
+pub(crate) fn watch<D: DataPath>(s: &Shared<D>) {
+    let limit = s.cfg.stall_warning.get();
+    let mut c = s.ctl.lock();
+    loop {
+        if c.stop {
+            return;
+        }
+        s.done_cv.wait_for(&mut c, limit.min(Duration::from_secs(1)));
+        if c.stop {
+            return;
+        }
+        let Some(r) = c.round.as_mut() else { continue };
+        let waited = r.since.elapsed();
+        if waited < limit || r.warned.is_some_and(|w| w.elapsed() < limit) {
+            continue;
+        }
+        if r.warned.is_none() {
+            add(&s.counters.destage_stalls, 1);
+        }
+        r.warned = Some(Instant::now());
+        let file = if r.file.is_empty() { "planning".to_string() } else { format!("writing back {}", r.file) };
+        parking_lot::MutexGuard::unlocked(&mut c, || {
+            tracing::error!(
+                "tier {}: the write-back has waited {:.0?} on the backing store ({file}): a write or sync there does \
+                 not complete — check the backing disk or network file system. Nothing is lost: the data stays dirty \
+                 in the tier and reads see it; once the tier is full, writes go to the backing store and wait for \
+                 it too",
+                s.path,
+                waited
+            )
+        });
+    }
+}
+
+/// The round under way as `farcache stats` shows it: how long it has run (ms, 0: none),
+/// and the file it waits on once [`watch`] reported it stalled.
+pub(crate) fn round_state<D: DataPath>(s: &Shared<D>) -> (u64, Option<String>) {
+    let c = s.ctl.lock();
+    match &c.round {
+        Some(r) => (
+            (r.since.elapsed().as_millis() as u64).max(1),
+            r.warned.map(|_| if r.file.is_empty() { "planning".to_string() } else { r.file.clone() }),
+        ),
+        None => (0, None),
+    }
+}
+
 /// One round through `through` (module docs).
 fn round<D: DataPath>(s: &Shared<D>, through: u64) -> Result<(), String> {
     add(&s.counters.destage_rounds, 1);
     for plan in s.log.plan(through) {
+        if let Some(r) = s.ctl.lock().round.as_mut() {
+            r.file = describe(&plan.name);
+        }
         let fe = s.keys.lock().get(&plan.key).cloned();
         let Some(fe) = fe else {
             return Err(format!(

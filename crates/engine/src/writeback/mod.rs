@@ -169,6 +169,7 @@ pub struct TierCounters {
     pub destaged_blocks: AtomicU64,
     pub destaged_bytes: AtomicU64,
     pub destage_errors: AtomicU64,
+    pub destage_stalls: AtomicU64,
     pub fsyncs_absorbed: AtomicU64,
     pub discarded_files: AtomicU64,
     pub discarded_blocks: AtomicU64,
@@ -207,6 +208,16 @@ pub struct TierStats {
     pub destaged_bytes: u64,
     pub destage_errors: u64,
     pub last_destage_error: Option<String>,
+    /// Destage rounds that waited on the backing store for `tier.stall_warning` (a write or
+    /// sync there that did not complete), each counted once.
+    #[serde(default)]
+    pub destage_stalls: u64,
+    /// How long the destage round under way has run, in ms (0: none under way).
+    #[serde(default)]
+    pub destage_round_ms: u64,
+    /// While the round under way is reported stalled: the file it is writing back.
+    #[serde(default)]
+    pub destage_stalled_on: Option<String>,
     pub fsyncs_absorbed: u64,
     /// Deleted files whose dirty blocks were dropped, never written to the backing store,
     /// and those blocks.
@@ -273,6 +284,8 @@ pub(crate) struct Shared<D: DataPath> {
 pub struct WritebackPath<D: DataPath> {
     shared: Arc<Shared<D>>,
     destager: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The stall watcher ([`destage::watch`]): stopped with the destager.
+    watcher: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -428,7 +441,22 @@ impl<D: DataPath> WritebackPath<D> {
                 problem: format!("cannot start the destage thread: {e}"),
                 fix: "raise the process's thread limit".into(),
             })?;
-        Ok(WritebackPath { shared, destager: Mutex::new(Some(handle)) })
+        let s = shared.clone();
+        let watcher =
+            std::thread::Builder::new().name("farcache-destage-watch".into()).spawn(move || destage::watch(&s));
+        let watcher = match watcher {
+            Ok(w) => w,
+            Err(e) => {
+                let path = WritebackPath { shared, destager: Mutex::new(Some(handle)), watcher: Mutex::new(None) };
+                drop(path); // stops the destager
+                return Err(TierOpenError::Config {
+                    path: cfg.path.clone(),
+                    problem: format!("cannot start the destage watcher's thread: {e}"),
+                    fix: "raise the process's thread limit".into(),
+                });
+            }
+        };
+        Ok(WritebackPath { shared, destager: Mutex::new(Some(handle)), watcher: Mutex::new(Some(watcher)) })
     }
 
     pub fn inner(&self) -> &D {
@@ -438,6 +466,7 @@ impl<D: DataPath> WritebackPath<D> {
     pub fn stats(&self) -> TierStats {
         let c = &self.shared.counters;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let (destage_round_ms, destage_stalled_on) = destage::round_state(&self.shared);
         TierStats {
             path: self.shared.path.clone(),
             log: self.shared.log.stats(),
@@ -457,6 +486,9 @@ impl<D: DataPath> WritebackPath<D> {
             destaged_bytes: l(&c.destaged_bytes),
             destage_errors: l(&c.destage_errors),
             last_destage_error: self.shared.ctl.lock().last_error.clone(),
+            destage_stalls: l(&c.destage_stalls),
+            destage_round_ms,
+            destage_stalled_on,
             fsyncs_absorbed: l(&c.fsyncs_absorbed),
             discarded_files: l(&c.discarded_files),
             discarded_blocks: l(&c.discarded_blocks),
@@ -591,6 +623,9 @@ impl<D: DataPath> WritebackPath<D> {
         self.shared.ctl.lock().stop = true;
         self.shared.cv.notify_all();
         self.shared.done_cv.notify_all();
+        if let Some(w) = self.watcher.lock().take() {
+            let _ = w.join(); // it waits on nothing but `done_cv`, just notified
+        }
         let Some(h) = self.destager.lock().take() else { return };
         let Some(wait) = wait else {
             let _ = h.join();
