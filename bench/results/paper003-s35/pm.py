@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Why postmark through the mount is a fraction of native ext4 (issue 12's postmark targets
+are against the backing alone): FUSE requests per transaction, and time per request.
+
+postmark with Table 1's small setting (5,000-20,000 B, 30,000 files; TRANSACTIONS
+transactions) on the VM's disk: native (a directory under /var/tmp), through `farcache mount
+--no-remote` (no tier) and with a dram tier (/dev/shm). Per run: wall time, transactions/s,
+the mount's FUSE requests by opcode (`farcache stats --json`, before and after), requests per
+transaction, wall and daemon CPU microseconds per request, and the machine's busy CPUs.
+
+Usage (root; postmark):
+  BIN=target/release/farcache python3 bench/results/paper003-s35/pm.py [OUT_DIR]
+  env: TRANSACTIONS (30000), ROUNDS (2), DIR (/var/tmp/fc-pm)
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+BIN = os.environ.get("BIN", "target/release/farcache")
+TX = int(os.environ.get("TRANSACTIONS", "30000"))
+ROUNDS = int(os.environ.get("ROUNDS", "2"))
+DIR = os.environ.get("DIR", "/var/tmp/fc-pm")
+OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+HZ = os.sysconf("SC_CLK_TCK")
+DRAM_TIER = "/dev/shm/fc-pm.tier"
+MOUNTS = {
+    "passthrough": ["--no-remote"],
+    "tier-dram": ["--no-remote", "--tier", DRAM_TIER, "--tier-size", "2GiB"],
+}
+
+
+def busy():
+    with open("/proc/stat") as f:
+        cpu = [int(x) for x in f.readline().split()[1:]]
+    return cpu[0] + cpu[1] + cpu[2] + cpu[5] + cpu[6]
+
+
+def proc_cpu(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def ops(mp):
+    r = subprocess.run([BIN, "stats", mp, "--json"], capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)["fuse"]["ops"]
+
+
+def postmark(where, tag):
+    os.makedirs(f"{where}/work", exist_ok=True)
+    script = f"{OUT}/pm-{tag}.pm"
+    with open(script, "w") as f:
+        f.write(f"set location {where}/work\nset size 5000 20000\nset number 30000\n"
+                f"set transactions {TX}\nset seed 42\nrun\nquit\n")
+    t0 = time.monotonic()
+    out = subprocess.run(["postmark", script], capture_output=True, text=True, check=True).stdout
+    wall = time.monotonic() - t0
+    with open(f"{OUT}/pm-{tag}.out", "w") as f:
+        f.write(out)
+    return wall
+
+
+def run(name, tag):
+    os.makedirs(f"{DIR}/b", exist_ok=True)
+    if name == "native":
+        b0 = busy()
+        wall = postmark(f"{DIR}/b", tag)
+        return {"config": name, "wall_s": wall, "tx_per_s": TX / wall, "busy_cpus": (busy() - b0) / HZ / wall}
+    mp = f"{DIR}/m-{name}"
+    os.makedirs(mp, exist_ok=True)
+    log = open(f"{OUT}/mount-{name}.log", "a")
+    p = subprocess.Popen([BIN, "mount", *MOUNTS[name], f"{DIR}/b", mp], stdout=log, stderr=log)
+    for _ in range(400):
+        if subprocess.run([BIN, "stats", mp, "--json"], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.05)
+    o0, b0, d0 = ops(mp), busy(), proc_cpu(p.pid)
+    wall = postmark(mp, tag)
+    o1, b1, d1 = ops(mp), busy(), proc_cpu(p.pid)
+    subprocess.run(["fusermount3", "-u", mp], check=False)
+    p.wait(timeout=300)
+    by_op = {k: o1[k] - o0.get(k, 0) for k in o1 if o1[k] - o0.get(k, 0) > 0}
+    n = sum(by_op.values())
+    return {"config": name, "wall_s": wall, "tx_per_s": TX / wall, "busy_cpus": (b1 - b0) / HZ / wall,
+            "requests": n, "requests_per_tx": n / TX, "wall_us_per_request": wall / n * 1e6,
+            "daemon_us_per_request": (d1 - d0) / HZ / n * 1e6, "by_op": by_op}
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    rows = []
+    for r in range(ROUNDS):
+        for name in ["native", *MOUNTS]:
+            shutil.rmtree(DIR, ignore_errors=True)
+            if os.path.exists(DRAM_TIER):
+                os.remove(DRAM_TIER)
+            row = run(name, f"{name}-{r}")
+            row["round"] = r
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            with open(f"{OUT}/pm.json", "w") as f:
+                json.dump({"transactions": TX, "rows": rows}, f, indent=1)
+    shutil.rmtree(DIR, ignore_errors=True)
+    if os.path.exists(DRAM_TIER):
+        os.remove(DRAM_TIER)
+
+
+main()
