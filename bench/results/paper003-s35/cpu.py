@@ -16,7 +16,8 @@ CPUs busy, and a tier's counters (`farcache stats`: group commits, flushes of it
 
 Usage (root; fio, perf):
   BIN=target/release/farcache python3 bench/results/paper003-s35/cpu.py [OUT_DIR]
-  env: SECS (10), ROUNDS (2), DIR (/var/tmp/fc-durable-cpu), PERF (1), FILE_MIB (16)
+  env: SECS (10), ROUNDS (2), DIR (/var/tmp/fc-durable-cpu), PERF (1), FILE_MIB (16),
+       CONFIGS ("native passthrough tier-dram tier-ssd")
 """
 import json
 import os
@@ -36,6 +37,7 @@ HZ = os.sysconf("SC_CLK_TCK")
 WRITERS = [1, 32]
 DRAM_TIER = "/dev/shm/fc-durable-cpu.tier"
 
+CONFIGS = os.environ.get("CONFIGS", "native passthrough tier-dram tier-ssd").split()
 MOUNTS = {
     "passthrough": ["--no-remote"],
     "tier-dram": ["--no-remote", "--tier", DRAM_TIER, "--tier-size", "1GiB"],
@@ -151,7 +153,7 @@ def main():
     rows = []
     for r in range(ROUNDS):
         for jobs in WRITERS:
-            for name in ["native", *MOUNTS]:
+            for name in CONFIGS:
                 row = run(name, jobs, f"{name}-{jobs}-{r}")
                 row["round"] = r
                 rows.append(row)
