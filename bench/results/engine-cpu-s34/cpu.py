@@ -19,6 +19,10 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../scripts"))
+import procstat  # noqa: E402
+from procstat import HZ, proc_cpu, stat  # noqa: E402
+
 BIN = os.environ.get("BIN", "target/release/farcache")
 QD = int(os.environ.get("QD", "32"))
 JOBS = int(os.environ.get("JOBS", "1"))
@@ -27,30 +31,12 @@ ROUNDS = int(os.environ.get("ROUNDS", "3"))
 DIR = os.environ.get("DIR", "/var/tmp/fc-cpu-s34")
 PERF = os.environ.get("PERF", "1") == "1"
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
-HZ = os.sysconf("SC_CLK_TCK")
 
 MOUNTS = {
     "passthrough": ["--no-remote"],
     "farcache": [],
     "kernel": ["--no-remote", "--kernel-passthrough"],
 }
-
-
-def stat():
-    with open("/proc/stat") as f:
-        lines = f.read().split("\n")
-    cpu = [int(x) for x in lines[0].split()[1:]]
-    ctxt = next(int(l.split()[1]) for l in lines if l.startswith("ctxt "))
-    user, nice, system, idle, iowait, irq, softirq, steal = cpu[:8]
-    return {"busy": user + nice + system + irq + softirq, "steal": steal, "ctxt": ctxt}
-
-
-def proc_cpu(pid):
-    if pid is None:
-        return 0
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime, all threads
 
 
 def fio_args(path, secs):
@@ -70,26 +56,13 @@ def fio(path, tag):
 
 def mount(name):
     mp = f"{DIR}/m-{name}"
-    os.makedirs(mp, exist_ok=True)
-    log = open(f"{OUT}/mount-{name}.log", "w")
-    p = subprocess.Popen([BIN, "mount", *MOUNTS[name], f"{DIR}/b", mp], stdout=log, stderr=log)
-    for _ in range(200):
-        if os.path.exists(f"{mp}/f"):
-            return p, mp
-        if p.poll() is not None:
-            sys.exit(f"mount {name} exited: see {OUT}/mount-{name}.log")
-        time.sleep(0.05)
-    p.kill()
-    sys.exit(f"mount {name}: the file did not appear in 10 s")
+    p = procstat.mount(BIN, MOUNTS[name], f"{DIR}/b", mp, f"{OUT}/mount-{name}.log",
+                       lambda m: os.path.exists(f"{m}/f"))
+    return p, mp
 
 
 def unmount(p, mp):
-    subprocess.run(["fusermount3", "-u", mp], check=False)
-    try:
-        p.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        subprocess.run(["umount", "-l", mp], check=False)
+    procstat.unmount(p, mp, timeout=20)
 
 
 def drop():
@@ -123,17 +96,10 @@ def perf(name):
     f = subprocess.Popen(fio_args(f"{mp}/f", 14), stdout=subprocess.DEVNULL)
     time.sleep(3)
     data = f"{DIR}/perf-{name}.data"
-    subprocess.run(["perf", "record", "-a", "-g", "-o", data, "--", "sleep", "8"],
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    procstat.perf_record(data, 8)
     f.wait()
     unmount(p, mp)
-    for sort, lim in (("comm", 12), ("sym", 30)):
-        r = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", sort,
-                            "-g", "none", "--stdio", "--percent-limit", "0.7"],
-                           capture_output=True, text=True)
-        lines = [l for l in r.stdout.split("\n") if l.strip() and not l.startswith("#")]
-        with open(f"{OUT}/perf-{name}-{sort}.txt", "w") as o:
-            o.write("\n".join(lines[:lim]) + "\n")
+    procstat.perf_summaries(data, f"{OUT}/perf-{name}")
 
 
 def main():

@@ -26,6 +26,10 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../scripts"))
+import procstat  # noqa: E402
+from procstat import HZ, proc_cpu, stat  # noqa: E402
+
 BIN = os.environ.get("BIN", "target/release/farcache")
 SECS = int(os.environ.get("SECS", "10"))
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
@@ -33,7 +37,6 @@ DIR = os.environ.get("DIR", "/var/tmp/fc-durable-cpu")
 PERF = os.environ.get("PERF", "1") == "1"
 FILE_MIB = int(os.environ.get("FILE_MIB", "16"))
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
-HZ = os.sysconf("SC_CLK_TCK")
 WRITERS = [1, 32]
 DRAM_TIER = "/dev/shm/fc-durable-cpu.tier"
 
@@ -43,23 +46,6 @@ MOUNTS = {
     "tier-dram": ["--no-remote", "--tier", DRAM_TIER, "--tier-size", "1GiB"],
     "tier-ssd": ["--no-remote", "--tier", f"{DIR}/ssd.tier", "--tier-size", "1GiB"],
 }
-
-
-def stat():
-    with open("/proc/stat") as f:
-        lines = f.read().split("\n")
-    cpu = [int(x) for x in lines[0].split()[1:]]
-    ctxt = next(int(l.split()[1]) for l in lines if l.startswith("ctxt "))
-    user, nice, system, idle, iowait, irq, softirq, steal = cpu[:8]
-    return {"busy": user + nice + system + irq + softirq, "steal": steal, "ctxt": ctxt}
-
-
-def proc_cpu(pid):
-    if pid is None:
-        return 0
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime, all threads
 
 
 def fio_args(d, jobs, secs):
@@ -79,27 +65,9 @@ def fio(d, jobs, tag):
 
 def mount(name):
     mp = f"{DIR}/m-{name}"
-    os.makedirs(mp, exist_ok=True)
-    log = open(f"{OUT}/mount-{name}.log", "a")
-    p = subprocess.Popen([BIN, "mount", *MOUNTS[name], f"{DIR}/b", mp], stdout=log, stderr=log)
-    for _ in range(400):
-        if os.path.exists(f"{mp}/w.0.0"):
-            return p, mp
-        if p.poll() is not None:
-            sys.exit(f"mount {name} exited: see {OUT}/mount-{name}.log")
-        time.sleep(0.05)
-    p.kill()
-    sys.exit(f"mount {name}: the files did not appear in 20 s")
-
-
-def unmount(p, mp):
-    # A clean unmount writes the tier back first.
-    subprocess.run(["fusermount3", "-u", mp], check=False)
-    try:
-        p.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        subprocess.run(["umount", "-l", mp], check=False)
+    p = procstat.mount(BIN, MOUNTS[name], f"{DIR}/b", mp, f"{OUT}/mount-{name}.log",
+                       lambda m: os.path.exists(f"{m}/w.0.0"))
+    return p, mp
 
 
 def run(name, jobs, tag):
@@ -116,7 +84,7 @@ def run(name, jobs, tag):
         t = json.loads(r.stdout).get("tier") if r.returncode == 0 else None
         if t:
             tier = {k: t.get(k) for k in ("writes", "groups", "flushes", "commits", "appends", "fsyncs_absorbed")}
-        unmount(p, d)
+        procstat.unmount(p, d)
     n = iops * SECS
     us = lambda ticks: ticks / HZ / n * 1e6
     return {"config": name, "writers": jobs, "writes_per_s": iops, "busy_us": us(b["busy"] - a["busy"]),
@@ -130,17 +98,10 @@ def perf(name):
     f = subprocess.Popen(fio_args(mp, 32, 14), stdout=subprocess.DEVNULL)
     time.sleep(3)
     data = f"{DIR}/perf-{name}.data"
-    subprocess.run(["perf", "record", "-a", "-g", "-o", data, "--", "sleep", "8"],
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    procstat.perf_record(data, 8)
     f.wait()
-    unmount(p, mp)
-    for sort, lim in (("comm", 12), ("sym", 40)):
-        r = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", sort,
-                            "-g", "none", "--stdio", "--percent-limit", "0.7"],
-                           capture_output=True, text=True)
-        lines = [l for l in r.stdout.split("\n") if l.strip() and not l.startswith("#")]
-        with open(f"{OUT}/perf-{name}-{sort}.txt", "w") as o:
-            o.write("\n".join(lines[:lim]) + "\n")
+    procstat.unmount(p, mp)
+    procstat.perf_summaries(data, f"{OUT}/perf-{name}", 40)
 
 
 def main():

@@ -19,29 +19,20 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../scripts"))
+import procstat  # noqa: E402
+from procstat import HZ, proc_cpu  # noqa: E402
+
 BIN = os.environ.get("BIN", "target/release/farcache")
 TX = int(os.environ.get("TRANSACTIONS", "30000"))
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
 DIR = os.environ.get("DIR", "/var/tmp/fc-pm")
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
-HZ = os.sysconf("SC_CLK_TCK")
 DRAM_TIER = "/dev/shm/fc-pm.tier"
 MOUNTS = {
     "passthrough": ["--no-remote"],
     "tier-dram": ["--no-remote", "--tier", DRAM_TIER, "--tier-size", "2GiB"],
 }
-
-
-def busy():
-    with open("/proc/stat") as f:
-        cpu = [int(x) for x in f.readline().split()[1:]]
-    return cpu[0] + cpu[1] + cpu[2] + cpu[5] + cpu[6]
-
-
-def proc_cpu(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
 
 
 def ops(mp):
@@ -51,7 +42,7 @@ def ops(mp):
 
 def postmark(where, tag):
     os.makedirs(f"{where}/work", exist_ok=True)
-    script = f"{OUT}/pm-{tag}.pm"
+    script = f"{DIR}/pm-{tag}.pm"
     with open(script, "w") as f:
         f.write(f"set location {where}/work\nset size 5000 20000\nset number 30000\n"
                 f"set transactions {TX}\nset seed 42\nrun\nquit\n")
@@ -66,22 +57,16 @@ def postmark(where, tag):
 def run(name, tag):
     os.makedirs(f"{DIR}/b", exist_ok=True)
     if name == "native":
-        b0 = busy()
+        b0 = procstat.stat()["busy"]
         wall = postmark(f"{DIR}/b", tag)
-        return {"config": name, "wall_s": wall, "tx_per_s": TX / wall, "busy_cpus": (busy() - b0) / HZ / wall}
+        return {"config": name, "wall_s": wall, "tx_per_s": TX / wall, "busy_cpus": (procstat.stat()["busy"] - b0) / HZ / wall}
     mp = f"{DIR}/m-{name}"
-    os.makedirs(mp, exist_ok=True)
-    log = open(f"{OUT}/mount-{name}.log", "a")
-    p = subprocess.Popen([BIN, "mount", *MOUNTS[name], f"{DIR}/b", mp], stdout=log, stderr=log)
-    for _ in range(400):
-        if subprocess.run([BIN, "stats", mp, "--json"], capture_output=True).returncode == 0:
-            break
-        time.sleep(0.05)
-    o0, b0, d0 = ops(mp), busy(), proc_cpu(p.pid)
+    ready = lambda m: subprocess.run([BIN, "stats", m, "--json"], capture_output=True).returncode == 0
+    p = procstat.mount(BIN, MOUNTS[name], f"{DIR}/b", mp, f"{OUT}/mount-{name}.log", ready)
+    o0, b0, d0 = ops(mp), procstat.stat()["busy"], proc_cpu(p.pid)
     wall = postmark(mp, tag)
-    o1, b1, d1 = ops(mp), busy(), proc_cpu(p.pid)
-    subprocess.run(["fusermount3", "-u", mp], check=False)
-    p.wait(timeout=300)
+    o1, b1, d1 = ops(mp), procstat.stat()["busy"], proc_cpu(p.pid)
+    procstat.unmount(p, mp, timeout=300)
     by_op = {k: o1[k] - o0.get(k, 0) for k in o1 if o1[k] - o0.get(k, 0) > 0}
     n = sum(by_op.values())
     return {"config": name, "wall_s": wall, "tx_per_s": TX / wall, "busy_cpus": (b1 - b0) / HZ / wall,
