@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The tables of durable-cpu/cpu.json and postmark-fuse/pm.json (each round's figures, a / b)."""
+"""The tables of durable-cpu/cpu.json and postmark-fuse-5k/pm.json (each round's figures, a / b)."""
 import json
 import os
 
@@ -24,7 +24,7 @@ for w in (1, 32):
               f"{rounds(rs, 'ctxt_per_write', lambda x: f'{x:.1f}')} | {rounds(rs, 'busy_cpus', lambda x: f'{x:.2f}')} | "
               f"{per_flush} |")
 print()
-p = json.load(open(f"{HERE}/postmark-fuse/pm.json"))
+p = json.load(open(f"{HERE}/postmark-fuse-5k/pm.json"))
 print("| configuration | transactions/s | FUSE requests per transaction | wall µs per request | "
       "daemon CPU µs per request | CPUs busy of 2 |")
 print("|---|---:|---:|---:|---:|---:|")

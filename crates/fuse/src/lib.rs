@@ -272,10 +272,31 @@ fn prepare_daemon(cfg: &MountConfig) -> Result<bool, MountError> {
         tracing::warn!("fusermount3 not found: mounting directly as root, but `fusermount3 -u` will not be available");
     }
     sys::set_umask(0);
-    let want_fds = cfg.max_inodes.saturating_add(cfg.max_open_handles.saturating_mul(3)).saturating_add(1024);
-    let nofile = sys::raise_nofile(want_fds);
-    tracing::debug!("open descriptor limit {nofile}");
+    raise_descriptors_for(cfg);
     Ok(root)
+}
+
+/// Raise the open-descriptor limit for `cfg` (an inode the kernel knows holds one descriptor,
+/// an open file up to three), and warn if it stays below `mount.max_inodes`: past it, the
+/// kernel's lookups and creates get EMFILE ("Too many open files") from the daemon. A root
+/// without CAP_SYS_RESOURCE (a container) cannot raise the hard limit. The limit in force.
+fn raise_descriptors_for(cfg: &MountConfig) -> u64 {
+    let want = cfg.max_inodes.saturating_add(cfg.max_open_handles.saturating_mul(3)).saturating_add(1024);
+    let nofile = sys::raise_nofile(want);
+    if nofile < cfg.max_inodes {
+        tracing::warn!(
+            "the daemon may hold {nofile} open descriptors (RLIMIT_NOFILE; raising the hard limit needs \
+             CAP_SYS_RESOURCE): one per file or directory the kernel keeps known, and with a write-back tier one more \
+             per file with data in it, so past about {nofile} of them creates and lookups fail with 'Too many open \
+             files'. Raise the hard limit (LimitNOFILE=1048576, as \
+             etc/systemd/farcache-mount@.service sets; `ulimit -Hn` before starting), or lower mount.max_inodes \
+             ({}) to what it allows",
+            cfg.max_inodes
+        );
+    } else {
+        tracing::debug!("open descriptor limit {nofile}");
+    }
+    nofile
 }
 
 impl Mount {
@@ -478,8 +499,7 @@ impl Mount {
         close_files_on(&mountpoint);
         let root = sys::is_root();
         sys::set_umask(0);
-        let want_fds = cfg.max_inodes.saturating_add(cfg.max_open_handles.saturating_mul(3)).saturating_add(1024);
-        sys::raise_nofile(want_fds);
+        raise_descriptors_for(cfg);
         let incarnation = h.state.incarnation.wrapping_add(1) & 0xff_ffff;
         let u = match (opened, canon.len()) {
             (Some(o), _) => Some(o.u),

@@ -130,6 +130,12 @@ pub fn postmark_cases(o: &PaperOptions) -> Vec<PostmarkCase> {
         .collect()
 }
 
+/// The first number on postmark's report line that contains `what` (" created (").
+fn postmark_count(report: &str, what: &str) -> Option<u64> {
+    let line = report.lines().find(|l| l.contains(what))?;
+    line.split_whitespace().next()?.parse().ok()
+}
+
 /// The postmark script for one case (Table 1; everything else postmark's defaults).
 pub fn postmark_script(c: &PostmarkCase, dir: &Path, seed: u64) -> String {
     format!(
@@ -358,6 +364,16 @@ fn postmark(
     let _ = std::fs::write(env.logs.join(format!("postmark-{}-{}.out", c.name, o.seed)), &out);
     if !out.contains("transactions") {
         return Err(BenchError::Setup(format!("postmark did not finish its transactions: {}", out.trim())));
+    }
+    // Postmark deletes every file it created before it reports; one that failed a create,
+    // an open or a delete (it says so on stderr and goes on) did less work than asked.
+    let (created, deleted) = (postmark_count(&out, " created ("), postmark_count(&out, " deleted ("));
+    if created.is_none() || created != deleted {
+        return Err(BenchError::Setup(format!(
+            "postmark's file operations failed ({created:?} files created, {deleted:?} deleted; its stderr names \
+             them): a mount daemon out of open descriptors (its log says so at start) or a full disk. Its \
+             transactions per second would not be comparable"
+        )));
     }
     Ok(vec![TierRecord {
         case: c.name.into(),
@@ -681,6 +697,16 @@ fn destage(env: &ClientEnv, o: &PaperOptions, dir: &Path, mut m: Option<&mut Mou
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn postmark_reports_are_read_for_failed_operations() {
+        let ok = "Files:\n\t45051 created (45051 per second)\n\t\tCreation alone: 30000 files\n\t45051 deleted (1 per second)\n";
+        assert_eq!(postmark_count(ok, " created ("), Some(45051));
+        assert_eq!(postmark_count(ok, " deleted ("), Some(45051));
+        let failed = "\t44973 created (2044 per second)\n\t40483 deleted (1840 per second)\n";
+        assert_ne!(postmark_count(failed, " created ("), postmark_count(failed, " deleted ("));
+        assert_eq!(postmark_count("nothing", " created ("), None);
+    }
 
     #[test]
     fn postmark_settings_are_table_1_scaled() {

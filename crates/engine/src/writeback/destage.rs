@@ -294,6 +294,9 @@ fn round<D: DataPath>(s: &Shared<D>, through: u64) -> Result<(), String> {
         }
         let fe = s.keys.lock().get(&plan.key).cloned();
         let Some(fe) = fe else {
+            if !s.log.has_dirty(plan.key) {
+                continue; // a deleted file's, dropped since the plan (`discard`)
+            }
             return Err(format!(
                 "file key {} has {} dirty blocks but no open entry (name {})",
                 plan.key.0,

@@ -1235,6 +1235,12 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
                 add(&s.counters.discarded_files, 1);
                 add(&s.counters.discarded_blocks, blocks);
             }
+            drop(_m);
+            // Its entry goes now, and with it the write-back descriptor: a run that creates
+            // and deletes many files would otherwise hold one per file until the next round
+            // (the daemon's descriptors ran out under postmark; BENCHMARKS.md, session 35).
+            s.files.lock().remove(id);
+            s.keys.lock().remove(&fe.key);
         }
         s.inner.discard(id);
     }
