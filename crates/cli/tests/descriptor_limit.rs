@@ -79,7 +79,7 @@ fn a_tier_lets_go_of_deleted_files_descriptors() {
         Path::new(env!("CARGO_BIN_EXE_farcache")),
         &d.backing(),
         &d.mnt(),
-        &["--no-remote", "--tier", &t, "--tier-size", "64MiB"],
+        &["--no-remote", "--tier", t, "--tier-size", "64MiB"],
         &d.backing().with_extension("log"),
     );
     // Written into the tier, closed, deleted: 3 × LIMIT files, one at a time, each with its
