@@ -362,8 +362,11 @@ fn postmark(
     let out = env.run(cmd, limit, "postmark (apt-get install postmark)")?;
     let secs = t.elapsed().as_secs_f64();
     let _ = std::fs::write(env.logs.join(format!("postmark-{}-{}.out", c.name, o.seed)), &out);
-    if !out.contains("transactions") {
-        return Err(BenchError::Setup(format!("postmark did not finish its transactions: {}", out.trim())));
+    if !out.contains("transactions") || out.contains("out of files") {
+        return Err(BenchError::Setup(format!(
+            "postmark did not finish its transactions (too few files for them? raise --postmark-files-scale): {}",
+            out.trim()
+        )));
     }
     // Postmark deletes every file it created before it reports; one that failed a create,
     // an open or a delete (it says so on stderr and goes on) did less work than asked.

@@ -130,10 +130,10 @@ struct PaperArgs {
     #[arg(long)]
     tier_sequential_cutoff: Option<ByteSize>,
     /// postmark: the share of paper 003's Table 1 transactions to run (default 1: the paper's;
-    /// --quick 0.01).
+    /// --quick 0.001).
     #[arg(long)]
     postmark_scale: Option<f64>,
-    /// postmark: the share of Table 1's files (the working set; default 1; --quick 0.01).
+    /// postmark: the share of Table 1's files (the working set; default 1; --quick 0.1: postmark stops, without a report, once it runs out of files).
     #[arg(long)]
     postmark_files_scale: Option<f64>,
     /// dfsio: the large file's size; the several files are 8 of an eighth each (default
