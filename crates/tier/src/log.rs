@@ -1368,9 +1368,7 @@ impl Log {
             flushed_first.and_then(|()| self.medium.write_at((gen % 2) * PB, &p.0)).and_then(|()| self.medium.flush());
         if let Err(e) = res {
             let msg = format!("writing the superblock: {e}");
-            tracing::error!("tier log: {msg}; the tier takes no more writes");
-            *self.broken.lock() = Some(msg.clone());
-            self.is_broken.store(true, Ordering::Relaxed);
+            self.break_log(&msg);
             return Err(AppendError::Broken(msg));
         }
         r.sb_gen = gen;
