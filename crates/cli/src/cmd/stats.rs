@@ -440,6 +440,11 @@ fn render_mount(s: &MountStats) -> String {
             t.destage_errors,
             t.last_destage_error.as_deref().map(|e| format!(", last: {e}")).unwrap_or_default()
         );
+        let _ = writeln!(
+            out,
+            "           {} backing files open (at most {} kept while idle), {} opened again",
+            t.open_files, t.max_open_files, t.reopens
+        );
         if let Some(f) = &t.destage_stalled_on {
             let _ = writeln!(
                 out,

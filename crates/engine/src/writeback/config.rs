@@ -64,6 +64,11 @@ retry_max = "30s"
 # stall_warning while it lasts), counted, and shown in `farcache stats`. The data stays dirty
 # in the tier meanwhile; nothing is lost or given up.
 stall_warning = "30s"
+# The most descriptors of backing files the tier keeps open while idle (it holds one while it
+# merges a partial write into a file or writes the file back, and opens an idle file again by
+# its handle when it needs it). 0: a quarter of the daemon's descriptor limit (LimitNOFILE's
+# soft limit at start), from 64 to 65536, so that many dirty files never run it out of them.
+max_open_files = 0
 "#;
 
 /// `mode`: what kind of medium the tier is on.
@@ -109,6 +114,7 @@ pub struct TierConfig {
     pub retry_min: HumanDuration,
     pub retry_max: HumanDuration,
     pub stall_warning: HumanDuration,
+    pub max_open_files: u64,
 }
 
 impl Default for TierConfig {
@@ -131,6 +137,7 @@ impl Default for TierConfig {
             retry_min: HumanDuration::ms(100),
             retry_max: HumanDuration::secs(30),
             stall_warning: HumanDuration::secs(30),
+            max_open_files: 0,
         }
     }
 }
@@ -201,6 +208,13 @@ impl TierConfig {
                 "set at least 1s (a destage round of a few hundred ms is normal work)",
             ));
         }
+        if self.max_open_files > (1 << 20) {
+            return Err(ConfigError::invalid(
+                "tier.max_open_files",
+                format!("{} is above 1048576", self.max_open_files),
+                "set 0 (a quarter of the descriptor limit) or at most 1048576",
+            ));
+        }
         Ok(())
     }
 }
@@ -236,6 +250,8 @@ mod tests {
         assert!(c.validate().unwrap_err().to_string().contains("tier.max_unflushed"));
         let c = TierConfig { stall_warning: HumanDuration::ms(500), ..TierConfig::default() };
         assert!(c.validate().unwrap_err().to_string().contains("tier.stall_warning"));
+        let c = TierConfig { max_open_files: 1 << 30, ..TierConfig::default() };
+        assert!(c.validate().unwrap_err().to_string().contains("tier.max_open_files"));
         let f: File = toml::from_str("[tier]\ncommit = \"write\"").unwrap();
         assert_eq!(f.tier.commit, TierCommit::Write);
         assert!(toml::from_str::<File>("[tier]\ncommit = \"sometimes\"").is_err());

@@ -418,7 +418,21 @@ impl Batch {
 /// helper threads and written alone: scattered blocks cost a hand-off and a ring wait each —
 /// 45,711 context switches of the destage threads in 5 s of a flush beside a durable writer,
 /// whose p99 the write-back's CPU then raised 4× on two vCPUs (BENCHMARKS.md, issue 12).
+///
+/// Through the tier's descriptor of the file, opened again by its name if the tier let go of
+/// it (held until the write-back ends). A file that is gone (deleted, its inode freed) has its
+/// records dropped instead; one that cannot be opened now (out of descriptors, say) fails the
+/// write-back: its data stays dirty, and the round is retried.
 pub(crate) fn write_back_file<D: DataPath>(s: &Shared<D>, fe: &FileEntry, blocks: Option<&[u64]>) -> io::Result<()> {
+    let Some(rw) = s.rw(fe, None)? else {
+        tracing::warn!(
+            "tier: file key {} was deleted before its dirty blocks were written back; they are dropped",
+            fe.key.0
+        );
+        s.drop_deleted(fe);
+        return Ok(());
+    };
+    let rw: &BackingFile = &rw;
     let mut list: Vec<u64> = match blocks {
         Some(b) => b.to_vec(),
         None => s.log.dirty_in(fe.key, 0, u64::MAX).into_iter().map(|(b, _)| b).collect(),
@@ -437,7 +451,7 @@ pub(crate) fn write_back_file<D: DataPath>(s: &Shared<D>, fe: &FileEntry, blocks
             add(&s.counters.destage_batches_deep, 1);
         }
         for w in writes.chunks(group) {
-            s.inner.write_many(&fe.rw, w)?;
+            s.inner.write_many(rw, w)?;
         }
         add(&s.counters.destaged_bytes, writes.iter().map(|(_, d)| d.len() as u64).sum());
         Ok(())
@@ -475,7 +489,7 @@ pub(crate) fn write_back_file<D: DataPath>(s: &Shared<D>, fe: &FileEntry, blocks
         writer.finish().map(|()| n)
     })?;
     if n > 0 {
-        s.inner.fsync(&fe.rw, true)?;
+        s.inner.fsync(rw, true)?;
         add(&s.counters.destaged_blocks, n);
     }
     Ok(())
@@ -680,8 +694,11 @@ pub(crate) fn recover<D: DataPath>(s: &Shared<D>) -> Result<(), TierOpenError> {
                     })?;
                 }
                 let rw = BackingFile::new(id, f, libc::O_RDWR, &s.backing_opts);
-                let fe = std::sync::Arc::new(FileEntry::new(plan.key, plan.name.clone(), rw, false));
+                let pinned = s.pinned_by(&name);
+                let fe = std::sync::Arc::new(FileEntry::new(plan.key, plan.name.clone(), rw, pinned, &s.held, false));
                 s.keys.lock().insert(plan.key, fe);
+                // Thousands of dirty files: no more descriptors than the budget meanwhile.
+                s.let_go();
             }
             Located::Gone => {
                 tracing::warn!(
@@ -701,11 +718,11 @@ pub(crate) fn recover<D: DataPath>(s: &Shared<D>) -> Result<(), TierOpenError> {
         }
     }
     let entries: Vec<std::sync::Arc<FileEntry>> = s.keys.lock().values().cloned().collect();
-    let stable = entries.iter().all(|fe| matches!(fe.rw.id().generation, crate::identity::Generation::Fs(_)));
+    let stable = entries.iter().all(|fe| matches!(fe.id.generation, crate::identity::Generation::Fs(_)));
     if stable {
         let mut files = s.files.lock();
         for fe in entries {
-            files.insert(*fe.rw.id(), fe);
+            files.insert(fe.id, fe);
         }
         s.ctl.lock().recovered_through = Some(through);
         tracing::info!(

@@ -48,6 +48,13 @@
 //!   switch ([`DataPath::moved`]) the tier's own descriptor is made to refer to the copy, so
 //!   destaging follows the file to its branch.
 //!
+//! - **Descriptors**: the tier writes back through a read-write descriptor of its own per
+//!   file, held while in use and let go of (least recently used first) once the tier holds
+//!   more than `tier.max_open_files`; it is opened again from the writer's file, or by the
+//!   file's name (`name.rs`: its handle) to write it back — a file gone by then has its
+//!   records dropped, one that cannot be opened now stays dirty and the round is retried.
+//!   Files of a union, unlinked files and backings without working handles keep theirs.
+//!
 //! Locks, and what they are held across: the `files`/`keys` maps and the log's index only
 //! for lookups (never across I/O). A write holds its blocks (`ranges.rs`: the ranges of its
 //! file that writes in flight hold) across its partial-block read and its append to the log,
@@ -69,7 +76,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -92,11 +99,25 @@ const COPY_RUNS: usize = 8;
 /// A file the tier holds (or may hold) blocks of.
 pub(crate) struct FileEntry {
     key: FileKey,
+    /// The backing file's identity.
+    id: FileId,
     /// Its name as declared in the log (changes once, when the file is unlinked).
     name: Mutex<Arc<[u8]>>,
     /// Read-write descriptor of the backing file (the tier's own), for merging partial
-    /// blocks and for destaging.
-    rw: BackingFile,
+    /// blocks and for destaging — held while in use, let go of when idle and the tier holds
+    /// more than its budget ([`Shared::rw`], [`Shared::let_go`]): a tier with many dirty
+    /// files must not hold a descriptor for each (30,000 files ran the daemon out of them).
+    /// Users hold a clone; only one nobody else holds (a strong count of 1) is let go of.
+    rw: Mutex<Option<Arc<BackingFile>>>,
+    /// Never let go of `rw`: it could not be opened again by the file's name (a file of a
+    /// union, whose moves make it another inode; an unlinked file, which lives only while
+    /// open; a backing where handles do not work).
+    pinned: AtomicBool,
+    /// When `rw` was last handed out (the tier's clock, [`Shared::tick`]): least recently
+    /// used first.
+    used: AtomicU64,
+    /// Descriptors held by the tier's entries ([`Shared::held`]): one less once this goes.
+    held: Arc<AtomicUsize>,
     /// Serialises destaging this file with its truncates and fallocates.
     meta: Mutex<()>,
     /// Serialises extending the backing file's size (a smaller extension never undoes a
@@ -111,18 +132,43 @@ pub(crate) struct FileEntry {
 }
 
 impl FileEntry {
-    /// The entry of file `key`, named `name`, written back through `rw`; `unsynced`: its
-    /// first fsync must reach the backing store.
-    fn new(key: FileKey, name: Arc<[u8]>, rw: BackingFile, unsynced: bool) -> FileEntry {
+    /// The entry of file `key`, named `name`, written back through `rw` (counted in
+    /// `held`); `unsynced`: its first fsync must reach the backing store.
+    fn new(
+        key: FileKey,
+        name: Arc<[u8]>,
+        rw: BackingFile,
+        pinned: bool,
+        held: &Arc<AtomicUsize>,
+        unsynced: bool,
+    ) -> FileEntry {
+        held.fetch_add(1, Ordering::Relaxed);
         FileEntry {
             key,
+            id: *rw.id(),
             name: Mutex::new(name),
-            rw,
+            rw: Mutex::new(Some(Arc::new(rw))),
+            pinned: AtomicBool::new(pinned),
+            used: AtomicU64::new(0),
+            held: held.clone(),
             meta: Mutex::new(()),
             size: Mutex::new(()),
             unsynced: AtomicBool::new(unsynced),
             stream: Mutex::new(Stream::default()),
             writing: ranges::Ranges::default(),
+        }
+    }
+
+    /// Its descriptor if the tier holds it now (a pinned entry's always).
+    fn held_rw(&self) -> Option<Arc<BackingFile>> {
+        self.rw.lock().clone()
+    }
+}
+
+impl Drop for FileEntry {
+    fn drop(&mut self) {
+        if self.rw.get_mut().is_some() {
+            self.held.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -174,6 +220,7 @@ pub struct TierCounters {
     pub discarded_files: AtomicU64,
     pub discarded_blocks: AtomicU64,
     pub commit_fallbacks: AtomicU64,
+    pub reopens: AtomicU64,
 }
 
 /// The tier as `farcache stats` shows it.
@@ -229,6 +276,15 @@ pub struct TierStats {
     /// and syncing it on the backing store instead.
     #[serde(default)]
     pub commit_fallbacks: u64,
+    /// Descriptors of backing files the tier holds now (for merging partial writes and
+    /// destaging), the most it keeps while idle (`tier.max_open_files`), and how often it
+    /// opened a file again after letting go of it.
+    #[serde(default)]
+    pub open_files: u64,
+    #[serde(default)]
+    pub max_open_files: u64,
+    #[serde(default)]
+    pub reopens: u64,
     pub recovered: Recovered,
 }
 
@@ -254,6 +310,18 @@ pub(crate) struct Shared<D: DataPath> {
     backing_opts: BackingOptions,
     files: Mutex<HashMap<FileId, Arc<FileEntry>>>,
     keys: Mutex<HashMap<FileKey, Arc<FileEntry>>>,
+    /// Descriptors the entries hold (`FileEntry::rw`), and the most kept while idle.
+    held: Arc<AtomicUsize>,
+    budget: usize,
+    /// The clock of `FileEntry::used`.
+    tick: AtomicU64,
+    /// One thread lets go of descriptors at a time.
+    letting_go: Mutex<()>,
+    /// The backing root, open for `open_by_handle_at` (reopening a file by its name).
+    root_fd: Option<File>,
+    /// Whether this backing's handles open its files again (learnt from the first file
+    /// named with one): if not, entries are pinned.
+    handles: std::sync::OnceLock<bool>,
     cfg: TierConfig,
     /// `cfg.sequential_cutoff` for an ssd tier, 0 for the others: memory takes a stream
     /// faster than the disk (BENCHMARKS.md, session 32).
@@ -417,6 +485,12 @@ impl<D: DataPath> WritebackPath<D> {
             backing_opts,
             files: Mutex::new(HashMap::new()),
             keys: Mutex::new(HashMap::new()),
+            held: Arc::new(AtomicUsize::new(0)),
+            budget: open_files_budget(cfg.max_open_files),
+            tick: AtomicU64::new(0),
+            letting_go: Mutex::new(()),
+            root_fd: name::open_root(root).ok(),
+            handles: std::sync::OnceLock::new(),
             cfg: cfg.clone(),
             sequential_cutoff: if mode == Mode::Ssd { cfg.sequential_cutoff.bytes() } else { 0 },
             counters: TierCounters::default(),
@@ -493,6 +567,9 @@ impl<D: DataPath> WritebackPath<D> {
             discarded_files: l(&c.discarded_files),
             discarded_blocks: l(&c.discarded_blocks),
             commit_fallbacks: l(&c.commit_fallbacks),
+            open_files: self.shared.held.load(Ordering::Relaxed) as u64,
+            max_open_files: self.shared.budget as u64,
+            reopens: l(&c.reopens),
             recovered: self.shared.recovered.clone(),
         }
     }
@@ -774,20 +851,181 @@ impl<D: DataPath> Shared<D> {
         // backing file's page cache would only cost the copy, the memory (the daemon's cgroup
         // pays for it, and its dirty limit throttled write-back) and a flush later
         // (BENCHMARKS.md, "Session 22: destage").
-        let rw = BackingFile::new(
-            *file.id(),
-            rw,
-            libc::O_RDWR,
-            &BackingOptions { direct_writes: self.backing_opts.direct_io, ..self.backing_opts },
-        );
+        let pinned = self.pinned_by(&name);
+        let rw = self.own_rw(*file.id(), rw);
         // Unsynced: the first fsync after the tier met the file goes to the backing store:
         // the file itself (a new inode, its size) becomes durable there, which recovery needs
         // to find it after a power cut. Later ones cost nothing.
-        let fe = Arc::new(FileEntry::new(FileKey(farcache_tier_key()), Arc::from(name.encode()), rw, true));
-        let mut files = self.files.lock();
-        let fe = files.entry(*file.id()).or_insert(fe).clone();
-        self.keys.lock().insert(fe.key, fe.clone());
+        let fe = FileEntry::new(FileKey(farcache_tier_key()), Arc::from(name.encode()), rw, pinned, &self.held, true);
+        fe.used.store(self.tick.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        let fe = Arc::new(fe);
+        let fe = {
+            let mut files = self.files.lock();
+            let fe = files.entry(*file.id()).or_insert(fe).clone();
+            self.keys.lock().insert(fe.key, fe.clone());
+            fe
+        };
+        self.let_go();
         Some(fe)
+    }
+
+    /// The tier's own descriptor `rw` of the file `id` as it writes back through it.
+    fn own_rw(&self, id: FileId, rw: File) -> BackingFile {
+        BackingFile::new(
+            id,
+            rw,
+            libc::O_RDWR,
+            &BackingOptions { direct_writes: self.backing_opts.direct_io, ..self.backing_opts },
+        )
+    }
+
+    /// Whether the entry of a file named `name` must keep its descriptor: a file of a union
+    /// (a move between branches makes it another inode, which the tier follows through its
+    /// own descriptor, `DataPath::moved`: kept simple, such entries are never let go of), an
+    /// unlinked file (it lives only while open), or a backing where this name's handle does
+    /// not open the file again (a path alone does not follow a rename).
+    fn pinned_by(&self, name: &name::FileName) -> bool {
+        if self.union.is_some() || name.unlinked || name.handle_type.is_none() {
+            return true;
+        }
+        let Some(root_fd) = &self.root_fd else { return true };
+        if let Some(&ok) = self.handles.get() {
+            return !ok;
+        }
+        match name.handle_opens(root_fd) {
+            Some(ok) => {
+                if !ok {
+                    tracing::warn!(
+                        "tier {}: file handles do not open the backing files again (the mount needs \
+                         CAP_DAC_READ_SEARCH, and a file system that exports handles): the tier keeps a descriptor \
+                         per file it holds data of, whatever tier.max_open_files says",
+                        self.path
+                    );
+                }
+                !*self.handles.get_or_init(|| ok)
+            }
+            None => true,
+        }
+    }
+
+    /// `fe`'s descriptor, opened again if the tier let go of it: from `from` (the caller's
+    /// open file, the same one) if given, else by the file's name (its handle; or its path,
+    /// checked against inode and generation). `Ok(None)`: the file is gone (deleted, its
+    /// inode freed). The caller holds the returned clone while it uses it: it is not let go
+    /// of meanwhile.
+    fn rw(&self, fe: &FileEntry, from: Option<&File>) -> io::Result<Option<Arc<BackingFile>>> {
+        fe.used.store(self.tick.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        if let Some(rw) = fe.held_rw() {
+            return Ok(Some(rw));
+        }
+        let f = match from {
+            Some(f) => reopen_rw(f)?,
+            None => match self.reopen_by_name(fe)? {
+                Some(f) => f,
+                None => return Ok(None),
+            },
+        };
+        let rw = {
+            let mut g = fe.rw.lock();
+            match g.as_ref() {
+                Some(rw) => rw.clone(), // another thread opened it meanwhile: ours closes
+                None => {
+                    let rw = Arc::new(self.own_rw(fe.id, f));
+                    *g = Some(rw.clone());
+                    fe.held.fetch_add(1, Ordering::Relaxed);
+                    add(&self.counters.reopens, 1);
+                    rw
+                }
+            }
+        };
+        self.let_go();
+        Ok(Some(rw))
+    }
+
+    /// [`Shared::rw`] for the write path, from the caller's open `file` (`fe`'s).
+    fn rw_of(&self, fe: &FileEntry, file: &BackingFile) -> io::Result<Arc<BackingFile>> {
+        self.rw(fe, Some(file.file()))?.ok_or_else(|| io::Error::other("the tier's file is gone"))
+    }
+
+    /// Open `fe`'s file again by its name (`Ok(None)`: gone). The file found must be `fe`'s
+    /// inode: never another file's data.
+    fn reopen_by_name(&self, fe: &FileEntry) -> io::Result<Option<File>> {
+        use std::os::unix::fs::MetadataExt;
+        let raw = fe.name.lock().clone();
+        let name = name::FileName::decode(&raw)
+            .ok_or_else(|| io::Error::other(format!("file key {} has an unreadable name", fe.key.0)))?;
+        let root_fd = self.root_fd.as_ref().ok_or_else(|| io::Error::other("the backing root could not be opened"))?;
+        let f = match name.reopen(&self.root, root_fd) {
+            name::Located::Found(f) => f,
+            name::Located::Gone => return Ok(None),
+            name::Located::Lost(why) => return Err(io::Error::other(format!("cannot open the file again: {why}"))),
+        };
+        let md = f.metadata()?;
+        if md.ino() != fe.id.ino || md.dev() != fe.id.dev {
+            return Err(io::Error::other(format!(
+                "opened again by its name, inode {} is not the tier's file (inode {})",
+                md.ino(),
+                fe.id.ino
+            )));
+        }
+        Ok(Some(f))
+    }
+
+    /// Past the budget: let go of the descriptors of the entries used least recently, down to
+    /// three quarters of it (a scan of the entries per quarter of the budget reopened), never
+    /// of a pinned one nor of one in use (a write's merge or extension, a destage).
+    fn let_go(&self) {
+        if self.held.load(Ordering::Relaxed) <= self.budget {
+            return;
+        }
+        let Some(_one) = self.letting_go.try_lock() else { return };
+        let target = self.budget - self.budget / 4;
+        let mut idle: Vec<(u64, Arc<FileEntry>)> = self
+            .keys
+            .lock()
+            .values()
+            .filter(|fe| !fe.pinned.load(Ordering::Relaxed))
+            .map(|fe| (fe.used.load(Ordering::Relaxed), fe.clone()))
+            .collect();
+        idle.sort_unstable_by_key(|(used, _)| *used);
+        for (_, fe) in idle {
+            if self.held.load(Ordering::Relaxed) <= target {
+                break;
+            }
+            let mut g = fe.rw.lock();
+            // Pinned since (`forget`), or in use: kept.
+            if !fe.pinned.load(Ordering::Relaxed) && g.as_ref().is_some_and(|rw| Arc::strong_count(rw) == 1) {
+                *g = None;
+                fe.held.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Keep `fe`'s descriptor from now on (the file was unlinked: it can be opened again only
+    /// while someone has it open), opening it again if the tier had let go of it.
+    fn pin(&self, fe: &FileEntry) {
+        fe.pinned.store(true, Ordering::Relaxed);
+        if let Err(e) = self.rw(fe, None) {
+            tracing::debug!("tier: cannot open unlinked file key {} again to keep it ({e})", fe.key.0);
+        }
+    }
+
+    /// `fe`'s file is gone (deleted, its inode freed: `rw` found nothing): its records are
+    /// dropped, never written back, as `discard` drops a deleted file's. The caller holds
+    /// `fe.meta`.
+    pub(crate) fn drop_deleted(&self, fe: &FileEntry) {
+        let blocks = self.log.dirty_in(fe.key, 0, u64::MAX).len() as u64;
+        if blocks == 0 {
+            return;
+        }
+        let through = self.log.last_seq();
+        let drop = Entry::Drop { key: fe.key, through };
+        if let Err(e) = self.log.append(Append { entries: vec![drop], names: Vec::new(), reserve: true, lazy: false }) {
+            tracing::debug!("tier: dropping deleted file key {} in memory only ({e})", fe.key.0);
+            self.log.apply_unlogged(&Entry::Drop { key: fe.key, through });
+        }
+        add(&self.counters.discarded_files, 1);
+        add(&self.counters.discarded_blocks, blocks);
     }
 
     /// Write `data` at `offset` straight to the path underneath (counted by the caller).
@@ -851,9 +1089,10 @@ impl<D: DataPath> Shared<D> {
         }
     }
 
-    /// Block `b` of the file as it is below the tier (for merging a partial write).
-    fn read_below(&self, fe: &FileEntry, b: u64) -> io::Result<Bytes> {
-        self.inner.read(&fe.rw, b * B, B as usize)
+    /// Block `b` of the file as it is below the tier (for merging a partial write), read
+    /// through the tier's descriptor `rw` (the caller's may be write-only).
+    fn read_below(&self, rw: &BackingFile, b: u64) -> io::Result<Bytes> {
+        self.inner.read(rw, b * B, B as usize)
     }
 }
 
@@ -961,6 +1200,19 @@ fn farcache_tier_key() -> u64 {
     r ^ NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// The most descriptors of backing files the tier keeps while idle: `configured`, or (0) a
+/// quarter of the process's descriptor limit (its soft limit now), from 64 to 65,536 — the
+/// mount's inode table and everything else share the rest.
+fn open_files_budget(configured: u64) -> usize {
+    if configured > 0 {
+        return configured.min(1 << 20) as usize;
+    }
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct it is given.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur } else { 1024 };
+    (soft / 4).clamp(64, 65_536) as usize
+}
+
 fn reopen_rw(f: &File) -> io::Result<File> {
     std::fs::OpenOptions::new().read(true).write(true).open(format!("/proc/self/fd/{}", f.as_raw_fd()))
 }
@@ -1058,7 +1310,7 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
         {
             let _size = fe.size.lock();
             if end > file.file().metadata()?.len() {
-                s.inner.set_len(&fe.rw, end)?;
+                s.inner.set_len(&*s.rw_of(&fe, file)?, end)?;
             }
         }
         let mut entries = Vec::with_capacity((last - first + 1) as usize);
@@ -1076,7 +1328,7 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
             let (mut page, valid) = match merged {
                 Some((p, v)) => (p, hi.max(u64::from(v))),
                 None => {
-                    let r = s.read_below(&fe, b)?;
+                    let r = s.read_below(&*s.rw_of(&fe, file)?, b)?;
                     (Page::copied(&r), hi.max(r.len() as u64))
                 }
             };
@@ -1199,6 +1451,9 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
                     }
                 }
             }
+            // Open handles may still write it, and its dirty blocks are written back to it:
+            // its descriptor stays, as it can be opened again only while someone has it open.
+            s.pin(&fe);
         }
         s.inner.forget(id);
     }
@@ -1211,9 +1466,15 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
         let fe = s.files.lock().get(id).cloned();
         // Only a file with no name left, whatever the caller thinks: dropping a live file's
         // data would lose acknowledged writes.
+        // Its descriptor (kept since it was unlinked, `forget`; or opened again by its handle,
+        // which finds no freed inode: gone, nameless).
         let nameless = |fe: &FileEntry| {
             use std::os::unix::fs::MetadataExt;
-            fe.rw.file().metadata().is_ok_and(|m| m.nlink() == 0)
+            match s.rw(fe, None) {
+                Ok(Some(rw)) => rw.file().metadata().is_ok_and(|m| m.nlink() == 0),
+                Ok(None) => true,
+                Err(_) => false,
+            }
         };
         if let Some(fe) = fe.filter(|fe| nameless(fe)) {
             // Serialised with a destage round of this file (it holds `meta` while it writes
@@ -1280,7 +1541,11 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
         // The file as it is now, and the copy it is about to become (at the same path, on
         // the target branch, once switched): recovery finds it as whichever of the two the
         // move's journal keeps.
-        let now = name::FileName::of_union(&s.roots, fe.rw.file(), u);
+        // A union's entries are pinned: their descriptor is always held.
+        let Some(rw) = fe.held_rw() else {
+            return Err(io::Error::other("the write-back tier holds no descriptor of the file it moves"));
+        };
+        let now = name::FileName::of_union(&s.roots, rw.file(), u);
         let to = name::FileName { path: now.path.clone(), ..name::FileName::of_union(&s.roots, copy, u) };
         let mut both = name::FileName { moving_to: Some(Box::new(to)), ..now };
         // A name is one page of the log: long paths go first (the handles find the file).
@@ -1304,9 +1569,14 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
             // Destaging goes to the new copy from here on (the same descriptor number, so a
             // round under way writes its remaining blocks there: the copy already holds
             // them, as every record of the file up to the switch was copied from here).
-            match fe.rw.replace_file(file) {
-                Ok(()) => {
-                    let n = name::FileName::of_union(&s.roots, fe.rw.file(), u);
+            // A union's entries are pinned: their descriptor is always held.
+            let replaced = match fe.held_rw() {
+                Some(rw) => rw.replace_file(file).map(|()| rw),
+                None => Err(io::Error::other("the tier holds no descriptor of it")),
+            };
+            match replaced {
+                Ok(rw) => {
+                    let n = name::FileName::of_union(&s.roots, rw.file(), u);
                     *fe.name.lock() = Arc::from(n.encode());
                 }
                 Err(e) => {

@@ -183,6 +183,36 @@ impl FileName {
         serde_json::from_slice(b).ok()
     }
 
+    /// Open the file again while the mount runs (the tier let go of its descriptor): as
+    /// [`FileName::locate`], except that a file named unlinked is looked for by its handle
+    /// alone — it lives as long as a process has it open, and the file system refuses the
+    /// handle (`ESTALE`: gone) once its inode is freed.
+    pub fn reopen(&self, root: &Path, root_fd: &File) -> Located {
+        if !self.unlinked {
+            return self.locate(root, root_fd);
+        }
+        match (self.handle_type, unhex(&self.handle)) {
+            (Some(t), Some(h)) => match open_by_handle(root_fd, t, &h) {
+                Ok(f) => Located::Found(f),
+                Err(e) if e.raw_os_error() == Some(libc::ESTALE) => Located::Gone,
+                Err(e) => Located::Lost(format!("an unlinked file, by its handle: {e}")),
+            },
+            _ => Located::Lost("an unlinked file with no handle".into()),
+        }
+    }
+
+    /// Whether this name's handle opens the file again (`Some(false)`: it opens nothing or
+    /// another inode; `None`: no handle, or out of descriptors — nothing learnt).
+    pub fn handle_opens(&self, root_fd: &File) -> Option<bool> {
+        use std::os::unix::fs::MetadataExt;
+        let (t, h) = (self.handle_type?, unhex(&self.handle)?);
+        match open_by_handle(root_fd, t, &h) {
+            Ok(f) => Some(f.metadata().is_ok_and(|m| m.ino() == self.ino && m.dev() == self.dev)),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM)) => None,
+            Err(_) => Some(false),
+        }
+    }
+
     /// Open the file this name names, read-write, under `root` (`root_fd` open on it).
     pub fn locate(&self, root: &Path, root_fd: &File) -> Located {
         if self.unlinked {
