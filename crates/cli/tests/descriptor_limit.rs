@@ -1,7 +1,9 @@
-//! The mount daemon holds one open descriptor per file or directory the kernel keeps known
-//! (crates/fuse/src/inode.rs). Where its hard limit cannot be raised (a root without
-//! CAP_SYS_RESOURCE, a container) and stays below `mount.max_inodes`, it says so at start,
-//! naming the fix; past the limit, creates fail with a clear error (EMFILE or ENFILE) while
+//! The mount daemon holds an open descriptor for each file or directory the kernel keeps
+//! known (crates/fuse/src/inode.rs). Where its hard limit cannot be raised (a root without
+//! CAP_SYS_RESOURCE, a container) and stays below `mount.max_inodes`, a mount of one backing
+//! directory holds them for a budget of its inodes and reopens the others by file handle
+//! (tests/inode_descriptors.rs). A mount of several branches cannot: it says so at start,
+//! naming the fix, and past the limit creates fail with a clear error (EMFILE or ENFILE) while
 //! the mount stays up and every file it did create keeps its data.
 //!
 //! And a write-back tier, which holds a descriptor of its own for each file it has data of,
@@ -16,7 +18,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use farcache_testkit::{require_fuse, require_root, MountProcess, ScratchDir, TierFile};
+use farcache_testkit::{require_fuse, require_root, LoopFs, MountProcess, ScratchDir, TierFile};
 
 const LIMIT: u64 = 400;
 
@@ -28,21 +30,27 @@ fn lower_limit() {
 }
 
 #[test]
-fn a_low_descriptor_limit_is_reported_and_creates_past_it_fail_cleanly() {
+fn a_union_over_a_low_descriptor_limit_warns_and_creates_past_it_fail_cleanly() {
     require_fuse();
     require_root("the descriptor-limit test (FUSE mounts)");
     lower_limit();
     let d = ScratchDir::new(Path::new(env!("CARGO_TARGET_TMPDIR")), "nofile");
+    // A union's branches are file systems of their own.
+    let (fa, fb) = (LoopFs::new(&d.backing(), "a"), LoopFs::new(&d.backing(), "b"));
+    let (a, b) = (fa.dir.clone(), fb.dir.clone());
+    let branches = std::path::PathBuf::from(format!("{}:{}", a.display(), b.display()));
     let m = MountProcess::start(
         Path::new(env!("CARGO_BIN_EXE_farcache")),
-        &d.backing(),
+        &branches,
         &d.mnt(),
         &["--no-remote"],
         &d.backing().with_extension("log"),
     );
     let log = m.log_text();
     assert!(
-        log.contains(&format!("may hold {LIMIT} open descriptors")) && log.contains("LimitNOFILE"),
+        log.contains(&format!("may hold {LIMIT} open descriptors"))
+            && log.contains("several branches holds every descriptor")
+            && log.contains("LimitNOFILE"),
         "the start does not warn of the limit and its fix:\n{log}"
     );
     let (mut made, mut refused) = (Vec::new(), 0);
@@ -63,7 +71,9 @@ fn a_low_descriptor_limit_is_reported_and_creates_past_it_fail_cleanly() {
     assert!(refused > 0, "{} creates past a limit of {LIMIT} descriptors all succeeded", 2 * LIMIT);
     assert!(made.len() as u64 > LIMIT / 2, "only {} creates succeeded", made.len());
     for i in &made {
-        assert_eq!(std::fs::read_to_string(d.backing().join(format!("f{i}"))).unwrap(), format!("file {i}"));
+        let name = format!("f{i}");
+        let on = if a.join(&name).exists() { &a } else { &b };
+        assert_eq!(std::fs::read_to_string(on.join(&name)).unwrap(), format!("file {i}"));
     }
     assert!(m.wait_exit_timeout(std::time::Duration::ZERO).is_none(), "the daemon exited:\n{}", m.log_text());
     m.stop();

@@ -166,10 +166,10 @@ impl Passthrough {
         // `do_open`; never called with the gate held).
         let _g = self.union.as_ref().map(|u| u.gate.read());
         let flags = self.app_flags(flags.unwrap_or(libc::O_RDWR));
-        let fd = sys::reopen(inode.fd(), crate::ops_entry::backing_open_flags(flags)).or_else(|e| {
+        let fd = sys::reopen(inode.fd()?.as_fd(), crate::ops_entry::backing_open_flags(flags)).or_else(|e| {
             // No flags known and not writable by us: a read-only reopen still serves fsync/lseek.
             if flags == libc::O_RDWR {
-                sys::reopen(inode.fd(), libc::O_RDONLY)
+                sys::reopen(inode.fd()?.as_fd(), libc::O_RDONLY)
             } else {
                 Err(e)
             }
@@ -189,7 +189,7 @@ impl Passthrough {
             return Err(sys::err(libc::EBADF));
         }
         let inode = self.inode(ino)?;
-        let fd = sys::openat(inode.fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+        let fd = sys::openat(inode.fd()?.as_fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
         // Read once from the start before serving: the first request on a reopened handle
         // may be at the end (the kernel resends one that was in flight), and on ext4 a fresh
         // hashed-directory stream first read at its end-of-directory cookie then returns
@@ -224,7 +224,7 @@ impl Passthrough {
 
     /// Look `name` up in `parent` and count one kernel reference to it.
     pub(crate) fn entry_of(&self, parent: &Inode, name: &CStr) -> io::Result<(Arc<Inode>, FileAttr)> {
-        let fd = sys::openat(parent.fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        let fd = sys::openat(parent.fd()?.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
         let st = sys::fstat(fd.as_fd())?;
         let inode = self.inodes.lookup(fd, &st)?;
         let attr = self.attr(inode.nodeid, &st);
@@ -238,7 +238,7 @@ impl Passthrough {
         if !self.chown_new || (req.uid() == 0 && req.gid() == 0) {
             return Ok(());
         }
-        let pst = sys::fstat(parent.fd())?;
+        let pst = sys::fstat(parent.fd()?.as_fd())?;
         let gid = if pst.st_mode & libc::S_ISGID != 0 { u32::MAX } else { req.gid() };
         sys::fchown(fd, req.uid(), gid)
     }
@@ -389,6 +389,15 @@ impl Filesystem for Passthrough {
             self.files.len(),
             self.dirs.len()
         );
+        if let Some(d) = self.inodes.descriptor_stats() {
+            tracing::info!(
+                "inode descriptors: {} held (budget {}), {} reopened by file handle, {} let go of",
+                d.held,
+                d.budget,
+                d.reopened,
+                d.released
+            );
+        }
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -407,7 +416,11 @@ impl Filesystem for Passthrough {
             // Forgotten with no name left: no process can have it open (an open file keeps
             // the kernel's inode), so its data will never be read again.
             if let Some(i) = known.filter(|i| i.fmt == libc::S_IFREG) {
-                if let Some(id) = i.file_id.get().filter(|_| sys::fstat(i.fd()).is_ok_and(|st| st.st_nlink == 0)) {
+                if let Some(id) = i
+                    .file_id
+                    .get()
+                    .filter(|_| i.fd().and_then(|fd| sys::fstat(fd.as_fd())).is_ok_and(|st| st.st_nlink == 0))
+                {
                     self.data.discard(id);
                 }
             }
@@ -444,7 +457,7 @@ impl Filesystem for Passthrough {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        answer!(reply, self.inode(ino).and_then(|i| sys::readlink(i.fd())), |t| reply.data(&t))
+        answer!(reply, self.inode(ino).and_then(|i| sys::readlink(i.fd()?.as_fd())), |t| reply.data(&t))
     }
 
     fn mknod(
@@ -606,7 +619,7 @@ impl Filesystem for Passthrough {
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
         let s = match &self.union {
             Some(u) => u.statfs(),
-            None => self.inode(ino).and_then(|i| sys::fstatvfs(i.fd())),
+            None => self.inode(ino).and_then(|i| sys::fstatvfs(i.fd()?.as_fd())),
         };
         answer!(reply, s, |s| reply.statfs(
             s.f_blocks,
@@ -666,7 +679,7 @@ impl Filesystem for Passthrough {
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        answer!(reply, self.inode(ino).and_then(|i| sys::faccess(i.fd(), mask.bits())), |()| reply.ok())
+        answer!(reply, self.inode(ino).and_then(|i| sys::faccess(i.fd()?.as_fd(), mask.bits())), |()| reply.ok())
     }
 
     fn create(

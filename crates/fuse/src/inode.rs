@@ -17,25 +17,72 @@
 //! ids from 2^63 up. The kernel's lookup counts decide when an entry goes: `forget` brings
 //! the count to zero and closes the descriptor.
 //!
-//! Cost: one descriptor per known inode. The mount raises RLIMIT_NOFILE at start; the kernel
-//! forgets inodes under memory pressure.
+//! Cost: one descriptor per known inode, while the process may hold that many. Where it may
+//! not (a root without CAP_SYS_RESOURCE, a container: the kernel keeps far more inodes known
+//! than such a limit allows), the table is *frugal* (`let_go_of_idle`): it keeps each inode's
+//! file handle (`name_to_handle_at`), holds descriptors for at most a budget of them, lets go
+//! of the least recently used idle ones past it, and reopens an inode by its handle
+//! (`open_by_handle_at`, which needs CAP_DAC_READ_SEARCH and refuses a freed or reused inode
+//! with ESTALE) when it is used again. It never lets go of the root, of an inode on another
+//! file system than the root's, or of one with no name left (only a descriptor keeps such an
+//! inode). Once an inode's descriptor is let go of, its number could be reused by a new file:
+//! a lookup that finds the number known compares handles, and a different one is a new inode.
+//! A mount of several branches never lets go (a union's inodes move between branches).
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use farcache_engine::FileId;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
+
+use crate::sys;
 
 pub(crate) const ROOT_ID: u64 = 1;
 const SYNTHETIC_BASE: u64 = 1 << 63;
 
+/// An inode's backing descriptor, for the time of one operation.
+pub(crate) struct InodeFd(Arc<OwnedFd>);
+
+impl AsFd for InodeFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+/// A file handle: `(handle_type, bytes)`.
+type Handle = (i32, Box<[u8]>);
+
+/// What a frugal table shares with its inodes.
+struct Frugal {
+    /// The root opened for reading: `open_by_handle_at` refuses `O_PATH` ones.
+    mount_fd: OwnedFd,
+    /// The root's device: only its inodes have handles the table can open.
+    dev: u64,
+    /// Descriptors held past which idle ones are let go of.
+    budget: usize,
+    /// Descriptors held now (of inodes that have a handle).
+    held: AtomicUsize,
+    /// The clock of last uses.
+    tick: AtomicU64,
+    /// Descriptors reopened by handle, and let go of, since start.
+    reopened: AtomicU64,
+    released: AtomicU64,
+    /// One sweep at a time.
+    sweeping: Mutex<()>,
+}
+
 /// One backing inode known to the kernel.
-#[derive(Debug)]
 pub(crate) struct Inode {
     pub(crate) nodeid: u64,
-    /// `O_PATH | O_NOFOLLOW` descriptor of the backing inode.
-    fd: OwnedFd,
+    /// `O_PATH | O_NOFOLLOW` descriptor of the backing inode while held.
+    fd: Mutex<Option<Arc<OwnedFd>>>,
+    /// Its file handle, where the table may let go of the descriptor.
+    handle: Option<Handle>,
+    frugal: Option<Arc<Frugal>>,
+    /// The tick of its last use.
+    used: AtomicU64,
     pub(crate) dev: u64,
     pub(crate) ino: u64,
     /// `st_mode & S_IFMT`: a backing inode never changes type.
@@ -45,10 +92,89 @@ pub(crate) struct Inode {
     pub(crate) file_id: OnceLock<FileId>,
 }
 
-impl Inode {
-    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+impl std::fmt::Debug for Inode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inode").field("nodeid", &self.nodeid).field("dev", &self.dev).field("ino", &self.ino).finish()
     }
+}
+
+impl Inode {
+    fn new(nodeid: u64, fd: OwnedFd, st: &libc::stat, frugal: Option<&Arc<Frugal>>) -> Inode {
+        // A handle only for an inode on the root's file system (handles are decoded there).
+        let handle = frugal
+            .filter(|f| f.dev == st.st_dev)
+            .and_then(|_| sys::handle_of(fd.as_fd()).ok())
+            .map(|(t, b)| (t, b.into_boxed_slice()));
+        let frugal = frugal.filter(|_| handle.is_some()).cloned();
+        if let Some(f) = &frugal {
+            f.held.fetch_add(1, Ordering::Relaxed);
+        }
+        Inode {
+            nodeid,
+            fd: Mutex::new(Some(Arc::new(fd))),
+            handle,
+            used: AtomicU64::new(frugal.as_ref().map_or(0, |f| f.tick.fetch_add(1, Ordering::Relaxed))),
+            frugal,
+            dev: st.st_dev,
+            ino: st.st_ino,
+            fmt: st.st_mode & libc::S_IFMT,
+            file_id: OnceLock::new(),
+        }
+    }
+
+    /// The backing inode's `O_PATH` descriptor, reopened by its handle if the table let go of
+    /// it; ESTALE if the inode is gone.
+    pub(crate) fn fd(&self) -> std::io::Result<InodeFd> {
+        let mut g = self.fd.lock();
+        if let Some(fd) = &*g {
+            if let Some(f) = &self.frugal {
+                self.used.store(f.tick.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+            }
+            return Ok(InodeFd(fd.clone()));
+        }
+        let (Some(f), Some((t, h))) = (&self.frugal, &self.handle) else {
+            return Err(sys::err(libc::ESTALE));
+        };
+        let fd = sys::open_handle(f.mount_fd.as_fd(), *t, h, libc::O_PATH | libc::O_NOFOLLOW)?;
+        // A handle of this inode opens this inode or nothing; checked anyway (never serve
+        // another file's data).
+        let st = sys::fstat(fd.as_fd())?;
+        if (st.st_dev, st.st_ino) != (self.dev, self.ino) {
+            tracing::warn!("node {}'s file handle opened another inode; stale", self.nodeid);
+            return Err(sys::err(libc::ESTALE));
+        }
+        let fd = Arc::new(fd);
+        *g = Some(fd.clone());
+        f.held.fetch_add(1, Ordering::Relaxed);
+        f.reopened.fetch_add(1, Ordering::Relaxed);
+        self.used.store(f.tick.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        Ok(InodeFd(fd))
+    }
+
+    /// The inode's file handle, if the table keeps one.
+    pub(crate) fn handle(&self) -> Option<(i32, &[u8])> {
+        self.handle.as_ref().map(|(t, h)| (*t, &h[..]))
+    }
+
+    /// Let go of the descriptor if nothing uses it and the inode keeps a name (only a
+    /// descriptor keeps a nameless one); true if it did.
+    fn release(&self) -> bool {
+        let Some(f) = &self.frugal else { return false };
+        let mut g = self.fd.lock();
+        let Some(fd) = &*g else { return false };
+        if Arc::strong_count(fd) > 1 || !sys::fstat(fd.as_fd()).is_ok_and(|st| st.st_nlink > 0) {
+            return false;
+        }
+        *g = None;
+        f.held.fetch_sub(1, Ordering::Relaxed);
+        f.released.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    fn is_held(&self) -> bool {
+        self.fd.lock().is_some()
+    }
+
     pub(crate) fn is_dir(&self) -> bool {
         self.fmt == libc::S_IFDIR
     }
@@ -57,6 +183,14 @@ impl Inode {
     }
     pub(crate) fn is_reg(&self) -> bool {
         self.fmt == libc::S_IFREG
+    }
+}
+
+impl Drop for Inode {
+    fn drop(&mut self) {
+        if let (Some(f), Some(_)) = (&self.frugal, &*self.fd.get_mut()) {
+            f.held.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -76,19 +210,49 @@ struct Maps {
 impl Maps {
     /// Enter a new inode under `nodeid` with `nlookup` lookups (the caller checked that
     /// neither its node id nor its (dev, ino) is known).
-    fn insert(&mut self, key: (u64, u64), nodeid: u64, fd: OwnedFd, st: &libc::stat, nlookup: u64) -> Arc<Inode> {
-        let inode = Arc::new(Inode {
-            nodeid,
-            fd,
-            dev: st.st_dev,
-            ino: st.st_ino,
-            fmt: st.st_mode & libc::S_IFMT,
-            file_id: OnceLock::new(),
-        });
+    fn insert(
+        &mut self,
+        key: (u64, u64),
+        nodeid: u64,
+        fd: OwnedFd,
+        st: &libc::stat,
+        nlookup: u64,
+        frugal: Option<&Arc<Frugal>>,
+    ) -> Arc<Inode> {
+        let inode = Arc::new(Inode::new(nodeid, fd, st, frugal));
         self.by_key.insert(key, nodeid);
         self.by_node.insert(nodeid, Entry { inode: inode.clone(), nlookup });
         inode
     }
+
+    /// The node known under `key`, if it is still that inode: one whose descriptor the
+    /// table let go of may have been freed and its number reused by the inode `fd` is (a
+    /// different handle), and then the key is the new inode's.
+    fn known(&mut self, key: (u64, u64), fd: BorrowedFd<'_>) -> Option<u64> {
+        let n = *self.by_key.get(&key)?;
+        let e = self.by_node.get(&n).expect("by_key and by_node agree");
+        let Some((t, h)) = e.inode.handle() else { return Some(n) };
+        if e.inode.is_held() {
+            return Some(n);
+        }
+        match sys::handle_of(fd) {
+            Ok((t2, h2)) if t2 != t || h2 != h => {
+                tracing::debug!("inode {key:?} was reused: node {n} is stale");
+                self.by_key.remove(&key);
+                None
+            }
+            _ => Some(n),
+        }
+    }
+}
+
+/// What a frugal table has done: descriptors held, its budget, reopened and let go of.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DescriptorStats {
+    pub(crate) held: u64,
+    pub(crate) budget: u64,
+    pub(crate) reopened: u64,
+    pub(crate) released: u64,
 }
 
 pub(crate) struct InodeTable {
@@ -96,26 +260,89 @@ pub(crate) struct InodeTable {
     root_dev: u64,
     root_ino: u64,
     max_inodes: usize,
+    frugal: OnceLock<Arc<Frugal>>,
 }
 
 impl InodeTable {
     /// A table holding the root, from its `O_PATH` descriptor and stat.
     pub(crate) fn new(root_fd: OwnedFd, st: &libc::stat, max_inodes: usize) -> InodeTable {
-        let root = Arc::new(Inode {
-            nodeid: ROOT_ID,
-            fd: root_fd,
-            dev: st.st_dev,
-            ino: st.st_ino,
-            fmt: st.st_mode & libc::S_IFMT,
-            file_id: OnceLock::new(),
-        });
+        let root = Arc::new(Inode::new(ROOT_ID, root_fd, st, None));
         let mut maps = Maps { next_synthetic: SYNTHETIC_BASE, ..Maps::default() };
         maps.by_key.insert((st.st_dev, st.st_ino), ROOT_ID);
         maps.by_node.insert(ROOT_ID, Entry { inode: root, nlookup: 1 });
-        InodeTable { maps: RwLock::new(maps), root_dev: st.st_dev, root_ino: st.st_ino, max_inodes }
+        InodeTable {
+            maps: RwLock::new(maps),
+            root_dev: st.st_dev,
+            root_ino: st.st_ino,
+            max_inodes,
+            frugal: OnceLock::new(),
+        }
+    }
+
+    /// Hold descriptors for at most `budget` inodes entered from now on, reopening the others
+    /// by file handle. Refused (with why) where handles do not work: no CAP_DAC_READ_SEARCH,
+    /// or a file system that gives none.
+    pub(crate) fn let_go_of_idle(&self, budget: usize) -> std::io::Result<()> {
+        let root = self.get(ROOT_ID).expect("the root is always there");
+        let root_fd = root.fd()?;
+        let mount_fd = sys::openat(root_fd.as_fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+        let (t, h) = sys::handle_of(root_fd.as_fd())?;
+        let again = sys::open_handle(mount_fd.as_fd(), t, &h, libc::O_PATH)?;
+        let st = sys::fstat(again.as_fd())?;
+        if (st.st_dev, st.st_ino) != (self.root_dev, self.root_ino) {
+            return Err(std::io::Error::other("the root's file handle opens another inode"));
+        }
+        let f = Frugal {
+            mount_fd,
+            dev: self.root_dev,
+            budget: budget.max(1),
+            held: AtomicUsize::new(0),
+            tick: AtomicU64::new(0),
+            reopened: AtomicU64::new(0),
+            released: AtomicU64::new(0),
+            sweeping: Mutex::new(()),
+        };
+        self.frugal.set(Arc::new(f)).map_err(|_| std::io::Error::other("already frugal"))
+    }
+
+    /// Descriptors held and let go of, if the table is frugal.
+    pub(crate) fn descriptor_stats(&self) -> Option<DescriptorStats> {
+        self.frugal.get().map(|f| DescriptorStats {
+            held: f.held.load(Ordering::Relaxed) as u64,
+            budget: f.budget as u64,
+            reopened: f.reopened.load(Ordering::Relaxed),
+            released: f.released.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Past the budget, let go of the least recently used idle descriptors, down to three
+    /// quarters of it (so sweeps, which visit every entry, are rare).
+    fn sweep(&self) {
+        let Some(f) = self.frugal.get() else { return };
+        if f.held.load(Ordering::Relaxed) <= f.budget {
+            return;
+        }
+        let Some(_g) = f.sweeping.try_lock() else { return };
+        let mut idle: Vec<(u64, Arc<Inode>)> = {
+            let m = self.maps.read();
+            m.by_node
+                .values()
+                .filter(|e| e.inode.frugal.is_some())
+                .map(|e| (e.inode.used.load(Ordering::Relaxed), e.inode.clone()))
+                .collect()
+        };
+        idle.sort_unstable_by_key(|(used, _)| *used);
+        let target = f.budget - f.budget / 4;
+        for (_, inode) in idle {
+            if f.held.load(Ordering::Relaxed) <= target {
+                break;
+            }
+            inode.release();
+        }
     }
 
     pub(crate) fn get(&self, nodeid: u64) -> Option<Arc<Inode>> {
+        self.sweep();
         self.maps.read().by_node.get(&nodeid).map(|e| e.inode.clone())
     }
 
@@ -129,9 +356,10 @@ impl InodeTable {
     /// the known entry if there is one (and `fd` is closed), else a new entry. Fails with
     /// ENFILE when the table is full.
     pub(crate) fn lookup(&self, fd: OwnedFd, st: &libc::stat) -> std::io::Result<Arc<Inode>> {
+        self.sweep();
         let key = (st.st_dev, st.st_ino);
         let mut m = self.maps.write();
-        if let Some(&n) = m.by_key.get(&key) {
+        if let Some(n) = m.known(key, fd.as_fd()) {
             let e = m.by_node.get_mut(&n).expect("by_key and by_node agree");
             e.nlookup += 1;
             return Ok(e.inode.clone());
@@ -139,7 +367,9 @@ impl InodeTable {
         if m.by_node.len() >= self.max_inodes {
             return Err(std::io::Error::from_raw_os_error(libc::ENFILE));
         }
-        let nodeid = match self.direct_nodeid(st.st_dev, st.st_ino) {
+        // A direct node id still known for a freed inode whose number this one reuses: a
+        // synthetic one instead.
+        let nodeid = match self.direct_nodeid(st.st_dev, st.st_ino).filter(|n| !m.by_node.contains_key(n)) {
             Some(n) => n,
             None => {
                 let n = m.next_synthetic;
@@ -148,7 +378,7 @@ impl InodeTable {
             }
         };
         debug_assert!(!m.by_node.contains_key(&nodeid), "node id {nodeid} in use");
-        Ok(m.insert(key, nodeid, fd, st, 1))
+        Ok(m.insert(key, nodeid, fd, st, 1, self.frugal.get()))
     }
 
     /// [`Self::lookup`] with the node id chosen by the caller (a union file's farcache id,
@@ -160,9 +390,10 @@ impl InodeTable {
         st: &libc::stat,
         nodeid: Option<u64>,
     ) -> std::io::Result<(Arc<Inode>, bool)> {
+        self.sweep();
         let key = (st.st_dev, st.st_ino);
         let mut m = self.maps.write();
-        if let Some(&n) = m.by_key.get(&key) {
+        if let Some(n) = m.known(key, fd.as_fd()) {
             let e = m.by_node.get_mut(&n).expect("by_key and by_node agree");
             e.nlookup += 1;
             return Ok((e.inode.clone(), false));
@@ -182,7 +413,7 @@ impl InodeTable {
                 n
             }
         };
-        Ok((m.insert(key, nodeid, fd, st, 1), true))
+        Ok((m.insert(key, nodeid, fd, st, 1, self.frugal.get()), true))
     }
 
     /// The kernel dropped `n` lookups of `nodeid`; true when that was the last.
@@ -198,7 +429,10 @@ impl InodeTable {
         e.nlookup = e.nlookup.saturating_sub(n);
         if e.nlookup == 0 {
             let e = m.by_node.remove(&nodeid).expect("present");
-            m.by_key.remove(&(e.inode.dev, e.inode.ino));
+            let key = (e.inode.dev, e.inode.ino);
+            if m.by_key.get(&key) == Some(&nodeid) {
+                m.by_key.remove(&key);
+            }
             return true;
         }
         false
@@ -242,7 +476,7 @@ impl InodeTable {
         if nodeid >= m.next_synthetic {
             m.next_synthetic = nodeid + 1;
         }
-        Ok(m.insert(key, nodeid, fd, st, nlookup.max(1)))
+        Ok(m.insert(key, nodeid, fd, st, nlookup.max(1), self.frugal.get()))
     }
 
     /// Every entry but the root: `(inode, lookups)`, and the next synthetic node id.
@@ -355,6 +589,74 @@ mod tests {
         assert_eq!(t.lookup(fb, &sb).unwrap_err().raw_os_error(), Some(libc::ENFILE));
         let (fa2, sa2) = open_path(&d.join("a"));
         assert!(t.lookup(fa2, &sa2).is_ok());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A frugal table (root here: file handles need CAP_DAC_READ_SEARCH) holds at most its
+    /// budget of descriptors whatever the number of inodes, reopens each by handle to the
+    /// same inode, never lets go of a nameless one, and tells a reused inode number from
+    /// the inode it was.
+    #[test]
+    fn a_frugal_table_holds_its_budget_and_reopens_the_same_inodes() {
+        if !sys::is_root() {
+            eprintln!("skipped: file handles need root (CAP_DAC_READ_SEARCH)");
+            return;
+        }
+        let d = std::env::temp_dir().join(format!("farcache-inode-frugal-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let (rfd, rst) = open_path(&d);
+        let t = InodeTable::new(rfd, &rst, 1000);
+        t.let_go_of_idle(8).expect("file handles work here, as root on ext4");
+        let mut inodes = Vec::new();
+        for i in 0..100 {
+            let p = d.join(format!("f{i}"));
+            std::fs::write(&p, format!("file {i}")).unwrap();
+            let (fd, st) = open_path(&p);
+            let inode = t.lookup(fd, &st).unwrap();
+            assert!(t.descriptor_stats().unwrap().held <= 9, "{:?} after {i} lookups", t.descriptor_stats());
+            inodes.push((inode, st.st_ino));
+        }
+        let before = t.descriptor_stats().unwrap();
+        assert!(before.released >= 90, "{before:?}");
+        // Every inode reopens (or still holds) its own file.
+        for (i, (inode, ino)) in inodes.iter().enumerate() {
+            let _ = t.get(inode.nodeid).unwrap();
+            let fd = inode.fd().unwrap();
+            assert_eq!(sys::fstat(fd.as_fd()).unwrap().st_ino, *ino);
+            let data =
+                std::fs::read_to_string(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd.as_fd())))
+                    .unwrap();
+            assert_eq!(data, format!("file {i}"));
+        }
+        assert!(t.descriptor_stats().unwrap().reopened >= 90);
+        // A nameless inode is never let go of (only its descriptor keeps it).
+        let (gone, _) = &inodes[99];
+        std::fs::remove_file(d.join("f99")).unwrap();
+        let held = gone.fd().unwrap();
+        drop(held);
+        for (inode, _) in &inodes[..50] {
+            let _ = t.get(inode.nodeid);
+            let _ = inode.fd().unwrap();
+        }
+        assert!(gone.is_held(), "the nameless inode's descriptor was let go of");
+        // A number known for an inode whose descriptor was let go of, met again with another
+        // inode (its number reused): a new node, never the old one.
+        let (old, old_ino) = &inodes[0];
+        assert!(old.release() || !old.is_held());
+        let (other, mut other_st) = open_path(&d.join("f1"));
+        other_st.st_ino = *old_ino;
+        let new = t.lookup(other, &other_st).unwrap();
+        assert_ne!(new.nodeid, old.nodeid, "a reused number was taken for the inode it was");
+        assert!(InodeTable::is_synthetic(new.nodeid));
+        // The same inode met again keeps its node.
+        let (again, st) = open_path(&d.join("f2"));
+        let (n2, _) = &inodes[2];
+        assert!(n2.release() || !n2.is_held());
+        assert_eq!(t.lookup(again, &st).unwrap().nodeid, n2.nodeid);
+        // The old node, forgotten, leaves the new one's key alone.
+        t.forget(old.nodeid, 1);
+        assert_eq!(t.find(other_st.st_dev, other_st.st_ino).unwrap().nodeid, new.nodeid);
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -277,26 +277,52 @@ fn prepare_daemon(cfg: &MountConfig) -> Result<bool, MountError> {
 }
 
 /// Raise the open-descriptor limit for `cfg` (an inode the kernel knows holds one descriptor,
-/// an open file up to three), and warn if it stays below `mount.max_inodes`: past it, the
-/// kernel's lookups and creates get EMFILE ("Too many open files") from the daemon. A root
-/// without CAP_SYS_RESOURCE (a container) cannot raise the hard limit. The limit in force.
-fn raise_descriptors_for(cfg: &MountConfig) -> u64 {
+/// an open file up to three). A root without CAP_SYS_RESOURCE (a container) cannot raise the
+/// hard limit. The limit in force. The mount does it; a daemon calls it first, before the
+/// tiers it builds size their own share of the limit.
+pub fn raise_descriptors_for(cfg: &MountConfig) -> u64 {
     let want = cfg.max_inodes.saturating_add(cfg.max_open_handles.saturating_mul(3)).saturating_add(1024);
     let nofile = sys::raise_nofile(want);
-    if nofile < cfg.max_inodes {
-        tracing::warn!(
-            "the daemon may hold {nofile} open descriptors (RLIMIT_NOFILE; raising the hard limit needs \
-             CAP_SYS_RESOURCE): one per file or directory the kernel keeps known, and with a write-back tier one more \
-             per file with data in it, so past about {nofile} of them creates and lookups fail with 'Too many open \
-             files'. Raise the hard limit (LimitNOFILE=1048576, as \
-             etc/systemd/farcache-mount@.service sets; `ulimit -Hn` before starting), or lower mount.max_inodes \
-             ({}) to what it allows",
-            cfg.max_inodes
-        );
-    } else {
-        tracing::debug!("open descriptor limit {nofile}");
-    }
+    tracing::debug!("open descriptor limit {nofile}");
     nofile
+}
+
+/// Fit the inode table to the descriptor limit in force: where the limit is below
+/// `mount.max_inodes`, hold descriptors for at most a quarter of it and reopen the other
+/// inodes by file handle (`inode.rs`); where that cannot be done (a mount of several
+/// branches, no CAP_DAC_READ_SEARCH, a file system without handles), warn: past the limit,
+/// the kernel's lookups and creates get EMFILE ("Too many open files") from the daemon.
+fn fit_descriptors(inodes: &inode::InodeTable, cfg: &MountConfig, union: bool) {
+    let nofile = sys::nofile();
+    if nofile >= cfg.max_inodes {
+        return;
+    }
+    let budget = usize::try_from(nofile / 4).unwrap_or(usize::MAX).clamp(64, 65536);
+    let why_not = if union {
+        "a mount of several branches holds every descriptor".to_string()
+    } else {
+        match inodes.let_go_of_idle(budget) {
+            Ok(()) => {
+                tracing::info!(
+                    "the daemon may hold {nofile} open descriptors (RLIMIT_NOFILE, below mount.max_inodes = {}): it \
+                     holds them for at most {budget} of the files and directories the kernel keeps known and reopens \
+                     the others by file handle. Raising the hard limit (LimitNOFILE=1048576, as \
+                     etc/systemd/farcache-mount@.service sets) saves those reopens",
+                    cfg.max_inodes
+                );
+                return;
+            }
+            Err(e) => format!("file handles do not work here ({e}; they need CAP_DAC_READ_SEARCH)"),
+        }
+    };
+    tracing::warn!(
+        "the daemon may hold {nofile} open descriptors (RLIMIT_NOFILE; raising the hard limit needs \
+         CAP_SYS_RESOURCE) and {why_not}: one per file or directory the kernel keeps known, so past about \
+         {nofile} of them creates and lookups fail with 'Too many open files'. Raise the hard limit \
+         (LimitNOFILE=1048576, as etc/systemd/farcache-mount@.service sets; `ulimit -Hn` before starting), or \
+         lower mount.max_inodes ({}) to what it allows",
+        cfg.max_inodes
+    );
 }
 
 impl Mount {
@@ -324,6 +350,7 @@ impl Mount {
         // directory itself reaches the files underneath.
         let mut fs = fs::Passthrough::new(&backing, cfg, data, 0)
             .map_err(|source| MountError::BackingOpen { path: backing.clone(), source })?;
+        fit_descriptors(&fs.inodes, cfg, false);
         // A new connection: its request numbers start again, so the journal starts empty.
         fs.journal = open_journal(journal, 0, true);
         let journal = fs.journal.clone();
@@ -405,6 +432,7 @@ impl Mount {
         let mut fs = fs::Passthrough::new(&canon[0], cfg, data.clone(), 0)
             .map_err(|source| MountError::BackingOpen { path: canon[0].clone(), source })?;
         fs.union = Some(u.clone());
+        fit_descriptors(&fs.inodes, cfg, true);
         // A new connection: its request numbers start again, so the journal starts empty.
         fs.journal = open_journal(journal, 0, true);
         let journal = fs.journal.clone();
@@ -508,8 +536,10 @@ impl Mount {
         };
         let mut fs = fs::Passthrough::new(&backing, cfg, data.clone(), incarnation)
             .map_err(|source| MountError::BackingOpen { path: backing.clone(), source })?;
+        fit_descriptors(&fs.inodes, cfg, u.is_some());
         let root_inode = fs.inodes.get(inode::ROOT_ID).expect("the root is always there");
-        fs.resolver = Some(takeover::Resolver::new(&h.state, root_inode.fd(), u.is_some()));
+        let root_fd = root_inode.fd().map_err(|source| MountError::BackingOpen { path: backing.clone(), source })?;
+        fs.resolver = Some(takeover::Resolver::new(&h.state, root_fd.as_fd(), u.is_some()));
         fs.inodes.reserve_synthetic(h.state.next_synthetic.max(inode::InodeTable::synthetic_start(incarnation)));
         takeover::adopt_kept(&fs.inodes, &h.state, &h.keep, u.as_deref());
         let handle = u.map(|u| {
@@ -620,7 +650,9 @@ impl Mount {
         if let Some(h) = &self.union {
             for (id, _, _) in &h.u.replayed {
                 if let Some(i) = h.inodes.get(*id) {
-                    self.keeper.tell(Kept::Known { nodeid: *id, fd: i.fd() });
+                    if let Ok(fd) = i.fd() {
+                        self.keeper.tell(Kept::Known { nodeid: *id, fd: fd.as_fd() });
+                    }
                 }
             }
         }

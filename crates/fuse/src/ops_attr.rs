@@ -45,7 +45,7 @@ impl Passthrough {
         let inode = self.inode(ino)?;
         let st = match fh.and_then(|fh| self.files.get(fh.0)) {
             Some(h) => sys::fstat(h.backing.file().as_fd())?,
-            None => sys::fstat(inode.fd())?,
+            None => sys::fstat(inode.fd()?.as_fd())?,
         };
         Ok(self.attr(inode.nodeid, &st))
     }
@@ -60,18 +60,18 @@ impl Passthrough {
             match &handle {
                 Some(h) => sys::fchmod(h.backing.file().as_fd(), mode)?,
                 None if inode.is_symlink() => return Err(sys::err(libc::EOPNOTSUPP)),
-                None => sys::fchmod_path(inode.fd(), mode)?,
+                None => sys::fchmod_path(inode.fd()?.as_fd(), mode)?,
             }
         }
         if set.uid.is_some() || set.gid.is_some() {
-            sys::fchown(inode.fd(), set.uid.unwrap_or(u32::MAX), set.gid.unwrap_or(u32::MAX))?;
+            sys::fchown(inode.fd()?.as_fd(), set.uid.unwrap_or(u32::MAX), set.gid.unwrap_or(u32::MAX))?;
         }
         if let Some(size) = set.size {
             self.truncate(&inode, handle.as_ref().map(|h| &h.backing), size)?;
             if set.kill_suidgid && set.mode.is_none() {
                 match &handle {
                     Some(h) => sys::kill_suidgid(h.backing.file().as_fd(), false)?,
-                    None => sys::kill_suidgid(inode.fd(), true)?,
+                    None => sys::kill_suidgid(inode.fd()?.as_fd(), true)?,
                 }
             }
         }
@@ -79,12 +79,12 @@ impl Passthrough {
             let times = [timespec(set.atime), timespec(set.mtime)];
             match &handle {
                 Some(h) => sys::utimens(h.backing.file().as_fd(), &times, true, false)?,
-                None => sys::utimens(inode.fd(), &times, false, inode.is_symlink())?,
+                None => sys::utimens(inode.fd()?.as_fd(), &times, false, inode.is_symlink())?,
             }
         }
         let st = match &handle {
             Some(h) => sys::fstat(h.backing.file().as_fd())?,
-            None => sys::fstat(inode.fd())?,
+            None => sys::fstat(inode.fd()?.as_fd())?,
         };
         Ok(self.attr(inode.nodeid, &st))
     }
@@ -102,7 +102,7 @@ impl Passthrough {
         if let Some(b) = open.filter(|b| b.writable()) {
             return self.data.set_len(b, size);
         }
-        let fd = sys::reopen(inode.fd(), libc::O_WRONLY)?;
+        let fd = sys::reopen(inode.fd()?.as_fd(), libc::O_WRONLY)?;
         let b = self.backing(inode, File::from(fd), libc::O_WRONLY)?;
         self.data.set_len(&b, size)
     }
@@ -125,10 +125,10 @@ impl Passthrough {
         }
         let c = sys::cname(name)?;
         if size == 0 {
-            return Ok(XattrAnswer::Size(sys::getxattr(inode.fd(), &c, &mut [])? as u32));
+            return Ok(XattrAnswer::Size(sys::getxattr(inode.fd()?.as_fd(), &c, &mut [])? as u32));
         }
         let mut buf = vec![0u8; size.min(XATTR_MAX_BYTES) as usize];
-        let n = sys::getxattr(inode.fd(), &c, &mut buf)?;
+        let n = sys::getxattr(inode.fd()?.as_fd(), &c, &mut buf)?;
         buf.truncate(n);
         Ok(XattrAnswer::Data(buf))
     }
@@ -137,9 +137,9 @@ impl Passthrough {
         let inode = self.xattr_inode(ino)?;
         if self.union.is_some() {
             // Without the id attribute: read the whole list to know its size.
-            let n = sys::listxattr(inode.fd(), &mut [])?;
+            let n = sys::listxattr(inode.fd()?.as_fd(), &mut [])?;
             let mut buf = vec![0u8; n.min(XATTR_MAX_BYTES as usize)];
-            let n = sys::listxattr(inode.fd(), &mut buf)?;
+            let n = sys::listxattr(inode.fd()?.as_fd(), &mut buf)?;
             let list = self.u_filter_xattrs(&buf[..n]);
             return match size {
                 0 => Ok(XattrAnswer::Size(list.len() as u32)),
@@ -148,10 +148,10 @@ impl Passthrough {
             };
         }
         if size == 0 {
-            return Ok(XattrAnswer::Size(sys::listxattr(inode.fd(), &mut [])? as u32));
+            return Ok(XattrAnswer::Size(sys::listxattr(inode.fd()?.as_fd(), &mut [])? as u32));
         }
         let mut buf = vec![0u8; size.min(XATTR_MAX_BYTES) as usize];
-        let n = sys::listxattr(inode.fd(), &mut buf)?;
+        let n = sys::listxattr(inode.fd()?.as_fd(), &mut buf)?;
         buf.truncate(n);
         Ok(XattrAnswer::Data(buf))
     }
@@ -163,7 +163,7 @@ impl Passthrough {
         }
         let _w =
             self.union.as_ref().map(|u| u.write_guard(inode.file_id.get().and_then(|f| f.union_id()).unwrap_or(0)));
-        sys::setxattr(inode.fd(), &sys::cname(name)?, value, flags)
+        sys::setxattr(inode.fd()?.as_fd(), &sys::cname(name)?, value, flags)
     }
 
     pub(crate) fn do_removexattr(&self, ino: INodeNo, name: &OsStr) -> io::Result<()> {
@@ -173,6 +173,6 @@ impl Passthrough {
         }
         let _w =
             self.union.as_ref().map(|u| u.write_guard(inode.file_id.get().and_then(|f| f.union_id()).unwrap_or(0)));
-        sys::removexattr(inode.fd(), &sys::cname(name)?)
+        sys::removexattr(inode.fd()?.as_fd(), &sys::cname(name)?)
     }
 }

@@ -40,7 +40,7 @@ pub(crate) fn dtype_kind(d: u8) -> Option<FileType> {
 impl Passthrough {
     pub(crate) fn do_opendir(&self, ino: INodeNo) -> io::Result<u64> {
         let inode = self.inode(ino)?;
-        let fd = sys::openat(inode.fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+        let fd = sys::openat(inode.fd()?.as_fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
         self.dirs.insert(DirHandle { inode, fd: Mutex::new(fd), merged: Mutex::new(None) })
     }
 
@@ -79,7 +79,7 @@ impl Passthrough {
             let kind = match dtype_kind(e.dtype) {
                 Some(k) => k,
                 // DT_UNKNOWN: some file systems do not fill d_type; ask.
-                None => match name_cstr(e.name).and_then(|c| sys::statat(d.inode.fd(), &c)) {
+                None => match name_cstr(e.name).and_then(|c| sys::statat(d.inode.fd()?.as_fd(), &c)) {
                     Ok(st) => crate::fs::kind(st.st_mode),
                     Err(_) => return Ok(false), // gone since: skip it
                 },

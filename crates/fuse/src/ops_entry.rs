@@ -72,7 +72,7 @@ impl Passthrough {
         }
         let p = self.inode(parent)?;
         let c = sys::cname(name)?;
-        sys::mknodat(p.fd(), &c, mode, u64::from(rdev))?;
+        sys::mknodat(p.fd()?.as_fd(), &c, mode, u64::from(rdev))?;
         self.finish_new(req, &p, &c)
     }
 
@@ -82,7 +82,7 @@ impl Passthrough {
         }
         let p = self.inode(parent)?;
         let c = sys::cname(name)?;
-        sys::mkdirat(p.fd(), &c, mode)?;
+        sys::mkdirat(p.fd()?.as_fd(), &c, mode)?;
         self.finish_new(req, &p, &c)
     }
 
@@ -100,7 +100,7 @@ impl Passthrough {
         let p = self.inode(parent)?;
         let c = sys::cname(name)?;
         let t = sys::cname(target.as_os_str())?;
-        sys::symlinkat(&t, p.fd(), &c)?;
+        sys::symlinkat(&t, p.fd()?.as_fd(), &c)?;
         self.finish_new(req, &p, &c)
     }
 
@@ -108,16 +108,16 @@ impl Passthrough {
     /// If that fails the new name is removed again, so a failed call leaves nothing behind.
     pub(crate) fn finish_new(&self, req: &Request, parent: &Inode, name: &std::ffi::CStr) -> io::Result<FileAttr> {
         let res = (|| {
-            let fd = sys::openat(parent.fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+            let fd = sys::openat(parent.fd()?.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
             self.give_to_caller(req, parent, fd.as_fd())?;
             let st = sys::fstat(fd.as_fd())?;
             let inode = self.inodes.lookup(fd, &st)?;
             Ok(self.attr(inode.nodeid, &st))
         })();
         if res.is_err() {
-            let is_dir = sys::statat(parent.fd(), name).map(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR);
+            let is_dir = sys::statat(parent.fd()?.as_fd(), name).map(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR);
             let flag = if is_dir.unwrap_or(false) { libc::AT_REMOVEDIR } else { 0 };
-            let _ = sys::unlinkat(parent.fd(), name, flag);
+            let _ = sys::unlinkat(parent.fd()?.as_fd(), name, flag);
         }
         res
     }
@@ -129,7 +129,7 @@ impl Passthrough {
         let inode = self.inode(ino)?;
         let p = self.inode(newparent)?;
         let c = sys::cname(newname)?;
-        sys::link_proc(inode.fd(), p.fd(), &c)?;
+        sys::link_proc(inode.fd()?.as_fd(), p.fd()?.as_fd(), &c)?;
         Ok(self.entry_of(&p, &c)?.1)
     }
 
@@ -141,7 +141,7 @@ impl Passthrough {
         let c = sys::cname(name)?;
         let victim = self.victim(&p, &c);
         let known = self.known_target(&p, &c);
-        sys::unlinkat(p.fd(), &c, 0)?;
+        sys::unlinkat(p.fd()?.as_fd(), &c, 0)?;
         self.bury(victim);
         self.keep_if_nameless(known);
         Ok(())
@@ -154,7 +154,7 @@ impl Passthrough {
         let p = self.inode(parent)?;
         let c = sys::cname(name)?;
         let known = self.known_target(&p, &c);
-        sys::unlinkat(p.fd(), &c, libc::AT_REMOVEDIR)?;
+        sys::unlinkat(p.fd()?.as_fd(), &c, libc::AT_REMOVEDIR)?;
         self.keep_if_nameless(known);
         Ok(())
     }
@@ -177,7 +177,7 @@ impl Passthrough {
         let replaces = flags & (libc::RENAME_EXCHANGE | libc::RENAME_NOREPLACE) == 0;
         let victim = if replaces { self.victim(&np, &nc) } else { None };
         let known = if replaces { self.known_target(&np, &nc) } else { None };
-        sys::renameat2(p.fd(), &c, np.fd(), &nc, flags)?;
+        sys::renameat2(p.fd()?.as_fd(), &c, np.fd()?.as_fd(), &nc, flags)?;
         self.bury(victim);
         self.keep_if_nameless(known);
         Ok(())
@@ -203,16 +203,16 @@ impl Passthrough {
         // then does it become the caller's. Without O_EXCL an existing name (made behind the
         // mount's back) is opened instead — or, with `made`, one an earlier daemon created
         // for this very request (`ops_once.rs`), which is then this call's.
-        let (fd, created) = match sys::openat(p.fd(), &c, oflags | libc::O_CREAT | libc::O_EXCL, mode) {
+        let (fd, created) = match sys::openat(p.fd()?.as_fd(), &c, oflags | libc::O_CREAT | libc::O_EXCL, mode) {
             Ok(fd) => (fd, true),
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) && flags & libc::O_EXCL == 0 => {
-                (sys::openat(p.fd(), &c, oflags, 0)?, made)
+                (sys::openat(p.fd()?.as_fd(), &c, oflags, 0)?, made)
             }
             Err(e) => return Err(e),
         };
         if created {
             if let Err(e) = self.give_to_caller(req, &p, fd.as_fd()) {
-                let _ = sys::unlinkat(p.fd(), &c, 0);
+                let _ = sys::unlinkat(p.fd()?.as_fd(), &c, 0);
                 return Err(e);
             }
         }
@@ -227,7 +227,7 @@ impl Passthrough {
             self.files.insert(FileHandle::new(backing))
         })();
         match res {
-            Ok(fh) => Ok((self.attr(inode.nodeid, &sys::fstat(inode.fd())?), fh)),
+            Ok(fh) => Ok((self.attr(inode.nodeid, &sys::fstat(inode.fd()?.as_fd())?), fh)),
             Err(e) => {
                 // The kernel will not learn of this inode: drop the reference counted above.
                 self.inodes.forget(inode.nodeid, 1);
@@ -238,7 +238,7 @@ impl Passthrough {
 
     /// The regular file `dir/name`, before an operation that may take its last name.
     fn victim(&self, dir: &Inode, name: &std::ffi::CStr) -> Option<Victim> {
-        let fd = sys::openat(dir.fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0).ok()?;
+        let fd = sys::openat(dir.fd().ok()?.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0).ok()?;
         let st = sys::fstat(fd.as_fd()).ok()?;
         (st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(Victim { fd, dev: st.st_dev, ino: st.st_ino })
     }
@@ -249,7 +249,7 @@ impl Passthrough {
         if !self.keeper.is_set() {
             return None;
         }
-        let fd = sys::openat(dir.fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0).ok()?;
+        let fd = sys::openat(dir.fd().ok()?.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0).ok()?;
         let st = sys::fstat(fd.as_fd()).ok()?;
         self.inodes.find(st.st_dev, st.st_ino)
     }
@@ -259,8 +259,9 @@ impl Passthrough {
     /// for it by that number (after a crash, node ids are resolved by number).
     fn keep_if_nameless(&self, known: Option<std::sync::Arc<Inode>>) {
         let Some(i) = known else { return };
-        if sys::fstat(i.fd()).is_ok_and(|st| st.st_nlink == 0) {
-            self.keeper.tell(crate::Kept::Unlinked { nodeid: i.nodeid, fd: i.fd() });
+        let Ok(fd) = i.fd() else { return };
+        if sys::fstat(fd.as_fd()).is_ok_and(|st| st.st_nlink == 0) {
+            self.keeper.tell(crate::Kept::Unlinked { nodeid: i.nodeid, fd: fd.as_fd() });
         }
     }
 

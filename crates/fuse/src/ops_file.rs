@@ -25,7 +25,7 @@ impl Passthrough {
             let id = inode.file_id.get().and_then(|f| f.union_id()).unwrap_or(0);
             u.write_guard(if flags & libc::O_TRUNC != 0 { id } else { 0 })
         });
-        let fd = sys::reopen(inode.fd(), backing_open_flags(flags))?;
+        let fd = sys::reopen(inode.fd()?.as_fd(), backing_open_flags(flags))?;
         let branch = self.union.as_ref().map_or(NO_BRANCH, |u| u.branch_of(fd.as_fd()));
         let backing = self.backing(&inode, File::from(fd), flags)?;
         // With atomic O_TRUNC negotiated the kernel leaves truncation on open to us.

@@ -11,6 +11,7 @@
 
 use std::ffi::OsStr;
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
 use fuser::{FileAttr, INodeNo, Request};
@@ -42,7 +43,7 @@ impl Passthrough {
         if self.union.is_some() {
             return self.u_ident(&p, &c);
         }
-        sys::ident_at(p.fd(), &c).ok()
+        sys::ident_at(p.fd().ok()?.as_fd(), &c).ok()
     }
 
     fn intent(&self, op: Op, parent: u64, name: &OsStr) -> Intent {
@@ -215,7 +216,7 @@ impl Passthrough {
         newparent: INodeNo,
         newname: &OsStr,
     ) -> Once<'_, FileAttr> {
-        let source = || self.inode(ino).ok().and_then(|i| sys::ident_at(i.fd(), c"").ok());
+        let source = || self.inode(ino).ok().and_then(|i| sys::ident_at(i.fd().ok()?.as_fd(), c"").ok());
         self.once(
             unique,
             || Intent { parent2: ino.0, a: source(), ..self.intent(Op::Link, newparent.0, newname) },

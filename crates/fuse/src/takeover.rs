@@ -249,9 +249,15 @@ pub(crate) fn snapshot(table: &InodeTable, incarnation: u32) -> (HandoverState, 
     // The next daemon opens handles only with CAP_DAC_READ_SEARCH (root, here).
     let handles_work = sys::is_root();
     for (inode, nlookup) in nodes {
-        let handle = sys::handle_of(inode.fd())
-            .map_err(|e| tracing::debug!("takeover: no file handle for node {}: {e}", inode.nodeid))
-            .ok();
+        // Reopened if the table let go of it (gone: ESTALE, and nothing to keep).
+        let fd = inode.fd();
+        let handle = match (inode.handle(), &fd) {
+            (Some((t, h)), _) => Some((t, h.to_vec())),
+            (None, Ok(fd)) => sys::handle_of(fd.as_fd())
+                .map_err(|e| tracing::debug!("takeover: no file handle for node {}: {e}", inode.nodeid))
+                .ok(),
+            (None, Err(_)) => None,
+        };
         let (handle_type, handle_hex) = match &handle {
             Some((t, h)) => (*t, h.iter().map(|b| format!("{b:02x}")).collect()),
             None => (-1, String::new()),
@@ -272,11 +278,12 @@ pub(crate) fn snapshot(table: &InodeTable, incarnation: u32) -> (HandoverState, 
         // find nothing in the next daemon's table and give out a new id — the kernel would
         // see the inode's number change. Kept, it is entered at start (`adopt_kept`) under
         // the key a lookup finds.
-        let unlinked = sys::fstat(inode.fd()).map(|st| st.st_nlink == 0).unwrap_or(false);
+        let Ok(fd) = fd else { continue };
+        let unlinked = sys::fstat(fd.as_fd()).map(|st| st.st_nlink == 0).unwrap_or(false);
         let root_fs = inode.dev == table.root_dev();
         let synthetic = InodeTable::is_synthetic(inode.nodeid);
         if unlinked || handle.is_none() || !root_fs || !handles_work || synthetic {
-            if let Ok(fd) = sys::dup(inode.fd()) {
+            if let Ok(fd) = sys::dup(fd.as_fd()) {
                 state.keep_nodes.push(inode.nodeid);
                 keep.push(fd);
             }

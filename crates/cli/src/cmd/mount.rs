@@ -586,6 +586,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 
     // The embedded lender's runtime must outlive the mount: kept here until `run` returns.
     let mut _embedded: Option<tokio::runtime::Runtime> = None;
+    // Before any tier sizes its share of the descriptor limit (`tier.max_open_files`).
+    farcache_fuse::raise_descriptors_for(&cfg);
     // One I/O engine for the backing store, whatever tier sits in front of it.
     let io = Arc::new(farcache_engine::IoEngine::new(cfg.io_options()));
     tracing::info!(

@@ -446,7 +446,7 @@ impl UnionHandle {
         for nodeid in self.u.history.recent() {
             let Some(inode) = self.inodes.get(nodeid) else { continue };
             let Some(id) = inode.file_id.get().and_then(FileId::union_id) else { continue };
-            let Ok((b, rel)) = self.u.locate(inode.fd()) else { continue };
+            let Ok((b, rel)) = inode.fd().and_then(|fd| self.u.locate(fd.as_fd())) else { continue };
             accesses[b] += 1;
             recent.push((inode, id, b, rel));
         }
@@ -470,7 +470,7 @@ impl UnionHandle {
             if *b != from {
                 continue;
             }
-            let Ok(st) = sys::fstat(inode.fd()) else { continue };
+            let Ok(st) = inode.fd().and_then(|fd| sys::fstat(fd.as_fd())) else { continue };
             if st.st_nlink != 1 {
                 continue;
             }
@@ -590,11 +590,11 @@ impl UnionHandle {
         (pacer, yielder, times): (&mut Pacer, &mut Yielder, &mut CopyTimes),
     ) -> io::Result<Outcome> {
         let u = &*self.u;
-        let (b, _) = u.locate(inode.fd())?;
+        let (b, _) = u.locate(inode.fd()?.as_fd())?;
         if b != from {
             return Ok(Outcome::Skipped("no longer on the source branch"));
         }
-        let st = sys::fstat(inode.fd())?;
+        let st = sys::fstat(inode.fd()?.as_fd())?;
         if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_nlink != 1 {
             return Ok(Outcome::Skipped("not a regular file with one name"));
         }
@@ -701,7 +701,7 @@ impl UnionHandle {
         let u = &*self.u;
         let fid = FileId::union(id);
         let w0 = u.moving_writes.load(Ordering::SeqCst);
-        let (b, rel) = u.locate(inode.fd())?;
+        let (b, rel) = u.locate(inode.fd()?.as_fd())?;
         if b != from {
             return Ok(Some(Outcome::Skipped("no longer on the source branch")));
         }
@@ -725,7 +725,7 @@ impl UnionHandle {
             )?),
             &*self.data,
         );
-        let src = std::fs::File::from(sys::reopen(inode.fd(), libc::O_RDONLY)?);
+        let src = std::fs::File::from(sys::reopen(inode.fd()?.as_fd(), libc::O_RDONLY)?);
         let size = src.metadata()?.len();
         let src = BackingFile::new(fid, src, libc::O_RDONLY, &self.opts);
         let mut off = 0u64;
@@ -778,8 +778,8 @@ impl UnionHandle {
         }
         // The copy's metadata and id record before the switch: a change of the file's
         // metadata since counts as a write to it (the gate's guard), and fails the check.
-        let sst = sys::fstat(inode.fd())?;
-        copy_metadata(u, inode.fd(), &out.file, &sst)?;
+        let sst = sys::fstat(inode.fd()?.as_fd())?;
+        copy_metadata(u, inode.fd()?.as_fd(), &out.file, &sst)?;
         let ost = sys::fstat(out.as_fd())?;
         IdRecord { id, branch: u.branches[to].uuid, ino: ost.st_ino }.write(out.as_fd(), &u.xattr)?;
         let t0 = Instant::now();
@@ -799,8 +799,8 @@ impl UnionHandle {
         let t_switch = Instant::now();
         let g = u.gate.write();
         let unchanged = u.moving_writes.load(Ordering::SeqCst) == w0
-            && u.locate(inode.fd()).ok().as_ref() == Some(&(from, rel.clone()))
-            && sys::fstat(inode.fd()).is_ok_and(|s| {
+            && u.locate(inode.fd()?.as_fd()).ok().as_ref() == Some(&(from, rel.clone()))
+            && sys::fstat(inode.fd()?.as_fd()).is_ok_and(|s| {
                 s.st_nlink == 1
                     && s.st_size as u64 == off
                     && off == size
@@ -848,7 +848,7 @@ impl UnionHandle {
                 return Err(e);
             }
         };
-        dup_onto(new_path.as_fd(), inode.fd())?;
+        dup_onto(new_path.as_fd(), inode.fd()?.as_fd())?;
         for (h, f) in &handles {
             h.backing.replace_file(f)?;
             h.branch.store(to, Ordering::Relaxed);
@@ -867,7 +867,7 @@ impl UnionHandle {
         let t0 = CopyTimes::lap(&mut times.switch, t_switch);
         // A supervisor keeps the inode from now on (until here it kept the source: a crash
         // in between is the journal's, whose replay decides which copy is the file).
-        self.keeper.tell(crate::Kept::Known { nodeid: inode.nodeid, fd: inode.fd() });
+        self.keeper.tell(crate::Kept::Known { nodeid: inode.nodeid, fd: inode.fd()?.as_fd() });
         sys::fsync_fd(dst_dir_rd.as_fd(), false)?;
         u.fault("before-remove");
         match sys::unlinkat(aside_dir.as_fd(), &aside, 0) {

@@ -67,11 +67,11 @@ impl Passthrough {
         if !dir.is_dir() {
             return Err(sys::err(libc::ENOTDIR));
         }
-        let (b0, rel) = if dir.nodeid == ROOT_ID { (0, PathBuf::new()) } else { u.locate(dir.fd())? };
+        let (b0, rel) = if dir.nodeid == ROOT_ID { (0, PathBuf::new()) } else { u.locate(dir.fd()?.as_fd())? };
         let mut out = Vec::with_capacity(u.branches.len());
         for b in 0..u.branches.len() {
             let fd = if b == b0 {
-                sys::dup(dir.fd())?
+                sys::dup(dir.fd()?.as_fd())?
             } else {
                 match u.walk(b, &rel) {
                     Ok(fd) => fd,
@@ -132,7 +132,7 @@ impl Passthrough {
     fn u_enter_as(&self, fd: OwnedFd, key: &libc::stat, nodeid: Option<u64>) -> io::Result<Arc<Inode>> {
         let (inode, new) = self.inodes.lookup_as(fd, key, nodeid)?;
         if new {
-            self.keeper.tell(crate::Kept::Known { nodeid: inode.nodeid, fd: inode.fd() });
+            self.keeper.tell(crate::Kept::Known { nodeid: inode.nodeid, fd: inode.fd()?.as_fd() });
         }
         Ok(inode)
     }
@@ -256,7 +256,7 @@ impl Passthrough {
             }
             let (inode, _) = self.u_enter(b, fd, &st)?;
             let res = (|| {
-                let fd = sys::reopen(inode.fd(), backing_open_flags(flags))?;
+                let fd = sys::reopen(inode.fd()?.as_fd(), backing_open_flags(flags))?;
                 let backing = self.backing(&inode, File::from(fd), flags)?;
                 let branch = b;
                 if flags & libc::O_TRUNC != 0 {
@@ -266,7 +266,7 @@ impl Passthrough {
                 self.files.insert(FileHandle::on(backing, branch))
             })();
             return match res {
-                Ok(fh) => Ok((self.attr(inode.nodeid, &sys::fstat(inode.fd())?), fh)),
+                Ok(fh) => Ok((self.attr(inode.nodeid, &sys::fstat(inode.fd()?.as_fd())?), fh)),
                 Err(e) => {
                     self.inodes.forget(inode.nodeid, 1);
                     Err(e)
@@ -310,7 +310,7 @@ impl Passthrough {
             self.files.insert(FileHandle::on(backing, b))
         })();
         match res {
-            Ok(fh) => Ok((self.attr(inode.nodeid, &sys::fstat(inode.fd())?), fh)),
+            Ok(fh) => Ok((self.attr(inode.nodeid, &sys::fstat(inode.fd()?.as_fd())?), fh)),
             Err(e) => {
                 self.inodes.forget(inode.nodeid, 1);
                 Err(e)
@@ -379,9 +379,9 @@ impl Passthrough {
         if self.u_find(&dirs, &c)?.is_some() {
             return Err(sys::err(libc::EEXIST));
         }
-        let (b, _) = u.locate(inode.fd())?;
+        let (b, _) = u.locate(inode.fd()?.as_fd())?;
         let d = self.dir_on(&p, &dirs, b)?;
-        sys::link_proc(inode.fd(), d.as_fd(), &c)?;
+        sys::link_proc(inode.fd()?.as_fd(), d.as_fd(), &c)?;
         Ok(self.u_entry(&p, &c)?.1)
     }
 
@@ -391,7 +391,8 @@ impl Passthrough {
         if let Some((_, d)) = dirs.iter().find(|(x, _)| *x == b) {
             return sys::dup(d.as_fd());
         }
-        let (b0, rel) = if dir.nodeid == ROOT_ID { (0, PathBuf::new()) } else { self.un().locate(dir.fd())? };
+        let (b0, rel) =
+            if dir.nodeid == ROOT_ID { (0, PathBuf::new()) } else { self.un().locate(dir.fd()?.as_fd())? };
         self.un().ensure_path(b, b0, &rel)
     }
 
