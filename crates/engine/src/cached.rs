@@ -661,6 +661,10 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         self.disk.fsync(file, datasync)
     }
 
+    fn sync_fs(&self, fs: &std::fs::File) -> io::Result<()> {
+        self.disk.sync_fs(fs)
+    }
+
     fn opened(&self, file: &BackingFile) {
         // A file whose stamp cannot be read is left as it is: its next change through the
         // mount still invalidates what it touched.

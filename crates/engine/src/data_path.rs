@@ -77,6 +77,20 @@ pub trait DataPath: Send + Sync + 'static {
     /// `fsync(2)` (`datasync == false`) or `fdatasync(2)` of the backing file.
     fn fsync(&self, file: &BackingFile, datasync: bool) -> io::Result<()>;
 
+    /// `syncfs(2)` of the file system `fs` (a file or directory open on it) is on: every
+    /// write made there becomes durable, and a write-back error of any file on it since `fs`
+    /// was opened is reported. A write-back tier's destage round makes many files durable
+    /// with one of these instead of a flush of each.
+    fn sync_fs(&self, fs: &std::fs::File) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: plain syscall on an open descriptor.
+        if unsafe { libc::syncfs(fs.as_raw_fd()) } == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
     /// The application asked for the writes just made to `file` to be synchronous (`O_SYNC`,
     /// `O_DSYNC`, `RWF_DSYNC`): make them durable before they are acknowledged. The default
     /// does nothing: a path that writes through to the backing file opened it with the
@@ -228,6 +242,9 @@ impl<T: DataPath + ?Sized> DataPath for std::sync::Arc<T> {
     fn fsync(&self, file: &BackingFile, datasync: bool) -> io::Result<()> {
         (**self).fsync(file, datasync)
     }
+    fn sync_fs(&self, fs: &std::fs::File) -> io::Result<()> {
+        (**self).sync_fs(fs)
+    }
     fn sync_writes(&self, file: &BackingFile) -> io::Result<()> {
         (**self).sync_writes(file)
     }
@@ -342,6 +359,9 @@ impl DataPath for Deferred {
     }
     fn fsync(&self, file: &BackingFile, datasync: bool) -> io::Result<()> {
         self.get().map_err(Self::eio)?.fsync(file, datasync)
+    }
+    fn sync_fs(&self, fs: &std::fs::File) -> io::Result<()> {
+        self.get().map_err(Self::eio)?.sync_fs(fs)
     }
     fn sync_writes(&self, file: &BackingFile) -> io::Result<()> {
         self.get().map_err(Self::eio)?.sync_writes(file)

@@ -416,11 +416,7 @@ impl Filesystem for Passthrough {
             // Forgotten with no name left: no process can have it open (an open file keeps
             // the kernel's inode), so its data will never be read again.
             if let Some(i) = known.filter(|i| i.fmt == libc::S_IFREG) {
-                if let Some(id) = i
-                    .file_id
-                    .get()
-                    .filter(|_| i.fd().and_then(|fd| sys::fstat(fd.as_fd())).is_ok_and(|st| st.st_nlink == 0))
-                {
+                if let Some(id) = i.file_id.get().filter(|_| i.is_nameless()) {
                     self.data.discard(id);
                 }
             }

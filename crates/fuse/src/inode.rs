@@ -151,6 +151,15 @@ impl Inode {
         Ok(InodeFd(fd))
     }
 
+    /// Whether the backing inode has no name left: no links, or (the table let go of its
+    /// descriptor) its handle opens nothing — the inode was freed.
+    pub(crate) fn is_nameless(&self) -> bool {
+        match self.fd() {
+            Ok(fd) => sys::fstat(fd.as_fd()).is_ok_and(|st| st.st_nlink == 0),
+            Err(e) => e.raw_os_error() == Some(libc::ESTALE),
+        }
+    }
+
     /// The inode's file handle, if the table keeps one.
     pub(crate) fn handle(&self) -> Option<(i32, &[u8])> {
         self.handle.as_ref().map(|(t, h)| (*t, &h[..]))

@@ -221,6 +221,7 @@ pub struct TierCounters {
     pub discarded_blocks: AtomicU64,
     pub commit_fallbacks: AtomicU64,
     pub reopens: AtomicU64,
+    pub destage_fs_syncs: AtomicU64,
 }
 
 /// The tier as `farcache stats` shows it.
@@ -285,6 +286,10 @@ pub struct TierStats {
     pub max_open_files: u64,
     #[serde(default)]
     pub reopens: u64,
+    /// Syncs of the backing file system that made several written-back files durable at once
+    /// (instead of a flush of each).
+    #[serde(default)]
+    pub destage_fs_syncs: u64,
     pub recovered: Recovered,
 }
 
@@ -570,6 +575,7 @@ impl<D: DataPath> WritebackPath<D> {
             open_files: self.shared.held.load(Ordering::Relaxed) as u64,
             max_open_files: self.shared.budget as u64,
             reopens: l(&c.reopens),
+            destage_fs_syncs: l(&c.destage_fs_syncs),
             recovered: self.shared.recovered.clone(),
         }
     }

@@ -77,6 +77,8 @@ struct Hooked {
     refuse_writes: AtomicBool,
     /// Syncs fail with EIO while set.
     fail_sync: AtomicBool,
+    /// `sync_fs` calls.
+    fs_syncs: AtomicU64,
     /// The write of this number (counting from 1) fails with EIO; 0: none.
     fail_write_at: AtomicU64,
     reads: AtomicU64,
@@ -91,6 +93,7 @@ impl Hooked {
             inner: DirectPath::new(),
             refuse_writes: false.into(),
             fail_sync: false.into(),
+            fs_syncs: 0.into(),
             fail_write_at: 0.into(),
             reads: 0.into(),
             writes: 0.into(),
@@ -126,6 +129,13 @@ impl DataPath for Hooked {
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         self.inner.fsync(f, d)
+    }
+    fn sync_fs(&self, fs: &File) -> io::Result<()> {
+        self.fs_syncs.fetch_add(1, Ordering::SeqCst);
+        if self.fail_sync.load(Ordering::SeqCst) {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        self.inner.sync_fs(fs)
     }
     fn forget(&self, id: &FileId) {
         self.inner.forget(id)
@@ -1134,4 +1144,42 @@ fn a_tier_with_more_dirty_files_than_its_descriptor_budget_writes_every_one_back
     }
     drop(files);
     assert!(t.shutdown(Duration::from_secs(10)));
+}
+
+/// A round that writes back many files makes them durable with a sync of the backing file
+/// system per batch, not a flush of each (`destage::SyncBatch`); a failed sync frees nothing
+/// of any of them, and the next round writes every one back.
+#[test]
+fn a_round_of_many_files_syncs_the_file_system_once_per_batch_and_a_failed_sync_frees_nothing() {
+    let env = env();
+    // Below the high watermark: no round before the flush.
+    let mut c = cfg(&env, 128 << 20);
+    c.retry_min = farcache_config::HumanDuration::ms(10);
+    let inner = Arc::new(Hooked::new());
+    inner.fail_sync.store(true, Ordering::SeqCst);
+    let t =
+        WritebackPath::open(inner.clone(), &c, &env.root, BackingOptions { direct_io: false, direct_writes: false })
+            .unwrap();
+    const FILES: usize = 1200;
+    let files: Vec<BackingFile> = (0..FILES).map(|i| open_file(&env, &format!("f{i}"))).collect();
+    for (i, f) in files.iter().enumerate() {
+        t.write(f, 0, &vec![(i % 251) as u8; 4096 + i]).unwrap();
+    }
+    let dirty = t.stats().log.dirty_blocks;
+    assert_eq!(dirty, 2 * FILES as u64 - 1);
+    let e = t.flush(Duration::from_secs(30), &mut |_| {}).unwrap_err();
+    assert!(e.to_string().contains("Input/output error"), "{e}");
+    assert_eq!(t.stats().log.dirty_blocks, dirty, "a record is freed only after the sync that covers it succeeded");
+    inner.fail_sync.store(false, Ordering::SeqCst);
+    let before = inner.fs_syncs.load(Ordering::SeqCst);
+    t.flush(Duration::from_secs(30), &mut |_| {}).unwrap();
+    let s = t.stats();
+    assert_eq!(s.log.dirty_blocks, 0);
+    let syncs = inner.fs_syncs.load(Ordering::SeqCst) - before;
+    // 1,200 files: three batches of at most 512 files.
+    assert!((3..=4).contains(&syncs), "{syncs} syncs of the file system for {FILES} files");
+    assert!(s.destage_fs_syncs >= 3, "{s:?}");
+    for i in (0..FILES).step_by(37) {
+        assert_eq!(on_disk(&env.root.join(format!("f{i}"))), vec![(i % 251) as u8; 4096 + i], "f{i}");
+    }
 }
