@@ -22,6 +22,13 @@ use farcache_testkit::{require_fuse, require_root, LoopFs, MountProcess, Scratch
 
 const LIMIT: u64 = 400;
 
+/// One test at a time: one of them makes the kernel forget inodes (`drop_caches`), which
+/// would close the descriptors another counts on running out of.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn lower_limit() {
     let lim = libc::rlimit { rlim_cur: LIMIT, rlim_max: LIMIT };
     // SAFETY: plain syscall; lowering a limit needs no privilege, and only these tests run in
@@ -33,6 +40,7 @@ fn lower_limit() {
 fn a_union_over_a_low_descriptor_limit_warns_and_creates_past_it_fail_cleanly() {
     require_fuse();
     require_root("the descriptor-limit test (FUSE mounts)");
+    let _one = one_at_a_time();
     lower_limit();
     let d = ScratchDir::new(Path::new(env!("CARGO_TARGET_TMPDIR")), "nofile");
     // A union's branches are file systems of their own.
@@ -83,6 +91,7 @@ fn a_union_over_a_low_descriptor_limit_warns_and_creates_past_it_fail_cleanly() 
 fn a_tier_lets_go_of_deleted_files_descriptors() {
     require_fuse();
     require_root("the descriptor-limit test (FUSE mounts)");
+    let _one = one_at_a_time();
     lower_limit();
     let d = ScratchDir::new(Path::new(env!("CARGO_TARGET_TMPDIR")), "nofile-tier");
     let tier = TierFile::new("nofile");
@@ -119,6 +128,7 @@ fn a_tier_with_more_dirty_files_than_the_limit_writes_every_one_back() {
     const FILES: usize = 1500;
     require_fuse();
     require_root("the descriptor-limit test (FUSE mounts)");
+    let _one = one_at_a_time();
     lower_limit();
     let d = ScratchDir::new(Path::new(env!("CARGO_TARGET_TMPDIR")), "nofile-dirty");
     let tier = TierFile::new("nofile-dirty");
