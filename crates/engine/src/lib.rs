@@ -34,6 +34,7 @@ pub mod backing;
 pub mod cached;
 pub mod config;
 pub mod data_path;
+pub mod descriptors;
 pub mod direct;
 pub mod identity;
 pub mod index;

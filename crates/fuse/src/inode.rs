@@ -31,9 +31,10 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use farcache_engine::descriptors::DescriptorBudget;
 use farcache_engine::FileId;
 use parking_lot::{Mutex, RwLock};
 
@@ -60,17 +61,12 @@ struct Frugal {
     mount_fd: OwnedFd,
     /// The root's device: only its inodes have handles the table can open.
     dev: u64,
-    /// Descriptors held past which idle ones are let go of.
-    budget: usize,
-    /// Descriptors held now (of inodes that have a handle).
-    held: AtomicUsize,
-    /// The clock of last uses.
-    tick: AtomicU64,
+    /// The descriptors held (of inodes that have a handle) against the budget, and the
+    /// clock of last uses.
+    descriptors: DescriptorBudget,
     /// Descriptors reopened by handle, and let go of, since start.
     reopened: AtomicU64,
     released: AtomicU64,
-    /// One sweep at a time.
-    sweeping: Mutex<()>,
 }
 
 /// One backing inode known to the kernel.
@@ -107,13 +103,13 @@ impl Inode {
             .map(|(t, b)| (t, b.into_boxed_slice()));
         let frugal = frugal.filter(|_| handle.is_some()).cloned();
         if let Some(f) = &frugal {
-            f.held.fetch_add(1, Ordering::Relaxed);
+            f.descriptors.count(true);
         }
         Inode {
             nodeid,
             fd: Mutex::new(Some(Arc::new(fd))),
             handle,
-            used: AtomicU64::new(frugal.as_ref().map_or(0, |f| f.tick.fetch_add(1, Ordering::Relaxed))),
+            used: AtomicU64::new(frugal.as_ref().map_or(0, |f| f.descriptors.now())),
             frugal,
             dev: st.st_dev,
             ino: st.st_ino,
@@ -128,7 +124,7 @@ impl Inode {
         let mut g = self.fd.lock();
         if let Some(fd) = &*g {
             if let Some(f) = &self.frugal {
-                self.used.store(f.tick.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+                self.used.store(f.descriptors.now(), Ordering::Relaxed);
             }
             return Ok(InodeFd(fd.clone()));
         }
@@ -145,10 +141,15 @@ impl Inode {
         }
         let fd = Arc::new(fd);
         *g = Some(fd.clone());
-        f.held.fetch_add(1, Ordering::Relaxed);
+        f.descriptors.count(true);
         f.reopened.fetch_add(1, Ordering::Relaxed);
-        self.used.store(f.tick.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        self.used.store(f.descriptors.now(), Ordering::Relaxed);
         Ok(InodeFd(fd))
+    }
+
+    /// The descriptor if the table holds it now (never reopened).
+    pub(crate) fn held_fd(&self) -> Option<InodeFd> {
+        self.fd.lock().clone().map(InodeFd)
     }
 
     /// Whether the backing inode has no name left: no links, or (the table let go of its
@@ -175,7 +176,7 @@ impl Inode {
             return false;
         }
         *g = None;
-        f.held.fetch_sub(1, Ordering::Relaxed);
+        f.descriptors.count(false);
         f.released.fetch_add(1, Ordering::Relaxed);
         true
     }
@@ -198,7 +199,7 @@ impl Inode {
 impl Drop for Inode {
     fn drop(&mut self) {
         if let (Some(f), Some(_)) = (&self.frugal, &*self.fd.get_mut()) {
-            f.held.fetch_sub(1, Ordering::Relaxed);
+            f.descriptors.count(false);
         }
     }
 }
@@ -304,12 +305,9 @@ impl InodeTable {
         let f = Frugal {
             mount_fd,
             dev: self.root_dev,
-            budget: budget.max(1),
-            held: AtomicUsize::new(0),
-            tick: AtomicU64::new(0),
+            descriptors: DescriptorBudget::new(budget),
             reopened: AtomicU64::new(0),
             released: AtomicU64::new(0),
-            sweeping: Mutex::new(()),
         };
         self.frugal.set(Arc::new(f)).map_err(|_| std::io::Error::other("already frugal"))
     }
@@ -317,37 +315,25 @@ impl InodeTable {
     /// Descriptors held and let go of, if the table is frugal.
     pub(crate) fn descriptor_stats(&self) -> Option<DescriptorStats> {
         self.frugal.get().map(|f| DescriptorStats {
-            held: f.held.load(Ordering::Relaxed) as u64,
-            budget: f.budget as u64,
+            held: f.descriptors.held() as u64,
+            budget: f.descriptors.budget() as u64,
             reopened: f.reopened.load(Ordering::Relaxed),
             released: f.released.load(Ordering::Relaxed),
         })
     }
 
-    /// Past the budget, let go of the least recently used idle descriptors, down to three
-    /// quarters of it (so sweeps, which visit every entry, are rare).
+    /// Past the budget, let go of the least recently used idle descriptors
+    /// (`DescriptorBudget::let_go`).
     fn sweep(&self) {
         let Some(f) = self.frugal.get() else { return };
-        if f.held.load(Ordering::Relaxed) <= f.budget {
-            return;
-        }
-        let Some(_g) = f.sweeping.try_lock() else { return };
-        let mut idle: Vec<(u64, Arc<Inode>)> = {
+        let idle = || {
             let m = self.maps.read();
-            m.by_node
-                .values()
-                .filter(|e| e.inode.frugal.is_some())
-                .map(|e| (e.inode.used.load(Ordering::Relaxed), e.inode.clone()))
-                .collect()
+            let frugal = m.by_node.values().filter(|e| e.inode.frugal.is_some());
+            frugal.map(|e| (e.inode.used.load(Ordering::Relaxed), e.inode.clone())).collect()
         };
-        idle.sort_unstable_by_key(|(used, _)| *used);
-        let target = f.budget - f.budget / 4;
-        for (_, inode) in idle {
-            if f.held.load(Ordering::Relaxed) <= target {
-                break;
-            }
+        f.descriptors.let_go(idle, |inode: &Arc<Inode>| {
             inode.release();
-        }
+        });
     }
 
     pub(crate) fn get(&self, nodeid: u64) -> Option<Arc<Inode>> {

@@ -293,11 +293,11 @@ pub fn raise_descriptors_for(cfg: &MountConfig) -> u64 {
 /// branches, no CAP_DAC_READ_SEARCH, a file system without handles), warn: past the limit,
 /// the kernel's lookups and creates get EMFILE ("Too many open files") from the daemon.
 fn fit_descriptors(inodes: &inode::InodeTable, cfg: &MountConfig, union: bool) {
-    let nofile = sys::nofile();
+    let nofile = farcache_engine::descriptors::limit();
     if nofile >= cfg.max_inodes {
         return;
     }
-    let budget = usize::try_from(nofile / 4).unwrap_or(usize::MAX).clamp(64, 65536);
+    let budget = farcache_engine::descriptors::share_of(nofile);
     let why_not = if union {
         "a mount of several branches holds every descriptor".to_string()
     } else {

@@ -335,16 +335,6 @@ pub(crate) fn removexattr(fd: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
     Ok(())
 }
 
-/// The open-descriptor limit in force (RLIMIT_NOFILE's soft limit).
-pub(crate) fn nofile() -> u64 {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: fills lim.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return 0;
-    }
-    lim.rlim_cur
-}
-
 /// Raise the soft limit on open descriptors to the hard one (and, as root, both as far as
 /// `fs.nr_open` allows, up to `want`): every inode the kernel knows holds one descriptor.
 pub(crate) fn raise_nofile(want: u64) -> u64 {

@@ -249,14 +249,15 @@ pub(crate) fn snapshot(table: &InodeTable, incarnation: u32) -> (HandoverState, 
     // The next daemon opens handles only with CAP_DAC_READ_SEARCH (root, here).
     let handles_work = sys::is_root();
     for (inode, nlookup) in nodes {
-        // Reopened if the table let go of it (gone: ESTALE, and nothing to keep).
-        let fd = inode.fd();
+        // One the table let go of is not reopened: its stored handle names it, and it had a
+        // name when let go of (nothing to keep).
+        let fd = inode.held_fd();
         let handle = match (inode.handle(), &fd) {
             (Some((t, h)), _) => Some((t, h.to_vec())),
-            (None, Ok(fd)) => sys::handle_of(fd.as_fd())
+            (None, Some(fd)) => sys::handle_of(fd.as_fd())
                 .map_err(|e| tracing::debug!("takeover: no file handle for node {}: {e}", inode.nodeid))
                 .ok(),
-            (None, Err(_)) => None,
+            (None, None) => None,
         };
         let (handle_type, handle_hex) = match &handle {
             Some((t, h)) => (*t, h.iter().map(|b| format!("{b:02x}")).collect()),
@@ -278,7 +279,7 @@ pub(crate) fn snapshot(table: &InodeTable, incarnation: u32) -> (HandoverState, 
         // find nothing in the next daemon's table and give out a new id — the kernel would
         // see the inode's number change. Kept, it is entered at start (`adopt_kept`) under
         // the key a lookup finds.
-        let Ok(fd) = fd else { continue };
+        let Some(fd) = fd else { continue };
         let unlinked = sys::fstat(fd.as_fd()).map(|st| st.st_nlink == 0).unwrap_or(false);
         let root_fs = inode.dev == table.root_dev();
         let synthetic = InodeTable::is_synthetic(inode.nodeid);

@@ -800,7 +800,8 @@ pub(crate) fn recover<D: DataPath>(s: &Shared<D>) -> Result<(), TierOpenError> {
                 }
                 let rw = BackingFile::new(id, f, libc::O_RDWR, &s.backing_opts);
                 let pinned = s.pinned_by(&name);
-                let fe = std::sync::Arc::new(FileEntry::new(plan.key, plan.name.clone(), rw, pinned, &s.held, false));
+                let fe =
+                    std::sync::Arc::new(FileEntry::new(plan.key, plan.name.clone(), rw, pinned, &s.descriptors, false));
                 s.keys.lock().insert(plan.key, fe);
                 // Thousands of dirty files: no more descriptors than the budget meanwhile.
                 s.let_go();

@@ -76,7 +76,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -89,6 +89,7 @@ pub use destage::FlushError;
 
 use crate::backing::{BackingFile, BackingOptions};
 use crate::data_path::{CopyRead, DataPath};
+use crate::descriptors::DescriptorBudget;
 use crate::identity::FileId;
 
 const B: u64 = farcache_tier::PAGE_BYTES as u64;
@@ -116,8 +117,8 @@ pub(crate) struct FileEntry {
     /// When `rw` was last handed out (the tier's clock, [`Shared::tick`]): least recently
     /// used first.
     used: AtomicU64,
-    /// Descriptors held by the tier's entries ([`Shared::held`]): one less once this goes.
-    held: Arc<AtomicUsize>,
+    /// The tier's descriptor budget ([`Shared::descriptors`]): one less held once this goes.
+    descriptors: Arc<DescriptorBudget>,
     /// Serialises destaging this file with its truncates and fallocates.
     meta: Mutex<()>,
     /// Serialises extending the backing file's size (a smaller extension never undoes a
@@ -139,10 +140,10 @@ impl FileEntry {
         name: Arc<[u8]>,
         rw: BackingFile,
         pinned: bool,
-        held: &Arc<AtomicUsize>,
+        descriptors: &Arc<DescriptorBudget>,
         unsynced: bool,
     ) -> FileEntry {
-        held.fetch_add(1, Ordering::Relaxed);
+        descriptors.count(true);
         FileEntry {
             key,
             id: *rw.id(),
@@ -150,7 +151,7 @@ impl FileEntry {
             rw: Mutex::new(Some(Arc::new(rw))),
             pinned: AtomicBool::new(pinned),
             used: AtomicU64::new(0),
-            held: held.clone(),
+            descriptors: descriptors.clone(),
             meta: Mutex::new(()),
             size: Mutex::new(()),
             unsynced: AtomicBool::new(unsynced),
@@ -168,7 +169,7 @@ impl FileEntry {
 impl Drop for FileEntry {
     fn drop(&mut self) {
         if self.rw.get_mut().is_some() {
-            self.held.fetch_sub(1, Ordering::Relaxed);
+            self.descriptors.count(false);
         }
     }
 }
@@ -315,13 +316,9 @@ pub(crate) struct Shared<D: DataPath> {
     backing_opts: BackingOptions,
     files: Mutex<HashMap<FileId, Arc<FileEntry>>>,
     keys: Mutex<HashMap<FileKey, Arc<FileEntry>>>,
-    /// Descriptors the entries hold (`FileEntry::rw`), and the most kept while idle.
-    held: Arc<AtomicUsize>,
-    budget: usize,
-    /// The clock of `FileEntry::used`.
-    tick: AtomicU64,
-    /// One thread lets go of descriptors at a time.
-    letting_go: Mutex<()>,
+    /// Descriptors the entries hold (`FileEntry::rw`), the most kept while idle, and the
+    /// clock of `FileEntry::used`.
+    descriptors: Arc<DescriptorBudget>,
     /// The backing root, open for `open_by_handle_at` (reopening a file by its name).
     root_fd: Option<File>,
     /// Whether this backing's handles open its files again (learnt from the first file
@@ -490,10 +487,7 @@ impl<D: DataPath> WritebackPath<D> {
             backing_opts,
             files: Mutex::new(HashMap::new()),
             keys: Mutex::new(HashMap::new()),
-            held: Arc::new(AtomicUsize::new(0)),
-            budget: open_files_budget(cfg.max_open_files),
-            tick: AtomicU64::new(0),
-            letting_go: Mutex::new(()),
+            descriptors: Arc::new(DescriptorBudget::new(open_files_budget(cfg.max_open_files))),
             root_fd: name::open_root(root).ok(),
             handles: std::sync::OnceLock::new(),
             cfg: cfg.clone(),
@@ -572,8 +566,8 @@ impl<D: DataPath> WritebackPath<D> {
             discarded_files: l(&c.discarded_files),
             discarded_blocks: l(&c.discarded_blocks),
             commit_fallbacks: l(&c.commit_fallbacks),
-            open_files: self.shared.held.load(Ordering::Relaxed) as u64,
-            max_open_files: self.shared.budget as u64,
+            open_files: self.shared.descriptors.held() as u64,
+            max_open_files: self.shared.descriptors.budget() as u64,
             reopens: l(&c.reopens),
             destage_fs_syncs: l(&c.destage_fs_syncs),
             recovered: self.shared.recovered.clone(),
@@ -862,8 +856,9 @@ impl<D: DataPath> Shared<D> {
         // Unsynced: the first fsync after the tier met the file goes to the backing store:
         // the file itself (a new inode, its size) becomes durable there, which recovery needs
         // to find it after a power cut. Later ones cost nothing.
-        let fe = FileEntry::new(FileKey(farcache_tier_key()), Arc::from(name.encode()), rw, pinned, &self.held, true);
-        fe.used.store(self.tick.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        let fe =
+            FileEntry::new(FileKey(farcache_tier_key()), Arc::from(name.encode()), rw, pinned, &self.descriptors, true);
+        fe.used.store(self.descriptors.now(), Ordering::Relaxed);
         let fe = Arc::new(fe);
         let fe = {
             let mut files = self.files.lock();
@@ -920,7 +915,7 @@ impl<D: DataPath> Shared<D> {
     /// inode freed). The caller holds the returned clone while it uses it: it is not let go
     /// of meanwhile.
     fn rw(&self, fe: &FileEntry, from: Option<&File>) -> io::Result<Option<Arc<BackingFile>>> {
-        fe.used.store(self.tick.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        fe.used.store(self.descriptors.now(), Ordering::Relaxed);
         if let Some(rw) = fe.held_rw() {
             return Ok(Some(rw));
         }
@@ -938,7 +933,7 @@ impl<D: DataPath> Shared<D> {
                 None => {
                     let rw = Arc::new(self.own_rw(fe.id, f));
                     *g = Some(rw.clone());
-                    fe.held.fetch_add(1, Ordering::Relaxed);
+                    fe.descriptors.count(true);
                     add(&self.counters.reopens, 1);
                     rw
                 }
@@ -981,30 +976,19 @@ impl<D: DataPath> Shared<D> {
     /// three quarters of it (a scan of the entries per quarter of the budget reopened), never
     /// of a pinned one nor of one in use (a write's merge or extension, a destage).
     fn let_go(&self) {
-        if self.held.load(Ordering::Relaxed) <= self.budget {
-            return;
-        }
-        let Some(_one) = self.letting_go.try_lock() else { return };
-        let target = self.budget - self.budget / 4;
-        let mut idle: Vec<(u64, Arc<FileEntry>)> = self
-            .keys
-            .lock()
-            .values()
-            .filter(|fe| !fe.pinned.load(Ordering::Relaxed))
-            .map(|fe| (fe.used.load(Ordering::Relaxed), fe.clone()))
-            .collect();
-        idle.sort_unstable_by_key(|(used, _)| *used);
-        for (_, fe) in idle {
-            if self.held.load(Ordering::Relaxed) <= target {
-                break;
-            }
+        let idle = || {
+            let keys = self.keys.lock();
+            let idle = keys.values().filter(|fe| !fe.pinned.load(Ordering::Relaxed));
+            idle.map(|fe| (fe.used.load(Ordering::Relaxed), fe.clone())).collect()
+        };
+        self.descriptors.let_go(idle, |fe: &Arc<FileEntry>| {
             let mut g = fe.rw.lock();
             // Pinned since (`forget`), or in use: kept.
             if !fe.pinned.load(Ordering::Relaxed) && g.as_ref().is_some_and(|rw| Arc::strong_count(rw) == 1) {
                 *g = None;
-                fe.held.fetch_sub(1, Ordering::Relaxed);
+                fe.descriptors.count(false);
             }
-        }
+        });
     }
 
     /// Keep `fe`'s descriptor from now on (the file was unlinked: it can be opened again only
@@ -1213,10 +1197,7 @@ fn open_files_budget(configured: u64) -> usize {
     if configured > 0 {
         return configured.min(1 << 20) as usize;
     }
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit writes the struct it is given.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur } else { 1024 };
-    (soft / 4).clamp(64, 65_536) as usize
+    crate::descriptors::share_of(crate::descriptors::limit())
 }
 
 fn reopen_rw(f: &File) -> io::Result<File> {
