@@ -79,6 +79,17 @@ fn a_mount_over_more_files_than_its_descriptor_limit_reopens_them_by_handle() {
             assert_eq!(std::fs::metadata(d.backing().join(format!("b/l{i}"))).unwrap().ino(), inos[i]);
         }
     }
+    // `farcache stats` shows the budget, what is held against it and the reopens.
+    let out = farcache_testkit::run_bin(bin(), &["stats", d.mnt().to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "farcache stats: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let f = |k: &str| v["fuse"][k].as_u64().unwrap_or_else(|| panic!("no fuse.{k} in {}", v["fuse"]));
+    assert_eq!(f("inode_fd_budget"), 64, "{}", v["fuse"]);
+    assert!(f("inode_fds") <= 64 && f("inode_reopens") >= 40 && f("inode_fds_released") > 0, "{}", v["fuse"]);
+    assert!(f("inodes") >= FILES as u64 / 2, "{}", v["fuse"]);
+    let text = farcache_testkit::run_bin(bin(), &["stats", d.mnt().to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("descriptors held (at most 64"), "{text}");
     // A takeover carries the known files over, whether their descriptors were held or not.
     let taken = MountProcess::try_takeover(bin(), &d.backing(), &d.mnt(), &["--no-remote"], &log.with_extension("2"))
         .unwrap_or_else(|e| panic!("{e}"));

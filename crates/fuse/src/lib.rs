@@ -358,12 +358,13 @@ impl Mount {
         let keeper = fs.keeper.clone();
         let why_not = transport::plan(cfg)?;
         let fc = fuser_config(&backing, cfg, root, why_not.is_none());
-        let ops = fs.ops.clone();
+        let (ops, inodes) = (fs.ops.clone(), fs.inodes.clone());
         let kernel_passthrough = fs.kernel_passthrough.clone();
         let session = fuser::Session::new(fs, &mountpoint, &fc)
             .map_err(|source| MountError::Mount { mountpoint: mountpoint.clone(), source })?;
         let transport = Transport::negotiated(cfg, why_not, session.uring_stats())?
             .with_ops(ops)
+            .with_inodes(inodes)
             .with_kernel_passthrough(kernel_passthrough);
         // Not stat(2): that would ask the file system, which serves nothing before `run`.
         let dev = mounted_dev(&mountpoint).ok_or_else(|| MountError::Mount {
@@ -443,10 +444,10 @@ impl Mount {
         let joined: Vec<String> = canon.iter().map(|b| b.display().to_string()).collect();
         let why_not = transport::plan(cfg)?;
         let fc = fuser_config(Path::new(&joined.join(":")), cfg, root, why_not.is_none());
-        let ops = fs.ops.clone();
+        let (ops, inodes) = (fs.ops.clone(), fs.inodes.clone());
         let session = fuser::Session::new(fs, &mountpoint, &fc)
             .map_err(|source| MountError::Mount { mountpoint: mountpoint.clone(), source })?;
-        let transport = Transport::negotiated(cfg, why_not, session.uring_stats())?.with_ops(ops);
+        let transport = Transport::negotiated(cfg, why_not, session.uring_stats())?.with_ops(ops).with_inodes(inodes);
         let dev = mounted_dev(&mountpoint).ok_or_else(|| MountError::Mount {
             mountpoint: mountpoint.clone(),
             source: io::Error::other("mounted, but not found in /proc/self/mountinfo"),
@@ -557,7 +558,7 @@ impl Mount {
         let acl = fc.acl;
         let main = sys::dup(h.fuse.as_fd())
             .map_err(|source| MountError::Session { mountpoint: mountpoint.clone(), source })?;
-        let ops = fs.ops.clone();
+        let (ops, inodes) = (fs.ops.clone(), fs.inodes.clone());
         let session = fuser::Session::from_initialized_fd(fs, main, acl, fc);
         if resend {
             if let Err(e) = sys::notify_resend(h.fuse.as_fd()) {
@@ -575,7 +576,9 @@ impl Mount {
             if resend { ", unanswered requests resent" } else { "" }
         );
         let mut m = Mount::serve(session, mountpoint, dev, cfg, h.workers, slot, h.keep, incarnation)?;
-        m.transport = Transport::read_loops(cfg, "a taken-over connection is served by read loops").with_ops(ops);
+        m.transport = Transport::read_loops(cfg, "a taken-over connection is served by read loops")
+            .with_ops(ops)
+            .with_inodes(inodes);
         m.union = handle;
         Ok(m)
     }

@@ -62,6 +62,8 @@ pub struct Transport {
     read_ahead: Option<Arc<crate::ReadAhead>>,
     /// `mount.kernel_passthrough`, when on.
     kernel_passthrough: Option<Arc<crate::KernelPassthrough>>,
+    /// The inode table: how many inodes it knows, and its descriptors when frugal.
+    inodes: Option<Arc<crate::inode::InodeTable>>,
 }
 
 /// What `farcache stats` shows of the transport (docs/METRICS.md, `fuse`).
@@ -104,6 +106,21 @@ pub struct TransportStats {
     pub passthrough_opens: u64,
     #[serde(default)]
     pub passthrough_files: u64,
+    /// Inodes the mount knows now (the kernel has looked them up and not forgotten them).
+    #[serde(default)]
+    pub inodes: u64,
+    /// Where RLIMIT_NOFILE is below `mount.max_inodes` (CONFIGURATION.md): the inode table
+    /// holds descriptors for at most `inode_fd_budget` inodes (0: a descriptor per inode, no
+    /// budget), holds `inode_fds` now, and reopened `inode_reopens` by file handle after
+    /// letting go of `inode_fds_released` since start.
+    #[serde(default)]
+    pub inode_fds: u64,
+    #[serde(default)]
+    pub inode_fd_budget: u64,
+    #[serde(default)]
+    pub inode_reopens: u64,
+    #[serde(default)]
+    pub inode_fds_released: u64,
 }
 
 impl Transport {
@@ -115,6 +132,7 @@ impl Transport {
             ops: Arc::default(),
             read_ahead: None,
             kernel_passthrough: None,
+            inodes: None,
         }
     }
 
@@ -156,6 +174,12 @@ impl Transport {
         self
     }
 
+    /// The mount's inode table, for the stats.
+    pub(crate) fn with_inodes(mut self, inodes: Arc<crate::inode::InodeTable>) -> Transport {
+        self.inodes = Some(inodes);
+        self
+    }
+
     /// The counters the mount's file system counts its requests in.
     pub(crate) fn with_ops(mut self, ops: Arc<OpCounts>) -> Transport {
         self.ops = ops;
@@ -194,6 +218,13 @@ impl Transport {
             t.read_ahead_kb = r.current_kb().unwrap_or(0);
             t.read_ahead_wanted_kb = r.wanted_kb();
             t.read_ahead_problem = r.problem();
+        }
+        if let Some(i) = &self.inodes {
+            t.inodes = i.len() as u64;
+            if let Some(d) = i.descriptor_stats() {
+                (t.inode_fds, t.inode_fd_budget, t.inode_reopens, t.inode_fds_released) =
+                    (d.held, d.budget, d.reopened, d.released);
+            }
         }
         if let Some(k) = &self.kernel_passthrough {
             let c = k.counts();

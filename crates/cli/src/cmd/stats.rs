@@ -336,6 +336,16 @@ fn render_mount(s: &MountStats) -> String {
             }
         );
     }
+    if f.inode_fd_budget > 0 {
+        let _ = writeln!(
+            out,
+            "inodes     {} known; {} descriptors held (at most {}: RLIMIT_NOFILE is below mount.max_inodes), {} reopened by \
+             file handle, {} let go of",
+            f.inodes, f.inode_fds, f.inode_fd_budget, f.inode_reopens, f.inode_fds_released
+        );
+    } else if f.inodes > 0 {
+        let _ = writeln!(out, "inodes     {} known, a descriptor each", f.inodes);
+    }
     let mut ops: Vec<(&String, &u64)> = f.ops.iter().filter(|(_, n)| **n > 0).collect();
     if !ops.is_empty() {
         ops.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
@@ -430,11 +440,12 @@ fn render_mount(s: &MountStats) -> String {
         );
         let _ = writeln!(
             out,
-            "           destaged {} blocks ({}) in {} rounds ({} batches at full depth, the mount idle), {} blocks of {} deleted files never written; {} errors{}",
+            "           destaged {} blocks ({}) in {} rounds ({} batches at full depth, the mount idle; {} file-system syncs), {} blocks of {} deleted files never written; {} errors{}",
             t.destaged_blocks,
             ByteSize(t.destaged_bytes).approx(),
             t.destage_rounds,
             t.destage_batches_deep,
+            t.destage_fs_syncs,
             t.discarded_blocks,
             t.discarded_files,
             t.destage_errors,
@@ -507,6 +518,11 @@ mod tests {
                 ops: [("getattr".to_string(), 3), ("write".to_string(), 5), ("lseek".to_string(), 0)]
                     .into_iter()
                     .collect(),
+                inodes: 30_000,
+                inode_fds: 4_000,
+                inode_fd_budget: 5_000,
+                inode_reopens: 12,
+                inode_fds_released: 26_000,
                 ..Default::default()
             },
             memory: DaemonMemory { rss_bytes: 40 << 20, anon_bytes: 30 << 20, lazyfree_bytes: 8 << 20 },
@@ -523,6 +539,8 @@ mod tests {
             "fallbacks",
             "read loops (mount.fuse_uring = auto): FUSE-over-io_uring is off",
             "fuse ops   write 5, getattr 3\n",
+            "inodes     30000 known; 4000 descriptors held (at most 5000",
+            "12 reopened by file handle, 26000 let go of",
             "memory     daemon RSS 40.0 MiB, anon 30.0 MiB (8.0 MiB of it lazily freed)",
         ] {
             assert!(t.contains(want), "no {want:?} in\n{t}");
@@ -544,6 +562,7 @@ mod tests {
         t.log.durability = "survives the daemon, not a power cut".into();
         t.log.dirty_bytes = 8192;
         t.destage_errors = 2;
+        t.destage_fs_syncs = 7;
         t.last_destage_error = Some("x: No space left on device".into());
         with_tier.cache.tier = Some(t);
         let r = render_mount(&with_tier);
@@ -551,6 +570,7 @@ mod tests {
             "write-back /dev/shm/t (dram: survives the daemon, not a power cut)",
             "8.00 KiB dirty",
             "2 errors, last: x: No space",
+            "7 file-system syncs",
         ] {
             assert!(r.contains(want), "no {want:?} in\n{r}");
         }

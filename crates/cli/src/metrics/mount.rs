@@ -132,9 +132,13 @@ impl Collector for Snapshot {
             (TIER_DESTAGE_DEEP, t.destage_batches_deep),
             (TIER_DESTAGED_BLOCKS, t.destaged_blocks),
             (TIER_DESTAGED_BYTES, t.destaged_bytes),
+            (TIER_DESTAGE_FS_SYNCS, t.destage_fs_syncs),
             (TIER_DISCARDED_BLOCKS, t.discarded_blocks),
             (TIER_DESTAGE_ERRORS, t.destage_errors),
             (TIER_DESTAGE_STALLS, t.destage_stalls),
+            (TIER_OPEN_FILES, t.open_files),
+            (TIER_MAX_OPEN_FILES, t.max_open_files),
+            (TIER_REOPENS, t.reopens),
         ] {
             o.value(m, v)?;
         }
@@ -143,6 +147,10 @@ impl Collector for Snapshot {
             (FUSE_RING_REQUESTS, s.fuse.ring_requests),
             (FUSE_RING_COMMIT_ERRORS, s.fuse.ring_commit_errors),
             (FUSE_READ_AHEAD, s.fuse.read_ahead_kb * 1024),
+            (FUSE_INODES, s.fuse.inodes),
+            (FUSE_INODE_FDS, s.fuse.inode_fds),
+            (FUSE_INODE_FD_BUDGET, s.fuse.inode_fd_budget),
+            (FUSE_INODE_REOPENS, s.fuse.inode_reopens),
         ] {
             o.value(m, v)?;
         }

@@ -171,6 +171,10 @@ metrics! { MOUNT:
     TIER_DESTAGE_DEEP = "farcache_mount_tier_destage_batches_deep", Counter, "Destage batches written all at once because the mount was idle (else four writes at a time)";
     TIER_DESTAGED_BLOCKS = "farcache_mount_tier_destaged_blocks", Counter, "Blocks written back to the backing store";
     TIER_DESTAGED_BYTES = "farcache_mount_tier_destaged_bytes", Counter, "Bytes written back to the backing store";
+    TIER_DESTAGE_FS_SYNCS = "farcache_mount_tier_destage_fs_syncs", Counter, "Syncs of the backing file system that made a destage batch of several files durable at once";
+    TIER_OPEN_FILES = "farcache_mount_tier_open_files", Gauge, "Backing files the write-back tier holds a descriptor of now";
+    TIER_MAX_OPEN_FILES = "farcache_mount_tier_max_open_files", Gauge, "The most backing-file descriptors the tier keeps while idle (tier.max_open_files)";
+    TIER_REOPENS = "farcache_mount_tier_reopens", Counter, "Backing files the tier opened again after letting go of their descriptors";
     TIER_DISCARDED_BLOCKS = "farcache_mount_tier_discarded_blocks", Counter, "Dirty blocks of deleted files dropped instead of written back";
     TIER_DESTAGE_ERRORS = "farcache_mount_tier_destage_errors", Counter, "Destage rounds that failed (data kept dirty, retried with back-off)";
     TIER_DESTAGE_STALLS = "farcache_mount_tier_destage_stalls", Counter, "Destage rounds that waited on the backing store past tier.stall_warning";
@@ -194,6 +198,10 @@ metrics! { MOUNT:
     UNION_COPY_YIELD_WAIT_MS = "farcache_mount_union_copy_yield_wait_milliseconds", Counter, "Milliseconds copies of moves waited for the applications' I/O";
     UNION_COPY_LENDER_YIELDS = "farcache_mount_union_copy_lender_yields", Counter, "Waits of copies of moves before fetching from the lenders again (the applications' lender reads share the link)";
     UNION_COPY_LENDER_YIELD_WAIT_MS = "farcache_mount_union_copy_lender_yield_wait_milliseconds", Counter, "Milliseconds copies of moves waited before fetching from the lenders again";
+    FUSE_INODES = "farcache_mount_inodes", Gauge, "Inodes the mount knows now (looked up by the kernel and not forgotten)";
+    FUSE_INODE_FDS = "farcache_mount_inode_fds", Gauge, "Descriptors the inode table holds now, where RLIMIT_NOFILE is below mount.max_inodes (0 otherwise)";
+    FUSE_INODE_FD_BUDGET = "farcache_mount_inode_fd_budget", Gauge, "The most descriptors the inode table holds (a quarter of RLIMIT_NOFILE), 0 when it holds one per inode";
+    FUSE_INODE_REOPENS = "farcache_mount_inode_reopens", Counter, "Inodes reopened by file handle after their descriptors were let go of";
     FUSE_READ_AHEAD = "farcache_mount_read_ahead_bytes", Gauge, "The kernel's readahead window for the mount now (its bdi's read_ahead_kb; mount.read_ahead), 0 where it cannot be read";
     FUSE_RING_ACTIVE = "farcache_mount_fuse_ring_active", Gauge, "1 while FUSE-over-io_uring serves the mount's requests, 0 with /dev/fuse read loops";
     FUSE_RING_REQUESTS = "farcache_mount_fuse_ring_requests", Counter, "Requests received and answered over FUSE-over-io_uring";
