@@ -2,6 +2,7 @@
 //! counters: from `farcache stats MNT --json` when that command works (the mount's control
 //! socket), else from the one-line summary the daemon logs when it exits.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -169,6 +170,16 @@ impl MountDaemon {
         got.map(|v| (from_stats_json(&v), v))
     }
 
+    /// The FUSE requests the mount received so far, by opcode (`fuse.ops` of `farcache stats
+    /// --json`; empty when the stats do not answer or a daemon predates the counters).
+    pub fn fuse_ops(&mut self) -> BTreeMap<String, u64> {
+        let Some((_, v)) = self.stats_now() else { return BTreeMap::new() };
+        v["fuse"]["ops"]
+            .as_object()
+            .map(|o| o.iter().filter_map(|(k, n)| Some((k.clone(), n.as_u64()?))).collect())
+            .unwrap_or_default()
+    }
+
     /// Unmount (SIGTERM; the daemon unmounts and exits) and the exit summary from its log.
     pub fn stop(&mut self) -> Option<MountCounters> {
         let clean = self.child.stop().is_some();
@@ -197,6 +208,16 @@ impl Drop for MountDaemon {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The requests of each opcode between two [`MountDaemon::fuse_ops`] readings (opcodes with
+/// none left out).
+pub fn ops_since(after: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(op, n)| (op.clone(), n.saturating_sub(before.get(op).copied().unwrap_or(0))))
+        .filter(|(_, n)| *n > 0)
+        .collect()
 }
 
 /// The number right before `phrase` in `line` ("12 hits" → 12 for " hits").
@@ -312,6 +333,16 @@ mod tests {
         assert!(from_exit_log("INFO backing I/O: nothing").is_none());
         let passthrough = "INFO backing I/O: 7 direct and 2 buffered reads (1 bytes), 0 writes (0 bytes)";
         assert_eq!(from_exit_log(passthrough).unwrap().backing_reads, Some(9));
+    }
+
+    #[test]
+    fn requests_between_two_readings_leave_out_the_opcodes_with_none() {
+        let m = |v: &[(&str, u64)]| v.iter().map(|(k, n)| (k.to_string(), *n)).collect::<BTreeMap<_, _>>();
+        let before = m(&[("read", 10), ("write", 5), ("fsync", 2)]);
+        let after = m(&[("read", 25), ("write", 5), ("fsync", 3), ("getattr", 4)]);
+        assert_eq!(ops_since(&after, &before), m(&[("read", 15), ("fsync", 1), ("getattr", 4)]));
+        // A daemon that restarted (counters from zero) gives no negative counts.
+        assert_eq!(ops_since(&m(&[("read", 3)]), &before), BTreeMap::new());
     }
 
     #[test]

@@ -548,7 +548,7 @@ fn run_config(
         let l0 = if addrs.is_empty() { LenderTotals::default() } else { lender_totals(&addrs)? };
         let c0 = probe.sample();
         let th0 = probe.daemon.map(thread_cpu_ms).unwrap_or_default();
-        let ops0 = mount.as_mut().map(fuse_ops).unwrap_or_default();
+        let ops0 = mount.as_mut().map(MountDaemon::fuse_ops).unwrap_or_default();
         let oom0 = oom_kills(&mem).unwrap_or(0);
         let mut args = go_tpc_args(&tb_ref.dir.join("sock"), "run", setup.warehouses);
         let secs = o.oltp_secs.to_string();
@@ -563,12 +563,8 @@ fn run_config(
         rec.cpu = probe.sample().since(&c0);
         let th1 = probe.daemon.map(thread_cpu_ms).unwrap_or_default();
         rec.daemon_threads_ms = thread_groups_since(&th0, &th1, rec.cpu.daemon_ms);
-        let ops1 = mount.as_mut().map(fuse_ops).unwrap_or_default();
-        rec.fuse_ops = ops1
-            .iter()
-            .map(|(op, n)| (op.clone(), n.saturating_sub(ops0.get(op).copied().unwrap_or(0))))
-            .filter(|(_, n)| *n > 0)
-            .collect();
+        let ops1 = mount.as_mut().map(MountDaemon::fuse_ops).unwrap_or_default();
+        rec.fuse_ops = super::mount::ops_since(&ops1, &ops0);
         rec.disk = tb_ref.disk_stat().since(&d0);
         for w in rec.disk.warnings(&tag, rec.secs) {
             note!("{w}");
@@ -895,16 +891,6 @@ pub fn render(s: &mut String, r: &PaperReport) {
         );
     }
     let _ = writeln!(s);
-}
-
-/// The mount's FUSE requests by opcode so far (`fuse.ops` of `farcache stats --json`; empty
-/// when the stats do not answer or a daemon predates the counters).
-fn fuse_ops(m: &mut MountDaemon) -> BTreeMap<String, u64> {
-    let Some((_, v)) = m.stats_now() else { return BTreeMap::new() };
-    v["fuse"]["ops"]
-        .as_object()
-        .map(|o| o.iter().filter_map(|(k, n)| Some((k.clone(), n.as_u64()?))).collect())
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -75,6 +75,10 @@ pub struct PgRecord {
     /// [`super::counters::thread_groups_since`]): which of its threads a difference is in.
     #[serde(default)]
     pub daemon_threads_ms: std::collections::BTreeMap<String, f64>,
+    /// FUSE requests the mount received during the run, by opcode (`fuse.ops`; empty without
+    /// a mount): per transaction, which round trips a configuration adds.
+    #[serde(default)]
+    pub fuse_ops: std::collections::BTreeMap<String, u64>,
     pub error: Option<String>,
 }
 
@@ -96,6 +100,7 @@ impl PgRecord {
             cached_pages_at_start: 0,
             cpu: CpuTime::default(),
             daemon_threads_ms: Default::default(),
+            fuse_ops: Default::default(),
             error: Some(error),
         }
     }
@@ -407,6 +412,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
             let l0 = if addrs.is_empty() { LenderTotals::default() } else { lender_totals(&addrs)? };
             let c0 = probe.sample();
             let t0 = probe.daemon.map(thread_cpu_ms).unwrap_or_default();
+            let ops0 = mount.as_mut().map(MountDaemon::fuse_ops).unwrap_or_default();
             let secs = o.pgbench_secs.to_string();
             let (c, j) = (clients.to_string(), clients.min(2).to_string());
             let mut args = vec!["-n", "-c", &c, "-j", &j, "-T", &secs];
@@ -419,6 +425,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
             let cpu_used = probe.sample().since(&c0);
             let t1 = probe.daemon.map(thread_cpu_ms).unwrap_or_default();
             let l1 = if addrs.is_empty() { LenderTotals::default() } else { lender_totals(&addrs)? };
+            let ops1 = mount.as_mut().map(MountDaemon::fuse_ops).unwrap_or_default();
             let mut rec = PgRecord {
                 config: cfg,
                 mode,
@@ -434,6 +441,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
                 cached_pages_at_start: cached_at_start,
                 cpu: cpu_used,
                 daemon_threads_ms: thread_groups_since(&t0, &t1, cpu_used.daemon_ms),
+                fuse_ops: super::mount::ops_since(&ops1, &ops0),
                 error: None,
             };
             match res.map(|s| parse_pgbench(&s).ok_or(s)) {

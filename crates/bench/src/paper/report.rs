@@ -1094,6 +1094,7 @@ fn render_pgbench(s: &mut String, r: &PaperReport) {
     }
     let _ = writeln!(s);
     render_pgbench_cpu(s, r);
+    render_pgbench_fuse(s, r);
 }
 
 /// CPU time per transaction, by who spent it: on two shared cores a CPU-bound run's rate is
@@ -1153,6 +1154,54 @@ fn render_pgbench_cpu(s: &mut String, r: &PaperReport) {
                     .map(|g| per_tx(x.daemon_threads_ms.get(*g).copied().unwrap_or(0.0), x.transactions))
                     .collect();
                 let _ = writeln!(s, "| {} | {c} | {} | {} |", mode.name(), x.config.name(), cells.join(" | "));
+            }
+        }
+    }
+    let _ = writeln!(s);
+}
+
+/// FUSE requests per transaction, by opcode (the six most frequent over the runs shown, the
+/// rest together): where a configuration's extra CPU per transaction comes from more round
+/// trips rather than dearer ones.
+fn render_pgbench_fuse(s: &mut String, r: &PaperReport) {
+    let runs: Vec<&PgRecord> =
+        r.pgbench.iter().filter(|x| x.error.is_none() && x.transactions > 0 && !x.fuse_ops.is_empty()).collect();
+    if runs.is_empty() {
+        return;
+    }
+    let mut totals: std::collections::BTreeMap<&str, u64> = Default::default();
+    for x in &runs {
+        for (op, n) in &x.fuse_ops {
+            *totals.entry(op.as_str()).or_default() += n;
+        }
+    }
+    let mut ops: Vec<(&str, u64)> = totals.into_iter().collect();
+    ops.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let shown: Vec<&str> = ops.iter().take(6).map(|(op, _)| *op).collect();
+    let _ = writeln!(
+        s,
+        "FUSE requests per transaction that reached the daemon (`fuse.ops`), by opcode.\n\n\
+         | workload | clients | configuration | all | {} | others |\n|---|---:|---|---:|{}---:|",
+        shown.iter().map(|op| format!("`{op}`")).collect::<Vec<_>>().join(" | "),
+        "---:|".repeat(shown.len())
+    );
+    let per_tx = |n: u64, tx: u64| format!("{:.2}", n as f64 / tx as f64);
+    for mode in [PgMode::SelectOnly, PgMode::TpcB] {
+        for &c in &r.options.pgbench_clients {
+            for x in runs.iter().filter(|x| x.mode == mode && x.clients == c) {
+                let all: u64 = x.fuse_ops.values().sum();
+                let cells: Vec<String> =
+                    shown.iter().map(|op| per_tx(x.fuse_ops.get(*op).copied().unwrap_or(0), x.transactions)).collect();
+                let others = all - shown.iter().map(|op| x.fuse_ops.get(*op).copied().unwrap_or(0)).sum::<u64>();
+                let _ = writeln!(
+                    s,
+                    "| {} | {c} | {} | {} | {} | {} |",
+                    mode.name(),
+                    x.config.name(),
+                    per_tx(all, x.transactions),
+                    cells.join(" | "),
+                    per_tx(others, x.transactions)
+                );
             }
         }
     }
@@ -1465,6 +1514,43 @@ mod tests {
             assert!(d.contains("idle for"), "{d}");
             println!("{d}");
         }
+    }
+
+    #[test]
+    fn fuse_requests_per_transaction_by_opcode() {
+        let mut o = PaperOptions::quick("farcache".into());
+        o.pgbench_clients = vec![4];
+        let mut r = PaperReport::new(&o);
+        let rec = |cfg, ops: &[(&str, u64)]| {
+            let mut x = PgRecord::failed(cfg, String::new());
+            (x.error, x.mode, x.clients, x.transactions, x.tps) = (None, PgMode::TpcB, 4, 1000, 100.0);
+            x.fuse_ops = ops.iter().map(|(k, n)| (k.to_string(), *n)).collect();
+            x
+        };
+        r.pgbench.push(rec(
+            ConfigKind::Passthrough,
+            &[
+                ("read", 1200),
+                ("write", 3000),
+                ("fsync", 1000),
+                ("getattr", 10),
+                ("lseek", 5),
+                ("open", 3),
+                ("flush", 2),
+            ],
+        ));
+        r.pgbench.push(rec(ConfigKind::Farcache, &[("read", 1500), ("write", 3000), ("fsync", 1000)]));
+        // A run without the counters (a daemon that predates them) is left out, not shown as 0.
+        r.pgbench.push(rec(ConfigKind::Native, &[]));
+        let mut s = String::new();
+        render_pgbench_fuse(&mut s, &r);
+        assert!(s.contains("| all | `write` | `read` | `fsync` | `getattr` | `lseek` | `open` | others |"), "{s}");
+        assert!(
+            s.contains("| tpc-b | 4 | passthrough | 5.22 | 3.00 | 1.20 | 1.00 | 0.01 | 0.01 | 0.00 | 0.00 |"),
+            "{s}"
+        );
+        assert!(s.contains("| tpc-b | 4 | farcache | 5.50 | 3.00 | 1.50 | 1.00 | 0.00 | 0.00 | 0.00 | 0.00 |"), "{s}");
+        assert!(!s.contains("native"), "{s}");
     }
 
     #[test]
