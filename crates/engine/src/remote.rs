@@ -254,6 +254,9 @@ pub struct RemoteCounters {
     pub puts: AtomicU64,
     pub puts_dropped: AtomicU64,
     pub puts_failed: AtomicU64,
+    /// PUT requests that failed or went unanswered within their timeout (each gives up the
+    /// rest of its batch): about one timeout each, [`PUT_REQUESTS_IN_FLIGHT`] at a time.
+    pub put_requests_failed: AtomicU64,
     pub bytes_to_servers: AtomicU64,
     pub invalidations: AtomicU64,
     pub invalidations_dropped: AtomicU64,
@@ -285,6 +288,8 @@ pub struct RemoteCountersSnapshot {
     pub puts: u64,
     pub puts_dropped: u64,
     pub puts_failed: u64,
+    #[serde(default)]
+    pub put_requests_failed: u64,
     pub bytes_to_servers: u64,
     pub invalidations: u64,
     pub invalidations_dropped: u64,
@@ -319,6 +324,7 @@ impl RemoteCounters {
             puts: l(&self.puts),
             puts_dropped: l(&self.puts_dropped),
             puts_failed: l(&self.puts_failed),
+            put_requests_failed: l(&self.put_requests_failed),
             bytes_to_servers: l(&self.bytes_to_servers),
             invalidations: l(&self.invalidations),
             invalidations_dropped: l(&self.invalidations_dropped),
@@ -965,6 +971,7 @@ async fn flush_outbox(
                     // that times out or fails gives up the rest of the batch, so a stalled
                     // lender holds it about one timeout.
                     let (client, slots, gave_up) = (&client, &lender.put_slots, &AtomicBool::new(false));
+                    let failed_requests = &counters.put_requests_failed;
                     let parts = join_all(entries.chunks(PUT_REQUEST_BLOCKS).map(|part| async move {
                         let _slot = slots.acquire().await.ok()?;
                         if gave_up.load(Ordering::Relaxed) {
@@ -973,6 +980,7 @@ async fn flush_outbox(
                         let stored = tokio::time::timeout(timeout, client.put(part)).await.ok().and_then(|r| r.ok());
                         if stored.is_none() {
                             gave_up.store(true, Ordering::Relaxed);
+                            add(failed_requests, 1);
                         }
                         stored
                     }))

@@ -167,6 +167,7 @@ fn stats_count_a_known_sequence_exactly() {
             puts: 13,
             puts_dropped: 0,
             puts_failed: 0,
+            put_requests_failed: 0,
             bytes_to_servers: 13 * 4096,
             invalidations: 1,
             invalidations_dropped: 0,
