@@ -5,8 +5,10 @@ text saved beside this script (session 37).
 Each directory holds, per configuration C (passthrough, farcache): comm-C.txt, dso-C.txt and
 sym-C.txt, the outputs of
     perf report -i perf-C.data --no-children --sort {comm,dso,sym} --stdio -g none
-of `perf record -F 1999 -g -p <daemon> -- sleep 20` taken during the TPC-B run (watch.sh), and
-bench.log, whose "[pgbench C tpc-b N clients] T tps" lines give the rate. A sample is 1/1999 s
+of `perf record -F 1999 -g -p <daemon> -- sleep 20` taken during the TPC-B run (../watch.sh);
+samples.txt, the samples of each (passthrough's, then farcache's: `perf script -i perf-C.data |
+grep -c cpu-clock`); and bench.log, the harness's log, whose "[pgbench C tpc-b N clients] T tps"
+lines give the rate. A sample is 1/1999 s
 of one CPU; per transaction = samples x (1e6/1999) us / (tps x 20 s).
 
     python3 bench/results/tpcb-profile-s37/per-tx.py
@@ -21,7 +23,7 @@ CONFIGS = ("passthrough", "farcache")
 
 
 def samples(d: pathlib.Path, c: str) -> int:
-    """Samples perf recorded (samples.txt: passthrough's, then farcache's; from `perf script | wc -l`)."""
+    """Samples perf recorded (samples.txt)."""
     return int((d / "samples.txt").read_text().split()[CONFIGS.index(c)])
 
 
@@ -53,7 +55,7 @@ def table(d: pathlib.Path, kind: str, user_only: bool = False, top: int = 0) -> 
         per[c] = acc
     keys = set(per["passthrough"]) | set(per["farcache"])
     diff = lambda k: per["farcache"].get(k, 0) - per["passthrough"].get(k, 0)  # noqa: E731
-    keys = sorted(keys, key=lambda k: -diff(k))
+    keys = sorted(keys, key=lambda k: (-round(diff(k), 6), k))
     if top:
         keys = keys[:top]
     print(f"\n| {kind}{' (user space)' if user_only else ''} | passthrough | farcache | difference |")

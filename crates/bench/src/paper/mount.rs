@@ -173,11 +173,7 @@ impl MountDaemon {
     /// The FUSE requests the mount received so far, by opcode (`fuse.ops` of `farcache stats
     /// --json`; empty when the stats do not answer or a daemon predates the counters).
     pub fn fuse_ops(&mut self) -> BTreeMap<String, u64> {
-        let Some((_, v)) = self.stats_now() else { return BTreeMap::new() };
-        v["fuse"]["ops"]
-            .as_object()
-            .map(|o| o.iter().filter_map(|(k, n)| Some((k.clone(), n.as_u64()?))).collect())
-            .unwrap_or_default()
+        self.stats_now().map(|(_, v)| fuse_ops_of(&v)).unwrap_or_default()
     }
 
     /// Unmount (SIGTERM; the daemon unmounts and exits) and the exit summary from its log.
@@ -208,6 +204,14 @@ impl Drop for MountDaemon {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The FUSE requests by opcode in a stats document (`fuse.ops`; empty if it has none).
+pub fn fuse_ops_of(v: &Value) -> BTreeMap<String, u64> {
+    v["fuse"]["ops"]
+        .as_object()
+        .map(|o| o.iter().filter_map(|(k, n)| Some((k.clone(), n.as_u64()?))).collect())
+        .unwrap_or_default()
 }
 
 /// The requests of each opcode between two [`MountDaemon::fuse_ops`] readings (opcodes with

@@ -425,7 +425,9 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
             let cpu_used = probe.sample().since(&c0);
             let t1 = probe.daemon.map(thread_cpu_ms).unwrap_or_default();
             let l1 = if addrs.is_empty() { LenderTotals::default() } else { lender_totals(&addrs)? };
-            let ops1 = mount.as_mut().map(MountDaemon::fuse_ops).unwrap_or_default();
+            // One reading after the run: the counters and the requests.
+            let after = mount.as_mut().and_then(|m| m.stats_now());
+            let ops1 = after.as_ref().map(|(_, v)| super::mount::fuse_ops_of(v)).unwrap_or_default();
             let mut rec = PgRecord {
                 config: cfg,
                 mode,
@@ -437,7 +439,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
                 failed: 0,
                 disk: tb_ref.disk_stat().since(&d0),
                 lenders: l1.since(&l0),
-                mount: mount.as_mut().and_then(|m| m.stats_now()).map(|(c, _)| c),
+                mount: after.map(|(c, _)| c),
                 cached_pages_at_start: cached_at_start,
                 cpu: cpu_used,
                 daemon_threads_ms: thread_groups_since(&t0, &t1, cpu_used.daemon_ms),

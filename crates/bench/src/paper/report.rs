@@ -1190,9 +1190,9 @@ fn render_pgbench_fuse(s: &mut String, r: &PaperReport) {
         for &c in &r.options.pgbench_clients {
             for x in runs.iter().filter(|x| x.mode == mode && x.clients == c) {
                 let all: u64 = x.fuse_ops.values().sum();
-                let cells: Vec<String> =
-                    shown.iter().map(|op| per_tx(x.fuse_ops.get(*op).copied().unwrap_or(0), x.transactions)).collect();
-                let others = all - shown.iter().map(|op| x.fuse_ops.get(*op).copied().unwrap_or(0)).sum::<u64>();
+                let counts: Vec<u64> = shown.iter().map(|op| x.fuse_ops.get(*op).copied().unwrap_or(0)).collect();
+                let cells: Vec<String> = counts.iter().map(|&n| per_tx(n, x.transactions)).collect();
+                let others = all - counts.iter().sum::<u64>();
                 let _ = writeln!(
                     s,
                     "| {} | {c} | {} | {} | {} | {} |",
