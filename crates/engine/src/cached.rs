@@ -39,6 +39,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
+
+use crate::aligned::AlignedBuf;
 use farcache_policy::route::Route;
 use serde::{Deserialize, Serialize};
 
@@ -579,11 +581,12 @@ impl<D: DataPath> DataPath for CachedPath<D> {
                 let v = values.pop().flatten().expect("every block fetched");
                 return Ok(v.slice(skip..skip + len));
             }
-            let mut buf = BytesMut::with_capacity(values.len() * BLOCK_BYTES as usize);
+            // From the pool of read buffers (a large one), like a disk read's.
+            let mut buf = AlignedBuf::with_capacity(values.len() * BLOCK_BYTES as usize, 16);
             for v in values.into_iter().flatten() {
                 buf.extend_from_slice(&v);
             }
-            return Ok(buf.freeze().slice(skip..skip + len));
+            return Ok(Bytes::from_owner(buf).slice(skip..skip + len));
         }
         if early.is_none() && span_of(missed.iter().copied()) == Some((0, keys.len() - 1)) {
             // The lenders lost the first and the last block: the whole range from the disk.
@@ -614,7 +617,7 @@ impl<D: DataPath> DataPath for CachedPath<D> {
             add(&self.counters.partial_remote_blocks, (keys.len() - from_disk) as u64);
             add(&self.counters.partial_disk_blocks, from_disk as u64);
         }
-        let mut buf = BytesMut::with_capacity(keys.len() * BLOCK_BYTES as usize);
+        let mut buf = AlignedBuf::with_capacity(keys.len() * BLOCK_BYTES as usize, 16);
         let b = BLOCK_BYTES as usize;
         for (i, v) in values.iter().enumerate() {
             let Some((lo, _, data)) = parts.iter().find(|(lo, hi, _)| (*lo..=*hi).contains(&i)) else {
@@ -631,7 +634,7 @@ impl<D: DataPath> DataPath for CachedPath<D> {
                 break; // the file ends inside this block
             }
         }
-        let buf = buf.freeze();
+        let buf = Bytes::from_owner(buf);
         Ok(if buf.len() <= skip { Bytes::new() } else { buf.slice(skip..buf.len().min(skip + len)) })
     }
 

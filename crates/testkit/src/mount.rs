@@ -278,8 +278,9 @@ impl Drop for MountProcess {
     }
 }
 
-/// 4 KiB reads with `O_DIRECT` through a mount, into an aligned buffer: every read reaches
-/// the daemon (none is answered by the local page cache). Any I/O error fails the test.
+/// Reads with `O_DIRECT` through a mount (4 KiB ones, or up to the capacity it was opened
+/// with), into an aligned buffer: every read reaches the daemon (none is answered by the local
+/// page cache). Any I/O error fails the test.
 pub struct DirectReader {
     file: File,
     buf: Vec<u8>,
@@ -288,21 +289,33 @@ pub struct DirectReader {
 
 impl DirectReader {
     pub fn open(p: &Path) -> DirectReader {
+        DirectReader::with_capacity(p, 4096)
+    }
+
+    /// For reads of up to `capacity` bytes (a multiple of 4 KiB).
+    pub fn with_capacity(p: &Path, capacity: usize) -> DirectReader {
         use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_DIRECT)
             .open(p)
             .unwrap_or_else(|e| panic!("open {} with O_DIRECT: {e}", p.display()));
-        let buf = vec![0u8; 8192];
+        assert!(capacity > 0 && capacity.is_multiple_of(4096), "a direct read's buffer is whole 4 KiB blocks");
+        let buf = vec![0u8; capacity + 4096];
         let off = buf.as_ptr().align_offset(4096);
         DirectReader { file, buf, off }
     }
 
     /// The 4 KiB at `offset` (fewer at the end of the file).
     pub fn read(&mut self, offset: u64) -> &[u8] {
+        self.read_len(offset, 4096)
+    }
+
+    /// The `len` bytes at `offset` (fewer at the end of the file); `len` a multiple of 4 KiB
+    /// up to the capacity.
+    pub fn read_len(&mut self, offset: u64, len: usize) -> &[u8] {
         use std::os::unix::fs::FileExt;
-        let b = &mut self.buf[self.off..self.off + 4096];
+        let b = &mut self.buf[self.off..self.off + len];
         let n = self.file.read_at(b, offset).unwrap_or_else(|e| panic!("read at {offset} through the mount: {e}"));
         &b[..n]
     }

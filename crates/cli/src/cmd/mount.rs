@@ -192,6 +192,7 @@ pub struct MountStats {
 /// The daemon's resident memory, from `/proc/self/status` and `/proc/self/smaps_rollup` at
 /// the time of the stats request.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct DaemonMemory {
     /// Resident set (`VmRSS`).
     pub rss_bytes: u64,
@@ -201,6 +202,15 @@ pub struct DaemonMemory {
     /// request buffers' pages above 64 KiB after a large request. The kernel takes them
     /// back first under memory pressure.
     pub lazyfree_bytes: u64,
+    /// Disk-read buffers of 64 KiB to 2 MiB (by size class), from the pool every thread
+    /// shares: held by reads and fills in flight now, idle in the pool now, the most it keeps
+    /// idle; buffers reused from it, newly mapped, and unmapped because it was full.
+    pub io_buffers_bytes: u64,
+    pub io_buffers_idle_bytes: u64,
+    pub io_buffers_idle_max_bytes: u64,
+    pub io_buffers_reused: u64,
+    pub io_buffers_mapped: u64,
+    pub io_buffers_unmapped: u64,
 }
 
 impl DaemonMemory {
@@ -213,10 +223,17 @@ impl DaemonMemory {
         }
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
+        let io = farcache_engine::io_buffers();
         DaemonMemory {
             rss_bytes: kib(&status, "VmRSS:"),
             anon_bytes: kib(&status, "RssAnon:"),
             lazyfree_bytes: kib(&rollup, "LazyFree:"),
+            io_buffers_bytes: io.in_use_bytes,
+            io_buffers_idle_bytes: io.idle_bytes,
+            io_buffers_idle_max_bytes: io.idle_max_bytes,
+            io_buffers_reused: io.reused,
+            io_buffers_mapped: io.mapped,
+            io_buffers_unmapped: io.unmapped,
         }
     }
 }

@@ -357,10 +357,13 @@ fn render_mount(s: &MountStats) -> String {
         let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
         let _ = writeln!(
             out,
-            "memory     daemon RSS {}, anon {} ({} of it lazily freed)",
+            "memory     daemon RSS {}, anon {} ({} of it lazily freed); disk-read buffers {} in use, {} idle (at most {})",
             mib(m.rss_bytes),
             mib(m.anon_bytes),
-            mib(m.lazyfree_bytes)
+            mib(m.lazyfree_bytes),
+            mib(m.io_buffers_bytes),
+            mib(m.io_buffers_idle_bytes),
+            mib(m.io_buffers_idle_max_bytes)
         );
     }
     if let Some(u) = &s.union {
@@ -525,7 +528,15 @@ mod tests {
                 inode_fds_released: 26_000,
                 ..Default::default()
             },
-            memory: DaemonMemory { rss_bytes: 40 << 20, anon_bytes: 30 << 20, lazyfree_bytes: 8 << 20 },
+            memory: DaemonMemory {
+                rss_bytes: 40 << 20,
+                anon_bytes: 30 << 20,
+                lazyfree_bytes: 8 << 20,
+                io_buffers_bytes: 3 << 20,
+                io_buffers_idle_bytes: 2 << 20,
+                io_buffers_idle_max_bytes: 16 << 20,
+                ..Default::default()
+            },
         };
         let t = render_mount(&s);
         for want in [
@@ -541,7 +552,7 @@ mod tests {
             "fuse ops   write 5, getattr 3\n",
             "inodes     30000 known; 4000 descriptors held (at most 5000",
             "12 reopened by file handle, 26000 let go of",
-            "memory     daemon RSS 40.0 MiB, anon 30.0 MiB (8.0 MiB of it lazily freed)",
+            "memory     daemon RSS 40.0 MiB, anon 30.0 MiB (8.0 MiB of it lazily freed); disk-read buffers 3.0 MiB in use, 2.0 MiB idle (at most 16.0 MiB)",
         ] {
             assert!(t.contains(want), "no {want:?} in\n{t}");
         }

@@ -151,6 +151,12 @@ impl Collector for Snapshot {
             (FUSE_INODE_FDS, s.fuse.inode_fds),
             (FUSE_INODE_FD_BUDGET, s.fuse.inode_fd_budget),
             (FUSE_INODE_REOPENS, s.fuse.inode_reopens),
+            (MEMORY_RSS, s.memory.rss_bytes),
+            (MEMORY_ANON, s.memory.anon_bytes),
+            (MEMORY_LAZYFREE, s.memory.lazyfree_bytes),
+            (IO_BUFFERS, s.memory.io_buffers_bytes),
+            (IO_BUFFERS_IDLE, s.memory.io_buffers_idle_bytes),
+            (IO_BUFFERS_UNMAPPED, s.memory.io_buffers_unmapped),
         ] {
             o.value(m, v)?;
         }

@@ -113,6 +113,12 @@ metrics! { MOUNT:
     ENGINE_ADAPTIVE_DISK = "farcache_mount_engine_adaptive_disk", Counter, "Reads adaptive routing sent to the disk";
     ENGINE_ADAPTIVE_PROBES = "farcache_mount_engine_adaptive_probes", Counter, "Reads fetched from lenders anyway, to keep measuring them";
     ENGINE_CHANGED_BEHIND = "farcache_mount_engine_changed_behind", Counter, "Opens that found a file changed behind the mount";
+    MEMORY_RSS = "farcache_mount_memory_resident_bytes", Gauge, "The mount daemon's resident memory (VmRSS)";
+    MEMORY_ANON = "farcache_mount_memory_anon_bytes", Gauge, "Of it anonymous (RssAnon), lazily freed pages included";
+    MEMORY_LAZYFREE = "farcache_mount_memory_lazyfree_bytes", Gauge, "Of the anonymous memory, pages handed back with MADV_FREE";
+    IO_BUFFERS = "farcache_mount_io_buffers_bytes", Gauge, "Pooled disk-read buffers held by reads and fills in flight";
+    IO_BUFFERS_IDLE = "farcache_mount_io_buffers_idle_bytes", Gauge, "Pooled disk-read buffers idle, kept for the next reads";
+    IO_BUFFERS_UNMAPPED = "farcache_mount_io_buffers_unmapped", Counter, "Disk-read buffers unmapped because the pool held its most idle";
     INDEX_MEMORY = "farcache_mount_index_memory_bytes", Gauge, "Heap bytes of the client-side index";
     INDEX_REMOTE_BLOCKS = "farcache_mount_index_remote_blocks", Gauge, "Blocks the index marks as held by a lender";
     INDEX_PER_GIB = "farcache_mount_index_bytes_per_gib_cached", Gauge, "Index bytes per GiB held on lenders";
