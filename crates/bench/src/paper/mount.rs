@@ -189,6 +189,20 @@ impl MountDaemon {
     pub fn log_tail(&self) -> String {
         self.child.log_tail()
     }
+
+    /// How the daemon ended, if it has (an OOM kill shows as SIGKILL).
+    pub fn ended(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.wait_exit(Duration::ZERO)
+    }
+}
+
+/// Who an OOM kill in the client's cgroup took, for a run's error: the mount daemon if it
+/// ended (`ended`, its status), else a PostgreSQL backend (the server restarts them all).
+pub fn oom_victim(ended: Option<std::process::ExitStatus>) -> String {
+    match ended {
+        Some(st) => format!("the mount daemon ({st}): the kernel chose it, and the mount is gone"),
+        None => "PostgreSQL: it restarted".to_string(),
+    }
 }
 
 /// `extra`, and `--config FILE` when the run has `--mount-config FILE`.
@@ -315,6 +329,14 @@ pub fn from_stats_json(v: &Value) -> MountCounters {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_oom_kill_names_the_mount_daemon_when_it_ended() {
+        use std::os::unix::process::ExitStatusExt;
+        let killed = oom_victim(Some(std::process::ExitStatus::from_raw(libc::SIGKILL)));
+        assert!(killed.starts_with("the mount daemon (signal: 9 (SIGKILL))"), "{killed}");
+        assert_eq!(oom_victim(None), "PostgreSQL: it restarted");
+    }
 
     #[test]
     fn parses_the_exit_summary() {

@@ -360,12 +360,14 @@ fn run_one(
         let mut msg = e.to_string();
         // The load generator first: it may be blocked in a read of the mount.
         w.stop();
+        let ended = mount.as_mut().and_then(MountDaemon::ended);
         if let Some(m) = mount.as_mut() {
             m.stop();
             msg.push_str(&format!("\nthe mount daemon's log ends:\n{}", m.log_tail()));
         }
         if let Some(k) = oom_kills(&mem).filter(|k| *k > 0) {
-            msg.push_str(&format!("\n{k} OOM kill(s) in the client's memory cgroup"));
+            let victim = if ended.is_some() { super::mount::oom_victim(ended) } else { "the load generator".into() };
+            msg.push_str(&format!("\n{k} OOM kill(s) in the client's memory cgroup, of {victim}"));
         }
         return Err(BenchError::Setup(msg));
     }
