@@ -36,24 +36,28 @@ fn held_anon(pid: u32) -> (u64, u64) {
     (anon - lazy, anon)
 }
 
+/// A mount of a fresh backing directory under `root` with `config` (a `[mount]` table), no
+/// lenders; `prepare` fills the backing directory first.
+fn mount(root: &Path, config: &str, prepare: impl FnOnce(&Path)) -> (MountProcess, std::path::PathBuf) {
+    let (backing, mnt) = (root.join("b"), root.join("m"));
+    fs::create_dir(&backing).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    prepare(&backing);
+    let cfg = root.join("farcache.toml");
+    fs::write(&cfg, config).unwrap();
+    let args = ["--no-remote", "--config", cfg.to_str().unwrap()];
+    (MountProcess::start(bin(), &backing, &mnt, &args, &root.join("mount.log")), mnt)
+}
+
 const MIB: u64 = 1 << 20;
 
 #[test]
 fn large_writes_on_every_thread_leave_the_daemon_small() {
     require_root("the daemon memory test");
     let root = tempfile::tempdir().unwrap();
-    let (backing, mnt) = (root.path().join("b"), root.path().join("m"));
-    fs::create_dir(&backing).unwrap();
-    fs::create_dir(&mnt).unwrap();
-    let cfg = root.path().join("farcache.toml");
-    fs::write(&cfg, "[mount]\nthreads = 32\nwriteback_cache = true\ndirect_io_backing_writes = true\n").unwrap();
-    let m = MountProcess::start(
-        bin(),
-        &backing,
-        &mnt,
-        &["--no-remote", "--config", cfg.to_str().unwrap()],
-        &root.path().join("mount.log"),
-    );
+    let config = "[mount]\nthreads = 32\nwriteback_cache = true\ndirect_io_backing_writes = true\n";
+    let (m, mnt) = mount(root.path(), config, |_| {});
+    let backing = root.path().join("b");
     let pid = m.pid();
     let (idle, _) = held_anon(pid);
 
@@ -123,13 +127,10 @@ fn large_writes_on_every_thread_leave_the_daemon_small() {
 fn reads_of_every_size_on_every_thread_leave_the_daemon_small() {
     require_root("the daemon memory test");
     let root = tempfile::tempdir().unwrap();
-    let (backing, mnt) = (root.path().join("b"), root.path().join("m"));
-    fs::create_dir(&backing).unwrap();
-    fs::create_dir(&mnt).unwrap();
     const FILE: u64 = 128 * MIB;
     // Each 8-byte word holds its own offset: any read can be checked.
     let word_at = |off: u64| off.to_le_bytes();
-    {
+    let (m, mnt) = mount(root.path(), "[mount]\nthreads = 32\n", |backing| {
         let f = fs::File::create(backing.join("f")).unwrap();
         let chunk_words = MIB / 8;
         for c in 0..FILE / MIB {
@@ -137,16 +138,7 @@ fn reads_of_every_size_on_every_thread_leave_the_daemon_small() {
             f.write_all_at(&buf, c * MIB).unwrap();
         }
         f.sync_all().unwrap();
-    }
-    let cfg = root.path().join("farcache.toml");
-    fs::write(&cfg, "[mount]\nthreads = 32\n").unwrap();
-    let m = MountProcess::start(
-        bin(),
-        &backing,
-        &mnt,
-        &["--no-remote", "--config", cfg.to_str().unwrap()],
-        &root.path().join("mount.log"),
-    );
+    });
     let pid = m.pid();
     let reads = std::sync::atomic::AtomicU64::new(0);
     let mut peak = 0u64;

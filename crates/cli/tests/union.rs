@@ -359,7 +359,10 @@ fn a_crash_at_each_step_of_a_move_leaves_each_file_once_and_right() {
         // Four chunks of copy (the last one short): "mid-copy" is after the second.
         let data = pattern((3 << 20) + 777, 21);
         let fault = format!("balance:{step}");
-        let m = d.try_mount(&["--no-remote"], &[("FARCACHE_FAULT", &fault)]).unwrap();
+        // New files on the first branch, whatever room each has (most-free put it on the
+        // tmpfs branch once the test disk had less free than /dev/shm).
+        let cfg = d.config("[mount]\ncreate_policy = \"first\"\n");
+        let m = d.try_mount(&["--no-remote", "--config", &cfg], &[("FARCACHE_FAULT", &fault)]).unwrap();
         fs::write(d.m("f"), &data).unwrap();
         let ino = fs::metadata(d.m("f")).unwrap().ino();
         assert_eq!(fs::read(d.m("f")).unwrap(), data);
@@ -511,7 +514,9 @@ fn a_source_set_aside_whose_target_was_lost_is_put_back_at_start() {
     // target's rename did not.
     let d = Dirs::new("aside");
     let data = pattern(100_000, 51);
-    let m = d.mount(&["--no-remote"]);
+    // The file on the first branch, whatever room each has.
+    let cfg = d.config("[mount]\ncreate_policy = \"first\"\n");
+    let m = d.mount(&["--no-remote", "--config", &cfg]);
     fs::write(d.m("f"), &data).unwrap();
     let ino = fs::metadata(d.m("f")).unwrap().ino();
     m.stop();
