@@ -44,7 +44,7 @@ const POOL_CLASSES: usize = 6;
 const POOL_ALIGN: usize = 4096;
 /// Most bytes of idle buffers the pool keeps (by size class) for the next reads; a buffer
 /// freed beyond it is unmapped. What the daemon holds besides the buffers in use.
-pub const POOL_IDLE_MAX: usize = 16 << 20;
+const POOL_IDLE_MAX: usize = 16 << 20;
 
 const fn class_bytes(class: usize) -> usize {
     1 << (POOL_MIN_SHIFT as usize + class)
@@ -72,16 +72,15 @@ unsafe impl Send for Pool {}
 // SAFETY: as above; all access to the lists is under the mutex.
 unsafe impl Sync for Pool {}
 
-/// The pool's counters since the start (`farcache stats`, `memory`).
-#[derive(Default)]
-pub(crate) struct PoolStats {
-    /// Bytes (by size class) of pooled buffers in use now, and idle in the pool now.
-    pub in_use: AtomicU64,
-    pub idle: AtomicU64,
+/// The pool's counters since the start (`farcache stats`, `memory`); the idle bytes are the
+/// free lists' own count, read under their lock.
+struct PoolStats {
+    /// Bytes (by size class) of pooled buffers in use now.
+    in_use: AtomicU64,
     /// Buffers taken from the pool, newly mapped, and unmapped because the pool was full.
-    pub reused: AtomicU64,
-    pub mapped: AtomicU64,
-    pub unmapped: AtomicU64,
+    reused: AtomicU64,
+    mapped: AtomicU64,
+    unmapped: AtomicU64,
 }
 
 /// What [`io_buffers`] reports.
@@ -102,7 +101,6 @@ impl Pool {
             idle_max,
             stats: PoolStats {
                 in_use: AtomicU64::new(0),
-                idle: AtomicU64::new(0),
                 reused: AtomicU64::new(0),
                 mapped: AtomicU64::new(0),
                 unmapped: AtomicU64::new(0),
@@ -118,7 +116,6 @@ impl Pool {
             let p = g.0[class].pop();
             if p.is_some() {
                 g.1 -= bytes;
-                self.stats.idle.store(g.1 as u64, Relaxed);
             }
             p
         };
@@ -155,7 +152,6 @@ impl Pool {
             if g.1 + bytes <= self.idle_max {
                 g.0[class].push(p);
                 g.1 += bytes;
-                self.stats.idle.store(g.1 as u64, Relaxed);
                 return;
             }
         }
@@ -168,7 +164,7 @@ impl Pool {
         let s = &self.stats;
         IoBufferStats {
             in_use_bytes: s.in_use.load(Relaxed),
-            idle_bytes: s.idle.load(Relaxed),
+            idle_bytes: self.free.lock().unwrap_or_else(|e| e.into_inner()).1 as u64,
             idle_max_bytes: self.idle_max as u64,
             reused: s.reused.load(Relaxed),
             mapped: s.mapped.load(Relaxed),

@@ -47,7 +47,7 @@ pub mod seal;
 pub mod stats;
 pub mod writeback;
 
-pub use aligned::{io_buffers, IoBufferStats, POOL_IDLE_MAX as IO_BUFFER_IDLE_MAX};
+pub use aligned::{io_buffers, IoBufferStats};
 pub use backing::{BackingFile, BackingOptions, ReadMode, WriteMode, MAX_READ_BYTES};
 /// Reads answer with `bytes::Bytes`, re-exported so callers need not depend on `bytes`.
 pub use bytes::Bytes;

@@ -196,12 +196,15 @@ impl MountDaemon {
     }
 }
 
+/// An OOM kill that took a PostgreSQL backend (the server restarts them all).
+pub const PG_RESTARTED: &str = "PostgreSQL: it restarted";
+
 /// Who an OOM kill in the client's cgroup took, for a run's error: the mount daemon if it
-/// ended (`ended`, its status), else a PostgreSQL backend (the server restarts them all).
-pub fn oom_victim(ended: Option<std::process::ExitStatus>) -> String {
+/// ended (`ended`, its status), else `otherwise` (the load the experiment runs beside it).
+pub fn oom_victim(ended: Option<std::process::ExitStatus>, otherwise: &str) -> String {
     match ended {
         Some(st) => format!("the mount daemon ({st}): the kernel chose it, and the mount is gone"),
-        None => "PostgreSQL: it restarted".to_string(),
+        None => otherwise.to_string(),
     }
 }
 
@@ -333,9 +336,9 @@ mod tests {
     #[test]
     fn an_oom_kill_names_the_mount_daemon_when_it_ended() {
         use std::os::unix::process::ExitStatusExt;
-        let killed = oom_victim(Some(std::process::ExitStatus::from_raw(libc::SIGKILL)));
+        let killed = oom_victim(Some(std::process::ExitStatus::from_raw(libc::SIGKILL)), PG_RESTARTED);
         assert!(killed.starts_with("the mount daemon (signal: 9 (SIGKILL))"), "{killed}");
-        assert_eq!(oom_victim(None), "PostgreSQL: it restarted");
+        assert_eq!(oom_victim(None, PG_RESTARTED), "PostgreSQL: it restarted");
     }
 
     #[test]

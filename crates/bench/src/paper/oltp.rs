@@ -587,7 +587,8 @@ fn run_config(
         rec.oom_kills = oom_kills(&mem).unwrap_or(0).saturating_sub(oom0);
         if rec.oom_kills > 0 {
             let was = rec.error.take().map(|e| format!(" ({e})")).unwrap_or_default();
-            let victim = super::mount::oom_victim(mount.as_mut().and_then(MountDaemon::ended));
+            let victim =
+                super::mount::oom_victim(mount.as_mut().and_then(MountDaemon::ended), super::mount::PG_RESTARTED);
             rec.error = Some(format!(
                 "{} OOM kill(s) in the client's memory cgroup of {} MiB, of {victim}; the point is void; give it \
                  more --memory{was}",

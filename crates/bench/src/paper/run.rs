@@ -366,7 +366,7 @@ fn run_one(
             msg.push_str(&format!("\nthe mount daemon's log ends:\n{}", m.log_tail()));
         }
         if let Some(k) = oom_kills(&mem).filter(|k| *k > 0) {
-            let victim = if ended.is_some() { super::mount::oom_victim(ended) } else { "the load generator".into() };
+            let victim = super::mount::oom_victim(ended, "the load generator");
             msg.push_str(&format!("\n{k} OOM kill(s) in the client's memory cgroup, of {victim}"));
         }
         return Err(BenchError::Setup(msg));
