@@ -37,7 +37,8 @@ use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 use farcache_testkit::{
-    require_fuse, require_root, run_with_timeout, wait_until, MountProcess, Rng, ServerProcess, LENDERS_FIRST,
+    require_fuse, require_root, run_with_timeout, wait_until, AlignedBuf, MountProcess, Rng, ServerProcess,
+    LENDERS_FIRST,
 };
 
 /// Files checked, and 4 KiB blocks in each (1 MiB files: 4 index chunks of 64 blocks).
@@ -253,26 +254,6 @@ impl State {
     }
 }
 
-/// A buffer of `blocks` 4 KiB blocks, 4 KiB-aligned (as `O_DIRECT` wants).
-struct Aligned {
-    buf: Vec<u8>,
-    off: usize,
-    len: usize,
-}
-
-impl Aligned {
-    fn new(blocks: usize) -> Aligned {
-        let len = blocks * BLOCK;
-        let buf = vec![0u8; len + BLOCK];
-        let off = buf.as_ptr().align_offset(BLOCK);
-        Aligned { buf, off, len }
-    }
-    fn get(&mut self, len: usize) -> &mut [u8] {
-        assert!(len <= self.len);
-        &mut self.buf[self.off..self.off + len]
-    }
-}
-
 fn open_files(mnt: &Path, write: bool, direct: bool) -> std::io::Result<Vec<File>> {
     (0..FILES)
         .map(|f| {
@@ -302,7 +283,7 @@ fn writer(st: &State, mnt: &Path, w: usize, seed: u64) {
         Err(e) => return st.note(&st.errors, format!("writer {w}: open: {e}")),
     };
     let mut rng = Rng::new(seed);
-    let mut buf = Aligned::new(1);
+    let mut buf = AlignedBuf::new(BLOCK);
     // Bounded by the stop flag, which the scenario sets within its bound (or the watchdog).
     while !st.stop.load(Ordering::SeqCst) {
         let file = rng.below(FILES as u64) as usize;
@@ -352,7 +333,7 @@ fn reader(st: &State, mnt: &Path, r: usize, seed: u64) {
         Err(e) => return st.note(&st.errors, format!("reader {r}: open: {e}")),
     };
     let mut rng = Rng::new(seed);
-    let mut buf = Aligned::new(32);
+    let mut buf = AlignedBuf::new(32 * BLOCK);
     let mut low = vec![0u64; 32];
     // Bounded by the stop flag.
     while !st.stop.load(Ordering::SeqCst) {
@@ -553,7 +534,7 @@ fn fill_backing(backing: &Path) {
 /// runs any more). Returns the mismatches.
 fn check_all(st: &State, what: &str, mut read: impl FnMut(usize, &mut [u8]) -> std::io::Result<()>) -> Vec<String> {
     let mut bad = Vec::new();
-    let mut buf = Aligned::new(BLOCKS_PER_FILE);
+    let mut buf = AlignedBuf::new(BLOCKS_PER_FILE * BLOCK);
     for f in 0..FILES {
         let data = buf.get(BLOCKS_PER_FILE * BLOCK);
         if let Err(e) = read(f, data) {

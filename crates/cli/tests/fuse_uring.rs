@@ -13,7 +13,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use farcache_testkit::{fuse_mounted, require_root, text, MountProcess};
+use farcache_testkit::{fuse_mounted, require_root, text, AlignedBuf, MountProcess};
 use serde_json::Value;
 
 fn bin() -> &'static Path {
@@ -85,20 +85,6 @@ fn block(w: u64, round: u64, b: u64) -> Vec<u8> {
     v
 }
 
-/// A 4 KiB-aligned buffer for O_DIRECT.
-struct Aligned(Vec<u8>, usize);
-
-impl Aligned {
-    fn new() -> Aligned {
-        let v = vec![0u8; 8192];
-        let off = v.as_ptr().align_offset(4096);
-        Aligned(v, off)
-    }
-    fn buf(&mut self) -> &mut [u8] {
-        &mut self.0[self.1..self.1 + 4096]
-    }
-}
-
 #[test]
 fn rings_serve_requests_and_count_them() {
     let _k = farcache_testkit::uring_on();
@@ -146,7 +132,7 @@ fn concurrent_o_direct_reads_and_writes_come_back_byte_for_byte() {
             let path = path.clone();
             s.spawn(move || {
                 let f = OpenOptions::new().read(true).write(true).custom_flags(libc::O_DIRECT).open(&path).unwrap();
-                let mut a = Aligned::new();
+                let mut a = AlignedBuf::new(4096);
                 for round in 0..ROUNDS {
                     for b in 0..BLOCKS {
                         let off = (w * BLOCKS + b) * 4096;
@@ -164,7 +150,7 @@ fn concurrent_o_direct_reads_and_writes_come_back_byte_for_byte() {
             let path = path.clone();
             s.spawn(move || {
                 let f = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&path).unwrap();
-                let mut a = Aligned::new();
+                let mut a = AlignedBuf::new(4096);
                 for i in 0..1500u64 {
                     let n = (i * 7919 + r * 104_729) % (WRITERS * BLOCKS);
                     f.read_exact_at(a.buf(), n * 4096).unwrap();

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
-use farcache_testkit::{require_root, text, MountProcess, Rng, LENDERS_FIRST};
+use farcache_testkit::{require_root, text, AlignedBuf, MountProcess, Rng, LENDERS_FIRST};
 use serde_json::Value;
 
 const BLOCK: usize = 4096;
@@ -60,24 +60,6 @@ fn backing_stats(mnt: &Path) -> Value {
 
 fn n(v: &Value, key: &str) -> u64 {
     v[key].as_u64().unwrap_or_else(|| panic!("no counter {key} in {v}"))
-}
-
-/// A buffer of `len` bytes aligned for `O_DIRECT`.
-struct Aligned {
-    raw: Vec<u8>,
-    at: usize,
-    len: usize,
-}
-
-impl Aligned {
-    fn new(len: usize) -> Aligned {
-        let raw = vec![0u8; len + BLOCK];
-        let at = raw.as_ptr().align_offset(BLOCK);
-        Aligned { raw, at, len }
-    }
-    fn buf(&mut self) -> &mut [u8] {
-        &mut self.raw[self.at..self.at + self.len]
-    }
 }
 
 fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
@@ -137,7 +119,7 @@ fn hammer(file: &Path, size: usize, threads: usize, ops: usize) {
                     };
                     let first = off / BLOCK;
                     let mut g = model.lock(off, len);
-                    let mut buf = Aligned::new(len);
+                    let mut buf = AlignedBuf::new(len);
                     if rng.below(2) == 0 {
                         let fill = (t * 1000 + i) as u32;
                         for (k, x) in buf.buf().iter_mut().enumerate() {
@@ -263,7 +245,7 @@ fn backing_faults_reach_the_application_as_their_errno() {
     // ENOSPC, buffered and O_DIRECT: fill the file system through the mount.
     for (name, flags) in [("full-buffered", 0), ("full-direct", libc::O_DIRECT)] {
         let f = OpenOptions::new().write(true).create(true).custom_flags(flags).open(m.m(name)).unwrap();
-        let mut chunk = Aligned::new(1 << 20);
+        let mut chunk = AlignedBuf::new(1 << 20);
         chunk.buf().fill(0xab);
         let mut res = Ok(());
         for i in 0..64u64 {
@@ -283,7 +265,7 @@ fn backing_faults_reach_the_application_as_their_errno() {
     // EIO: the file system under the mount dies.
     let f = OpenOptions::new().read(true).write(true).custom_flags(libc::O_DIRECT).open(m.m("after")).unwrap();
     fs4.shut_down();
-    let mut b = Aligned::new(BLOCK);
+    let mut b = AlignedBuf::new(BLOCK);
     assert_eq!(errno(f.read_at(b.buf(), 0)), libc::EIO, "a read from a dead file system");
     assert_eq!(errno(f.write_at(b.buf(), 0)), libc::EIO, "a write to a dead file system");
     assert_eq!(errno(f.sync_all()), libc::EIO, "an fsync on a dead file system");

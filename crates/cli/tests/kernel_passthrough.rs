@@ -9,7 +9,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::Duration;
 
-use farcache_testkit::{pattern, text, wait_until, MountDirs};
+use farcache_testkit::{pattern, text, wait_until, AlignedBuf, MountDirs};
 use serde_json::Value;
 
 fn bin() -> &'static Path {
@@ -39,13 +39,6 @@ fn fuse_stats(mnt: &Path) -> Value {
 
 fn count(f: &Value, key: &str) -> u64 {
     f[key].as_u64().unwrap_or_else(|| panic!("no fuse.{key} in {f:#}"))
-}
-
-/// A 4 KiB-aligned buffer of `len` bytes inside `v` (for O_DIRECT).
-fn aligned(v: &mut Vec<u8>, len: usize) -> &mut [u8] {
-    v.resize(len + 4096, 0);
-    let off = v.as_ptr().align_offset(4096);
-    &mut v[off..off + len]
 }
 
 /// Pages of `path` in the page cache (mincore of a mapping of it).
@@ -87,8 +80,8 @@ fn files_are_served_by_the_kernel_without_the_daemon() {
     let direct = OpenOptions::new().read(true).write(true).custom_flags(libc::O_DIRECT).open(m.m("f")).unwrap();
     let buffered = OpenOptions::new().read(true).write(true).open(m.m("f")).unwrap();
     assert_eq!(count(&fuse_stats(m.mnt()), "passthrough_files"), 1);
-    let mut v = Vec::new();
-    let buf = aligned(&mut v, 8192);
+    let mut v = AlignedBuf::new(8192);
+    let buf = v.buf();
     direct.read_exact_at(buf, 65536).unwrap();
     assert_eq!(&buf[..], &data[65536..65536 + 8192]);
     let new = pattern(8192, 12);
@@ -162,8 +155,8 @@ fn an_o_direct_reader_stays_direct() {
     let before = resident_pages(&path);
     let m = d.mount(bin(), "kernel_passthrough = true\nread_ahead = \"0\"\n", &["--no-remote"]);
     let direct = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(m.m("f")).unwrap();
-    let mut v = Vec::new();
-    let buf = aligned(&mut v, 1 << 20);
+    let mut v = AlignedBuf::new(1 << 20);
+    let buf = v.buf();
     direct.read_exact_at(buf, 0).unwrap();
     assert!(resident_pages(&path) <= before + 4, "O_DIRECT reads filled the backing file's cache");
     drop(direct);

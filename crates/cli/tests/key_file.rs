@@ -12,7 +12,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
 
-use farcache_testkit::{pattern, MountProcess, LENDERS_FIRST};
+use farcache_testkit::{pattern, AlignedBuf, MountProcess, LENDERS_FIRST};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_farcache"))
@@ -145,8 +145,7 @@ fn with_a_good_key_the_mount_seals_blocks_on_its_embedded_lender() {
     // O_DIRECT 4 KiB reads reach the daemon every time: the first pass fills the lender,
     // the second is served from it.
     let f = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(d.p("m/f")).unwrap();
-    let mut buf = vec![0u8; 8192];
-    let off = buf.as_ptr().align_offset(4096);
+    let mut buf = AlignedBuf::new(4096);
     let stats = || {
         let out = farcache(&["stats", d.p("m").to_str().unwrap(), "--json"]);
         assert!(out.status.success(), "{}", text(&out.stderr));
@@ -161,7 +160,7 @@ fn with_a_good_key_the_mount_seals_blocks_on_its_embedded_lender() {
     assert!(connected, "the mount never connected to its embedded lender: {}", stats());
     let mut read_all = |what: &str| {
         for b in 0..128usize {
-            let got = &mut buf[off..off + 4096];
+            let got = buf.buf();
             assert_eq!(f.read_at(got, (b * 4096) as u64).unwrap(), 4096);
             assert_eq!(&got[..], &data[b * 4096..(b + 1) * 4096], "block {b} {what}");
         }
@@ -205,11 +204,10 @@ fn a_lender_with_default_slots_is_named_with_the_setting_it_needs() {
     let args = ["--server", addr.as_str(), "--key-file", key.to_str().unwrap(), LENDERS_FIRST[0], LENDERS_FIRST[1]];
     let m = MountProcess::start(bin(), &d.p("b"), &d.p("m"), &args, &d.p("log"));
     let f = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(d.p("m/f")).unwrap();
-    let mut buf = vec![0u8; 8192];
-    let off = buf.as_ptr().align_offset(4096);
+    let mut buf = AlignedBuf::new(4096);
     for _ in 0..2 {
         for b in 0..16usize {
-            let got = &mut buf[off..off + 4096];
+            let got = buf.buf();
             assert_eq!(f.read_at(got, (b * 4096) as u64).unwrap(), 4096);
             assert_eq!(&got[..], &data[b * 4096..(b + 1) * 4096], "block {b}");
         }

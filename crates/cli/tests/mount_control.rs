@@ -15,7 +15,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use farcache_testkit::{
-    pattern, require_root, run_with_timeout, wait_until, DirectReader, MountProcess, ServerProcess, LENDERS_FIRST,
+    pattern, require_root, run_with_timeout, wait_until, AlignedBuf, DirectReader, MountProcess, ServerProcess,
+    LENDERS_FIRST,
 };
 use serde_json::Value;
 
@@ -142,10 +143,9 @@ fn stats_show_hits_on_the_second_pass() {
     // A sequential read of the whole file goes to the disk: a bypass, counted.
     let seq0 = u(&after, "engine.sequential_bypasses");
     let mut f = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(d.mnt.join("f")).unwrap();
-    let mut big = vec![0u8; (1 << 20) + 4096];
-    let off = big.as_ptr().align_offset(4096);
-    let n = f.read(&mut big[off..off + (1 << 20)]).unwrap();
-    assert_eq!(&big[off..off + n], &data[..n]);
+    let mut big = AlignedBuf::new(1 << 20);
+    let n = f.read(big.buf()).unwrap();
+    assert_eq!(&big.buf()[..n], &data[..n]);
     let s = mount_stats(&d.mnt);
     assert!(u(&s, "engine.sequential_bypasses") > seq0, "{s:#}");
 

@@ -21,8 +21,8 @@ use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 use farcache_testkit::{
-    pattern, require_fuse, require_root, run_with_timeout, wait_until, MountProcess, ScratchDir, ServerProcess,
-    LENDERS_FIRST,
+    pattern, require_fuse, require_root, run_with_timeout, wait_until, AlignedBuf, MountProcess, ScratchDir,
+    ServerProcess, LENDERS_FIRST,
 };
 
 const BLOCK: usize = 4096;
@@ -109,8 +109,7 @@ impl Expected {
 /// expected. On a mismatch, say whether the block holds what an earlier generation of the
 /// file held (`old`), which is what a stale cached copy would look like.
 fn check_files(dir: &Path, want: &Expected, old: &Expected, what: &str) {
-    let mut buf = vec![0u8; 2 * BLOCK];
-    let off = buf.as_ptr().align_offset(BLOCK);
+    let mut buf = AlignedBuf::new(BLOCK);
     let mut bad = Vec::new();
     let mut count = 0;
     for ((name, data), (_, before)) in want.0.iter().zip(&old.0) {
@@ -122,7 +121,7 @@ fn check_files(dir: &Path, want: &Expected, old: &Expected, what: &str) {
         let blocks = data.len().div_ceil(BLOCK);
         for b in 0..=blocks {
             let b_off = b * BLOCK;
-            let out = &mut buf[off..off + BLOCK];
+            let out = buf.buf();
             let n = f.read_at(out, b_off as u64).unwrap_or_else(|e| panic!("{what}: read {name} block {b}: {e}"));
             let end = data.len().min(b_off + BLOCK).max(b_off);
             let expect = data.get(b_off..end).unwrap_or(&[]);

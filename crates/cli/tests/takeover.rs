@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use farcache_testkit::{
-    fuse_mounted, pattern, require_fuse, require_root, wait_until, DirectReader, MountProcess, Rng, ScratchDir,
-    ServerProcess, TierFile, Watchdog,
+    fuse_mounted, pattern, require_fuse, require_root, wait_until, AlignedBuf, DirectReader, MountProcess, Rng,
+    ScratchDir, ServerProcess, TierFile, Watchdog,
 };
 
 const BLOCK: usize = 4096;
@@ -69,23 +69,6 @@ impl TestDir {
     }
     fn log(&self, name: &str) -> PathBuf {
         self.0.join(format!("{name}.log"))
-    }
-}
-
-/// An aligned 4 KiB buffer for `O_DIRECT`.
-struct Aligned {
-    buf: Vec<u8>,
-    off: usize,
-}
-
-impl Aligned {
-    fn new() -> Aligned {
-        let buf = vec![0u8; 2 * BLOCK];
-        let off = buf.as_ptr().align_offset(BLOCK);
-        Aligned { buf, off }
-    }
-    fn get(&mut self) -> &mut [u8] {
-        &mut self.buf[self.off..self.off + BLOCK]
     }
 }
 
@@ -158,13 +141,13 @@ impl Load {
         threads.push(std::thread::spawn(move || {
             let f = open_direct(&p, false).unwrap();
             let buffered = File::open(&p).unwrap();
-            let mut a = Aligned::new();
+            let mut a = AlignedBuf::new(BLOCK);
             let mut x = 7u64;
             while !st.load(Ordering::Relaxed) && Instant::now() < deadline {
                 x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 let b = (x >> 33) as usize % STATIC_BLOCKS;
-                if let Some(n) = s.op("read static (O_DIRECT)", || f.read_at(a.get(), (b * BLOCK) as u64)) {
-                    if n != BLOCK || a.get()[..] != statik[b * BLOCK..(b + 1) * BLOCK] {
+                if let Some(n) = s.op("read static (O_DIRECT)", || f.read_at(a.buf(), (b * BLOCK) as u64)) {
+                    if n != BLOCK || a.buf()[..] != statik[b * BLOCK..(b + 1) * BLOCK] {
                         s.fail(format!("static block {b}: wrong bytes ({n} read)"));
                     }
                 }
@@ -182,14 +165,14 @@ impl Load {
         threads.push(std::thread::spawn(move || {
             let mut model = pattern(DATA_BLOCKS * BLOCK, 2);
             let f = open_direct(&p, true).unwrap();
-            let mut a = Aligned::new();
+            let mut a = AlignedBuf::new(BLOCK);
             let mut seq = 100u64;
             while !st.load(Ordering::Relaxed) && Instant::now() < deadline {
                 seq += 1;
                 let b = (seq.wrapping_mul(2654435761) >> 7) as usize % DATA_BLOCKS;
                 let content = pattern(BLOCK, seq);
-                a.get().copy_from_slice(&content);
-                if s.op("write data (O_DIRECT)", || f.write_at(a.get(), (b * BLOCK) as u64)).is_some() {
+                a.buf().copy_from_slice(&content);
+                if s.op("write data (O_DIRECT)", || f.write_at(a.buf(), (b * BLOCK) as u64)).is_some() {
                     model[b * BLOCK..(b + 1) * BLOCK].copy_from_slice(&content);
                 }
                 if seq.is_multiple_of(4) {
@@ -197,8 +180,8 @@ impl Load {
                 }
                 // Read back the block written, and another one.
                 for r in [b, (seq as usize * 31) % DATA_BLOCKS] {
-                    if let Some(n) = s.op("read data (O_DIRECT)", || f.read_at(a.get(), (r * BLOCK) as u64)) {
-                        if n != BLOCK || a.get()[..] != model[r * BLOCK..(r + 1) * BLOCK] {
+                    if let Some(n) = s.op("read data (O_DIRECT)", || f.read_at(a.buf(), (r * BLOCK) as u64)) {
+                        if n != BLOCK || a.buf()[..] != model[r * BLOCK..(r + 1) * BLOCK] {
                             s.fail(format!("data block {r} after write {seq}: stale or wrong bytes"));
                         }
                     }

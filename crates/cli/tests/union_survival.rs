@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use farcache_testkit::{
-    fuse_mounted, pattern, require_fuse, require_root, run_bin, text, wait_until, MountProcess, Rng, UnionDirs,
-    Watchdog,
+    fuse_mounted, pattern, require_fuse, require_root, run_bin, text, wait_until, AlignedBuf, MountProcess, Rng,
+    UnionDirs, Watchdog,
 };
 use serde_json::Value;
 
@@ -91,23 +91,6 @@ impl Dirs {
     }
 }
 
-/// A block-aligned buffer for `O_DIRECT`.
-struct Aligned {
-    buf: Vec<u8>,
-    off: usize,
-}
-
-impl Aligned {
-    fn new(len: usize) -> Aligned {
-        let buf = vec![0u8; len + BLOCK];
-        let off = buf.as_ptr().align_offset(BLOCK);
-        Aligned { buf, off }
-    }
-    fn get(&mut self, len: usize) -> &mut [u8] {
-        &mut self.buf[self.off..self.off + len]
-    }
-}
-
 /// Opened with `O_DIRECT`: every read and write reaches the daemon (no page cache).
 fn open_direct(p: &Path, write: bool) -> std::io::Result<File> {
     OpenOptions::new().read(true).write(write).custom_flags(libc::O_DIRECT).open(p)
@@ -115,7 +98,7 @@ fn open_direct(p: &Path, write: bool) -> std::io::Result<File> {
 
 /// All of `f` (`len` bytes) through an `O_DIRECT` descriptor.
 fn read_direct(f: &File, len: usize) -> std::io::Result<Vec<u8>> {
-    let mut a = Aligned::new(len);
+    let mut a = AlignedBuf::new(len);
     f.read_exact_at(a.get(len), 0)?;
     Ok(a.get(len).to_vec())
 }
@@ -191,7 +174,7 @@ impl FileLoad {
         let thread = std::thread::spawn(move || {
             let mut model = pattern(FILE_BLOCKS * BLOCK, seed);
             let mut rng = Rng::new(seed * 7919);
-            let mut buf = Aligned::new(BLOCK);
+            let mut buf = AlignedBuf::new(BLOCK);
             let fail = |m: String| e.lock().unwrap().push(m);
             let mut n = 0u64;
             while !s.load(Ordering::SeqCst) {
@@ -350,7 +333,7 @@ fn a_union_is_taken_over_with_files_open_on_both_branches() {
     let mut models: Vec<Vec<u8>> = LOAD_FILES.iter().map(|(_, s)| pattern(FILE_BLOCKS * BLOCK, *s)).collect();
     let held: Vec<(File, File)> =
         rels.iter().map(|r| (open_direct(&d.m(r), true).unwrap(), open_direct(&d.m(r), false).unwrap())).collect();
-    let mut buf = Aligned::new(BLOCK);
+    let mut buf = AlignedBuf::new(BLOCK);
     let mut rng = Rng::new(42);
     let mut write_some = |held: &[(File, File)], models: &mut [Vec<u8>], what: &str| {
         for ((w, r), model) in held.iter().zip(models.iter_mut()) {
@@ -477,7 +460,7 @@ fn a_kill_during_a_balance_under_supervise_leaves_each_file_once_and_open_files_
             assert!(read_direct(r, SIZE).unwrap() == models[i], "{what}: read through a descriptor held across");
             // A write through a descriptor opened before the crash lands in the file that is
             // left (the backing file on its one branch), never in a removed copy.
-            let mut buf = Aligned::new(BLOCK);
+            let mut buf = AlignedBuf::new(BLOCK);
             buf.get(BLOCK).fill(0xa0 + i as u8);
             w.write_all_at(buf.get(BLOCK), 5 * BLOCK as u64).unwrap_or_else(|e| panic!("{what}: write: {e}"));
             w.sync_all().unwrap();

@@ -25,8 +25,8 @@ mod uring;
 
 pub use memcached::{free_port, memcached_bin, MemcachedProcess};
 pub use mount::{
-    fuse_minor, fuse_mounted, o_direct_write_then_read, require_fuse, require_root, DirectReader, MountProcess,
-    Watchdog, LENDERS_FIRST,
+    fuse_minor, fuse_mounted, o_direct_write_then_read, require_fuse, require_root, AlignedBuf, DirectReader,
+    MountProcess, Watchdog, LENDERS_FIRST,
 };
 pub use process::{run_bin, run_with_timeout, text, ServerProcess, StartError, START_TIMEOUT};
 pub use raw::{

@@ -283,8 +283,34 @@ impl Drop for MountProcess {
 /// page cache). Any I/O error fails the test.
 pub struct DirectReader {
     file: File,
-    buf: Vec<u8>,
+    buf: AlignedBuf,
+}
+
+/// A buffer of `len` bytes aligned to 4 KiB, as `O_DIRECT` reads and writes want.
+pub struct AlignedBuf {
+    raw: Vec<u8>,
     off: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    /// `len` zeroed bytes.
+    pub fn new(len: usize) -> AlignedBuf {
+        let raw = vec![0u8; len + 4096];
+        let off = raw.as_ptr().align_offset(4096);
+        AlignedBuf { raw, off, len }
+    }
+
+    /// All of it.
+    pub fn buf(&mut self) -> &mut [u8] {
+        self.get(self.len)
+    }
+
+    /// Its first `len` bytes (at most its length).
+    pub fn get(&mut self, len: usize) -> &mut [u8] {
+        assert!(len <= self.len, "{len} bytes asked of an aligned buffer of {}", self.len);
+        &mut self.raw[self.off..self.off + len]
+    }
 }
 
 impl DirectReader {
@@ -301,9 +327,7 @@ impl DirectReader {
             .open(p)
             .unwrap_or_else(|e| panic!("open {} with O_DIRECT: {e}", p.display()));
         assert!(capacity > 0 && capacity.is_multiple_of(4096), "a direct read's buffer is whole 4 KiB blocks");
-        let buf = vec![0u8; capacity + 4096];
-        let off = buf.as_ptr().align_offset(4096);
-        DirectReader { file, buf, off }
+        DirectReader { file, buf: AlignedBuf::new(capacity) }
     }
 
     /// The 4 KiB at `offset` (fewer at the end of the file).
@@ -315,7 +339,7 @@ impl DirectReader {
     /// up to the capacity.
     pub fn read_len(&mut self, offset: u64, len: usize) -> &[u8] {
         use std::os::unix::fs::FileExt;
-        let b = &mut self.buf[self.off..self.off + len];
+        let b = self.buf.get(len);
         let n = self.file.read_at(b, offset).unwrap_or_else(|e| panic!("read at {offset} through the mount: {e}"));
         &b[..n]
     }
@@ -343,9 +367,8 @@ pub fn o_direct_write_then_read(path: &Path, len: usize) -> Vec<u8> {
         .custom_flags(libc::O_DIRECT)
         .open(path)
         .unwrap_or_else(|e| panic!("open {} with O_DIRECT: {e}", path.display()));
-    let mut buf = vec![0u8; len + 4096];
-    let off = buf.as_ptr().align_offset(4096);
-    let ab = &mut buf[off..off + len];
+    let mut buf = AlignedBuf::new(len);
+    let ab = buf.buf();
     ab.fill(0x5a);
     f.write_all(ab).unwrap_or_else(|e| panic!("O_DIRECT write to {}: {e}", path.display()));
     ab.fill(0);
