@@ -2,7 +2,7 @@
 # peak anon of the mount daemon under 32 direct readers of 4k-1m with a lender; env in $@
 BIN=${BIN:-/tmp/s38/farcache-rel}
 tag=$1; shift
-R=/tmp/s38/syn; mkdir -p $R /tmp/syn/b /tmp/syn/m
+R=${R:-/tmp/s38/syn}; mkdir -p $R /tmp/syn/b /tmp/syn/m
 [ -f /tmp/syn/b/f ] || dd if=/dev/urandom of=/tmp/syn/b/f bs=1M count=512 status=none
 $BIN server --listen 127.0.0.1:7499 --capacity 1GiB > $R/server.log 2>&1 & sp=$!
 sleep 0.5
