@@ -7,8 +7,9 @@
 //! calls into the allocator again, so 32 FUSE threads each reading 4 KiB–1 MiB directly held
 //! 319 MiB of anonymous memory in the mount daemon — charged to the application's memory
 //! cgroup, where it got the daemon OOM-killed under TPC-C in 128 MiB (BENCHMARKS.md, session
-//! 38). The pool hands a buffer freed on any thread to the next read on any thread, keeps at
-//! most [`POOL_IDLE_MAX`] idle and unmaps the rest.
+//! 38). The pool hands a buffer freed on any thread to the next read on any thread, cuts its
+//! buffers from huge-page chunks ([`CHUNK`]), keeps at most [`POOL_IDLE_MAX`] idle and unmaps
+//! whole chunks beyond that.
 
 use std::alloc::{self, Layout};
 use std::collections::HashMap;
@@ -81,7 +82,6 @@ fn chunk_of(p: NonNull<u8>) -> usize {
 /// A new chunk: `CHUNK` bytes aligned to `CHUNK`, advised to be one huge page. Its pages
 /// become resident as reads fill them.
 fn map_chunk() -> usize {
-    let fail = || alloc::handle_alloc_error(Layout::from_size_align(CHUNK, CHUNK).expect("a valid layout"));
     // Twice the size, so that an aligned chunk lies inside; the ends are unmapped.
     let len = 2 * CHUNK;
     // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
@@ -96,7 +96,7 @@ fn map_chunk() -> usize {
         )
     };
     if p == libc::MAP_FAILED {
-        fail();
+        alloc::handle_alloc_error(Layout::from_size_align(CHUNK, CHUNK).expect("a valid layout"));
     }
     let start = p as usize;
     let chunk = (start + CHUNK - 1) & !(CHUNK - 1);
@@ -115,7 +115,10 @@ fn map_chunk() -> usize {
 }
 
 /// Idle buffers by size class, most recently freed last (its pages are the likeliest to be
-/// resident still); their bytes; and the idle buffers of each mapped chunk.
+/// resident still); their bytes; and the idle buffers of each mapped chunk. The last could be
+/// counted from the lists when the bound is passed, but that scan (under the lock, on every
+/// give past the bound) looked costlier: 0.66–0.97× the reads a second in four alternating
+/// rounds (BENCHMARKS.md, "Read buffers in huge pages").
 struct Free {
     lists: [Vec<NonNull<u8>>; POOL_CLASSES],
     bytes: usize,
@@ -222,7 +225,7 @@ impl Pool {
         let n = per_chunk(class);
         let buf = |i: usize| NonNull::new((chunk + i * bytes) as *mut u8).expect("mmap returned null");
         let mut g = self.lock();
-        // The later buffers first, so the chunk's first is taken next.
+        // Listed in reverse, so that the next takes go through the chunk in order.
         g.lists[class].extend((1..n).rev().map(buf));
         g.bytes += (n - 1) * bytes;
         g.chunks.insert(chunk, (class, n - 1));
