@@ -44,9 +44,11 @@
 //! touches the disk fills while the lenders have a share), so what a read costs on each side
 //! now is what the split must equalize. (A low percentile of the fetches, used before,
 //! made the lenders look faster than any read found them: on the host-cached disk the rule
-//! kept 84% of the reads on lenders that were slower than the disk.) A fetch more than [`TROUBLE_FACTOR`] times as
-//! slow as the disk moves the share up one step, and a fetch that fails (times out, or its
-//! connection breaks) hands every random read to the disk at once. A disk faster than
+//! kept 84% of the reads on lenders that were slower than the disk.) A fetch more than
+//! [`TROUBLE_FACTOR`] times as slow as the disk, from lenders whose recent fetches are that
+//! slow too (a lender in trouble, not one slow fetch), moves the share up one step, and a
+//! fetch that fails (times out, or its connection breaks) hands every random read to the
+//! disk at once. A disk faster than
 //! the lenders at any load (a host-cached virtual disk, local NVMe) ends up with all of
 //! them; a rate-limited disk (a cloud volume's IOPS cap, a blkio throttle) — fast while it
 //! has little to do, slow once it has all of them — gets the share at which its reads take
@@ -114,11 +116,20 @@ pub const REMOTE_PROBE_INTERVAL: Duration = Duration::from_millis(20);
 pub const PROBE_COST_FACTOR: u64 = 50;
 /// The disk is probed when it has no share and has not been measured for this long.
 pub const DISK_PROBE_INTERVAL: Duration = Duration::from_millis(100);
-/// A fetch this many times slower than the disk (weighted) is a lender in trouble and moves
-/// the share at once; below it only the disk's windows do (a fetch waiting behind fills on
-/// a busy 1 Gbit/s link took 3 to 7 times a throttled disk's mean read, measured here, and
-/// that passes with the fills). A fetch that fails moves it all the way, whatever it took.
+/// Lenders whose recent fetches ([`TROUBLE_WEIGHT`]) take this many times the disk's read
+/// (weighted) are in trouble, and each such fetch moves the share one step at once; below it
+/// only the disk's windows do (a fetch waiting behind fills on a busy 1 Gbit/s link took 3
+/// to 7 times a throttled disk's mean read, measured here, and that passes with the fills).
+/// A fetch that fails moves it all the way, whatever it took.
 pub const TROUBLE_FACTOR: f64 = 8.0;
+/// The weight of each fetch in the recent mean that [`TROUBLE_FACTOR`] judges: a lender in
+/// trouble is slow fetch after fetch, and one that hangs (50 ms) is there at its first
+/// fetch; a lone slow fetch is the machine. Judged fetch by fetch, the few fetches of a
+/// healthy lender that a busy 2-CPU machine held past 1 ms (0.46% of them, measured in a
+/// cloud randread pass) moved the share up a step each, dozens a second, against windows
+/// that found the disk 1.5–3 times slower: the disk kept 0–68% of the second pass's reads,
+/// swinging second to second.
+pub const TROUBLE_WEIGHT: f64 = 0.25;
 /// A random disk read counts this many times its time against a lender hit (see the module
 /// doc).
 pub const DISK_WEIGHT: f64 = 1.1;
@@ -442,6 +453,9 @@ pub(crate) struct Measured {
     /// A lender hit of one or two blocks: the moving mean of such fetches, weight
     /// [`REMOTE_HIT_WEIGHT`] (`f64` bits; 0: none yet).
     remote_hit_us: AtomicU64,
+    /// The recent mean of every fetch's time, weight [`TROUBLE_WEIGHT`] (`f64` bits; 0: none
+    /// yet): what [`TROUBLE_FACTOR`] judges.
+    remote_recent_us: AtomicU64,
     /// Random reads sent to the disk while it had every one of them (for seeds).
     seed_acc: AtomicU64,
     /// Fill reads that could be widened to their read-around window (for control reads).
@@ -623,6 +637,7 @@ impl RouterState {
                 disk_mean_us: AtomicU64::new(0),
                 disk_over_remote: AtomicU64::new(0),
                 remote_hit_us: AtomicU64::new(0),
+                remote_recent_us: AtomicU64::new(0),
                 switches: AtomicU64::new(0),
                 remote_seen_us: AtomicU64::new(0),
                 disk_seen_us: AtomicU64::new(0),
@@ -986,11 +1001,19 @@ impl RouterState {
             // read hides its stalls), else its estimate for this size.
             let mean = f64::from_bits(m.disk_mean_us.load(Ordering::Relaxed));
             let disk_us = if len <= BLOCK && mean > 0.0 { mean } else { disk_us } * DISK_WEIGHT;
-            if us > TROUBLE_FACTOR * disk_us {
-                // A lender far slower than the disk: each such fetch gives the disk one step
-                // (a lender that stays that slow loses every read within 32 fetches; one
-                // that fails loses them at once, see `remote_failed`). Near the balance only
-                // the disk's windows move the share.
+            // The recent fetches, in time per block (a fetch of many blocks is not a slow one).
+            let per_block = us / len.div_ceil(BLOCK).max(1) as f64;
+            let mut recent = 0.0;
+            let _ = m.remote_recent_us.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                let was = f64::from_bits(v);
+                recent = if was == 0.0 { per_block } else { was + TROUBLE_WEIGHT * (per_block - was) };
+                Some(recent.to_bits())
+            });
+            if us > TROUBLE_FACTOR * disk_us && recent > TROUBLE_FACTOR * disk_us {
+                // Lenders far slower than the disk, fetch after fetch: each such fetch gives
+                // the disk one step (lenders that stay that slow lose every read within 32
+                // fetches; one that fails loses them at once, see `remote_failed`). Near the
+                // balance only the disk's windows move the share.
                 m.step_share_by(true, WINDOW_STEP);
             }
             m.remote_samples.fetch_add(1, Ordering::Relaxed);
@@ -1413,6 +1436,44 @@ mod tests {
         assert_eq!(throttled(60.0, 0.0).0, 1.0);
         assert_eq!(throttled(140.0, 0.0).0, 0.0);
         assert_eq!(throttled(400.0, 0.0).0, 0.0);
+    }
+
+    /// Lenders at 80 µs a hit, one fetch in `every` held for `slow_us` (a busy machine), then
+    /// for the last 10,000 reads every fetch (lenders in trouble), against a disk at 300 µs:
+    /// the disk's share of the reads before the trouble, and after.
+    fn lone_slow_fetches(every: u64, slow_us: u64) -> (f64, f64) {
+        let r = RouterState::new(Adaptive::new().into());
+        let (mut before, mut after) = (0u64, 0u64);
+        for i in 0..70_000u64 {
+            r.skip(Duration::from_micros(200));
+            let d = r.decide(&id(11), (i * 13 % 997) << 20, 4096);
+            let trouble = i >= 60_000;
+            match d.route {
+                Route::Disk => {
+                    r.disk_read(4096, false, Duration::from_micros(300));
+                    match i {
+                        30_000..60_000 => before += 1,
+                        60_010.. => after += 1,
+                        _ => {}
+                    }
+                }
+                Route::Remote => {
+                    let us = if trouble || i % every == 0 { slow_us } else { 80 };
+                    r.remote_fetch(4096, Duration::from_micros(us));
+                }
+            }
+        }
+        (before as f64 / 30_000.0, after as f64 / 9_990.0)
+    }
+
+    #[test]
+    fn a_lone_slow_fetch_is_the_machine_and_slow_fetches_a_lender_in_trouble() {
+        // One fetch in 200 at 3 ms, past TROUBLE_FACTOR times the disk: the lenders keep the
+        // reads (judged fetch by fetch, each moved the share a step: the disk took a fifth).
+        let (before, after) = lone_slow_fetches(200, 3_000);
+        assert!(before < 0.05, "the disk took {before} of the reads from lenders 4 times as fast");
+        // Once every fetch takes that long, the disk has every read within a few fetches.
+        assert!(after > 0.95, "the disk took only {after} of the reads from lenders in trouble");
     }
 
     /// A disk at 250 µs a read and lenders at 150 µs: the lenders win the random reads
