@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 17's "Nothing gets slower" set: farcache (default settings) against the passthrough,
 # side by side in one `farcache bench paper` invocation per job, where a job is a disk profile,
-# an experiment and a link rate. Resumable: a job whose JSON exists is skipped (delete it to run
-# it again). Results: bench/results/nothing-slower/<profile>[-<link>]-<experiment>/.
+# an experiment and a link rate. Resumable: a job whose JSON is complete is skipped (delete it to
+# run it again). Results: bench/results/nothing-slower/<profile>[-<link>]-<experiment>/.
 #   JOBS       profile:experiment[:link] list (default: the issue's table, below)
 #   SIZES      access sizes for seqread/randread       (default 256MiB,1GiB)
 #   EXTRA      extra `bench paper` arguments, e.g. "--routing adaptive"
@@ -38,7 +38,9 @@ for job in $JOBS; do
     [ "$exp" = tpch ] && configs=farcache
   fi
   [ "$REPEAT" -gt 1 ] && dir="$dir/rep$rep"
-  if ls "$dir"/paper-*.json >/dev/null 2>&1; then
+  # `bench paper` writes its JSON after each configuration: only a complete one means the job is
+  # done (one stopped between its two configurations would otherwise be skipped with half a pair).
+  if grep -qs '"complete": true' "$dir"/paper-*.json; then
     echo "== $job: done before ($dir), skipped"
     continue
   fi
