@@ -48,9 +48,8 @@
 //! [`TROUBLE_FACTOR`] times as slow as the disk, from lenders whose recent fetches are that
 //! slow too (a lender in trouble, not one slow fetch), moves the share up one step, and a
 //! fetch that fails (times out, or its connection breaks) hands every random read to the
-//! disk at once. A disk faster than
-//! the lenders at any load (a host-cached virtual disk, local NVMe) ends up with all of
-//! them; a rate-limited disk (a cloud volume's IOPS cap, a blkio throttle) — fast while it
+//! disk at once. A disk faster than the lenders at any load (a host-cached virtual disk,
+//! local NVMe) ends up with all of them; a rate-limited disk (a cloud volume's IOPS cap, a blkio throttle) — fast while it
 //! has little to do, slow once it has all of them — gets the share at which its reads take
 //! what a lender hit takes, and the lenders the rest: the split that makes both finish
 //! soonest. Measured here, a throttled disk's reads took less than a lender hit when the
@@ -124,7 +123,8 @@ pub const DISK_PROBE_INTERVAL: Duration = Duration::from_millis(100);
 pub const TROUBLE_FACTOR: f64 = 8.0;
 /// The weight of each fetch in the recent mean that [`TROUBLE_FACTOR`] judges: a lender in
 /// trouble is slow fetch after fetch, and one that hangs (50 ms) is there at its first
-/// fetch; a lone slow fetch is the machine. Judged fetch by fetch, the few fetches of a
+/// fetch (one fetch past about four times [`TROUBLE_FACTOR`] moves the mean past it at
+/// once); a lone fetch that is merely slow is the machine. Judged fetch by fetch, the few fetches of a
 /// healthy lender that a busy 2-CPU machine held past 1 ms (0.46% of them, measured in a
 /// cloud randread pass) moved the share up a step each, dozens a second, against windows
 /// that found the disk 1.5–3 times slower: the disk kept 0–68% of the second pass's reads,
@@ -1001,7 +1001,9 @@ impl RouterState {
             // read hides its stalls), else its estimate for this size.
             let mean = f64::from_bits(m.disk_mean_us.load(Ordering::Relaxed));
             let disk_us = if len <= BLOCK && mean > 0.0 { mean } else { disk_us } * DISK_WEIGHT;
-            // The recent fetches, in time per block (a fetch of many blocks is not a slow one).
+            // The recent fetches, in time per block (a fetch of many blocks is not a slow one),
+            // held against the disk's estimate for this fetch's size like the fetch itself: a
+            // large fetch counts towards trouble only if its blocks are slow indeed.
             let per_block = us / len.div_ceil(BLOCK).max(1) as f64;
             let mut recent = 0.0;
             let _ = m.remote_recent_us.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
