@@ -11,6 +11,9 @@
 #              job's pairs are spread over the run), and the table takes each cell's median
 #              pair: on a shared machine whose disk drifts by 2× within minutes (session 17),
 #              one pair can land on two different disks.
+#   REPS       which of the REPEAT pairs to run this time (default all: "1 2 ... REPEAT"), e.g.
+#              REPS=1 to finish every job's first pair before any second one, when a session
+#              has time for only part of the run
 # The 10 Gbit/s tpch job runs farcache only: the passthrough sends nothing over the link, so
 # scripts/nothing-slower-table.py compares it with the 1 Gbit/s job's passthrough (same profile,
 # same scale factor, run right before). Time on the 2-CPU machine: about 2 h, tpch most of it.
@@ -27,7 +30,12 @@ fi
 "$BIN" bench paper --cleanup
 REPEAT=${REPEAT:-1}
 case $REPEAT in '' | *[!0-9]* | 0) echo "bench-nothing-slower: REPEAT must be a positive count, not '$REPEAT'" >&2; exit 2 ;; esac
-for rep in $(seq 1 "$REPEAT"); do
+REPS=${REPS:-$(seq 1 "$REPEAT")}
+for rep in $REPS; do
+  case $rep in '' | *[!0-9]* | 0) echo "bench-nothing-slower: REPS must list pair numbers 1..$REPEAT, not '$rep'" >&2; exit 2 ;; esac
+  [ "$rep" -le "$REPEAT" ] || { echo "bench-nothing-slower: REPS has $rep, past REPEAT=$REPEAT" >&2; exit 2; }
+done
+for rep in $REPS; do
 for job in $JOBS; do
   IFS=: read -r prof exp link <<<"$job"
   link=${link:-1gbit}
