@@ -8,7 +8,8 @@ spread over the run), and prints one markdown table: every workload the runs hol
 (columns), as farcache ÷ passthrough performance ratios from the same `bench paper` invocation
 (> 1: farcache faster), each marked against its target. A job that ran farcache alone (tpch at
 10 Gbit/s: the passthrough sends nothing over the link) is compared with the passthrough of the
-same profile's 1 Gbit/s job, and its cells say so. A repeated job's cell is the median of its
+same profile's 1 Gbit/s job (its pair of the same number where both were repeated), and its
+cells say so. A repeated job's cell is the median of its
 pairs' ratios, with their range and count. Exits 1 when no result is found.
 
     scripts/nothing-slower-table.py [DIR]
@@ -182,12 +183,17 @@ def main():
         prof = opts.get("profile", "?")
         link = opts.get("link_rate") or "1gbit"
         col = prof if link == "1gbit" else f"{prof} {link}"
+        rep = re.search(r"/rep(\d+)/", path)
+        doc["_rep"] = int(rep[1]) if rep else 0
         docs.setdefault(col, []).append(doc)
     for col, col_docs in docs.items():
         prof = col.split()[0]
         base = [d for d in docs.get(prof, []) if d.get("tpch")]
         for doc in col_docs:
-            for name, ratio, target, note in ratios(doc, base[0] if base else None):
+            # A farcache-only job's pair K borrows the passthrough of the 1 Gbit/s job's pair K
+            # (run in the same round), else its first.
+            same = [d for d in base if d["_rep"] == doc["_rep"]]
+            for name, ratio, target, note in ratios(doc, (same or base or [None])[0]):
                 table.setdefault(name, {}).setdefault(col, []).append((ratio, target, note))
     if not table:
         print(f"no results under {root}", file=sys.stderr)
@@ -220,7 +226,9 @@ def main():
             elif target is None:
                 cells.append(f"{ratio:.1%}" if ratio >= 0.99 else f"**{ratio:.1%}**")
             else:
-                cells.append((f"{ratio:.2f}" if ratio >= target else f"**{ratio:.2f}**") + note)
+                # Two decimals, or three where two would round a miss up to its target.
+                shown = f"{ratio:.3f}" if ratio < target <= round(ratio, 2) else f"{ratio:.2f}"
+                cells.append((shown if ratio >= target else f"**{shown}**") + note)
         print(f"| {name} | " + " | ".join(cells) + " |")
     print("\nfarcache ÷ passthrough (performance: > 1 is farcache faster), one `bench paper` invocation")
     print("per profile, link and experiment; **bold**: below its target (0.97; TPC-B at 4 and 16")
