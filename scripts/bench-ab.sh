@@ -7,6 +7,7 @@
 #   A, B     the two builds' farcache binaries (required); the passthrough runs with B's
 #   PROFS    disk profiles (default "raw cloud");  EXP experiment (default randread)
 #   SIZES    access sizes (default 1GiB);  ROUNDS (default 3);  OUT results directory
+#   EXTRA    more `bench paper` arguments for every run, e.g. "--pgbench-clients 16"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${A:?A=path of build A's farcache}" "${B:?B=path of build B's farcache}"
@@ -32,9 +33,10 @@ for round in $(seq 1 "$ROUNDS"); do
       d="$OUT/$prof-$EXP/$round-$cfg"
       ls "$d"/paper-*.json >/dev/null 2>&1 && continue
       mkdir -p "$d"
+      # shellcheck disable=SC2086
       echo "== round $round, $prof, $cfg ($(date +%T))"
       "$bin" bench paper --profile "$prof" --experiment "$EXP" --sizes "$SIZES" --configs "$c" \
-        --out "$d" >"$d/log" 2>&1 || { echo "   failed: see $d/log"; rm -f "$d"/paper-*.json; }
+        --out "$d" ${EXTRA:-} >"$d/log" 2>&1 || { echo "   failed: see $d/log"; rm -f "$d"/paper-*.json; }
     done
   done
 done
