@@ -33,8 +33,8 @@ for round in $(seq 1 "$ROUNDS"); do
       d="$OUT/$prof-$EXP/$round-$cfg"
       ls "$d"/paper-*.json >/dev/null 2>&1 && continue
       mkdir -p "$d"
-      # shellcheck disable=SC2086
       echo "== round $round, $prof, $cfg ($(date +%T))"
+      # shellcheck disable=SC2086
       "$bin" bench paper --profile "$prof" --experiment "$EXP" --sizes "$SIZES" --configs "$c" \
         --out "$d" ${EXTRA:-} >"$d/log" 2>&1 || { echo "   failed: see $d/log"; rm -f "$d"/paper-*.json; }
     done

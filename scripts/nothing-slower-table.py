@@ -9,8 +9,8 @@ spread over the run), and prints one markdown table: every workload the runs hol
 (> 1: farcache faster), each marked against its target. A job that ran farcache alone (tpch at
 10 Gbit/s: the passthrough sends nothing over the link) is compared with the passthrough of the
 same profile's 1 Gbit/s job (its pair of the same number where both were repeated), and its
-cells say so. A repeated job's cell is the median of its
-pairs' ratios, with their range and count. Exits 1 when no result is found.
+cells say so. A repeated job's cell is the median of its pairs' ratios, with their range and
+count. Exits 1 when no result is found.
 
     scripts/nothing-slower-table.py [DIR]
 """

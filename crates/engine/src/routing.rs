@@ -49,13 +49,13 @@
 //! slow too (a lender in trouble, not one slow fetch), moves the share up one step, and a
 //! fetch that fails (times out, or its connection breaks) hands every random read to the
 //! disk at once. A disk faster than the lenders at any load (a host-cached virtual disk,
-//! local NVMe) ends up with all of them; a rate-limited disk (a cloud volume's IOPS cap, a blkio throttle) — fast while it
-//! has little to do, slow once it has all of them — gets the share at which its reads take
-//! what a lender hit takes, and the lenders the rest: the split that makes both finish
-//! soonest. Measured here, a throttled disk's reads took less than a lender hit when the
-//! lenders had most of them and three times as long when it had all of them; a rule that
-//! switched all random reads to whichever side looked faster oscillated thousands of times
-//! a minute between the two. The share crosses its whole range in 4 to 32 windows (2 to
+//! local NVMe) ends up with all of them; a rate-limited disk (a cloud volume's IOPS cap, a
+//! blkio throttle) — fast while it has little to do, slow once it has all of them — gets
+//! the share at which its reads take what a lender hit takes, and the lenders the rest: the
+//! split that makes both finish soonest. Measured here, a throttled disk's reads took less
+//! than a lender hit when the lenders had most of them and three times as long when it had
+//! all of them; a rule that switched all random reads to whichever side looked faster
+//! oscillated thousands of times a minute between the two. The share crosses its whole range in 4 to 32 windows (2 to
 //! 16 s), and never flips.
 //!
 //! A lender hit counts [`Measured::fill_cost_factor`] times its time: more (up to 4×) while
@@ -124,11 +124,11 @@ pub const TROUBLE_FACTOR: f64 = 8.0;
 /// The weight of each fetch in the recent mean that [`TROUBLE_FACTOR`] judges: a lender in
 /// trouble is slow fetch after fetch, and one that hangs (50 ms) is there at its first
 /// fetch (one fetch past about four times [`TROUBLE_FACTOR`] moves the mean past it at
-/// once); a lone fetch that is merely slow is the machine. Judged fetch by fetch, the few fetches of a
-/// healthy lender that a busy 2-CPU machine held past 1 ms (0.46% of them, measured in a
-/// cloud randread pass) moved the share up a step each, dozens a second, against windows
-/// that found the disk 1.5–3 times slower: the disk kept 0–68% of the second pass's reads,
-/// swinging second to second.
+/// once); a lone fetch that is merely slow is the machine. Judged fetch by fetch, the few
+/// fetches of a healthy lender that a busy 2-CPU machine held past 1 ms (0.46% of them,
+/// measured in a cloud randread pass) moved the share up a step each, dozens a second,
+/// against windows that found the disk 1.5–3 times slower: the disk kept 0–68% of the
+/// second pass's reads, swinging second to second.
 pub const TROUBLE_WEIGHT: f64 = 0.25;
 /// A random disk read counts this many times its time against a lender hit (see the module
 /// doc).
@@ -990,6 +990,8 @@ impl RouterState {
                 a.observe_remote(len, us);
                 a.disk_us(len, false)
             };
+            // The disk's last window mean (0: none yet).
+            let mean = f64::from_bits(m.disk_mean_us.load(Ordering::Relaxed));
             if len <= 2 * BLOCK {
                 let probing = m.disk_share.load(Ordering::Relaxed) == SHARE_ONE;
                 let weight = if probing { PROBE_HIT_WEIGHT } else { REMOTE_HIT_WEIGHT };
@@ -1002,18 +1004,16 @@ impl RouterState {
                 // see `disk_observed`) ends the back-off: the lenders may win now (a failure
                 // had raised the estimate, or the disk got busy), so the next probes come
                 // soon. One that is merely faster than the estimate does not: on a CPU-bound
-                // machine probes take 0.3 to 12 ms by turns (measured: pgbench select-only at
+                // machine probes take 0.6 to 12 ms by turns (measured: pgbench select-only at
                 // 16 clients on the raw disk, whose reads took 0.35 ms), and ending the
                 // back-off at each fast one kept it at 0 to 2 doublings, so the lenders got
                 // 13 probes and 500 seeded blocks a second for reads none of them served.
-                let disk_mean = f64::from_bits(m.disk_mean_us.load(Ordering::Relaxed));
-                if probing && !clearly_faster(disk_mean * DISK_WEIGHT, us * m.fill_cost_factor()) {
+                if probing && !clearly_faster(mean * DISK_WEIGHT, us * m.fill_cost_factor()) {
                     m.quiet.store(0, Ordering::Relaxed);
                 }
             }
             // The disk's last window mean where there is one (a rate-limited disk's typical
             // read hides its stalls), else its estimate for this size.
-            let mean = f64::from_bits(m.disk_mean_us.load(Ordering::Relaxed));
             let disk_us = if len <= BLOCK && mean > 0.0 { mean } else { disk_us } * DISK_WEIGHT;
             // The recent fetches, in time per block (a fetch of many blocks is not a slow one),
             // held against the disk's estimate for this fetch's size like the fetch itself: a
@@ -1267,7 +1267,7 @@ mod tests {
     #[test]
     fn noisy_probes_slower_than_the_disk_keep_the_back_off() {
         // The raw disk at 16 busy clients on two vCPUs (session 41): reads of 350 µs, and
-        // lender probes that wait for a CPU, 0.5 to 12 ms by turns.
+        // lender probes that wait for a CPU, 0.6 to 12 ms by turns.
         let backoff = |r: &RouterState| r.estimates().unwrap().probe_backoff;
         let r = RouterState::new(Adaptive::new().into());
         r.remote_fetch(4096, Duration::from_micros(1_000));
