@@ -11,11 +11,15 @@ grep -c cpu-clock`); and bench.log, the harness's log, whose "[pgbench C tpc-b N
 lines give the rate. A sample is 1/1999 s
 of one CPU; per transaction = samples x (1e6/1999) us / (tps x 20 s).
 
-    python3 bench/results/tpcb-profile-s37/per-tx.py
+    python3 bench/results/tpcb-profile-s37/per-tx.py [DIR ...]
+
+With DIRs (each laid out as above, e.g. bench/results/tpcb-profile-s42/cloud-1client), those;
+without, this script's own subdirectories.
 """
 import collections
 import pathlib
 import re
+import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
 HZ, SECS = 1999, 20
@@ -69,7 +73,8 @@ def table(d: pathlib.Path, kind: str, user_only: bool = False, top: int = 0) -> 
         print(f"| total | {tp:.1f} | {tf:.1f} | {tf - tp:+.1f} |")
 
 
-for d in sorted(p for p in HERE.iterdir() if p.is_dir()):
+DIRS = [pathlib.Path(a) for a in sys.argv[1:]] or sorted(p for p in HERE.iterdir() if p.is_dir())
+for d in DIRS:
     print(f"\n## {d.name}: µs of the daemon's CPU per transaction "
           f"(passthrough {tps(d, 'passthrough'):.0f} tps, farcache {tps(d, 'farcache'):.0f} tps)")
     table(d, "comm")
