@@ -16,7 +16,9 @@
 #              has time for only part of the run
 # The 10 Gbit/s tpch job runs farcache only: the passthrough sends nothing over the link, so
 # scripts/nothing-slower-table.py compares it with the 1 Gbit/s job's passthrough (same profile,
-# same scale factor, run right before). Time on the 2-CPU machine: about 2 h, tpch most of it.
+# same scale factor, run right before). Time on the 2-CPU machine, one pair of every job: about
+# 2 h 30 min (session 42: the seven short jobs 20 min, raw tpch 26, cloud tpch 48, hdd randread
+# 42, 10 Gbit/s tpch 12).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/farcache}
