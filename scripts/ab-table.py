@@ -3,7 +3,8 @@
 round's results for the passthrough, build A and build B, the ratios against the passthrough
 from the same round (> 1: farcache is faster), and their medians over the rounds.
 randread/seqread: seconds per pass, ratio = passthrough's time ÷ farcache's; pgbench: tps
-per mode and clients, ratio = farcache's ÷ the passthrough's. The disk checks (4 KiB O_DIRECT
+per mode and clients, ratio = farcache's ÷ the passthrough's; tpch: the load and power tests'
+seconds (ratio as for passes) and the throughput test's queries per hour (as for tps). The disk checks (4 KiB O_DIRECT
 reads of the loop device, µs, at the start of each measurement) show the disk under each, and
 beside each, the share of the machine's CPU time the hypervisor stole (steal) during it.
 
@@ -32,6 +33,13 @@ def load(pdir):
         for r in d.get("pgbench") or []:
             cells[f"{r['mode']} {r['clients']}"] = ("tps", r["tps"])
             checks.append(r.get("disk") or {})
+        for r in d.get("tpch") or []:
+            if r.get("error"):
+                continue
+            cells["tpch load test"] = ("time", r["load_secs"])
+            cells["tpch power test"] = ("time", r["power_secs"])
+            cells["tpch throughput test (queries per hour)"] = ("tps", r["queries_per_hour"])
+            checks += [(r.get(p) or {}).get("disk") or {} for p in ("load", "power_phase", "throughput_phase")]
         rounds.setdefault(int(rnd), {})[CFGS[cfg]] = (cells, checks)
     return rounds
 
