@@ -4,9 +4,10 @@ round's results for the passthrough, build A and build B, the ratios against the
 from the same round (> 1: farcache is faster), and their medians over the rounds.
 randread/seqread: seconds per pass, ratio = passthrough's time ÷ farcache's; pgbench: tps
 per mode and clients, ratio = farcache's ÷ the passthrough's; tpch: the load and power tests'
-seconds (ratio as for passes) and the throughput test's queries per hour (as for tps). The disk checks (4 KiB O_DIRECT
-reads of the loop device, µs, at the start of each measurement) show the disk under each, and
-beside each, the share of the machine's CPU time the hypervisor stole (steal) during it.
+seconds (ratio as for passes) and the throughput test's queries per hour (as for tps). The
+disk checks (4 KiB O_DIRECT reads of the loop device, µs, at the start of each measurement)
+show the disk under each, and beside each, the share of the machine's CPU time the
+hypervisor stole (steal) during it.
 
 usage: ab-table.py OUT"""
 import glob

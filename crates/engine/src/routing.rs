@@ -55,8 +55,8 @@
 //! split that makes both finish soonest. Measured here, a throttled disk's reads took less
 //! than a lender hit when the lenders had most of them and three times as long when it had
 //! all of them; a rule that switched all random reads to whichever side looked faster
-//! oscillated thousands of times a minute between the two. The share crosses its whole range in 4 to 32 windows (2 to
-//! 16 s), and never flips.
+//! oscillated thousands of times a minute between the two. The share crosses its whole range
+//! in 4 to 32 windows (2 to 16 s), and never flips.
 //!
 //! A lender hit counts [`Measured::fill_cost_factor`] times its time: more (up to 4×) while
 //! writes through the mount retire most of what is filled, since a block filled and then
