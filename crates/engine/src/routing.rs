@@ -92,7 +92,10 @@
 //! probe that waited for a read of blocks the lenders hold would wait for the next pass
 //! (and, with seeds falling on the same offsets each pass, for ever: measured, a 10 Gbit/s
 //! link was never probed in three passes). Probes must find the lenders
-//! [`STREAM_PROBE_MARGIN`] times faster; a side change holds [`STREAM_DWELL`].
+//! [`STREAM_PROBE_MARGIN`] times faster; a side change holds [`STREAM_DWELL`]. No stream is
+//! probed before the disk's first stream window closes, and while the disk's windows keep
+//! finding it clearly faster than the probes, the probes and the stream seeds back off
+//! ([`STREAM_QUIET_MAX_LEVEL`]), like the random ones.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -218,12 +221,24 @@ pub const STREAM_WINDOW_READS: u32 = 8;
 /// Streams stay on a side at least this long after changing to it (at most one change a
 /// second, however noisy the two sides' measurements).
 pub const STREAM_DWELL: Duration = Duration::from_secs(1);
+/// While streams are on the disk and each window of theirs finds the disk clearly faster
+/// than the lenders' last stream probes (with [`STREAM_PROBE_MARGIN`]), the stream probes and
+/// seeds *back off*: each such window doubles the wait between stream probes (the whole
+/// wait, [`PROBE_COST_FACTOR`] times the last probe's cost included) and the stream seeds'
+/// spacing, up to this many doublings; a window or a probe that does not clearly favour the
+/// disk ends it at once. A stream probe delays the read it rides on by all of its fetch
+/// (1 MiB on a 1 Gbit/s link: 8 to 9 ms), and on the raw disk, whose stream is eight times the
+/// link's rate, the probes and seeds were all the lender traffic of a pass, for nothing
+/// (measured: a 256 MiB pass of 0.24 s paid a 1 MiB probe and 4 MiB of seeds, 0.95× the
+/// passthrough; BENCHMARKS.md, "Session 42"). Nor is a stream probed before the disk's first
+/// stream window has closed: until then there is nothing to hold a probe against.
+pub const STREAM_QUIET_MAX_LEVEL: u64 = 6;
 const _: () = assert!(STREAM_SLOTS.is_power_of_two());
 const _: () = assert!(HYSTERESIS > 0.0 && HYSTERESIS < 0.5);
 const _: () = assert!(WINDOW_STEP > 0 && WINDOW_MIN_READS > 0);
 const _: () = assert!(DISK_WEIGHT >= 1.0);
 const _: () = assert!(SEED_EVERY >= 16);
-const _: () = assert!(QUIET_MAX_LEVEL <= 10);
+const _: () = assert!(QUIET_MAX_LEVEL <= 10 && STREAM_QUIET_MAX_LEVEL <= 10);
 const _: () = assert!(FILL_MARGIN >= DISK_WEIGHT);
 
 /// The routing rule a [`crate::cached::CachedPath`] is built with (once per mount: the
@@ -298,6 +313,11 @@ pub struct AdaptiveEstimates {
     /// [`QUIET_MAX_LEVEL`]): the disk has every random read and keeps finding itself faster.
     #[serde(default)]
     pub probe_backoff: u64,
+    /// Doublings of the wait between stream probes and of the stream seeds' spacing now (0
+    /// to [`STREAM_QUIET_MAX_LEVEL`]): streams are on the disk and it keeps finding itself
+    /// clearly faster than the lenders' stream probes.
+    #[serde(default)]
+    pub stream_probe_backoff: u64,
     /// The mean of the last window of random disk reads, µs (0: none yet).
     #[serde(default)]
     pub disk_window_mean_us: f64,
@@ -393,9 +413,10 @@ impl StreamCost {
     }
 
     /// A read of `len` bytes that cost `us` at its load and took `took_us`, ending at `now`.
-    fn add(&mut self, len: u64, us: f64, now: u64, took_us: f64) {
+    /// True if it closed a window (the estimate moved).
+    fn add(&mut self, len: u64, us: f64, now: u64, took_us: f64) -> bool {
         if len == 0 || !us.is_finite() {
-            return;
+            return false;
         }
         if self.reads == 0 {
             self.start_us = now.saturating_sub(took_us as u64);
@@ -407,7 +428,9 @@ impl StreamCost {
             let cost = self.sum_us / self.bytes as f64;
             self.per_byte_us = if self.per_byte_us > 0.0 { (self.per_byte_us + cost) / 2.0 } else { cost };
             *self = StreamCost { per_byte_us: self.per_byte_us, closed_us: now, ..StreamCost::new() };
+            return true;
         }
+        false
     }
 }
 
@@ -416,6 +439,16 @@ impl StreamCost {
 struct StreamCosts {
     side: [StreamCost; 2],
     probe_per_byte_us: f64,
+}
+
+impl StreamCosts {
+    /// Whether the disk's streams are clearly faster than the lenders' stream probes say the
+    /// lenders would be (with [`STREAM_PROBE_MARGIN`]): what [`STREAM_QUIET_MAX_LEVEL`]'s
+    /// back-off holds on. Not without both measurements.
+    fn disk_clearly_faster(&self) -> bool {
+        self.probe_per_byte_us > 0.0
+            && clearly_faster(self.side[0].per_byte_us, self.probe_per_byte_us * STREAM_PROBE_MARGIN)
+    }
 }
 
 /// A stream read in flight on one side (`RouterState::stream_begin`).
@@ -492,6 +525,9 @@ pub(crate) struct Measured {
     /// Streams' own probe clock: when a stream-sized fetch was last timed, and what it took.
     stream_seen_us: AtomicU64,
     stream_cost_us: AtomicU64,
+    /// How many times the stream probes' wait and the stream seeds' spacing are doubled (at
+    /// most [`STREAM_QUIET_MAX_LEVEL`]; see the constant).
+    stream_quiet: AtomicU64,
     /// The blocks of the last [`STREAM_PROBE_SEEDS`] stream reads that seeded the lenders:
     /// (file, first, last), oldest first.
     stream_seeds: Mutex<std::collections::VecDeque<(FileId, u64, u64)>>,
@@ -601,22 +637,48 @@ impl Measured {
     }
 
     /// Whether the side last seen at `seen`, whose last measurement took `cost` µs, is due
-    /// a probe; claims it (one probe per interval, however many threads ask).
-    fn probe_due(&self, seen: &AtomicU64, cost: &AtomicU64, interval: Duration) -> bool {
+    /// a probe; claims it (one probe per interval, however many threads ask). The wait is
+    /// doubled `doublings` times (the stream back-off, [`STREAM_QUIET_MAX_LEVEL`]).
+    fn probe_due(&self, seen: &AtomicU64, cost: &AtomicU64, interval: Duration, doublings: u64) -> bool {
         let now = self.now_us();
         let last = seen.load(Ordering::Relaxed);
-        Self::waited(now, last, cost, interval)
+        Self::waited(now, last, cost, interval, doublings)
             && seen.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
     }
 
     /// Whether the side is due a probe, without claiming it.
-    fn probe_wanted(&self, seen: &AtomicU64, cost: &AtomicU64, interval: Duration) -> bool {
-        Self::waited(self.now_us(), seen.load(Ordering::Relaxed), cost, interval)
+    fn probe_wanted(&self, seen: &AtomicU64, cost: &AtomicU64, interval: Duration, doublings: u64) -> bool {
+        Self::waited(self.now_us(), seen.load(Ordering::Relaxed), cost, interval, doublings)
     }
 
-    fn waited(now: u64, last: u64, cost: &AtomicU64, interval: Duration) -> bool {
+    fn waited(now: u64, last: u64, cost: &AtomicU64, interval: Duration, doublings: u64) -> bool {
         let wait = (interval.as_micros() as u64).max(cost.load(Ordering::Relaxed).saturating_mul(PROBE_COST_FACTOR));
-        now.saturating_sub(last) >= wait
+        now.saturating_sub(last) >= wait.saturating_mul(1 << doublings.min(10))
+    }
+
+    /// Whether a stream probe is due (`claim`: and claim it). Never before the disk's first
+    /// stream window (`disk_measured`), and backed off by [`STREAM_QUIET_MAX_LEVEL`].
+    fn stream_probe(&self, disk_measured: bool, claim: bool) -> bool {
+        let q = self.stream_quiet.load(Ordering::Relaxed);
+        disk_measured
+            && if claim {
+                self.probe_due(&self.stream_seen_us, &self.stream_cost_us, REMOTE_PROBE_INTERVAL, q)
+            } else {
+                self.probe_wanted(&self.stream_seen_us, &self.stream_cost_us, REMOTE_PROBE_INTERVAL, q)
+            }
+    }
+
+    /// The stream back-off after its measurements changed: one more doubling if the disk is
+    /// still clearly faster (`grow`: a disk window closed), none if not.
+    fn stream_quiet_update(&self, c: &StreamCosts, grow: bool) {
+        let clear = c.disk_clearly_faster();
+        let _ = self.stream_quiet.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| {
+            Some(match (clear, grow) {
+                (false, _) => 0,
+                (true, true) => (q + 1).min(STREAM_QUIET_MAX_LEVEL),
+                (true, false) => q,
+            })
+        });
     }
 }
 
@@ -654,6 +716,7 @@ impl RouterState {
                 remote_cost_us: AtomicU64::new(0),
                 stream_seen_us: AtomicU64::new(0),
                 stream_cost_us: AtomicU64::new(0),
+                stream_quiet: AtomicU64::new(0),
                 stream_seeds: Mutex::new(std::collections::VecDeque::with_capacity(STREAM_PROBE_SEEDS)),
                 stream_switched_us: AtomicU64::new(0),
                 stream_busy: [AtomicU64::new(0), AtomicU64::new(0)],
@@ -701,7 +764,7 @@ impl RouterState {
                 // A read as large as a readahead window is a stream's, whether or not it
                 // continues the one before it.
                 let sequential = m.streams.observe(id, offset, len) || len >= STREAM_MIN_BYTES;
-                let (remote, fill) = if sequential {
+                let (remote, fill, stream_disk_measured) = if sequential {
                     // Streams go to the lenders only on stream reads measured there (probes
                     // on seeded blocks), never on the model's extrapolation from small
                     // fetches: a few 16 KiB fetches say little about a 1 Gbit/s link's rate,
@@ -709,7 +772,7 @@ impl RouterState {
                     // by their cost per byte at their own load (`StreamCost`); a side not
                     // yet measured keeps streams where they are.
                     let was_remote = m.stream_remote.load(Ordering::Relaxed);
-                    let (remote_us, disk_us) = {
+                    let (remote_us, disk_us, disk_measured) = {
                         let c = m.stream_cost.lock();
                         let probed = c.probe_per_byte_us * STREAM_PROBE_MARGIN;
                         // On the lenders, they are judged by the stream's own fetches; on the
@@ -725,9 +788,10 @@ impl RouterState {
                             false if recent => at_load.max(probed),
                             _ => probed,
                         };
-                        match (remote, c.side[0].per_byte_us) {
-                            (r, d) if r > 0.0 && d > 0.0 => (r * len as f64, d * len as f64),
-                            _ => (f64::NAN, f64::NAN),
+                        let disk = c.side[0].per_byte_us;
+                        match (remote, disk) {
+                            (r, d) if r > 0.0 && d > 0.0 => (r * len as f64, d * len as f64, true),
+                            _ => (f64::NAN, f64::NAN, disk > 0.0),
                         }
                     };
                     // Stay unless the other side is clearly faster, and for at least
@@ -759,10 +823,10 @@ impl RouterState {
                             );
                         }
                     }
-                    // A stream on the disk seeds the lenders one read in SEED_EVERY, so that
-                    // a probe can measure them at its size (on a link faster than the disk,
-                    // the next pass's stream then moves to them).
-                    let seed = !remote && m.seed(SEED_EVERY);
+                    // A stream on the disk seeds the lenders one read in SEED_EVERY (backed
+                    // off: fewer), so that a probe can measure them at its size (on a link
+                    // faster than the disk, the next pass's stream then moves to them).
+                    let seed = !remote && m.seed(SEED_EVERY << m.stream_quiet.load(Ordering::Relaxed));
                     if seed {
                         let mut seeds = m.stream_seeds.lock();
                         if seeds.len() == STREAM_PROBE_SEEDS {
@@ -770,7 +834,7 @@ impl RouterState {
                         }
                         seeds.push_back((*id, offset / BLOCK, (offset + len - 1) / BLOCK));
                     }
-                    (remote, seed)
+                    (remote, seed, disk_measured)
                 } else {
                     let share = m.disk_share.load(Ordering::Relaxed);
                     // `share` of the reads go to the disk, spread evenly: each read adds the
@@ -784,12 +848,12 @@ impl RouterState {
                     // A disk read fills while a lender hit is clearly cheaper than a disk
                     // read; otherwise one in SEED_EVERY still does (a seed, see the constant).
                     let fill = to_disk && (m.fill_worth() || m.random_seed());
-                    (!to_disk, fill)
+                    (!to_disk, fill, false)
                 };
                 let (route, probe, may_probe_remote) = if remote {
                     if !sequential
                         && m.disk_share.load(Ordering::Relaxed) == 0
-                        && m.probe_due(&m.disk_seen_us, &m.disk_cost_us, DISK_PROBE_INTERVAL)
+                        && m.probe_due(&m.disk_seen_us, &m.disk_cost_us, DISK_PROBE_INTERVAL, 0)
                     {
                         m.disk_probes.fetch_add(1, Ordering::Relaxed);
                         (Route::Disk, true, false)
@@ -800,14 +864,14 @@ impl RouterState {
                     // A stream's probe is due on its own clock, seed or not (see the module
                     // doc): the engine claims it ([`Self::claim_remote_probe`]) and fetches
                     // the last stream seeds.
-                    (Route::Disk, false, m.probe_wanted(&m.stream_seen_us, &m.stream_cost_us, REMOTE_PROBE_INTERVAL))
+                    (Route::Disk, false, m.stream_probe(stream_disk_measured, false))
                 } else {
                     // The lenders are due a measurement: the engine claims it
                     // ([`Self::claim_remote_probe`]) once it knows they hold this read's blocks.
                     (
                         Route::Disk,
                         false,
-                        !fill && m.probe_wanted(&m.remote_seen_us, &m.remote_cost_us, m.remote_probe_interval()),
+                        !fill && m.probe_wanted(&m.remote_seen_us, &m.remote_cost_us, m.remote_probe_interval(), 0),
                     )
                 };
                 Decision { route, adaptive: true, sequential, probe, fill, may_probe_remote }
@@ -820,10 +884,9 @@ impl RouterState {
     /// it.
     pub fn claim_remote_probe(&self, d: &Decision) -> bool {
         match self {
-            RouterState::Adaptive(m) if d.sequential => {
-                m.probe_due(&m.stream_seen_us, &m.stream_cost_us, REMOTE_PROBE_INTERVAL)
-            }
-            RouterState::Adaptive(m) => m.probe_due(&m.remote_seen_us, &m.remote_cost_us, m.remote_probe_interval()),
+            // Offered only once the disk's streams were measured (`decide`).
+            RouterState::Adaptive(m) if d.sequential => m.stream_probe(true, true),
+            RouterState::Adaptive(m) => m.probe_due(&m.remote_seen_us, &m.remote_cost_us, m.remote_probe_interval(), 0),
             RouterState::Threshold(_) => false,
         }
     }
@@ -871,8 +934,12 @@ impl RouterState {
                 let cost = us / len as f64;
                 let old = c.probe_per_byte_us;
                 c.probe_per_byte_us = if old > 0.0 { (old + cost) / 2.0 } else { cost };
-            } else {
-                c.side[r.remote as usize].add(len, us / r.in_flight as f64, now, us);
+                // A probe that does not leave the disk clearly faster ends the back-off.
+                m.stream_quiet_update(&c, false);
+            } else if c.side[r.remote as usize].add(len, us / r.in_flight as f64, now, us) && !r.remote {
+                // A disk window: one more doubling if it still finds the disk clearly
+                // faster, none if not (the disk got busy: the next probe comes soon).
+                m.stream_quiet_update(&c, true);
             }
         }
     }
@@ -1081,6 +1148,7 @@ impl RouterState {
             disk_share: m.disk_share.load(Ordering::Relaxed) as f64 / SHARE_ONE as f64,
             disk_probes: m.disk_probes.load(Ordering::Relaxed),
             probe_backoff: m.quiet.load(Ordering::Relaxed),
+            stream_probe_backoff: m.stream_quiet.load(Ordering::Relaxed),
             disk_window_mean_us: f64::from_bits(m.disk_mean_us.load(Ordering::Relaxed)),
             remote_hit_us: f64::from_bits(m.remote_hit_us.load(Ordering::Relaxed)),
             disk_over_remote: f64::from_bits(m.disk_over_remote.load(Ordering::Relaxed)),
@@ -1690,6 +1758,79 @@ mod tests {
         // …and may try them again once those are STREAM_RETRY old (20,000 reads: 42 s).
         assert_eq!(decide(&r).route, Route::Remote);
         assert_eq!(r.estimates().unwrap().switches, 3);
+    }
+
+    #[test]
+    fn stream_probes_wait_for_the_disk_and_back_off_while_it_keeps_winning() {
+        // The raw disk's stream: 128 KiB readahead in 100 µs (1.3 GB/s), against a 1 Gbit/s
+        // link whose 1 MiB probe takes 8.5 ms.
+        let r = RouterState::new(Adaptive::new().into());
+        let mut at = 0u64;
+        // Streams on the disk, `n` reads of 100 µs, each decided first; the probes offered
+        // and claimed (each fetching 1 MiB in 8.5 ms) and the seeds are counted.
+        let mut run = |r: &RouterState, n: u64| {
+            let (mut probes, mut seeds) = (0u64, 0u64);
+            for _ in 0..n {
+                at += 1;
+                let d = r.decide(&id(20), at * (128 << 10), 128 << 10);
+                assert!(d.sequential && d.route == Route::Disk, "{d:?}");
+                seeds += d.fill as u64;
+                if d.may_probe_remote && r.claim_remote_probe(&d) {
+                    probes += 1;
+                    stream_probe(r, 1 << 20, 8_500);
+                }
+                stream(r, false, 128 << 10, 100);
+            }
+            (probes, seeds)
+        };
+        // A short pass (0.2 s): the disk's first window has not closed, so nothing to hold a
+        // probe against and no probe, though 20 ms went by many times.
+        let (probes, seeds) = run(&r, 2_000);
+        assert_eq!(probes, 0, "{:?}", r.estimates());
+        assert!(seeds.abs_diff(2_000 / SEED_EVERY) <= 1, "{seeds} seeds");
+        // Once the disk's window closed, the lenders are probed; each disk window after the
+        // probe finds the disk clearly faster (0.8 against 8.5 ms a MiB, times the margin)
+        // and doubles the probes' wait and the seeds' spacing, up to the cap.
+        let (probes, _) = run(&r, 40_000);
+        assert!(probes >= 1, "{:?}", r.estimates());
+        let e = r.estimates().unwrap();
+        assert_eq!(e.stream_probe_backoff, STREAM_QUIET_MAX_LEVEL, "{e:?}");
+        assert!(e.stream_us_per_mib[0] > 0.0 && e.stream_us_per_mib[2] > 0.0, "{e:?}");
+        // Backed off: a minute of the stream (600,000 reads of 100 µs) pays at most two probes
+        // (one per 2 × 8.5 ms × PROBE_COST_FACTOR × 64 = 54 s) and one seed in 4,096 reads;
+        // without the back-off it would have paid one probe every 0.85 s.
+        let (probes, seeds) = run(&r, 600_000);
+        assert!(probes <= 2, "{probes} probes in a minute");
+        assert!(seeds <= 600_000 / (SEED_EVERY << STREAM_QUIET_MAX_LEVEL) + 1, "{seeds} seeds");
+        assert_eq!(r.estimates().unwrap().switches, 0);
+        // The disk gets busy: windows at 12.8 ms a MiB, no longer clearly faster than the
+        // probes with their margin (12.75 ms) though not slow enough to give the streams
+        // away. The back-off ends, and the next read is offered a probe at once, 13 s after
+        // the last one (backed off, the wait was 54 s).
+        for _ in 0..8 * STREAM_WINDOW_READS {
+            stream(&r, false, 128 << 10, 1_600);
+            r.skip(WINDOW_TIME / STREAM_WINDOW_READS);
+        }
+        let e = r.estimates().unwrap();
+        assert_eq!((e.stream_probe_backoff, e.stream_remote), (0, false), "{e:?}");
+        let d = r.decide(&id(20), (at + 1) * (128 << 10), 128 << 10);
+        assert!(d.route == Route::Disk && d.may_probe_remote && r.claim_remote_probe(&d), "{d:?}");
+        // And probes that no longer leave the disk clearly faster end it too.
+        let r = RouterState::new(Adaptive::new().into());
+        for _ in 0..3 * STREAM_WINDOW_READS {
+            stream(&r, false, 1 << 20, 800);
+            r.skip(WINDOW_TIME / STREAM_WINDOW_READS);
+        }
+        stream_probe(&r, 1 << 20, 8_500);
+        for _ in 0..3 * STREAM_WINDOW_READS {
+            stream(&r, false, 1 << 20, 800);
+            r.skip(WINDOW_TIME / STREAM_WINDOW_READS);
+        }
+        assert!(r.estimates().unwrap().stream_probe_backoff >= 2, "{:?}", r.estimates());
+        for _ in 0..8 {
+            stream_probe(&r, 1 << 20, 200);
+        }
+        assert_eq!(r.estimates().unwrap().stream_probe_backoff, 0, "{:?}", r.estimates());
     }
 
     #[test]
