@@ -411,6 +411,28 @@ impl<D: DataPath> CachedPath<D> {
         self.read_and_fill_while(file, f, offset, len, sequential, around, &mut Meanwhile::none())
     }
 
+    /// A read the rule sent to the lenders that they hold none of: [`Self::read_and_fill`]
+    /// with its read-around window, timed for the rule when it is a random one (what the
+    /// lenders' route costs on a miss, `RouterState::lender_miss`).
+    fn lender_miss(
+        &self,
+        file: &BackingFile,
+        f: &Arc<FileIndex>,
+        offset: u64,
+        len: usize,
+        d: &Decision,
+    ) -> io::Result<Bytes> {
+        if d.sequential {
+            return self.read_and_fill(file, f, offset, len, true, true);
+        }
+        let t = Instant::now();
+        let r = self.read_and_fill(file, f, offset, len, false, true);
+        if d.adaptive && r.is_ok() {
+            self.routing.lender_miss(t.elapsed());
+        }
+        r
+    }
+
     /// [`Self::read_and_fill`], running `meanwhile` while the disk read is in flight.
     #[allow(clippy::too_many_arguments)]
     fn read_and_fill_while(
@@ -497,6 +519,11 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         if d.route == Route::Disk {
             if !d.adaptive {
                 add(&self.counters.sequential_bypasses, 1);
+            } else if !d.sequential && !d.probe && self.routing.held_sample() {
+                // What a share of this read's kind would find on the lenders (see
+                // `RouterState::lenders_held`).
+                let (first, last) = (offset / BLOCK_BYTES, (offset + len as u64 - 1) / BLOCK_BYTES);
+                self.routing.lenders_held(self.index.holds_all(file.id(), first, last));
             }
             if d.fill {
                 let f = self.index.file(file.id());
@@ -509,13 +536,16 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         let f = self.index.file(file.id());
         let keys: Vec<Option<BlockKey>> = (first..=last).map(|b| self.index.lookup(&f, b)).collect();
         let held = keys.iter().filter(|k| k.is_some()).count();
+        if d.adaptive && !d.sequential && !d.probe {
+            self.routing.lenders_held(held == keys.len());
+        }
         if held == 0 || (d.probe && held < keys.len()) {
             if d.probe {
                 // A probe with nothing (or not everything) to measure goes where the rule sent it.
                 return self.disk_read(file, offset, len, d.sequential);
             }
             add(&self.counters.disk_reads, 1);
-            return self.read_and_fill(file, &f, offset, len, d.sequential, true);
+            return self.lender_miss(file, &f, offset, len, &d);
         }
         if d.probe {
             add(&self.counters.adaptive_probes, 1);
@@ -527,7 +557,7 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         if span == Some((0, keys.len() - 1)) {
             // Nothing usable from the lenders: the whole range from the disk.
             add(&self.counters.disk_reads, 1);
-            return self.read_and_fill(file, &f, offset, len, d.sequential, true);
+            return self.lender_miss(file, &f, offset, len, &d);
         }
         let wanted: Vec<usize> =
             (0..keys.len()).filter(|i| !span.is_some_and(|(lo, hi)| (lo..=hi).contains(i))).collect();

@@ -44,7 +44,13 @@
 //! touches the disk fills while the lenders have a share), so what a read costs on each side
 //! now is what the split must equalize. (A low percentile of the fetches, used before,
 //! made the lenders look faster than any read found them: on the host-cached disk the rule
-//! kept 84% of the reads on lenders that were slower than the disk.) A fetch more than
+//! kept 84% of the reads on lenders that were slower than the disk.) A read sent to the
+//! lenders is a hit only as often as they hold its blocks ([`Measured::held`], sampled on
+//! the reads of both sides); otherwise it is a disk read after all, widened to its
+//! read-around window and filled, so the lenders' side of the vote is the hit's time that
+//! often and the measured miss's time (at least the disk read's, weighted like it) the rest
+//! ([`Measured::remote_route_us`]). Whether the disk's reads fill the lenders, and the
+//! back-off below, still go by the hit: that is what a fill buys. A fetch more than
 //! [`TROUBLE_FACTOR`] times as slow as the disk, from lenders whose recent fetches are that
 //! slow too (a lender in trouble, not one slow fetch), moves the share up one step, and a
 //! fetch that fails (times out, or its connection breaks) hands every random read to the
@@ -174,6 +180,15 @@ pub const PROBE_HIT_WEIGHT: f64 = 0.5;
 /// many times a lender hit: filling costs CPU and link on both ends, and pays back only
 /// where a later hit saves more than that (see the module doc).
 pub const FILL_MARGIN: f64 = 1.5;
+/// Whether the disk's reads are worth filling goes by the windows' disk-over-lenders ratio
+/// smoothed upwards: a window above the last smoothed value moves it this far towards
+/// itself, one below takes it at once. So a disk that stays slow (a volume at its cap) fills
+/// from its second or third window on, and stops at its first fast one, while a moment of
+/// a window or two does not start the fills: measured on the raw disk under TPC-H, five
+/// windows at 1.5–2.1× a lender hit, judged one by one, filled 137,000 blocks (560 MB) in
+/// 6 s, for nothing, and fetches behind them on the link timed out (BENCHMARKS.md,
+/// "Session 44").
+pub const FILL_RISE_WEIGHT: f64 = 0.25;
 /// While the disk's reads are not worth filling, one in this many of them still fills the lenders
 /// (a *seed*), so that the lenders hold blocks a probe can measure them on: without it a
 /// rule that started on the disk could never learn that the lenders became faster.
@@ -189,6 +204,15 @@ pub const SEED_EVERY: u64 = 64;
 /// lender traffic, and cost 5–10% of the CPU per transaction for nothing (measured: pgbench
 /// select-only at one client).
 pub const QUIET_MAX_LEVEL: u64 = 6;
+/// The weight of each random read in [`Measured::held`], the moving share of random reads
+/// whose blocks the lenders hold (sampled, see [`HELD_SAMPLE_EVERY`]).
+pub const HELD_WEIGHT: f64 = 0.02;
+/// One random read in this many that the rule sends to the disk asks the index whether the
+/// lenders hold its blocks (a read sent to the lenders always finds out): what
+/// [`Measured::held`] learns from while the disk has every read.
+pub const HELD_SAMPLE_EVERY: u64 = 16;
+/// The weight of each lender miss's time in [`Measured::miss_us`].
+pub const MISS_WEIGHT: f64 = 0.05;
 /// Fills that writes retire: the share of filled blocks that a write through the mount
 /// replaces while the lenders still hold them is measured in windows of at least this many
 /// fills and [`SURVIVAL_WINDOW`] (see [`Measured::fill_cost_factor`]).
@@ -276,6 +300,15 @@ impl Router {
 
 /// Whether the disk, at `disk_us` a read (weighted), is clearly faster than the lenders at
 /// `remote_us`: by more than [`HYSTERESIS`]. No disk measurement yet (0) is not.
+/// Move the moving mean in `mean` (`f64` bits) towards `x` by `weight`; one still 0 (none
+/// yet) takes `x` itself.
+fn ewma(mean: &AtomicU64, x: f64, weight: f64) {
+    let _ = mean.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+        let was = f64::from_bits(v);
+        Some(if was == 0.0 { x } else { was + weight * (x - was) }.to_bits())
+    });
+}
+
 fn clearly_faster(disk_us: f64, remote_us: f64) -> bool {
     disk_us > 0.0 && disk_us * (1.0 + HYSTERESIS) < remote_us
 }
@@ -329,6 +362,15 @@ pub struct AdaptiveEstimates {
     /// [`FILL_MARGIN`].
     #[serde(default)]
     pub disk_over_remote: f64,
+    /// The moving share of random reads whose blocks the lenders held, 0 to 1 (sampled): a
+    /// read sent to them is a hit this often, a disk read with a fill otherwise, and the
+    /// share weighs both.
+    #[serde(default = "one")]
+    pub lenders_held: f64,
+    /// What a random read sent to the lenders that they did not hold took (the disk's read,
+    /// its read-around window included, and the fill), the moving mean, µs (0: none yet).
+    #[serde(default)]
+    pub lender_miss_us: f64,
     /// The moving share of filled blocks that writes through the mount did not retire
     /// while the lenders held them, 0 to 1: a lender hit counts `1 / max(this, 0.25)`
     /// times its time against the disk's reads.
@@ -491,12 +533,25 @@ pub(crate) struct Measured {
     /// The last closed window's disk time over the lenders' expected time for the same
     /// reads (`f64` bits; 0: none yet).
     disk_over_remote: AtomicU64,
+    /// `disk_over_remote` smoothed upwards ([`FILL_RISE_WEIGHT`]; `f64` bits; 0: none yet):
+    /// what [`Measured::fill_worth`] judges.
+    fill_over: AtomicU64,
     /// A lender hit of one or two blocks: the moving mean of such fetches, weight
     /// [`REMOTE_HIT_WEIGHT`] (`f64` bits; 0: none yet).
     remote_hit_us: AtomicU64,
     /// The recent mean of every fetch's time, weight [`TROUBLE_WEIGHT`] (`f64` bits; 0: none
     /// yet): what [`TROUBLE_FACTOR`] judges.
     remote_recent_us: AtomicU64,
+    /// The moving share of random reads whose blocks the lenders hold, weight
+    /// [`HELD_WEIGHT`] (`f64` bits; 1 at start): a read the rule sends to the lenders is a
+    /// hit this often, and a disk read (with its read-around and fill) otherwise.
+    held: AtomicU64,
+    /// What a random read sent to the lenders that they did not hold took — the disk's read
+    /// of it (read-around window included) and its fill — moving mean, weight
+    /// [`MISS_WEIGHT`] (`f64` bits; 0: none yet).
+    miss_us: AtomicU64,
+    /// Random disk reads counted for [`HELD_SAMPLE_EVERY`].
+    held_acc: AtomicU64,
     /// Random reads sent to the disk while it had every one of them (for seeds).
     seed_acc: AtomicU64,
     /// Fill reads that could be widened to their read-around window (for control reads).
@@ -544,15 +599,18 @@ pub(crate) struct Measured {
 /// after `born`).
 struct Window {
     sum_us: f64,
-    /// What the lenders were expected to take for the same reads.
+    /// What the lenders were expected to take for the same reads: a hit's time...
     remote_sum_us: f64,
+    /// ...and what sending them to the lenders was expected to take, their misses included
+    /// ([`Measured::remote_route_us`]).
+    route_sum_us: f64,
     reads: u32,
     start_us: u64,
 }
 
 impl Window {
     fn new(start_us: u64) -> Window {
-        Window { sum_us: 0.0, remote_sum_us: 0.0, reads: 0, start_us }
+        Window { sum_us: 0.0, remote_sum_us: 0.0, route_sum_us: 0.0, reads: 0, start_us }
     }
 }
 
@@ -572,6 +630,21 @@ impl Measured {
         } else {
             self.model.lock().remote_us(BLOCK)
         }
+    }
+
+    /// What a random read that the disk answered in `disk_us` would take if the rule sent it
+    /// to the lenders, whose hit takes `hit_us`: a hit as often as they hold a read's blocks
+    /// ([`Measured::held`]), otherwise a miss — the disk's read after all, widened to its
+    /// read-around window and filled, at least the disk's time and weighed like it
+    /// ([`DISK_WEIGHT`]: it spends an operation of the disk's budget too). Judged by hits
+    /// alone, lenders that held half of what they were sent won the share from a disk about
+    /// as fast as a hit (the raw disk under TPC-H: hits 150–190 µs against disk reads of
+    /// 170–200), and their misses — 16 KiB disk reads where the disk route reads 8, and a
+    /// fill each — went uncounted (BENCHMARKS.md, "Session 44").
+    fn remote_route_us(&self, hit_us: f64, disk_us: f64) -> f64 {
+        let held = f64::from_bits(self.held.load(Ordering::Relaxed)).clamp(0.0, 1.0);
+        let miss = f64::from_bits(self.miss_us.load(Ordering::Relaxed)).max(disk_us) * DISK_WEIGHT;
+        held * hit_us + (1.0 - held) * miss
     }
 
     /// How much dearer a lender hit is than its time, for the fills that writes retire:
@@ -606,11 +679,11 @@ impl Measured {
         });
     }
 
-    /// Whether the disk's random reads are worth filling the lenders with: its last window's
-    /// reads took more than [`FILL_MARGIN`] times what the lenders would have (no window
-    /// yet: not yet).
+    /// Whether the disk's random reads are worth filling the lenders with: its windows' reads
+    /// took more than [`FILL_MARGIN`] times what the lenders would have, smoothed upwards
+    /// ([`FILL_RISE_WEIGHT`]; no window yet: not yet).
     fn fill_worth(&self) -> bool {
-        f64::from_bits(self.disk_over_remote.load(Ordering::Relaxed)) > FILL_MARGIN
+        f64::from_bits(self.fill_over.load(Ordering::Relaxed)) > FILL_MARGIN
     }
 
     /// Whether this disk read is a seed: one in `every` (the reads of both kinds counted
@@ -706,8 +779,12 @@ impl RouterState {
                 skipped_us: AtomicU64::new(0),
                 disk_mean_us: AtomicU64::new(0),
                 disk_over_remote: AtomicU64::new(0),
+                fill_over: AtomicU64::new(0),
                 remote_hit_us: AtomicU64::new(0),
                 remote_recent_us: AtomicU64::new(0),
+                held: AtomicU64::new(1f64.to_bits()),
+                miss_us: AtomicU64::new(0),
+                held_acc: AtomicU64::new(0),
                 switches: AtomicU64::new(0),
                 remote_seen_us: AtomicU64::new(0),
                 disk_seen_us: AtomicU64::new(0),
@@ -982,11 +1059,13 @@ impl RouterState {
                 // each window of them votes with their time against what the lenders would
                 // have taken for the same reads.
                 let remote_us = remote_us.unwrap_or_else(|| m.remote_hit_estimate_us()) * m.fill_cost_factor();
+                let route_us = m.remote_route_us(remote_us, us);
                 let now = m.now_us();
                 let closed = {
                     let mut w = m.disk_window.lock();
                     w.sum_us += us;
                     w.remote_sum_us += remote_us;
+                    w.route_sum_us += route_us;
                     w.reads += 1;
                     let full =
                         w.reads >= WINDOW_MIN_READS && now.saturating_sub(w.start_us) >= WINDOW_TIME.as_micros() as u64;
@@ -996,11 +1075,23 @@ impl RouterState {
                     let mean = w.sum_us / w.reads as f64;
                     m.disk_mean_us.store(mean.to_bits(), Ordering::Relaxed);
                     let remote_us = w.remote_sum_us / w.reads as f64;
-                    m.disk_over_remote.store((mean / remote_us.max(1.0)).to_bits(), Ordering::Relaxed);
+                    let over = mean / remote_us.max(1.0);
+                    m.disk_over_remote.store(over.to_bits(), Ordering::Relaxed);
+                    let _ = m.fill_over.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                        let was = f64::from_bits(v);
+                        Some(
+                            if was == 0.0 || over < was { over } else { was + FILL_RISE_WEIGHT * (over - was) }
+                                .to_bits(),
+                        )
+                    });
                     let disk_us = mean * DISK_WEIGHT;
-                    let gap = disk_us.max(remote_us) / disk_us.min(remote_us).max(1.0);
+                    // The share moves by what each route costs (the lenders' misses
+                    // included); whether a disk read is worth filling, and the back-off, by
+                    // what a hit saves.
+                    let route_us = w.route_sum_us / w.reads as f64;
+                    let gap = disk_us.max(route_us) / disk_us.min(route_us).max(1.0);
                     let steps = ((gap - 1.0) * 8.0).clamp(1.0, 8.0);
-                    m.step_share_by(disk_us < remote_us, (WINDOW_STEP as f64 * steps) as u64);
+                    m.step_share_by(disk_us < route_us, (WINDOW_STEP as f64 * steps) as u64);
                     // The back-off: one more doubling for a window that found the disk clearly
                     // faster while it has every read, none left for any other.
                     let clear = clearly_faster(disk_us, remote_us) && m.disk_share.load(Ordering::Relaxed) == SHARE_ONE;
@@ -1025,6 +1116,31 @@ impl RouterState {
                 m.widen_acc.fetch_add(1, Ordering::Relaxed) % READ_AROUND_CONTROL_EVERY != READ_AROUND_CONTROL_EVERY - 1
             }
             RouterState::Threshold(_) => true,
+        }
+    }
+
+    /// Whether this random read, sent to the disk, should ask the index whether the lenders
+    /// hold its blocks, for [`Self::lenders_held`]: one in [`HELD_SAMPLE_EVERY`].
+    pub fn held_sample(&self) -> bool {
+        match self {
+            RouterState::Adaptive(m) => m.held_acc.fetch_add(1, Ordering::Relaxed) % HELD_SAMPLE_EVERY == 0,
+            RouterState::Threshold(_) => false,
+        }
+    }
+
+    /// The lenders held (`true`) every block of a random read, or not: one sample of
+    /// [`Measured::held`] (probes, sent only where they hold everything, are not samples).
+    pub fn lenders_held(&self, held: bool) {
+        if let RouterState::Adaptive(m) = self {
+            ewma(&m.held, if held { 1.0 } else { 0.0 }, HELD_WEIGHT);
+        }
+    }
+
+    /// A random read sent to the lenders that held none of what it needed went to the disk
+    /// (with its read-around and fill) and took `took`.
+    pub fn lender_miss(&self, took: Duration) {
+        if let RouterState::Adaptive(m) = self {
+            ewma(&m.miss_us, took.as_secs_f64() * 1e6, MISS_WEIGHT);
         }
     }
 
@@ -1152,6 +1268,8 @@ impl RouterState {
             disk_window_mean_us: f64::from_bits(m.disk_mean_us.load(Ordering::Relaxed)),
             remote_hit_us: f64::from_bits(m.remote_hit_us.load(Ordering::Relaxed)),
             disk_over_remote: f64::from_bits(m.disk_over_remote.load(Ordering::Relaxed)),
+            lenders_held: f64::from_bits(m.held.load(Ordering::Relaxed)),
+            lender_miss_us: f64::from_bits(m.miss_us.load(Ordering::Relaxed)),
             fills_surviving: f64::from_bits(m.survival.load(Ordering::Relaxed)),
             classes: a
                 .classes()
@@ -1535,6 +1653,39 @@ mod tests {
     }
 
     #[test]
+    fn a_slow_moment_of_the_disk_does_not_start_fills_and_a_slow_disk_does() {
+        let r = RouterState::new(Adaptive::new().into());
+        r.remote_fetch(4096, Duration::from_micros(200));
+        // Lenders that hold nothing yet, a miss there 600 µs: the disk keeps every read, and
+        // only the fills are in question.
+        for _ in 0..500 {
+            r.lenders_held(false);
+        }
+        r.lender_miss(Duration::from_micros(600));
+        let fills = |r: &RouterState, n: u64| {
+            (0..n).filter(|i| r.decide(&id(6), (i * 13 % 997) << 20, 4096).fill).count() as u64
+        };
+        // A disk faster than a lender hit, then two windows at twice a hit's time: no fills
+        // but seeds (judged window by window, every read filled after the first of them).
+        for _ in 0..4 {
+            disk_window(&r, 100);
+        }
+        for _ in 0..2 {
+            disk_window(&r, 440);
+            assert!(fills(&r, 1_000) <= 1_000 / SEED_EVERY + 1, "{:?}", r.estimates());
+        }
+        // A disk that stays that slow fills from its fourth window on...
+        disk_window(&r, 440);
+        disk_window(&r, 440);
+        let e = r.estimates().unwrap();
+        assert_eq!(e.disk_share, 1.0, "{e:?}");
+        assert!(fills(&r, 1_000) > 900, "{e:?}");
+        // ...and stops at its first fast window.
+        disk_window(&r, 100);
+        assert!(fills(&r, 1_000) <= 1_000 / SEED_EVERY + 1, "{:?}", r.estimates());
+    }
+
+    #[test]
     fn a_rate_limited_disk_gets_the_share_at_which_it_is_as_fast_as_the_lenders() {
         // 40 µs idle, 440 µs with all reads: worth a lender hit (150 µs = 1.25 × 120 µs) at
         // a share of 20%, give or take a window's step.
@@ -1585,6 +1736,52 @@ mod tests {
         assert!(before < 0.05, "the disk took {before} of the reads from lenders 4 times as fast");
         // Once every fetch takes that long, the disk has every read within a few fetches.
         assert!(after > 0.95, "the disk took only {after} of the reads from lenders in trouble");
+    }
+
+    /// A disk at 190 µs a read and lenders whose hits take 150 µs, holding the blocks of one
+    /// read in `held_every` (1: all of them), a miss there costing the disk's read of its
+    /// 16 KiB window and a fill, 400 µs: the disk's share after 60,000 reads, and the share
+    /// of the last 20,000 reads that went to the lenders and missed.
+    fn lenders_holding_part(held_every: u64) -> (f64, f64) {
+        let r = RouterState::new(Adaptive::new().into());
+        let mut misses = 0;
+        for i in 0..60_000u64 {
+            r.skip(Duration::from_micros(200));
+            let d = r.decide(&id(5), (i * 13 % 997) << 20, 4096);
+            let held = i % held_every == 0;
+            match d.route {
+                Route::Disk => {
+                    r.disk_read(4096, false, Duration::from_micros(190));
+                    if r.held_sample() {
+                        r.lenders_held(held);
+                    }
+                }
+                Route::Remote => {
+                    r.lenders_held(held);
+                    if held {
+                        r.remote_fetch(4096, Duration::from_micros(150));
+                    } else {
+                        r.disk_read_widened(16384, Duration::from_micros(400));
+                        r.lender_miss(Duration::from_micros(400));
+                        misses += u64::from(i >= 40_000);
+                    }
+                }
+            }
+        }
+        (r.estimates().unwrap().disk_share, misses as f64 / 20_000.0)
+    }
+
+    #[test]
+    fn lenders_are_judged_by_their_misses_too() {
+        // Holding every block, the lenders' faster hits win the random reads...
+        let (share, missed) = lenders_holding_part(1);
+        assert!(share < 0.1 && missed == 0.0, "disk share {share}, missed {missed}");
+        // ...holding half, a read sent to them costs more than the disk's on average (a hit
+        // 150 µs or a miss 400), and the disk keeps them: judged by hits alone they took
+        // every read, and half of those missed.
+        let (share, missed) = lenders_holding_part(2);
+        assert!(share > 0.9, "disk share {share}");
+        assert!(missed < 0.05, "{missed} of the reads went to lenders that missed");
     }
 
     /// A disk at 250 µs a read and lenders at 150 µs: the lenders win the random reads

@@ -203,7 +203,7 @@ fn render_mount(s: &MountStats) -> String {
             Some(a) => format!(
                 "adaptive: {} to lenders, {} to the disk, {} probes (backed off {}x, streams' {}x), {} switches; \
                  disk share {:.0}%, a disk read {:.1}x a lender's (fills above {FILL_MARGIN}x), \
-                 {:.0}% of fills not retired by writes; \
+                 {:.0}% of fills not retired by writes, lenders hold {:.0}% of random reads (a miss {:.0}us); \
                  disk {:.0}us + {:.0} MB/s ({} samples), lenders {:.0}us + {:.0} MB/s ({} samples); \
                  streams to the {}: disk {}, lenders {} (probes {})",
                 e.adaptive_remote,
@@ -215,6 +215,8 @@ fn render_mount(s: &MountStats) -> String {
                 a.disk_share * 100.0,
                 a.disk_over_remote,
                 a.fills_surviving * 100.0,
+                a.lenders_held * 100.0,
+                a.lender_miss_us,
                 a.disk_access_us,
                 a.disk_bytes_per_us,
                 a.disk_samples,
