@@ -2,7 +2,8 @@
 # An interleaved A/B of two farcache builds against the passthrough: for each round and each
 # disk profile, `bench paper` runs the passthrough, build A and build B one after another, so
 # that a disk that drifts within minutes (session 17: 2× on this machine) lands on all three
-# alike, and the rounds give a spread. Resumable per round, profile and configuration (a
+# alike, and the rounds give a spread. The order turns each round (pass-a-b, a-b-pass,
+# b-pass-a): whichever runs first or last in a round is not always the same configuration. Resumable per round, profile and configuration (a
 # directory with its JSON is skipped). Table: python3 scripts/ab-table.py OUT.
 #   A, B     the two builds' farcache binaries (required); the passthrough runs with B's
 #   PROFS    disk profiles (default "raw cloud");  EXP experiment (default randread)
@@ -24,7 +25,12 @@ case $ROUNDS in '' | *[!0-9]* | 0) echo "bench-ab: ROUNDS must be a positive cou
 "$B" bench paper --cleanup
 for round in $(seq 1 "$ROUNDS"); do
   for prof in $PROFS; do
-    for cfg in pass a b; do
+    case $(((round - 1) % 3)) in
+      0) order="pass a b" ;;
+      1) order="a b pass" ;;
+      *) order="b pass a" ;;
+    esac
+    for cfg in $order; do
       case $cfg in
         pass) bin=$B c=passthrough ;;
         a) bin=$A c=farcache ;;

@@ -7,10 +7,13 @@
 #   SIZES      access sizes for seqread/randread       (default 256MiB,1GiB)
 #   EXTRA      extra `bench paper` arguments, e.g. "--routing adaptive"
 #   REPEAT     pairs per job (default 1). With N > 1 every job runs N times, each a fresh
-#              passthrough-then-farcache pair in <job>/rep<K>/, the whole list once per K (so a
-#              job's pairs are spread over the run), and the table takes each cell's median
-#              pair: on a shared machine whose disk drifts by 2× within minutes (session 17),
-#              one pair can land on two different disks.
+#              pair in <job>/rep<K>/, the whole list once per K (so a job's pairs are spread
+#              over the run), and the table takes each cell's median pair: on a shared machine
+#              whose disk drifts by 2× within minutes (session 17), one pair can land on two
+#              different disks. Odd pairs run the passthrough first, even pairs farcache first:
+#              the second configuration of a long job runs on a disk the first has worked for
+#              half an hour (raw tpch, session 44: farcache 0.69× the passthrough's power test
+#              run second, 0.91× run first), so the order must not be always the same.
 #   REPS       which of the REPEAT pairs to run this time (default all: "1 2 ... REPEAT"), e.g.
 #              REPS=1 to finish every job's first pair before any second one, when a session
 #              has time for only part of the run
@@ -42,6 +45,7 @@ for job in $JOBS; do
   IFS=: read -r prof exp link <<<"$job"
   link=${link:-1gbit}
   configs=passthrough,farcache
+  [ $((rep % 2)) -eq 0 ] && configs=farcache,passthrough
   dir="$OUT/$prof-$exp"
   if [ "$link" != 1gbit ]; then
     dir="$OUT/$prof-$link-$exp"

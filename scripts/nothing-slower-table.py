@@ -3,8 +3,8 @@
 
 Reads DIR/<profile>-<experiment>/paper-<profile>.json (default DIR: bench/results/nothing-slower),
 and DIR/<profile>-<experiment>/rep<K>/paper-<profile>.json where the job was repeated (REPEAT in
-scripts/bench-nothing-slower.sh: each repetition one passthrough-then-farcache pair, the pairs
-spread over the run), and prints one markdown table: every workload the runs hold (rows) by disk profile and link
+scripts/bench-nothing-slower.sh: each repetition one pair, the passthrough first in odd ones and
+farcache first in even ones, the pairs spread over the run), and prints one markdown table: every workload the runs hold (rows) by disk profile and link
 (columns), as farcache ÷ passthrough performance ratios from the same `bench paper` invocation
 (> 1: farcache faster), each marked against its target. A job that ran farcache alone (tpch at
 10 Gbit/s: the passthrough sends nothing over the link) is compared with the passthrough of the
@@ -244,7 +244,8 @@ def main():
     print("a shared machine's disk, moved by other machines: not comparable.")
     print(f"¶: the hypervisor took that share of the machine's CPU time (steal, > {STEAL_FLAG:.0%}) during one")
     print("of the measurements: a shared machine's vCPUs, taken by other guests: not comparable.")
-    print("(median of N: lo–hi): a repeated job, N passthrough-then-farcache pairs spread over the run;")
+    print("(median of N: lo–hi): a repeated job, N pairs spread over the run (odd ones passthrough first,")
+    print("even ones farcache first, since scripts/bench-nothing-slower.sh of session 44);")
     print("the median pair's ratio and marks, and the range of all N.")
     return 0
 
