@@ -47,10 +47,12 @@
 //! kept 84% of the reads on lenders that were slower than the disk.) A read sent to the
 //! lenders is a hit only as often as they hold its blocks ([`Measured::held`], sampled on
 //! the reads of both sides); otherwise it is a disk read after all, widened to its
-//! read-around window and filled, so the lenders' side of the vote is the hit's time that
-//! often and the measured miss's time (at least the disk read's, weighted like it) the rest
-//! ([`Measured::remote_route_us`]). Whether the disk's reads fill the lenders, and the
-//! back-off below, still go by the hit: that is what a fill buys. A fetch more than
+//! read-around window and filled. While the disk is less than [`FILL_MARGIN`] times a hit,
+//! such a fill is not worth making, and the lenders' side of the vote is the hit's time
+//! that often and the measured miss's time (weighted like a disk read) the rest
+//! ([`Measured::remote_route_us`]); above the margin a miss is an investment, and the hit
+//! alone judges. Whether the disk's reads fill the lenders, and the back-off below, go by
+//! the hit: that is what a fill buys. A fetch more than
 //! [`TROUBLE_FACTOR`] times as slow as the disk, from lenders whose recent fetches are that
 //! slow too (a lender in trouble, not one slow fetch), moves the share up one step, and a
 //! fetch that fails (times out, or its connection breaks) hands every random read to the
