@@ -60,6 +60,10 @@ fn a_slow_disk_sends_mid_size_reads_to_the_lenders() {
     assert!(est.disk_samples >= 8 && est.remote_samples >= 8, "{est:?}");
     assert!(est.disk_access_us > 20_000.0, "{est:?}");
     assert!(est.remote_access_us + READ as f64 / est.remote_bytes_per_us < est.disk_access_us, "{est:?}");
+    // The reads sent to the lenders before they held them were misses: counted in the share
+    // of reads the lenders hold, and timed as the disk's read (40 ms) and its fill.
+    assert!(est.lenders_held < 1.0, "{est:?}");
+    assert!(est.lender_miss_us >= 40_000.0, "{est:?}");
 }
 
 #[test]
