@@ -3,8 +3,9 @@
 # disk profile, `bench paper` runs the passthrough, build A and build B one after another, so
 # that a disk that drifts within minutes (session 17: 2× on this machine) lands on all three
 # alike, and the rounds give a spread. The order turns each round (pass-a-b, a-b-pass,
-# b-pass-a): whichever runs first or last in a round is not always the same configuration. Resumable per round, profile and configuration (a
-# directory with its JSON is skipped). Table: python3 scripts/ab-table.py OUT.
+# b-pass-a): whichever runs first or last in a round is not always the same configuration.
+# Resumable per round, profile and configuration (a directory with its JSON is skipped).
+# Table: python3 scripts/ab-table.py OUT.
 #   A, B     the two builds' farcache binaries (required); the passthrough runs with B's
 #   PROFS    disk profiles (default "raw cloud");  EXP experiment (default randread)
 #   SIZES    access sizes (default 1GiB);  ROUNDS (default 3);  OUT results directory

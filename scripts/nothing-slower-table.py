@@ -4,8 +4,9 @@
 Reads DIR/<profile>-<experiment>/paper-<profile>.json (default DIR: bench/results/nothing-slower),
 and DIR/<profile>-<experiment>/rep<K>/paper-<profile>.json where the job was repeated (REPEAT in
 scripts/bench-nothing-slower.sh: each repetition one pair, the passthrough first in odd ones and
-farcache first in even ones, the pairs spread over the run), and prints one markdown table: every workload the runs hold (rows) by disk profile and link
-(columns), as farcache ÷ passthrough performance ratios from the same `bench paper` invocation
+farcache first in even ones, the pairs spread over the run), and prints one markdown table:
+every workload the runs hold (rows) by disk profile and link (columns), as farcache ÷
+passthrough performance ratios from the same `bench paper` invocation
 (> 1: farcache faster), each marked against its target. A job that ran farcache alone (tpch at
 10 Gbit/s: the passthrough sends nothing over the link) is compared with the passthrough of the
 same profile's 1 Gbit/s job (its pair of the same number where both were repeated), and its

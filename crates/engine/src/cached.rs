@@ -412,8 +412,8 @@ impl<D: DataPath> CachedPath<D> {
     }
 
     /// A read the rule sent to the lenders that they hold none of: [`Self::read_and_fill`]
-    /// with its read-around window, timed for the rule when it is a random one (what the
-    /// lenders' route costs on a miss, `RouterState::lender_miss`).
+    /// with its read-around window, timed for the adaptive rule when it is a random one (what
+    /// the lenders' route costs on a miss, `RouterState::lender_miss`).
     fn lender_miss(
         &self,
         file: &BackingFile,
@@ -422,12 +422,9 @@ impl<D: DataPath> CachedPath<D> {
         len: usize,
         d: &Decision,
     ) -> io::Result<Bytes> {
-        if d.sequential {
-            return self.read_and_fill(file, f, offset, len, true, true);
-        }
         let t = Instant::now();
-        let r = self.read_and_fill(file, f, offset, len, false, true);
-        if d.adaptive && r.is_ok() {
+        let r = self.read_and_fill(file, f, offset, len, d.sequential, true);
+        if d.adaptive && !d.sequential && r.is_ok() {
             self.routing.lender_miss(t.elapsed());
         }
         r
@@ -502,10 +499,10 @@ impl<D: DataPath> DataPath for CachedPath<D> {
             return Ok(Bytes::new());
         }
         let mut d = self.routing.decide(file.id(), offset, len as u64);
+        let (first, last) = (offset / BLOCK_BYTES, (offset + len as u64 - 1) / BLOCK_BYTES);
         if d.may_probe_remote {
             // The lenders are due a measurement: this read is it if they hold all of it; a
             // stream's is the last stream seeds fetched back (see `probe_stream_seeds`).
-            let (first, last) = (offset / BLOCK_BYTES, (offset + len as u64 - 1) / BLOCK_BYTES);
             if d.sequential {
                 self.probe_stream_seeds(&d);
             } else if self.index.holds_all(file.id(), first, last) && self.routing.claim_remote_probe(&d) {
@@ -522,7 +519,6 @@ impl<D: DataPath> DataPath for CachedPath<D> {
             } else if !d.sequential && !d.probe && self.routing.held_sample() {
                 // What a share of this read's kind would find on the lenders (see
                 // `RouterState::lenders_held`).
-                let (first, last) = (offset / BLOCK_BYTES, (offset + len as u64 - 1) / BLOCK_BYTES);
                 self.routing.lenders_held(self.index.holds_all(file.id(), first, last));
             }
             if d.fill {
@@ -531,8 +527,6 @@ impl<D: DataPath> DataPath for CachedPath<D> {
             }
             return self.disk_read(file, offset, len, d.sequential);
         }
-        let first = offset / BLOCK_BYTES;
-        let last = (offset + len as u64 - 1) / BLOCK_BYTES;
         let f = self.index.file(file.id());
         let keys: Vec<Option<BlockKey>> = (first..=last).map(|b| self.index.lookup(&f, b)).collect();
         let held = keys.iter().filter(|k| k.is_some()).count();

@@ -291,17 +291,20 @@ impl Router {
     }
 }
 
-/// Whether the disk, at `disk_us` a read (weighted), is clearly faster than the lenders at
-/// `remote_us`: by more than [`HYSTERESIS`]. No disk measurement yet (0) is not.
-/// Move the moving mean in `mean` (`f64` bits) towards `x` by `weight`; one still 0 (none
-/// yet) takes `x` itself.
-fn ewma(mean: &AtomicU64, x: f64, weight: f64) {
+/// Move the moving mean of times in `mean` (`f64` bits) towards `x` by `weight`, and return
+/// it; one still 0 (none yet) takes `x` itself.
+fn ewma(mean: &AtomicU64, x: f64, weight: f64) -> f64 {
+    let mut now = x;
     let _ = mean.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
         let was = f64::from_bits(v);
-        Some(if was == 0.0 { x } else { was + weight * (x - was) }.to_bits())
+        now = if was == 0.0 { x } else { was + weight * (x - was) };
+        Some(now.to_bits())
     });
+    now
 }
 
+/// Whether the disk, at `disk_us` a read (weighted), is clearly faster than the lenders at
+/// `remote_us`: by more than [`HYSTERESIS`]. No disk measurement yet (0) is not.
 fn clearly_faster(disk_us: f64, remote_us: f64) -> bool {
     disk_us > 0.0 && disk_us * (1.0 + HYSTERESIS) < remote_us
 }
@@ -634,7 +637,8 @@ impl Measured {
     /// the disk and filled them (BENCHMARKS.md, "Session 44"). Above the margin a miss is an
     /// investment that pays back (a cloud volume at its cap: a read-around window fetched
     /// later saves three of its reads), and the hits alone judge: judged with the misses
-    /// there, a first pass of random reads stayed on the disk and took 2.2 times as long.
+    /// there, a first pass of random reads stayed on the disk and took 1.5 and 2.2 times as
+    /// long in two rounds.
     fn remote_route_us(&self, hit_us: f64, disk_us: f64) -> f64 {
         let held = f64::from_bits(self.held.load(Ordering::Relaxed)).clamp(0.0, 1.0);
         let miss = f64::from_bits(self.miss_us.load(Ordering::Relaxed));
@@ -1116,7 +1120,13 @@ impl RouterState {
     /// [`Measured::held`] (probes, sent only where they hold everything, are not samples).
     pub fn lenders_held(&self, held: bool) {
         if let RouterState::Adaptive(m) = self {
-            ewma(&m.held, if held { 1.0 } else { 0.0 }, HELD_WEIGHT);
+            // A share, not a time: it starts at 1 and may reach 0, so no "none yet" as in
+            // `ewma` (at 0, one held read would set it back to 1 at once).
+            let x = if held { 1.0 } else { 0.0 };
+            let _ = m.held.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                let was = f64::from_bits(v);
+                Some((was + HELD_WEIGHT * (x - was)).to_bits())
+            });
         }
     }
 
@@ -1162,11 +1172,7 @@ impl RouterState {
             if len <= 2 * BLOCK {
                 let probing = m.disk_share.load(Ordering::Relaxed) == SHARE_ONE;
                 let weight = if probing { PROBE_HIT_WEIGHT } else { REMOTE_HIT_WEIGHT };
-                let mut was = 0.0;
-                let _ = m.remote_hit_us.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                    was = f64::from_bits(v);
-                    Some(if was == 0.0 { us } else { was + weight * (us - was) }.to_bits())
-                });
+                ewma(&m.remote_hit_us, us, weight);
                 // A probe that would not leave the disk clearly faster (the windows' own test,
                 // see `disk_observed`) ends the back-off: the lenders may win now (a failure
                 // had raised the estimate, or the disk got busy), so the next probes come
@@ -1186,12 +1192,7 @@ impl RouterState {
             // held against the disk's estimate for this fetch's size like the fetch itself: a
             // large fetch counts towards trouble only if its blocks are slow indeed.
             let per_block = us / len.div_ceil(BLOCK).max(1) as f64;
-            let mut recent = 0.0;
-            let _ = m.remote_recent_us.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                let was = f64::from_bits(v);
-                recent = if was == 0.0 { per_block } else { was + TROUBLE_WEIGHT * (per_block - was) };
-                Some(recent.to_bits())
-            });
+            let recent = ewma(&m.remote_recent_us, per_block, TROUBLE_WEIGHT);
             if us > TROUBLE_FACTOR * disk_us && recent > TROUBLE_FACTOR * disk_us {
                 // Lenders far slower than the disk, fetch after fetch: each such fetch gives
                 // the disk one step (lenders that stay that slow lose every read within 32
