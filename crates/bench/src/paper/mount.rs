@@ -34,6 +34,12 @@ pub struct MountCounters {
     /// Reads the daemon made of its backing files (direct + buffered): requests that went
     /// to the disk, whatever the configuration.
     pub backing_reads: Option<u64>,
+    /// Reads the adaptive rule routed to the disk, and of those the ones fetched from the
+    /// lenders anyway as probes (the engine's counters; stats only).
+    #[serde(default)]
+    pub adaptive_disk: Option<u64>,
+    #[serde(default)]
+    pub adaptive_probes: Option<u64>,
 }
 
 pub struct MountDaemon {
@@ -276,6 +282,8 @@ pub fn from_exit_log(log: &str) -> Option<MountCounters> {
         index_bytes: tail.find("index ").and_then(|i| number_before(&tail[i..], " bytes for")),
         index_blocks: number_before(tail, " blocks"),
         backing_reads: backing_reads_from_log(log),
+        adaptive_disk: None,
+        adaptive_probes: None,
     })
 }
 
@@ -326,6 +334,8 @@ pub fn from_stats_json(v: &Value) -> MountCounters {
         index_blocks: find(&["index.remote_blocks", "index_blocks", "index.blocks", "remote_blocks"]),
         backing_reads: find(&["backing.reads_direct", "reads_direct"])
             .map(|d| d + find(&["backing.reads_buffered", "reads_buffered"]).unwrap_or(0)),
+        adaptive_disk: find(&["engine.adaptive_disk", "adaptive_disk"]),
+        adaptive_probes: find(&["engine.adaptive_probes", "adaptive_probes"]),
     }
 }
 
@@ -381,6 +391,7 @@ mod tests {
                        "invalidations": 2},
             "index": {"memory_bytes": 99, "remote_blocks": 4},
             "tiers": {"disk_reads": 3},
+            "engine": {"adaptive_disk": 11, "adaptive_probes": 2},
             "backing": {"reads_direct": 7, "reads_buffered": 1}
         });
         let c = from_stats_json(&v);
@@ -388,6 +399,7 @@ mod tests {
         assert_eq!((c.bytes_from_servers, c.bytes_to_servers), (Some(20480), Some(4096)));
         assert_eq!((c.index_bytes, c.index_blocks, c.disk_reads), (Some(99), Some(4), Some(3)));
         assert_eq!(c.backing_reads, Some(8));
+        assert_eq!((c.adaptive_disk, c.adaptive_probes), (Some(11), Some(2)));
         assert_eq!(c.source, "stats");
     }
 }

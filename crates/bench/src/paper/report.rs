@@ -969,6 +969,45 @@ fn render_tiers(s: &mut String, r: &PaperReport) {
         }
     }
     let _ = writeln!(s);
+    render_disk_why(s, r);
+}
+
+/// The reads of one pass that farcache's disk served, by why: `(the rule sent them there,
+/// the lenders lacked their blocks)`, from the mount's counters at the end of this pass and
+/// of the one before (the mount is fresh before the first). `None` without the counters.
+pub fn disk_why(run: &RunRecord, pass: u32) -> Option<(u64, u64)> {
+    let at = |p: u32| run.passes.iter().find(|x| x.pass == p).and_then(|x| x.mount.as_ref());
+    let now = at(pass)?;
+    let before = if pass > 1 { Some(at(pass - 1)?) } else { None };
+    let d = |f: fn(&MountCounters) -> Option<u64>| Some(f(now)?.saturating_sub(before.map_or(Some(0), f)?));
+    let routed = d(|m| m.adaptive_disk)?.saturating_sub(d(|m| m.adaptive_probes).unwrap_or(0));
+    Some((routed, d(|m| m.disk_reads)?))
+}
+
+/// Why farcache's disk served the reads it did (the adaptive rule only).
+fn render_disk_why(s: &mut String, r: &PaperReport) {
+    let o = &r.options;
+    let mut rows = String::new();
+    for &size in &o.sizes_bytes {
+        let Some(run) = r.get(Experiment::Randread, size, ConfigKind::Farcache) else { continue };
+        for pass in [1u32, 2] {
+            let reads = run.passes.iter().find(|p| p.pass == pass).map_or(0, |p| p.outcome.reads);
+            if let (Some((routed, lacked)), true) = (disk_why(run, pass), reads > 0) {
+                let pc = |x: u64| x as f64 * 100.0 / reads as f64;
+                let _ = writeln!(rows, "| {} | {pass} | {:.2} | {:.2} |", human(size), pc(routed), pc(lacked));
+            }
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "### randread: why farcache's disk served a read (% of reads)\n\n\
+         \"The rule\": reads the adaptive rule sent to the disk (its share, not its probes); \
+         \"lenders lacked\": reads sent to the lenders that held none of their blocks (a \
+         partial hit's disk span is neither).\n\n| size | pass | the rule | lenders lacked |\n|---|---|---:|---:|\n{rows}"
+    );
 }
 
 fn render_probes(s: &mut String, r: &PaperReport) {
@@ -1551,6 +1590,42 @@ mod tests {
         );
         assert!(s.contains("| tpc-b | 4 | farcache | 5.50 | 3.00 | 1.50 | 1.00 | 0.00 | 0.00 | 0.00 | 0.00 |"), "{s}");
         assert!(!s.contains("native"), "{s}");
+    }
+
+    #[test]
+    fn why_the_disk_served_a_read_per_pass() {
+        let mut o = PaperOptions::quick("farcache".into());
+        o.experiments = vec![Experiment::Randread];
+        let mut r = PaperReport::new(&o);
+        let size = o.sizes_bytes[0];
+        let mut x = RunRecord::new(Experiment::Randread, size, ConfigKind::Farcache, Some(o.memory_bytes));
+        // Counters at the end of each pass: cumulative, from a fresh mount.
+        for (pass, disk, probes, lacked) in [(1, 300, 20, 500), (2, 330, 25, 510)] {
+            let mut p = PassRecord { pass, ..PassRecord::default() };
+            p.outcome.reads = 1000;
+            p.mount = Some(MountCounters {
+                adaptive_disk: Some(disk),
+                adaptive_probes: Some(probes),
+                disk_reads: Some(lacked),
+                ..MountCounters::default()
+            });
+            x.passes.push(p);
+        }
+        assert_eq!(disk_why(&x, 1), Some((280, 500)));
+        assert_eq!(disk_why(&x, 2), Some((25, 10)));
+        r.runs.push(x.clone());
+        let mut s = String::new();
+        render_disk_why(&mut s, &r);
+        assert!(s.contains("| 2 | 2.50 | 1.00 |"), "{s}");
+        assert!(s.contains("| 1 | 28.00 | 50.00 |"), "{s}");
+        // A daemon without the rule's counters (the threshold rule's, an older build) shows
+        // no table rather than zeros.
+        x.passes.iter_mut().for_each(|p| p.mount.as_mut().unwrap().adaptive_disk = None);
+        assert_eq!(disk_why(&x, 2), None);
+        r.runs[0] = x;
+        let mut s = String::new();
+        render_disk_why(&mut s, &r);
+        assert!(s.is_empty(), "{s}");
     }
 
     #[test]
