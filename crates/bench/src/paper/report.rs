@@ -1592,12 +1592,18 @@ mod tests {
         assert!(!s.contains("native"), "{s}");
     }
 
-    #[test]
-    fn why_the_disk_served_a_read_per_pass() {
+    /// Quick options for randread alone, an empty report of them, and their one size.
+    fn randread_report() -> (PaperOptions, PaperReport, u64) {
         let mut o = PaperOptions::quick("farcache".into());
         o.experiments = vec![Experiment::Randread];
-        let mut r = PaperReport::new(&o);
+        let r = PaperReport::new(&o);
         let size = o.sizes_bytes[0];
+        (o, r, size)
+    }
+
+    #[test]
+    fn why_the_disk_served_a_read_per_pass() {
+        let (o, mut r, size) = randread_report();
         let mut x = RunRecord::new(Experiment::Randread, size, ConfigKind::Farcache, Some(o.memory_bytes));
         // Counters at the end of each pass: cumulative, from a fresh mount.
         for (pass, disk, probes, lacked) in [(1, 300, 20, 500), (2, 330, 25, 510)] {
@@ -1630,10 +1636,7 @@ mod tests {
 
     #[test]
     fn ratios_and_pass_bound_from_records() {
-        let mut o = PaperOptions::quick("farcache".into());
-        o.experiments = vec![Experiment::Randread];
-        let mut r = PaperReport::new(&o);
-        let size = o.sizes_bytes[0];
+        let (o, mut r, size) = randread_report();
         let mut add = |cfg, t1: f64, t2: f64, disk2: f64, probe_us: f64| {
             let mut x = RunRecord::new(Experiment::Randread, size, cfg, Some(o.memory_bytes));
             for (pass, t) in [(1, t1), (2, t2)] {
