@@ -990,11 +990,10 @@ fn render_disk_why(s: &mut String, r: &PaperReport) {
     let mut rows = String::new();
     for &size in &o.sizes_bytes {
         let Some(run) = r.get(Experiment::Randread, size, ConfigKind::Farcache) else { continue };
-        for pass in [1u32, 2] {
-            let reads = run.passes.iter().find(|p| p.pass == pass).map_or(0, |p| p.outcome.reads);
-            if let (Some((routed, lacked)), true) = (disk_why(run, pass), reads > 0) {
-                let pc = |x: u64| x as f64 * 100.0 / reads as f64;
-                let _ = writeln!(rows, "| {} | {pass} | {:.2} | {:.2} |", human(size), pc(routed), pc(lacked));
+        for p in run.passes.iter().filter(|p| p.outcome.reads > 0) {
+            if let Some((routed, lacked)) = disk_why(run, p.pass) {
+                let pc = |x: u64| x as f64 * 100.0 / p.outcome.reads as f64;
+                let _ = writeln!(rows, "| {} | {} | {:.2} | {:.2} |", human(size), p.pass, pc(routed), pc(lacked));
             }
         }
     }
