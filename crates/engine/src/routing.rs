@@ -37,7 +37,8 @@
 //! Random reads are *shared* between the disk and the lenders, not switched: a share of
 //! them, [`Measured::disk_share`], goes to the disk. Every [`WINDOW_TIME`] the random disk
 //! reads of that window move it by one to eight [`WINDOW_STEP`]s (more the farther apart the
-//! two sides are): up if their mean time (weighted by [`DISK_WEIGHT`]) was below a lender
+//! two sides are; one up from a share of 0, where the window held the disk's probes alone,
+//! which an idle disk answers at its best): up if their mean time (weighted by [`DISK_WEIGHT`]) was below a lender
 //! hit's, down if above. The lender hit it is held against is the moving mean of the
 //! one- and two-block fetches ([`REMOTE_HIT_WEIGHT`]), fetches that wait behind fills on
 //! the link included: the fills go on whichever way the reads are split (every read that
@@ -80,12 +81,14 @@
 //! A disk that is really faster than the lenders (a host-cached virtual disk, local NVMe:
 //! 1.8× faster than a lender hit here) still gets every random read.
 //!
-//! While the disk's reads take more than [`FILL_MARGIN`] lender hits, or the lenders take
-//! most of the random reads ([`FILL_SHARE`]: a rate-limited disk at the share where its
-//! reads take a hit), the reads the disk serves fill the lenders too (they are likely to be
-//! asked for those blocks next); a disk that keeps most reads and is about as fast as a hit
-//! fills nothing but seeds (on a disk that fast the lenders' copies would cost CPU and
-//! network for nothing). A read that fills reads its read-around window, but one in
+//! While the disk's reads take more than [`FILL_MARGIN`] lender hits, the reads the disk
+//! serves fill the lenders too (they are likely to be asked for those blocks next); so do
+//! they while the lenders take part of the random reads, in proportion ([`FILL_SHARE`]):
+//! every one while the lenders take at least half (a rate-limited disk at the share where
+//! its reads take a hit), a part that falls with the disk's share above that, none once the
+//! disk has every read. A disk that keeps every read and is about as fast as a hit fills
+//! nothing but seeds (on a disk that fast the lenders' copies would cost CPU and network for
+//! nothing). A read that fills reads its read-around window, but one in
 //! [`READ_AROUND_CONTROL_EVERY`] is read as asked, and only reads as asked vote: a window
 //! is the fill's investment, not what serving the read from the disk costs.
 //!
@@ -193,8 +196,16 @@ pub const FILL_MARGIN: f64 = 1.5;
 /// (BENCHMARKS.md, "Session 46"), first passes whose share sat at a fifth to a half of the
 /// reads for seconds left 4.5–10.7% of a 1 GiB file out of the lenders, against 2.5–3.7% in
 /// those whose share went to 0, and their warm passes found the blocks of 1,900–6,500 reads
-/// missing there, against 400–1,300. A disk with more than this share is about as fast as
-/// a hit or faster: it fills by the margin (and seeds).
+/// missing there, against 400–1,300. Above this share a part of the disk's reads fills,
+/// twice the lenders' part of the reads (all at this share, none at [`SHARE_ONE`]), spread
+/// evenly ([`Measured::share_fill`]): a disk that keeps most reads under the margin (a
+/// disk about as fast as a hit at full load, or a busy machine's slow hits) otherwise left
+/// its blocks out of lenders that still took part of the reads, which then missed, and their
+/// misses, weighed below the margin, kept the share up — a first pass judged by what being
+/// cold costs (modelled in `a_cold_first_pass_fills_the_lenders_as_they_will_be_asked`:
+/// filling only at this share or below left a quarter of a file out; measured on the cloud
+/// volume, one first pass kept more than half of the reads on a slow disk and left 11.8%).
+/// A disk with every read fills by the margin (and seeds).
 pub const FILL_SHARE: u64 = SHARE_ONE / 2;
 /// While the disk's reads are not worth filling, one in this many of them still fills the lenders
 /// (a *seed*), so that the lenders hold blocks a probe can measure them on: without it a
@@ -369,7 +380,8 @@ pub struct AdaptiveEstimates {
     pub remote_hit_us: f64,
     /// The last window's disk time over what the lenders would have taken for the same
     /// reads (0: no window yet); the disk's reads fill the lenders while it is above
-    /// [`FILL_MARGIN`] (or the disk's share is at most [`FILL_SHARE`]).
+    /// [`FILL_MARGIN`] (and in proportion to the lenders' part of the reads, see
+    /// [`FILL_SHARE`]).
     #[serde(default)]
     pub disk_over_remote: f64,
     /// The moving share of random reads whose blocks the lenders held, 0 to 1 (sampled): a
@@ -411,9 +423,10 @@ pub(crate) struct Decision {
     /// (`route` is `Remote`; only if they hold all of its blocks, else it goes to the disk
     /// as the rule said), or to the disk (`route` is `Disk`).
     pub probe: bool,
-    /// A random read the rule sends to the disk while its share is at most [`FILL_SHARE`] or
-    /// its reads take more than [`FILL_MARGIN`] lender hits (or a seed, see [`SEED_EVERY`]):
-    /// the disk's blocks fill the lenders too.
+    /// A random read the rule sends to the disk while its reads take more than
+    /// [`FILL_MARGIN`] lender hits, or one of the part of them the lenders' share of the reads
+    /// calls for ([`FILL_SHARE`]), or a seed ([`SEED_EVERY`]): the disk's blocks fill the
+    /// lenders too.
     pub fill: bool,
     /// The read goes to the disk, and the lenders are due a measurement: if they hold all
     /// of its blocks and [`RouterState::claim_remote_probe`] says yes, it is fetched from
@@ -576,6 +589,8 @@ pub(crate) struct Measured {
     /// The share accumulated by the random reads decided since the last one sent to the
     /// disk, in 1/[`SHARE_ONE`] (below `SHARE_ONE`).
     share_acc: AtomicU64,
+    /// The same for the disk's reads that fill ([`Measured::share_fill`]).
+    fill_acc: AtomicU64,
     switches: AtomicU64,
     /// When each side was last measured (or probed), in µs after `born`.
     remote_seen_us: AtomicU64,
@@ -698,6 +713,20 @@ impl Measured {
         f64::from_bits(self.disk_over_remote.load(Ordering::Relaxed)) > FILL_MARGIN
     }
 
+    /// Whether this random disk read, sent there by a share of `share`, fills the lenders for
+    /// the reads they will take: every one at a share of at most [`FILL_SHARE`], none at
+    /// [`SHARE_ONE`], and in between a part that falls with the share (spread evenly).
+    fn share_fill(&self, share: u64) -> bool {
+        let part = (2 * (SHARE_ONE - share.min(SHARE_ONE))).min(SHARE_ONE);
+        let mut fill = false;
+        let _ = self.fill_acc.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |acc| {
+            let acc = acc + part;
+            fill = acc >= SHARE_ONE;
+            Some(if fill { acc - SHARE_ONE } else { acc })
+        });
+        fill
+    }
+
     /// Whether this disk read is a seed: one in `every` (the reads of both kinds counted
     /// together).
     fn seed(&self, every: u64) -> bool {
@@ -787,6 +816,7 @@ impl RouterState {
                 survival_start_us: AtomicU64::new(0),
                 survival: AtomicU64::new(1f64.to_bits()),
                 share_acc: AtomicU64::new(0),
+                fill_acc: AtomicU64::new(0),
                 disk_window: Mutex::new(Window::new(0)),
                 skipped_us: AtomicU64::new(0),
                 disk_mean_us: AtomicU64::new(0),
@@ -933,10 +963,10 @@ impl RouterState {
                         to_disk = acc >= SHARE_ONE;
                         Some(if to_disk { acc - SHARE_ONE } else { acc })
                     });
-                    // A disk read fills while the lenders take most random reads (FILL_SHARE)
-                    // or a lender hit is clearly cheaper than a disk read; otherwise one in
-                    // SEED_EVERY still does (a seed, see the constant).
-                    let fill = to_disk && (share <= FILL_SHARE || m.fill_worth() || m.random_seed());
+                    // A disk read fills in proportion to the lenders' part of the reads
+                    // (FILL_SHARE), and always while a lender hit is clearly cheaper than a
+                    // disk read; otherwise one in SEED_EVERY still does (a seed).
+                    let fill = to_disk && (m.share_fill(share) || m.fill_worth() || m.random_seed());
                     (!to_disk, fill, false)
                 };
                 let (route, probe, may_probe_remote) = if remote {
@@ -1093,7 +1123,12 @@ impl RouterState {
                     // the lenders are judged by their hits (see `remote_route_us`).
                     let route_us = if over > FILL_MARGIN { remote_us } else { m.remote_route_us(remote_us, mean) };
                     let gap = disk_us.max(route_us) / disk_us.min(route_us).max(1.0);
-                    let steps = ((gap - 1.0) * 8.0).clamp(1.0, 8.0);
+                    // From a share of 0 the window held the disk's probes alone, which an
+                    // idle disk answers at its best (a rate-limited one far from its cap): they
+                    // say what the disk costs with no share, not with any, so they move it
+                    // one step up at most, and the next window measures the disk with that.
+                    let idle = m.disk_share.load(Ordering::Relaxed) == 0;
+                    let steps = if idle && disk_us < route_us { 1.0 } else { ((gap - 1.0) * 8.0).clamp(1.0, 8.0) };
                     m.step_share_by(disk_us < route_us, (WINDOW_STEP as f64 * steps) as u64);
                     // The back-off: one more doubling for a window that found the disk clearly
                     // faster while it has every read, none left for any other.
@@ -1674,6 +1709,120 @@ mod tests {
         assert!(fills <= 50_000 / SEED_EVERY + 1, "{fills} fills of 50,000 reads on a fast disk");
         assert_eq!(throttled(140.0, 0.0).0, 0.0);
         assert_eq!(throttled(400.0, 0.0).0, 0.0);
+    }
+
+    /// Passes of random one-block reads over a file of `blocks` blocks the lenders hold none
+    /// of at first, each block read once a pass (in a scattered order), one read every
+    /// 200 µs, as `CachedPath::read` serves them: a rate-limited disk bound by operations
+    /// takes `idle_us` plus `per_load_us` for the share of recent reads that used it (its
+    /// reads as asked and its 16 KiB windows alike); a lender hit takes `hit_us`; a read sent
+    /// to lenders that lack its block is a miss — the disk's read of its window, filled.
+    /// Returns, per pass, the share of the file the lenders lacked at its end, the share of
+    /// its reads that used the disk, and its reads' time against the disk's alone at full
+    /// load (the passthrough's).
+    fn cold_passes(passes: u32, blocks: u64, hit_us: u64, idle_us: f64, per_load_us: f64) -> Vec<(f64, f64, f64)> {
+        const WINDOW: u64 = 4;
+        let r = RouterState::new(Adaptive::new().into());
+        let mut held = vec![false; blocks as usize];
+        let mut load = 1.0f64;
+        let mut out = Vec::new();
+        for _ in 0..passes {
+            let (mut disk_ops, mut time_us) = (0u64, 0.0);
+            for i in 0..blocks {
+                r.skip(Duration::from_micros(200));
+                let b = i * 7919 % blocks;
+                let d = r.decide(&id(6), b * BLOCK, BLOCK);
+                let disk_us = idle_us + per_load_us * load;
+                let took = Duration::from_secs_f64(disk_us / 1e6);
+                // A disk read that fills: its window, or the block alone for a control read.
+                let fill = |r: &RouterState, held: &mut Vec<bool>| {
+                    let (first, last) = if r.widen() {
+                        r.disk_read_widened(WINDOW * BLOCK, took);
+                        (b / WINDOW * WINDOW, (b / WINDOW * WINDOW + WINDOW - 1).min(blocks - 1))
+                    } else {
+                        r.disk_read(BLOCK, false, took);
+                        (b, b)
+                    };
+                    let new = (first..=last).filter(|&x| !std::mem::replace(&mut held[x as usize], true)).count();
+                    r.filled(new as u64);
+                };
+                let mut route = d.route;
+                if d.may_probe_remote && held[b as usize] && r.claim_remote_probe(&d) {
+                    route = Route::Remote;
+                }
+                let used_disk = match route {
+                    Route::Disk => {
+                        if !d.probe && r.held_sample() {
+                            r.lenders_held(held[b as usize]);
+                        }
+                        if d.fill {
+                            fill(&r, &mut held);
+                        } else {
+                            r.disk_read(BLOCK, false, took);
+                        }
+                        true
+                    }
+                    Route::Remote if held[b as usize] => {
+                        r.lenders_held(true);
+                        r.remote_fetch(BLOCK, Duration::from_micros(hit_us));
+                        false
+                    }
+                    Route::Remote => {
+                        r.lenders_held(false);
+                        fill(&r, &mut held);
+                        r.lender_miss(took);
+                        true
+                    }
+                };
+                disk_ops += used_disk as u64;
+                time_us += if used_disk { disk_us } else { hit_us as f64 };
+                load += 0.01 * (f64::from(u8::from(used_disk)) - load);
+            }
+            let lacked = held.iter().filter(|h| !**h).count() as f64 / blocks as f64;
+            let alone = blocks as f64 * (idle_us + per_load_us);
+            out.push((lacked, disk_ops as f64 / blocks as f64, time_us / alone));
+        }
+        out
+    }
+
+    #[test]
+    fn a_cold_first_pass_fills_the_lenders_as_they_will_be_asked() {
+        // A disk whose reads at full load take about a lender hit (210 µs against 200, or
+        // 160), under the fill margin, and much less with fewer reads: the rule keeps most
+        // reads on it. The lenders still take the rest, so the disk's reads fill them in
+        // proportion (the lenders' part, doubled): the first pass leaves under 5% of the file
+        // out of them and the second under 1%. (Filling only at a share of a half or less, the
+        // first pass left 26% and 6.3% out and the second 10% and 0.4%: their misses then kept
+        // the share up, a rule judged by what being cold costs.)
+        for hit in [200, 160] {
+            let p = cold_passes(2, 65_536, hit, 60.0, 150.0);
+            assert!(p[0].0 < 0.05 && p[1].0 < 0.01, "hit {hit} µs: {p:?}");
+            assert!(p.iter().all(|&(_, _, time)| time <= 1.0), "slower than the disk alone: {p:?}");
+        }
+        // A disk that gets cheap when the lenders take reads hands them most of the reads, and
+        // every disk read fills.
+        let p = cold_passes(2, 65_536, 160, 40.0, 400.0);
+        assert!(p[0].0 < 0.001 && p[1].1 < 0.3, "{p:?}");
+    }
+
+    #[test]
+    fn probes_alone_move_the_share_up_from_nothing_one_step() {
+        let r = RouterState::new(Adaptive::new().into());
+        r.remote_fetch(4096, Duration::from_micros(150));
+        while r.estimates().unwrap().disk_share > 0.0 {
+            disk_window(&r, 3_000);
+        }
+        // The lenders slow to 400 µs a hit; the idle disk's probes answer in 40 µs, ten times
+        // faster — as far apart as eight steps at once. With no share, that is what the disk
+        // costs idle, not under any share: one step, and the next window, with its share's
+        // reads, says more.
+        for _ in 0..500 {
+            r.remote_fetch(4096, Duration::from_micros(400));
+        }
+        disk_window(&r, 40);
+        assert_eq!(r.estimates().unwrap().disk_share, WINDOW_STEP as f64 / SHARE_ONE as f64);
+        disk_window(&r, 40);
+        assert!(r.estimates().unwrap().disk_share > 2.0 * WINDOW_STEP as f64 / SHARE_ONE as f64);
     }
 
     /// Lenders at 80 µs a hit, one fetch in `every` held for `slow_us` (a busy machine), then
