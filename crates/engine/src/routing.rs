@@ -36,24 +36,24 @@
 //!
 //! Random reads are *shared* between the disk and the lenders, not switched: a share of
 //! them, [`Measured::disk_share`], goes to the disk. Every [`WINDOW_TIME`] the random disk
-//! reads of that window move it by one to eight [`WINDOW_STEP`]s (more the farther apart the
-//! two sides are; one up from a share of 0, where the window held the disk's probes alone,
-//! which an idle disk answers at its best): up if their mean time (weighted by [`DISK_WEIGHT`]) was below a lender
-//! hit's, down if above. The lender hit it is held against is the moving mean of the
-//! one- and two-block fetches ([`REMOTE_HIT_WEIGHT`]), fetches that wait behind fills on
-//! the link included: the fills go on whichever way the reads are split (every read that
-//! touches the disk fills while the lenders have a share), so what a read costs on each side
-//! now is what the split must equalize. (A low percentile of the fetches, used before,
-//! made the lenders look faster than any read found them: on the host-cached disk the rule
-//! kept 84% of the reads on lenders that were slower than the disk.) A read sent to the
-//! lenders is a hit only as often as they hold its blocks ([`Measured::held`], sampled on
-//! the reads of both sides); otherwise it is a disk read after all, widened to its
-//! read-around window and filled. While the disk is less than [`FILL_MARGIN`] times a hit,
-//! such a fill is not worth making, and the lenders' side of the vote is the hit's time
-//! that often and the measured miss's time (weighted like a disk read) the rest
-//! ([`Measured::remote_route_us`]); above the margin a miss is an investment, and the hit
-//! alone judges. Whether the disk's reads fill the lenders, and the back-off below, go by
-//! the hit: that is what a fill buys. A fetch more than
+//! reads of that window move it by one to eight [`WINDOW_STEP`]s (more the farther apart
+//! the two sides are; one up from a share of 0, where the window held the disk's probes
+//! alone, which an idle disk answers at its best): up if their mean time (weighted by
+//! [`DISK_WEIGHT`]) was below a lender hit's, down if above. The lender hit it is held
+//! against is the moving mean of the one- and two-block fetches ([`REMOTE_HIT_WEIGHT`]),
+//! fetches that wait behind fills on the link included: the fills go on whichever way the
+//! reads are split (every read that touches the disk fills while the lenders have a share),
+//! so what a read costs on each side now is what the split must equalize. (A low percentile
+//! of the fetches, used before, made the lenders look faster than any read found them: on
+//! the host-cached disk the rule kept 84% of the reads on lenders that were slower than the
+//! disk.) A read sent to the lenders is a hit only as often as they hold its blocks
+//! ([`Measured::held`], sampled on the reads of both sides); otherwise it is a disk read
+//! after all, widened to its read-around window and filled. While the disk is less than
+//! [`FILL_MARGIN`] times a hit, such a fill is not worth making, and the lenders' side of
+//! the vote is the hit's time that often and the measured miss's time (weighted like a disk
+//! read) the rest ([`Measured::remote_route_us`]); above the margin a miss is an
+//! investment, and the hit alone judges. Whether the disk's reads fill the lenders, and the
+//! back-off below, go by the hit: that is what a fill buys. A fetch more than
 //! [`TROUBLE_FACTOR`] times as slow as the disk, from lenders whose recent fetches are that
 //! slow too (a lender in trouble, not one slow fetch), moves the share up one step, and a
 //! fetch that fails (times out, or its connection breaks) hands every random read to the
@@ -64,8 +64,8 @@
 //! split that makes both finish soonest. Measured here, a throttled disk's reads took less
 //! than a lender hit when the lenders had most of them and three times as long when it had
 //! all of them; a rule that switched all random reads to whichever side looked faster
-//! oscillated thousands of times a minute between the two. The share crosses its whole range
-//! in 4 to 32 windows (2 to 16 s), and never flips.
+//! oscillated thousands of times a minute between the two. The share crosses its whole
+//! range in 4 to 32 windows (2 to 16 s), and never flips.
 //!
 //! A lender hit counts [`Measured::fill_cost_factor`] times its time: more (up to 4×) while
 //! writes through the mount retire most of what is filled, since a block filled and then
@@ -318,6 +318,24 @@ impl Router {
 
 /// Move the moving mean of times in `mean` (`f64` bits) towards `x` by `weight`, and return
 /// it; one still 0 (none yet) takes `x` itself.
+/// Whether this one of a run of events is among the `part` (in 1/[`SHARE_ONE`], at most
+/// `SHARE_ONE`) picked from it, spread evenly: each event adds `part` to the accumulator
+/// `acc` (always below `SHARE_ONE`), and one that fills it is picked. `part` 0 and
+/// `SHARE_ONE` (the shares a rule sits at most of the time) are answered without touching
+/// `acc`, which every reading thread shares.
+fn spread(acc: &AtomicU64, part: u64) -> bool {
+    if part == 0 || part >= SHARE_ONE {
+        return part != 0;
+    }
+    let mut picked = false;
+    let _ = acc.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
+        let a = a + part;
+        picked = a >= SHARE_ONE;
+        Some(if picked { a - SHARE_ONE } else { a })
+    });
+    picked
+}
+
 fn ewma(mean: &AtomicU64, x: f64, weight: f64) -> f64 {
     let mut now = x;
     let _ = mean.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
@@ -591,7 +609,7 @@ pub(crate) struct Measured {
     /// The moving share of filled blocks that writes do not retire (`f64` bits; 1 at start).
     survival: AtomicU64,
     /// The share accumulated by the random reads decided since the last one sent to the
-    /// disk, in 1/[`SHARE_ONE`] (below `SHARE_ONE`).
+    /// disk, in 1/[`SHARE_ONE`] (below `SHARE_ONE`; see [`spread`]).
     share_acc: AtomicU64,
     /// The same for the disk's reads that fill ([`Measured::share_fill`]).
     fill_acc: AtomicU64,
@@ -721,14 +739,7 @@ impl Measured {
     /// the reads they will take: every one at a share of at most [`FILL_SHARE`], none at
     /// [`SHARE_ONE`], and in between a part that falls with the share (spread evenly).
     fn share_fill(&self, share: u64) -> bool {
-        let part = (2 * (SHARE_ONE - share.min(SHARE_ONE))).min(SHARE_ONE);
-        let mut fill = false;
-        let _ = self.fill_acc.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |acc| {
-            let acc = acc + part;
-            fill = acc >= SHARE_ONE;
-            Some(if fill { acc - SHARE_ONE } else { acc })
-        });
-        fill
+        spread(&self.fill_acc, (2 * (SHARE_ONE - share.min(SHARE_ONE))).min(SHARE_ONE))
     }
 
     /// Whether this disk read is a seed: one in `every` (the reads of both kinds counted
@@ -965,14 +976,8 @@ impl RouterState {
                     (remote, seed, disk_measured)
                 } else {
                     let share = m.disk_share.load(Ordering::Relaxed);
-                    // `share` of the reads go to the disk, spread evenly: each read adds the
-                    // share to an accumulator, and one that fills it goes to the disk.
-                    let mut to_disk = false;
-                    let _ = m.share_acc.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |acc| {
-                        let acc = acc + share;
-                        to_disk = acc >= SHARE_ONE;
-                        Some(if to_disk { acc - SHARE_ONE } else { acc })
-                    });
+                    // `share` of the reads go to the disk, spread evenly.
+                    let to_disk = spread(&m.share_acc, share);
                     // A disk read fills in proportion to the lenders' part of the reads
                     // (FILL_SHARE), and always while a lender hit is clearly cheaper than a
                     // disk read; otherwise one in SEED_EVERY still does (a seed).
