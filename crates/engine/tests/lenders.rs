@@ -282,7 +282,12 @@ fn behind_proxy(blocks: usize, seed: u64) -> BehindProxy {
 /// [`behind_proxy`] with requests timing out after `fetch_timeout` (fills' requests share
 /// it, at least 500 ms).
 fn behind_proxy_timing_out_at(blocks: usize, seed: u64, fetch_timeout: Duration) -> BehindProxy {
-    let lender = Lender::start("16MiB");
+    behind_proxy_sized(blocks, seed, fetch_timeout, "16MiB")
+}
+
+/// [`behind_proxy_timing_out_at`] with a lender of `memory`.
+fn behind_proxy_sized(blocks: usize, seed: u64, fetch_timeout: Duration, memory: &str) -> BehindProxy {
+    let lender = Lender::start(memory);
     let proxy = Proxy::start(lender.addr);
     let remote = common::remote(vec![proxy.addr], |c| c.fetch_timeout = fetch_timeout);
     let e = CachedPath::new(DirectPath::new(), remote, Threshold::PAPER);
@@ -330,6 +335,33 @@ fn fills_to_a_hung_lender_fail_at_the_timeout_and_free_their_places() {
     fill_all(&e, &file, &data);
     assert_eq!(e.remote().stats().puts_in_flight, 0);
     assert_eq!(e.index().remote_blocks(), BLOCKS as u64);
+}
+
+/// A burst of fills larger than the link takes at once is queued whole at the default bound
+/// and lands when the lender takes it. A rate-limited disk answers a stream in bursts (a
+/// blkio throttle releases a 100 ms slice at once) while the fills drain at the link's pace:
+/// at the old bound of 2048 blocks a 1 GiB stream over 10 Gbit/s dropped 25–35% of its
+/// fills, and the next pass read those blocks from the disk (BENCHMARKS.md, "Session 48").
+/// Here the lender takes nothing while 24 MiB of disk reads complete.
+#[test]
+fn a_burst_of_fills_the_link_cannot_take_at_once_is_queued_whole() {
+    const BLOCKS: usize = 6144;
+    let defaults = farcache_engine::remote::RemoteConfig::new(Vec::<SocketAddr>::new());
+    assert!(defaults.max_pending_puts >= BLOCKS, "{}", defaults.max_pending_puts);
+    // A request on the link waits up to 5 s for its answer: longer than the reads take.
+    let BehindProxy { _lender, proxy: held, e, _dir, data, file } =
+        behind_proxy_sized(BLOCKS, 31, Duration::from_secs(5), "64MiB");
+
+    held.freeze(true);
+    read_all(&e, &file, &data);
+    let during = e.remote().stats();
+    held.freeze(false);
+    assert_eq!(during.puts_dropped, 0, "fills dropped while the lender held them: {during:?}");
+    assert_eq!(e.counters().snapshot().fills, BLOCKS as u64, "{during:?}");
+    wait("the held fills to land", || common::fills_settled(&e));
+    let r = e.remote().stats();
+    assert_eq!((r.puts_dropped, r.puts_failed, r.puts_in_flight), (0, 0, 0), "{r:?}");
+    assert_eq!(e.index().remote_blocks(), BLOCKS as u64, "{r:?}");
 }
 
 /// A lender that answers slowly still takes every fill: the timeout runs from the moment a
