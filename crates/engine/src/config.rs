@@ -12,7 +12,9 @@ use farcache_policy::route::{Adaptive, Threshold};
 use serde::{Deserialize, Serialize};
 
 use crate::index::BLOCK_BYTES;
-use crate::remote::{RemoteConfig, RemoteTls};
+use crate::remote::{
+    RemoteConfig, RemoteTls, DEFAULT_FETCH_CONNECTIONS, DEFAULT_MAX_LENDERS, DEFAULT_MAX_PENDING_PUTS,
+};
 use crate::routing::Router;
 use crate::seal::{BlockKeyBytes, BlockSeal, Plaintext, XChaCha};
 
@@ -160,14 +162,14 @@ impl Default for CacheConfig {
             connect_timeout: HumanDuration::ms(500),
             reconnect_min: HumanDuration::ms(100),
             reconnect_max: HumanDuration::secs(5),
-            max_pending_puts: 8192,
+            max_pending_puts: DEFAULT_MAX_PENDING_PUTS as u32,
             max_pending_dels: 4096,
             threads: 2,
-            fetch_connections: 8,
+            fetch_connections: DEFAULT_FETCH_CONNECTIONS as u32,
             routing: Routing::Adaptive,
             threshold: ByteSize::kib(128),
             read_around: ByteSize::kib(16),
-            max_lenders: 64,
+            max_lenders: DEFAULT_MAX_LENDERS as u32,
             memcached_plaintext: false,
         }
     }

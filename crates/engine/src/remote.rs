@@ -60,6 +60,10 @@ pub const PUT_REQUEST_BLOCKS: usize = 8;
 /// replace.
 pub const PUT_REQUESTS_IN_FLIGHT: usize = 2;
 
+/// Default for [`RemoteConfig::max_pending_puts`]: 32 MiB of fills, enough for the bursts a
+/// rate-limited disk answers a stream in while the link drains them (2048 dropped 25–35% of
+/// a stream's fills over 10 Gbit/s; BENCHMARKS.md, "Session 48").
+pub const DEFAULT_MAX_PENDING_PUTS: usize = 8192;
 /// Default for [`RemoteConfig::max_lenders`].
 pub const DEFAULT_MAX_LENDERS: usize = 64;
 /// Default for [`RemoteConfig::fetch_connections`].
@@ -183,7 +187,7 @@ impl RemoteConfig {
             connect_timeout: Duration::from_millis(500),
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(5),
-            max_pending_puts: 8192,
+            max_pending_puts: DEFAULT_MAX_PENDING_PUTS,
             max_pending_dels: 4096,
             threads: 2,
             max_lenders: DEFAULT_MAX_LENDERS,

@@ -316,8 +316,6 @@ impl Router {
     }
 }
 
-/// Move the moving mean of times in `mean` (`f64` bits) towards `x` by `weight`, and return
-/// it; one still 0 (none yet) takes `x` itself.
 /// Whether this one of a run of events is among the `part` (in 1/[`SHARE_ONE`], at most
 /// `SHARE_ONE`) picked from it, spread evenly: each event adds `part` to the accumulator
 /// `acc` (always below `SHARE_ONE`), and one that fills it is picked. `part` 0 and
@@ -336,6 +334,8 @@ fn spread(acc: &AtomicU64, part: u64) -> bool {
     picked
 }
 
+/// Move the moving mean of times in `mean` (`f64` bits) towards `x` by `weight`, and return
+/// it; one still 0 (none yet) takes `x` itself.
 fn ewma(mean: &AtomicU64, x: f64, weight: f64) -> f64 {
     let mut now = x;
     let _ = mean.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
