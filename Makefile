@@ -14,6 +14,7 @@ test: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) build --locked --workspace --all-targets
 	$(CARGO) test --locked --workspace -- --color never
+	python3 -m unittest discover -s scripts/tests
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
 
 ## make test-long: the long crash runs, beyond CI's short versions (root; about 30 min): 1,000 SIGKILLs

@@ -11,9 +11,12 @@ passthrough performance ratios from the same `bench paper` invocation
 10 Gbit/s: the passthrough sends nothing over the link) is compared with the passthrough of the
 same profile's 1 Gbit/s job (its pair of the same number where both were repeated), and its
 cells say so. A repeated job's cell is the median of its pairs' ratios, with their range and
-count. Exits 1 when no result is found.
+count; pairs that the hypervisor disturbed (more than STEAL_FLAG of the machine's CPU time
+stolen during one of the measurements) are set aside from the median when at least one pair
+was not, and the median of all of them is shown beside it. Exits 1 when no result is found.
 
     scripts/nothing-slower-table.py [DIR]
+    scripts/nothing-slower-table.py --disturbed FILE.json...   # exit 0: past STEAL_FLAG
 """
 import glob
 import json
@@ -79,13 +82,19 @@ def disk_speed(*disks):
 STEAL_FLAG = 0.05  # as the harness's STEAL_FLAG: share of the machine's CPU time stolen
 
 
+def stolen(*disks):
+    """The largest share of the machine's CPU time the hypervisor stole during one of these
+    measurements (`steal_ticks` over `cpu_ticks`, from /proc/stat); 0.0 where none was
+    recorded."""
+    xs = [d["steal_ticks"] / d["cpu_ticks"] for d in disks if d and d.get("cpu_ticks")]
+    return max(xs, default=0.0)
+
+
 def steal(*disks):
     """A mark for a ratio one of whose measurements lost more than STEAL_FLAG of the machine's
-    CPU time to the hypervisor (`steal_ticks` over `cpu_ticks`, from /proc/stat): a shared
-    virtual machine's vCPUs are taken away while other guests run, and every wake-up on the
-    mount's hit path waits for one."""
-    xs = [d["steal_ticks"] / d["cpu_ticks"] for d in disks if d and d.get("cpu_ticks")]
-    worst = max(xs, default=0.0)
+    CPU time to the hypervisor: a shared virtual machine's vCPUs are taken away while other
+    guests run, and every wake-up on the mount's hit path waits for one."""
+    worst = stolen(*disks)
     return f" ¶{worst * 100:.0f}%" if worst > STEAL_FLAG else ""
 
 
@@ -121,7 +130,8 @@ def ratios(doc, borrowed=None):
             out.append((f"{exp} {human(size)} pass {n}", p_pt["secs"] / p_fc["secs"], target,
                         other_io((p_fc.get("disk"), p_fc["secs"]), (p_pt.get("disk"), p_pt["secs"]))
                         + other_cpu(fc.get("other_cpus"), pt.get("other_cpus"))
-                        + disk_speed(p_fc.get("disk"), p_pt.get("disk"))))
+                        + disk_speed(p_fc.get("disk"), p_pt.get("disk")),
+                        stolen(p_fc.get("disk"), p_pt.get("disk"))))
         if exp == "randread" and len(fc["passes"]) > 1:
             p = fc["passes"][1]
             hit = p.get("hit_ratio_page_cache", 0) + p.get("hit_ratio_remote", 0)
@@ -129,13 +139,14 @@ def ratios(doc, borrowed=None):
             # them); a rule that kept the reads on a disk as fast as a lender hit is right to.
             probe = fc.get("probe") or {}
             on_lenders = probe.get("lender_hits", 0) * 2 >= probe.get("measured", {}).get("reads", 0)
-            out.append((f"randread {human(size)} pass 2 hit ratio (page cache + lenders)", hit, None if on_lenders else "n/a"))
+            st = stolen(p.get("disk"))
+            out.append((f"randread {human(size)} pass 2 hit ratio (page cache + lenders)", hit, None if on_lenders else "n/a", "", st))
             # The issue's own measure: of the blocks the mount asked the lenders for, the
             # share they held (what the routing sent to the disk is not asked).
             m = p.get("mount") or {}
             asked = m.get("hits", 0) + m.get("misses", 0)
             if asked:
-                out.append((f"randread {human(size)} pass 2 hit ratio (blocks asked of lenders)", m["hits"] / asked, None))
+                out.append((f"randread {human(size)} pass 2 hit ratio (blocks asked of lenders)", m["hits"] / asked, None, "", st))
     pg = {}
     for r in doc.get("pgbench") or []:
         if not r.get("error") and r.get("tps"):
@@ -146,7 +157,8 @@ def ratios(doc, borrowed=None):
             target = 1.0 if mode == "tpc-b" and clients >= 4 else 0.97
             out.append((f"pgbench {mode} {clients} clients", r["tps"] / pt["tps"], target, other_io((r.get("disk"), r.get("secs", 0)), (pt.get("disk"), pt.get("secs", 0)))
                         + other_cpu(pg_other_cpus(r), pg_other_cpus(pt))
-                        + disk_speed(r.get("disk"), pt.get("disk"))))
+                        + disk_speed(r.get("disk"), pt.get("disk")),
+                        stolen(r.get("disk"), pt.get("disk"))))
     tp = {r["config"]: r for r in doc.get("tpch") or [] if not r.get("error")}
     note = ""
     if "passthrough" not in tp and borrowed is not None:
@@ -164,16 +176,67 @@ def ratios(doc, borrowed=None):
             a, b = fc.get(key), pt.get(key)
             if a and b:
                 ratio = b / a if faster == "lower" else a / b
-                mark = ""
+                mark, st = "", 0.0
                 if phase:
                     ph = [(r.get(phase) or {}) for r in (fc, pt)]
                     mark = other_io(*((p.get("disk"), p.get("secs", 0)) for p in ph))
                     mark += disk_speed(*(p.get("disk") for p in ph))
-                out.append((f"tpch {name}", ratio, 0.97 if name == "load test" else big, mark + note))
-    return [row if len(row) == 4 else row + ("",) for row in out]
+                    st = stolen(*(p.get("disk") for p in ph))
+                out.append((f"tpch {name}", ratio, 0.97 if name == "load test" else big, mark + note, st))
+    return out
+
+
+def disturbed(doc):
+    """The largest steal (share of the machine's CPU time) in any of the document's measurements
+    (each pass, each pgbench run, each tpch power and throughput test, of either configuration):
+    scripts/bench-nothing-slower.sh measures a pair again when it is past STEAL_FLAG (RETRY)."""
+    disks = [p.get("disk") for r in doc.get("runs") or [] for p in r.get("passes") or []]
+    disks += [r.get("disk") for r in doc.get("pgbench") or []]
+    disks += [(r.get(ph) or {}).get("disk") for r in doc.get("tpch") or []
+              for ph in ("power_phase", "throughput_phase")]
+    return stolen(*disks)
+
+
+def cell(pairs):
+    """One cell of the table from its pairs' rows, (ratio, target, note, stolen) each: the median
+    pair (the lower middle of an even count: one drifting pair of measurements cannot move
+    it, as it moves a single ratio) of the pairs the hypervisor did not disturb (steal at most
+    STEAL_FLAG in both measurements), with their range and count, and the median and range of
+    all of them where some were set aside; of all of them where none was left."""
+    pairs = sorted(pairs, key=lambda x: x[0])
+    clean = [x for x in pairs if x[3] <= STEAL_FLAG]
+    chosen = clean or pairs
+    ratio, target, note, _ = chosen[(len(chosen) - 1) // 2]
+    if len(clean) == len(pairs) or not clean:
+        if len(pairs) > 1:
+            note += f" (median of {len(pairs)}: {pairs[0][0]:.2f}–{pairs[-1][0]:.2f})"
+    else:
+        every = pairs[(len(pairs) - 1) // 2][0]
+        kept = (f"median of {len(clean)} without steal: {clean[0][0]:.2f}–{clean[-1][0]:.2f}" if len(clean) > 1
+                else "the one pair without steal")
+        note += f" ({kept}; all {len(pairs)}: {every:.2f}, {pairs[0][0]:.2f}–{pairs[-1][0]:.2f})"
+    if target == "n/a":
+        return f"{ratio:.1%} (n/a: reads kept on the disk)"
+    if target is None:
+        return f"{ratio:.1%}" if ratio >= 0.99 else f"**{ratio:.1%}**"
+    # Two decimals, or three where two would round a miss up to its target.
+    shown = f"{ratio:.3f}" if ratio < target <= round(ratio, 2) else f"{ratio:.2f}"
+    return (shown if ratio >= target else f"**{shown}**") + note
 
 
 def main():
+    if sys.argv[1:2] == ["--disturbed"]:
+        # For scripts/bench-nothing-slower.sh: exit 0 when one of the documents' measurements
+        # lost more than STEAL_FLAG of the machine to steal (1 when none did), and say which.
+        worst = 0.0
+        for path in sys.argv[2:]:
+            try:
+                worst = max(worst, disturbed(json.load(open(path))))
+            except (OSError, ValueError) as e:
+                print(f"nothing-slower-table: cannot read {path}: {e}", file=sys.stderr)
+                return 2
+        print(f"{worst:.1%} of the machine's CPU time stolen at most")
+        return 0 if worst > STEAL_FLAG else 1
     root = sys.argv[1] if len(sys.argv) > 1 else "bench/results/nothing-slower"
     table = {}
     docs = {}
@@ -194,8 +257,8 @@ def main():
             # A farcache-only job's pair K borrows the passthrough of the 1 Gbit/s job's pair K
             # (run in the same round), else its first.
             same = [d for d in base if d["_rep"] == doc["_rep"]]
-            for name, ratio, target, note in ratios(doc, (same or base or [None])[0]):
-                table.setdefault(name, {}).setdefault(col, []).append((ratio, target, note))
+            for name, ratio, target, note, st in ratios(doc, (same or base or [None])[0]):
+                table.setdefault(name, {}).setdefault(col, []).append((ratio, target, note, st))
     if not table:
         print(f"no results under {root}", file=sys.stderr)
         return 1
@@ -216,20 +279,7 @@ def main():
             if p not in table[name]:
                 cells.append("–")
                 continue
-            pairs = sorted(table[name][p], key=lambda x: x[0])
-            # The median pair (the lower middle of an even count): one drifting pair of
-            # measurements cannot move it, as it moves a single ratio.
-            ratio, target, note = pairs[(len(pairs) - 1) // 2]
-            if len(pairs) > 1:
-                note += f" (median of {len(pairs)}: {pairs[0][0]:.2f}–{pairs[-1][0]:.2f})"
-            if target == "n/a":
-                cells.append(f"{ratio:.1%} (n/a: reads kept on the disk)")
-            elif target is None:
-                cells.append(f"{ratio:.1%}" if ratio >= 0.99 else f"**{ratio:.1%}**")
-            else:
-                # Two decimals, or three where two would round a miss up to its target.
-                shown = f"{ratio:.3f}" if ratio < target <= round(ratio, 2) else f"{ratio:.2f}"
-                cells.append((shown if ratio >= target else f"**{shown}**") + note)
+            cells.append(cell(table[name][p]))
         print(f"| {name} | " + " | ".join(cells) + " |")
     print("\nfarcache ÷ passthrough (performance: > 1 is farcache faster), one `bench paper` invocation")
     print("per profile, link and experiment; **bold**: below its target (0.97; TPC-B at 4 and 16")
@@ -247,7 +297,9 @@ def main():
     print("of the measurements: a shared machine's vCPUs, taken by other guests: not comparable.")
     print("(median of N: lo–hi): a repeated job, N pairs spread over the run (odd ones passthrough first,")
     print("even ones farcache first, since scripts/bench-nothing-slower.sh of session 44);")
-    print("the median pair's ratio and marks, and the range of all N.")
+    print("the median pair's ratio and marks, and the range of all N. (median of K without steal: lo–hi;")
+    print(f"all N: m, lo–hi): the median of the K pairs whose measurements lost at most {STEAL_FLAG:.0%} to steal")
+    print("(pairs past it are measured again: RETRY), and of all N, shown beside it.")
     return 0
 
 
