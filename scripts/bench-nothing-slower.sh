@@ -18,8 +18,9 @@
 #              REPS=1 to finish every job's first pair before any second one, when a session
 #              has time for only part of the run
 #   RETRY      extra pairs a job may get, once its REPEAT pairs are done, while fewer than
-#              REPEAT of them are clean — the hypervisor stole more than 5% of the machine's CPU
-#              time during one of a pair's measurements (default 1; 0: none). Extra pairs are
+#              REPEAT of them are undisturbed — the hypervisor stole more than 5% of the
+#              machine's CPU time during one of a pair's measurements, or the CPU ran at speeds
+#              more than 1.2x apart (below) (default 1; 0: none). Extra pairs are
 #              rep<REPEAT+1>... (a 10 Gbit/s tpch extra pair borrows the 1 Gbit/s job's first
 #              passthrough); scripts/nothing-slower-table.py sets disturbed pairs aside.
 # The 10 Gbit/s tpch job runs farcache only: the passthrough sends nothing over the link, so
@@ -86,12 +87,15 @@ for rep in $REPS; do
   for job in $JOBS; do run_pair "$job" "$rep"; done
 done
 
-# Pairs the hypervisor disturbed: a pair one of whose measurements lost more than the harness's
-# STEAL_FLAG (5%) of the machine's CPU time to steal is not comparable (on two vCPUs every
-# wake-up waits for one, and the steal falls on one configuration's measurement, not both: in
-# session 48's table 12 of 21 pairs had some, up to 37%), so once a job's REPEAT pairs are all
-# done, it gets up to RETRY more pairs (orders alternating as before) until REPEAT of them are
-# clean. The table sets the disturbed ones aside from its medians and shows them beside.
+# Disturbed pairs: a pair one of whose measurements lost more than the harness's STEAL_FLAG (5%)
+# of the machine's CPU time to steal, or whose CPU checks (a fixed loop the harness times at the
+# start and end of each measurement) are more than CPU_CHECK_SPREAD (1.2x) apart, is not
+# comparable: on two vCPUs every wake-up waits for one, and the steal or the slower host falls
+# on one configuration's measurement, not both (session 48's table had steal in 12 of 21 pairs,
+# up to 37%; pgbench at one client did 26% fewer transactions in one passthrough run than in
+# another with the same CPU time and no steal). So once a job's REPEAT pairs are all done, it
+# gets up to RETRY more pairs (orders alternating as before) until REPEAT of them are
+# undisturbed. The table sets the disturbed ones aside from its medians and shows them beside.
 for job in $JOBS; do
   all_done=1
   for rep in $(seq 1 "$REPEAT"); do complete "$(pair_dir "$job" "$rep")" || all_done=0; done
@@ -109,7 +113,7 @@ for job in $JOBS; do
       fi
     done
     [ "$clean" -ge "$REPEAT" ] && break
-    [ "$rep" -ge $((REPEAT + RETRY)) ] && { echo "== $job: $clean clean pairs of $rep, RETRY=$RETRY spent"; break; }
+    [ "$rep" -ge $((REPEAT + RETRY)) ] && { echo "== $job: $clean undisturbed pairs of $rep, RETRY=$RETRY spent"; break; }
     rep=$((rep + 1))
     run_pair "$job" "$rep"
   done

@@ -11,12 +11,13 @@ passthrough performance ratios from the same `bench paper` invocation
 10 Gbit/s: the passthrough sends nothing over the link) is compared with the passthrough of the
 same profile's 1 Gbit/s job (its pair of the same number where both were repeated), and its
 cells say so. A repeated job's cell is the median of its pairs' ratios, with their range and
-count; pairs that the hypervisor disturbed (more than STEAL_FLAG of the machine's CPU time
-stolen during one of the measurements) are set aside from the median when at least one pair
-was not, and the median of all of them is shown beside it. Exits 1 when no result is found.
+count; disturbed pairs (more than STEAL_FLAG of the machine's CPU time stolen during one of
+the measurements, or the harness's CPU checks more than CPU_SPREAD apart) are set aside from
+the median when at least one pair was not, and the median of all of them is shown beside it.
+Exits 1 when no result is found.
 
     scripts/nothing-slower-table.py [DIR]
-    scripts/nothing-slower-table.py --disturbed FILE.json...   # exit 0: past STEAL_FLAG
+    scripts/nothing-slower-table.py --disturbed FILE.json...   # exit 0: disturbed
 """
 import glob
 import json
@@ -76,7 +77,32 @@ def disk_speed(*disks):
         return ""
     spread = max(xs) / min(xs)
     mark = f" §{spread:.1f}×" if spread > DISK_SPREAD else ""
-    return mark + steal(*disks)
+    return mark + cpu_speed(*disks) + steal(*disks)
+
+
+CPU_SPREAD = 1.2  # as the harness's CPU_CHECK_SPREAD: slowest ÷ fastest CPU check
+
+
+def cpu_spread(*disks):
+    """Slowest ÷ fastest of the harness's CPU checks (`cpu_check_before_us`,
+    `cpu_check_after_us`: a fixed loop timed at the start and end of each measurement) in
+    these measurements; 1.0 where fewer than two were recorded (documents before session 49)."""
+    xs = [v for d in disks if d for v in (d.get("cpu_check_before_us"), d.get("cpu_check_after_us")) if v]
+    return max(xs) / min(xs) if len(xs) > 1 else 1.0
+
+
+def cpu_speed(*disks):
+    """A mark for a ratio whose measurements found the machine's CPU at different speeds (a
+    shared virtual machine's vCPUs run slower while other guests load the host's cores,
+    which steal does not count)."""
+    spread = cpu_spread(*disks)
+    return f" ◊{spread:.1f}×" if spread > CPU_SPREAD else ""
+
+
+def upset(*disks):
+    """Whether these measurements are not comparable: more than STEAL_FLAG of the machine's CPU
+    time stolen in one of them, or CPU checks more than CPU_SPREAD apart."""
+    return stolen(*disks) > STEAL_FLAG or cpu_spread(*disks) > CPU_SPREAD
 
 
 STEAL_FLAG = 0.05  # as the harness's STEAL_FLAG: share of the machine's CPU time stolen
@@ -131,7 +157,7 @@ def ratios(doc, borrowed=None):
                         other_io((p_fc.get("disk"), p_fc["secs"]), (p_pt.get("disk"), p_pt["secs"]))
                         + other_cpu(fc.get("other_cpus"), pt.get("other_cpus"))
                         + disk_speed(p_fc.get("disk"), p_pt.get("disk")),
-                        stolen(p_fc.get("disk"), p_pt.get("disk"))))
+                        upset(p_fc.get("disk"), p_pt.get("disk"))))
         if exp == "randread" and len(fc["passes"]) > 1:
             p = fc["passes"][1]
             hit = p.get("hit_ratio_page_cache", 0) + p.get("hit_ratio_remote", 0)
@@ -139,7 +165,7 @@ def ratios(doc, borrowed=None):
             # them); a rule that kept the reads on a disk as fast as a lender hit is right to.
             probe = fc.get("probe") or {}
             on_lenders = probe.get("lender_hits", 0) * 2 >= probe.get("measured", {}).get("reads", 0)
-            st = stolen(p.get("disk"))
+            st = upset(p.get("disk"))
             out.append((f"randread {human(size)} pass 2 hit ratio (page cache + lenders)", hit, None if on_lenders else "n/a", "", st))
             # The issue's own measure: of the blocks the mount asked the lenders for, the
             # share they held (what the routing sent to the disk is not asked).
@@ -158,7 +184,7 @@ def ratios(doc, borrowed=None):
             out.append((f"pgbench {mode} {clients} clients", r["tps"] / pt["tps"], target, other_io((r.get("disk"), r.get("secs", 0)), (pt.get("disk"), pt.get("secs", 0)))
                         + other_cpu(pg_other_cpus(r), pg_other_cpus(pt))
                         + disk_speed(r.get("disk"), pt.get("disk")),
-                        stolen(r.get("disk"), pt.get("disk"))))
+                        upset(r.get("disk"), pt.get("disk"))))
     tp = {r["config"]: r for r in doc.get("tpch") or [] if not r.get("error")}
     note = ""
     if "passthrough" not in tp and borrowed is not None:
@@ -176,35 +202,50 @@ def ratios(doc, borrowed=None):
             a, b = fc.get(key), pt.get(key)
             if a and b:
                 ratio = b / a if faster == "lower" else a / b
-                mark, st = "", 0.0
+                mark, st = "", False
                 if phase:
                     ph = [(r.get(phase) or {}) for r in (fc, pt)]
                     mark = other_io(*((p.get("disk"), p.get("secs", 0)) for p in ph))
                     mark += disk_speed(*(p.get("disk") for p in ph))
-                    st = stolen(*(p.get("disk") for p in ph))
+                    st = upset(*(p.get("disk") for p in ph))
                 out.append((f"tpch {name}", ratio, 0.97 if name == "load test" else big, mark + note, st))
     return out
 
 
 def disturbed(doc):
-    """The largest steal (share of the machine's CPU time) in any of the document's measurements
-    (each pass, each pgbench run, each tpch power and throughput test, of either configuration):
-    scripts/bench-nothing-slower.sh measures a pair again when it is past STEAL_FLAG (RETRY)."""
+    """(steal, CPU spread) of the document: the largest share of the machine's CPU time stolen in
+    any of its measurements (each pass, each pgbench run, each tpch power and throughput test,
+    of either configuration), and the largest spread of CPU checks within one of them or
+    between the two behind one of its ratios. scripts/bench-nothing-slower.sh measures a pair
+    again when either is past its flag (RETRY)."""
     disks = [p.get("disk") for r in doc.get("runs") or [] for p in r.get("passes") or []]
     disks += [r.get("disk") for r in doc.get("pgbench") or []]
     disks += [(r.get(ph) or {}).get("disk") for r in doc.get("tpch") or []
               for ph in ("power_phase", "throughput_phase")]
-    return stolen(*disks)
+    spread = max([cpu_spread(d) for d in disks] + [1.0])
+    # Between configurations: the rows' pairs of measurements, as the table judges them.
+    for r in doc.get("runs") or []:
+        other = [x for x in doc.get("runs") or [] if x is not r and x.get("experiment") == r.get("experiment")
+                 and x.get("size_bytes") == r.get("size_bytes")]
+        for o in other:
+            for p, q in zip(r.get("passes") or [], o.get("passes") or []):
+                spread = max(spread, cpu_spread(p.get("disk"), q.get("disk")))
+    for r in doc.get("pgbench") or []:
+        for o in doc.get("pgbench") or []:
+            if (o.get("mode"), o.get("clients")) == (r.get("mode"), r.get("clients")):
+                spread = max(spread, cpu_spread(r.get("disk"), o.get("disk")))
+    return stolen(*disks), spread
 
 
 def cell(pairs):
-    """One cell of the table from its pairs' rows, (ratio, target, note, stolen) each: the median
-    pair (the lower middle of an even count: one drifting pair of measurements cannot move
-    it, as it moves a single ratio) of the pairs the hypervisor did not disturb (steal at most
-    STEAL_FLAG in both measurements), with their range and count, and the median and range of
-    all of them where some were set aside; of all of them where none was left."""
+    """One cell of the table from its pairs' rows, (ratio, target, note, disturbed) each: the
+    median pair (the lower middle of an even count: one drifting pair of measurements cannot
+    move it, as it moves a single ratio) of the undisturbed pairs (`upset`: steal at most
+    STEAL_FLAG in both measurements, CPU checks within CPU_SPREAD), with their range and
+    count, and the median and range of all of them where some were set aside; of all of them
+    where none was left."""
     pairs = sorted(pairs, key=lambda x: x[0])
-    clean = [x for x in pairs if x[3] <= STEAL_FLAG]
+    clean = [x for x in pairs if not x[3]]
     chosen = clean or pairs
     ratio, target, note, _ = chosen[(len(chosen) - 1) // 2]
     if len(clean) == len(pairs) or not clean:
@@ -212,8 +253,8 @@ def cell(pairs):
             note += f" (median of {len(pairs)}: {pairs[0][0]:.2f}–{pairs[-1][0]:.2f})"
     else:
         every = pairs[(len(pairs) - 1) // 2][0]
-        kept = (f"median of {len(clean)} without steal: {clean[0][0]:.2f}–{clean[-1][0]:.2f}" if len(clean) > 1
-                else "the one pair without steal")
+        kept = (f"median of {len(clean)} undisturbed: {clean[0][0]:.2f}–{clean[-1][0]:.2f}" if len(clean) > 1
+                else "the one undisturbed pair")
         note += f" ({kept}; all {len(pairs)}: {every:.2f}, {pairs[0][0]:.2f}–{pairs[-1][0]:.2f})"
     if target == "n/a":
         return f"{ratio:.1%} (n/a: reads kept on the disk)"
@@ -227,22 +268,26 @@ def cell(pairs):
 def main():
     if sys.argv[1:2] == ["--disturbed"]:
         # For scripts/bench-nothing-slower.sh: exit 0 when one of the documents' measurements
-        # lost more than STEAL_FLAG of the machine to steal (1 when none did), and say which.
-        worst = 0.0
+        # lost more than STEAL_FLAG of the machine to steal or its CPU checks moved more than
+        # CPU_SPREAD (1 when neither), and say how much.
+        worst, spread = 0.0, 1.0
         for path in sys.argv[2:]:
             try:
-                worst = max(worst, disturbed(json.load(open(path))))
+                with open(path) as f:
+                    st, sp = disturbed(json.load(f))
             except (OSError, ValueError) as e:
                 print(f"nothing-slower-table: cannot read {path}: {e}", file=sys.stderr)
                 return 2
-        print(f"{worst:.1%} of the machine's CPU time stolen at most")
-        return 0 if worst > STEAL_FLAG else 1
+            worst, spread = max(worst, st), max(spread, sp)
+        print(f"{worst:.1%} of the machine's CPU time stolen at most, CPU checks {spread:.2f}× apart at most")
+        return 0 if worst > STEAL_FLAG or spread > CPU_SPREAD else 1
     root = sys.argv[1] if len(sys.argv) > 1 else "bench/results/nothing-slower"
     table = {}
     docs = {}
     paths = glob.glob(os.path.join(root, "*", "paper-*.json")) + glob.glob(os.path.join(root, "*", "rep*", "paper-*.json"))
     for path in sorted(paths):
-        doc = json.load(open(path))
+        with open(path) as f:
+            doc = json.load(f)
         opts = doc.get("options", {})
         prof = opts.get("profile", "?")
         link = opts.get("link_rate") or "1gbit"
@@ -297,9 +342,11 @@ def main():
     print("of the measurements: a shared machine's vCPUs, taken by other guests: not comparable.")
     print("(median of N: lo–hi): a repeated job, N pairs spread over the run (odd ones passthrough first,")
     print("even ones farcache first, since scripts/bench-nothing-slower.sh of session 44);")
-    print("the median pair's ratio and marks, and the range of all N. (median of K without steal: lo–hi;")
-    print(f"all N: m, lo–hi): the median of the K pairs whose measurements lost at most {STEAL_FLAG:.0%} to steal")
-    print("(pairs past it are measured again: RETRY), and of all N, shown beside it.")
+    print(f"◊: the machine's CPU ran at different speeds: its slowest check (a fixed loop timed by the harness")
+    print(f"at the start and end of each measurement) took that many times its fastest (> {CPU_SPREAD}): not comparable.")
+    print("the median pair's ratio and marks, and the range of all N. (median of K undisturbed: lo–hi;")
+    print(f"all N: m, lo–hi): the median of the K pairs without ¶ or ◊ (pairs with either are measured")
+    print("again: RETRY), and of all N, shown beside it.")
     return 0
 
 

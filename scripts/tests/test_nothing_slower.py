@@ -23,56 +23,75 @@ table = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(table)
 
 
-def disk(steal):
-    return {"steal_ticks": int(steal * 1000), "cpu_ticks": 1000, "check_before_us": 50.0, "check_after_us": 50.0}
+def disk(steal, cpu=700.0):
+    return {"steal_ticks": int(steal * 1000), "cpu_ticks": 1000, "check_before_us": 50.0, "check_after_us": 50.0,
+            "cpu_check_before_us": cpu, "cpu_check_after_us": cpu}
 
 
-def doc(pt_secs, fc_secs, pt_steal=0.0, fc_steal=0.0):
+def doc(pt_secs, fc_secs, pt_steal=0.0, fc_steal=0.0, pt_cpu=700.0, fc_cpu=700.0):
     """A seqread 256 MiB pair on the raw profile, one pass each."""
-    run = lambda cfg, secs, steal: {"experiment": "seqread", "size_bytes": 256 << 20, "config": cfg,
-                                    "passes": [{"pass": 1, "secs": secs, "disk": disk(steal)}]}
+    run = lambda cfg, secs, steal, cpu: {"experiment": "seqread", "size_bytes": 256 << 20, "config": cfg,
+                                         "passes": [{"pass": 1, "secs": secs, "disk": disk(steal, cpu)}]}
     return {"complete": True, "options": {"profile": "raw", "link_rate": "1gbit"},
-            "runs": [run("passthrough", pt_secs, pt_steal), run("farcache", fc_secs, fc_steal)]}
+            "runs": [run("passthrough", pt_secs, pt_steal, pt_cpu), run("farcache", fc_secs, fc_steal, fc_cpu)]}
 
 
 class Cell(unittest.TestCase):
     def test_a_disturbed_pair_is_set_aside_and_shown(self):
         # Three pairs: 0.50 under 30% steal, 1.00 and 1.10 clean. The median of all three is
         # 1.00; of the clean two the lower middle, 1.00 — and the 0.50 is still shown.
-        rows = [(0.5, 0.97, "", 0.30), (1.1, 0.97, "", 0.0), (1.0, 0.97, "", 0.01)]
+        rows = [(0.5, 0.97, "", True), (1.1, 0.97, "", False), (1.0, 0.97, "", False)]
         got = table.cell(rows)
-        self.assertTrue(got.startswith("1.00 (median of 2 without steal: 1.00–1.10; all 3: 1.00, 0.50–1.10)"), got)
+        self.assertTrue(got.startswith("1.00 (median of 2 undisturbed: 1.00–1.10; all 3: 1.00, 0.50–1.10)"), got)
 
     def test_the_median_moves_when_the_stolen_pair_was_the_middle(self):
-        rows = [(0.8, 0.97, "", 0.0), (0.9, 0.97, "", 0.2), (1.2, 0.97, "", 0.0), (1.3, 0.97, "", 0.0)]
+        rows = [(0.8, 0.97, "", False), (0.9, 0.97, "", True), (1.2, 0.97, "", False), (1.3, 0.97, "", False)]
         got = table.cell(rows)
-        # Clean: 0.8, 1.2, 1.3 -> 1.2; all four: lower middle 0.9 (bold: below target).
-        self.assertTrue(got.startswith("1.20 (median of 3 without steal"), got)
+        # Clean: 0.8, 1.2, 1.3 -> 1.2; all four: lower middle 0.9.
+        self.assertTrue(got.startswith("1.20 (median of 3 undisturbed"), got)
         self.assertIn("all 4: 0.90, 0.80–1.30", got)
 
     def test_every_pair_disturbed_falls_back_to_all_of_them(self):
-        rows = [(0.9, 0.97, " ¶20%", 0.2), (1.0, 0.97, " ¶9%", 0.09), (0.7, 0.97, " ¶30%", 0.3)]
+        rows = [(0.9, 0.97, " ¶20%", True), (1.0, 0.97, " ¶9%", True), (0.7, 0.97, " ¶30%", True)]
         self.assertEqual(table.cell(rows), "**0.90** ¶20% (median of 3: 0.70–1.00)")
 
     def test_one_clean_pair_is_named_as_one(self):
-        rows = [(0.6, 1.0, "", 0.2), (1.05, 1.0, "", 0.0)]
-        self.assertEqual(table.cell(rows), "1.05 (the one pair without steal; all 2: 0.60, 0.60–1.05)")
+        rows = [(0.6, 1.0, "", True), (1.05, 1.0, "", False)]
+        self.assertEqual(table.cell(rows), "1.05 (the one undisturbed pair; all 2: 0.60, 0.60–1.05)")
 
     def test_a_miss_is_bold_and_never_rounded_up_to_its_target(self):
-        self.assertEqual(table.cell([(0.968, 0.97, "", 0.0)]), "**0.968**")
+        self.assertEqual(table.cell([(0.968, 0.97, "", False)]), "**0.968**")
 
     def test_steal_of_every_measurement_counts(self):
         d = doc(1.0, 1.0)
         d["pgbench"] = [{"disk": disk(0.07)}]
-        self.assertAlmostEqual(table.disturbed(d), 0.07)
+        self.assertAlmostEqual(table.disturbed(d)[0], 0.07)
         d["tpch"] = [{"power_phase": {"disk": disk(0.12)}, "throughput_phase": {}}]
-        self.assertAlmostEqual(table.disturbed(d), 0.12)
-        self.assertEqual(table.disturbed({"runs": []}), 0.0)
+        self.assertAlmostEqual(table.disturbed(d)[0], 0.12)
+        self.assertEqual(table.disturbed({"runs": []}), (0.0, 1.0))
 
-    def test_rows_carry_the_pairs_steal(self):
+    def test_cpu_checks_apart_between_or_within_measurements_count(self):
+        self.assertAlmostEqual(table.disturbed(doc(1, 1, pt_cpu=700.0, fc_cpu=910.0))[1], 1.3)
+        d = doc(1, 1)
+        d["pgbench"] = [{"mode": "tpc-b", "clients": 4, "disk": dict(disk(0.0), cpu_check_after_us=1050.0)}]
+        self.assertAlmostEqual(table.disturbed(d)[1], 1.5)
+        # Documents from before the check: nothing to judge by.
+        old = doc(1, 1)
+        for r in old["runs"]:
+            for p in r["passes"]:
+                del p["disk"]["cpu_check_before_us"], p["disk"]["cpu_check_after_us"]
+        self.assertEqual(table.disturbed(old)[1], 1.0)
+
+    def test_rows_say_whether_the_pair_was_disturbed(self):
         rows = table.ratios(doc(2.0, 1.0, pt_steal=0.04, fc_steal=0.08))
-        self.assertEqual([(r[0], round(r[1], 2), round(r[4], 2)) for r in rows], [("seqread 256MiB pass 1", 2.0, 0.08)])
+        self.assertEqual([(r[0], round(r[1], 2), r[4]) for r in rows], [("seqread 256MiB pass 1", 2.0, True)])
         self.assertIn("¶8%", rows[0][3])
+        rows = table.ratios(doc(2.0, 1.0, pt_cpu=700.0, fc_cpu=900.0))
+        self.assertTrue(rows[0][4])
+        self.assertIn("◊1.3×", rows[0][3])
+        rows = table.ratios(doc(2.0, 1.0, pt_steal=0.04, pt_cpu=700.0, fc_cpu=800.0))
+        self.assertFalse(rows[0][4], rows[0])
+        self.assertEqual(rows[0][3], "")
 
 
 class Disturbed(unittest.TestCase):
@@ -90,6 +109,9 @@ class Disturbed(unittest.TestCase):
         r = self.run_table(doc(1, 1, 0.0, 0.051))
         self.assertEqual(r.returncode, 0, r.stdout)
         self.assertIn("5.1%", r.stdout)
+        r = self.run_table(doc(1, 1, pt_cpu=700.0, fc_cpu=850.0))
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertIn("1.21×", r.stdout)
 
     def test_an_unreadable_document_is_an_error_not_a_verdict(self):
         with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
@@ -159,7 +181,7 @@ class Retry(unittest.TestCase):
         calls, log = self.bench([0.2, 0.2, 0.2, 0.2], REPEAT="1", RETRY="2")
         self.assertEqual(calls, ["raw-seqread passthrough,farcache", "raw-seqread/rep2 farcache,passthrough",
                                  "raw-seqread/rep3 passthrough,farcache"])
-        self.assertIn("0 clean pairs of 3, RETRY=2 spent", log)
+        self.assertIn("0 undisturbed pairs of 3, RETRY=2 spent", log)
 
     def test_a_clean_run_measures_nothing_more_and_a_rerun_resumes(self):
         calls, _ = self.bench([0, 0], REPEAT="2")

@@ -64,6 +64,10 @@ impl PassRecord {
         if self.disk.check_before_us > 0.0 {
             let _ = write!(s, ", disk check {:.0}/{:.0} µs", self.disk.check_before_us, self.disk.check_after_us);
         }
+        if self.disk.cpu_check_before_us > 0.0 {
+            let _ =
+                write!(s, ", cpu check {:.0}/{:.0} µs", self.disk.cpu_check_before_us, self.disk.cpu_check_after_us);
+        }
         if self.disk.cpu_ticks > 0 {
             let _ = write!(s, ", steal {:.0}%", self.disk.steal_share() * 100.0);
         }

@@ -435,6 +435,8 @@ impl Testbed {
         }
         let check = disk_check_us(Path::new(&self.loopdev), DISK_CHECK_READS, DISK_CHECK_LIMIT);
         (d.check_before_us, d.check_after_us) = (check, check);
+        let cpu = cpu_check_us();
+        (d.cpu_check_before_us, d.cpu_check_after_us) = (cpu, cpu);
         (d.cpu_ticks, d.steal_ticks) = cpu_and_steal_ticks(&std::fs::read_to_string("/proc/stat").unwrap_or_default());
         d
     }
@@ -481,6 +483,14 @@ pub const DISK_CHECK_SPREAD: f64 = 1.3;
 /// flagged ([`DiskStat::steal_share`]): the log warns, and scripts/nothing-slower-table.py
 /// marks the ratio.
 pub const STEAL_FLAG: f64 = 0.05;
+/// Two CPU checks this far apart (slowest ÷ fastest) say the machine's CPU ran at different
+/// speeds ([`cpu_check_us`]): the log warns, and scripts/nothing-slower-table.py marks the
+/// ratio.
+pub const CPU_CHECK_SPREAD: f64 = 1.2;
+/// Runs of a CPU check's loop ([`cpu_check_us`]; the median is its reading), and the steps of
+/// each (about 0.7 ms on this machine: the check takes a few ms of one CPU).
+pub const CPU_CHECK_RUNS: usize = 5;
+pub const CPU_CHECK_STEPS: u64 = 300_000;
 /// Reads of a disk check ([`disk_check_us`]), and its bound in time.
 pub const DISK_CHECK_READS: u32 = 400;
 pub const DISK_CHECK_LIMIT: Duration = Duration::from_millis(300);
@@ -535,6 +545,31 @@ pub fn disk_check_us(dev: &Path, reads: u32, limit: Duration) -> f64 {
 fn stat_fields(text: &str) -> impl Fn(usize) -> u64 {
     let f: Vec<u64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
     move |i| f.get(i).copied().unwrap_or(0)
+}
+
+/// The machine's CPU speed, now: the median µs of [`CPU_CHECK_RUNS`] runs of a fixed loop of
+/// [`CPU_CHECK_STEPS`] dependent integer steps (xorshift), on the calling thread. A shared
+/// virtual machine's vCPUs run slower while other guests load the host's cores (a sibling
+/// hyperthread, shared caches), and /proc/stat's steal does not count that: measured in
+/// session 48's table, pgbench at one client did 26% fewer transactions in one passthrough
+/// run than in another with the same CPU time consumed and no steal in either. Two
+/// configurations measured at different CPU speeds are not comparable; with the check at
+/// each measurement's start and end ([`Testbed::disk_stat`]), the table can say which were.
+pub fn cpu_check_us() -> f64 {
+    let mut runs = [0.0f64; CPU_CHECK_RUNS];
+    for r in runs.iter_mut() {
+        let t = std::time::Instant::now();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..std::hint::black_box(CPU_CHECK_STEPS) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+        }
+        std::hint::black_box(x);
+        *r = t.elapsed().as_secs_f64() * 1e6;
+    }
+    runs.sort_by(f64::total_cmp);
+    runs[CPU_CHECK_RUNS / 2]
 }
 
 /// All CPU time and the part stolen, in clock ticks, from `/proc/stat`'s first line (`cpu
@@ -609,6 +644,12 @@ pub struct DiskStat {
     pub cpu_ticks: u64,
     #[serde(default)]
     pub steal_ticks: u64,
+    /// The machine's CPU speed ([`cpu_check_us`]) when the interval began and when it ended
+    /// (a single reading: both the same). 0.0: not measured.
+    #[serde(default)]
+    pub cpu_check_before_us: f64,
+    #[serde(default)]
+    pub cpu_check_after_us: f64,
 }
 
 /// Other traffic on the machine's disk beyond which a measurement is flagged: the loop
@@ -633,6 +674,8 @@ impl DiskStat {
             check_after_us: self.check_after_us,
             cpu_ticks: self.cpu_ticks.saturating_sub(e.cpu_ticks),
             steal_ticks: self.steal_ticks.saturating_sub(e.steal_ticks),
+            cpu_check_before_us: e.cpu_check_after_us,
+            cpu_check_after_us: self.cpu_check_after_us,
         }
     }
 
@@ -660,8 +703,10 @@ impl DiskStat {
     }
 
     /// The log's warnings for an interval of `secs` seconds: other I/O on the machine's disk
-    /// ([`Self::other_io_warning`]), and a disk whose own speed moved by more than
-    /// [`DISK_CHECK_SPREAD`] between the interval's start and end ([`disk_check_us`]).
+    /// ([`Self::other_io_warning`]), a disk whose own speed moved by more than
+    /// [`DISK_CHECK_SPREAD`] between the interval's start and end ([`disk_check_us`]), a CPU
+    /// whose speed moved by more than [`CPU_CHECK_SPREAD`] ([`cpu_check_us`]), and steal past
+    /// [`STEAL_FLAG`].
     pub fn warnings(&self, what: &str, secs: f64) -> Vec<String> {
         let mut w: Vec<String> = self.other_io_warning(what, secs).into_iter().collect();
         let (a, b) = (self.check_before_us, self.check_after_us);
@@ -670,6 +715,14 @@ impl DiskStat {
                 "paper: warning: [{what}] the disk itself changed speed: 4 KiB direct reads took {a:.0} µs at the \
                  start and {b:.0} µs at the end (another machine's load on a shared disk?): its time is not \
                  comparable with the other configurations'"
+            ));
+        }
+        let (a, b) = (self.cpu_check_before_us, self.cpu_check_after_us);
+        if a > 0.0 && b > 0.0 && a.max(b) > CPU_CHECK_SPREAD * a.min(b) {
+            w.push(format!(
+                "paper: warning: [{what}] the machine's CPU changed speed: its check took {a:.0} µs at the start \
+                 and {b:.0} µs at the end (other guests on the host's cores?): its time is not comparable with \
+                 the other configurations'"
             ));
         }
         let steal = self.steal_share();
@@ -878,6 +931,28 @@ mod tests {
         assert!(w.len() == 1 && w[0].contains("150 µs") && w[0].contains("300 µs"), "{w:?}");
         assert!(at(160.0).since(&at(150.0)).warnings("x", 20.0).is_empty(), "within the spread");
         assert!(at(160.0).since(&at(0.0)).warnings("x", 20.0).is_empty(), "not measured");
+    }
+
+    #[test]
+    fn the_cpu_check_reads_the_cpus_speed_and_an_interval_flags_a_change() {
+        use super::{cpu_check_us, DiskStat, CPU_CHECK_SPREAD};
+        // A reading: positive, and a few ms at most on any machine that runs the tests (the
+        // loop is 300,000 dependent steps; a CPU at 0.1 steps per ns takes 3 ms a run).
+        let us = cpu_check_us();
+        assert!(us > 0.0 && us < 100_000.0, "{us} µs");
+        // An interval: the check at its start (the earlier reading's) and at its end.
+        let at = |us: f64| DiskStat { cpu_check_before_us: us, cpu_check_after_us: us, ..DiskStat::default() };
+        let d = at(900.0).since(&at(700.0));
+        assert_eq!((d.cpu_check_before_us, d.cpu_check_after_us), (700.0, 900.0));
+        let w = d.warnings("pgbench select-only 1 clients farcache", 30.0);
+        assert!(w.len() == 1 && w[0].contains("CPU changed speed") && w[0].contains("700 µs"), "{w:?}");
+        let within = 700.0 * CPU_CHECK_SPREAD * 0.99;
+        assert!(at(within).since(&at(700.0)).warnings("x", 30.0).is_empty(), "within the spread");
+        assert!(at(900.0).since(&at(0.0)).warnings("x", 30.0).is_empty(), "not measured");
+        // Documents written before the check have none: read as not measured.
+        let old: DiskStat =
+            serde_json::from_str(r#"{"read_ios": 1, "read_bytes": 4096, "write_ios": 0, "write_bytes": 0}"#).unwrap();
+        assert_eq!((old.cpu_check_before_us, old.cpu_check_after_us), (0.0, 0.0));
     }
 
     #[test]
