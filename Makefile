@@ -30,7 +30,7 @@ test-long: deps
 ## make bench: the full benchmarks; results go to BENCHMARKS.md by hand, raw JSON to bench/results/.
 ## bench restart (root): the stall per upgrade and per crash of a supervised mount (about 4 min).
 ## The paper reproduction (root; about 2 h, tpch 70 of them) also writes bench/results/paper-cloud.{json,md} and plots.
-## Nothing gets slower (root; about 2 h 30 min a pair of every job, measured in session 42: the seven short jobs 20 min, raw tpch 26, cloud tpch 48, hdd randread 42, 10 Gbit/s tpch 12; resumable per job; REPEAT=N for N pairs per job, N times as long): issue 17's table, scripts/nothing-slower-table.py.
+## Nothing gets slower (root; about 2 h 30 min a pair of every job, measured in session 42: the seven short jobs 20 min, raw tpch 26, cloud tpch 48, hdd randread 42, 10 Gbit/s tpch 12; resumable per job; REPEAT=N for N pairs per job, N times as long; RETRY=N more pairs at most per job while fewer than REPEAT are undisturbed, default 1): issue 17's table, scripts/nothing-slower-table.py.
 bench: deps build
 	./scripts/bench-deps.sh
 	mkdir -p bench/results
