@@ -132,20 +132,33 @@ def pg_other_cpus(r):
     return max(0.0, c["machine_ms"] - c.get("client_ms", 0) - c.get("lenders_ms", 0)) / 1e3 / secs
 
 
+def run_key(r):
+    return (r.get("experiment"), r.get("size_bytes"))
+
+
+def pgbench_key(r):
+    return (r.get("mode"), r.get("clients"))
+
+
+def paired(measurements, key, usable):
+    """The pairs of measurements behind a document's ratios, for the table (`ratios`) and for
+    judging whether a pair was disturbed (`disturbed`) alike: (key, farcache, passthrough) for
+    every key (`run_key`: a run's experiment and size; `pgbench_key`: its mode and clients)
+    that both configurations measured without error and `usable`, in the order of the keys."""
+    got = {}
+    for r in measurements or []:
+        if not r.get("error") and usable(r):
+            got[(key(r), r.get("config"))] = r
+    return [(k, fc, got[(k, "passthrough")]) for (k, cfg), fc in sorted(got.items(), key=lambda x: x[0])
+            if cfg == "farcache" and (k, "passthrough") in got]
+
+
 def ratios(doc, borrowed=None):
     """(workload, ratio, target) rows of one result document. `borrowed`: a document of the
     same profile whose passthrough stands in where this one ran farcache alone (tpch only)."""
     fast_link = doc.get("options", {}).get("link_rate") not in (None, "1gbit")
     out = []
-    runs = {}
-    for r in doc.get("runs", []):
-        if r.get("error") or not r.get("passes"):
-            continue
-        runs[(r["experiment"], r["size_bytes"], r["config"])] = r
-    for (exp, size, cfg), fc in sorted(runs.items()):
-        if cfg != "farcache" or (exp, size, "passthrough") not in runs:
-            continue
-        pt = runs[(exp, size, "passthrough")]
+    for (exp, size), fc, pt in paired(doc.get("runs"), run_key, lambda r: r.get("passes")):
         for p_fc, p_pt in zip(fc["passes"], pt["passes"]):
             n = p_fc["pass"]
             # Item 7: at 10 Gbit/s a stream that fits in the lenders is served from them on
@@ -173,18 +186,12 @@ def ratios(doc, borrowed=None):
             asked = m.get("hits", 0) + m.get("misses", 0)
             if asked:
                 out.append((f"randread {human(size)} pass 2 hit ratio (blocks asked of lenders)", m["hits"] / asked, None, "", st))
-    pg = {}
-    for r in doc.get("pgbench") or []:
-        if not r.get("error") and r.get("tps"):
-            pg[(r["mode"], r["clients"], r["config"])] = r
-    for (mode, clients, cfg), r in sorted(pg.items()):
-        if cfg == "farcache" and (mode, clients, "passthrough") in pg:
-            pt = pg[(mode, clients, "passthrough")]
-            target = 1.0 if mode == "tpc-b" and clients >= 4 else 0.97
-            out.append((f"pgbench {mode} {clients} clients", r["tps"] / pt["tps"], target, other_io((r.get("disk"), r.get("secs", 0)), (pt.get("disk"), pt.get("secs", 0)))
-                        + other_cpu(pg_other_cpus(r), pg_other_cpus(pt))
-                        + disk_speed(r.get("disk"), pt.get("disk")),
-                        upset(r.get("disk"), pt.get("disk"))))
+    for (mode, clients), r, pt in paired(doc.get("pgbench"), pgbench_key, lambda r: r.get("tps")):
+        target = 1.0 if mode == "tpc-b" and clients >= 4 else 0.97
+        out.append((f"pgbench {mode} {clients} clients", r["tps"] / pt["tps"], target, other_io((r.get("disk"), r.get("secs", 0)), (pt.get("disk"), pt.get("secs", 0)))
+                    + other_cpu(pg_other_cpus(r), pg_other_cpus(pt))
+                    + disk_speed(r.get("disk"), pt.get("disk")),
+                    upset(r.get("disk"), pt.get("disk"))))
     tp = {r["config"]: r for r in doc.get("tpch") or [] if not r.get("error")}
     note = ""
     if "passthrough" not in tp and borrowed is not None:
@@ -223,17 +230,15 @@ def disturbed(doc):
     disks += [(r.get(ph) or {}).get("disk") for r in doc.get("tpch") or []
               for ph in ("power_phase", "throughput_phase")]
     spread = max([cpu_spread(d) for d in disks] + [1.0])
-    # Between configurations: the rows' pairs of measurements, as the table judges them.
-    for r in doc.get("runs") or []:
-        other = [x for x in doc.get("runs") or [] if x is not r and x.get("experiment") == r.get("experiment")
-                 and x.get("size_bytes") == r.get("size_bytes")]
-        for o in other:
-            for p, q in zip(r.get("passes") or [], o.get("passes") or []):
-                spread = max(spread, cpu_spread(p.get("disk"), q.get("disk")))
-    for r in doc.get("pgbench") or []:
-        for o in doc.get("pgbench") or []:
-            if (o.get("mode"), o.get("clients")) == (r.get("mode"), r.get("clients")):
-                spread = max(spread, cpu_spread(r.get("disk"), o.get("disk")))
+    # Between configurations: the pairs of measurements behind the table's ratios.
+    for _, fc, pt in paired(doc.get("runs"), run_key, lambda r: r.get("passes")):
+        for p, q in zip(fc["passes"], pt["passes"]):
+            spread = max(spread, cpu_spread(p.get("disk"), q.get("disk")))
+    for _, fc, pt in paired(doc.get("pgbench"), pgbench_key, lambda r: r.get("tps")):
+        spread = max(spread, cpu_spread(fc.get("disk"), pt.get("disk")))
+    for _, fc, pt in paired(doc.get("tpch"), lambda r: (), lambda r: True):
+        for ph in ("power_phase", "throughput_phase"):
+            spread = max(spread, cpu_spread((fc.get(ph) or {}).get("disk"), (pt.get(ph) or {}).get("disk")))
     return stolen(*disks), spread
 
 

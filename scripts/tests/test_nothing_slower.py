@@ -75,6 +75,10 @@ class Cell(unittest.TestCase):
         d = doc(1, 1)
         d["pgbench"] = [{"mode": "tpc-b", "clients": 4, "disk": dict(disk(0.0), cpu_check_after_us=1050.0)}]
         self.assertAlmostEqual(table.disturbed(d)[1], 1.5)
+        # tpch: the power (or throughput) tests of the two configurations, as the table's ratio.
+        d = doc(1, 1)
+        d["tpch"] = [{"config": c, "power_phase": {"disk": disk(0.0, cpu)}} for c, cpu in (("passthrough", 700.0), ("farcache", 840.0))]
+        self.assertAlmostEqual(table.disturbed(d)[1], 1.2)
         # Documents from before the check: nothing to judge by.
         old = doc(1, 1)
         for r in old["runs"]:
