@@ -132,19 +132,11 @@ def pg_other_cpus(r):
     return max(0.0, c["machine_ms"] - c.get("client_ms", 0) - c.get("lenders_ms", 0)) / 1e3 / secs
 
 
-def run_key(r):
-    return (r.get("experiment"), r.get("size_bytes"))
-
-
-def pgbench_key(r):
-    return (r.get("mode"), r.get("clients"))
-
-
 def paired(measurements, key, usable):
     """The pairs of measurements behind a document's ratios, for the table (`ratios`) and for
     judging whether a pair was disturbed (`disturbed`) alike: (key, farcache, passthrough) for
-    every key (`run_key`: a run's experiment and size; `pgbench_key`: its mode and clients)
-    that both configurations measured without error and `usable`, in the order of the keys."""
+    every key that both configurations measured without error and `usable`, in the order of
+    the keys."""
     got = {}
     for r in measurements or []:
         if not r.get("error") and usable(r):
@@ -153,12 +145,22 @@ def paired(measurements, key, usable):
             if cfg == "farcache" and (k, "passthrough") in got]
 
 
+def paired_runs(doc):
+    """`paired` for the runs (seqread, randread): by experiment and size, those with passes."""
+    return paired(doc.get("runs"), lambda r: (r.get("experiment"), r.get("size_bytes")), lambda r: r.get("passes"))
+
+
+def paired_pgbench(doc):
+    """`paired` for the pgbench runs: by mode and clients, those with a rate."""
+    return paired(doc.get("pgbench"), lambda r: (r.get("mode"), r.get("clients")), lambda r: r.get("tps"))
+
+
 def ratios(doc, borrowed=None):
     """(workload, ratio, target) rows of one result document. `borrowed`: a document of the
     same profile whose passthrough stands in where this one ran farcache alone (tpch only)."""
     fast_link = doc.get("options", {}).get("link_rate") not in (None, "1gbit")
     out = []
-    for (exp, size), fc, pt in paired(doc.get("runs"), run_key, lambda r: r.get("passes")):
+    for (exp, size), fc, pt in paired_runs(doc):
         for p_fc, p_pt in zip(fc["passes"], pt["passes"]):
             n = p_fc["pass"]
             # Item 7: at 10 Gbit/s a stream that fits in the lenders is served from them on
@@ -186,7 +188,7 @@ def ratios(doc, borrowed=None):
             asked = m.get("hits", 0) + m.get("misses", 0)
             if asked:
                 out.append((f"randread {human(size)} pass 2 hit ratio (blocks asked of lenders)", m["hits"] / asked, None, "", st))
-    for (mode, clients), r, pt in paired(doc.get("pgbench"), pgbench_key, lambda r: r.get("tps")):
+    for (mode, clients), r, pt in paired_pgbench(doc):
         target = 1.0 if mode == "tpc-b" and clients >= 4 else 0.97
         out.append((f"pgbench {mode} {clients} clients", r["tps"] / pt["tps"], target, other_io((r.get("disk"), r.get("secs", 0)), (pt.get("disk"), pt.get("secs", 0)))
                     + other_cpu(pg_other_cpus(r), pg_other_cpus(pt))
@@ -231,10 +233,10 @@ def disturbed(doc):
               for ph in ("power_phase", "throughput_phase")]
     spread = max([cpu_spread(d) for d in disks] + [1.0])
     # Between configurations: the pairs of measurements behind the table's ratios.
-    for _, fc, pt in paired(doc.get("runs"), run_key, lambda r: r.get("passes")):
+    for _, fc, pt in paired_runs(doc):
         for p, q in zip(fc["passes"], pt["passes"]):
             spread = max(spread, cpu_spread(p.get("disk"), q.get("disk")))
-    for _, fc, pt in paired(doc.get("pgbench"), pgbench_key, lambda r: r.get("tps")):
+    for _, fc, pt in paired_pgbench(doc):
         spread = max(spread, cpu_spread(fc.get("disk"), pt.get("disk")))
     for _, fc, pt in paired(doc.get("tpch"), lambda r: (), lambda r: True):
         for ph in ("power_phase", "throughput_phase"):
