@@ -1,0 +1,14 @@
+#!/bin/bash
+# Record FUSE request tracepoints 10 s into each config's TPC-B 16-client run.
+TAG=$1; n=0
+for cfg in pass farc; do
+  while :; do
+    p=$(pgrep -f "pgbench -n -c 16 -j 2 -T" | while read pid; do grep -qa -- "-S" /proc/$pid/cmdline 2>/dev/null || echo $pid; done | head -1)
+    [ -n "$p" ] && break; sleep 1
+  done
+  sleep 8
+  perf record -q -e fuse:fuse_request_send -e fuse:fuse_request_end -a -o /tmp/prof/fuse-$TAG-$cfg.data -- sleep 10 >/dev/null 2>&1
+  perf sched record -q -a -o /tmp/prof/sched-$TAG-$cfg.data -- sleep 5 >/dev/null 2>&1
+  echo "$cfg recorded $(date +%T)"
+  while pgrep -f "pgbench -n -c 16 -j 2 -T" >/dev/null; do sleep 1; done
+done
