@@ -1,12 +1,8 @@
 #!/bin/bash
-# Record FUSE request tracepoints 10 s into each config's TPC-B 16-client run.
-TAG=$1; n=0
+# FUSE request tracepoints (10 s) and perf sched (5 s), 8 s into each config's TPC-B 16-client run.
+TAG=$1; here=$(dirname "$0")
 for cfg in pass farc; do
-  while :; do
-    p=$(pgrep -f "pgbench -n -c 16 -j 2 -T" | while read pid; do grep -qa -- "-S" /proc/$pid/cmdline 2>/dev/null || echo $pid; done | head -1)
-    [ -n "$p" ] && break; sleep 1
-  done
-  sleep 8
+  WAIT_AFTER=8 "$here/wait-tpcb.sh"
   perf record -q -e fuse:fuse_request_send -e fuse:fuse_request_end -a -o /tmp/prof/fuse-$TAG-$cfg.data -- sleep 10 >/dev/null 2>&1
   perf sched record -q -a -o /tmp/prof/sched-$TAG-$cfg.data -- sleep 5 >/dev/null 2>&1
   echo "$cfg recorded $(date +%T)"
