@@ -32,7 +32,7 @@ use tokio::sync::Notify;
 
 use crate::index::BlockKey;
 
-/// How long the flusher lets entries gather after the first one arrives.
+/// How long the flusher lets blocks gather after the first one arrives.
 pub const FLUSH_WINDOW: Duration = Duration::from_millis(1);
 /// The longest a deletion waits for others to share its request.
 pub const DEL_WINDOW: Duration = Duration::from_millis(100);
