@@ -37,11 +37,15 @@ unsafe impl Send for AlignedBuf {}
 // SAFETY: shared access only reads the filled prefix.
 unsafe impl Sync for AlignedBuf {}
 
-/// The smallest pooled buffer (a smaller one lives in the allocator's small pages, which a
-/// thread reuses at once), and the number of power-of-two size classes from it: 64 KiB to
-/// 2 MiB, which holds a 1 MiB read rounded out to its alignment.
-const POOL_MIN_SHIFT: u32 = 16;
-const POOL_CLASSES: usize = 6;
+/// The smallest pooled buffer, and the number of power-of-two size classes from it: 4 KiB
+/// (a fill's copy of one block, [`pooled_copy`]) to 2 MiB, which holds a 1 MiB read rounded
+/// out to its alignment.
+const POOL_MIN_SHIFT: u32 = 12;
+const POOL_CLASSES: usize = 10;
+/// The smallest disk read whose buffer comes from the pool: a smaller one lives in the
+/// allocator's small pages, which the reading thread reuses at once (a fill never holds it:
+/// it takes a copy, [`pooled_copy`]).
+const READ_POOL_MIN: usize = 64 << 10;
 /// Pooled buffers are cut from chunks aligned to the chunk: any `O_DIRECT` alignment.
 const POOL_ALIGN: usize = 4096;
 /// Most bytes of idle buffers the pool keeps (by size class) for the next reads; beyond it,
@@ -66,12 +70,45 @@ const fn per_chunk(class: usize) -> usize {
     CHUNK / class_bytes(class)
 }
 
-/// The size class for `capacity` bytes at `align`, if pooled.
+/// The size class for a disk read's buffer of `capacity` bytes at `align`, if pooled.
 fn class_of(capacity: usize, align: usize) -> Option<usize> {
-    if align > POOL_ALIGN || capacity < class_bytes(0) || capacity > class_bytes(POOL_CLASSES - 1) {
+    if align > POOL_ALIGN || capacity < READ_POOL_MIN {
         return None;
     }
-    Some((capacity.next_power_of_two().trailing_zeros() - POOL_MIN_SHIFT) as usize)
+    size_class(capacity)
+}
+
+/// The size class holding `bytes` (> 0), if the pool has one that large.
+fn size_class(bytes: usize) -> Option<usize> {
+    if bytes > class_bytes(POOL_CLASSES - 1) {
+        return None;
+    }
+    Some((bytes.max(class_bytes(0)).next_power_of_two().trailing_zeros() - POOL_MIN_SHIFT) as usize)
+}
+
+/// A copy of `data` (a block a fill sends to a lender) in a buffer of the shared pool.
+///
+/// A fill is answered on the remote runtime's thread, up to `fetch_timeout` later; a slice of
+/// the disk read's buffer would keep that whole buffer (up to 1 MiB for one 4 KiB block)
+/// alive until then, and a buffer from the allocator freed on another thread than the one
+/// that took it stays committed in that thread's pages. With 32 FUSE threads this held
+/// ~30 MiB more anonymous memory under TPC-B than the passthrough (BENCHMARKS.md, session
+/// 52). The copy lets the read's buffer go with its answer, makes what fills hold exactly
+/// the blocks on their way (`max_pending_puts` × 4 KiB at most), and hands a slot freed on
+/// any thread to the next fill on any thread.
+pub(crate) fn pooled_copy(data: &[u8]) -> bytes::Bytes {
+    copy_in(&POOL, data)
+}
+
+/// [`pooled_copy`] from `pool`; past the largest class (or empty), a copy from the allocator.
+fn copy_in(pool: &'static Pool, data: &[u8]) -> bytes::Bytes {
+    let Some(class) = (!data.is_empty()).then(|| size_class(data.len())).flatten() else {
+        return bytes::Bytes::copy_from_slice(data);
+    };
+    let mut b =
+        AlignedBuf { ptr: pool.take(class), capacity: data.len(), origin: Origin::Pooled { pool, class }, filled: 0 };
+    b.extend_from_slice(data);
+    bytes::Bytes::from_owner(b)
 }
 
 /// The chunk a pooled buffer was cut from.
@@ -388,11 +425,11 @@ mod tests {
 
     #[test]
     fn sizes_map_to_power_of_two_classes_from_64_kib_to_2_mib() {
-        assert_eq!(class_of(64 << 10, 4096), Some(0));
-        assert_eq!(class_of((64 << 10) + 1, 512), Some(1));
-        assert_eq!(class_of(1 << 20, 4096), Some(4));
-        assert_eq!(class_of((1 << 20) + 4096, 4096), Some(5), "a 1 MiB read rounded out to its alignment");
-        assert_eq!(class_of(2 << 20, 4096), Some(5));
+        assert_eq!(class_of(64 << 10, 4096), Some(4));
+        assert_eq!(class_of((64 << 10) + 1, 512), Some(5));
+        assert_eq!(class_of(1 << 20, 4096), Some(8));
+        assert_eq!(class_of((1 << 20) + 4096, 4096), Some(9), "a 1 MiB read rounded out to its alignment");
+        assert_eq!(class_of(2 << 20, 4096), Some(9));
         assert_eq!(class_of((2 << 20) + 1, 4096), None, "above the largest class: the allocator");
         assert_eq!(class_of(60 << 10, 4096), None, "below 64 KiB: the allocator");
         assert_eq!(class_of(1 << 20, 8192), None, "aligned beyond a page: the allocator");
@@ -455,6 +492,32 @@ mod tests {
         assert!(matches!(small.origin, Origin::Heap(_)));
         assert_eq!(small.ptr.as_ptr() as usize % 4096, 0);
         assert_eq!(p.stats().in_use_bytes, 0);
+    }
+
+    #[test]
+    fn a_pooled_copy_holds_one_block_slot_and_frees_it_on_any_thread() {
+        let p = pool(4 << 20);
+        let block: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+        let copy = copy_in(p, &block);
+        assert_eq!(&copy[..], &block[..], "the copy holds the block's bytes");
+        let addr = copy.as_ptr() as usize;
+        let s = p.stats();
+        assert_eq!((s.in_use_bytes, s.mapped, s.idle_bytes), (4096, 1, (2 << 20) - 4096), "one 4 KiB slot of a chunk");
+        // A slice of it (as a sealed fill may keep) holds the same slot.
+        let part = copy.slice(100..200);
+        drop(copy);
+        assert_eq!(p.stats().in_use_bytes, 4096);
+        std::thread::spawn(move || drop(part)).join().unwrap();
+        assert_eq!(p.stats().in_use_bytes, 0, "freed on another thread, back in the pool");
+        let again = copy_in(p, &block[..4000]);
+        assert_eq!(again.as_ptr() as usize, addr, "the next fill reuses the slot freed last");
+        assert_eq!(&again[..], &block[..4000]);
+        assert_eq!((p.stats().reused, p.stats().mapped), (1, 1));
+        // Nothing to copy, or more than the largest class: no slot.
+        assert!(copy_in(p, &[]).is_empty());
+        let big = vec![3u8; (2 << 20) + 1];
+        assert_eq!(&copy_in(p, &big)[..], &big[..]);
+        assert_eq!(p.stats().in_use_bytes, 4096, "only the 4,000-byte copy holds a slot");
     }
 
     /// The `THPeligible` field of the mapping holding `addr` in this process's smaps.

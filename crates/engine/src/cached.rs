@@ -475,7 +475,8 @@ impl<D: DataPath> CachedPath<D> {
                 add(&self.counters.fills_pending_skipped, 1);
                 continue; // on its way already
             };
-            let block = data.slice(from..from + BLOCK_BYTES as usize);
+            // A copy, not a slice: the read's buffer goes with its answer (`pooled_copy`).
+            let block = crate::aligned::pooled_copy(&data[from..from + BLOCK_BYTES as usize]);
             let (index, fi) = (self.index.clone(), f.clone());
             add(&self.counters.fills, 1);
             filled += 1;
