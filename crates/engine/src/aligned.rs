@@ -45,7 +45,7 @@ const POOL_CLASSES: usize = 10;
 /// The smallest disk read whose buffer comes from the pool: a smaller one lives in the
 /// allocator's small pages, which the reading thread reuses at once (a fill never holds it:
 /// it takes a copy, [`pooled_copy`]).
-const READ_POOL_MIN: usize = 64 << 10;
+pub(crate) const READ_POOL_MIN: usize = 64 << 10;
 /// Pooled buffers are cut from chunks aligned to the chunk: any `O_DIRECT` alignment.
 const POOL_ALIGN: usize = 4096;
 /// Most bytes of idle buffers the pool keeps (by size class) for the next reads; beyond it,

@@ -462,7 +462,7 @@ impl<D: DataPath> CachedPath<D> {
             widened,
             meanwhile,
         )?;
-        let mut filled = 0;
+        let mut fills = Vec::with_capacity(tickets.len());
         for t in tickets {
             let from = ((t.key.block - first) * BLOCK_BYTES) as usize;
             if data.len() < from + BLOCK_BYTES as usize {
@@ -475,11 +475,15 @@ impl<D: DataPath> CachedPath<D> {
                 add(&self.counters.fills_pending_skipped, 1);
                 continue; // on its way already
             };
-            // A copy, not a slice: the read's buffer goes with its answer (`pooled_copy`).
-            let block = crate::aligned::pooled_copy(&data[from..from + BLOCK_BYTES as usize]);
+            fills.push((t, claim, from));
+        }
+        let share = fills_share_read_buffer(data.len(), fills.len());
+        let filled = fills.len() as u64;
+        for (t, claim, from) in fills {
+            let range = from..from + BLOCK_BYTES as usize;
+            let block = if share { data.slice(range) } else { crate::aligned::pooled_copy(&data[range]) };
             let (index, fi) = (self.index.clone(), f.clone());
             add(&self.counters.fills, 1);
-            filled += 1;
             // `claim` goes with the completion: released when the lender has the block (after
             // the index knows it), or when the fill fails or is dropped (the completion is
             // dropped uncalled).
@@ -492,6 +496,16 @@ impl<D: DataPath> CachedPath<D> {
         let skip = (offset - start) as usize;
         Ok(if data.len() <= skip { Bytes::new() } else { data.slice(skip..data.len().min(skip + len)) })
     }
+}
+
+/// Whether the fills of `fills` blocks of a disk read of `read_bytes` send slices of its
+/// buffer rather than copies. Each fill takes a copy of its block in a 4 KiB slot of the
+/// shared pool (`aligned::pooled_copy`), so that the read's buffer goes with its answer —
+/// unless that buffer is one of the pool's own (a direct read of 64 KiB or more) and the
+/// fills are at least half of it: then its slices hold at most twice the bytes they send,
+/// and copying a stream's every block would cost a memcpy per byte filled.
+fn fills_share_read_buffer(read_bytes: usize, fills: usize) -> bool {
+    read_bytes >= crate::aligned::READ_POOL_MIN && 2 * fills * BLOCK_BYTES as usize >= read_bytes
 }
 
 impl<D: DataPath> DataPath for CachedPath<D> {
@@ -802,5 +816,22 @@ impl<D: DataPath> DataPath for CachedPath<D> {
     fn moved(&self, id: &FileId, file: &std::fs::File) {
         self.index.restamp(id, || Stamp::of(file));
         self.disk.moved(id, file);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fills_copy_their_blocks_unless_they_are_most_of_a_pooled_read() {
+        // A small read's buffer is the allocator's: always copied, so it is freed with its answer.
+        assert!(!fills_share_read_buffer(8192, 2));
+        assert!(!fills_share_read_buffer(60 << 10, 15));
+        // A pooled read (64 KiB and up): sliced when the fills are at least half of it.
+        assert!(fills_share_read_buffer(64 << 10, 8));
+        assert!(!fills_share_read_buffer(64 << 10, 7));
+        assert!(fills_share_read_buffer(1 << 20, 256));
+        assert!(!fills_share_read_buffer(1 << 20, 1), "one block must not hold a 1 MiB buffer");
     }
 }
