@@ -102,13 +102,14 @@ pub(crate) fn pooled_copy(data: &[u8]) -> bytes::Bytes {
 
 /// [`pooled_copy`] from `pool`; past the largest class (or empty), a copy from the allocator.
 fn copy_in(pool: &'static Pool, data: &[u8]) -> bytes::Bytes {
-    let Some(class) = (!data.is_empty()).then(|| size_class(data.len())).flatten() else {
-        return bytes::Bytes::copy_from_slice(data);
-    };
-    let mut b =
-        AlignedBuf { ptr: pool.take(class), capacity: data.len(), origin: Origin::Pooled { pool, class }, filled: 0 };
-    b.extend_from_slice(data);
-    bytes::Bytes::from_owner(b)
+    match size_class(data.len()) {
+        Some(class) if !data.is_empty() => {
+            let mut b = AlignedBuf::pooled(pool, class, data.len());
+            b.extend_from_slice(data);
+            bytes::Bytes::from_owner(b)
+        }
+        _ => bytes::Bytes::copy_from_slice(data),
+    }
 }
 
 /// The chunk a pooled buffer was cut from.
@@ -323,13 +324,18 @@ impl AlignedBuf {
         assert!(capacity > 0, "empty aligned buffer");
         assert!(align.is_power_of_two(), "alignment {align} is not a power of two");
         if let Some(class) = class_of(capacity, align) {
-            return AlignedBuf { ptr: pool.take(class), capacity, origin: Origin::Pooled { pool, class }, filled: 0 };
+            return AlignedBuf::pooled(pool, class, capacity);
         }
         let layout = Layout::from_size_align(capacity, align).expect("alignment is a power of two");
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { alloc::alloc(layout) };
         let ptr = NonNull::new(ptr).unwrap_or_else(|| alloc::handle_alloc_error(layout));
         AlignedBuf { ptr, capacity, origin: Origin::Heap(layout), filled: 0 }
+    }
+
+    /// An empty buffer of `capacity` bytes, a buffer of `class` taken from `pool`.
+    fn pooled(pool: &'static Pool, class: usize, capacity: usize) -> AlignedBuf {
+        AlignedBuf { ptr: pool.take(class), capacity, origin: Origin::Pooled { pool, class }, filled: 0 }
     }
 
     pub(crate) fn capacity(&self) -> usize {
