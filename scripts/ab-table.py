@@ -7,7 +7,9 @@ per mode and clients, ratio = farcache's ÷ the passthrough's; tpch: the load an
 seconds (ratio as for passes) and the throughput test's queries per hour (as for tps). The
 disk checks (4 KiB O_DIRECT reads of the loop device, µs, at the start of each measurement)
 show the disk under each, and beside each, the share of the machine's CPU time the
-hypervisor stole (steal) during it.
+hypervisor stole (steal) during it. randread/seqread passes recorded since session 54 also
+give the mount daemon's CPU time in each pass (`daemon CPU ms` rows, ratio = farcache's ÷
+the passthrough's: > 1 is farcache costing more).
 
 usage: ab-table.py OUT"""
 import glob
@@ -30,6 +32,8 @@ def load(pdir):
         for run in d.get("runs", []):
             for p in run["passes"]:
                 cells[f"{run['size_bytes'] >> 20} MiB pass {p['pass']}"] = ("time", p["secs"])
+                if p.get("daemon_cpu_ms") is not None:
+                    cells[f"{run['size_bytes'] >> 20} MiB pass {p['pass']} daemon CPU ms"] = ("cpu", p["daemon_cpu_ms"])
                 checks.append(p.get("disk") or {})
         for r in d.get("pgbench") or []:
             cells[f"{r['mode']} {r['clients']}"] = ("tps", r["tps"])
@@ -72,10 +76,14 @@ def main():
                 vals = [r[c][0].get(cell, (kind, None))[1] for c in ("a", "b")]
                 if None in vals or not p:
                     continue
+                if kind == "time" and 0 in vals:
+                    continue
                 q = [p / v if kind == "time" else v / p for v in vals]
                 for c, x in zip("ab", q):
                     ratios.setdefault(cell, {}).setdefault(c, []).append(x)
-                print(f"| {rnd} | {cell} | {p:.1f} | {vals[0]:.1f} | {vals[1]:.1f} | {q[0]:.2f} | {q[1]:.2f} |")
+                fmt = "{:.0f}" if kind == "cpu" else "{:.1f}"
+                p_, a_, b_ = (fmt.format(x) for x in (p, *vals))
+                print(f"| {rnd} | {cell} | {p_} | {a_} | {b_} | {q[0]:.2f} | {q[1]:.2f} |")
             chk = "; ".join(c + " " + "/".join(check(x) for x in r[c][1]) for c in ("pass", "a", "b"))
             print(f"| {rnd} | disk checks µs (steal %) | {chk} | | | | |")
         for cell, q in ratios.items():

@@ -358,18 +358,24 @@ impl<D: DataPath> CachedPath<D> {
     /// A stream probe: fetch the last stream seeds the lenders still hold back from them, at
     /// least [`STREAM_PROBE_MIN_BYTES`] at once, and time it (the data is dropped; the read
     /// the probe was offered on then goes to the disk as decided). One per probe interval
-    /// like any probe, counted in `adaptive_probes`; seeds the lenders lost are forgotten.
+    /// like any probe, counted in `adaptive_probes`; seeds the lenders lost are forgotten
+    /// (by the index and by the rule, whose streams then seed again).
     fn probe_stream_seeds(&self, d: &Decision) {
         let mut keys = Vec::new();
         let mut files = Vec::new();
-        for (id, first, last) in self.routing.stream_seeds().into_iter().rev() {
-            if !self.index.holds_all(&id, first, last) {
-                continue;
-            }
+        // Per seed fetched: its blocks' range in `keys`.
+        let mut fetched_seeds = Vec::new();
+        let mut lost = Vec::new();
+        for seed @ (id, first, last) in self.routing.stream_seeds().into_iter().rev() {
             let f = self.index.file(&id);
-            if let Some(k) = (first..=last).map(|b| self.index.lookup(&f, b)).collect::<Option<Vec<BlockKey>>>() {
-                files.extend(std::iter::repeat_n(f, k.len()));
-                keys.extend(k);
+            let held = self.index.holds_all(&id, first, last);
+            match (first..=last).map(|b| self.index.lookup(&f, b)).collect::<Option<Vec<BlockKey>>>() {
+                Some(k) if held => {
+                    fetched_seeds.push((seed, keys.len()..keys.len() + k.len()));
+                    files.extend(std::iter::repeat_n(f, k.len()));
+                    keys.extend(k);
+                }
+                _ => lost.push(seed),
             }
             if keys.len() as u64 * BLOCK_BYTES >= STREAM_PROBE_MIN_BYTES {
                 break;
@@ -377,6 +383,7 @@ impl<D: DataPath> CachedPath<D> {
         }
         let bytes = keys.len() as u64 * BLOCK_BYTES;
         if bytes < STREAM_PROBE_MIN_BYTES || !self.routing.claim_remote_probe(d) {
+            self.routing.stream_seeds_lost(&lost);
             return;
         }
         add(&self.counters.adaptive_probes, 1);
@@ -394,6 +401,15 @@ impl<D: DataPath> CachedPath<D> {
                 self.index.mark_missing(f, *k);
             }
         }
+        // A seed with a block the lenders did not give is lost like its blocks (the index
+        // forgot them above).
+        lost.extend(
+            fetched_seeds
+                .into_iter()
+                .filter(|(_, r)| fetched.values[r.clone()].iter().any(Option::is_none))
+                .map(|(s, _)| s),
+        );
+        self.routing.stream_seeds_lost(&lost);
     }
 
     /// Read the whole blocks covering `offset..offset + len` (`len > 0`) from the disk —

@@ -98,7 +98,8 @@
 //! Each side is judged for streams by its cost per byte at its own load (`StreamCost`), not
 //! by the size classes random reads use. The lenders are measured for streams on a clock of
 //! their own (random hits say nothing about a stream's rate): while streams are on the disk,
-//! one read in [`SEED_EVERY`] fills the lenders (a stream seed, `RouterState::stream_seeds`),
+//! one read in [`SEED_EVERY`] fills the lenders (a stream seed, `RouterState::stream_seeds`)
+//! until the seeds kept hold [`STREAM_SEED_RESERVE`] (again once a probe finds some lost),
 //! and when a stream probe is due the engine fetches the last seeds back (at least
 //! [`STREAM_PROBE_MIN_BYTES`]) and times it — on the reading thread, before the read it serves
 //! from the disk, bounded like every probe. A stream reads each offset once a pass, so a
@@ -252,6 +253,17 @@ pub const STREAM_PROBE_SEEDS: usize = 8;
 /// speed, not the link's rate — measured here, 541 µs on a 1 Gbit/s TBF link with a 256 KiB
 /// bucket, where the rate alone takes 1,049 µs.
 pub const STREAM_PROBE_MIN_BYTES: u64 = 1 << 20;
+/// Streams stop seeding the lenders once the seeds kept for probes hold this many bytes (two
+/// probes' worth: one seed the lenders lose does not leave the next probe short), or fill all
+/// [`STREAM_PROBE_SEEDS`] slots; they seed again when a probe finds seeds lost
+/// ([`RouterState::stream_seeds_lost`]). A probe fetches the same seeds each time: one in
+/// [`SEED_EVERY`] reads of every stream was 16 MiB sent and stored a GiB streamed, where a
+/// probe needs 1 MiB (measured on the raw disk: the daemon's CPU 18% above the passthrough's
+/// in a 1 GiB first pass; BENCHMARKS.md, "Session 54").
+pub const STREAM_SEED_RESERVE: u64 = 2 * STREAM_PROBE_MIN_BYTES;
+/// A seed a probe does not find on the lenders is forgotten only once it is this old: a
+/// younger one may still be on its way (its fill queued, or answered after the probe's GET).
+pub const STREAM_SEED_GRACE: Duration = Duration::from_secs(2);
 /// A probe (a fetch alone, at no load) must find the lenders this many times faster than the
 /// disk at its load before streams move to them; on the lenders their own fetches judge them.
 pub const STREAM_PROBE_MARGIN: f64 = 1.5;
@@ -280,6 +292,13 @@ const _: () = assert!(HYSTERESIS > 0.0 && HYSTERESIS < 0.5);
 const _: () = assert!(WINDOW_STEP > 0 && WINDOW_MIN_READS > 0);
 const _: () = assert!(DISK_WEIGHT >= 1.0);
 const _: () = assert!(SEED_EVERY >= 16);
+const _: () = assert!(STREAM_SEED_RESERVE >= STREAM_PROBE_MIN_BYTES);
+
+/// Whether the stream seeds kept hold enough for probes ([`STREAM_SEED_RESERVE`]).
+fn seeds_enough(seeds: &std::collections::VecDeque<(FileId, u64, u64, u64)>) -> bool {
+    seeds.len() >= STREAM_PROBE_SEEDS
+        || seeds.iter().map(|&(_, first, last, _)| (last - first + 1) * BLOCK).sum::<u64>() >= STREAM_SEED_RESERVE
+}
 const _: () = assert!(QUIET_MAX_LEVEL <= 10 && STREAM_QUIET_MAX_LEVEL <= 10);
 const _: () = assert!(FILL_MARGIN >= DISK_WEIGHT);
 
@@ -628,8 +647,10 @@ pub(crate) struct Measured {
     /// most [`STREAM_QUIET_MAX_LEVEL`]; see the constant).
     stream_quiet: AtomicU64,
     /// The blocks of the last [`STREAM_PROBE_SEEDS`] stream reads that seeded the lenders:
-    /// (file, first, last), oldest first.
-    stream_seeds: Mutex<std::collections::VecDeque<(FileId, u64, u64)>>,
+    /// (file, first, last, when in µs after `born`), oldest first.
+    stream_seeds: Mutex<std::collections::VecDeque<(FileId, u64, u64, u64)>>,
+    /// `stream_seeds` holds enough for probes ([`STREAM_SEED_RESERVE`]): no stream seeds more.
+    stream_seeds_enough: AtomicBool,
     /// When streams last changed sides, in µs after `born` (0: never).
     stream_switched_us: AtomicU64,
     /// Stream reads in flight on the disk (`[0]`) and the lenders (`[1]`).
@@ -857,6 +878,7 @@ impl RouterState {
                 stream_cost_us: AtomicU64::new(0),
                 stream_quiet: AtomicU64::new(0),
                 stream_seeds: Mutex::new(std::collections::VecDeque::with_capacity(STREAM_PROBE_SEEDS)),
+                stream_seeds_enough: AtomicBool::new(false),
                 stream_switched_us: AtomicU64::new(0),
                 stream_busy: [AtomicU64::new(0), AtomicU64::new(0)],
                 stream_cost: Mutex::new(StreamCosts {
@@ -963,15 +985,22 @@ impl RouterState {
                         }
                     }
                     // A stream on the disk seeds the lenders one read in SEED_EVERY (backed
-                    // off: fewer), so that a probe can measure them at its size (on a link
-                    // faster than the disk, the next pass's stream then moves to them).
-                    let seed = !remote && m.seed(SEED_EVERY << m.stream_quiet.load(Ordering::Relaxed));
+                    // off: fewer) until the seeds kept hold STREAM_SEED_RESERVE, so that a
+                    // probe can measure them at its size (on a link faster than the disk, the
+                    // next pass's stream then moves to them).
+                    let seed = !remote
+                        && !m.stream_seeds_enough.load(Ordering::Relaxed)
+                        && m.seed(SEED_EVERY << m.stream_quiet.load(Ordering::Relaxed));
                     if seed {
+                        let (first, last) = (offset / BLOCK, (offset + len - 1) / BLOCK);
                         let mut seeds = m.stream_seeds.lock();
+                        // A range seeded before is kept once (its blocks are held once).
+                        seeds.retain(|&(i, f, l, _)| (i, f, l) != (*id, first, last));
                         if seeds.len() == STREAM_PROBE_SEEDS {
                             seeds.pop_front();
                         }
-                        seeds.push_back((*id, offset / BLOCK, (offset + len - 1) / BLOCK));
+                        seeds.push_back((*id, first, last, m.now_us()));
+                        m.stream_seeds_enough.store(seeds_enough(&seeds), Ordering::Relaxed);
                     }
                     (remote, seed, disk_measured)
                 } else {
@@ -1082,8 +1111,24 @@ impl RouterState {
     /// oldest first: what a stream probe fetches.
     pub fn stream_seeds(&self) -> Vec<(FileId, u64, u64)> {
         match self {
-            RouterState::Adaptive(m) => m.stream_seeds.lock().iter().copied().collect(),
+            RouterState::Adaptive(m) => {
+                m.stream_seeds.lock().iter().map(|&(id, first, last, _)| (id, first, last)).collect()
+            }
             RouterState::Threshold(_) => Vec::new(),
+        }
+    }
+
+    /// A stream probe did not find these seeds ([`Self::stream_seeds`]) on the lenders
+    /// (evicted, their file changed, or their fill not there yet): those older than
+    /// [`STREAM_SEED_GRACE`] are forgotten, and streams seed again until the seeds kept hold
+    /// [`STREAM_SEED_RESERVE`] once more.
+    pub fn stream_seeds_lost(&self, lost: &[(FileId, u64, u64)]) {
+        if let (RouterState::Adaptive(m), false) = (self, lost.is_empty()) {
+            let now = m.now_us();
+            let grace = STREAM_SEED_GRACE.as_micros() as u64;
+            let mut seeds = m.stream_seeds.lock();
+            seeds.retain(|&(id, first, last, at)| now.saturating_sub(at) < grace || !lost.contains(&(id, first, last)));
+            m.stream_seeds_enough.store(seeds_enough(&seeds), Ordering::Relaxed);
         }
     }
 
@@ -2110,6 +2155,66 @@ mod tests {
     }
 
     #[test]
+    fn streams_seed_until_probes_have_enough_and_again_once_seeds_are_lost() {
+        let r = RouterState::new(Adaptive::new().into());
+        r.virtual_clock();
+        // A fast disk's stream of 1 MiB reads (0.2 ms each), decided and timed; the seeds
+        // counted.
+        let mut at = 0u64;
+        let mut run = |r: &RouterState, n: u64| {
+            let mut seeds = 0;
+            for _ in 0..n {
+                let d = r.decide(&id(30), at << 20, 1 << 20);
+                at += 1;
+                assert!(d.sequential && d.route == Route::Disk, "{d:?}");
+                seeds += d.fill as u64;
+                stream(r, false, 1 << 20, 200);
+            }
+            seeds
+        };
+        // One read in SEED_EVERY seeds until the seeds hold STREAM_SEED_RESERVE (2 MiB: two
+        // reads); a thousand reads more seed nothing (one in SEED_EVERY would be 15 MiB).
+        assert_eq!(run(&r, 2 * SEED_EVERY), 2);
+        assert_eq!(run(&r, 1000), 0);
+        let kept = r.stream_seeds();
+        assert_eq!(
+            kept,
+            vec![
+                (id(30), 256 * (SEED_EVERY - 1), 256 * SEED_EVERY - 1),
+                (id(30), 256 * (2 * SEED_EVERY - 1), 256 * (2 * SEED_EVERY) - 1)
+            ]
+        );
+        // A probe that does not find the newest on the lenders leaves it while it is young
+        // (its fill may be on its way), and a seed the rule never kept changes nothing.
+        let young = RouterState::new(Adaptive::new().into());
+        young.virtual_clock();
+        let d = (0..SEED_EVERY).map(|i| young.decide(&id(31), i << 20, 1 << 20)).filter(|d| d.fill).count();
+        assert_eq!(d, 1);
+        young.stream_seeds_lost(&young.stream_seeds());
+        assert_eq!(young.stream_seeds().len(), 1, "a young seed forgotten");
+        r.stream_seeds_lost(&[(id(99), 0, 255)]);
+        assert_eq!(r.stream_seeds(), kept);
+        // Once past STREAM_SEED_GRACE, a lost seed is forgotten and streams seed again, one
+        // read in SEED_EVERY, until the reserve is whole.
+        r.skip(STREAM_SEED_GRACE);
+        r.stream_seeds_lost(&kept[1..]);
+        assert_eq!(r.stream_seeds(), kept[..1]);
+        assert_eq!(run(&r, SEED_EVERY), 1);
+        assert_eq!(run(&r, 1000), 0);
+        assert_eq!(r.stream_seeds().len(), 2);
+        // The same range seeded again is kept once: a 4 MiB file read over and over, whose
+        // seeds land on its last MiB, seeds it every SEED_EVERY reads (its fill then finds
+        // the blocks held and sends nothing) and keeps one seed.
+        let r = RouterState::new(Adaptive::new().into());
+        let mut seeds = 0;
+        for i in 0..10 * SEED_EVERY {
+            seeds += r.decide(&id(32), (i % 4) << 20, 1 << 20).fill as u64;
+        }
+        assert_eq!(seeds, 10);
+        assert_eq!(r.stream_seeds(), vec![(id(32), 3 * 256, 4 * 256 - 1)]);
+    }
+
+    #[test]
     fn stream_probes_wait_for_the_disk_and_back_off_while_it_keeps_winning() {
         // The raw disk's stream: 128 KiB readahead in 100 µs (1.3 GB/s), against a 1 Gbit/s
         // link whose 1 MiB probe takes 8.5 ms.
@@ -2136,7 +2241,9 @@ mod tests {
         // probe against and no probe, though 20 ms went by many times.
         let (probes, seeds) = run(&r, 2_000);
         assert_eq!(probes, 0, "{:?}", r.estimates());
-        assert!(seeds.abs_diff(2_000 / SEED_EVERY) <= 1, "{seeds} seeds");
+        // One read in SEED_EVERY seeds until the seeds kept fill their slots (8 × 128 KiB, a
+        // probe's 1 MiB); then none.
+        assert_eq!(seeds, STREAM_PROBE_SEEDS as u64, "{seeds} seeds");
         // Once the disk's window closed, the lenders are probed; each disk window after the
         // probe finds the disk clearly faster (0.8 against 8.5 ms a MiB, times the margin)
         // and doubles the probes' wait and the seeds' spacing, up to the cap.

@@ -1,5 +1,6 @@
 //! The adaptive routing rule fed with real measurements: a slow disk hands random reads of
-//! many blocks to the lenders; a hung lender sends reads to the disk.
+//! many blocks to the lenders; a hung lender sends reads to the disk; a stream on a fast
+//! disk stores in the lenders only the seeds its probes need.
 
 mod common;
 
@@ -7,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::{backing, fill_all, wait, Lender, Proxy, SlowDisk};
 use farcache_engine::cached::CachedPath;
+use farcache_engine::direct::DirectPath;
+use farcache_engine::routing::{SEED_EVERY, STREAM_SEED_GRACE, STREAM_SEED_RESERVE};
 use farcache_engine::DataPath;
 use farcache_policy::route::Adaptive;
 use farcache_testkit::pattern;
@@ -107,4 +110,49 @@ fn a_hung_lender_sends_reads_to_a_fast_disk() {
     assert!(est.remote_access_us > est.disk_access_us, "{est:?}");
     assert!(s.remote.fallbacks >= 1);
     proxy.freeze(false);
+}
+
+#[test]
+fn a_stream_on_a_fast_disk_stores_the_seeds_its_probes_need_and_seeds_again_once_they_are_lost() {
+    const MIB: usize = 1 << 20;
+    const BLOCK: u64 = 4096;
+    let lender = Lender::start("64MiB");
+    let dir = tempfile::tempdir().unwrap();
+    // 17 MiB: a stream's seeds (one 1 MiB read in SEED_EVERY) land on different ranges.
+    let data = pattern(17 * MIB, 23);
+    let file = backing(&dir, &data);
+    // The disk is the machine's page cache: a stream's read far faster than a lender's.
+    let e = common::engine(DirectPath::new(), vec![lender.addr], Adaptive::new());
+    wait("connection", || e.remote().connected() == 1);
+    let mut at = 0u64;
+    let mut read = |n: u64, pause: Duration| {
+        for _ in 0..n {
+            let o = (at % 17) as usize * MIB;
+            at += 1;
+            let got = e.read(&file, o as u64, MIB).unwrap();
+            assert_eq!(&got[..], &data[o..o + MIB], "the MiB at {o}");
+            std::thread::sleep(pause);
+        }
+    };
+    // Six times SEED_EVERY reads: one in SEED_EVERY seeding would store 6 MiB; the seeds
+    // stop at STREAM_SEED_RESERVE (2 MiB).
+    read(6 * SEED_EVERY, Duration::ZERO);
+    wait("fills", || common::fills_settled(&e));
+    let s = e.stats();
+    assert!(s.engine.sequential_bypasses == 0 && s.engine.adaptive_disk >= 6 * SEED_EVERY, "{s:?}");
+    assert_eq!(s.engine.fills * BLOCK, STREAM_SEED_RESERVE, "{s:?}");
+    assert_eq!(e.index().remote_blocks() * BLOCK, STREAM_SEED_RESERVE);
+    // The file changes under the seeds (a write through the mount retires its blocks): the
+    // next stream probe due finds none held, forgets them once they are STREAM_SEED_GRACE
+    // old, and the stream seeds again.
+    e.write(&file, 0, &data).unwrap();
+    assert_eq!(e.index().remote_blocks(), 0);
+    let t = Instant::now();
+    while e.index().remote_blocks() * BLOCK < STREAM_SEED_RESERVE {
+        assert!(t.elapsed() < Duration::from_secs(30), "no new seeds: {:?}", e.stats());
+        read(SEED_EVERY, Duration::from_millis(2));
+        wait("fills", || common::fills_settled(&e));
+    }
+    assert!(t.elapsed() >= STREAM_SEED_GRACE, "seeds forgotten before their grace: {:?}", t.elapsed());
+    assert_eq!(e.stats().engine.fills * BLOCK, 2 * STREAM_SEED_RESERVE, "{:?}", e.stats());
 }

@@ -37,6 +37,10 @@ pub struct PassRecord {
     pub memory_cache_bytes: Option<u64>,
     /// The mount's counters at the end of the pass (when `farcache stats MNT` exists).
     pub mount: Option<MountCounters>,
+    /// The mount daemon's CPU time during the pass (user + system, ms; None without a mount
+    /// or in records older than session 54).
+    #[serde(default)]
+    pub daemon_cpu_ms: Option<f64>,
 }
 
 impl PassRecord {
@@ -70,6 +74,9 @@ impl PassRecord {
         }
         if self.disk.cpu_ticks > 0 {
             let _ = write!(s, ", steal {:.0}%", self.disk.steal_share() * 100.0);
+        }
+        if let Some(ms) = self.daemon_cpu_ms {
+            let _ = write!(s, ", daemon CPU {ms:.0} ms");
         }
         if self.outcome.mismatches > 0 {
             let _ = write!(s, ", {} WRONG BLOCKS", self.outcome.mismatches);

@@ -12,7 +12,7 @@ use crate::progress::{Progress, Unit};
 
 use super::cgroup::Cgroup;
 use super::child::Child;
-use super::counters::{lender_totals, LenderTotals};
+use super::counters::{lender_totals, process_cpu_ms, LenderTotals};
 use super::mount::{MountCounters, MountDaemon};
 use super::report::{PaperReport, PassRecord, ProbeRecord, RunRecord, Transfers};
 use super::testbed::{DiskStat, Lenders, Testbed, TestbedSpec};
@@ -27,6 +27,8 @@ pub(super) struct Snapshot {
     pub(super) disk: DiskStat,
     pub(super) lenders: LenderTotals,
     pub(super) mount: Option<MountCounters>,
+    /// The mount daemon's CPU time so far (user + system, ms), when there is one.
+    pub(super) daemon_cpu_ms: Option<f64>,
 }
 
 /// Lender namespaces the testbed needs: `o.lenders` if any configuration borrows lenders'
@@ -257,10 +259,13 @@ pub(super) fn snapshot(
     lenders: &[std::net::SocketAddr],
     mount: Option<&mut MountDaemon>,
 ) -> Result<Snapshot> {
+    // The CPU first: the stats command below is the daemon's work too, and not the pass's.
+    let daemon_cpu_ms = mount.as_ref().map(|m| process_cpu_ms(m.pid()));
     Ok(Snapshot {
         disk: tb.disk_stat(),
         lenders: if lenders.is_empty() { LenderTotals::default() } else { lender_totals(lenders)? },
         mount: mount.and_then(|m| m.stats_now()).map(|(c, _)| c),
+        daemon_cpu_ms,
     })
 }
 
@@ -497,6 +502,7 @@ fn pass_record(
         memory_usage_bytes: mem.read_u64("memory.usage_in_bytes"),
         memory_cache_bytes: mem.memory_stat("total_cache"),
         mount: now.mount.clone(),
+        daemon_cpu_ms: now.daemon_cpu_ms.zip(prev.daemon_cpu_ms).map(|(b, a)| (b - a).max(0.0)),
         outcome: out,
         ..PassRecord::default()
     };
