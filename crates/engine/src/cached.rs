@@ -367,10 +367,14 @@ impl<D: DataPath> CachedPath<D> {
         let mut fetched_seeds = Vec::new();
         let mut lost = Vec::new();
         for seed @ (id, first, last) in self.routing.stream_seeds().into_iter().rev() {
-            let f = self.index.file(&id);
-            let held = self.index.holds_all(&id, first, last);
-            match (first..=last).map(|b| self.index.lookup(&f, b)).collect::<Option<Vec<BlockKey>>>() {
-                Some(k) if held => {
+            // Held first: `file` would make an entry for a file the index forgot (deleted).
+            let held = || {
+                let f = self.index.file(&id);
+                let k = (first..=last).map(|b| self.index.lookup(&f, b)).collect::<Option<Vec<BlockKey>>>()?;
+                Some((f, k))
+            };
+            match if self.index.holds_all(&id, first, last) { held() } else { None } {
+                Some((f, k)) => {
                     fetched_seeds.push((seed, keys.len()..keys.len() + k.len()));
                     files.extend(std::iter::repeat_n(f, k.len()));
                     keys.extend(k);
