@@ -76,8 +76,6 @@ def main():
                 vals = [r[c][0].get(cell, (kind, None))[1] for c in ("a", "b")]
                 if None in vals or not p:
                     continue
-                if kind == "time" and 0 in vals:
-                    continue
                 q = [p / v if kind == "time" else v / p for v in vals]
                 for c, x in zip("ab", q):
                     ratios.setdefault(cell, {}).setdefault(c, []).append(x)

@@ -368,18 +368,17 @@ impl<D: DataPath> CachedPath<D> {
         let mut lost = Vec::new();
         for seed @ (id, first, last) in self.routing.stream_seeds().into_iter().rev() {
             // Held first: `file` would make an entry for a file the index forgot (deleted).
-            let held = || {
-                let f = self.index.file(&id);
+            let held = self.index.holds_all(&id, first, last).then(|| self.index.file(&id)).and_then(|f| {
                 let k = (first..=last).map(|b| self.index.lookup(&f, b)).collect::<Option<Vec<BlockKey>>>()?;
                 Some((f, k))
-            };
-            match if self.index.holds_all(&id, first, last) { held() } else { None } {
+            });
+            match held {
                 Some((f, k)) => {
                     fetched_seeds.push((seed, keys.len()..keys.len() + k.len()));
                     files.extend(std::iter::repeat_n(f, k.len()));
                     keys.extend(k);
                 }
-                _ => lost.push(seed),
+                None => lost.push(seed),
             }
             if keys.len() as u64 * BLOCK_BYTES >= STREAM_PROBE_MIN_BYTES {
                 break;

@@ -293,14 +293,14 @@ const _: () = assert!(WINDOW_STEP > 0 && WINDOW_MIN_READS > 0);
 const _: () = assert!(DISK_WEIGHT >= 1.0);
 const _: () = assert!(SEED_EVERY >= 16);
 const _: () = assert!(STREAM_SEED_RESERVE >= STREAM_PROBE_MIN_BYTES);
+const _: () = assert!(QUIET_MAX_LEVEL <= 10 && STREAM_QUIET_MAX_LEVEL <= 10);
+const _: () = assert!(FILL_MARGIN >= DISK_WEIGHT);
 
 /// Whether the stream seeds kept hold enough for probes ([`STREAM_SEED_RESERVE`]).
 fn seeds_enough(seeds: &std::collections::VecDeque<(FileId, u64, u64, u64)>) -> bool {
     seeds.len() >= STREAM_PROBE_SEEDS
         || seeds.iter().map(|&(_, first, last, _)| (last - first + 1) * BLOCK).sum::<u64>() >= STREAM_SEED_RESERVE
 }
-const _: () = assert!(QUIET_MAX_LEVEL <= 10 && STREAM_QUIET_MAX_LEVEL <= 10);
-const _: () = assert!(FILL_MARGIN >= DISK_WEIGHT);
 
 /// The routing rule a [`crate::cached::CachedPath`] is built with (once per mount: the
 /// adaptive rule's measurement table makes that variant large, which costs nothing here).
@@ -650,6 +650,8 @@ pub(crate) struct Measured {
     /// (file, first, last, when in µs after `born`), oldest first.
     stream_seeds: Mutex<std::collections::VecDeque<(FileId, u64, u64, u64)>>,
     /// `stream_seeds` holds enough for probes ([`STREAM_SEED_RESERVE`]): no stream seeds more.
+    /// Kept beside the deque (set under its lock) so that a stream read checks it without
+    /// taking the lock.
     stream_seeds_enough: AtomicBool,
     /// When streams last changed sides, in µs after `born` (0: never).
     stream_switched_us: AtomicU64,
