@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What `make bench` needs beyond `make test`: matplotlib for the paper reproduction's plots
-# (scripts/bench-paper-plot.py) and tpchgen-cli (PyPI) for its tpch experiment's data.
+# (scripts/bench-paper-plot.py), tpchgen-cli (PyPI) for its tpch experiment's data, and
+# valgrind for the instruction counts of scripts/bench-read-cost.sh.
 # Idempotent; installs only what is missing, and says so.
 #   scripts/bench-deps.sh           both
 #   scripts/bench-deps.sh tpchgen   tpchgen-cli only (scripts/deps.sh: `make test` runs the
@@ -54,6 +55,17 @@ if [ -z "$tpchgen" ]; then
 fi
 echo "bench-deps: ok ($("$tpchgen" --version) at $tpchgen)"
 [ "$only" = tpchgen ] && exit 0
+
+if ! command -v callgrind_control >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "bench-deps: installing the Debian package valgrind (scripts/bench-read-cost.sh)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind >/dev/null ||
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind >/dev/null; } ||
+      echo "bench-deps: apt-get could not install valgrind; scripts/bench-read-cost.sh cannot run" >&2
+  else
+    echo "bench-deps: valgrind is missing (apt-get install -y valgrind, as root); scripts/bench-read-cost.sh cannot run" >&2
+  fi
+fi
 
 if ! command -v python3 >/dev/null 2>&1; then
   echo "bench-deps: python3 is missing (apt-get install -y python3 python3-pip); plots will be skipped" >&2

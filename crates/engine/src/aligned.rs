@@ -11,8 +11,8 @@
 //! buffers from huge-page chunks ([`CHUNK`]), keeps at most [`POOL_IDLE_MAX`] idle and unmaps
 //! whole chunks beyond that.
 
+use hashbrown::HashMap;
 use std::alloc::{self, Layout};
-use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{LazyLock, Mutex};

@@ -167,11 +167,11 @@ const PENDING_SHARDS: usize = 16;
 /// on every one of those paths. Bounded by the fills in flight (`max_pending_puts`).
 #[derive(Default)]
 struct PendingFills {
-    shards: [parking_lot::Mutex<std::collections::HashSet<BlockKey>>; PENDING_SHARDS],
+    shards: [parking_lot::Mutex<hashbrown::HashSet<BlockKey>>; PENDING_SHARDS],
 }
 
 impl PendingFills {
-    fn shard(&self, key: &BlockKey) -> &parking_lot::Mutex<std::collections::HashSet<BlockKey>> {
+    fn shard(&self, key: &BlockKey) -> &parking_lot::Mutex<hashbrown::HashSet<BlockKey>> {
         let h =
             crate::index::mix(key.block ^ (key.file as u64) ^ ((key.file >> 64) as u64).rotate_left(32) ^ key.version);
         &self.shards[h as usize % PENDING_SHARDS]

@@ -60,7 +60,7 @@
 //! File keys are a keyed hash of the file's identity with a secret drawn per mount run, so a
 //! restarted mount, or another borrower of the same tenant, can never name this run's blocks.
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -235,8 +235,14 @@ pub struct FillTicket {
 
 /// The index of one mount.
 pub struct BlockIndex {
+    /// Each shard's map hashes with foldhash (hashbrown's default), as [`Self::shard`] does:
+    /// these are looked up on every read, and SipHash was a tenth of the engine's own work
+    /// on a disk read (BENCHMARKS.md, "Session 55").
     files: Vec<Mutex<HashMap<FileId, Arc<FileIndex>>>>,
-    /// Keys file keys are derived with: random per mount run.
+    /// Picks a file's shard: random per mount run.
+    shards: hashbrown::DefaultHashBuilder,
+    /// Keys file keys are derived with: random per mount run (SipHash, a keyed function:
+    /// used once per file and rotation, never on a read).
     secret: std::hash::RandomState,
     chunks: AtomicI64,
 }
@@ -251,13 +257,14 @@ impl BlockIndex {
     pub fn new() -> BlockIndex {
         BlockIndex {
             files: (0..FILE_SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: hashbrown::DefaultHashBuilder::default(),
             secret: std::hash::RandomState::new(),
             chunks: AtomicI64::new(0),
         }
     }
 
     fn shard(&self, id: &FileId) -> &Mutex<HashMap<FileId, Arc<FileIndex>>> {
-        &self.files[(self.secret.hash_one(id) as usize) % FILE_SHARDS]
+        &self.files[(self.shards.hash_one(id) as usize) % FILE_SHARDS]
     }
 
     fn file_key(&self, id: &FileId, rotation: u64) -> u128 {

@@ -1398,7 +1398,8 @@ impl RouterState {
 
 /// Sequential-stream detection per file, in a fixed number of slots.
 struct Streams {
-    hasher: std::hash::RandomState,
+    /// foldhash (hashbrown's default), random per run: every read hashes its file here.
+    hasher: hashbrown::DefaultHashBuilder,
     /// (hash of the file's identity, its stream).
     slots: Box<[Mutex<(u64, Stream)>]>,
 }
@@ -1406,7 +1407,7 @@ struct Streams {
 impl Streams {
     fn new() -> Streams {
         Streams {
-            hasher: std::hash::RandomState::new(),
+            hasher: hashbrown::DefaultHashBuilder::default(),
             slots: (0..STREAM_SLOTS).map(|_| Mutex::new((0, Stream::default()))).collect(),
         }
     }

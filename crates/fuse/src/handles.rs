@@ -7,7 +7,7 @@
 //! out, and the new one never hands out one of those. It reopens such a handle on first use
 //! ([`Handles::insert_at`], from the request's node id and open flags).
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

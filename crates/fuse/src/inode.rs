@@ -29,7 +29,7 @@
 //! a lookup that finds the number known compares handles, and a different one is a new inode.
 //! A mount of several branches never lets go (a union's inodes move between branches).
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};

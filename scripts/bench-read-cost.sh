@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# What the mount daemon's own code costs per read, in instructions (callgrind counts them the
+# same run after run, where the CPU time of a ~40 µs FUSE read moves by half between runs on
+# this shared machine): 4 KiB O_DIRECT random reads of a 64 MiB file on tmpfs (no disk: the
+# backing is far faster than a lender, as a host-cached or NVMe disk is), through a
+# passthrough mount (--no-remote) and a farcache mount with a lender on loopback, both under
+# `valgrind --tool=callgrind` with the synchronous backing engine (io_engine = "sync":
+# valgrind does not run io_uring's kernel-side work, and the instructions counted are the
+# daemon's own either way). Two cases:
+#   disk  farcache's default (adaptive) routing: every read stays on the disk (the tmpfs is
+#         faster than a lender hit); what the engine adds to a read it does not serve.
+#   fill  --routing threshold: every read asks the lenders, misses, is widened to its
+#         read-around window and filled; what a filled block costs the daemon.
+# Counted between `callgrind_control -z` and `-d` around one pass of READS reads (after a
+# warm-up pass), with the engine's counters before and after (a pass whose routing moved is
+# seen there). Kernel time (the FUSE device, the copies, TCP) is not counted: that is what
+# the wall-clock benchmarks measure. Writes $OUT/read-cost.{md,json}. Root (tmpfs mount);
+# needs valgrind (scripts/bench-deps.sh installs it). Part of `make bench`, about 2 min.
+#   BIN    the farcache binary (default target/release/farcache)
+#   READS  reads in the measured pass (default 2048)
+#   CASES  default "disk fill"
+#   LABEL  names the build in the output (default: the checkout's commit)
+set -euo pipefail
+BIN=${BIN:-target/release/farcache}
+READS=${READS:-2048}
+OUT=${OUT:-bench/results}
+CASES=${CASES:-disk fill}
+SCRIPT=bench-read-cost
+[ -x "$BIN" ] || { echo "bench-read-cost: $BIN missing (cargo build --release -p farcache-cli)" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || { echo "bench-read-cost: needs root (a tmpfs backing)" >&2; exit 1; }
+command -v valgrind >/dev/null && command -v callgrind_control >/dev/null ||
+  { echo "bench-read-cost: valgrind missing (scripts/bench-deps.sh, or apt-get install -y valgrind)" >&2; exit 1; }
+BIN=$(realpath "$BIN")
+# shellcheck source=lib/bench-procs.sh
+. "$(dirname "$0")/lib/bench-procs.sh"
+mkdir -p "$work/backing" "$OUT"
+mount -t tmpfs -o size=96M tmpfs "$work/backing"
+head -c 64M /dev/urandom >"$work/backing/f"
+printf '[server]\nlisten = "127.0.0.1:0"\ncapacity = "256MiB"\n' >"$work/server.toml"
+"$BIN" server --config "$work/server.toml" >"$work/server.out" 2>"$work/server.log" &
+pids+=($!)
+wait_for "$work/server.out" "listening on" "$!"
+addr=$(sed -n 's/.*listening on //p' "$work/server.out")
+printf '[mount]\nio_engine = "sync"\nthreads = 4\n' >"$work/mount.toml"
+
+# start_mount TAG ARGS...: a mount under callgrind; its pid in $mount_pid.
+start_mount() {
+  local tag=$1
+  shift
+  mkdir -p "$work/mnt-$tag"
+  valgrind --tool=callgrind --callgrind-out-file="$work/cg-$tag.%p" \
+    "$BIN" mount "$work/backing" "$work/mnt-$tag" --config "$work/mount.toml" "$@" \
+    >"$work/mount-$tag.out" 2>"$work/mount-$tag.log" &
+  mount_pid=$!
+  pids+=("$mount_pid")
+  # Slower to start under valgrind than wait_for's 20 s allow.
+  for _ in $(seq 900); do
+    grep -q "farcache mounted" "$work/mount-$tag.out" 2>/dev/null && return 0
+    kill -0 "$mount_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "bench-read-cost: mount $tag did not start:" >&2
+  cat "$work/mount-$tag.log" >&2
+  exit 1
+}
+
+# measure TAG: Ir of one pass of READS reads through mnt-TAG; prints the total.
+measure() {
+  local tag=$1 pid=$2 f
+  [ "$tag" = pass ] || "$BIN" stats "$work/mnt-$tag" --json >"$work/$tag-before.json"
+  callgrind_control -z "$pid" >/dev/null 2>&1
+  "$BIN" randread "$work/mnt-$tag/f" --passes 1 --size "$((READS * 4))KiB" --seed 7 >/dev/null
+  callgrind_control -d measured "$pid" >/dev/null 2>&1
+  [ "$tag" = pass ] || "$BIN" stats "$work/mnt-$tag" --json >"$work/$tag-after.json"
+  for _ in $(seq 100); do
+    f=$(ls "$work"/cg-"$tag".*.1 2>/dev/null | head -1)
+    [ -n "$f" ] && [ -s "$f" ] && break
+    sleep 0.1
+  done
+  callgrind_annotate --threshold=100 "$f" 2>/dev/null >"$work/$tag.annotate"
+  cp "$f" "$OUT/read-cost-$tag.callgrind"
+}
+
+start_mount pass --no-remote
+pass_pid=$mount_pid
+for c in $CASES; do
+  case $c in
+    disk) start_mount disk --server "$addr" ;;
+    fill) start_mount fill --server "$addr" --routing threshold ;;
+    *) echo "bench-read-cost: unknown case $c (disk, fill)" >&2; exit 1 ;;
+  esac
+  eval "${c}_pid=$mount_pid"
+done
+# Warm-up: the passthrough and the disk case read their file once (the rule settles on the
+# disk); the fill case reads one block, so that its measured pass misses everywhere.
+"$BIN" randread "$work/mnt-pass/f" --passes 1 --size 16MiB >/dev/null
+for c in $CASES; do
+  "$BIN" randread "$work/mnt-$c/f" --passes 1 --size "$([ "$c" = fill ] && echo 4KiB || echo 16MiB)" >/dev/null
+done
+measure pass "$pass_pid"
+for c in $CASES; do
+  pid_var="${c}_pid"
+  measure "$c" "${!pid_var}"
+done
+
+python3 - "$work" "$OUT" "$READS" "$CASES" "${LABEL:-$(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo unknown)}" <<'PY'
+import json, re, sys
+work, out, reads, cases, commit = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].split(), sys.argv[5]
+HASH = re.compile(r"sip\.rs|hash/random\.rs|foldhash|BuildHasher::hash_one|Hash for")
+
+def annotate(tag):
+    total, hashing = 0, 0
+    for line in open(f"{work}/{tag}.annotate"):
+        m = re.match(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+(.*)", line)
+        if not m:
+            continue
+        ir = int(m.group(1).replace(",", ""))
+        if "PROGRAM TOTALS" in m.group(2):
+            total = ir
+        elif HASH.search(m.group(2)):
+            hashing += ir
+    return total, hashing
+
+def deltas(tag):
+    a = json.load(open(f"{work}/{tag}-before.json"))["engine"]
+    b = json.load(open(f"{work}/{tag}-after.json"))["engine"]
+    return {k: b[k] - a[k] for k in b if isinstance(b[k], int) and b[k] != a[k]}
+
+res = {"commit": commit, "reads": reads, "pass": dict(zip(("ir", "hashing_ir"), annotate("pass")))}
+rows = [f"| passthrough (`--no-remote`) | {res['pass']['ir'] / reads:,.0f} | – | {res['pass']['hashing_ir'] / reads:,.0f} | – |"]
+for c in cases:
+    ir, h = annotate(c)
+    d = deltas(c)
+    res[c] = {"ir": ir, "hashing_ir": h, "counters": d}
+    extra = (ir - res["pass"]["ir"]) / reads
+    fills = d.get("fills", 0)
+    per_fill = f"{(ir - res['pass']['ir']) / fills:,.0f} a filled block ({fills} filled)" if c == "fill" and fills else \
+        f"disk reads {d.get('adaptive_disk', 0)}, fills {fills}"
+    what = {"disk": "farcache, default routing (reads kept on the disk)",
+            "fill": "farcache, `--routing threshold` (every read a miss, filled)"}[c]
+    rows.append(f"| {what} | {ir / reads:,.0f} | +{extra:,.0f} | {h / reads:,.0f} | {per_fill} |")
+lines = [f"Instructions of the mount daemon (callgrind) per 4 KiB O_DIRECT random read of a 64 MiB file "
+         f"on tmpfs, one pass of {reads} reads, build {commit}.", "",
+         "| mount | instructions a read | over the passthrough | of which hashing | engine counters over the pass |",
+         "|---|---:|---:|---:|---|", *rows]
+text = "\n".join(lines) + "\n"
+print(text)
+open(f"{out}/read-cost.md", "w").write(text)
+json.dump(res, open(f"{out}/read-cost.json", "w"), indent=1)
+PY
