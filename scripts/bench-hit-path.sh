@@ -17,16 +17,8 @@ SCRIPT=bench-hit-path
 . "$(dirname "$0")/lib/bench-procs.sh"
 [ -x "$BIN" ] || { echo "bench-hit-path: $BIN missing (cargo build --release -p farcache-cli)" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "bench-hit-path: needs root (a tmpfs backing)" >&2; exit 1; }
-mkdir -p "$work/backing" "$OUT"
-mount -t tmpfs -o size=96M tmpfs "$work/backing"
-head -c 64M /dev/urandom >"$work/backing/f"
-
-
-printf '[server]\nlisten = "127.0.0.1:0"\ncapacity = "256MiB"\n' >"$work/server.toml"
-"$BIN" server --config "$work/server.toml" >"$work/server.out" 2>"$work/server.log" &
-pids+=($!)
-wait_for "$work/server.out" "listening on" "$!"
-addr=$(sed -n 's/.*listening on //p' "$work/server.out")
+mkdir -p "$OUT"
+tmpfs_file_and_lender
 printf '[cache]\nfetch_connections = 0\n' >"$work/runtime.toml"
 start_mount() {
   local tag=$1; shift

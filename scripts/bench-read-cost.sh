@@ -33,14 +33,8 @@ command -v valgrind >/dev/null && command -v callgrind_control >/dev/null ||
 BIN=$(realpath "$BIN")
 # shellcheck source=lib/bench-procs.sh
 . "$(dirname "$0")/lib/bench-procs.sh"
-mkdir -p "$work/backing" "$OUT"
-mount -t tmpfs -o size=96M tmpfs "$work/backing"
-head -c 64M /dev/urandom >"$work/backing/f"
-printf '[server]\nlisten = "127.0.0.1:0"\ncapacity = "256MiB"\n' >"$work/server.toml"
-"$BIN" server --config "$work/server.toml" >"$work/server.out" 2>"$work/server.log" &
-pids+=($!)
-wait_for "$work/server.out" "listening on" "$!"
-addr=$(sed -n 's/.*listening on //p' "$work/server.out")
+mkdir -p "$OUT"
+tmpfs_file_and_lender
 printf '[mount]\nio_engine = "sync"\nthreads = 4\n' >"$work/mount.toml"
 
 # start_mount TAG ARGS...: a mount under callgrind; its pid in $mount_pid.

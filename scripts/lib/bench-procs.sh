@@ -29,3 +29,17 @@ wait_for() {
   echo "$SCRIPT: no '$pattern' in $file after 20 s" >&2
   exit 1
 }
+
+# A 64 MiB file of random bytes on a tmpfs backing ($work/backing/f; the cleanup unmounts it)
+# and a 256 MiB lender on loopback, its address in $addr: what the tmpfs benchmarks
+# (bench-hit-path, bench-read-cost) measure against. Needs root and $BIN.
+tmpfs_file_and_lender() {
+  mkdir -p "$work/backing"
+  mount -t tmpfs -o size=96M tmpfs "$work/backing"
+  head -c 64M /dev/urandom >"$work/backing/f"
+  printf '[server]\nlisten = "127.0.0.1:0"\ncapacity = "256MiB"\n' >"$work/server.toml"
+  "$BIN" server --config "$work/server.toml" >"$work/server.out" 2>"$work/server.log" &
+  pids+=($!)
+  wait_for "$work/server.out" "listening on" "$!"
+  addr=$(sed -n 's/.*listening on //p' "$work/server.out")
+}
