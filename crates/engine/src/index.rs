@@ -236,8 +236,8 @@ pub struct FillTicket {
 /// The index of one mount.
 pub struct BlockIndex {
     /// Each shard's map hashes with foldhash (hashbrown's default), as [`Self::shard`] does:
-    /// these are looked up on every read, and SipHash was a tenth of the engine's own work
-    /// on a disk read (BENCHMARKS.md, "Session 55").
+    /// these are looked up on every read, and with std's SipHash hashing was 950 of the 1,560
+    /// instructions the engine added to a read it kept on the disk (BENCHMARKS.md, "Session 55").
     files: Vec<Mutex<HashMap<FileId, Arc<FileIndex>>>>,
     /// Picks a file's shard: random per mount run.
     shards: hashbrown::DefaultHashBuilder,
