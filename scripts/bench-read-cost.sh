@@ -15,7 +15,7 @@
 # warm-up pass), with the engine's counters before and after (a pass whose routing moved is
 # seen there). Kernel time (the FUSE device, the copies, TCP) is not counted: that is what
 # the wall-clock benchmarks measure. Writes $OUT/read-cost.{md,json}. Root (tmpfs mount);
-# needs valgrind (scripts/bench-deps.sh installs it). Part of `make bench`, about 2 min.
+# needs valgrind (scripts/bench-deps.sh installs it). Part of `make bench`, under 30 s.
 #   BIN    the farcache binary (default target/release/farcache)
 #   READS  reads in the measured pass (default 2048)
 #   CASES  default "disk fill"
@@ -37,7 +37,9 @@ mkdir -p "$OUT"
 tmpfs_file_and_lender
 printf '[mount]\nio_engine = "sync"\nthreads = 4\n' >"$work/mount.toml"
 
-# start_mount TAG ARGS...: a mount under callgrind; its pid in $mount_pid.
+# start_mount TAG ARGS...: a mount under callgrind, its pid in pid[TAG] (up to 90 s to start:
+# valgrind is slow to).
+declare -A pid
 start_mount() {
   local tag=$1
   shift
@@ -45,26 +47,19 @@ start_mount() {
   valgrind --tool=callgrind --callgrind-out-file="$work/cg-$tag.%p" \
     "$BIN" mount "$work/backing" "$work/mnt-$tag" --config "$work/mount.toml" "$@" \
     >"$work/mount-$tag.out" 2>"$work/mount-$tag.log" &
-  mount_pid=$!
-  pids+=("$mount_pid")
-  # Slower to start under valgrind than wait_for's 20 s allow.
-  for _ in $(seq 900); do
-    grep -q "farcache mounted" "$work/mount-$tag.out" 2>/dev/null && return 0
-    kill -0 "$mount_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "bench-read-cost: mount $tag did not start:" >&2
-  cat "$work/mount-$tag.log" >&2
-  exit 1
+  pid[$tag]=$!
+  pids+=("$!")
+  wait_for "$work/mount-$tag.out" "farcache mounted" "$!" 900
 }
 
-# measure TAG: Ir of one pass of READS reads through mnt-TAG; prints the total.
+# measure TAG: callgrind's count of one pass of READS reads through mnt-TAG, annotated into
+# $work/TAG.annotate (and the engine's counters around it, but for the passthrough).
 measure() {
-  local tag=$1 pid=$2 f
+  local tag=$1 f
   [ "$tag" = pass ] || "$BIN" stats "$work/mnt-$tag" --json >"$work/$tag-before.json"
-  callgrind_control -z "$pid" >/dev/null 2>&1
+  callgrind_control -z "${pid[$tag]}" >/dev/null 2>&1
   "$BIN" randread "$work/mnt-$tag/f" --passes 1 --size "$((READS * 4))KiB" --seed 7 >/dev/null
-  callgrind_control -d measured "$pid" >/dev/null 2>&1
+  callgrind_control -d measured "${pid[$tag]}" >/dev/null 2>&1
   [ "$tag" = pass ] || "$BIN" stats "$work/mnt-$tag" --json >"$work/$tag-after.json"
   for _ in $(seq 100); do
     f=$(ls "$work"/cg-"$tag".*.1 2>/dev/null | head -1)
@@ -76,26 +71,20 @@ measure() {
 }
 
 start_mount pass --no-remote
-pass_pid=$mount_pid
 for c in $CASES; do
   case $c in
     disk) start_mount disk --server "$addr" ;;
     fill) start_mount fill --server "$addr" --routing threshold ;;
     *) echo "bench-read-cost: unknown case $c (disk, fill)" >&2; exit 1 ;;
   esac
-  eval "${c}_pid=$mount_pid"
 done
-# Warm-up: the passthrough and the disk case read their file once (the rule settles on the
-# disk); the fill case reads one block, so that its measured pass misses everywhere.
+# Warm-up: the passthrough and the disk case read 16 MiB of their file (the rule settles on
+# the disk); the fill case reads one block, so that its measured pass misses everywhere.
 "$BIN" randread "$work/mnt-pass/f" --passes 1 --size 16MiB >/dev/null
 for c in $CASES; do
   "$BIN" randread "$work/mnt-$c/f" --passes 1 --size "$([ "$c" = fill ] && echo 4KiB || echo 16MiB)" >/dev/null
 done
-measure pass "$pass_pid"
-for c in $CASES; do
-  pid_var="${c}_pid"
-  measure "$c" "${!pid_var}"
-done
+for tag in pass $CASES; do measure "$tag"; done
 
 python3 - "$work" "$OUT" "$READS" "$CASES" "${LABEL:-$(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo unknown)}" <<'PY'
 import json, re, sys

@@ -17,16 +17,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Wait for `pattern` in `file`, at most 20 s, while `pid` lives (its log is FILE minus .out
-# plus .log).
+# Wait for `pattern` in `file`, at most `tenths` tenths of a second (default 200: 20 s), while
+# `pid` lives (its log is FILE minus .out plus .log).
 wait_for() {
-  local file=$1 pattern=$2 pid=$3
-  for _ in $(seq 200); do
+  local file=$1 pattern=$2 pid=$3 tenths=${4:-200}
+  for _ in $(seq "$tenths"); do
     grep -q "$pattern" "$file" 2>/dev/null && return 0
     kill -0 "$pid" 2>/dev/null || { echo "$SCRIPT: process exited early:" >&2; cat "${file%.out}.log" >&2; exit 1; }
     sleep 0.1
   done
-  echo "$SCRIPT: no '$pattern' in $file after 20 s" >&2
+  echo "$SCRIPT: no '$pattern' in $file after $((tenths / 10)) s" >&2
   exit 1
 }
 
