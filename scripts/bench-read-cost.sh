@@ -6,11 +6,16 @@
 # passthrough mount (--no-remote) and a farcache mount with a lender on loopback, both under
 # `valgrind --tool=callgrind` with the synchronous backing engine (io_engine = "sync":
 # valgrind does not run io_uring's kernel-side work, and the instructions counted are the
-# daemon's own either way). Two cases:
+# daemon's own either way). Three cases:
 #   disk  farcache's default (adaptive) routing: every read stays on the disk (the tmpfs is
 #         faster than a lender hit); what the engine adds to a read it does not serve.
 #   fill  --routing threshold: every read asks the lenders, misses, is widened to its
 #         read-around window and filled; what a filled block costs the daemon.
+#   stream  a sequential read of the whole file through the page cache (cold: the file's
+#         cached pages dropped first), as a database's scans read: the kernel's readahead
+#         asks the daemon for 1 MiB at a time, and farcache's default routing keeps the
+#         stream on the disk; counted per MiB against a passthrough read the same way (a
+#         mount of its own). What the engine adds to a stream it does not serve.
 # Counted between `callgrind_control -z` and `-d` around one pass of READS reads (after a
 # warm-up pass), with the engine's counters before and after (a pass whose routing moved is
 # seen there). Kernel time (the FUSE device, the copies, TCP) is not counted: that is what
@@ -18,13 +23,13 @@
 # needs valgrind (scripts/bench-deps.sh installs it). Part of `make bench`, under 30 s.
 #   BIN    the farcache binary (default target/release/farcache)
 #   READS  reads in the measured pass (default 2048)
-#   CASES  default "disk fill"
+#   CASES  default "disk fill stream"
 #   LABEL  names the build in the output (default: the checkout's commit)
 set -euo pipefail
 BIN=${BIN:-target/release/farcache}
 READS=${READS:-2048}
 OUT=${OUT:-bench/results}
-CASES=${CASES:-disk fill}
+CASES=${CASES:-disk fill stream}
 SCRIPT=bench-read-cost
 [ -x "$BIN" ] || { echo "bench-read-cost: $BIN missing (cargo build --release -p farcache-cli)" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "bench-read-cost: needs root (a tmpfs backing)" >&2; exit 1; }
@@ -52,15 +57,22 @@ start_mount() {
   wait_for "$work/mount-$tag.out" "farcache mounted" "$!" 900
 }
 
-# measure TAG: callgrind's count of one pass of READS reads through mnt-TAG, annotated into
-# $work/TAG.annotate (and the engine's counters around it, but for the passthrough).
+# measure TAG: callgrind's count of one pass through mnt-TAG — READS random reads, or for the
+# stream mounts (pass-stream, stream) one cold sequential read of the whole file — annotated
+# into $work/TAG.annotate, with the mount's counters around it.
 measure() {
   local tag=$1 f
-  [ "$tag" = pass ] || "$BIN" stats "$work/mnt-$tag" --json >"$work/$tag-before.json"
+  "$BIN" stats "$work/mnt-$tag" --json >"$work/$tag-before.json"
+  case $tag in
+    *stream) dd if="$work/mnt-$tag/f" iflag=nocache count=0 2>/dev/null ;;
+  esac
   callgrind_control -z "${pid[$tag]}" >/dev/null 2>&1
-  "$BIN" randread "$work/mnt-$tag/f" --passes 1 --size "$((READS * 4))KiB" --seed 7 >/dev/null
+  case $tag in
+    *stream) dd if="$work/mnt-$tag/f" of=/dev/null bs=1M 2>/dev/null ;;
+    *) "$BIN" randread "$work/mnt-$tag/f" --passes 1 --size "$((READS * 4))KiB" --seed 7 >/dev/null ;;
+  esac
   callgrind_control -d measured "${pid[$tag]}" >/dev/null 2>&1
-  [ "$tag" = pass ] || "$BIN" stats "$work/mnt-$tag" --json >"$work/$tag-after.json"
+  "$BIN" stats "$work/mnt-$tag" --json >"$work/$tag-after.json"
   for _ in $(seq 100); do
     f=$(ls "$work"/cg-"$tag".*.1 2>/dev/null | head -1)
     [ -n "$f" ] && [ -s "$f" ] && break
@@ -75,16 +87,34 @@ for c in $CASES; do
   case $c in
     disk) start_mount disk --server "$addr" ;;
     fill) start_mount fill --server "$addr" --routing threshold ;;
-    *) echo "bench-read-cost: unknown case $c (disk, fill)" >&2; exit 1 ;;
+    stream) start_mount pass-stream --no-remote && start_mount stream --server "$addr" ;;
+    *) echo "bench-read-cost: unknown case $c (disk, fill, stream)" >&2; exit 1 ;;
   esac
 done
 # Warm-up: the passthrough and the disk case read 16 MiB of their file (the rule settles on
-# the disk); the fill case reads one block, so that its measured pass misses everywhere.
+# the disk); the fill case reads one block, so that its measured pass misses everywhere; the
+# stream mounts read the whole file twice, cold (the rule times both sides of a stream and
+# seeds the lenders for its probes: what a scan pays once, not per MiB).
 "$BIN" randread "$work/mnt-pass/f" --passes 1 --size 16MiB >/dev/null
+tags=(pass)
 for c in $CASES; do
-  "$BIN" randread "$work/mnt-$c/f" --passes 1 --size "$([ "$c" = fill ] && echo 4KiB || echo 16MiB)" >/dev/null
+  case $c in
+    stream)
+      for t in pass-stream stream; do
+        for _ in 1 2; do
+          dd if="$work/mnt-$t/f" iflag=nocache count=0 2>/dev/null
+          dd if="$work/mnt-$t/f" of=/dev/null bs=1M 2>/dev/null
+        done
+      done
+      tags+=(pass-stream stream)
+      ;;
+    *)
+      "$BIN" randread "$work/mnt-$c/f" --passes 1 --size "$([ "$c" = fill ] && echo 4KiB || echo 16MiB)" >/dev/null
+      tags+=("$c")
+      ;;
+  esac
 done
-for tag in pass $CASES; do measure "$tag"; done
+for tag in "${tags[@]}"; do measure "$tag"; done
 
 python3 - "$work" "$OUT" "$READS" "$CASES" "${LABEL:-$(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo unknown)}" <<'PY'
 import json, re, sys
@@ -104,14 +134,19 @@ def annotate(tag):
             hashing += ir
     return total, hashing
 
+def stats(tag, when):
+    return json.load(open(f"{work}/{tag}-{when}.json"))
+
 def deltas(tag):
-    a = json.load(open(f"{work}/{tag}-before.json"))["engine"]
-    b = json.load(open(f"{work}/{tag}-after.json"))["engine"]
-    return {k: b[k] - a[k] for k in b if isinstance(b[k], int) and b[k] != a[k]}
+    a, b = stats(tag, "before").get("engine", {}), stats(tag, "after").get("engine", {})
+    return {k: b[k] - a[k] for k in b if isinstance(b[k], int) and b[k] != a.get(k)}
+
+def fuse_reads(tag):
+    return stats(tag, "after")["fuse"]["ops"]["read"] - stats(tag, "before")["fuse"]["ops"]["read"]
 
 res = {"commit": commit, "reads": reads, "pass": dict(zip(("ir", "hashing_ir"), annotate("pass")))}
 rows = [f"| passthrough (`--no-remote`) | {res['pass']['ir'] / reads:,.0f} | – | {res['pass']['hashing_ir'] / reads:,.0f} | – |"]
-for c in cases:
+for c in (c for c in cases if c != "stream"):
     ir, h = annotate(c)
     d = deltas(c)
     res[c] = {"ir": ir, "hashing_ir": h, "counters": d}
@@ -126,6 +161,21 @@ lines = [f"Instructions of the mount daemon (callgrind) per 4 KiB O_DIRECT rando
          f"on tmpfs, one pass of {reads} reads, build {commit}.", "",
          "| mount | instructions a read | over the passthrough | of which hashing | engine counters over the pass |",
          "|---|---:|---:|---:|---|", *rows]
+if "stream" in cases:
+    mib = 64
+    for tag in ("pass-stream", "stream"):
+        ir, h = annotate(tag)
+        res[tag] = {"ir": ir, "hashing_ir": h, "fuse_reads": fuse_reads(tag), "counters": deltas(tag)}
+    p, s = res["pass-stream"], res["stream"]
+    d = s["counters"]
+    lines += ["", f"The same daemons' instructions for one cold sequential read of the whole file ({mib} MiB through "
+              "the page cache, `dd bs=1M`; the kernel's readahead asks the daemon for up to 1 MiB a request):", "",
+              "| mount | FUSE reads | instructions a MiB | a FUSE read | over the passthrough, a MiB | engine counters over the pass |",
+              "|---|---:|---:|---:|---:|---|",
+              f"| passthrough (`--no-remote`) | {p['fuse_reads']} | {p['ir'] / mib:,.0f} | {p['ir'] / max(p['fuse_reads'], 1):,.0f} | – | – |",
+              f"| farcache, default routing (the stream kept on the disk) | {s['fuse_reads']} | {s['ir'] / mib:,.0f} | "
+              f"{s['ir'] / max(s['fuse_reads'], 1):,.0f} | +{(s['ir'] - p['ir']) / mib:,.0f} | "
+              f"disk reads {d.get('adaptive_disk', 0)}, fills {d.get('fills', 0)}, probes {d.get('adaptive_probes', 0)} |"]
 text = "\n".join(lines) + "\n"
 print(text)
 open(f"{out}/read-cost.md", "w").write(text)
