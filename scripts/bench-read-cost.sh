@@ -16,11 +16,12 @@
 #         asks the daemon for 1 MiB at a time, and farcache's default routing keeps the
 #         stream on the disk; counted per MiB against a passthrough read the same way (a
 #         mount of its own). What the engine adds to a stream it does not serve.
-# Counted between `callgrind_control -z` and `-d` around one pass of READS reads (after a
-# warm-up pass), with the engine's counters before and after (a pass whose routing moved is
-# seen there). Kernel time (the FUSE device, the copies, TCP) is not counted: that is what
-# the wall-clock benchmarks measure. Writes $OUT/read-cost.{md,json}. Root (tmpfs mount);
-# needs valgrind (scripts/bench-deps.sh installs it). Part of `make bench`, under 30 s.
+# Counted between `callgrind_control -z` and `-d` around one pass of READS reads (the stream
+# case: one cold read of the whole file), after a warm-up pass, with the engine's counters
+# before and after (a pass whose routing moved is seen there). Kernel time (the FUSE device,
+# the copies, TCP) is not counted: that is what the wall-clock benchmarks measure. Writes
+# $OUT/read-cost.{md,json}. Root (tmpfs mount); needs valgrind (scripts/bench-deps.sh
+# installs it). Part of `make bench`, under 30 s.
 #   BIN    the farcache binary (default target/release/farcache)
 #   READS  reads in the measured pass (default 2048)
 #   CASES  default "disk fill stream"
@@ -57,15 +58,18 @@ start_mount() {
   wait_for "$work/mount-$tag.out" "farcache mounted" "$!" 900
 }
 
+# drop_pages TAG: forget the page cache's copy of mnt-TAG/f, so that its next read is cold.
+drop_pages() {
+  dd if="$work/mnt-$1/f" iflag=nocache count=0 2>/dev/null
+}
+
 # measure TAG: callgrind's count of one pass through mnt-TAG — READS random reads, or for the
 # stream mounts (pass-stream, stream) one cold sequential read of the whole file — annotated
 # into $work/TAG.annotate, with the mount's counters around it.
 measure() {
   local tag=$1 f
   "$BIN" stats "$work/mnt-$tag" --json >"$work/$tag-before.json"
-  case $tag in
-    *stream) dd if="$work/mnt-$tag/f" iflag=nocache count=0 2>/dev/null ;;
-  esac
+  case $tag in *stream) drop_pages "$tag" ;; esac
   callgrind_control -z "${pid[$tag]}" >/dev/null 2>&1
   case $tag in
     *stream) dd if="$work/mnt-$tag/f" of=/dev/null bs=1M 2>/dev/null ;;
@@ -102,7 +106,7 @@ for c in $CASES; do
     stream)
       for t in pass-stream stream; do
         for _ in 1 2; do
-          dd if="$work/mnt-$t/f" iflag=nocache count=0 2>/dev/null
+          drop_pages "$t"
           dd if="$work/mnt-$t/f" of=/dev/null bs=1M 2>/dev/null
         done
       done
@@ -116,9 +120,9 @@ for c in $CASES; do
 done
 for tag in "${tags[@]}"; do measure "$tag"; done
 
-python3 - "$work" "$OUT" "$READS" "$CASES" "${LABEL:-$(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo unknown)}" <<'PY'
+python3 - "$work" "$OUT" "$READS" "$CASES" "$(stat -c %s "$work/backing/f")" "${LABEL:-$(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo unknown)}" <<'PY'
 import json, re, sys
-work, out, reads, cases, commit = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].split(), sys.argv[5]
+work, out, reads, cases, file_bytes, commit = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].split(), int(sys.argv[5]), sys.argv[6]
 HASH = re.compile(r"sip\.rs|hash/random\.rs|foldhash|BuildHasher::hash_one|Hash for")
 
 def annotate(tag):
@@ -162,13 +166,13 @@ lines = [f"Instructions of the mount daemon (callgrind) per 4 KiB O_DIRECT rando
          "| mount | instructions a read | over the passthrough | of which hashing | engine counters over the pass |",
          "|---|---:|---:|---:|---|", *rows]
 if "stream" in cases:
-    mib = 64
+    mib = file_bytes / (1 << 20)
     for tag in ("pass-stream", "stream"):
         ir, h = annotate(tag)
         res[tag] = {"ir": ir, "hashing_ir": h, "fuse_reads": fuse_reads(tag), "counters": deltas(tag)}
     p, s = res["pass-stream"], res["stream"]
     d = s["counters"]
-    lines += ["", f"The same daemons' instructions for one cold sequential read of the whole file ({mib} MiB through "
+    lines += ["", f"The same daemons' instructions for one cold sequential read of the whole file ({mib:.0f} MiB through "
               "the page cache, `dd bs=1M`; the kernel's readahead asks the daemon for up to 1 MiB a request):", "",
               "| mount | FUSE reads | instructions a MiB | a FUSE read | over the passthrough, a MiB | engine counters over the pass |",
               "|---|---:|---:|---:|---:|---|",
