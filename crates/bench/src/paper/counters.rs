@@ -97,10 +97,21 @@ pub fn process_cpu_ms(pid: u32) -> f64 {
         / ticks_per_sec()
 }
 
-/// CPU time of each live thread of a process, by thread id: its name (`comm`, with digits
-/// dropped so that numbered workers — io_uring's `iou-wrk-123`, a pool's `worker-7` — fall
-/// into one group) and its user + system time in milliseconds. Empty for a process that is gone.
-pub fn thread_cpu_ms(pid: u32) -> std::collections::HashMap<u32, (String, f64)> {
+/// One thread's counters from /proc: its name (`comm`, with digits dropped so that numbered
+/// workers — io_uring's `iou-wrk-123`, a pool's `worker-7` — fall into one group), its user and
+/// system time in milliseconds and its context switches (voluntary + involuntary: how often
+/// it slept or was preempted, the cost a thread hop adds that no instruction count shows).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ThreadStat {
+    pub name: String,
+    pub user_ms: f64,
+    pub sys_ms: f64,
+    pub switches: u64,
+}
+
+/// [`ThreadStat`] of each live thread of a process, by thread id. Empty for a process that is
+/// gone.
+pub fn thread_stats(pid: u32) -> std::collections::HashMap<u32, ThreadStat> {
     let mut out = std::collections::HashMap::new();
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return out };
     for e in dir.flatten() {
@@ -108,11 +119,42 @@ pub fn thread_cpu_ms(pid: u32) -> std::collections::HashMap<u32, (String, f64)> 
         let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else { continue };
         let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
         let name: String = stat[open + 1..close].chars().filter(|c| !c.is_ascii_digit()).collect();
-        if let Some(t) = stat_cpu_ticks(&stat) {
-            out.insert(tid, (name, t as f64 * 1000.0 / ticks_per_sec()));
-        }
+        let Some((user, sys)) = stat_cpu_split(&stat) else { continue };
+        let switches = std::fs::read_to_string(e.path().join("status")).map(|s| status_switches(&s)).unwrap_or(0);
+        let ms = |t: u64| t as f64 * 1000.0 / ticks_per_sec();
+        out.insert(tid, ThreadStat { name, user_ms: ms(user), sys_ms: ms(sys), switches });
     }
     out
+}
+
+/// CPU time of each live thread of a process, by thread id: its [`ThreadStat`] name and its
+/// user + system time in milliseconds. Empty for a process that is gone.
+pub fn thread_cpu_ms(pid: u32) -> std::collections::HashMap<u32, (String, f64)> {
+    thread_stats(pid).into_iter().map(|(tid, t)| (tid, (t.name, t.user_ms + t.sys_ms))).collect()
+}
+
+/// The context switches each thread group made between two [`thread_stats`] samples of one
+/// process (a thread born in between counts all of its own; ended threads' are lost).
+pub fn switch_groups_since(
+    before: &std::collections::HashMap<u32, ThreadStat>,
+    after: &std::collections::HashMap<u32, ThreadStat>,
+) -> std::collections::BTreeMap<String, u64> {
+    let mut groups = std::collections::BTreeMap::<String, u64>::new();
+    for (tid, t) in after {
+        let earlier = before.get(tid).map(|b| b.switches).unwrap_or(0);
+        *groups.entry(t.name.clone()).or_default() += t.switches.saturating_sub(earlier);
+    }
+    groups.retain(|_, v| *v > 0);
+    groups
+}
+
+/// voluntary_ctxt_switches + nonvoluntary_ctxt_switches of a /proc/PID/task/TID/status text.
+fn status_switches(status: &str) -> u64 {
+    status
+        .lines()
+        .filter(|l| l.starts_with("voluntary_ctxt_switches:") || l.starts_with("nonvoluntary_ctxt_switches:"))
+        .filter_map(|l| l.split(':').nth(1)?.trim().parse::<u64>().ok())
+        .sum()
 }
 
 /// The CPU each thread group spent between two [`thread_cpu_ms`] samples of one process whose
@@ -137,12 +179,25 @@ pub fn thread_groups_since(
     groups
 }
 
-/// utime + stime of a /proc/PID/stat line: fields 14 and 15, counted after the command name's
-/// closing parenthesis (the name itself may hold spaces and parentheses).
+/// utime + stime of a /proc/PID/stat line (see [`stat_cpu_split`]).
 fn stat_cpu_ticks(stat: &str) -> Option<u64> {
+    stat_cpu_split(stat).map(|(u, s)| u + s)
+}
+
+/// (utime, stime) of a /proc/PID/stat line, in clock ticks: fields 14 and 15, counted after
+/// the command name's closing parenthesis (the name itself may hold spaces and parentheses).
+fn stat_cpu_split(stat: &str) -> Option<(u64, u64)> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    Some((f.get(11)?.parse::<u64>().ok()?, f.get(12)?.parse::<u64>().ok()?))
+}
+
+/// System (kernel) time of a process, all its threads, in milliseconds; 0 when it is gone.
+pub fn process_sys_ms(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| stat_cpu_split(&s)).map_or(0, |(_, s)| s)
+        as f64
+        * 1000.0
+        / ticks_per_sec()
 }
 
 /// The machine's busy time: user, nice, system, irq and softirq of /proc/stat's `cpu` line.
@@ -162,6 +217,7 @@ mod tests {
     fn stat_lines_with_odd_names_parse() {
         let line = "4242 (farcache (mount) x) S 1 2 3 4 5 6 7 8 9 10 150 25 0 0 20 0 33 0 100";
         assert_eq!(stat_cpu_ticks(line), Some(175));
+        assert_eq!(stat_cpu_split(line), Some((150, 25)));
         assert_eq!(stat_cpu_ticks("garbage"), None);
     }
 
@@ -179,6 +235,25 @@ mod tests {
         assert!(!mine.is_empty());
         assert!(mine.values().all(|(n, _)| !n.chars().any(|c| c.is_ascii_digit())));
         assert!(thread_cpu_ms(u32::MAX).is_empty());
+    }
+
+    #[test]
+    fn switches_parse_and_group_by_thread() {
+        let status = "Name:\tx\nvoluntary_ctxt_switches:\t120\nnonvoluntary_ctxt_switches:\t7\n";
+        assert_eq!(status_switches(status), 127);
+        assert_eq!(status_switches("Name: x\n"), 0);
+        let t = |n: &str, sw: u64| ThreadStat { name: n.into(), switches: sw, ..ThreadStat::default() };
+        let before: std::collections::HashMap<u32, ThreadStat> = [(1, t("fuse", 10)), (2, t("fuse", 5))].into();
+        let after = [(1, t("fuse", 15)), (2, t("fuse", 5)), (3, t("tokio", 4))].into();
+        let g = switch_groups_since(&before, &after);
+        assert_eq!(g.get("fuse"), Some(&5));
+        assert_eq!(g.get("tokio"), Some(&4));
+        assert_eq!(g.len(), 2);
+        // This thread has slept at least once by the time it reads its own counters.
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let mine = thread_stats(std::process::id());
+        assert!(mine.values().map(|t| t.switches).sum::<u64>() > 0, "{mine:?}");
+        assert!(process_sys_ms(u32::MAX) == 0.0);
     }
 
     #[test]

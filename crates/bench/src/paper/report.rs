@@ -41,6 +41,16 @@ pub struct PassRecord {
     /// or in records older than session 54).
     #[serde(default)]
     pub daemon_cpu_ms: Option<f64>,
+    /// … of which system (kernel) time (None in records older than session 57).
+    #[serde(default)]
+    pub daemon_sys_ms: Option<f64>,
+    /// … by thread group ([`super::counters::thread_groups_since`]), ms.
+    #[serde(default)]
+    pub daemon_threads_ms: std::collections::BTreeMap<String, f64>,
+    /// The daemon's context switches during the pass, by thread group (voluntary +
+    /// involuntary; [`super::counters::switch_groups_since`]).
+    #[serde(default)]
+    pub daemon_switches: std::collections::BTreeMap<String, u64>,
 }
 
 impl PassRecord {
@@ -77,6 +87,24 @@ impl PassRecord {
         }
         if let Some(ms) = self.daemon_cpu_ms {
             let _ = write!(s, ", daemon CPU {ms:.0} ms");
+            if let Some(sys) = self.daemon_sys_ms {
+                let _ = write!(s, " ({sys:.0} system)");
+            }
+            // Each thread group that did anything: its CPU and its context switches.
+            let mut names: Vec<&String> = self.daemon_threads_ms.keys().chain(self.daemon_switches.keys()).collect();
+            names.sort();
+            names.dedup();
+            let parts: Vec<String> = names
+                .iter()
+                .map(|n| {
+                    let ms = self.daemon_threads_ms.get(*n).copied().unwrap_or(0.0);
+                    let sw = self.daemon_switches.get(*n).copied().unwrap_or(0);
+                    format!("{n} {ms:.0} ms/{sw} switches")
+                })
+                .collect();
+            if !parts.is_empty() {
+                let _ = write!(s, " [{}]", parts.join(", "));
+            }
         }
         if self.outcome.mismatches > 0 {
             let _ = write!(s, ", {} WRONG BLOCKS", self.outcome.mismatches);

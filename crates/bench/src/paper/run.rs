@@ -12,7 +12,10 @@ use crate::progress::{Progress, Unit};
 
 use super::cgroup::Cgroup;
 use super::child::Child;
-use super::counters::{lender_totals, process_cpu_ms, LenderTotals};
+use super::counters::{
+    lender_totals, process_cpu_ms, process_sys_ms, switch_groups_since, thread_groups_since, thread_stats,
+    LenderTotals, ThreadStat,
+};
 use super::mount::{MountCounters, MountDaemon};
 use super::report::{PaperReport, PassRecord, ProbeRecord, RunRecord, Transfers};
 use super::testbed::{DiskStat, Lenders, Testbed, TestbedSpec};
@@ -29,6 +32,11 @@ pub(super) struct Snapshot {
     pub(super) mount: Option<MountCounters>,
     /// The mount daemon's CPU time so far (user + system, ms), when there is one.
     pub(super) daemon_cpu_ms: Option<f64>,
+    /// … of which system (kernel) time.
+    pub(super) daemon_sys_ms: Option<f64>,
+    /// Its threads' own counters, to split a pass's CPU and context switches by thread.
+    #[serde(skip)]
+    pub(super) daemon_threads: std::collections::HashMap<u32, ThreadStat>,
 }
 
 /// Lender namespaces the testbed needs: `o.lenders` if any configuration borrows lenders'
@@ -261,11 +269,15 @@ pub(super) fn snapshot(
 ) -> Result<Snapshot> {
     // The CPU first: the stats command below is the daemon's work too, and not the pass's.
     let daemon_cpu_ms = mount.as_ref().map(|m| process_cpu_ms(m.pid()));
+    let daemon_sys_ms = mount.as_ref().map(|m| process_sys_ms(m.pid()));
+    let daemon_threads = mount.as_ref().map(|m| thread_stats(m.pid())).unwrap_or_default();
     Ok(Snapshot {
         disk: tb.disk_stat(),
         lenders: if lenders.is_empty() { LenderTotals::default() } else { lender_totals(lenders)? },
         mount: mount.and_then(|m| m.stats_now()).map(|(c, _)| c),
         daemon_cpu_ms,
+        daemon_sys_ms,
+        daemon_threads,
     })
 }
 
@@ -484,6 +496,11 @@ pub(super) fn oom_kills(mem: &Cgroup) -> Option<u64> {
         .and_then(|t| t.lines().find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok()))
 }
 
+/// A [`thread_stats`] sample as [`thread_groups_since`] takes it: name and user + system ms.
+fn cpu_of(t: &std::collections::HashMap<u32, ThreadStat>) -> std::collections::HashMap<u32, (String, f64)> {
+    t.iter().map(|(&tid, t)| (tid, (t.name.clone(), t.user_ms + t.sys_ms))).collect()
+}
+
 fn pass_record(
     pass: u32,
     exp: Experiment,
@@ -503,6 +520,13 @@ fn pass_record(
         memory_cache_bytes: mem.memory_stat("total_cache"),
         mount: now.mount.clone(),
         daemon_cpu_ms: now.daemon_cpu_ms.zip(prev.daemon_cpu_ms).map(|(b, a)| (b - a).max(0.0)),
+        daemon_sys_ms: now.daemon_sys_ms.zip(prev.daemon_sys_ms).map(|(b, a)| (b - a).max(0.0)),
+        daemon_threads_ms: thread_groups_since(
+            &cpu_of(&prev.daemon_threads),
+            &cpu_of(&now.daemon_threads),
+            now.daemon_cpu_ms.zip(prev.daemon_cpu_ms).map_or(0.0, |(b, a)| b - a),
+        ),
+        daemon_switches: switch_groups_since(&prev.daemon_threads, &now.daemon_threads),
         outcome: out,
         ..PassRecord::default()
     };
