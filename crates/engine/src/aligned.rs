@@ -78,6 +78,12 @@ fn class_of(capacity: usize, align: usize) -> Option<usize> {
     size_class(capacity)
 }
 
+/// Whether chunks of `class` are huge pages: those of disk reads' buffers ([`READ_POOL_MIN`]
+/// and up), not those of small copies (see [`map_chunk`]).
+const fn huge_class(class: usize) -> bool {
+    class_bytes(class) >= READ_POOL_MIN
+}
+
 /// The size class holding `bytes` (> 0), if the pool has one that large.
 fn size_class(bytes: usize) -> Option<usize> {
     if bytes > class_bytes(POOL_CLASSES - 1) {
@@ -117,9 +123,13 @@ fn chunk_of(p: NonNull<u8>) -> usize {
     p.as_ptr() as usize & !(CHUNK - 1)
 }
 
-/// A new chunk: `CHUNK` bytes aligned to `CHUNK`, advised to be one huge page. Its pages
-/// become resident as reads fill them.
-fn map_chunk() -> usize {
+/// A new chunk: `CHUNK` bytes aligned to `CHUNK`. Its pages become resident as buffers are
+/// filled. `huge`: advised to be one huge page (a chunk for disk reads' buffers, see
+/// [`CHUNK`]); otherwise advised never to be one: a chunk of small buffers (a fill's 4 KiB
+/// copy) gains nothing from contiguity, and as a huge page its first copy would make all
+/// 2 MiB resident — memory charged to the application's cgroup, taken from its page cache
+/// (a mount filling a few blocks held 2 MiB more than the passthrough for each such chunk).
+fn map_chunk(huge: bool) -> usize {
     // Twice the size, so that an aligned chunk lies inside; the ends are unmapped.
     let len = 2 * CHUNK;
     // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
@@ -147,7 +157,8 @@ fn map_chunk() -> usize {
         if start + len > chunk + CHUNK {
             libc::munmap((chunk + CHUNK) as *mut libc::c_void, start + len - chunk - CHUNK);
         }
-        libc::madvise(chunk as *mut libc::c_void, CHUNK, libc::MADV_HUGEPAGE);
+        let advice = if huge { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };
+        libc::madvise(chunk as *mut libc::c_void, CHUNK, advice);
     }
     chunk
 }
@@ -258,7 +269,7 @@ impl Pool {
                 return p;
             }
         }
-        let chunk = map_chunk();
+        let chunk = map_chunk(huge_class(class));
         self.stats.mapped.fetch_add(1, Relaxed);
         let n = per_chunk(class);
         let buf = |i: usize| NonNull::new((chunk + i * bytes) as *mut u8).expect("mmap returned null");
@@ -540,6 +551,18 @@ mod tests {
             }
         }
         None
+    }
+
+    #[test]
+    fn small_copies_stay_in_small_pages() {
+        // A fill's 4 KiB copy: its chunk is never a huge page, whatever the THP mode, so one
+        // copy makes one page resident, not 2 MiB.
+        let p = pool(4 << 20);
+        let b = copy_in(p, &[5; 4096]);
+        let addr = b.as_ptr() as usize;
+        assert_eq!(addr % CHUNK, 0, "the first buffer of a new chunk");
+        assert_eq!(thp_eligible(addr), Some(false), "a 4 KiB copy's chunk must not be a huge page");
+        assert!(!huge_class(size_class(32 << 10).unwrap()) && huge_class(class_of(64 << 10, 4096).unwrap()));
     }
 
     #[test]
