@@ -98,6 +98,26 @@ pub fn rss_bytes(pid: u32) -> Result<u64> {
     parse_vmrss(&text).ok_or_else(|| BenchError::Setup(format!("no VmRSS line in {path}")))
 }
 
+/// The anonymous memory process `pid` holds, in bytes: /proc/PID/smaps_rollup's `Anonymous`
+/// less `LazyFree` (pages the allocator has given back with `MADV_FREE`, which stay resident
+/// and in VmRSS until the kernel needs them, and which it takes without asking). What the
+/// process itself keeps charged to its memory cgroup, beyond the file pages it shares.
+pub fn anon_held_bytes(pid: u32) -> Result<u64> {
+    let path = format!("/proc/{pid}/smaps_rollup");
+    let text = std::fs::read_to_string(&path).ctx(|| format!("read {path}"))?;
+    parse_anon_held(&text).ok_or_else(|| BenchError::Setup(format!("no Anonymous line in {path}")))
+}
+
+fn parse_anon_held(rollup: &str) -> Option<u64> {
+    let kib = |key: &str| -> Option<u64> {
+        let line = rollup.lines().find(|l| l.starts_with(key))?;
+        let mut parts = line[key.len()..].split_whitespace();
+        let n: u64 = parts.next()?.parse().ok()?;
+        (parts.next() == Some("kB")).then_some(n * 1024)
+    };
+    Some(kib("Anonymous:")?.saturating_sub(kib("LazyFree:").unwrap_or(0)))
+}
+
 fn parse_vmrss(status: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let mut parts = line["VmRSS:".len()..].split_whitespace();
@@ -308,6 +328,19 @@ mod tests {
         assert_eq!(parse_vmrss(status), Some(2048 * 1024));
         assert_eq!(parse_vmrss("Name: x\n"), None);
         assert!(rss_bytes(std::process::id()).unwrap() > 0);
+    }
+
+    #[test]
+    fn anonymous_memory_held_leaves_out_lazily_freed_pages() {
+        let rollup = "Rss:  9000 kB\nAnonymous:   5000 kB\nLazyFree:   3000 kB\nAnonHugePages: 0 kB\n";
+        assert_eq!(parse_anon_held(rollup), Some(2000 * 1024));
+        assert_eq!(parse_anon_held("Anonymous:   5000 kB\n"), Some(5000 * 1024), "no LazyFree line: none");
+        assert_eq!(parse_anon_held("Rss: 1 kB\n"), None);
+        // This process has touched heap memory of its own by now.
+        let v = vec![1u8; 1 << 20];
+        assert!(anon_held_bytes(std::process::id()).unwrap() > 0);
+        drop(std::hint::black_box(v));
+        assert!(anon_held_bytes(u32::MAX).is_err());
     }
 
     #[test]

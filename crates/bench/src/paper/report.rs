@@ -147,6 +147,9 @@ pub struct RunRecord {
     /// The mount's whole stats document at the end, when `farcache stats MNT --json` works.
     pub mount_stats: Option<serde_json::Value>,
     pub daemon_rss_bytes: Option<u64>,
+    /// The daemon's anonymous memory then, less lazily freed pages (None before session 57).
+    #[serde(default)]
+    pub daemon_anon_bytes: Option<u64>,
     /// Pages of the test file in the page cache before the 1st pass (must be 0: cold).
     #[serde(default)]
     pub cached_pages_at_start: Option<u64>,
@@ -171,6 +174,7 @@ impl RunRecord {
             mount: None,
             mount_stats: None,
             daemon_rss_bytes: None,
+            daemon_anon_bytes: None,
             cached_pages_at_start: None,
             memory_max_usage_bytes: None,
             oom_kills: None,
@@ -1464,20 +1468,28 @@ fn render_memory(s: &mut String, r: &PaperReport) {
     let _ = writeln!(
         s,
         "## The client's memory: the mount daemon's RSS after the run, and the memory cgroup's peak\n\n\
-         | experiment | size | daemon RSS passthrough | daemon RSS farcache | cgroup peak native | passthrough | \
-         farcache |\n|---|---|---:|---:|---:|---:|---:|"
+         RSS counts pages the daemon's allocator has freed lazily (`MADV_FREE`), which the kernel takes \
+         back when the cgroup needs them; \"held\" is its anonymous memory without them, what it keeps \
+         charged to the client's cgroup beyond shared file pages.\n\n\
+         | experiment | size | daemon RSS / held, passthrough | daemon RSS / held, farcache | cgroup peak native | \
+         passthrough | farcache |\n|---|---|---:|---:|---:|---:|---:|"
     );
     let mib = |x: Option<u64>| x.map_or("–".into(), |b| format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64));
+    let both = |rss: Option<u64>, held: Option<u64>| match held {
+        Some(_) => format!("{} / {}", mib(rss), mib(held)),
+        None => mib(rss),
+    };
     for &exp in o.experiments.iter().filter(|e| e.per_size()) {
         for &size in &o.sizes_bytes {
             let g = |c| r.get(exp, size, c);
+            let daemon = |c| g(c).map_or("–".into(), |x: &RunRecord| both(x.daemon_rss_bytes, x.daemon_anon_bytes));
             let _ = writeln!(
                 s,
                 "| {} | {} | {} | {} | {} | {} | {} |",
                 exp.name(),
                 human(size),
-                mib(g(ConfigKind::Passthrough).and_then(|x| x.daemon_rss_bytes)),
-                mib(g(ConfigKind::Farcache).and_then(|x| x.daemon_rss_bytes)),
+                daemon(ConfigKind::Passthrough),
+                daemon(ConfigKind::Farcache),
                 mib(g(ConfigKind::Native).and_then(|x| x.memory_max_usage_bytes)),
                 mib(g(ConfigKind::Passthrough).and_then(|x| x.memory_max_usage_bytes)),
                 mib(g(ConfigKind::Farcache).and_then(|x| x.memory_max_usage_bytes)),
@@ -1486,11 +1498,12 @@ fn render_memory(s: &mut String, r: &PaperReport) {
     }
     if o.experiments.contains(&Experiment::Tpch) {
         let g = |c| r.tpch.iter().find(|x| x.config == Some(c));
+        let daemon = |c| g(c).map_or("–".into(), |x| both(x.daemon_rss_bytes, x.daemon_anon_bytes));
         let _ = writeln!(
             s,
             "| tpch | all tests | {} | {} | {} | {} | {} |",
-            mib(g(ConfigKind::Passthrough).and_then(|x| x.daemon_rss_bytes)),
-            mib(g(ConfigKind::Farcache).and_then(|x| x.daemon_rss_bytes)),
+            daemon(ConfigKind::Passthrough),
+            daemon(ConfigKind::Farcache),
             mib(g(ConfigKind::Native).and_then(|x| x.memory_max_usage_bytes)),
             mib(g(ConfigKind::Passthrough).and_then(|x| x.memory_max_usage_bytes)),
             mib(g(ConfigKind::Farcache).and_then(|x| x.memory_max_usage_bytes)),

@@ -394,8 +394,8 @@ fn run_one(
     w.wait_exit(Duration::from_secs(10));
     drop(w);
     let t = tear_down(&mem, mount, lenders.as_mut());
-    (rec.memory_max_usage_bytes, rec.oom_kills, rec.daemon_rss_bytes) =
-        (t.memory_max_usage_bytes, t.oom_kills, t.daemon_rss_bytes);
+    (rec.memory_max_usage_bytes, rec.oom_kills, rec.daemon_rss_bytes, rec.daemon_anon_bytes) =
+        (t.memory_max_usage_bytes, t.oom_kills, t.daemon_rss_bytes, t.daemon_anon_bytes);
     rec.mount = rec.mount.or(t.mount_at_exit);
     rec.secs_total = t0.elapsed().as_secs_f64();
     Ok(rec)
@@ -468,6 +468,8 @@ pub(super) struct Teardown {
     pub oom_kills: Option<u64>,
     /// The mount daemon's resident memory just before it stopped, and its counters at exit.
     pub daemon_rss_bytes: Option<u64>,
+    /// … and the anonymous memory it held then ([`crate::proc::anon_held_bytes`]).
+    pub daemon_anon_bytes: Option<u64>,
     pub mount_at_exit: Option<MountCounters>,
 }
 
@@ -478,10 +480,12 @@ pub(super) fn tear_down(mem: &Cgroup, mount: Option<MountDaemon>, lenders: Optio
         memory_max_usage_bytes: mem.read_u64("memory.max_usage_in_bytes"),
         oom_kills: oom_kills(mem),
         daemon_rss_bytes: None,
+        daemon_anon_bytes: None,
         mount_at_exit: None,
     };
     if let Some(mut m) = mount {
         t.daemon_rss_bytes = crate::proc::rss_bytes(m.pid()).ok();
+        t.daemon_anon_bytes = crate::proc::anon_held_bytes(m.pid()).ok();
         t.mount_at_exit = m.stop();
     }
     if let Some(l) = lenders {

@@ -229,6 +229,9 @@ pub struct TpchRecord {
     pub memory_max_usage_bytes: Option<u64>,
     pub oom_kills: Option<u64>,
     pub daemon_rss_bytes: Option<u64>,
+    /// The daemon's anonymous memory then, less lazily freed pages (None before session 57).
+    #[serde(default)]
+    pub daemon_anon_bytes: Option<u64>,
     /// The mount's counters at the end.
     pub mount: Option<MountCounters>,
     pub secs_total: f64,
@@ -473,8 +476,8 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, setup: &TpchSetup, cfg: Co
         rec.error = Some(msg);
     }
     let t = runner::tear_down(&mem, mount, lenders.as_mut());
-    (rec.memory_max_usage_bytes, rec.oom_kills, rec.daemon_rss_bytes) =
-        (t.memory_max_usage_bytes, t.oom_kills, t.daemon_rss_bytes);
+    (rec.memory_max_usage_bytes, rec.oom_kills, rec.daemon_rss_bytes, rec.daemon_anon_bytes) =
+        (t.memory_max_usage_bytes, t.oom_kills, t.daemon_rss_bytes, t.daemon_anon_bytes);
     rec.mount = rec.mount.or(t.mount_at_exit);
     rec.secs_total = t0.elapsed().as_secs_f64();
     Ok(rec)
