@@ -223,6 +223,16 @@ pub const SEED_EVERY: u64 = 64;
 /// lender traffic, and cost 5–10% of the CPU per transaction for nothing (measured: pgbench
 /// select-only at one client).
 pub const QUIET_MAX_LEVEL: u64 = 6;
+/// Lender probes in a row that would not leave the disk clearly faster it takes to end the
+/// back-off ([`QUIET_MAX_LEVEL`]); a window of the disk's reads that does not find it clearly
+/// faster ends it alone. On a disk about as fast as a lender hit (the raw disk: window means
+/// of 56–67 µs, hits of 76–199 µs on average), one probe in a few came in under the disk's
+/// mean on a busy two-CPU machine, and when one probe sufficed, probes ended the back-off 10
+/// to 25 times in a pass pair against 0 or 1 for the windows: the lenders were probed every
+/// 20–80 ms and seeded with one disk read in 64–256, 6,000–40,000 blocks filled in a run for
+/// reads none of them served (session 57, `backoff_ends` in the mount's stats). A lender
+/// that really became faster shows it probe after probe: two cost one more probe interval.
+pub const QUIET_END_PROBES: u64 = 2;
 /// The weight of each random read in [`Measured::held`], the moving share of random reads
 /// whose blocks the lenders hold (sampled, see [`HELD_SAMPLE_EVERY`]).
 pub const HELD_WEIGHT: f64 = 0.02;
@@ -404,6 +414,11 @@ pub struct AdaptiveEstimates {
     /// [`QUIET_MAX_LEVEL`]): the disk has every random read and keeps finding itself faster.
     #[serde(default)]
     pub probe_backoff: u64,
+    /// Times a back-off in force was ended: by a window of the disk's reads that did not
+    /// find it clearly faster (the disk got busy), and by a probe of the lenders that would
+    /// not leave it clearly faster (the lenders may win now).
+    #[serde(default)]
+    pub backoff_ends: [u64; 2],
     /// Doublings of the wait between stream probes and of the stream seeds' spacing now (0
     /// to [`STREAM_QUIET_MAX_LEVEL`]): streams are on the disk and it keeps finding itself
     /// clearly faster than the lenders' stream probes.
@@ -620,6 +635,12 @@ pub(crate) struct Measured {
     /// How many times the lenders' random probes and seeds are backed off (doublings, at
     /// most [`QUIET_MAX_LEVEL`]; see the constant).
     quiet: AtomicU64,
+    /// Times a back-off in force was ended, by a window of the disk's reads and by a probe
+    /// of the lenders (see [`AdaptiveEstimates::backoff_ends`]).
+    quiet_ends: [AtomicU64; 2],
+    /// Lender probes in a row, while the disk has every random read, that would not leave it
+    /// clearly faster (see [`QUIET_END_PROBES`]).
+    probe_doubts: AtomicU64,
     /// Blocks filled, and blocks the lenders held that writes retired, in the survival
     /// window opened at `survival_start_us` (see [`Measured::fill_cost_factor`]).
     fills_window: AtomicU64,
@@ -853,6 +874,8 @@ impl RouterState {
                 seed_acc: AtomicU64::new(0),
                 widen_acc: AtomicU64::new(0),
                 quiet: AtomicU64::new(0),
+                quiet_ends: [AtomicU64::new(0), AtomicU64::new(0)],
+                probe_doubts: AtomicU64::new(0),
                 fills_window: AtomicU64::new(0),
                 retired_window: AtomicU64::new(0),
                 survival_start_us: AtomicU64::new(0),
@@ -1195,9 +1218,12 @@ impl RouterState {
                     // The back-off: one more doubling for a window that found the disk clearly
                     // faster while it has every read, none left for any other.
                     let clear = clearly_faster(disk_us, remote_us) && m.disk_share.load(Ordering::Relaxed) == SHARE_ONE;
-                    let _ = m.quiet.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| {
+                    let was = m.quiet.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| {
                         Some(if clear { (q + 1).min(QUIET_MAX_LEVEL) } else { 0 })
                     });
+                    if !clear && was.is_ok_and(|q| q > 0) {
+                        m.quiet_ends[0].fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
             m.disk_samples.fetch_add(1, Ordering::Relaxed);
@@ -1285,16 +1311,24 @@ impl RouterState {
                 let probing = m.disk_share.load(Ordering::Relaxed) == SHARE_ONE;
                 let weight = if probing { PROBE_HIT_WEIGHT } else { REMOTE_HIT_WEIGHT };
                 ewma(&m.remote_hit_us, us, weight);
-                // A probe that would not leave the disk clearly faster (the windows' own test,
-                // see `disk_observed`) ends the back-off: the lenders may win now (a failure
-                // had raised the estimate, or the disk got busy), so the next probes come
-                // soon. One that is merely faster than the estimate does not: on a CPU-bound
-                // machine probes take 0.6 to 12 ms by turns (measured: pgbench select-only at
-                // 16 clients on the raw disk, whose reads took 0.35 ms), and ending the
-                // back-off at each fast one kept it at 0 to 2 doublings, so the lenders got
-                // 13 probes and 500 seeded blocks a second for reads none of them served.
-                if probing && !clearly_faster(mean * DISK_WEIGHT, us * m.fill_cost_factor()) {
-                    m.quiet.store(0, Ordering::Relaxed);
+                // [`QUIET_END_PROBES`] probes in a row that would not leave the disk clearly
+                // faster (the windows' own test, see `disk_observed`) end the back-off: the
+                // lenders may win now (a failure had raised the estimate, or the disk got
+                // busy), so the next probes come soon. One that is merely faster than the
+                // estimate does not: on a CPU-bound machine probes take 0.6 to 12 ms by turns
+                // (measured: pgbench select-only at 16 clients on the raw disk, whose reads
+                // took 0.35 ms), and ending the back-off at each fast one kept it at 0 to 2
+                // doublings, so the lenders got 13 probes and 500 seeded blocks a second for
+                // reads none of them served.
+                if probing {
+                    if clearly_faster(mean * DISK_WEIGHT, us * m.fill_cost_factor()) {
+                        m.probe_doubts.store(0, Ordering::Relaxed);
+                    } else if m.probe_doubts.fetch_add(1, Ordering::Relaxed) + 1 >= QUIET_END_PROBES {
+                        m.probe_doubts.store(0, Ordering::Relaxed);
+                        if m.quiet.swap(0, Ordering::Relaxed) > 0 {
+                            m.quiet_ends[1].fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
                 }
             }
             // The disk's last window mean where there is one (a rate-limited disk's typical
@@ -1371,6 +1405,7 @@ impl RouterState {
             disk_share: m.disk_share.load(Ordering::Relaxed) as f64 / SHARE_ONE as f64,
             disk_probes: m.disk_probes.load(Ordering::Relaxed),
             probe_backoff: m.quiet.load(Ordering::Relaxed),
+            backoff_ends: [m.quiet_ends[0].load(Ordering::Relaxed), m.quiet_ends[1].load(Ordering::Relaxed)],
             stream_probe_backoff: m.stream_quiet.load(Ordering::Relaxed),
             disk_window_mean_us: f64::from_bits(m.disk_mean_us.load(Ordering::Relaxed)),
             remote_hit_us: f64::from_bits(m.remote_hit_us.load(Ordering::Relaxed)),
@@ -1542,6 +1577,7 @@ mod tests {
         disk_window(&r, 400);
         let e = r.estimates().unwrap();
         assert_eq!(e.probe_backoff, 0);
+        assert_eq!(e.backoff_ends, [1, 0], "ended by a window");
         assert!(e.disk_share < 1.0, "{e:?}");
         // A disk faster, but not clearly (300 µs: within the margin of 350), keeps every read
         // without backing off: the lenders are probed once per REMOTE_PROBE_INTERVAL and
@@ -1579,10 +1615,21 @@ mod tests {
         }
         let (probes, seeds, reads) = probe_for(&r, REMOTE_PROBE_INTERVAL * 8);
         assert!(probes <= 1 && seeds <= reads / (SEED_EVERY << QUIET_MAX_LEVEL) + 1, "{probes} probes, {seeds} seeds");
-        // One that would not leave the disk clearly faster (the lenders at 300 µs) ends it
-        // at once: they may win now.
+        // One that would not leave the disk clearly faster (the lenders at 300 µs) is taken
+        // for a lone fast probe, as one on a busy machine often is; the next one decides: a
+        // slow one keeps the back-off, and starts the count again.
         r.remote_fetch(4096, Duration::from_micros(300));
+        assert_eq!(backoff(&r), QUIET_MAX_LEVEL);
+        r.remote_fetch(4096, Duration::from_micros(5_000));
+        r.remote_fetch(4096, Duration::from_micros(300));
+        assert_eq!(backoff(&r), QUIET_MAX_LEVEL, "fast probes with a slow one between them are not in a row");
+        assert_eq!(r.estimates().unwrap().backoff_ends, [0, 0]);
+        // QUIET_END_PROBES of them in a row end it: the lenders may win now.
+        for _ in 1..QUIET_END_PROBES {
+            r.remote_fetch(4096, Duration::from_micros(300));
+        }
         assert_eq!(backoff(&r), 0);
+        assert_eq!(r.estimates().unwrap().backoff_ends, [0, 1], "ended by a probe");
     }
 
     #[test]

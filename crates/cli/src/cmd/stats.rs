@@ -201,7 +201,7 @@ fn render_mount(s: &MountStats) -> String {
         "threshold" => format!("threshold: reads of {} or more go to the disk", ByteSize(c.routing.threshold_bytes)),
         "adaptive" => match &c.routing.adaptive {
             Some(a) => format!(
-                "adaptive: {} to lenders, {} to the disk, {} probes (backed off {}x, streams' {}x), {} switches; \
+                "adaptive: {} to lenders, {} to the disk, {} probes (backed off {}x, ended by {} disk windows and {} probes; streams' {}x), {} switches; \
                  disk share {:.0}%, a disk read {:.1}x a lender's (fills above {FILL_MARGIN}x), \
                  {:.0}% of fills not retired by writes, lenders hold {:.0}% of random reads (a miss {:.0}us); \
                  disk {:.0}us + {:.0} MB/s ({} samples), lenders {:.0}us + {:.0} MB/s ({} samples); \
@@ -210,6 +210,8 @@ fn render_mount(s: &MountStats) -> String {
                 e.adaptive_disk,
                 e.adaptive_probes,
                 1u64 << a.probe_backoff,
+                a.backoff_ends[0],
+                a.backoff_ends[1],
                 1u64 << a.stream_probe_backoff,
                 a.switches,
                 a.disk_share * 100.0,
