@@ -285,18 +285,8 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
         }
         // Less than one frame is buffered, and that frame is within the limit.
         let frame_bytes = check_len_prefix(buf, max_frame_bytes).map_err(protocol)?.unwrap_or(HEADER_BYTES);
-        let rest = frame_bytes - buf.len();
         let room = max_frame_bytes as usize - buf.len();
-        let spare = buf.capacity() - buf.len();
-        // A read asks for a chunk at least, so that small frames come several to a read. But
-        // a frame larger than a chunk whose rest fits in the buffer already reads into the
-        // room left and no further: growing the buffer there (the last reads of a frame ask
-        // for a whole chunk) copied all of the frame received so far — a second copy of every
-        // byte of a multi-block fetch (BENCHMARKS.md, "Session 56"; reserving a chunk past
-        // the frame instead, which changes the buffers' sizes, measured worse there).
-        let in_place = buf.len() >= READ_CHUNK_BYTES && spare >= rest;
-        let chunk = if in_place { READ_CHUNK_BYTES.min(spare) } else { READ_CHUNK_BYTES };
-        let want = rest.max(chunk).min(room);
+        let want = (frame_bytes - buf.len()).max(READ_CHUNK_BYTES).min(room);
         debug_assert!(want > 0);
         buf.reserve(want);
         let n = (&mut *rd).take(want as u64).read_buf(buf).await.map_err(ClientError::Io)?;
@@ -467,67 +457,6 @@ mod tests {
         let err = read_frame(&mut rd, &mut buf, 64).await.unwrap_err();
         assert!(matches!(&err, ClientError::Protocol(m) if m.contains("exceeds")), "{err:?}");
         assert!(buf.len() <= 64);
-    }
-
-    /// Hands out `data` at most `piece` bytes a read, noting where in memory each read
-    /// wrote.
-    struct PieceReader {
-        data: Vec<u8>,
-        at: usize,
-        piece: usize,
-        writes: Vec<(usize, usize)>,
-    }
-
-    impl AsyncRead for PieceReader {
-        fn poll_read(
-            mut self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-            buf: &mut tokio::io::ReadBuf<'_>,
-        ) -> std::task::Poll<io::Result<()>> {
-            let n = self.piece.min(buf.remaining()).min(self.data.len() - self.at);
-            let ptr = buf.initialize_unfilled().as_ptr() as usize;
-            buf.put_slice(&self.data[self.at..self.at + n]);
-            self.at += n;
-            self.writes.push((ptr, n));
-            std::task::Poll::Ready(Ok(()))
-        }
-    }
-
-    #[tokio::test]
-    async fn a_large_frame_is_read_in_place_once_its_length_is_known() {
-        // A small frame, a 1 MiB one and two small ones, arriving 8 KiB at a time.
-        let big: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
-        let mut bytes = Vec::new();
-        encode_raw(&mut bytes, Opcode::Pong, 1, b"first");
-        encode_raw(&mut bytes, Opcode::StatsOk, 2, &big);
-        encode_raw(&mut bytes, Opcode::Pong, 3, b"next");
-        encode_raw(&mut bytes, Opcode::Pong, 4, b"last");
-        let mut rd = PieceReader { data: bytes, at: 0, piece: 8 << 10, writes: Vec::new() };
-        let mut buf = BytesMut::new();
-        // The first frame is kept, as a caller keeps a fetched block: the buffer's memory is
-        // shared with it from then on, as it is on a connection in use.
-        let (h, first) = read_frame(&mut rd, &mut buf, 2 << 20).await.unwrap().unwrap();
-        assert_eq!((h.request_id, &first[HEADER_BYTES..]), (1, &b"first"[..]));
-        let before = rd.writes.len();
-        let (h, f) = read_frame(&mut rd, &mut buf, 2 << 20).await.unwrap().unwrap();
-        assert_eq!((h.request_id, &f[HEADER_BYTES..]), (2, &big[..]));
-        // The big frame's length was known (its header came with the first read) before any
-        // of its reads: each must land right after the one before it, the buffer never moved
-        // (its contents copied) until the frame was whole.
-        let w = &rd.writes[before..];
-        assert!(w.len() > 100, "{} reads", w.len());
-        for (i, pair) in w.windows(2).enumerate() {
-            assert_eq!(pair[1].0, pair[0].0 + pair[0].1, "read {} of the frame moved the buffer", i + 2);
-        }
-        // Small frames still come several to a read: the two after it took one between them.
-        let reads = rd.writes.len();
-        drop((first, f));
-        let (h, f) = read_frame(&mut rd, &mut buf, 2 << 20).await.unwrap().unwrap();
-        assert_eq!((h.request_id, &f[HEADER_BYTES..]), (3, &b"next"[..]));
-        let (h, f) = read_frame(&mut rd, &mut buf, 2 << 20).await.unwrap().unwrap();
-        assert_eq!((h.request_id, &f[HEADER_BYTES..]), (4, &b"last"[..]));
-        assert!(rd.writes.len() - reads <= 1, "{} reads for two small frames", rd.writes.len() - reads);
-        assert!(read_frame(&mut rd, &mut buf, 2 << 20).await.unwrap().is_none());
     }
 
     #[tokio::test]
