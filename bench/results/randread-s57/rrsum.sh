@@ -1,0 +1,1 @@
+for d in "$@"; do for f in $d/raw-randread/rep*/log; do echo "$f"; grep -h "\] pass [12]" $f | sed -E 's/.*\[randread 1GiB ([a-z]*)\] pass ([12]): ([0-9.]+) s.*disk ([0-9]+) reads \/ ([0-9]+) MiB.*page cache ([0-9.]+)%.*daemon CPU ([0-9]+) ms \(([0-9]+) system\).*/\1 p\2 \3s disk=\4 \5MiB pc=\6% cpu=\7 sys=\8/'; done; done
