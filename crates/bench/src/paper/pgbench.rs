@@ -79,6 +79,12 @@ pub struct PgRecord {
     /// a mount): per transaction, which round trips a configuration adds.
     #[serde(default)]
     pub fuse_ops: std::collections::BTreeMap<String, u64>,
+    /// The mount's routing state after the run (`routing` of `farcache stats --json`: the rule,
+    /// its estimates and counters such as `adaptive.backoff_ends`, cumulative since the mount
+    /// started, so a run's own counts are the difference from the run before; none without a
+    /// mount): what sent the run's reads where they went.
+    #[serde(default)]
+    pub routing: Option<serde_json::Value>,
     pub error: Option<String>,
 }
 
@@ -101,6 +107,7 @@ impl PgRecord {
             cpu: CpuTime::default(),
             daemon_threads_ms: Default::default(),
             fuse_ops: Default::default(),
+            routing: None,
             error: Some(error),
         }
     }
@@ -428,6 +435,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
             // One reading after the run: the counters and the requests.
             let after = mount.as_mut().and_then(|m| m.stats_now());
             let ops1 = after.as_ref().map(|(_, v)| super::mount::fuse_ops_of(v)).unwrap_or_default();
+            let routing = after.as_ref().and_then(|(_, v)| v.get("routing").cloned());
             let mut rec = PgRecord {
                 config: cfg,
                 mode,
@@ -444,6 +452,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
                 cpu: cpu_used,
                 daemon_threads_ms: thread_groups_since(&t0, &t1, cpu_used.daemon_ms),
                 fuse_ops: super::mount::ops_since(&ops1, &ops0),
+                routing,
                 error: None,
             };
             match res.map(|s| parse_pgbench(&s).ok_or(s)) {
