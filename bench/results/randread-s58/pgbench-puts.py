@@ -4,14 +4,13 @@ and the blocks it stored on the lenders (puts) and read from them (hits), for A 
 records carry the mount's routing state (`routing`, recorded since session 58), also how the
 lenders' probe back-off ended during each run ([by windows, by probes], the difference from the
 run before on the same mount) and the disk's share at its end. Usage: pgbench-puts.py OUT/raw-pgbench"""
-import glob, json, os, statistics, sys
+import statistics, sys
 
-def runs(d):
-    fs = glob.glob(os.path.join(d, 'paper-*.json'))
-    if not fs:
-        return None
+from backoff import ab_rounds
+
+def runs(doc):
     out, before = {}, [0, 0]
-    for x in json.load(open(fs[0])).get('pgbench') or []:
+    for x in doc.get('pgbench') or []:
         a = ((x.get('routing') or {}).get('adaptive')) or {}
         ends = a.get('backoff_ends')
         if ends:
@@ -26,14 +25,10 @@ def routed(x):
     return f"{x['ends']} share {x['share']:.2f}" if 'ends' in x else '-'
 
 root = sys.argv[1]
-rounds = sorted({int(os.path.basename(p).split('-')[0]) for p in glob.glob(os.path.join(root, '*-*'))})
 ratios = {}
 print('| round | run | passthrough tps | A ratio | B ratio | puts A / B | hits A / B | back-off ends, disk share: A / B |')
 print('|---|---|---:|---:|---:|---|---|---|')
-for rd in rounds:
-    r = {c: runs(os.path.join(root, f'{rd}-{c}')) for c in ('pass', 'a', 'b')}
-    if not all(r.values()):
-        continue
+for rd, r in ab_rounds(root, runs):
     for k in sorted(r['pass']):
         if k not in r['a'] or k not in r['b']:
             continue
