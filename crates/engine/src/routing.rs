@@ -407,8 +407,8 @@ pub struct AdaptiveEstimates {
     #[serde(default)]
     pub probe_backoff: u64,
     /// Times a back-off in force was ended: by a window of the disk's reads that did not
-    /// find it clearly faster (the disk got busy), and by a probe of the lenders that would
-    /// not leave it clearly faster (the lenders may win now).
+    /// find it clearly faster (the disk got busy), and by a probe that found the lenders
+    /// clearly faster than the disk's last window (the lenders may win now).
     #[serde(default)]
     pub backoff_ends: [u64; 2],
     /// Doublings of the wait between stream probes and of the stream seeds' spacing now (0
