@@ -24,8 +24,8 @@
 //! [`SEED_EVERY`] of them still fills the lenders (a *seed*), so that they hold blocks to
 //! be probed on. While the disk also keeps finding itself clearly faster, window after
 //! window, the probes and seeds back off ([`QUIET_MAX_LEVEL`]): to one probe every 1.28 s
-//! and one seed in 4,096 reads, until a window does not, or a probe finds the lenders
-//! clearly faster.
+//! and one seed in 4,096 reads, until a window does not, or a probe and the hit estimate
+//! it moves find the lenders clearly faster.
 //!
 //! The rule starts with every random read on the disk: the disk is the truth and the safe
 //! first guess, and the lenders earn their share from what is measured. A disk slower than
@@ -218,9 +218,9 @@ pub const SEED_EVERY: u64 = 64;
 /// doubles the probe interval and the seeds' spacing, up to this many doublings (from one
 /// probe every [`REMOTE_PROBE_INTERVAL`] and one seed in [`SEED_EVERY`] disk reads to one
 /// probe every 1.28 s and one seed in 4,096). The first window that does not clearly favour
-/// the disk ends the back-off at once, and so does a probe that clearly favours the lenders
-/// (not one that is merely faster than the estimate, nor one within [`HYSTERESIS`] of the
-/// disk: see `RouterState::remote_fetch`). On a disk as fast as a
+/// the disk ends the back-off at once, and so does a probe that, with the hit estimate it
+/// moves, clearly favours the lenders (not one fast probe among slow ones, nor one within
+/// [`HYSTERESIS`] of the disk: see `RouterState::remote_fetch`). On a disk as fast as a
 /// lender hit (the host-cached virtual disk) the seeds and probes were the mount's whole
 /// lender traffic, and cost 5–10% of the CPU per transaction for nothing (measured: pgbench
 /// select-only at one client).
@@ -407,8 +407,9 @@ pub struct AdaptiveEstimates {
     #[serde(default)]
     pub probe_backoff: u64,
     /// Times a back-off in force was ended: by a window of the disk's reads that did not
-    /// find it clearly faster (the disk got busy), and by a probe that found the lenders
-    /// clearly faster than the disk's last window (the lenders may win now).
+    /// find it clearly faster (the disk got busy), and by a probe that, with the hit
+    /// estimate it moved, found the lenders clearly faster than the disk's last window (the
+    /// lenders may win now).
     #[serde(default)]
     pub backoff_ends: [u64; 2],
     /// Doublings of the wait between stream probes and of the stream seeds' spacing now (0
@@ -1305,18 +1306,19 @@ impl RouterState {
                 // may win now (a failure had raised the estimate, or the disk got busy), so
                 // the next probes come soon. The windows weigh the disk against that
                 // estimate, and end the back-off once the disk is not clearly faster, so a
-                // probe ends it at most a window sooner than they would. The probe alone is not enough: on a CPU-bound machine probes take
-                // 0.2 to 12 ms by turns (measured: pgbench select-only at 4 and 16 clients
-                // on the raw disk, whose reads took 0.35 ms), and ending the back-off at each
-                // fast one — clearly faster than a disk read — ended it 12 to 47 times in a
-                // 30 s run while the estimate stood at 1.1 to 15.5 ms and the windows kept
-                // every read on the disk (BENCHMARKS.md "Session 58"). Nor does a probe
-                // within the hysteresis of the disk, where neither side wins: on the raw
-                // disk (window means of 56–75 µs, probes of 76–231 µs on average) such probes
-                // ended the back-off 10–25 times a pass, and the seeds and read-around fills
-                // that followed (5,900–32,000 blocks in a 1 GiB pass that served none) went
-                // with a first pass of 0.995 the passthrough's against 1.04 where it held
-                // (BENCHMARKS.md "Session 57").
+                // probe ends it at most a window sooner than they would. The probe alone is
+                // not enough: on a CPU-bound machine probes take 0.2 to 12 ms by turns
+                // (measured: pgbench select-only at 4 and 16 clients on the raw disk, whose
+                // reads took 0.35 ms), and ending the back-off at each fast one — clearly
+                // faster than a disk read — ended it 12 to 47 times in a 30 s run while the
+                // estimate stood at 1.1 to 15.5 ms and the windows kept every read on the
+                // disk (BENCHMARKS.md "Session 58"). Nor does a probe within the hysteresis
+                // of the disk, where neither side wins: on the raw disk (window means of
+                // 56–75 µs, probes of 76–231 µs on average) such probes ended the back-off
+                // 10–25 times a pass, and the seeds and read-around fills that followed
+                // (5,900–32,000 blocks in a 1 GiB pass that served none) went with a first
+                // pass of 0.995 the passthrough's against 1.04 where it held (BENCHMARKS.md
+                // "Session 57").
                 if probing
                     && clearly_faster(us.max(hit) * m.fill_cost_factor(), mean * DISK_WEIGHT)
                     && m.quiet.swap(0, Ordering::Relaxed) > 0
