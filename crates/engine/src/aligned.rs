@@ -8,8 +8,8 @@
 //! 319 MiB of anonymous memory in the mount daemon — charged to the application's memory
 //! cgroup, where it got the daemon OOM-killed under TPC-C in 128 MiB (BENCHMARKS.md, session
 //! 38). The pool hands a buffer freed on any thread to the next read on any thread, cuts its
-//! buffers from huge-page chunks ([`CHUNK`]), keeps at most [`POOL_IDLE_MAX`] idle and unmaps
-//! whole chunks beyond that.
+//! buffers from huge-page chunks ([`CHUNK`]), keeps at most [`POOL_IDLE_MAX`] idle (of which
+//! at most [`COPIES_IDLE_MAX`] fills' small copies) and unmaps whole chunks beyond that.
 
 use hashbrown::HashMap;
 use std::alloc::{self, Layout};
@@ -52,6 +52,12 @@ const POOL_ALIGN: usize = 4096;
 /// chunks with no buffer in use are unmapped. What the daemon holds besides the buffers in
 /// use.
 const POOL_IDLE_MAX: usize = 16 << 20;
+/// Most bytes of idle small buffers (fills' copies, [`pooled_copy`]) within [`POOL_IDLE_MAX`]:
+/// one chunk. Fills come in bursts as deep as the outbox's bound (thousands of blocks behind a
+/// slow link); kept idle after the burst, their copies held 10–16 MiB of the daemon's memory
+/// for nothing (BENCHMARKS.md, session 60), while mapping a chunk anew costs a fill about a
+/// page fault.
+const COPIES_IDLE_MAX: usize = CHUNK;
 /// The pool maps memory in chunks of one transparent huge page, aligned to it and advised
 /// `MADV_HUGEPAGE`, and cuts each into buffers of one size class. A buffer in one huge page
 /// is physically contiguous, so an `O_DIRECT` read into it is a few large segments: a 1 MiB
@@ -171,14 +177,29 @@ fn map_chunk(huge: bool) -> usize {
 struct Free {
     lists: [Vec<NonNull<u8>>; POOL_CLASSES],
     bytes: usize,
+    /// Of `bytes`, those of small classes (not [`huge_class`]).
+    small_bytes: usize,
     /// Chunk address → (its class, its idle buffers).
     chunks: HashMap<usize, (usize, usize)>,
 }
 
 impl Free {
+    /// Idle bytes of `class` added (or, negative, taken).
+    fn count(&mut self, class: usize, bytes: isize) {
+        self.bytes = self.bytes.wrapping_add_signed(bytes);
+        if !huge_class(class) {
+            self.small_bytes = self.small_bytes.wrapping_add_signed(bytes);
+        }
+    }
+
+    /// Whether more is idle than `max`, or more of small classes than `small_max`.
+    fn over(&self, max: usize, small_max: usize) -> bool {
+        self.bytes > max || self.small_bytes > small_max
+    }
+
     /// Take the chunks with no buffer in use out of the lists, until at most `max` bytes are
-    /// idle; they are the caller's to unmap.
-    fn shed(&mut self, max: usize) -> Vec<usize> {
+    /// idle and at most `small_max` of small classes; they are the caller's to unmap.
+    fn shed(&mut self, max: usize, small_max: usize) -> Vec<usize> {
         let whole: Vec<(usize, usize)> = self
             .chunks
             .iter()
@@ -187,12 +208,16 @@ impl Free {
             .collect();
         let mut shed = Vec::new();
         for (chunk, class) in whole {
-            if self.bytes <= max {
+            if !self.over(max, small_max) {
                 break;
+            }
+            // Past the small classes' own bound only: keep the large chunks.
+            if self.bytes <= max && huge_class(class) {
+                continue;
             }
             self.lists[class].retain(|&p| chunk_of(p) != chunk);
             self.chunks.remove(&chunk);
-            self.bytes -= CHUNK;
+            self.count(class, -(CHUNK as isize));
             shed.push(chunk);
         }
         shed
@@ -203,6 +228,8 @@ impl Free {
 pub(crate) struct Pool {
     free: Mutex<Free>,
     idle_max: usize,
+    /// Of `idle_max`, the most of small classes ([`COPIES_IDLE_MAX`]).
+    small_idle_max: usize,
     stats: PoolStats,
 }
 
@@ -238,10 +265,11 @@ pub struct IoBufferStats {
 }
 
 impl Pool {
-    pub(crate) fn new(idle_max: usize) -> Pool {
+    pub(crate) fn new(idle_max: usize, small_idle_max: usize) -> Pool {
         Pool {
-            free: Mutex::new(Free { lists: Default::default(), bytes: 0, chunks: HashMap::new() }),
+            free: Mutex::new(Free { lists: Default::default(), bytes: 0, small_bytes: 0, chunks: HashMap::new() }),
             idle_max,
+            small_idle_max: small_idle_max.min(idle_max),
             stats: PoolStats {
                 in_use: AtomicU64::new(0),
                 reused: AtomicU64::new(0),
@@ -262,7 +290,7 @@ impl Pool {
         {
             let mut g = self.lock();
             if let Some(p) = g.lists[class].pop() {
-                g.bytes -= bytes;
+                g.count(class, -(bytes as isize));
                 g.chunks.get_mut(&chunk_of(p)).expect("an idle buffer's chunk is mapped").1 -= 1;
                 drop(g);
                 self.stats.reused.fetch_add(1, Relaxed);
@@ -276,7 +304,7 @@ impl Pool {
         let mut g = self.lock();
         // Listed in reverse, so that the next takes go through the chunk in order.
         g.lists[class].extend((1..n).rev().map(buf));
-        g.bytes += (n - 1) * bytes;
+        g.count(class, ((n - 1) * bytes) as isize);
         g.chunks.insert(chunk, (class, n - 1));
         buf(0)
     }
@@ -289,12 +317,12 @@ impl Pool {
         let shed = {
             let mut g = self.lock();
             g.lists[class].push(p);
-            g.bytes += bytes;
+            g.count(class, bytes as isize);
             g.chunks.get_mut(&chunk_of(p)).expect("a pooled buffer's chunk is mapped").1 += 1;
-            if g.bytes <= self.idle_max {
+            if !g.over(self.idle_max, self.small_idle_max) {
                 return;
             }
-            g.shed(self.idle_max)
+            g.shed(self.idle_max, self.small_idle_max)
         };
         for chunk in shed {
             self.stats.unmapped.fetch_add(1, Relaxed);
@@ -317,7 +345,7 @@ impl Pool {
 }
 
 /// The process's pool of disk-read buffers.
-static POOL: LazyLock<Pool> = LazyLock::new(|| Pool::new(POOL_IDLE_MAX));
+static POOL: LazyLock<Pool> = LazyLock::new(|| Pool::new(POOL_IDLE_MAX, COPIES_IDLE_MAX));
 
 /// The disk-read buffer pool's bytes and counters (`farcache stats`, `memory.io_buffers_*`).
 pub fn io_buffers() -> IoBufferStats {
@@ -437,7 +465,7 @@ mod tests {
 
     /// A pool of its own, so that other tests' reads do not move its counters.
     fn pool(idle_max: usize) -> &'static Pool {
-        Box::leak(Box::new(Pool::new(idle_max)))
+        Box::leak(Box::new(Pool::new(idle_max, idle_max)))
     }
 
     #[test]
@@ -535,6 +563,28 @@ mod tests {
         let big = vec![3u8; (2 << 20) + 1];
         assert_eq!(&copy_in(p, &big)[..], &big[..]);
         assert_eq!(p.stats().in_use_bytes, 4096, "only the 4,000-byte copy holds a slot");
+    }
+
+    #[test]
+    fn idle_copies_are_held_to_their_own_bound_and_reads_buffers_stay() {
+        // 16 MiB idle at most, of it one chunk of small copies.
+        let p: &'static Pool = Box::leak(Box::new(Pool::new(16 << 20, CHUNK)));
+        let read = AlignedBuf::from_pool(p, 1 << 20, 4096);
+        drop(read);
+        assert_eq!(p.stats().idle_bytes, 2 << 20, "a read's chunk stays idle");
+        // A burst of 2,048 fills' copies: four chunks of 512.
+        let copies: Vec<_> = (0..2048u32).map(|i| copy_in(p, &i.to_le_bytes().repeat(1024))).collect();
+        assert_eq!((p.stats().mapped, p.stats().in_use_bytes), (5, 8 << 20));
+        assert!(copies.iter().enumerate().all(|(i, c)| c[..4] == (i as u32).to_le_bytes()));
+        drop(copies);
+        let s = p.stats();
+        // One chunk of copies kept, three unmapped; the read's chunk untouched although the
+        // pool's whole bound was never passed.
+        assert_eq!((s.in_use_bytes, s.idle_bytes, s.unmapped), (0, 4 << 20, 3), "{s:?}");
+        let before = p.stats().reused;
+        let again = AlignedBuf::from_pool(p, 1 << 20, 4096);
+        assert_eq!((p.stats().reused - before, p.stats().mapped), (1, 5), "the read's buffer reused");
+        drop(again);
     }
 
     /// The `THPeligible` field of the mapping holding `addr` in this process's smaps.

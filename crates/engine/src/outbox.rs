@@ -17,13 +17,24 @@
 //!
 //! Bounds: at most `max_puts` blocks and `max_dels` keys are queued or in flight at once
 //! (more are dropped and counted: the disk has every block, and a retired key can never be
-//! read again, its lender evicts it in time); at most [`FLUSH_WINDOW`] between a block's
+//! read again, its lender evicts it in time). Fills are held to less while they form a
+//! standing queue — one that has not emptied for [`STANDING_INTERVAL`], as CoDel tells a
+//! standing queue from a burst: no fill left it within [`STANDING_TARGET`] of its queueing —
+//! to what the lenders' links carry in [`FILL_HORIZON`], measured from the fills' own
+//! requests ([`FillPace`], [`put_bound`]), never under [`MIN_PUT_BOUND`]. A link that cannot
+//! keep up stores as many fills a second whatever waits behind it, so a longer queue only
+//! holds more memory (charged to the application's cgroup) and makes each fill later: behind
+//! 1 Gbit/s the fixed 8,192 blocks (32 MiB) waited 270 ms to leave and held 43–47 MiB more in
+//! the daemon (BENCHMARKS.md, sessions 59–60). A queue that empties between bursts keeps all
+//! of `max_puts`: a throttled disk answers a stream in 100 ms slices, and a 10 Gbit/s stream
+//! held to its link's pace in 50 ms dropped 17% of its fills where 8,192 dropped none
+//! (session 60). At most [`FLUSH_WINDOW`] between a block's
 //! queueing and its batch's departure, and [`DEL_WINDOW`] for a deletion, whatever the
 //! load. Entries are never ordered
 //! against each other: a fill's ticket (see `index.rs`) already voids a fill that a write
 //! overtook, and a deletion only ever names keys no lookup can return.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -39,6 +50,61 @@ pub const DEL_WINDOW: Duration = Duration::from_millis(100);
 /// Deletions queued that make a batch leave before [`DEL_WINDOW`] has passed.
 pub const DEL_BATCH: usize = 512;
 const _: () = assert!(DEL_BATCH > 0 && DEL_WINDOW.as_millis() >= FLUSH_WINDOW.as_millis());
+/// The fills queued or in flight may take the lenders' links at most this long to carry, at
+/// the pace their requests were last measured.
+pub const FILL_HORIZON: Duration = Duration::from_millis(50);
+/// The least the fills' bound falls to, whatever the pace measured (2 MiB of fills): room for
+/// a burst after a stall that a moving mean has not yet forgotten.
+pub const MIN_PUT_BOUND: usize = 512;
+/// How long the fills' queue must go without emptying to count as standing (re-decided every
+/// interval).
+pub const STANDING_INTERVAL: Duration = Duration::from_millis(200);
+/// A fill whose request got its slot this soon after the fill was queued shows the queue
+/// emptied: the flush window (1 ms) and a little scheduling.
+pub const STANDING_TARGET: Duration = Duration::from_millis(5);
+
+/// The bound on fills queued or in flight: what `blocks_per_sec` carry in [`FILL_HORIZON`],
+/// between [`MIN_PUT_BOUND`] and `max` (all of `max` while the pace is not measured).
+pub fn put_bound(blocks_per_sec: Option<f64>, max: usize) -> usize {
+    match blocks_per_sec {
+        Some(r) if r.is_finite() && r >= 0.0 => {
+            let carried = (r * FILL_HORIZON.as_secs_f64()).min(max as f64) as usize;
+            carried.clamp(MIN_PUT_BOUND.min(max), max)
+        }
+        _ => max,
+    }
+}
+
+/// One lender's pace of fills: the moving mean (weight 1/8) of the time a full PUT request
+/// took per block, from its slot to its answer. Only full requests count: a small one's time
+/// is the round trip, not what the link carries. A request's time is capped at `cap` (its
+/// timeout), so one stalled request moves the mean, not the bound, for long.
+#[derive(Debug, Default)]
+pub(crate) struct FillPace {
+    /// 0 while nothing was measured.
+    ns_per_block: AtomicU64,
+}
+
+impl FillPace {
+    pub fn record(&self, blocks: usize, took: Duration, cap: Duration) {
+        if blocks == 0 {
+            return;
+        }
+        let sample = (took.min(cap).as_nanos() as u64 / blocks as u64).max(1);
+        let old = self.ns_per_block.load(Ordering::Relaxed);
+        let new = if old == 0 { sample } else { old - old / 8 + sample / 8 };
+        // Racing records may lose one sample: a mean, not a count.
+        self.ns_per_block.store(new.max(1), Ordering::Relaxed);
+    }
+
+    /// Blocks a second it stores with `in_flight` requests at a time, if measured.
+    pub fn blocks_per_sec(&self, in_flight: usize) -> Option<f64> {
+        match self.ns_per_block.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(in_flight as f64 * 1e9 / ns as f64),
+        }
+    }
+}
 
 /// A block to store, and what to run once its lender has it.
 pub(crate) struct PendingPut {
@@ -54,6 +120,13 @@ pub(crate) struct PendingPut {
 pub(crate) struct Batch {
     pub puts: Vec<PendingPut>,
     pub dels: Vec<BlockKey>,
+}
+
+/// The shortest wait of a fill in the queue this interval, and what the last interval showed.
+struct QueueWatch {
+    start: Instant,
+    shortest: Option<Duration>,
+    standing: bool,
 }
 
 /// What waits in the outbox.
@@ -81,6 +154,10 @@ pub(crate) struct Outbox {
     queued: Mutex<Queued>,
     wake: Notify,
     max_puts: usize,
+    /// The bound on fills now: `max_puts`, or while the queue stands [`put_bound`] of the
+    /// links' pace.
+    put_limit: AtomicUsize,
+    watch: Mutex<QueueWatch>,
     max_dels: usize,
     /// Blocks queued or in flight (released by [`Outbox::puts_sent`]).
     puts_out: AtomicUsize,
@@ -99,15 +176,18 @@ impl Outbox {
             queued: Mutex::new(Queued::default()),
             wake: Notify::new(),
             max_puts,
+            put_limit: AtomicUsize::new(max_puts),
+            watch: Mutex::new(QueueWatch { start: Instant::now(), shortest: None, standing: false }),
             max_dels,
             puts_out: AtomicUsize::new(0),
             dels_out: AtomicUsize::new(0),
         }
     }
 
-    /// Queue a store; gives it back if `max_puts` blocks are already queued or in flight.
+    /// Queue a store; gives it back if the bound ([`Outbox::put_limit`]) of blocks are
+    /// already queued or in flight.
     pub fn put(&self, p: PendingPut) -> Result<(), PendingPut> {
-        if !reserve(&self.puts_out, 1, self.max_puts) {
+        if !reserve(&self.puts_out, 1, self.put_limit.load(Ordering::Relaxed)) {
             return Err(p);
         }
         let mut q = self.queued.lock();
@@ -196,6 +276,41 @@ impl Outbox {
     /// `n` keys of a batch are done.
     pub fn dels_sent(&self, n: usize) {
         self.dels_out.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// A request of fills got its slot `waited` after the newest of them was queued.
+    pub fn left_queue(&self, waited: Duration) {
+        let mut w = self.watch.lock();
+        w.shortest = Some(w.shortest.map_or(waited, |s| s.min(waited)));
+    }
+
+    /// Set the bound on fills: while they form a standing queue, what `blocks_per_sec` (the
+    /// lenders' measured pace; `None`: unknown) carry in [`FILL_HORIZON`], else `max_puts`.
+    /// Blocks already queued stay; new ones wait for room.
+    pub fn pace(&self, blocks_per_sec: Option<f64>) {
+        self.pace_at(blocks_per_sec, Instant::now());
+    }
+
+    fn pace_at(&self, blocks_per_sec: Option<f64>, now: Instant) {
+        let standing = {
+            let mut w = self.watch.lock();
+            if now.saturating_duration_since(w.start) >= STANDING_INTERVAL {
+                w.standing = match w.shortest {
+                    Some(s) => s > STANDING_TARGET,
+                    // No request got a slot all interval: standing if many fills wait.
+                    None => self.puts_out.load(Ordering::Acquire) >= MIN_PUT_BOUND,
+                };
+                (w.start, w.shortest) = (now, None);
+            }
+            w.standing
+        };
+        let bound = if standing { put_bound(blocks_per_sec, self.max_puts) } else { self.max_puts };
+        self.put_limit.store(bound, Ordering::Relaxed);
+    }
+
+    /// The bound on fills queued or in flight now.
+    pub fn put_limit(&self) -> usize {
+        self.put_limit.load(Ordering::Relaxed)
     }
 
     /// Blocks and keys queued or in flight now.
@@ -307,5 +422,88 @@ mod tests {
         assert_eq!(rt.block_on(async { t.elapsed() }), FLUSH_WINDOW);
         let b = rt.block_on(o.next_batch());
         assert_eq!(b.dels.iter().map(|k| k.block).collect::<Vec<_>>(), [7]);
+    }
+
+    #[test]
+    fn the_fills_bound_follows_what_the_links_carry() {
+        // Unmeasured: the configured bound.
+        assert_eq!(put_bound(None, 8192), 8192);
+        // 1 Gbit/s is ~30,500 blocks of 4 KiB a second: 1,525 in 50 ms.
+        assert_eq!(put_bound(Some(30_500.0), 8192), 1525);
+        // A fast link is held by the configured bound, a stalled one by the floor.
+        assert_eq!(put_bound(Some(1e7), 8192), 8192);
+        assert_eq!(put_bound(Some(10.0), 8192), MIN_PUT_BOUND);
+        assert_eq!(put_bound(Some(0.0), 8192), MIN_PUT_BOUND);
+        // The floor never passes a smaller configured bound; nonsense is ignored.
+        assert_eq!(put_bound(Some(10.0), 100), 100);
+        assert_eq!(put_bound(Some(f64::NAN), 8192), 8192);
+        assert_eq!(put_bound(Some(f64::INFINITY), 8192), 8192);
+    }
+
+    #[test]
+    fn a_lenders_pace_is_a_capped_moving_mean_of_full_requests() {
+        let cap = Duration::from_millis(500);
+        let p = FillPace::default();
+        assert_eq!(p.blocks_per_sec(2), None, "nothing measured");
+        p.record(0, Duration::from_millis(1), cap);
+        assert_eq!(p.blocks_per_sec(2), None, "an empty request measures nothing");
+        // 8 blocks in 800 µs: 100 µs a block, two requests at a time: 20,000 blocks a second.
+        p.record(8, Duration::from_micros(800), cap);
+        assert_eq!(p.blocks_per_sec(2), Some(20_000.0));
+        // One request stalled for seconds moves the mean by an eighth of the cap, no more.
+        p.record(8, Duration::from_secs(30), cap);
+        let ns = 100_000 - 100_000 / 8 + (500_000_000 / 8) / 8;
+        assert_eq!(p.blocks_per_sec(1), Some(1e9 / ns as f64));
+        // And the mean comes back as the link does.
+        for _ in 0..100 {
+            p.record(8, Duration::from_micros(800), cap);
+        }
+        let r = p.blocks_per_sec(2).unwrap();
+        assert!((19_000.0..=20_000.0).contains(&r), "{r}");
+    }
+
+    #[test]
+    fn a_standing_queue_is_held_to_its_links_pace_and_blocks_queued_stay() {
+        let o = Outbox::new(2048, 16);
+        let t0 = o.watch.lock().start;
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert_eq!(o.put_limit(), 2048);
+        for b in 0..600 {
+            assert!(o.put(put(b)).is_ok());
+        }
+        // Requests waited 40 ms and more for their slots all interval: a standing queue.
+        // 1,000 blocks a second carry 50 in the horizon: the floor holds it at 512, below
+        // what is queued, so nothing more is taken until those leave.
+        o.left_queue(Duration::from_millis(40));
+        o.left_queue(Duration::from_millis(90));
+        o.pace_at(Some(1_000.0), at(100));
+        assert_eq!(o.put_limit(), 2048, "decided once an interval");
+        o.pace_at(Some(1_000.0), at(200));
+        assert_eq!(o.put_limit(), MIN_PUT_BOUND);
+        assert!(o.put(put(1000)).is_err(), "past the bound the links carry");
+        assert_eq!(o.outstanding().0, 600, "queued blocks are not dropped");
+        o.puts_sent(100);
+        assert!(o.put(put(1001)).is_ok(), "room again under the bound");
+        // The pace is measured faster: the bound follows within the interval.
+        o.pace_at(Some(20_000.0), at(250));
+        assert_eq!(o.put_limit(), 1000);
+        // One request that left within the target in an interval: the queue emptied, the
+        // configured bound again, whatever the pace.
+        o.left_queue(Duration::from_millis(60));
+        o.left_queue(Duration::from_millis(2));
+        o.pace_at(Some(1_000.0), at(400));
+        assert_eq!(o.put_limit(), 2048);
+        // An interval in which no request got a slot while hundreds of fills waited (a
+        // stalled link): standing; with few waiting, not.
+        o.pace_at(Some(1_000.0), at(600));
+        assert_eq!(o.put_limit(), 2048, "501 fills wait: under the floor");
+        for b in 0..20 {
+            assert!(o.put(put(2000 + b)).is_ok());
+        }
+        o.pace_at(Some(1_000.0), at(800));
+        assert_eq!(o.put_limit(), MIN_PUT_BOUND, "521 fills and no request left");
+        // Unmeasured pace: the configured bound even while standing.
+        o.pace_at(None, at(850));
+        assert_eq!(o.put_limit(), 2048);
     }
 }

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use crate::index::BlockKey;
 use crate::latency::{Latency, LatencySnapshot};
-use crate::outbox::{Batch, Outbox, PendingPut};
+use crate::outbox::{Batch, FillPace, Outbox, PendingPut};
 use crate::seal::{BlockSeal, Plaintext};
 use bytes::Bytes;
 use farcache_client::{ClientConfig, ClientError, Key, LenderAddr, LenderClient, PutStatus};
@@ -310,9 +310,14 @@ pub struct RemoteCountersSnapshot {
     pub fetch_latency: LatencySnapshot,
     #[serde(default)]
     pub fill_latency: LatencySnapshot,
-    /// Fills queued or on their way to a lender now (a gauge, at most `max_pending_puts`).
+    /// Fills queued or on their way to a lender now (a gauge, at most `puts_bound`).
     #[serde(default)]
     pub puts_in_flight: u64,
+    /// The bound on fills queued or in flight now: what the lenders' links carry in
+    /// [`crate::outbox::FILL_HORIZON`] at their measured pace, at most `max_pending_puts`
+    /// (a gauge; 0 in counters that have no outbox behind them).
+    #[serde(default)]
+    pub puts_bound: u64,
     /// Deletions queued or on their way now (a gauge, at most `max_pending_dels`).
     #[serde(default)]
     pub invalidations_in_flight: u64,
@@ -342,6 +347,7 @@ impl RemoteCounters {
             fetch_latency: self.fetch_latency.snapshot(),
             fill_latency: self.fill_latency.snapshot(),
             puts_in_flight: 0,
+            puts_bound: 0,
             invalidations_in_flight: 0,
         }
     }
@@ -378,6 +384,9 @@ struct Lender {
     keeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// PUT requests in flight to it ([`PUT_REQUESTS_IN_FLIGHT`]).
     put_slots: tokio::sync::Semaphore,
+    /// How fast its full PUT requests were answered: the outbox holds fills to what the
+    /// lenders' links carry in [`crate::outbox::FILL_HORIZON`].
+    fill_pace: FillPace,
     /// Idle [`FastConn`]s, and how many exist (idle, in use or being made): at most
     /// `fetch_connections`.
     fast_idle: Mutex<Vec<FastConn>>,
@@ -411,6 +420,7 @@ impl Lender {
             removed: AtomicBool::new(false),
             keeper: Mutex::new(None),
             put_slots: tokio::sync::Semaphore::new(PUT_REQUESTS_IN_FLIGHT),
+            fill_pace: FillPace::default(),
             fast_idle: Mutex::new(Vec::new()),
             fast_made: AtomicUsize::new(0),
             fast_all: Mutex::new(Vec::new()),
@@ -696,6 +706,7 @@ impl Remote {
         let (puts, dels) = self.outbox.outstanding();
         RemoteCountersSnapshot {
             puts_in_flight: puts as u64,
+            puts_bound: self.outbox.put_limit() as u64,
             invalidations_in_flight: dels as u64,
             ..self.counters.snapshot()
         }
@@ -976,13 +987,27 @@ async fn flush_outbox(
                     // that times out or fails gives up the rest of the batch, so a stalled
                     // lender holds it about one timeout.
                     let (client, slots, gave_up) = (&client, &lender.put_slots, &AtomicBool::new(false));
-                    let failed_requests = &counters.put_requests_failed;
-                    let parts = join_all(entries.chunks(PUT_REQUEST_BLOCKS).map(|part| async move {
+                    let pace = &lender.fill_pace;
+                    let (failed_requests, queue) = (&counters.put_requests_failed, &*outbox);
+                    // When each request's newest fill was queued.
+                    let newest: Vec<Instant> = puts
+                        .chunks(PUT_REQUEST_BLOCKS)
+                        .map(|c| c.iter().map(|p| p.queued).max().unwrap_or_else(Instant::now))
+                        .collect();
+                    let requests = entries.chunks(PUT_REQUEST_BLOCKS).zip(newest);
+                    let parts = join_all(requests.map(|(part, part_newest)| async move {
                         let _slot = slots.acquire().await.ok()?;
                         if gave_up.load(Ordering::Relaxed) {
                             return None;
                         }
+                        let started = Instant::now();
+                        queue.left_queue(started.saturating_duration_since(part_newest));
                         let stored = tokio::time::timeout(timeout, client.put(part)).await.ok().and_then(|r| r.ok());
+                        // A full request's time is what the link carries; a failed one's
+                        // counts too (capped at the timeout): a stalling link carries less.
+                        if part.len() == PUT_REQUEST_BLOCKS {
+                            pace.record(part.len(), started.elapsed(), timeout);
+                        }
                         if stored.is_none() {
                             gave_up.store(true, Ordering::Relaxed);
                             add(failed_requests, 1);
@@ -1023,7 +1048,19 @@ async fn flush_outbox(
                 }
             });
         }
+        outbox.pace(links_pace(&set));
     }
+}
+
+/// Blocks a second the connected lenders' links store, at the pace of their last full PUT
+/// requests; `None` while one of them is unmeasured (or none is connected): the outbox then
+/// keeps `max_pending_puts`.
+fn links_pace(set: &LenderSet) -> Option<f64> {
+    let mut total = None;
+    for l in set.lenders.iter().filter(|l| l.live_client().is_some()) {
+        total = Some(total.unwrap_or(0.0) + l.fill_pace.blocks_per_sec(PUT_REQUESTS_IN_FLIGHT)?);
+    }
+    total
 }
 
 impl std::fmt::Debug for Remote {

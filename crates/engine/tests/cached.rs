@@ -184,6 +184,8 @@ fn stats_count_a_known_sequence_exactly() {
             // Every fill stored has given back its place; the deletion may still wait for
             // others to share its request (DEL_WINDOW).
             puts_in_flight: 0,
+            // No request of fills was full, so no link's pace is measured: the default bound.
+            puts_bound: 8192,
             invalidations_in_flight: s.remote.invalidations_in_flight.min(1),
         }
     );

@@ -254,7 +254,7 @@ fn render_mount(s: &MountStats) -> String {
     );
     let _ = writeln!(
         out,
-        "bytes      {} from lenders, {} to lenders; {} fills ({} dropped, {} failed, {} in flight, {} not sent twice), \
+        "bytes      {} from lenders, {} to lenders; {} fills ({} dropped, {} failed, {} in flight of {}, {} not sent twice), \
          {} read-arounds",
         ByteSize(r.bytes_from_servers).approx(),
         ByteSize(r.bytes_to_servers).approx(),
@@ -262,6 +262,7 @@ fn render_mount(s: &MountStats) -> String {
         r.puts_dropped,
         r.puts_failed,
         r.puts_in_flight,
+        r.puts_bound,
         e.fills_pending_skipped,
         e.read_arounds
     );

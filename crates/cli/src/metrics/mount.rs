@@ -40,6 +40,7 @@ impl Collector for Snapshot {
             (REMOTE_PUTS_DROPPED, r.puts_dropped),
             (REMOTE_PUTS_FAILED, r.puts_failed),
             (REMOTE_PUTS_IN_FLIGHT, r.puts_in_flight),
+            (REMOTE_PUTS_BOUND, r.puts_bound),
             (REMOTE_INVALIDATIONS_IN_FLIGHT, r.invalidations_in_flight),
             (REMOTE_INVALIDATIONS, r.invalidations),
             (REMOTE_INVALIDATIONS_DROPPED, r.invalidations_dropped),
