@@ -62,6 +62,10 @@ pub const STANDING_INTERVAL: Duration = Duration::from_millis(200);
 /// A fill whose request got its slot this soon after the fill was queued shows the queue
 /// emptied: the flush window (1 ms) and a little scheduling.
 pub const STANDING_TARGET: Duration = Duration::from_millis(5);
+/// Requests that must get their slots in an interval for it to decide anything: with fewer
+/// (a lender that stopped answering mid-burst, a trickle of fills) the queue keeps the state
+/// it had. A link carrying fills takes dozens an interval even at 1 ms a request.
+pub const STANDING_SAMPLES: u32 = 4;
 
 /// The bound on fills queued or in flight: what `blocks_per_sec` carry in [`FILL_HORIZON`],
 /// between [`MIN_PUT_BOUND`] and `max` (all of `max` while the pace is not measured).
@@ -125,8 +129,12 @@ pub(crate) struct Batch {
 /// The shortest wait of a fill in the queue this interval, and what the last interval showed.
 struct QueueWatch {
     start: Instant,
+    /// Requests that got their slots this interval, and the shortest wait among them.
+    samples: u32,
     shortest: Option<Duration>,
     standing: bool,
+    /// The lenders' pace last given to [`Outbox::pace`], blocks a second.
+    pace: Option<f64>,
 }
 
 /// What waits in the outbox.
@@ -177,7 +185,13 @@ impl Outbox {
             wake: Notify::new(),
             max_puts,
             put_limit: AtomicUsize::new(max_puts),
-            watch: Mutex::new(QueueWatch { start: Instant::now(), shortest: None, standing: false }),
+            watch: Mutex::new(QueueWatch {
+                start: Instant::now(),
+                samples: 0,
+                shortest: None,
+                standing: false,
+                pace: None,
+            }),
             max_dels,
             puts_out: AtomicUsize::new(0),
             dels_out: AtomicUsize::new(0),
@@ -280,31 +294,40 @@ impl Outbox {
 
     /// A request of fills got its slot `waited` after the newest of them was queued.
     pub fn left_queue(&self, waited: Duration) {
+        self.left_queue_at(waited, Instant::now());
+    }
+
+    fn left_queue_at(&self, waited: Duration, now: Instant) {
         let mut w = self.watch.lock();
+        self.watch_until(&mut w, now);
+        w.samples += 1;
         w.shortest = Some(w.shortest.map_or(waited, |s| s.min(waited)));
     }
 
-    /// Set the bound on fills: while they form a standing queue, what `blocks_per_sec` (the
-    /// lenders' measured pace; `None`: unknown) carry in [`FILL_HORIZON`], else `max_puts`.
-    /// Blocks already queued stay; new ones wait for room.
+    /// The lenders' measured pace (`None`: unknown), for the bound while the fills' queue
+    /// stands: what it carries in [`FILL_HORIZON`].
     pub fn pace(&self, blocks_per_sec: Option<f64>) {
         self.pace_at(blocks_per_sec, Instant::now());
     }
 
     fn pace_at(&self, blocks_per_sec: Option<f64>, now: Instant) {
-        let standing = {
-            let mut w = self.watch.lock();
-            if now.saturating_duration_since(w.start) >= STANDING_INTERVAL {
-                w.standing = match w.shortest {
-                    Some(s) => s > STANDING_TARGET,
-                    // No request got a slot all interval: standing if many fills wait.
-                    None => self.puts_out.load(Ordering::Acquire) >= MIN_PUT_BOUND,
-                };
-                (w.start, w.shortest) = (now, None);
+        let mut w = self.watch.lock();
+        w.pace = blocks_per_sec;
+        self.watch_until(&mut w, now);
+    }
+
+    /// Close the watch's interval if it is over — the queue stood if no request got its slot
+    /// within [`STANDING_TARGET`] of its newest fill, given [`STANDING_SAMPLES`] requests to
+    /// judge by — and set the bound: [`put_bound`] of the pace while the queue stands, else
+    /// `max_puts`. Blocks already queued stay; new ones wait for room.
+    fn watch_until(&self, w: &mut QueueWatch, now: Instant) {
+        if now.saturating_duration_since(w.start) >= STANDING_INTERVAL {
+            if w.samples >= STANDING_SAMPLES {
+                w.standing = w.shortest.is_some_and(|s| s > STANDING_TARGET);
             }
-            w.standing
-        };
-        let bound = if standing { put_bound(blocks_per_sec, self.max_puts) } else { self.max_puts };
+            (w.start, w.samples, w.shortest) = (now, 0, None);
+        }
+        let bound = if w.standing { put_bound(w.pace, self.max_puts) } else { self.max_puts };
         self.put_limit.store(bound, Ordering::Relaxed);
     }
 
@@ -467,6 +490,12 @@ mod tests {
         let o = Outbox::new(2048, 16);
         let t0 = o.watch.lock().start;
         let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // `n` requests got their slots at `ms`, each after waiting `waited` ms.
+        let leave = |n: u32, waited: u64, ms: u64| {
+            for _ in 0..n {
+                o.left_queue_at(Duration::from_millis(waited), at(ms));
+            }
+        };
         assert_eq!(o.put_limit(), 2048);
         for b in 0..600 {
             assert!(o.put(put(b)).is_ok());
@@ -474,8 +503,8 @@ mod tests {
         // Requests waited 40 ms and more for their slots all interval: a standing queue.
         // 1,000 blocks a second carry 50 in the horizon: the floor holds it at 512, below
         // what is queued, so nothing more is taken until those leave.
-        o.left_queue(Duration::from_millis(40));
-        o.left_queue(Duration::from_millis(90));
+        leave(2, 40, 10);
+        leave(2, 90, 60);
         o.pace_at(Some(1_000.0), at(100));
         assert_eq!(o.put_limit(), 2048, "decided once an interval");
         o.pace_at(Some(1_000.0), at(200));
@@ -488,22 +517,35 @@ mod tests {
         o.pace_at(Some(20_000.0), at(250));
         assert_eq!(o.put_limit(), 1000);
         // One request that left within the target in an interval: the queue emptied, the
-        // configured bound again, whatever the pace.
-        o.left_queue(Duration::from_millis(60));
-        o.left_queue(Duration::from_millis(2));
-        o.pace_at(Some(1_000.0), at(400));
+        // configured bound again, whatever the pace — decided by the next request as well as
+        // by the next batch.
+        leave(3, 60, 300);
+        leave(1, 2, 350);
+        leave(1, 70, 400);
         assert_eq!(o.put_limit(), 2048);
-        // An interval in which no request got a slot while hundreds of fills waited (a
-        // stalled link): standing; with few waiting, not.
-        o.pace_at(Some(1_000.0), at(600));
-        assert_eq!(o.put_limit(), 2048, "501 fills wait: under the floor");
-        for b in 0..20 {
-            assert!(o.put(put(2000 + b)).is_ok());
-        }
+        // Requests that all waited long close the next interval: standing again, at the pace
+        // last given.
+        leave(3, 80, 500);
+        leave(1, 80, 600);
+        assert_eq!(o.put_limit(), 1000);
+        // Too few requests to judge by (a lender that stopped answering, a trickle): the
+        // state stays, standing or not.
+        leave(2, 3, 700);
         o.pace_at(Some(1_000.0), at(800));
-        assert_eq!(o.put_limit(), MIN_PUT_BOUND, "521 fills and no request left");
+        assert_eq!(o.put_limit(), MIN_PUT_BOUND, "two quick requests: still standing");
+        o.pace_at(Some(1_000.0), at(1000));
+        assert_eq!(o.put_limit(), MIN_PUT_BOUND, "none at all: still standing");
+        leave(4, 3, 1100);
+        o.pace_at(Some(1_000.0), at(1200));
+        assert_eq!(o.put_limit(), 2048);
+        leave(3, 500, 1300);
+        o.pace_at(Some(1_000.0), at(1400));
+        assert_eq!(o.put_limit(), 2048, "three slow requests: still not standing");
         // Unmeasured pace: the configured bound even while standing.
-        o.pace_at(None, at(850));
+        leave(4, 500, 1500);
+        o.pace_at(Some(1_000.0), at(1600));
+        assert_eq!(o.put_limit(), MIN_PUT_BOUND);
+        o.pace_at(None, at(1650));
         assert_eq!(o.put_limit(), 2048);
     }
 }

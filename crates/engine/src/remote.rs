@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use crate::index::BlockKey;
 use crate::latency::{Latency, LatencySnapshot};
 use crate::outbox::{Batch, FillPace, Outbox, PendingPut};
+pub use crate::outbox::{FILL_HORIZON, MIN_PUT_BOUND, STANDING_INTERVAL};
 use crate::seal::{BlockSeal, Plaintext};
 use bytes::Bytes;
 use farcache_client::{ClientConfig, ClientError, Key, LenderAddr, LenderClient, PutStatus};
@@ -973,7 +974,7 @@ async fn flush_outbox(
                 outbox.dels_sent(dels.len());
                 continue;
             };
-            let (outbox, counters, seal) = (outbox.clone(), counters.clone(), cfg.seal.clone());
+            let (outbox, counters, seal, set) = (outbox.clone(), counters.clone(), cfg.seal.clone(), set.clone());
             tokio::spawn(async move {
                 if !puts.is_empty() {
                     let sealed: Vec<(Key, Bytes)> =
@@ -988,7 +989,7 @@ async fn flush_outbox(
                     // lender holds it about one timeout.
                     let (client, slots, gave_up) = (&client, &lender.put_slots, &AtomicBool::new(false));
                     let pace = &lender.fill_pace;
-                    let (failed_requests, queue) = (&counters.put_requests_failed, &*outbox);
+                    let (failed_requests, queue, set) = (&counters.put_requests_failed, &*outbox, &*set);
                     // When each request's newest fill was queued.
                     let newest: Vec<Instant> = puts
                         .chunks(PUT_REQUEST_BLOCKS)
@@ -1002,12 +1003,17 @@ async fn flush_outbox(
                         }
                         let started = Instant::now();
                         queue.left_queue(started.saturating_duration_since(part_newest));
-                        let stored = tokio::time::timeout(timeout, client.put(part)).await.ok().and_then(|r| r.ok());
-                        // A full request's time is what the link carries; a failed one's
-                        // counts too (capped at the timeout): a stalling link carries less.
-                        if part.len() == PUT_REQUEST_BLOCKS {
+                        let answer = tokio::time::timeout(timeout, client.put(part)).await;
+                        // A full request's time is what the link carries; one that timed out
+                        // counts too (its timeout): a stalling link carries less. One that
+                        // failed at once (a lost connection) says nothing of the link.
+                        if part.len() == PUT_REQUEST_BLOCKS && !matches!(answer, Ok(Err(_))) {
                             pace.record(part.len(), started.elapsed(), timeout);
+                            // At once, not at the next batch: a queue standing behind a
+                            // slow link may get no new batch for a while.
+                            queue.pace(links_pace(set));
                         }
+                        let stored = answer.ok().and_then(|r| r.ok());
                         if stored.is_none() {
                             gave_up.store(true, Ordering::Relaxed);
                             add(failed_requests, 1);

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use common::{backing, fill_all, read_all, wait, Lender, Proxy, SilentListener};
 use farcache_engine::cached::CachedPath;
-use farcache_engine::remote::{LenderError, LenderStatus, Remote, PUT_REQUESTS_IN_FLIGHT};
+use farcache_engine::remote::{
+    LenderError, LenderStatus, Remote, MIN_PUT_BOUND, PUT_REQUESTS_IN_FLIGHT, STANDING_INTERVAL,
+};
 use farcache_engine::{DataPath, DirectPath};
 use farcache_policy::route::Threshold;
 use farcache_testkit::pattern;
@@ -387,6 +389,60 @@ fn a_slow_lender_takes_every_fill_at_its_own_pace() {
     assert_eq!(e.index().remote_blocks(), BLOCKS as u64, "{r:?}");
     assert!(took > Duration::from_millis(500), "the lender was not slow: the fills took {took:?}");
     assert_eq!(r.puts_in_flight, 0);
+}
+
+/// Behind a link slower than the disk's reads, the fills' queue stands: it is then held to
+/// what the link carries in FILL_HORIZON (never under MIN_PUT_BOUND) instead of
+/// `max_pending_puts` — the rest are dropped, as they would be at the bound anyway, and the
+/// mount holds that much less memory. Blocks already queued still land, and once the link
+/// keeps up again the whole bound comes back.
+#[test]
+fn a_standing_queue_of_fills_is_held_to_what_the_link_carries() {
+    const BLOCKS: usize = 2048;
+    let BehindProxy { _lender, proxy: slow, e, _dir, data, file } =
+        behind_proxy_sized(BLOCKS, 37, Duration::from_secs(5), "64MiB");
+    let max = e.remote().config().max_pending_puts as u64;
+    assert!(max > 2 * BLOCKS as u64 && (MIN_PUT_BOUND as u64) < BLOCKS as u64 / 2, "max_pending_puts {max}");
+    // A first burst while the lender takes nothing: no pace is measured, so it is queued
+    // whole, however long it stands.
+    slow.freeze(true);
+    read_all(&e, &file, &data);
+    let first = e.remote().stats();
+    assert_eq!((first.puts_bound, first.puts_dropped), (max, 0), "{first:?}");
+    assert_eq!(first.puts_in_flight, BLOCKS as u64, "{first:?}");
+    // Then the link carries fills, slowly: each answer held 50 ms, two requests of 8 blocks
+    // at a time, at most 320 blocks a second — 16 in the horizon, so the floor. Behind two
+    // thousand fills every request waits long for its slot: the queue stands, and the bound
+    // falls to the floor.
+    slow.slow(50);
+    slow.freeze(false);
+    wait("the bound to fall to what the link carries", || e.remote().stats().puts_bound == MIN_PUT_BOUND as u64);
+    // New blocks read while it stands are dropped, not queued (the disk has them).
+    let data = pattern(BLOCKS * 4096, 38);
+    e.write(&file, 0, &data).unwrap();
+    read_all(&e, &file, &data);
+    let standing = e.remote().stats();
+    assert!(standing.puts_dropped > 0, "the second pass's fills were all queued: {standing:?}");
+    assert!(standing.puts_in_flight <= BLOCKS as u64, "the queue grew past the bound: {standing:?}");
+    // The link keeps up again: what was queued lands, and the whole bound comes back once
+    // fills leave the queue within the target again (decided each interval).
+    slow.slow(0);
+    wait("the queued fills to land", || common::fills_settled(&e));
+    let settled = e.remote().stats();
+    assert_eq!((settled.puts_failed, settled.puts_in_flight), (0, 0), "{settled:?}");
+    assert!(settled.puts >= BLOCKS as u64, "the first burst was stored: {settled:?}");
+    let t = Instant::now();
+    let mut seed = 39;
+    while e.remote().stats().puts_bound != max {
+        assert!(t.elapsed() < Duration::from_secs(20), "the bound stayed {:?}", e.remote().stats());
+        seed += 1;
+        let block = pattern(4096, seed);
+        e.write(&file, 0, &block).unwrap();
+        assert_eq!(&e.read(&file, 0, 4096).unwrap()[..], &block[..]);
+        // Several requests an interval: fewer decide nothing.
+        std::thread::sleep(STANDING_INTERVAL / 20);
+    }
+    assert_eq!(e.remote().stats().puts_failed, 0);
 }
 
 /// A block read from the disk again while its fill is still on its way is not sent a second
