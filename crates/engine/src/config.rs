@@ -61,7 +61,8 @@ reconnect_max = "5s"
 # Blocks on their way to lenders at once (fills, coalesced into one request per lender per
 # millisecond); more are dropped, the disk has them. 8192 (32 MiB) holds the bursts a
 # rate-limited disk answers a stream in, filling the lenders over a 10 Gbit/s link; 2048
-# dropped 25-35% of such fills, 256 87%.
+# dropped 25-35% of such fills, 256 87%. While the fills stand in a queue (the links cannot
+# keep up), fewer: what the links carry in 50 ms, at least 512.
 max_pending_puts = 8192
 # Retired blocks waiting to be deleted on lenders (coalesced, one request per lender per
 # millisecond); more are dropped (a retired block can never be read again; its lender

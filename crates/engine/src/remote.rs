@@ -137,7 +137,8 @@ pub struct RemoteConfig {
     /// First and last wait between reconnection attempts (doubling in between).
     pub reconnect_min: Duration,
     pub reconnect_max: Duration,
-    /// Blocks queued or in flight to lenders (fills) at once; more are dropped.
+    /// Blocks queued or in flight to lenders (fills) at once; more are dropped. While they
+    /// form a standing queue, fewer: what the links carry in [`crate::outbox::FILL_HORIZON`].
     pub max_pending_puts: usize,
     /// Retired keys queued or in flight for deletion at once; more are dropped (their copies
     /// are unreachable anyway; lenders evict them in time).
@@ -311,12 +312,13 @@ pub struct RemoteCountersSnapshot {
     pub fetch_latency: LatencySnapshot,
     #[serde(default)]
     pub fill_latency: LatencySnapshot,
-    /// Fills queued or on their way to a lender now (a gauge, at most `puts_bound`).
+    /// Fills queued or on their way to a lender now (a gauge, at most `puts_bound` but for
+    /// those queued before the bound fell).
     #[serde(default)]
     pub puts_in_flight: u64,
-    /// The bound on fills queued or in flight now: what the lenders' links carry in
-    /// [`crate::outbox::FILL_HORIZON`] at their measured pace, at most `max_pending_puts`
-    /// (a gauge; 0 in counters that have no outbox behind them).
+    /// The bound on fills queued or in flight now: `max_pending_puts`, or while the fills'
+    /// queue stands what the lenders' links carry in [`crate::outbox::FILL_HORIZON`] at
+    /// their measured pace (a gauge; 0 in counters that have no outbox behind them).
     #[serde(default)]
     pub puts_bound: u64,
     /// Deletions queued or on their way now (a gauge, at most `max_pending_dels`).

@@ -90,7 +90,7 @@ metrics! { MOUNT:
     REMOTE_PUTS_DROPPED = "farcache_mount_remote_puts_dropped", Counter, "Fills not sent: queue full or no lender connected";
     REMOTE_PUTS_FAILED = "farcache_mount_remote_puts_failed", Counter, "Fills sent and not stored";
     REMOTE_PUTS_IN_FLIGHT = "farcache_mount_remote_puts_in_flight", Gauge, "Fills queued or on their way to a lender now (at most farcache_mount_remote_puts_bound)";
-    REMOTE_PUTS_BOUND = "farcache_mount_remote_puts_bound", Gauge, "The bound on fills queued or in flight now: what the lenders' links carry in 50 ms at their measured pace, at most cache.max_pending_puts";
+    REMOTE_PUTS_BOUND = "farcache_mount_remote_puts_bound", Gauge, "The bound on fills queued or in flight now: cache.max_pending_puts, or while the queue stands what the lenders' links carry in 50 ms at their measured pace";
     REMOTE_INVALIDATIONS_IN_FLIGHT = "farcache_mount_remote_invalidations_in_flight", Gauge, "Deletions queued or on their way to lenders now (at most cache.max_pending_dels)";
     REMOTE_INVALIDATIONS = "farcache_mount_remote_invalidations", Counter, "Cached blocks retired by writes, truncates and fallocates";
     REMOTE_INVALIDATIONS_DROPPED = "farcache_mount_remote_invalidations_dropped", Counter, "Deletions of retired blocks not sent (queue full)";
