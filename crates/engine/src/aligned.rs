@@ -54,7 +54,7 @@ const POOL_ALIGN: usize = 4096;
 const POOL_IDLE_MAX: usize = 16 << 20;
 /// Most bytes of idle small buffers (fills' copies, [`pooled_copy`]) within [`POOL_IDLE_MAX`]:
 /// one chunk. Fills come in bursts as deep as the outbox's bound (thousands of blocks behind a
-/// slow link); kept idle after the burst, their copies held 10–16 MiB of the daemon's memory
+/// slow link); kept idle after the burst, their copies held 8–16 MiB of the daemon's memory
 /// for nothing (BENCHMARKS.md, session 60), while mapping a chunk anew costs a fill about a
 /// page fault.
 const COPIES_IDLE_MAX: usize = CHUNK;

@@ -27,7 +27,7 @@
 //! 1 Gbit/s the fixed 8,192 blocks (32 MiB) waited 270 ms to leave and held 43–47 MiB more in
 //! the daemon (BENCHMARKS.md, sessions 59–60). A queue that empties between bursts keeps all
 //! of `max_puts`: a throttled disk answers a stream in 100 ms slices, and a 10 Gbit/s stream
-//! held to its link's pace in 50 ms dropped 17% of its fills where 8,192 dropped none
+//! held to its link's pace in 50 ms dropped 15–17% of its fills where 8,192 dropped none
 //! (session 60). At most [`FLUSH_WINDOW`] between a block's
 //! queueing and its batch's departure, and [`DEL_WINDOW`] for a deletion, whatever the
 //! load. Entries are never ordered
