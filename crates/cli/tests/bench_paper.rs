@@ -530,6 +530,7 @@ fn bench_paper_quick_runs_every_configuration_and_cleans_up() {
         "## randread (Tables 5/6)",
         "## tpch (Tables 8/10)",
         "| tpch load test |",
+        "### tpch: CPU time by who spent it (s)",
         "farcache/passthrough",
         "## transfers (Table 9)",
     ] {
@@ -537,6 +538,44 @@ fn bench_paper_quick_runs_every_configuration_and_cleans_up() {
     }
     let kept_on_disk = md.contains("not applicable: the routing kept the reads on the disk");
     assert_eq!(kept_on_disk, !on_lenders, "the report and the routing disagree on where the reads went:\n{md}");
+}
+
+/// `--client-cpus 1`: the harness, the mount daemon and the load generator on CPU 0, the
+/// lender on the rest — checked by the harness itself (it refuses to go on when a lender's
+/// CPUs are not the ones asked), said in the report, and the run completes. With one CPU
+/// the option must be refused by name.
+#[test]
+fn bench_paper_quick_runs_the_lenders_on_cpus_of_their_own() {
+    if !is_root() {
+        return;
+    }
+    let dir = Scratch(std::env::temp_dir().join(format!("farcache-bench-cpus-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    // Refused before any testbed is built: oltp has a cpuset of its own.
+    let out = Command::new(bin())
+        .args(["bench", "paper", "--quick", "--experiment", "oltp", "--client-cpus", "1", "--out"])
+        .arg(&dir.0)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--client-cpus: not with the oltp experiment"), "{out:?}");
+    let args = ["--experiment", "seqread", "--configs", "farcache", "--client-cpus", "1"];
+    let (status, stdout, stderr) = run_quick(&args, &dir.0, Duration::from_secs(300));
+    // SAFETY: sysconf has no preconditions.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if online < 2 {
+        assert!(!status.success() && stderr.contains("--client-cpus 1: this machine has 1 CPUs"), "{stderr}");
+        return;
+    }
+    assert!(status.success(), "bench paper --client-cpus 1 failed ({status}); stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stderr.contains("--client-cpus 1: the client on CPUs 0..1, the lenders on 1.."), "{stderr}");
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(dir.0.join("paper-quick.json")).unwrap()).unwrap();
+    assert_eq!(json["options"]["client_cpus"], 1, "{}", json["options"]);
+    let runs = json["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{json}");
+    assert!(runs[0]["error"].is_null(), "{}", runs[0]["error"]);
+    let md = std::fs::read_to_string(dir.0.join("paper-quick.md")).unwrap();
+    assert!(md.contains("the lenders on the other 1 (`--client-cpus 1`"), "{md}");
 }
 
 /// tpch: the load test loaded every row the generator wrote, in every configuration; the power
@@ -580,6 +619,20 @@ fn check_tpch(json: &Value) {
         assert_eq!(loaded, want, "tpch {cfg}: rows loaded");
         // The load read its CSV files from the disk (cold): through the mount or not.
         assert!(num(&r["load"], &["disk", "read_bytes"]) > 0.0, "tpch {cfg} load read no disk: {r}");
+        // Each test's CPU time, by who spent it: PostgreSQL in the client's cgroup, the machine
+        // at least that; the daemon and the lenders where there are any.
+        for test in ["load", "power_phase", "throughput_phase"] {
+            let cpu = &r[test]["cpu"];
+            let (client, machine) = (num(cpu, &["client_ms"]), num(cpu, &["machine_ms"]));
+            assert!(client > 0.0 && machine > 0.0, "tpch {cfg} {test}: no CPU measured: {cpu}");
+            assert_eq!(
+                num(cpu, &["daemon_ms"]) > 0.0,
+                cfg == "passthrough" || cfg == "farcache",
+                "{cfg} {test}: {cpu}"
+            );
+            assert_eq!(num(cpu, &["lenders_ms"]) > 0.0, cfg == "farcache", "{cfg} {test}: {cpu}");
+            assert!(num(cpu, &["daemon_ms"]) <= client + 50.0, "the daemon is in the client's cgroup: {cpu}");
+        }
         let power = r["power"].as_array().unwrap();
         let tput = r["throughput"].as_array().unwrap();
         assert_eq!(power.len(), 22, "{r}");

@@ -317,6 +317,12 @@ pub struct PaperOptions {
     pub lender_capacity_bytes: u64,
     /// TBF rate of each lender's link ("1gbit", "10gbit"), or none.
     pub link_rate: Option<String>,
+    /// `--client-cpus N`: the client — everything the harness starts but the lenders (the
+    /// application, the mount daemon, the load generators, the harness itself) — on the
+    /// first N CPUs, the lenders on the others, as if they were other machines. `None`: all
+    /// share every CPU.
+    #[serde(default)]
+    pub client_cpus: Option<u32>,
     /// The lenders' eviction policy (default: the server's default).
     pub policy: Option<String>,
     /// farcache's routing rule (`--routing` of its mounts; default: the mount's default).
@@ -489,6 +495,7 @@ impl PaperOptions {
             lenders: 1,
             lender_capacity_bytes: 1228 * MIB,
             link_rate: Some("1gbit".into()),
+            client_cpus: None,
             policy: None,
             routing: None,
             mount_config: None,

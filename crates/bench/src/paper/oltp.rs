@@ -358,10 +358,6 @@ impl Drop for SchedulerGuard {
     }
 }
 
-fn cpus_online() -> u32 {
-    std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1)
-}
-
 /// "0-(n-1)": the first `n` CPUs.
 fn cpu_list(n: u32) -> String {
     if n <= 1 {
@@ -413,7 +409,7 @@ pub fn prepare(tb: &Testbed, o: &PaperOptions) -> Result<OltpSetup> {
         prepare_secs: t.elapsed().as_secs_f64(),
         default_scheduler,
         schedulers_available,
-        cpus_online: cpus_online(),
+        cpus_online: sys::cpus_online(),
         skipped: Vec::new(),
     };
     for s in o.oltp_schedulers.iter().filter(|s| !setup.schedulers_available.contains(s)) {

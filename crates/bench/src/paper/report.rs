@@ -717,7 +717,7 @@ pub fn render(r: &PaperReport) -> String {
     let _ = writeln!(
         s,
         "Machine: {}. Disk: loop device on a file, ext4, {}. Client: memory cgroup of {} (application + \
-         mount daemon). Lenders: {} × {} over veth{}. Every pass starts from a cold local cache and empty \
+         mount daemon). Lenders: {} × {} over veth{}.{} Every pass starts from a cold local cache and empty \
          lenders; the 2nd pass follows the 1st at once. Total time {:.0} s.\n",
         r.machine.describe(),
         o.profile.describe(),
@@ -725,6 +725,11 @@ pub fn render(r: &PaperReport) -> String {
         o.lenders,
         human(o.lender_capacity_bytes),
         o.link_rate.as_deref().map(|x| format!(" with TBF {x}")).unwrap_or_default(),
+        o.client_cpus.map_or(String::new(), |n| format!(
+            " CPUs: the client (application, mount daemon, harness) on the first {n}, the lenders on the \
+             other {} (`--client-cpus {n}`: the lenders as other machines).",
+            r.machine.cpus.saturating_sub(n as usize)
+        )),
         r.secs_total
     );
     if let Some(d) = &r.damon {
@@ -1422,6 +1427,48 @@ fn render_tpch(s: &mut String, r: &PaperReport) {
         let _ = writeln!(s, "{row} {} |", cell(ratio, 2));
     }
     let _ = writeln!(s, "\n(In the specification's stream 0 order.)\n");
+    render_tpch_cpu(s, r);
+}
+
+/// Each test's CPU time by who spent it, and the machine's busy share: whether a test was
+/// bound by the CPUs rather than by the disk or the lenders, and how much of the machine the
+/// lenders took — on this testbed they share the client's CPUs, in a deployment they are
+/// other machines.
+fn render_tpch_cpu(s: &mut String, r: &PaperReport) {
+    let runs: Vec<&TpchRecord> =
+        r.tpch.iter().filter(|x| x.error.is_none() && x.power_phase.cpu.machine_ms > 0.0).collect();
+    if runs.is_empty() {
+        return;
+    }
+    let cpus = r.machine.cpus.max(1) as f64;
+    let _ = writeln!(
+        s,
+        "### tpch: CPU time by who spent it (s)\n\n\
+         The client's cgroup (PostgreSQL, psql and the mount daemon), the daemon alone, the lenders' \
+         processes (here on the client's {cpus:.0} CPUs; in a deployment other machines'), the whole \
+         machine (softirq, the loop device and any other work included), and the machine's busy share of \
+         the test's {cpus:.0} × seconds.\n\n\
+         | configuration | test | seconds | client | daemon | lenders | machine | busy |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|"
+    );
+    for x in runs {
+        for (test, p) in [("load", &x.load), ("power", &x.power_phase), ("throughput", &x.throughput_phase)] {
+            let c = &p.cpu;
+            let busy = (p.secs > 0.0).then(|| c.machine_ms / 1e3 / (p.secs * cpus) * 100.0);
+            let _ = writeln!(
+                s,
+                "| {} | {test} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+                x.config.map_or("?", |c| c.name()),
+                p.secs,
+                c.client_ms / 1e3,
+                c.daemon_ms / 1e3,
+                c.lenders_ms / 1e3,
+                c.machine_ms / 1e3,
+                busy.map_or("–".into(), |b| format!("{b:.0}%"))
+            );
+        }
+    }
+    let _ = writeln!(s);
 }
 
 /// The measurements during which the rest of the machine moved more than
@@ -1604,6 +1651,32 @@ mod tests {
             assert!(d.contains("idle for"), "{d}");
             println!("{d}");
         }
+    }
+
+    #[test]
+    fn tpch_tests_cpu_by_who_and_the_busy_share() {
+        use super::super::counters::CpuTime;
+        let o = PaperOptions::quick("farcache".into());
+        let mut r = PaperReport::new(&o);
+        r.machine.cpus = 2;
+        let mut x = TpchRecord { config: Some(ConfigKind::Farcache), ..TpchRecord::default() };
+        x.power_phase.secs = 100.0;
+        x.power_phase.cpu = CpuTime { client_ms: 90e3, daemon_ms: 40e3, lenders_ms: 30e3, machine_ms: 150e3 };
+        r.tpch.push(x.clone());
+        // A record from before the CPU was measured shows no rows rather than zeros.
+        x.config = Some(ConfigKind::Passthrough);
+        x.power_phase.cpu = CpuTime::default();
+        r.tpch.push(x);
+        let mut s = String::new();
+        render_tpch_cpu(&mut s, &r);
+        assert!(s.contains("| farcache | power | 100.0 | 90.0 | 40.0 | 30.0 | 150.0 | 75% |"), "{s}");
+        assert!(s.contains("| farcache | load | 0.0 | 0.0 | 0.0 | 0.0 | 0.0 | – |"), "{s}");
+        assert!(!s.contains("| passthrough |"), "{s}");
+        let mut empty = PaperReport::new(&o);
+        empty.tpch.push(TpchRecord::default());
+        let mut s = String::new();
+        render_tpch_cpu(&mut s, &empty);
+        assert!(s.is_empty(), "{s}");
     }
 
     #[test]

@@ -50,18 +50,49 @@ fn testbed_lenders(o: &PaperOptions) -> usize {
     }
 }
 
+/// Puts this process back on every CPU when dropped (after `--client-cpus`).
+struct Unpin(u32);
+
+impl Drop for Unpin {
+    fn drop(&mut self) {
+        if let Err(e) = sys::pin_process(0..self.0) {
+            note!("paper: warning: {e}");
+        }
+    }
+}
+
 /// Run everything `o` asks for; `progress` sees the report after every configuration (to
 /// save partial results). The testbed is gone when this returns, whatever happened.
 pub fn run(o: &PaperOptions, progress: &mut dyn FnMut(&PaperReport)) -> Result<PaperReport> {
     sys::install_signal_handlers();
     let started = Instant::now();
     let mut report = PaperReport::new(o);
+    // --client-cpus: the harness, and all it starts, on the client's CPUs; the lenders on the
+    // rest. Put back when the run ends, however it ends.
+    let online = sys::cpus_online();
+    let _pinned = match o.client_cpus {
+        Some(n) if n == 0 || n >= online => {
+            return Err(BenchError::Setup(format!(
+                "--client-cpus {n}: this machine has {online} CPUs; give the client 1 to {} and the lenders the rest",
+                online.saturating_sub(1)
+            )))
+        }
+        Some(n) => {
+            let unpin = Unpin(online);
+            sys::pin_process(0..n)?;
+            sys::check_pinned(std::process::id(), "the harness", 0..n)?;
+            note!("paper: --client-cpus {n}: the client on CPUs 0..{n}, the lenders on {n}..{online}");
+            Some(unpin)
+        }
+        None => None,
+    };
     let spec = TestbedSpec {
         exe: o.exe.clone(),
         disk_bytes: o.disk_bytes(),
         profile: o.profile,
         lenders: testbed_lenders(o),
         link_rate: o.link_rate.clone(),
+        lender_cpus: o.client_cpus.map(|n| n..online),
     };
     let mut tb = Testbed::create(spec)?;
     note!("paper: logs in {}", tb.logs.display());

@@ -169,6 +169,96 @@ pub fn confine(cmd: &mut Command, cgroup_procs: &[&Path]) {
 }
 
 /// Signal one process we started (never a group, never by name).
+/// CPUs the machine has online (not this process's affinity, which [`pin_process`] narrows).
+pub fn cpus_online() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n > 0 {
+        n as u32
+    } else {
+        1
+    }
+}
+
+/// CPUs `cpus` (a range of CPU numbers) as an affinity mask.
+fn cpu_mask(cpus: std::ops::Range<u32>) -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is plain data; all zeros is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for c in cpus {
+        // SAFETY: CPU_SET only writes within the set (it ignores numbers past its size).
+        unsafe { libc::CPU_SET(c as usize, &mut set) };
+    }
+    set
+}
+
+/// Run every thread of this process — and so every process it starts after, which inherit
+/// it — on the CPUs `cpus` only (`--client-cpus`: the client on its own CPUs).
+pub fn pin_process(cpus: std::ops::Range<u32>) -> Result<()> {
+    let set = cpu_mask(cpus.clone());
+    let tasks = std::fs::read_dir("/proc/self/task").ctx(|| "list /proc/self/task".into())?;
+    for t in tasks.flatten() {
+        let Some(tid) = t.file_name().to_str().and_then(|n| n.parse::<libc::pid_t>().ok()) else { continue };
+        // SAFETY: `set` is a valid cpu_set_t of the size passed.
+        if unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+            let e = std::io::Error::last_os_error();
+            // A thread that ended since the listing is not an error.
+            if e.raw_os_error() != Some(libc::ESRCH) {
+                return Err(BenchError::Setup(format!("cannot pin thread {tid} to CPUs {cpus:?}: {e}")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The CPUs process `pid` may run on (`Cpus_allowed_list` of /proc/PID/status, e.g.
+/// "0-1,3"); `None` when the process is gone or the line does not parse.
+pub fn allowed_cpus(pid: u32) -> Option<Vec<u32>> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    parse_cpu_list(status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?.trim())
+}
+
+/// "0-1,3" → [0, 1, 3].
+fn parse_cpu_list(list: &str) -> Option<Vec<u32>> {
+    let mut cpus = Vec::new();
+    for part in list.split(',') {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let (lo, hi): (u32, u32) = (lo.trim().parse().ok()?, hi.trim().parse().ok()?);
+        if hi < lo || hi - lo > 4096 {
+            return None;
+        }
+        cpus.extend(lo..=hi);
+    }
+    Some(cpus)
+}
+
+/// That process `pid` (`what`) runs on the CPUs `cpus` and no others: what `--client-cpus`
+/// promises, checked rather than assumed.
+pub fn check_pinned(pid: u32, what: &str, cpus: std::ops::Range<u32>) -> Result<()> {
+    let want: Vec<u32> = cpus.collect();
+    match allowed_cpus(pid) {
+        Some(got) if got == want => Ok(()),
+        got => Err(BenchError::Setup(format!(
+            "{what} (pid {pid}) may run on CPUs {got:?}, not {want:?} as --client-cpus asked"
+        ))),
+    }
+}
+
+/// Have the process `cmd` starts run on the CPUs `cpus` only (the lenders, beside a client
+/// pinned by [`pin_process`]).
+pub fn pin_command(cmd: &mut Command, cpus: std::ops::Range<u32>) {
+    use std::os::unix::process::CommandExt;
+    let set = cpu_mask(cpus);
+    // SAFETY: one system call between fork and exec, on memory prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 pub fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: kill(2) on a pid we started or read from one of our own cgroups/namespaces.
     unsafe {
@@ -203,4 +293,20 @@ pub fn mounts_under(prefix: &Path) -> Vec<(String, String)> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_parse_and_this_process_has_one() {
+        assert_eq!(parse_cpu_list("0-1,3"), Some(vec![0, 1, 3]));
+        assert_eq!(parse_cpu_list("2"), Some(vec![2]));
+        assert_eq!(parse_cpu_list("3-1"), None);
+        assert_eq!(parse_cpu_list("x"), None);
+        let mine = allowed_cpus(std::process::id()).expect("own Cpus_allowed_list");
+        assert!(!mine.is_empty() && mine.len() as u32 <= cpus_online(), "{mine:?}");
+        assert!(check_pinned(std::process::id(), "this test", 0..0).is_err());
+    }
 }

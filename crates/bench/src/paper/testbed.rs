@@ -101,6 +101,8 @@ pub struct TestbedSpec {
     pub lenders: usize,
     /// TBF rate of every lender's link, as tc writes it ("1gbit", "10gbit"), or none.
     pub link_rate: Option<String>,
+    /// The CPUs the lenders run on (`--client-cpus`: those the client does not); `None`: any.
+    pub lender_cpus: Option<std::ops::Range<u32>>,
 }
 
 /// One lender's network: a namespace and the host end of its veth.
@@ -341,11 +343,17 @@ impl Testbed {
             cmd.args(["--policy", p]);
         }
         sys::confine(&mut cmd, &[]);
+        if let Some(cpus) = &self.spec.lender_cpus {
+            sys::pin_command(&mut cmd, cpus.clone());
+        }
         let log = self.logs.join(format!("lender{i}-{}.log", self.cgroups_made));
         let mut c = Child::spawn(&format!("lender {i}"), cmd, &log, false)?;
         let line = c.next_line(Duration::from_secs(30))?;
         if !line.starts_with("farcache server listening on") {
             return Err(BenchError::Setup(format!("lender {i} said {line:?}; log:\n{}", c.log_tail())));
+        }
+        if let Some(cpus) = &self.spec.lender_cpus {
+            sys::check_pinned(c.pid(), &format!("lender {i}"), cpus.clone())?;
         }
         Ok(c)
     }

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::cgroup::Cgroup;
-use super::counters::LenderTotals;
+use super::counters::{CpuProbe, CpuTime, LenderTotals};
 use super::mount::{MountCounters, MountDaemon};
 use super::pgbench::{self, Server, SHARED_BUFFERS};
 use super::report::Transfers;
@@ -203,6 +203,11 @@ pub struct TpchPhase {
     /// Table 9: bytes to and from lenders, invalidations (the mount's counters when it has a
     /// stats command, else the lenders' STATS).
     pub transfers: Transfers,
+    /// CPU time by who spent it: the client's cgroup (PostgreSQL, psql, the mount daemon), the
+    /// daemon alone, the lenders (on this one machine; other machines in a deployment) and
+    /// the whole machine. Zeros in results from before session 61.
+    #[serde(default)]
+    pub cpu: CpuTime,
 }
 
 /// One configuration's three tests.
@@ -431,6 +436,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, setup: &TpchSetup, cfg: Co
     rec.cached_pages_at_start = pgbench::cached_under(&base);
     let limit = (cfg != ConfigKind::Ideal).then_some(o.memory_bytes);
     let mem = tb.memory_cgroup(limit)?;
+    let cpu = tb.cpu_cgroup()?;
     let mut lenders = match cfg {
         ConfigKind::Farcache => Some(tb.start_lenders(setup.lender_capacity_bytes, o.policy.as_deref())?),
         _ => None,
@@ -438,11 +444,16 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, setup: &TpchSetup, cfg: Co
     let addrs: Vec<_> = lenders.as_ref().map(|l| l.addrs.clone()).unwrap_or_default();
     let log = tb.logs.join(format!("tpch-{}.mount.log", cfg.name()));
     let remote = lenders.as_ref().map(|l| &l.addrs[..]);
-    let mut mount = MountDaemon::for_config(tb, o, cfg, remote, &[], &[&mem, &tb.blkio], &log)?;
+    let mut mount = MountDaemon::for_config(tb, o, cfg, remote, &[], &[&mem, &cpu, &tb.blkio], &log)?;
+    let probe = CpuProbe {
+        cgroup: cpu.path().to_path_buf(),
+        daemon: mount.as_ref().map(|m| m.pid()),
+        lenders: lenders.as_ref().map(|l| l.procs.iter().map(|p| p.pid()).collect()).unwrap_or_default(),
+    };
     let fs = if mount.is_some() { tb.mnt.join("tpch") } else { base.clone() };
     let tb_ref: &Testbed = tb;
     let log = tb_ref.logs.join(format!("tpch-{}.postgres.log", cfg.name()));
-    let cgroups = [&mem, &tb_ref.blkio];
+    let cgroups = [&mem, &cpu, &tb_ref.blkio];
     let label = format!("tpch {}", cfg.name());
     let res = Server::start(tb_ref, fs.join("db"), &cgroups, &log, user).and_then(|mut server| {
         let mut ctx = Ctx {
@@ -453,6 +464,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, setup: &TpchSetup, cfg: Co
             cgroups: &cgroups,
             addrs: &addrs,
             mount: mount.as_mut(),
+            cpu: Some(&probe),
             deadline,
             label: &label,
             port: None,
@@ -492,6 +504,8 @@ pub(super) struct Ctx<'a> {
     pub(super) cgroups: &'a [&'a Cgroup],
     pub(super) addrs: &'a [std::net::SocketAddr],
     pub(super) mount: Option<&'a mut MountDaemon>,
+    /// Where the tests' CPU time is read from (`None`: not measured).
+    pub(super) cpu: Option<&'a CpuProbe>,
     pub(super) deadline: Instant,
     pub(super) label: &'a str,
     /// The cluster's port, when not PostgreSQL's default (several clusters at once).
@@ -499,8 +513,11 @@ pub(super) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn snapshot(&mut self) -> Result<Snapshot> {
-        runner::snapshot(self.tb, self.addrs, self.mount.as_deref_mut())
+    /// The counters now, and the CPU time so far (read first: the counters' own questions to
+    /// the daemon and the lenders are not the tests' work).
+    fn snapshot(&mut self) -> Result<(Snapshot, CpuTime)> {
+        let cpu = self.cpu.map(CpuProbe::sample).unwrap_or_default();
+        Ok((runner::snapshot(self.tb, self.addrs, self.mount.as_deref_mut())?, cpu))
     }
 
     fn left(&self) -> Result<Duration> {
@@ -515,12 +532,13 @@ impl Ctx<'_> {
     }
 }
 
-fn phase(a: &Snapshot, b: &Snapshot, secs: f64) -> TpchPhase {
+fn phase((a, ca): &(Snapshot, CpuTime), (b, cb): &(Snapshot, CpuTime), secs: f64) -> TpchPhase {
     TpchPhase {
         secs,
         disk: b.disk.since(&a.disk),
         lenders: b.lenders.since(&a.lenders),
         transfers: runner::transfers(a, b),
+        cpu: cb.since(ca),
     }
 }
 
@@ -561,7 +579,7 @@ fn measure(c: &mut Ctx, fs: &Path, db: &Path, rec: &mut TpchRecord) -> Result<()
     rec.queries_per_hour = (secs > 0.0 && ok > 0).then(|| ok as f64 * 3600.0 / secs);
     let s3 = c.snapshot()?;
     rec.throughput_phase = phase(&s2, &s3, secs);
-    rec.mount = s3.mount.clone();
+    rec.mount = s3.0.mount.clone();
     note!(
         "paper: [{}] throughput test: {secs:.1} s, {:.0} queries per hour{}",
         c.label,

@@ -85,6 +85,11 @@ struct PaperArgs {
     /// Rate of each lender's link (tc TBF), e.g. 1gbit, 10gbit, or "none".
     #[arg(long, default_value = "1gbit")]
     link: String,
+    /// Run the client (the application, the mount daemon, the harness) on the first N CPUs and
+    /// the lenders on the others, as if they were other machines (default: all share every
+    /// CPU). Not with oltp, which sets its own cpuset (--oltp-cpus).
+    #[arg(long, value_name = "N")]
+    client_cpus: Option<u32>,
     /// The lenders' eviction policy (default: the server's).
     #[arg(long)]
     policy: Option<String>,
@@ -605,6 +610,15 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
         o.migrate_lender_bytes = Some(c.bytes());
     }
     o.link_rate = (a.link != "none").then_some(a.link);
+    if let Some(n) = a.client_cpus {
+        anyhow::ensure!(
+            !o.experiments.contains(&Experiment::Oltp),
+            "--client-cpus: not with the oltp experiment, which puts the client in a cpuset of its own \
+             (--oltp-cpus); run oltp without it"
+        );
+        anyhow::ensure!(n >= 1, "--client-cpus: at least 1 (the lenders get the CPUs the client does not)");
+        o.client_cpus = Some(n);
+    }
     o.policy = a.policy;
     o.routing = a.routing;
     if let Some(c) = a.mount_config {
