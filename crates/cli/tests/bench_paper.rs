@@ -620,19 +620,19 @@ fn check_tpch(json: &Value) {
         // The load read its CSV files from the disk (cold): through the mount or not.
         assert!(num(&r["load"], &["disk", "read_bytes"]) > 0.0, "tpch {cfg} load read no disk: {r}");
         // Each test's CPU time, by who spent it: PostgreSQL in the client's cgroup, the machine
-        // at least that; the daemon and the lenders where there are any.
+        // at least that; the daemon and the lenders only where there are any, and over the
+        // three tests then (a quick test can take less than a clock tick of a lender's CPU).
+        let (mut daemon, mut lenders) = (0.0, 0.0);
         for test in ["load", "power_phase", "throughput_phase"] {
             let cpu = &r[test]["cpu"];
             let (client, machine) = (num(cpu, &["client_ms"]), num(cpu, &["machine_ms"]));
             assert!(client > 0.0 && machine > 0.0, "tpch {cfg} {test}: no CPU measured: {cpu}");
-            assert_eq!(
-                num(cpu, &["daemon_ms"]) > 0.0,
-                cfg == "passthrough" || cfg == "farcache",
-                "{cfg} {test}: {cpu}"
-            );
-            assert_eq!(num(cpu, &["lenders_ms"]) > 0.0, cfg == "farcache", "{cfg} {test}: {cpu}");
             assert!(num(cpu, &["daemon_ms"]) <= client + 50.0, "the daemon is in the client's cgroup: {cpu}");
+            daemon += num(cpu, &["daemon_ms"]);
+            lenders += num(cpu, &["lenders_ms"]);
         }
+        assert_eq!(daemon > 0.0, cfg == "passthrough" || cfg == "farcache", "tpch {cfg}: daemon CPU {daemon} ms");
+        assert_eq!(lenders > 0.0, cfg == "farcache", "tpch {cfg}: lenders' CPU {lenders} ms");
         let power = r["power"].as_array().unwrap();
         let tput = r["throughput"].as_array().unwrap();
         assert_eq!(power.len(), 22, "{r}");
