@@ -31,6 +31,17 @@ impl Drop for Scratch {
     }
 }
 
+/// A fresh directory `farcache-bench-NAME-PID` for a root-only run, removed when dropped;
+/// `None` without root (the testbed cannot be built: the test has nothing to run).
+fn root_scratch(name: &str) -> Option<Scratch> {
+    if !is_root() {
+        return None;
+    }
+    let dir = Scratch(std::env::temp_dir().join(format!("farcache-bench-{name}-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    Some(dir)
+}
+
 fn num(v: &Value, path: &[&str]) -> f64 {
     let mut x = v;
     for p in path {
@@ -110,11 +121,7 @@ fn run_quick(args: &[&str], dir: &Path, limit: Duration) -> (std::process::ExitS
 /// of every configuration ran, the tiers took the writes, and every figure is a number.
 #[test]
 fn bench_paper_quick_runs_the_write_back_tier_experiments() {
-    if !is_root() {
-        return;
-    }
-    let dir = Scratch(std::env::temp_dir().join(format!("farcache-bench-paper003-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let Some(dir) = root_scratch("paper003") else { return };
     let args = [
         "--experiment",
         "postmark,dfsio,durable,destage",
@@ -178,11 +185,7 @@ fn bench_paper_quick_runs_the_write_back_tier_experiments() {
 /// is a number, and the kernel's passthrough left the daemon out of the reads and writes.
 #[test]
 fn bench_paper_quick_runs_the_engine_experiments() {
-    if !is_root() {
-        return;
-    }
-    let dir = Scratch(std::env::temp_dir().join(format!("farcache-bench-paper002-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let Some(dir) = root_scratch("paper002") else { return };
     // The kernel's FUSE-over-io_uring switch, which passthrough-ring turns on and restores.
     let before = std::fs::read_to_string(farcache_testkit::ENABLE_URING).unwrap();
     let args = ["--experiment", "engine,serial", "--profile", "raw", "--engine-size", "16MiB", "--engine-secs", "1"];
@@ -228,11 +231,7 @@ fn bench_paper_quick_runs_the_engine_experiments() {
 /// (cpuset included) is left; a rerun with --resume keeps every point and loads nothing.
 #[test]
 fn bench_paper_quick_runs_the_oltp_experiment() {
-    if !is_root() {
-        return;
-    }
-    let dir = Scratch(std::env::temp_dir().join(format!("farcache-bench-oltp-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let Some(dir) = root_scratch("oltp") else { return };
     let args = ["--experiment", "oltp", "--profile", "raw", "--memory", "128MiB"];
     let (status, stdout, stderr) = run_quick(&args, &dir.0, Duration::from_secs(300));
     assert!(status.success(), "bench paper --quick (oltp) failed ({status}); stdout:\n{stdout}\nstderr:\n{stderr}");
@@ -309,11 +308,7 @@ fn bench_paper_quick_runs_the_oltp_experiment() {
 /// lenders.
 #[test]
 fn bench_paper_quick_runs_the_migration_experiment() {
-    if !is_root() {
-        return;
-    }
-    let dir = Scratch(std::env::temp_dir().join(format!("farcache-bench-paper001-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let Some(dir) = root_scratch("paper001") else { return };
     let args = ["--experiment", "migrate", "--profile", "hdd", "--migrate-files", "8", "--migrate-phase-secs", "2"];
     let (status, stdout, stderr) = run_quick(&args, &dir.0, Duration::from_secs(400));
     assert!(
@@ -383,11 +378,7 @@ fn bench_paper_quick_runs_the_migration_experiment() {
 /// both points.
 #[test]
 fn bench_paper_quick_runs_the_tenants_experiment() {
-    if !is_root() {
-        return;
-    }
-    let dir = Scratch(std::env::temp_dir().join(format!("farcache-bench-paper004-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let Some(dir) = root_scratch("paper004") else { return };
     let args = ["--experiment", "tenants", "--tenants-min", "20"];
     let (status, stdout, stderr) = run_quick(&args, &dir.0, Duration::from_secs(240));
     assert!(status.success(), "bench paper --quick (tenants) failed ({status}); stdout:\n{stdout}\nstderr:\n{stderr}");
@@ -546,11 +537,7 @@ fn bench_paper_quick_runs_every_configuration_and_cleans_up() {
 /// the option must be refused by name.
 #[test]
 fn bench_paper_quick_runs_the_lenders_on_cpus_of_their_own() {
-    if !is_root() {
-        return;
-    }
-    let dir = Scratch(std::env::temp_dir().join(format!("farcache-bench-cpus-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let Some(dir) = root_scratch("cpus") else { return };
     // Refused before any testbed is built: oltp has a cpuset of its own.
     let out = Command::new(bin())
         .args(["bench", "paper", "--quick", "--experiment", "oltp", "--client-cpus", "1", "--out"])
