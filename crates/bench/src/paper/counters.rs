@@ -65,6 +65,20 @@ pub struct CpuProbe {
 }
 
 impl CpuProbe {
+    /// The probe of a configuration: its client's cpuacct cgroup, its mount daemon and its
+    /// lenders, where it has them.
+    pub fn of(
+        cgroup: &super::cgroup::Cgroup,
+        mount: Option<&super::mount::MountDaemon>,
+        lenders: Option<&super::testbed::Lenders>,
+    ) -> CpuProbe {
+        CpuProbe {
+            cgroup: cgroup.path().to_path_buf(),
+            daemon: mount.map(|m| m.pid()),
+            lenders: lenders.map(|l| l.procs.iter().map(|p| p.pid()).collect()).unwrap_or_default(),
+        }
+    }
+
     pub fn sample(&self) -> CpuTime {
         let usage_ns = std::fs::read_to_string(self.cgroup.join("cpuacct.usage"))
             .ok()

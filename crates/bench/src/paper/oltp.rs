@@ -522,11 +522,7 @@ fn run_config(
     let log = tb.logs.join(format!("oltp-{}.mount.log", cfg.name()));
     let remote = lenders.as_ref().map(|l| &l.addrs[..]);
     let mut mount = MountDaemon::for_config(tb, o, cfg, remote, &[], &cgroups, &log)?;
-    let probe = CpuProbe {
-        cgroup: cpu.path().to_path_buf(),
-        daemon: mount.as_ref().map(|m| m.pid()),
-        lenders: lenders.as_ref().map(|l| l.procs.iter().map(|p| p.pid()).collect()).unwrap_or_default(),
-    };
+    let probe = CpuProbe::of(&cpu, mount.as_ref(), lenders.as_ref());
     let pgdata = if mount.is_some() { tb.mnt.join("oltp").join("data") } else { data.clone() };
     let tb_ref: &Testbed = tb;
     let log = tb_ref.logs.join(format!("oltp-{}.postgres.log", cfg.name()));

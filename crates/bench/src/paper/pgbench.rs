@@ -402,11 +402,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, cfg: ConfigKind) -> Result
     let extra = tier.as_ref().map(|t| t.mount_args(o)).unwrap_or_default();
     let remote = lenders.as_ref().map(|l| &l.addrs[..]);
     let mut mount = MountDaemon::for_config(tb, o, cfg, remote, &extra, &[&mem, &cpu, &tb.blkio], &log)?;
-    let probe = CpuProbe {
-        cgroup: cpu.path().to_path_buf(),
-        daemon: mount.as_ref().map(|m| m.pid()),
-        lenders: lenders.as_ref().map(|l| l.procs.iter().map(|p| p.pid()).collect()).unwrap_or_default(),
-    };
+    let probe = CpuProbe::of(&cpu, mount.as_ref(), lenders.as_ref());
     let base = if mount.is_some() { tb.mnt.join("pg").join("data") } else { data.clone() };
     let log = tb.logs.join(format!("pgbench-{}.postgres.log", cfg.name()));
     let tb_ref: &Testbed = tb;

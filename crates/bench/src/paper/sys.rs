@@ -168,7 +168,6 @@ pub fn confine(cmd: &mut Command, cgroup_procs: &[&Path]) {
     }
 }
 
-/// Signal one process we started (never a group, never by name).
 /// CPUs the machine has online (not this process's affinity, which [`pin_process`] narrows).
 pub fn cpus_online() -> u32 {
     // SAFETY: sysconf has no preconditions.
@@ -259,6 +258,7 @@ pub fn pin_command(cmd: &mut Command, cpus: std::ops::Range<u32>) {
     }
 }
 
+/// Signal one process we started (never a group, never by name).
 pub fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: kill(2) on a pid we started or read from one of our own cgroups/namespaces.
     unsafe {

@@ -445,11 +445,7 @@ pub fn run_config(tb: &mut Testbed, o: &PaperOptions, setup: &TpchSetup, cfg: Co
     let log = tb.logs.join(format!("tpch-{}.mount.log", cfg.name()));
     let remote = lenders.as_ref().map(|l| &l.addrs[..]);
     let mut mount = MountDaemon::for_config(tb, o, cfg, remote, &[], &[&mem, &cpu, &tb.blkio], &log)?;
-    let probe = CpuProbe {
-        cgroup: cpu.path().to_path_buf(),
-        daemon: mount.as_ref().map(|m| m.pid()),
-        lenders: lenders.as_ref().map(|l| l.procs.iter().map(|p| p.pid()).collect()).unwrap_or_default(),
-    };
+    let probe = CpuProbe::of(&cpu, mount.as_ref(), lenders.as_ref());
     let fs = if mount.is_some() { tb.mnt.join("tpch") } else { base.clone() };
     let tb_ref: &Testbed = tb;
     let log = tb_ref.logs.join(format!("tpch-{}.postgres.log", cfg.name()));

@@ -616,7 +616,6 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
             "--client-cpus: not with the oltp experiment, which puts the client in a cpuset of its own \
              (--oltp-cpus); run oltp without it"
         );
-        anyhow::ensure!(n >= 1, "--client-cpus: at least 1 (the lenders get the CPUs the client does not)");
         o.client_cpus = Some(n);
     }
     o.policy = a.policy;
