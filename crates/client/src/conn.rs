@@ -11,7 +11,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use farcache_wire::{
     check_len_prefix, decode_response, split_frame, Header, Limits, Response, FLAG_FATAL, HEADER_BYTES,
 };
@@ -270,35 +270,146 @@ fn name(resp: &Response<'_>) -> &'static str {
     }
 }
 
-/// Read until `buf` starts with a whole frame and split it off. `Ok(None)` is a clean end of
-/// stream at a frame boundary. `buf` never holds more than `max_frame_bytes`: each read asks
-/// for no more than the room left, and the length prefix is checked as soon as it is in.
-pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
-    rd: &mut R,
-    buf: &mut BytesMut,
+/// Frame buffers a connection keeps for reuse besides the one it reads into: a fetch
+/// connection has one answer out at a time, so two cover it; a pipelined connection whose
+/// callers hold more answers at once allocates the rest.
+const FRAME_BUFS_KEPT: usize = 2;
+/// A frame of at most this many bytes is copied out of the read buffer (a small allocation,
+/// and the frames after it stay where they are); a larger one is handed out in the buffer it
+/// was read into, without a copy, and the buffer comes back when the last of its values is
+/// dropped.
+const SMALL_FRAME_BYTES: usize = 4 << 10;
+
+/// A connection's spare frame buffers. Each holds at most the frame limit (the reader
+/// reserves exactly), so a connection keeps at most `FRAME_BUFS_KEPT + 1` frames' worth.
+#[derive(Default)]
+struct FrameBufs(Mutex<Vec<Vec<u8>>>);
+
+impl FrameBufs {
+    fn take(&self) -> Vec<u8> {
+        self.0.lock().pop().unwrap_or_default()
+    }
+
+    fn give(&self, mut buf: Vec<u8>) {
+        buf.clear();
+        let mut kept = self.0.lock();
+        if kept.len() < FRAME_BUFS_KEPT {
+            kept.push(buf);
+        }
+    }
+}
+
+/// A frame buffer on loan to the values of the frame it holds: back to its connection's
+/// spares when the last of them is dropped, whichever thread that happens on.
+struct Lent {
+    buf: Vec<u8>,
+    home: Arc<FrameBufs>,
+}
+
+impl AsRef<[u8]> for Lent {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        self.home.give(std::mem::take(&mut self.buf));
+    }
+}
+
+/// Splits a connection's byte stream into frames. Frames arrive in buffers the connection
+/// reuses: before this, every frame took a fresh allocation of 64 KiB or more, which the
+/// allocator handed back to the kernel and faulted in again (BENCHMARKS.md, "Session 62").
+///
+/// Never holds more than `max_frame_bytes` of unconsumed input: each read asks for no more
+/// than the room left, and the length prefix is checked as soon as it is in.
+pub(crate) struct FrameReader {
+    /// `buf[start..]` is input not yet returned as a frame.
+    buf: Vec<u8>,
+    start: usize,
+    spares: Arc<FrameBufs>,
     max_frame_bytes: u32,
-) -> Result<Option<(Header, Bytes)>, ClientError> {
-    let protocol = |e: farcache_wire::WireError| ClientError::Protocol(e.to_string());
-    loop {
-        if let Some((h, n)) = split_frame(buf, max_frame_bytes).map_err(protocol)? {
-            return Ok(Some((h, buf.split_to(n).freeze())));
-        }
-        // Less than one frame is buffered, and that frame is within the limit.
-        let frame_bytes = check_len_prefix(buf, max_frame_bytes).map_err(protocol)?.unwrap_or(HEADER_BYTES);
-        let room = max_frame_bytes as usize - buf.len();
-        let want = (frame_bytes - buf.len()).max(READ_CHUNK_BYTES).min(room);
-        debug_assert!(want > 0);
-        buf.reserve(want);
-        let n = (&mut *rd).take(want as u64).read_buf(buf).await.map_err(ClientError::Io)?;
-        if n == 0 {
-            if buf.is_empty() {
-                return Ok(None);
+}
+
+impl FrameReader {
+    pub(crate) fn new(max_frame_bytes: u32) -> FrameReader {
+        FrameReader { buf: Vec::new(), start: 0, spares: Arc::default(), max_frame_bytes }
+    }
+
+    /// The limit from here on (the handshake's is smaller than the connection's).
+    pub(crate) fn set_max_frame_bytes(&mut self, max_frame_bytes: u32) {
+        self.max_frame_bytes = max_frame_bytes;
+    }
+
+    /// Bytes read and not yet returned in a frame.
+    fn buffered(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// Read until a whole frame is in and return it. `Ok(None)` is a clean end of stream at a
+    /// frame boundary.
+    pub(crate) async fn next<R: AsyncRead + Unpin>(
+        &mut self,
+        rd: &mut R,
+    ) -> Result<Option<(Header, Bytes)>, ClientError> {
+        let protocol = |e: farcache_wire::WireError| ClientError::Protocol(e.to_string());
+        let max = self.max_frame_bytes;
+        loop {
+            if let Some((h, n)) = split_frame(&self.buf[self.start..], max).map_err(protocol)? {
+                return Ok(Some((h, self.take_frame(n))));
             }
-            return Err(ClientError::Io(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("server closed the connection {} bytes into a frame", buf.len()),
-            )));
+            // Less than one frame is buffered, and that frame is within the limit.
+            let frame_bytes = check_len_prefix(&self.buf[self.start..], max).map_err(protocol)?.unwrap_or(HEADER_BYTES);
+            if self.start > 0 {
+                // The start of a frame after ones already returned: to the front.
+                self.buf.drain(..self.start);
+                self.start = 0;
+            }
+            let have = self.buf.len();
+            let room = max as usize - have;
+            // A large frame's remainder exactly (it is handed out in this buffer, so no
+            // following frame should start in it); otherwise a chunk, which may hold several
+            // small frames.
+            let missing = frame_bytes - have;
+            let want = if frame_bytes > SMALL_FRAME_BYTES { missing } else { missing.max(READ_CHUNK_BYTES) }.min(room);
+            debug_assert!(want > 0);
+            if self.buf.capacity() - have < want {
+                self.buf.reserve_exact(want);
+            }
+            let n = (&mut *rd).take(want as u64).read_buf(&mut self.buf).await.map_err(ClientError::Io)?;
+            if n == 0 {
+                if have == 0 {
+                    return Ok(None);
+                }
+                return Err(ClientError::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("server closed the connection {have} bytes into a frame"),
+                )));
+            }
         }
+    }
+
+    /// The whole frame of `n` bytes at the start of the unconsumed input.
+    fn take_frame(&mut self, n: usize) -> Bytes {
+        let (start, end) = (self.start, self.start + n);
+        let frame = if n <= SMALL_FRAME_BYTES {
+            self.start = end;
+            Bytes::copy_from_slice(&self.buf[start..end])
+        } else {
+            // Lend this buffer to the frame; whatever follows it moves to a spare.
+            let mut next = self.spares.take();
+            next.extend_from_slice(&self.buf[end..]);
+            let mut lent = std::mem::replace(&mut self.buf, next);
+            lent.truncate(end);
+            self.start = 0;
+            Bytes::from_owner(Lent { buf: lent, home: self.spares.clone() }).slice(start..)
+        };
+        if self.buffered() == 0 {
+            self.buf.clear();
+            self.start = 0;
+        }
+        frame
     }
 }
 
@@ -341,26 +452,31 @@ impl<S: Connection> Drop for TaskGuard<S> {
     }
 }
 
-/// Start the reader and the writer. `buf` holds whatever arrived after HELLO_OK.
-pub(crate) fn spawn_tasks<R, W>(shared: &Arc<Shared>, rd: R, buf: BytesMut, wr: W, frames: mpsc::Receiver<Vec<u8>>)
-where
+/// Start the reader and the writer. `frames_in` holds whatever arrived after HELLO_OK.
+pub(crate) fn spawn_tasks<R, W>(
+    shared: &Arc<Shared>,
+    rd: R,
+    frames_in: FrameReader,
+    wr: W,
+    frames: mpsc::Receiver<Vec<u8>>,
+) where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let reader_guard = TaskGuard::new(shared.clone());
     let writer_guard = TaskGuard::new(shared.clone());
-    tokio::spawn(reader(reader_guard, rd, buf));
+    tokio::spawn(reader(reader_guard, rd, frames_in));
     tokio::spawn(writer(writer_guard, wr, frames));
 }
 
-async fn reader<R: AsyncRead + Unpin>(guard: TaskGuard<Shared>, mut rd: R, mut buf: BytesMut) {
+async fn reader<R: AsyncRead + Unpin>(guard: TaskGuard<Shared>, mut rd: R, mut frames_in: FrameReader) {
     let shared = &guard.0;
     let mut closed = shared.closed_rx();
-    let max_frame_bytes = shared.limits.max_frame_bytes;
+    frames_in.set_max_frame_bytes(shared.limits.max_frame_bytes);
     let cause = loop {
         let frame = tokio::select! {
             _ = closed.wait_for(|c| *c) => return,
-            f = read_frame(&mut rd, &mut buf, max_frame_bytes) => f,
+            f = frames_in.next(&mut rd) => f,
         };
         match frame {
             Ok(Some((header, frame))) => {
@@ -441,7 +557,7 @@ mod tests {
     use farcache_wire::{encode_raw, Opcode};
 
     #[tokio::test]
-    async fn read_frame_never_buffers_past_the_limit() {
+    async fn frame_reader_never_buffers_past_the_limit() {
         // Two frames back to back, then garbage announcing a huge frame.
         let mut bytes = Vec::new();
         encode_raw(&mut bytes, Opcode::Pong, 3, b"abc");
@@ -449,29 +565,104 @@ mod tests {
         bytes.extend_from_slice(&u32::MAX.to_le_bytes());
         bytes.extend_from_slice(&[0; 100]);
         let mut rd = &bytes[..];
-        let mut buf = BytesMut::new();
-        let (h, f) = read_frame(&mut rd, &mut buf, 64).await.unwrap().unwrap();
+        let mut frames = FrameReader::new(64);
+        let (h, f) = frames.next(&mut rd).await.unwrap().unwrap();
         assert_eq!((h.request_id, &f[HEADER_BYTES..]), (3, &b"abc"[..]));
-        let (h, _) = read_frame(&mut rd, &mut buf, 64).await.unwrap().unwrap();
+        let (h, _) = frames.next(&mut rd).await.unwrap().unwrap();
         assert_eq!(h.request_id, 4);
-        let err = read_frame(&mut rd, &mut buf, 64).await.unwrap_err();
+        let err = frames.next(&mut rd).await.unwrap_err();
         assert!(matches!(&err, ClientError::Protocol(m) if m.contains("exceeds")), "{err:?}");
-        assert!(buf.len() <= 64);
+        assert!(frames.buffered() <= 64 && frames.buf.capacity() <= 64, "{}", frames.buf.capacity());
     }
 
     #[tokio::test]
-    async fn read_frame_reports_eof_inside_a_frame() {
+    async fn frame_reader_reports_eof_inside_a_frame() {
         let mut bytes = Vec::new();
         encode_raw(&mut bytes, Opcode::Pong, 3, b"abcdef");
         bytes.truncate(bytes.len() - 2);
         let mut rd = &bytes[..];
-        let mut buf = BytesMut::new();
-        match read_frame(&mut rd, &mut buf, 4096).await {
+        match FrameReader::new(4096).next(&mut rd).await {
             Err(ClientError::Io(e)) => assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof),
             other => panic!("{other:?}"),
         }
         let mut empty: &[u8] = &[];
-        assert!(read_frame(&mut empty, &mut BytesMut::new(), 4096).await.unwrap().is_none());
+        assert!(FrameReader::new(4096).next(&mut empty).await.unwrap().is_none());
+    }
+
+    /// Hands out at most `per_read` bytes a call, so frames arrive split
+    /// anywhere.
+    struct Trickle<'a> {
+        data: &'a [u8],
+        per_read: usize,
+    }
+
+    impl AsyncRead for Trickle<'_> {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            let n = self.per_read.min(buf.remaining()).min(self.data.len());
+            buf.put_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn frame_reader_returns_every_frame_intact_and_reuses_large_frames_buffers() {
+        // Small and large frames interleaved, each body a pattern of its own id.
+        let sizes = [0usize, 10, 5000, 3, 70_000, 4096 - HEADER_BYTES, 4097 - HEADER_BYTES, 200_000, 1, 9000];
+        let body = |id: u64, len: usize| (0..len).map(|i| (i as u64 * 7 + id) as u8).collect::<Vec<u8>>();
+        let mut bytes = Vec::new();
+        for round in 0..3u64 {
+            for (i, &len) in sizes.iter().enumerate() {
+                let id = round * 100 + i as u64 + 1;
+                encode_raw(&mut bytes, Opcode::StatsOk, id, &body(id, len));
+            }
+        }
+        for per_read in [1 << 20, 65_536, 4096, 777] {
+            let mut rd = Trickle { data: &bytes, per_read };
+            let mut frames = FrameReader::new(1 << 20);
+            let mut held = Vec::new();
+            for round in 0..3u64 {
+                for (i, &len) in sizes.iter().enumerate() {
+                    let id = round * 100 + i as u64 + 1;
+                    let (h, f) = frames.next(&mut rd).await.unwrap().expect("a frame");
+                    assert_eq!(h.request_id, id, "per_read {per_read}");
+                    assert_eq!(&f[HEADER_BYTES..], &body(id, len)[..], "frame {id}, per_read {per_read}");
+                    // Hold a few frames past the next reads: a buffer on loan is never reused.
+                    held.push(f);
+                    if held.len() > 3 {
+                        held.remove(0);
+                    }
+                }
+            }
+            assert!(frames.next(&mut rd).await.unwrap().is_none());
+            drop(held);
+            // Every large frame's buffer came back, up to the number kept.
+            assert_eq!(frames.spares.0.lock().len(), FRAME_BUFS_KEPT, "per_read {per_read}");
+            assert!(frames.spares.0.lock().iter().all(|b| b.capacity() <= 1 << 20));
+        }
+    }
+
+    #[tokio::test]
+    async fn frame_reader_lends_the_same_buffer_again_once_its_frame_is_dropped() {
+        let mut bytes = Vec::new();
+        for id in 1..=4 {
+            encode_raw(&mut bytes, Opcode::StatsOk, id, &vec![id as u8; 50_000]);
+        }
+        let mut rd = &bytes[..];
+        let mut frames = FrameReader::new(1 << 20);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 1..=4 {
+            let (_, f) = frames.next(&mut rd).await.unwrap().unwrap();
+            seen.insert(f.as_ptr() as usize);
+            drop(f);
+            assert_eq!(frames.spares.0.lock().len(), 1, "the frame's buffer is back");
+        }
+        // One answer out at a time: two buffers take turns (the one read into, the one lent).
+        assert!(seen.len() <= 2, "{} distinct buffers for 4 frames", seen.len());
     }
 
     /// Counts write calls, to tell one coalesced write from many small ones.

@@ -2,14 +2,13 @@
 
 use std::io;
 
-use bytes::BytesMut;
 use farcache_wire::{
     decode_response, encode_hello, Hello, HelloOk, Limits, Response, BATCH_PREFIX_BYTES, HANDSHAKE_MAX_FRAME_BYTES,
     HEADER_BYTES, HELLO_OK_FLAG_ADMIN, KEY_BYTES, MAX_FRAME_BYTES_CEILING, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN,
 };
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use crate::conn::read_frame;
+use crate::conn::FrameReader;
 use crate::{ClientConfig, ClientError};
 
 /// The request id of HELLO. Requests after it count up from [`FIRST_REQUEST_ID`]; id 0 is
@@ -27,7 +26,7 @@ pub(crate) fn one_put_frame_bytes(max_value_bytes: u32) -> u64 {
 pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     cfg: &ClientConfig,
-) -> Result<(HelloOk, BytesMut), ClientError> {
+) -> Result<(HelloOk, FrameReader), ClientError> {
     let mut out = Vec::with_capacity(64);
     let hello = Hello {
         min_version: PROTOCOL_VERSION_MIN,
@@ -39,8 +38,8 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
     stream.write_all(&out).await.map_err(ClientError::Connect)?;
     stream.flush().await.map_err(ClientError::Connect)?;
 
-    let mut buf = BytesMut::with_capacity(HANDSHAKE_MAX_FRAME_BYTES as usize);
-    let (header, frame) = match read_frame(stream, &mut buf, HANDSHAKE_MAX_FRAME_BYTES).await {
+    let mut frames_in = FrameReader::new(HANDSHAKE_MAX_FRAME_BYTES);
+    let (header, frame) = match frames_in.next(stream).await {
         Ok(Some(f)) => f,
         Ok(None) => {
             return Err(ClientError::Connect(io::Error::new(
@@ -69,7 +68,7 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
         }
     };
     check_hello_ok(&ok)?;
-    Ok((ok, buf))
+    Ok((ok, frames_in))
 }
 
 /// Refuse limits this client cannot work with, rather than fail on the first request.
