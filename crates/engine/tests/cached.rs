@@ -177,6 +177,9 @@ fn stats_count_a_known_sequence_exactly() {
             // Made in the background as fetches found none idle: one at least (the second
             // fetch made one), at most the default limit of 8.
             fetch_connects: s.remote.fetch_connects.clamp(1, 8),
+            // Answered while the reading thread polled: any of the fetches on fetch
+            // connections, timing decides which.
+            fetches_polled: s.remote.fetches_polled.min(s.remote.fetch_latency.count),
             connect_failures: 0,
             auth_failures: 0,
             fetch_latency: s.remote.fetch_latency,

@@ -266,6 +266,40 @@ fn reading_threads_fetch_on_connections_of_their_own_bounded_per_lender() {
     }
 }
 
+#[test]
+fn a_reading_thread_polls_for_its_answer_only_when_told_to() {
+    const BLOCKS: usize = 64;
+    let a = Lender::start("32MiB");
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(BLOCKS * 4096, 22);
+    let file = Arc::new(backing(&dir, &data));
+    for poll in [Duration::ZERO, Duration::from_millis(1)] {
+        let remote = common::remote(vec![a.addr], |c| {
+            c.fetch_connections = 1;
+            c.fetch_poll = poll;
+        });
+        let e = CachedPath::new(DirectPath::new(), remote, Threshold::PAPER);
+        wait("connection", || e.remote().connected() == 1);
+        fill_all(&e, &file, &data);
+        // The first fetch finds no fetch connection and has one made for the next.
+        read_all(&e, &file, &data);
+        wait("fetch connection", || e.remote().counters().snapshot().fetch_connects == 1);
+        for _ in 0..3 {
+            read_all(&e, &file, &data);
+        }
+        let s = e.remote().counters().snapshot();
+        assert!(s.hits >= BLOCKS as u64, "poll {poll:?}: {s:?}");
+        if poll.is_zero() {
+            assert_eq!(s.fetches_polled, 0, "no polling, yet answers counted as polled");
+        } else {
+            // A loopback answer takes tens of µs: within a millisecond of polling, most come
+            // (asserting one keeps a loaded machine from failing it).
+            assert!(s.fetches_polled >= 1, "polled for 1 ms, no answer came meanwhile: {s:?}");
+            assert!(s.fetches_polled <= s.fetch_latency.count, "{s:?}");
+        }
+    }
+}
+
 /// A lender behind a [`Proxy`], an engine on it whose fill requests give up after 500 ms on
 /// the link (fetch_timeout 100 ms, at no less than 500 ms), and a backing file of `blocks`.
 struct BehindProxy {

@@ -50,6 +50,7 @@ impl Collector for Snapshot {
             (REMOTE_CONNECTS, r.connects),
             (REMOTE_CONNECT_FAILURES, r.connect_failures),
             (REMOTE_FETCH_CONNECTS, r.fetch_connects),
+            (REMOTE_FETCHES_POLLED, r.fetches_polled),
             (ENGINE_REMOTE_READS, e.remote_reads),
             (ENGINE_DISK_READS, e.disk_reads),
             (ENGINE_PARTIAL_HITS, e.partial_hits),

@@ -100,6 +100,7 @@ metrics! { MOUNT:
     REMOTE_CONNECTS = "farcache_mount_remote_connects", Counter, "Connections made to lenders";
     REMOTE_CONNECT_FAILURES = "farcache_mount_remote_connect_failures", Counter, "Connection attempts to lenders that failed";
     REMOTE_FETCH_CONNECTS = "farcache_mount_remote_fetch_connects", Counter, "Fetch connections made to lenders (cache.fetch_connections)";
+    REMOTE_FETCHES_POLLED = "farcache_mount_remote_fetches_polled", Counter, "Fetches on a fetch connection answered while the reading thread polled for the answer (cache.fetch_poll)";
     ENGINE_REMOTE_READS = "farcache_mount_engine_remote_reads", Counter, "Reads answered wholly from lenders";
     ENGINE_DISK_READS = "farcache_mount_engine_disk_reads", Counter, "Reads routed to lenders that went wholly to the disk";
     ENGINE_PARTIAL_HITS = "farcache_mount_engine_partial_hits", Counter, "Reads answered partly from lenders, partly from one disk read";

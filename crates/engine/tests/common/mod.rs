@@ -215,6 +215,12 @@ fn pump(mut from: TcpStream, mut to: TcpStream, frozen: &AtomicBool, stop: &Atom
         match from.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
+                // A chunk that came in while the proxy froze is held until it thaws: a read
+                // already waiting when `freeze` was called must not pass on what was sent
+                // after it (CI of session 62: ten fills reached a "frozen" lender).
+                while frozen.load(Ordering::SeqCst) && !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
                 let ms = delay_ms.map_or(0, |d| d.load(Ordering::SeqCst));
                 if ms > 0 {
                     std::thread::sleep(Duration::from_millis(ms));
