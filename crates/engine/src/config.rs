@@ -76,10 +76,13 @@ threads = 2
 # them at once share the lender's main connection. 0 to 64; 0 turns them off.
 fetch_connections = 8
 # How long a reading thread checks its fetch connection for the lender's answer before it
-# sleeps until the answer wakes it: a wake-up costs more than most answers take (a blocking
-# round trip on loopback 65-80 us, a polled one 23 us). Spends up to this much CPU per
-# lender read; 0 to 1ms, "0us" turns it off.
-fetch_poll = "50us"
+# sleeps until the answer wakes it (a blocking round trip on loopback takes 65-80 us, a
+# polled one 23 us). Spends up to this much CPU per lender read, so only while at most one
+# fetch per two CPUs is in flight (none on one CPU), and for a lender whose answers come
+# within it. Off by default: on two CPUs it spent 10-15% more of the daemon's CPU for a gain
+# within the noise. For lenders a few tens of us away and CPUs to spare: "30us" to "50us".
+# 0 to 1ms; "0us" is off.
+fetch_poll = "0us"
 # Where reads go: "adaptive" (starts on the disk; random reads shared between the disk and
 # the lenders by their measured costs, filled only where a lender hit is clearly cheaper
 # than a disk read; streams where they finish sooner) or "threshold" (paper 000: reads of
@@ -229,7 +232,7 @@ impl CacheConfig {
             return Err(E::invalid(
                 "cache.fetch_poll",
                 format!("{} is longer than {}", self.fetch_poll, HumanDuration(MAX_FETCH_POLL)),
-                "set 0us to 1ms (default 50us)",
+                "set 0us (off, the default) to 1ms",
             ));
         }
         if self.servers.len() > self.max_lenders as usize {

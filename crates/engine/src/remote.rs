@@ -31,7 +31,7 @@
 //! releases its waiting readers then, not at `fetch_timeout`).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -70,8 +70,13 @@ pub const DEFAULT_MAX_PENDING_PUTS: usize = 8192;
 pub const DEFAULT_MAX_LENDERS: usize = 64;
 /// Default for [`RemoteConfig::fetch_connections`].
 pub const DEFAULT_FETCH_CONNECTIONS: usize = 8;
-/// Default for [`RemoteConfig::fetch_poll`].
-pub const DEFAULT_FETCH_POLL: Duration = Duration::from_micros(50);
+/// Default for [`RemoteConfig::fetch_poll`]: off. On two CPUs, polling 50 µs made a lone
+/// reader's lender hit 11% faster on an idle machine and 12% slower on a busy one, cost the
+/// daemon 15% more CPU under concurrent random reads for no time, and made TPC-H over
+/// 10 Gbit/s 4-18% slower when every fetch polled; gated as it is now, one TPC-H run was
+/// 4-5% faster, within the routing's noise (BENCHMARKS.md, "Session 62"). Not proven enough
+/// to spend CPU by default.
+pub const DEFAULT_FETCH_POLL: Duration = Duration::ZERO;
 
 /// A connection on which the reading thread itself fetches: a current-thread runtime of its
 /// own drives the client's reader and writer tasks inside `block_on` on the caller's thread,
@@ -90,6 +95,55 @@ struct FastConn {
 
 /// A fetch connection's answer: the values, the connection's error, or the deadline passed.
 type FastAnswer = Result<Result<Vec<Option<Bytes>>, ClientError>, tokio::time::error::Elapsed>;
+
+/// Counts a fetch in flight until dropped; `now` is the count it entered at, itself included.
+struct InFlight<'a> {
+    count: &'a AtomicUsize,
+    now: usize,
+}
+
+impl InFlight<'_> {
+    fn enter(count: &AtomicUsize) -> InFlight<'_> {
+        InFlight { count, now: count.fetch_add(1, Ordering::Relaxed) + 1 }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Whether polling for a lender's answers pays: the share of polled fetches whose answer came
+/// within the window, an average over about the last eight. Below a quarter (a lender
+/// farther than the window: polling would spend CPU for nothing) only one fetch in
+/// [`POLL_PROBE_EVERY`] polls, to notice when answers come sooner again.
+struct PollGate {
+    /// The share, of [`POLL_SCORE_ONE`].
+    score: AtomicU32,
+    fetches: AtomicU32,
+}
+
+const POLL_SCORE_ONE: u32 = 1024;
+const POLL_SCORE_MIN: u32 = POLL_SCORE_ONE / 4;
+const POLL_PROBE_EVERY: u32 = 16;
+
+impl PollGate {
+    fn new() -> PollGate {
+        PollGate { score: AtomicU32::new(POLL_SCORE_ONE), fetches: AtomicU32::new(0) }
+    }
+
+    fn should_poll(&self) -> bool {
+        self.score.load(Ordering::Relaxed) >= POLL_SCORE_MIN
+            || self.fetches.fetch_add(1, Ordering::Relaxed).is_multiple_of(POLL_PROBE_EVERY)
+    }
+
+    /// A polled fetch ended; `answered`: its answer came while polling.
+    fn polled(&self, answered: bool) {
+        let gain = if answered { POLL_SCORE_ONE / 8 } else { 0 };
+        let _ = self.score.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| Some(s - s / 8 + gain));
+    }
+}
 
 /// A fetch connection idle this long is dropped rather than used (well under the lender's
 /// default `idle_timeout` of 10 minutes, so a read never meets a connection closed for it).
@@ -437,6 +491,8 @@ struct Lender {
     fast_retry_ms: AtomicU64,
     /// When a lost fetch connection was last logged (ms after `born`; [`NEVER`]: not yet).
     fast_warned_ms: AtomicU64,
+    /// Whether polling for its answers pays ([`RemoteConfig::fetch_poll`]).
+    poll_gate: PollGate,
 }
 
 impl Lender {
@@ -464,6 +520,7 @@ impl Lender {
             fast_all: Mutex::new(Vec::new()),
             fast_retry_ms: AtomicU64::new(0),
             fast_warned_ms: AtomicU64::new(NEVER),
+            poll_gate: PollGate::new(),
         }
     }
 
@@ -660,6 +717,14 @@ pub struct Remote {
     /// Fills and deletions on their way, flushed by one task on `rt`.
     outbox: Arc<Outbox>,
     counters: Arc<RemoteCounters>,
+    /// Fetches asking lenders now, on any thread.
+    fetching: AtomicUsize,
+    /// A reading thread polls for its answer only while at most this many fetches are in
+    /// flight, its own included: one per two CPUs (none on one CPU), so that polling never
+    /// keeps the CPUs from the other readers, the application and a lender on this machine.
+    /// Measured: eight readers at once on two CPUs, every one polling, made a 4 KiB lender
+    /// hit cost the daemon 26% more CPU and the pass 9% more time (BENCHMARKS.md, "Session 62").
+    max_polling: usize,
 }
 
 /// What one fetch did (for the engine's measurements).
@@ -723,6 +788,8 @@ impl Remote {
             outbox: Arc::new(Outbox::new(cfg.max_pending_puts.max(1), cfg.max_pending_dels.max(1))),
             counters: Arc::new(RemoteCounters::default()),
             cfg: Arc::new(cfg),
+            fetching: AtomicUsize::new(0),
+            max_polling: std::thread::available_parallelism().map_or(1, |n| n.get()) / 2,
         };
         let lenders: Vec<Arc<Lender>> = remote.cfg.servers.iter().map(|a| remote.spawn_lender(*a)).collect();
         *remote.set.write() = Arc::new(LenderSet::new(lenders));
@@ -863,6 +930,7 @@ impl Remote {
             }
         }
         let asked = groups.iter().map(|(_, _, idx)| idx.len()).sum();
+        let fetching = InFlight::enter(&self.fetching);
         let seal = &self.cfg.seal;
         let sealed_len = seal.sealed_len(block_len);
         let started = Instant::now();
@@ -876,8 +944,18 @@ impl Remote {
         let results = if let Some(fc) = fast {
             let (l, _, idx) = groups.pop().expect("one group");
             let ks: Vec<Key> = idx.iter().map(|&i| to_key(&keys[i])).collect();
-            let (r, polled) = fc.get(&ks, deadline, self.cfg.fetch_poll);
-            if polled && matches!(r, Ok(Ok(_))) {
+            let gate = &set.lenders[l].poll_gate;
+            let poll = if self.cfg.fetch_poll.is_zero() || fetching.now > self.max_polling || !gate.should_poll() {
+                Duration::ZERO
+            } else {
+                self.cfg.fetch_poll
+            };
+            let (r, polled) = fc.get(&ks, deadline, poll);
+            let answered = polled && matches!(r, Ok(Ok(_)));
+            if !poll.is_zero() {
+                gate.polled(answered);
+            }
+            if answered {
                 add(&self.counters.fetches_polled, 1);
             }
             if let Ok(Err(e)) = &r {
@@ -1209,4 +1287,38 @@ async fn join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<
     })
     .await;
     out.into_iter().map(|v| v.expect("all ready")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Polls of `n` fetches through `gate`, each answered within the window or not.
+    fn polls(gate: &PollGate, n: usize, answered: bool) -> usize {
+        (0..n)
+            .filter(|_| {
+                let poll = gate.should_poll();
+                if poll {
+                    gate.polled(answered);
+                }
+                poll
+            })
+            .count()
+    }
+
+    #[test]
+    fn polling_stops_for_a_lender_that_answers_too_late_and_resumes_when_it_is_near() {
+        let gate = PollGate::new();
+        // Near: every fetch polls.
+        assert_eq!(polls(&gate, 100, true), 100);
+        // Far: a dozen misses bring the share under a quarter; then one fetch in sixteen.
+        let far = polls(&gate, 1600, false);
+        assert!((100..=120).contains(&far), "{far} of 1600 polled for a far lender");
+        // Near again: the probes see it, and every fetch polls within a few hundred.
+        polls(&gate, 400, true);
+        assert_eq!(polls(&gate, 100, true), 100);
+        // Half the answers in time keeps polling (above a quarter).
+        let half = (0..200).filter(|i| polls(&gate, 1, i % 2 == 0) == 1).count();
+        assert_eq!(half, 200);
+    }
 }

@@ -289,8 +289,10 @@ fn a_reading_thread_polls_for_its_answer_only_when_told_to() {
         }
         let s = e.remote().counters().snapshot();
         assert!(s.hits >= BLOCKS as u64, "poll {poll:?}: {s:?}");
-        if poll.is_zero() {
-            assert_eq!(s.fetches_polled, 0, "no polling, yet answers counted as polled");
+        // One reading thread: it polls where the machine has a CPU to spare for it.
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if poll.is_zero() || cpus < 2 {
+            assert_eq!(s.fetches_polled, 0, "no polling ({cpus} CPUs), yet answers counted as polled");
         } else {
             // A loopback answer takes tens of µs: within a millisecond of polling, most come
             // (asserting one keeps a loaded machine from failing it).
