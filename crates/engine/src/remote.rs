@@ -73,9 +73,9 @@ pub const DEFAULT_FETCH_CONNECTIONS: usize = 8;
 /// Default for [`RemoteConfig::fetch_poll`]: off. On two CPUs, polling 50 µs made a lone
 /// reader's lender hit 11% faster on an idle machine and 12% slower on a busy one, cost the
 /// daemon 15% more CPU under concurrent random reads for no time, and made TPC-H over
-/// 10 Gbit/s 4-18% slower when every fetch polled; gated as it is now, one TPC-H run was
-/// 4-5% faster, within the routing's noise (BENCHMARKS.md, "Session 62"). Not proven enough
-/// to spend CPU by default.
+/// 10 Gbit/s 4-18% slower when every fetch polled; gated as it is now, two rounds of TPC-H
+/// against no polling were no faster (load 1.07x the time, power 1.02x, throughput 0.98x the
+/// queries) for 13% more of the daemon's CPU (BENCHMARKS.md, "Session 62").
 pub const DEFAULT_FETCH_POLL: Duration = Duration::ZERO;
 
 /// A connection on which the reading thread itself fetches: a current-thread runtime of its
