@@ -171,20 +171,22 @@ impl FastConn {
         rt.block_on(async {
             let get = tokio::time::timeout_at(deadline.into(), self.client.get(keys));
             tokio::pin!(get);
-            let until = Instant::now() + poll;
-            loop {
-                if let Poll::Ready(r) =
-                    std::future::poll_fn(|cx| Poll::Ready(std::future::Future::poll(get.as_mut(), cx))).await
-                {
-                    return (r, true);
+            if !poll.is_zero() {
+                let until = Instant::now() + poll;
+                loop {
+                    if let Poll::Ready(r) =
+                        std::future::poll_fn(|cx| Poll::Ready(std::future::Future::poll(get.as_mut(), cx))).await
+                    {
+                        return (r, true);
+                    }
+                    if Instant::now() >= until {
+                        break;
+                    }
+                    // Back to the runtime, which then checks the socket without blocking (a
+                    // yielded task makes it poll its driver with a zero timeout) and runs the
+                    // connection's reader if the answer is in.
+                    tokio::task::yield_now().await;
                 }
-                if Instant::now() >= until {
-                    break;
-                }
-                // Back to the runtime, which then checks the socket without blocking (a
-                // yielded task makes it poll its driver with a zero timeout) and runs the
-                // connection's reader if the answer is in.
-                tokio::task::yield_now().await;
             }
             (get.await, false)
         })
@@ -717,7 +719,7 @@ pub struct Remote {
     /// Fills and deletions on their way, flushed by one task on `rt`.
     outbox: Arc<Outbox>,
     counters: Arc<RemoteCounters>,
-    /// Fetches asking lenders now, on any thread.
+    /// Fetches asking lenders now, on any thread (counted while `fetch_poll` is set).
     fetching: AtomicUsize,
     /// A reading thread polls for its answer only while at most this many fetches are in
     /// flight, its own included: one per two CPUs (none on one CPU), so that polling never
@@ -930,7 +932,9 @@ impl Remote {
             }
         }
         let asked = groups.iter().map(|(_, _, idx)| idx.len()).sum();
-        let fetching = InFlight::enter(&self.fetching);
+        // Counted only where it decides anything: with polling off (the default) a fetch
+        // touches no counter shared by every reading thread.
+        let fetching = (!self.cfg.fetch_poll.is_zero()).then(|| InFlight::enter(&self.fetching));
         let seal = &self.cfg.seal;
         let sealed_len = seal.sealed_len(block_len);
         let started = Instant::now();
@@ -945,10 +949,9 @@ impl Remote {
             let (l, _, idx) = groups.pop().expect("one group");
             let ks: Vec<Key> = idx.iter().map(|&i| to_key(&keys[i])).collect();
             let gate = &set.lenders[l].poll_gate;
-            let poll = if self.cfg.fetch_poll.is_zero() || fetching.now > self.max_polling || !gate.should_poll() {
-                Duration::ZERO
-            } else {
-                self.cfg.fetch_poll
+            let poll = match &fetching {
+                Some(f) if f.now <= self.max_polling && gate.should_poll() => self.cfg.fetch_poll,
+                _ => Duration::ZERO,
             };
             let (r, polled) = fc.get(&ks, deadline, poll);
             let answered = polled && matches!(r, Ok(Ok(_)));
