@@ -59,8 +59,8 @@ for round in $(seq "$ROUNDS"); do
   echo "bench-hit-path: round $round/$ROUNDS done"
 done
 hits() { "$BIN" stats "$work/mnt-$1" --json | python3 -c 'import json,sys; r=json.load(sys.stdin)["remote"]; print(r["hits"], r["misses"], r["fetch_connects"], r["fetches_polled"])'; }
-disk_share() { "$BIN" stats "$work/mnt-disk" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["engine"]["adaptive_disk"], d["engine"]["adaptive_remote"])'; }
-python3 - "$results" "$OUT" "$ROUNDS" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(hits hit)" "$(hits runtime)" "$(hits poll)" "$(disk_share)" <<'PY'
+routed() { "$BIN" stats "$work/mnt-disk" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["engine"]["adaptive_disk"], d["engine"]["adaptive_remote"])'; }
+python3 - "$results" "$OUT" "$ROUNDS" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(hits hit)" "$(hits runtime)" "$(hits poll)" "$(routed)" <<'PY'
 import json, statistics, sys
 path, out, rounds, cpus, load, hit_stats, rt_stats, poll_stats, disk_stats = sys.argv[1:]
 rows = [l.split("\t") for l in open(path).read().splitlines()]
