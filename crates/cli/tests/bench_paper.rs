@@ -546,7 +546,19 @@ fn bench_paper_quick_runs_the_lenders_on_cpus_of_their_own() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--client-cpus: not with the oltp experiment"), "{out:?}");
-    let args = ["--experiment", "seqread", "--configs", "farcache", "--client-cpus", "1"];
+    // So is a --watch-stats interval below its floor.
+    let out = Command::new(bin())
+        .args(["bench", "paper", "--quick", "--experiment", "seqread", "--watch-stats", "10ms", "--out"])
+        .arg(&dir.0)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--watch-stats 10ms: give an interval of at least 100ms"),
+        "{out:?}"
+    );
+    // The run also records the mount's counters (--watch-stats): one series per farcache run.
+    let args = ["--experiment", "seqread", "--configs", "farcache", "--client-cpus", "1", "--watch-stats", "200ms"];
     let (status, stdout, stderr) = run_quick(&args, &dir.0, Duration::from_secs(300));
     // SAFETY: sysconf has no preconditions.
     let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
@@ -563,6 +575,15 @@ fn bench_paper_quick_runs_the_lenders_on_cpus_of_their_own() {
     assert!(runs[0]["error"].is_null(), "{}", runs[0]["error"]);
     let md = std::fs::read_to_string(dir.0.join("paper-quick.md")).unwrap();
     assert!(md.contains("the lenders on the other 1 (`--client-cpus 1`"), "{md}");
+    assert_eq!(json["options"]["watch_stats_ms"], 200, "{}", json["options"]);
+    let series: Vec<_> = std::fs::read_dir(dir.0.join("stats")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(series.len(), 1, "one farcache run, one series: {series:?}");
+    let text = std::fs::read_to_string(&series[0]).unwrap();
+    let docs: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(docs.len() >= 2, "{} answers in {}: {text}", docs.len(), series[0].display());
+    let up: Vec<u64> = docs.iter().map(|d| d["uptime_ms"].as_u64().unwrap()).collect();
+    assert!(up.windows(2).all(|w| w[1] >= w[0] + 200), "not a series 200 ms apart: {up:?}");
+    assert!(docs.iter().all(|d| d["routing"].is_object() && d["remote_tier"] == "lenders"), "{text}");
 }
 
 /// tpch: the load test loaded every row the generator wrote, in every configuration; the power

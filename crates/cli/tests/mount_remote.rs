@@ -127,3 +127,79 @@ fn without_a_server_the_mount_lends_from_its_own_process() {
         .unwrap_or_else(|| panic!("no counters in {log}"));
     assert!(hits >= 200, "{hits} hits: {log}");
 }
+
+/// `farcache stats MOUNTPOINT --watch`: one JSON document per line, each stamped with the
+/// mount's clock at least the interval apart, the counters moving with the reads between
+/// them; an interval below the floor is refused by name; and a watch ends, with an error
+/// naming the mount, once the mount it watches is gone.
+#[test]
+fn a_watch_of_a_mount_prints_its_series_and_ends_with_the_mount() {
+    let root = tempfile::tempdir().unwrap();
+    let (backing, mnt) = (root.path().join("b"), root.path().join("m"));
+    fs::create_dir(&backing).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    let data = pattern(1 << 20, 5);
+    fs::write(backing.join("f"), &data).unwrap();
+    let m = MountProcess::start(bin(), &backing, &mnt, &LENDERS_FIRST, &root.path().join("log"));
+    let m_str = mnt.to_str().unwrap();
+
+    let refused = Command::new(bin()).args(["stats", m_str, "--watch", "10ms", "--count", "2"]).output().unwrap();
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("--watch 10ms") && err.contains("at least 100ms"), "{err}");
+
+    // A watch of three answers, with reads through the mount while it runs.
+    let watch = Command::new(bin())
+        .args(["stats", m_str, "--json", "--watch", "300ms", "--count", "3"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut r = DirectReader::open(&mnt.join("f"));
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(900) {
+        for b in 0..256u64 {
+            let o = (b * 4096) as usize;
+            assert_eq!(r.read(b * 4096), &data[o..o + 4096]);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = watch.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let docs: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(docs.len(), 3, "{docs:?}");
+    for w in docs.windows(2) {
+        let (a, b) = (w[0]["uptime_ms"].as_u64().unwrap(), w[1]["uptime_ms"].as_u64().unwrap());
+        assert!(b >= a + 300, "answers {a} ms and {b} ms: less than the interval apart");
+        assert_eq!(w[0]["pid"], w[1]["pid"], "one mount's series");
+    }
+    let reads = |d: &serde_json::Value| d["fuse"]["ops"]["read"].as_u64().unwrap_or(0);
+    assert!(reads(&docs[2]) > reads(&docs[0]), "the reads between the answers do not show: {docs:?}");
+    drop(r);
+
+    // A watch with no count ends when the mount does, saying which mount stopped answering.
+    let mut endless = Command::new(bin())
+        .args(["stats", m_str, "--json", "--watch", "100ms"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    m.stop();
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = endless.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = endless.kill();
+            panic!("the watch went on for 20 s after its mount stopped");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = endless.wait_with_output().unwrap();
+    assert!(!status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no farcache mount answers at") && err.contains(m_str), "{err}");
+    assert!(!out.stdout.is_empty(), "the watch printed nothing before its mount stopped");
+}

@@ -332,6 +332,13 @@ pub struct PaperOptions {
     /// any `[mount]`/`[cache]`/`[tier]` setting, e.g. `mount.writeback_cache`.
     #[serde(default)]
     pub mount_config: Option<PathBuf>,
+    /// `--watch-stats`: each farcache mount's counters recorded this often (milliseconds) in
+    /// [`Self::stats_dir`] (`farcache stats MNT --watch`), for diagnosis; none: not recorded.
+    #[serde(default)]
+    pub watch_stats_ms: Option<u64>,
+    /// Where the `--watch-stats` series go (OUT/stats).
+    #[serde(skip)]
+    pub stats_dir: PathBuf,
     pub seed: u64,
     /// O_DIRECT 4 KiB reads per probe (the disk's and a remote hit's read time); 0 = none.
     pub probe_reads: u64,
@@ -499,6 +506,8 @@ impl PaperOptions {
             policy: None,
             routing: None,
             mount_config: None,
+            watch_stats_ms: None,
+            stats_dir: PathBuf::new(),
             seed: 0x000D_C5EE,
             probe_reads: 3000,
             pgbench_secs: 30,

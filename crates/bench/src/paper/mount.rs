@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::cgroup::Cgroup;
 use super::child::Child;
 use super::sys;
+use crate::error::IoContext;
 use crate::{BenchError, Result};
 
 /// The mount's remote-tier counters, whichever way they were read.
@@ -49,6 +50,43 @@ pub struct MountDaemon {
     /// Whether `farcache stats MNT --json` answered (None: not tried yet).
     stats_works: Option<bool>,
     tier: bool,
+    /// `--watch-stats`: `farcache stats MNT --watch` writing the mount's series.
+    watcher: Option<StatsWatcher>,
+}
+
+/// `farcache stats MNT --watch EVERY --json` appending to a file, stopped with its mount.
+struct StatsWatcher(std::process::Child);
+
+impl StatsWatcher {
+    /// Start it for the mount at `mnt`, its series in `dir`/`name`.stats.jsonl (appended to: a
+    /// run that mounts again continues the file, each series starting at a small `uptime_ms`).
+    fn start(exe: &Path, mnt: &Path, every_ms: u64, dir: &Path, name: &str) -> Result<StatsWatcher> {
+        std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
+        let path = dir.join(format!("{name}.stats.jsonl"));
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .ctx(|| format!("open {}", path.display()))?;
+        let every = format!("{every_ms}ms");
+        let child = Command::new(exe)
+            .arg("stats")
+            .arg(mnt)
+            .args(["--watch", &every, "--json"])
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .ctx(|| "start farcache stats --watch".into())?;
+        Ok(StatsWatcher(child))
+    }
+}
+
+impl Drop for StatsWatcher {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 impl MountDaemon {
@@ -104,7 +142,25 @@ impl MountDaemon {
         if !line.starts_with("farcache mounted") {
             return Err(BenchError::Setup(format!("farcache mount said {line:?}; log:\n{}", child.log_tail())));
         }
-        Ok(MountDaemon { child, mnt: mnt.to_path_buf(), exe: exe.to_path_buf(), stats_works: None, tier })
+        Ok(MountDaemon {
+            child,
+            mnt: mnt.to_path_buf(),
+            exe: exe.to_path_buf(),
+            stats_works: None,
+            tier,
+            watcher: None,
+        })
+    }
+
+    /// With `--watch-stats`, record this mount's counters over its run (a mount borrowing
+    /// from lenders only: the passthrough's have nothing to show), named after its `log`.
+    fn watched(mut self, o: &super::PaperOptions, lenders: bool, log: &Path) -> Result<MountDaemon> {
+        if let (Some(ms), true) = (o.watch_stats_ms, lenders) {
+            let name = log.file_name().map(|n| n.to_string_lossy().trim_end_matches(".log").to_string());
+            let name = name.unwrap_or_else(|| "mount".into());
+            self.watcher = Some(StatsWatcher::start(&self.exe, &self.mnt, ms, &o.stats_dir, &name)?);
+        }
+        Ok(self)
     }
 
     /// The mount of configuration `cfg` on the testbed — none for the configurations that
@@ -126,7 +182,8 @@ impl MountDaemon {
         if cfg == super::ConfigKind::PassthroughKernel {
             extra.push("--kernel-passthrough".into());
         }
-        MountDaemon::start_with(&o.exe, &tb.ext4, &tb.mnt, remote, o.routing.as_deref(), &extra, cgroups, log).map(Some)
+        let d = MountDaemon::start_with(&o.exe, &tb.ext4, &tb.mnt, remote, o.routing.as_deref(), &extra, cgroups, log)?;
+        d.watched(o, remote.is_some(), log).map(Some)
     }
 
     /// The mount of a configuration over several branches (paper 001's two disks,
@@ -145,7 +202,8 @@ impl MountDaemon {
     ) -> Result<MountDaemon> {
         let joined: Vec<String> = branches.iter().map(|b| b.display().to_string()).collect();
         let backing = PathBuf::from(joined.join(":"));
-        MountDaemon::start_with(&o.exe, &backing, &tb.mnt, remote, routing, &with_mount_config(o, extra), cgroups, log)
+        MountDaemon::start_with(&o.exe, &backing, &tb.mnt, remote, routing, &with_mount_config(o, extra), cgroups, log)?
+            .watched(o, remote.is_some(), log)
     }
 
     pub fn pid(&self) -> u32 {
@@ -184,6 +242,7 @@ impl MountDaemon {
 
     /// Unmount (SIGTERM; the daemon unmounts and exits) and the exit summary from its log.
     pub fn stop(&mut self) -> Option<MountCounters> {
+        self.watcher = None;
         let clean = self.child.stop().is_some();
         if !clean || sys::mounts_under(&self.mnt).iter().any(|(p, _)| Path::new(p) == self.mnt) {
             let m = self.mnt.to_string_lossy().to_string();

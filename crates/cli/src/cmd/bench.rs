@@ -100,6 +100,12 @@ struct PaperArgs {
     /// --config`): an A/B of a setting, e.g. `[mount] writeback_cache = true`.
     #[arg(long, value_name = "FILE")]
     mount_config: Option<std::path::PathBuf>,
+    /// Record each farcache mount's counters every DURATION (e.g. 2s; at least 100ms) in
+    /// OUT/stats/<run>.stats.jsonl, one JSON document per line (`farcache stats MNT --watch
+    /// DURATION --json` beside the mount): the routing's state over a run, for diagnosis. Off
+    /// by default: each answer is a request to the mount's control socket.
+    #[arg(long, value_name = "DURATION")]
+    watch_stats: Option<farcache_config::HumanDuration>,
     /// O_DIRECT 4 KiB probe reads per randread configuration (0: no probes).
     #[arg(long)]
     probe_reads: Option<u64>,
@@ -624,6 +630,14 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
         // Checked now, in full: a bad file would otherwise fail every configuration's mount.
         crate::config::Config::load_from("--mount-config", &c)?;
         o.mount_config = Some(std::path::absolute(&c)?);
+    }
+    if let Some(w) = a.watch_stats {
+        anyhow::ensure!(
+            w.get() >= std::time::Duration::from_millis(100),
+            "--watch-stats {w}: give an interval of at least 100ms, such as 2s"
+        );
+        o.watch_stats_ms = Some(w.get().as_millis() as u64);
+        o.stats_dir = std::path::absolute(a.out.join("stats"))?;
     }
     if let Some(n) = a.probe_reads {
         o.probe_reads = n;

@@ -173,6 +173,9 @@ pub struct MountStats {
     pub mountpoint: String,
     pub backing_dir: String,
     pub uptime_secs: u64,
+    /// The same in milliseconds, taken with the counters: a `--watch` series' intervals.
+    #[serde(default)]
+    pub uptime_ms: u64,
     /// "lenders" (`--server` or cache.servers), "embedded" (a lender inside the mount
     /// process) or "none" (`--no-remote`).
     pub remote_tier: String,
@@ -318,12 +321,14 @@ impl MountControl {
     }
 
     fn mount_stats(&self) -> MountStats {
+        let up = self.started.elapsed();
         MountStats {
             version: env!("CARGO_PKG_VERSION").to_string(),
             pid: std::process::id(),
             mountpoint: self.mountpoint.clone(),
             backing_dir: self.backing_dir.clone(),
-            uptime_secs: self.started.elapsed().as_secs(),
+            uptime_secs: up.as_secs(),
+            uptime_ms: up.as_millis() as u64,
             remote_tier: self.remote_tier.to_string(),
             cache: self.cache_stats(),
             union: self.union_handle().map(|u| u.stats()),

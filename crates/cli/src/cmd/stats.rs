@@ -36,10 +36,12 @@ pub struct Args {
     secret_file: Option<PathBuf>,
     #[command(flatten)]
     tls: super::TlsArgs,
-    /// With --server: ask again every DURATION (e.g. 1s) over the same connection, printing
-    /// each answer (with --json, one JSON document per line: a time series of targets and
-    /// hit ratios for plots), until interrupted or --count answers.
-    #[arg(long, value_name = "DURATION", requires = "server")]
+    /// Ask again every DURATION (e.g. 1s; at least 100ms), printing each answer (with --json,
+    /// one JSON document per line: a time series — a lender's targets and hit ratios, a
+    /// mount's routing and counters, `uptime_ms` the mount's clock — for plots), until
+    /// interrupted or --count answers. A lender is asked over the same connection, a mount
+    /// through its control socket; a mount that stops answering ends the watch with an error.
+    #[arg(long, value_name = "DURATION")]
     watch: Option<HumanDuration>,
     /// With --watch: stop after this many answers.
     #[arg(long, value_name = "N", requires = "watch")]
@@ -56,17 +58,41 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
 }
 
+/// The shortest `--watch` interval: a stats request costs the daemon a snapshot of every
+/// counter and of its memory (`/proc/self/smaps_rollup`), so a watch is kept to ten a second.
+const MIN_WATCH: Duration = Duration::from_millis(100);
+
+/// How many answers to print and how far apart: one, or `--watch`'s series.
+fn watch_plan(a: &Args) -> anyhow::Result<(u64, Duration)> {
+    let Some(every) = a.watch.map(|w| w.get()) else { return Ok((1, Duration::ZERO)) };
+    anyhow::ensure!(
+        every >= MIN_WATCH,
+        "--watch {}: give an interval of at least {} such as 1s",
+        HumanDuration(every),
+        HumanDuration(MIN_WATCH)
+    );
+    Ok((a.count.unwrap_or(u64::MAX), every))
+}
+
 fn run_mount(a: &Args) -> anyhow::Result<()> {
     let (mnt, socket) = super::lenders::target(a.mountpoint.as_deref(), a.control_socket.as_deref())?;
-    let resp = crate::control::client::call_mount(&mnt, &socket, &json!({ "cmd": "stats" }))?;
-    let stats = resp.get("stats").context("the daemon's answer has no stats")?;
-    if a.json {
-        println!("{stats}");
-        return Ok(());
+    let (count, every) = watch_plan(a)?;
+    for n in 0..count {
+        if n > 0 {
+            std::thread::sleep(every);
+        }
+        let resp = crate::control::client::call_mount(&mnt, &socket, &json!({ "cmd": "stats" }))?;
+        let stats = resp.get("stats").context("the daemon's answer has no stats")?;
+        if a.json {
+            println!("{stats}");
+        } else {
+            let s: MountStats =
+                serde_json::from_value(stats.clone()).context("the mount sent stats this version cannot read")?;
+            print!("{}", render_mount(&s));
+        }
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
     }
-    let s: MountStats =
-        serde_json::from_value(stats.clone()).context("the mount sent stats this version cannot read")?;
-    print!("{}", render_mount(&s));
     Ok(())
 }
 
@@ -76,9 +102,7 @@ fn run_server(a: &Args, server: &str) -> anyhow::Result<()> {
     let tenant = a.tls.tenant(a.tenant.as_deref(), "default")?;
     let tls = a.tls.client_tls(server)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let every = a.watch.map(|w| w.get());
-    anyhow::ensure!(every.is_none_or(|d| !d.is_zero()), "--watch: give a positive interval such as 1s");
-    let count = if every.is_some() { a.count.unwrap_or(u64::MAX) } else { 1 };
+    let (count, every) = watch_plan(a)?;
     rt.block_on(async {
         let mut cfg = ClientConfig::new(addr, tenant);
         cfg.secret = secret;
@@ -88,7 +112,7 @@ fn run_server(a: &Args, server: &str) -> anyhow::Result<()> {
         let client = Client::connect(cfg).await.with_context(|| format!("cannot reach farcache server {addr}"))?;
         for n in 0..count {
             if n > 0 {
-                tokio::time::sleep(every.unwrap_or_default()).await;
+                tokio::time::sleep(every).await;
             }
             let json = client.stats().await.context("STATS failed")?;
             if a.json {
@@ -517,6 +541,7 @@ mod tests {
             mountpoint: "/mnt/data".into(),
             backing_dir: "/srv/data".into(),
             uptime_secs: 5,
+            uptime_ms: 5_000,
             remote_tier: "lenders".into(),
             cache,
             union: None,

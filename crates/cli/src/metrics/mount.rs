@@ -227,6 +227,7 @@ mod tests {
             mountpoint: "/mnt".into(),
             backing_dir: "/srv".into(),
             uptime_secs: 2,
+            uptime_ms: 2_000,
             remote_tier: "lenders".into(),
             cache,
             union: None,
