@@ -11,9 +11,11 @@ the lenders hold, a lender miss's time, the probe back-off); then a summary per 
 A series is one mount daemon's: it starts again where the pid changes or the mount's clock
 (`uptime_ms`; `uptime_secs` from older daemons) goes back. Lines that are not JSON (the last
 one of a watch stopped mid-write) are skipped and counted on stderr. Documents of the older
-ad-hoc watcher, `{"t": ..., "stats": {...}}`, are read too.
+ad-hoc watcher, `{"t": ..., "stats": {...}}`, are read too, and a FILE ending in .gz is read
+through gzip.
 """
 
+import gzip
 import json
 import sys
 
@@ -29,7 +31,8 @@ COUNTERS = [
 def docs_of(path):
     """The stats documents of `path`, and how many of its lines were not documents."""
     docs, bad = [], 0
-    with open(path) as f:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
         for line in f:
             if not line.strip():
                 continue
@@ -123,8 +126,8 @@ def main(argv):
     for path in paths:
         try:
             docs, bad = docs_of(path)
-        except OSError as e:
-            sys.exit(f"stats-series: cannot read {path}: {e.strerror}")
+        except (OSError, EOFError) as e:
+            sys.exit(f"stats-series: cannot read {path}: {getattr(e, 'strerror', None) or e}")
         if bad:
             print(f"stats-series: {path}: {bad} line(s) not a mount's stats document, skipped", file=sys.stderr)
         if not docs:

@@ -1,5 +1,6 @@
 """scripts/stats-series.py on series shaped like `farcache stats MNT --watch D --json`'s."""
 
+import gzip
 import json
 import os
 import subprocess
@@ -57,6 +58,18 @@ class StatsSeries(unittest.TestCase):
         self.assertEqual(len(body), 2, out.stdout)
         self.assertTrue(body[0].startswith("     4.0 s (+3.0) disk 30 "), body)
         self.assertTrue(body[1].startswith("     5.0 s (+1.0) disk 10 "), body)
+
+    def test_a_gzipped_series_reads_as_the_plain_one(self):
+        with tempfile.TemporaryDirectory() as d:
+            lines = [json.dumps(doc(7, 1000 * k, 10 * k, k, 0, 1.0)) for k in range(1, 4)]
+            plain = self.write(d, lines)
+            zipped = os.path.join(d, "s.jsonl.gz")
+            with open(plain, "rb") as src, gzip.open(zipped, "wb") as dst:
+                dst.write(src.read())
+            a, b = run(plain), run(zipped)
+        self.assertEqual(b.returncode, 0, b.stderr)
+        self.assertEqual(a.stdout.replace(plain, "F"), b.stdout.replace(zipped, "F"))
+        self.assertIn("disk 20, lenders 2", b.stdout)
 
     def test_a_missing_file_and_a_bad_count_are_named(self):
         out = run("/nonexistent/s.jsonl")
