@@ -154,7 +154,7 @@ impl MountDaemon {
 
     /// With `--watch-stats`, record this mount's counters over its run (a mount borrowing
     /// from lenders only: the passthrough's have nothing to show), named after its `log`.
-    fn watched(mut self, o: &super::PaperOptions, lenders: bool, log: &Path) -> Result<MountDaemon> {
+    pub(super) fn watched(mut self, o: &super::PaperOptions, lenders: bool, log: &Path) -> Result<MountDaemon> {
         if let (Some(ms), true) = (o.watch_stats_ms, lenders) {
             let name = log.file_name().map(|n| n.to_string_lossy().trim_end_matches(".log").to_string());
             let name = name.unwrap_or_else(|| "mount".into());

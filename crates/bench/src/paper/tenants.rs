@@ -563,7 +563,8 @@ fn run_point(
                 &extra,
                 &[&mem, &tb.blkio],
                 &log,
-            )?;
+            )?
+            .watched(o, true, &log)?;
             tenants.push(Tenant { db, mem, mount: Some(mount) });
         }
         Ok(())
