@@ -632,9 +632,11 @@ fn run_paper(a: PaperArgs) -> anyhow::Result<()> {
         o.mount_config = Some(std::path::absolute(&c)?);
     }
     if let Some(w) = a.watch_stats {
+        // The harness runs `farcache stats --watch`: the same floor, refused here before a testbed is built.
         anyhow::ensure!(
-            w.get() >= std::time::Duration::from_millis(100),
-            "--watch-stats {w}: give an interval of at least 100ms, such as 2s"
+            w.get() >= super::stats::MIN_WATCH,
+            "--watch-stats {w}: give an interval of at least {}, such as 2s",
+            farcache_config::HumanDuration(super::stats::MIN_WATCH)
         );
         o.watch_stats_ms = Some(w.get().as_millis() as u64);
         o.stats_dir = std::path::absolute(a.out.join("stats"))?;

@@ -60,7 +60,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 
 /// The shortest `--watch` interval: a stats request costs the daemon a snapshot of every
 /// counter and of its memory (`/proc/self/smaps_rollup`), so a watch is kept to ten a second.
-const MIN_WATCH: Duration = Duration::from_millis(100);
+pub(crate) const MIN_WATCH: Duration = Duration::from_millis(100);
 
 /// How many answers to print and how far apart: one, or `--watch`'s series.
 fn watch_plan(a: &Args) -> anyhow::Result<(u64, Duration)> {
