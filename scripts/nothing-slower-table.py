@@ -18,9 +18,11 @@ Exits 1 when no result is found.
 
     scripts/nothing-slower-table.py [DIR]
     scripts/nothing-slower-table.py --disturbed FILE.json...   # exit 0: disturbed
+    scripts/nothing-slower-table.py --pooled DIR...            # each cell's pairs over several runs
 """
 import glob
 import json
+import math
 import os
 import re
 import sys
@@ -272,23 +274,9 @@ def cell(pairs):
     return (shown if ratio >= target else f"**{shown}**") + note
 
 
-def main():
-    if sys.argv[1:2] == ["--disturbed"]:
-        # For scripts/bench-nothing-slower.sh: exit 0 when one of the documents' measurements
-        # lost more than STEAL_FLAG of the machine to steal or its CPU checks moved more than
-        # CPU_SPREAD (1 when neither), and say how much.
-        worst, spread = 0.0, 1.0
-        for path in sys.argv[2:]:
-            try:
-                with open(path) as f:
-                    st, sp = disturbed(json.load(f))
-            except (OSError, ValueError) as e:
-                print(f"nothing-slower-table: cannot read {path}: {e}", file=sys.stderr)
-                return 2
-            worst, spread = max(worst, st), max(spread, sp)
-        print(f"{worst:.1%} of the machine's CPU time stolen at most, CPU checks {spread:.2f}× apart at most")
-        return 0 if worst > STEAL_FLAG or spread > CPU_SPREAD else 1
-    root = sys.argv[1] if len(sys.argv) > 1 else "bench/results/nothing-slower"
+def collect(root):
+    """Every cell's pairs under one results directory: {workload: {column: [(ratio, target,
+    note, disturbed), ...]}}, a column being a profile and, past 1 Gbit/s, its link."""
     table = {}
     docs = {}
     paths = glob.glob(os.path.join(root, "*", "paper-*.json")) + glob.glob(os.path.join(root, "*", "rep*", "paper-*.json"))
@@ -311,6 +299,76 @@ def main():
             same = [d for d in base if d["_rep"] == doc["_rep"]]
             for name, ratio, target, note, st in ratios(doc, (same or base or [None])[0]):
                 table.setdefault(name, {}).setdefault(col, []).append((ratio, target, note, st))
+    return table
+
+
+def sign_test(below, above):
+    """Two-sided exact sign test: the chance of a split at least this uneven between pairs
+    below and above 1 if each pair were as likely to fall on either side (no effect)."""
+    n = below + above
+    if n == 0:
+        return 1.0
+    k = min(below, above)
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
+
+
+def pooled(roots):
+    """Each speed cell's pairs pooled over several table runs (ROOTS: results directories of
+    scripts/bench-nothing-slower.sh): a cell that one run's median puts below its target may be
+    that run's drift or a systematic loss, and many pairs tell them apart where three cannot.
+    Prints per cell the pairs, their median and geometric mean, how many fell below the
+    target, and the sign test of pairs below against above 1 (disturbed pairs included: the
+    runs' own marks say which)."""
+    if not roots:
+        print("nothing-slower-table: --pooled needs one or more results directories", file=sys.stderr)
+        return 2
+    cells = {}
+    for root in roots:
+        if not os.path.isdir(root):
+            print(f"nothing-slower-table: no directory {root}", file=sys.stderr)
+            return 2
+        for name, cols in collect(root).items():
+            for col, rows in cols.items():
+                cells.setdefault((name, col), []).extend(r for r in rows if isinstance(r[1], float))
+    cells = {k: v for k, v in cells.items() if v}
+    if not cells:
+        print(f"no results under {', '.join(roots)}", file=sys.stderr)
+        return 1
+    print(f"Pairs pooled over {len(roots)} runs: " + ", ".join(roots))
+    print()
+    print("| workload | disk | pairs | median | geometric mean | below target | below / above 1 | sign test p |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for (name, col), rows in sorted(cells.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        r = sorted(x[0] for x in rows)
+        target = rows[0][1]
+        med = r[(len(r) - 1) // 2]
+        gm = math.exp(sum(math.log(x) for x in r) / len(r))
+        below, above = sum(x < 1 for x in r), sum(x > 1 for x in r)
+        print(f"| {name} | {col} | {len(r)} | {med:.3f} | {gm:.3f} | {sum(x < target for x in r)} of {len(r)} "
+              f"| {below} / {above} | {sign_test(below, above):.2f} |")
+    return 0
+
+
+def main():
+    if sys.argv[1:2] == ["--disturbed"]:
+        # For scripts/bench-nothing-slower.sh: exit 0 when one of the documents' measurements
+        # lost more than STEAL_FLAG of the machine to steal or its CPU checks moved more than
+        # CPU_SPREAD (1 when neither), and say how much.
+        worst, spread = 0.0, 1.0
+        for path in sys.argv[2:]:
+            try:
+                with open(path) as f:
+                    st, sp = disturbed(json.load(f))
+            except (OSError, ValueError) as e:
+                print(f"nothing-slower-table: cannot read {path}: {e}", file=sys.stderr)
+                return 2
+            worst, spread = max(worst, st), max(spread, sp)
+        print(f"{worst:.1%} of the machine's CPU time stolen at most, CPU checks {spread:.2f}× apart at most")
+        return 0 if worst > STEAL_FLAG or spread > CPU_SPREAD else 1
+    if sys.argv[1:2] == ["--pooled"]:
+        return pooled(sys.argv[2:])
+    root = sys.argv[1] if len(sys.argv) > 1 else "bench/results/nothing-slower"
+    table = collect(root)
     if not table:
         print(f"no results under {root}", file=sys.stderr)
         return 1

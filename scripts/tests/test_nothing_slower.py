@@ -126,6 +126,53 @@ class Disturbed(unittest.TestCase):
         self.assertIn("cannot read", r.stderr)
 
 
+class Pooled(unittest.TestCase):
+    def runs(self, d, *runs):
+        """Result directories under `d`, one per run, each with the pairs (passthrough s,
+        farcache s) given for it as raw-seqread/rep<K>/; returns their paths."""
+        roots = []
+        for i, pairs in enumerate(runs):
+            roots.append(os.path.join(d, f"run{i}"))
+            for k, (pt, fc) in enumerate(pairs, 1):
+                rep = os.path.join(roots[-1], "raw-seqread", f"rep{k}")
+                os.makedirs(rep)
+                with open(os.path.join(rep, "paper-raw.json"), "w") as f:
+                    json.dump(doc(pt, fc), f)
+        return roots
+
+    def test_pairs_of_every_run_are_pooled_per_cell(self):
+        with tempfile.TemporaryDirectory() as d:
+            # Ratios (passthrough ÷ farcache): 0.90, 0.95, 1.10 in one run; 0.96, 0.80 in the other.
+            roots = self.runs(d, [(0.9, 1.0), (0.95, 1.0), (1.1, 1.0)], [(0.96, 1.0), (0.8, 1.0)])
+            r = subprocess.run([sys.executable, TABLE, "--pooled", *roots], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        row = [line for line in r.stdout.splitlines() if line.startswith("| seqread 256MiB pass 1 |")]
+        self.assertEqual(len(row), 1, r.stdout)
+        cols = [c.strip() for c in row[0].strip("|").split("|")]
+        # disk, pairs, median (the lower middle, as the table's), geometric mean, below target,
+        # below / above 1, sign test (4 below and 1 above of 5: 2 * 6/32).
+        self.assertEqual(cols[1:], ["raw", "5", "0.950", f"{(0.9 * 0.95 * 1.1 * 0.96 * 0.8) ** 0.2:.3f}", "4 of 5", "4 / 1", "0.38"])
+
+    def test_the_sign_test(self):
+        self.assertEqual(table.sign_test(0, 0), 1.0)
+        self.assertAlmostEqual(table.sign_test(8, 0), 2 / 256)
+        self.assertAlmostEqual(table.sign_test(0, 8), 2 / 256)
+        self.assertEqual(table.sign_test(3, 3), 1.0)
+        self.assertAlmostEqual(table.sign_test(16, 8), 0.1516, places=4)
+
+    def test_a_missing_directory_or_none_is_named(self):
+        r = subprocess.run([sys.executable, TABLE, "--pooled"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("needs one or more results directories", r.stderr)
+        r = subprocess.run([sys.executable, TABLE, "--pooled", "/nonexistent/run"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no directory /nonexistent/run", r.stderr)
+        with tempfile.TemporaryDirectory() as d:
+            r = subprocess.run([sys.executable, TABLE, "--pooled", d], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no results under", r.stderr)
+
+
 FAKE = textwrap.dedent("""\
     #!/usr/bin/env python3
     # A stand-in for `farcache bench paper`: one complete document per call, its steal the next
