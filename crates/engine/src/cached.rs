@@ -355,9 +355,17 @@ impl<D: DataPath> CachedPath<D> {
         Ok(data)
     }
 
+    /// This path's name for [`PROBE_AFTER_REPLY`]: its address (a path is not moved while
+    /// reads run on it; one dropped and another made at its address could at worst run the
+    /// other's due probe, which its rule then claims or refuses as its own).
+    fn identity(&self) -> usize {
+        self as *const Self as usize
+    }
+
     /// A stream probe: fetch the last stream seeds the lenders still hold back from them, at
-    /// least [`STREAM_PROBE_MIN_BYTES`] at once, and time it (the data is dropped; the read
-    /// the probe was offered on then goes to the disk as decided). One per probe interval
+    /// least [`STREAM_PROBE_MIN_BYTES`] at once, and time it (the data is dropped). It runs
+    /// after the read it was offered on is answered — from the disk, as decided — when the
+    /// caller says so ([`DataPath::after_reply`]), else at the next read. One per probe interval
     /// like any probe, counted in `adaptive_probes`; seeds the lenders lost are forgotten
     /// (by the index and by the rule, whose streams then seed again).
     fn probe_stream_seeds(&self, d: &Decision) {
@@ -517,6 +525,13 @@ impl<D: DataPath> CachedPath<D> {
     }
 }
 
+thread_local! {
+    /// A stream probe a read on this thread found due, left for after the read's answer
+    /// ([`DataPath::after_reply`]): the [`CachedPath`] it belongs to (`identity`) and the read's
+    /// decision. At most one per thread: a read finds any left before it and runs it first.
+    static PROBE_AFTER_REPLY: std::cell::Cell<Option<(usize, Decision)>> = const { std::cell::Cell::new(None) };
+}
+
 /// Whether the fills of `fills` blocks of a disk read of `read_bytes` send slices of its
 /// buffer rather than copies. Each fill takes a copy of its block in a 4 KiB slot of the
 /// shared pool (`aligned::pooled_copy`), so that the read's buffer goes with its answer —
@@ -532,13 +547,16 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         if len == 0 {
             return Ok(Bytes::new());
         }
+        // A probe an earlier read on this thread left, whose caller never said it answered.
+        self.after_reply();
         let mut d = self.routing.decide(file.id(), offset, len as u64);
         let (first, last) = (offset / BLOCK_BYTES, (offset + len as u64 - 1) / BLOCK_BYTES);
         if d.may_probe_remote {
             // The lenders are due a measurement: this read is it if they hold all of it; a
             // stream's is the last stream seeds fetched back (see `probe_stream_seeds`).
             if d.sequential {
-                self.probe_stream_seeds(&d);
+                // Measured once this read is answered (`after_reply`), not on its way.
+                PROBE_AFTER_REPLY.set(Some((self.identity(), d)));
             } else if self.index.holds_all(file.id(), first, last) && self.routing.claim_remote_probe(&d) {
                 (d.route, d.probe) = (Route::Remote, true);
             }
@@ -694,6 +712,17 @@ impl<D: DataPath> DataPath for CachedPath<D> {
         }
         let buf = Bytes::from_owner(buf);
         Ok(if buf.len() <= skip { Bytes::new() } else { buf.slice(skip..buf.len().min(skip + len)) })
+    }
+
+    fn after_reply(&self) {
+        let me = self.identity();
+        if let Some((owner, d)) = PROBE_AFTER_REPLY.get() {
+            if owner == me {
+                PROBE_AFTER_REPLY.set(None);
+                self.probe_stream_seeds(&d);
+            }
+        }
+        self.disk.after_reply();
     }
 
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {

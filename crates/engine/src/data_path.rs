@@ -52,6 +52,13 @@ pub trait DataPath: Send + Sync + 'static {
         self.read(file, offset, len)
     }
 
+    /// Work a read left for after its answer: the caller of [`DataPath::read`] (the FUSE
+    /// layer, once its reply is sent) calls this on the same thread, so that a measurement the
+    /// read found due — a stream probe of the lenders, which takes a 1 MiB fetch — does not
+    /// hold the answer up. A path with nothing left does nothing (the default); a path whose
+    /// caller never calls this does the work at its next read on that thread instead.
+    fn after_reply(&self) {}
+
     /// Write all of `data` at `offset` through to the backing file; returns `data.len()`.
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize>;
 
@@ -227,6 +234,9 @@ impl<T: DataPath + ?Sized> DataPath for std::sync::Arc<T> {
     ) -> io::Result<Bytes> {
         (**self).read_while(file, offset, len, meanwhile)
     }
+    fn after_reply(&self) {
+        (**self).after_reply()
+    }
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {
         (**self).write(file, offset, data)
     }
@@ -344,6 +354,12 @@ impl Deferred {
 impl DataPath for Deferred {
     fn read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<Bytes> {
         self.get().map_err(Self::eio)?.read(file, offset, len)
+    }
+    fn after_reply(&self) {
+        // Never waits: a read answered before the path was ready left nothing.
+        if let Some(p) = self.slot.get() {
+            p.after_reply();
+        }
     }
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {
         self.get().map_err(Self::eio)?.write(file, offset, data)

@@ -1,6 +1,7 @@
 //! The adaptive routing rule fed with real measurements: a slow disk hands random reads of
 //! many blocks to the lenders; a hung lender sends reads to the disk; a stream on a fast
-//! disk stores in the lenders only the seeds its probes need.
+//! disk stores in the lenders only the seeds its probes need, and probes them only after the
+//! read it was offered on is answered.
 
 mod common;
 
@@ -155,4 +156,72 @@ fn a_stream_on_a_fast_disk_stores_the_seeds_its_probes_need_and_seeds_again_once
     }
     assert!(t.elapsed() >= STREAM_SEED_GRACE, "seeds forgotten before their grace: {:?}", t.elapsed());
     assert_eq!(e.stats().engine.fills * BLOCK, 2 * STREAM_SEED_RESERVE, "{:?}", e.stats());
+}
+
+#[test]
+fn a_stream_probe_runs_after_the_read_it_was_offered_on_is_answered() {
+    const MIB: usize = 1 << 20;
+    const BLOCK: u64 = 4096;
+    let fetch_timeout = Duration::from_millis(400);
+    let lender = Lender::start("64MiB");
+    let proxy = Proxy::start(lender.addr);
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(17 * MIB, 24);
+    let file = backing(&dir, &data);
+    let remote = common::remote(vec![proxy.addr], |c| c.fetch_timeout = fetch_timeout);
+    // The disk is the machine's page cache: a stream's 1 MiB read takes well under a millisecond.
+    let e = CachedPath::new(DirectPath::new(), remote, Adaptive::new());
+    wait("connection", || e.remote().connected() == 1);
+    let mut at = 0u64;
+    // One read of the stream as the FUSE layer makes it: the read (timed), then what it left
+    // for after its answer (timed).
+    let mut read = || {
+        let o = (at % 17) as usize * MIB;
+        at += 1;
+        let t = Instant::now();
+        let got = e.read(&file, o as u64, MIB).unwrap();
+        let read_took = t.elapsed();
+        assert_eq!(&got[..], &data[o..o + MIB], "the MiB at {o}");
+        let t = Instant::now();
+        e.after_reply();
+        (read_took, t.elapsed())
+    };
+    // The stream stores the seeds its probes need.
+    let t = Instant::now();
+    while e.index().remote_blocks() * BLOCK < STREAM_SEED_RESERVE {
+        assert!(t.elapsed() < Duration::from_secs(30), "no seeds stored: {:?}", e.stats());
+        read();
+        wait("fills", || common::fills_settled(&e));
+    }
+    // The lender stops answering: a stream probe now waits out the fetch timeout. It must do
+    // so after its read was answered, never inside a read.
+    proxy.freeze(true);
+    let probes = e.stats().engine.adaptive_probes;
+    let (mut slowest_read, mut probe_took) = (Duration::ZERO, None);
+    let t = Instant::now();
+    while probe_took.is_none() {
+        assert!(t.elapsed() < Duration::from_secs(60), "no stream probe came due: {:?}", e.stats());
+        let (r, after) = read();
+        slowest_read = slowest_read.max(r);
+        if e.stats().engine.adaptive_probes > probes {
+            probe_took = Some(after);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    proxy.freeze(false);
+    let probe_took = probe_took.unwrap();
+    assert!(probe_took >= fetch_timeout * 3 / 4, "the probe did not wait for the frozen lender: {probe_took:?}");
+    assert!(slowest_read < fetch_timeout / 2, "a read waited for the probe: {slowest_read:?}");
+    assert!(e.stats().remote.fallbacks >= 1, "{:?}", e.stats().remote);
+    // A caller that never says it answered loses no probe: the one a read left runs at the
+    // next read on the thread.
+    let probes = e.stats().engine.adaptive_probes;
+    let t = Instant::now();
+    while e.stats().engine.adaptive_probes == probes {
+        assert!(t.elapsed() < Duration::from_secs(60), "no stream probe without after_reply: {:?}", e.stats());
+        let o = (at % 17) as usize * MIB;
+        at += 1;
+        assert_eq!(&e.read(&file, o as u64, MIB).unwrap()[..], &data[o..o + MIB]);
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }

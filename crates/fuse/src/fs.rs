@@ -532,7 +532,12 @@ impl Filesystem for Passthrough {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        answer!(reply, self.do_read(ino, fh, offset, size, _flags.0), |d| reply.data(&d))
+        answer!(reply, self.do_read(ino, fh, offset, size, _flags.0), |d| {
+            reply.data(&d);
+            // What the read left for after its answer (a stream probe of the lenders) runs
+            // now, on this thread, while the kernel already has the data.
+            self.data.after_reply();
+        })
     }
 
     fn write(

@@ -1265,6 +1265,10 @@ impl<D: DataPath> DataPath for WritebackPath<D> {
         Ok(out.freeze())
     }
 
+    fn after_reply(&self) {
+        self.shared.inner.after_reply();
+    }
+
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {
         let s = &self.shared;
         if data.is_empty() {
