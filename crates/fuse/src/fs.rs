@@ -535,7 +535,9 @@ impl Filesystem for Passthrough {
         answer!(reply, self.do_read(ino, fh, offset, size, _flags.0), |d| {
             reply.data(&d);
             // What the read left for after its answer (a stream probe of the lenders) runs
-            // now, on this thread, while the kernel already has the data.
+            // now, on this thread, while the kernel already has the data — and the read's
+            // buffer is back in its pool.
+            drop(d);
             self.data.after_reply();
         })
     }
