@@ -362,6 +362,17 @@ impl<D: DataPath> CachedPath<D> {
         self as *const Self as usize
     }
 
+    /// Run the stream probe a read of this path left on this thread ([`PROBE_AFTER_REPLY`]),
+    /// if any.
+    fn probe_left_on_this_thread(&self) {
+        if let Some((owner, d)) = PROBE_AFTER_REPLY.get() {
+            if owner == self.identity() {
+                PROBE_AFTER_REPLY.set(None);
+                self.probe_stream_seeds(&d);
+            }
+        }
+    }
+
     /// A stream probe: fetch the last stream seeds the lenders still hold back from them, at
     /// least [`STREAM_PROBE_MIN_BYTES`] at once, and time it (the data is dropped). It runs
     /// after the read it was offered on is answered — from the disk, as decided — when the
@@ -548,7 +559,7 @@ impl<D: DataPath> DataPath for CachedPath<D> {
             return Ok(Bytes::new());
         }
         // A probe an earlier read on this thread left, whose caller never said it answered.
-        self.after_reply();
+        self.probe_left_on_this_thread();
         let mut d = self.routing.decide(file.id(), offset, len as u64);
         let (first, last) = (offset / BLOCK_BYTES, (offset + len as u64 - 1) / BLOCK_BYTES);
         if d.may_probe_remote {
@@ -715,13 +726,7 @@ impl<D: DataPath> DataPath for CachedPath<D> {
     }
 
     fn after_reply(&self) {
-        let me = self.identity();
-        if let Some((owner, d)) = PROBE_AFTER_REPLY.get() {
-            if owner == me {
-                PROBE_AFTER_REPLY.set(None);
-                self.probe_stream_seeds(&d);
-            }
-        }
+        self.probe_left_on_this_thread();
         self.disk.after_reply();
     }
 
