@@ -446,7 +446,7 @@ impl<D: DataPath> CachedPath<D> {
         sequential: bool,
         around: bool,
     ) -> io::Result<Bytes> {
-        self.read_and_fill_while(file, f, offset, len, sequential, around, &mut Meanwhile::none())
+        self.read_and_fill_while(file, f, offset, len, sequential, around, false, &mut Meanwhile::none())
     }
 
     /// A read the rule sent to the lenders that they hold none of: [`Self::read_and_fill`]
@@ -468,7 +468,8 @@ impl<D: DataPath> CachedPath<D> {
         r
     }
 
-    /// [`Self::read_and_fill`], running `meanwhile` while the disk read is in flight.
+    /// [`Self::read_and_fill`], running `meanwhile` while the disk read is in flight; the
+    /// fills are `seed`s ([`Decision::seed`]) or not.
     #[allow(clippy::too_many_arguments)]
     fn read_and_fill_while(
         &self,
@@ -478,6 +479,7 @@ impl<D: DataPath> CachedPath<D> {
         len: usize,
         sequential: bool,
         around: bool,
+        seed: bool,
         meanwhile: &mut Meanwhile<'_>,
     ) -> io::Result<Bytes> {
         let first = offset / BLOCK_BYTES;
@@ -525,7 +527,7 @@ impl<D: DataPath> CachedPath<D> {
             // `claim` goes with the completion: released when the lender has the block (after
             // the index knows it), or when the fill fails or is dropped (the completion is
             // dropped uncalled).
-            self.remote.put_async(t.key, block, move || {
+            self.remote.put_async(t.key, block, seed, move || {
                 index.fill_done(&fi, t);
                 drop(claim);
             });
@@ -586,7 +588,8 @@ impl<D: DataPath> DataPath for CachedPath<D> {
             }
             if d.fill {
                 let f = self.index.file(file.id());
-                return self.read_and_fill(file, &f, offset, len, d.sequential, true);
+                let none = &mut Meanwhile::none();
+                return self.read_and_fill_while(file, &f, offset, len, d.sequential, true, d.seed, none);
             }
             return self.disk_read(file, offset, len, d.sequential);
         }
@@ -632,7 +635,8 @@ impl<D: DataPath> DataPath for CachedPath<D> {
             let span_bytes = ((hi - lo + 1) as u64 * BLOCK_BYTES) as usize;
             let at = (first + lo as u64) * BLOCK_BYTES;
             let mut m = Meanwhile::new(&mut fetch);
-            early = Some((lo, hi, self.read_and_fill_while(file, &f, at, span_bytes, d.sequential, false, &mut m)?));
+            early =
+                Some((lo, hi, self.read_and_fill_while(file, &f, at, span_bytes, d.sequential, false, false, &mut m)?));
             add(&self.counters.partial_overlapped, 1);
         }
         let (fetched, took) = fetch_and_time.unwrap_or_else(|| {

@@ -14,6 +14,13 @@
 //! millisecond — measured in BENCHMARKS.md ("Nothing gets slower", session 11); at 20 ms
 //! the batches' wake-ups were still most of the remote runtime's CPU (session 52). Deletions
 //! that are due leave at once when no block is queued: the flush window is for blocks.
+//! *Seeds* (fills the routing makes only so that its probes find blocks to measure the lenders
+//! on, `routing.rs`'s `SEED_EVERY`) wait like deletions, [`SEED_WINDOW`] or until
+//! [`SEED_BATCH`] blocks are queued, and leave sooner with any batch of other blocks: nothing
+//! reads a seed soon, and sent within the flush window, each seed of a disk faster than the
+//! lenders was a batch of its own — a wake-up, a timer, a request and its answer on both ends
+//! for one 16 KiB read in 64 (measured: the mount daemon's CPU 11% above the passthrough's in
+//! a raw randread first pass, all of it the seeds'; BENCHMARKS.md, "Session 66").
 //!
 //! Bounds: at most `max_puts` blocks and `max_dels` keys are queued or in flight at once
 //! (more are dropped and counted: the disk has every block, and a retired key can never be
@@ -49,6 +56,11 @@ pub const FLUSH_WINDOW: Duration = Duration::from_millis(1);
 pub const DEL_WINDOW: Duration = Duration::from_millis(100);
 /// Deletions queued that make a batch leave before [`DEL_WINDOW`] has passed.
 pub const DEL_BATCH: usize = 512;
+/// The longest a seed waits for other blocks to share its request.
+pub const SEED_WINDOW: Duration = DEL_WINDOW;
+/// Seeds queued that make a batch leave before [`SEED_WINDOW`] has passed (1 MiB).
+pub const SEED_BATCH: usize = 256;
+const _: () = assert!(SEED_BATCH > 0 && SEED_WINDOW.as_millis() >= FLUSH_WINDOW.as_millis());
 const _: () = assert!(DEL_BATCH > 0 && DEL_WINDOW.as_millis() >= FLUSH_WINDOW.as_millis());
 /// The fills queued or in flight may take the lenders' links at most this long to carry, at
 /// the pace their requests were last measured.
@@ -117,6 +129,8 @@ pub(crate) struct PendingPut {
     pub done: Box<dyn FnOnce() + Send>,
     /// When it was queued (fill latency runs from here to the lender's answer).
     pub queued: Instant,
+    /// A seed: it may wait [`SEED_WINDOW`] for company.
+    pub seed: bool,
 }
 
 /// What one flush takes out of the outbox.
@@ -143,16 +157,36 @@ struct Queued {
     batch: Batch,
     /// When the oldest deletion queued arrived (tokio's clock: tests can pause it).
     dels_since: Option<tokio::time::Instant>,
+    /// Seeds waiting for company, and when the oldest of them arrived.
+    seeds: Vec<PendingPut>,
+    seeds_since: Option<tokio::time::Instant>,
 }
 
 impl Queued {
     fn is_empty(&self) -> bool {
-        self.batch.puts.is_empty() && self.batch.dels.is_empty()
+        self.batch.puts.is_empty() && self.batch.dels.is_empty() && self.seeds.is_empty()
+    }
+
+    /// Whether deletions or seeds wait on a clock (the flusher then sleeps until [`Self::due`]).
+    fn deferred(&self) -> bool {
+        self.dels_since.is_some() || self.seeds_since.is_some()
+    }
+
+    /// When the first of the deletions and seeds waiting is due.
+    fn due(&self) -> Option<tokio::time::Instant> {
+        let dels = self.dels_since.map(|t| t + DEL_WINDOW);
+        let seeds = self.seeds_since.map(|t| t + SEED_WINDOW);
+        dels.into_iter().chain(seeds).min()
     }
 
     /// Whether the deletions queued are due to leave now.
     fn dels_due(&self, now: tokio::time::Instant) -> bool {
         self.batch.dels.len() >= DEL_BATCH || self.dels_since.is_some_and(|t| now.duration_since(t) >= DEL_WINDOW)
+    }
+
+    /// Whether the seeds queued are due to leave now.
+    fn seeds_due(&self, now: tokio::time::Instant) -> bool {
+        self.seeds.len() >= SEED_BATCH || self.seeds_since.is_some_and(|t| now.duration_since(t) >= SEED_WINDOW)
     }
 }
 
@@ -205,9 +239,18 @@ impl Outbox {
             return Err(p);
         }
         let mut q = self.queued.lock();
-        // The flusher sleeps while no block is queued (at most until queued deletions are due).
-        let wake = q.batch.puts.is_empty();
-        q.batch.puts.push(p);
+        // The flusher sleeps while no block is queued (at most until queued deletions and
+        // seeds are due): a seed wakes it only to set that clock, or with a full batch.
+        let wake = if p.seed {
+            let wake = !q.deferred() || q.seeds.len() + 1 == SEED_BATCH;
+            q.seeds_since.get_or_insert_with(tokio::time::Instant::now);
+            q.seeds.push(p);
+            wake
+        } else {
+            let wake = q.batch.puts.is_empty();
+            q.batch.puts.push(p);
+            wake
+        };
         drop(q);
         if wake {
             self.wake.notify_one();
@@ -225,16 +268,16 @@ impl Outbox {
             return false;
         }
         let mut q = self.queued.lock();
-        let before = q.batch.dels.len();
+        let (before, deferred) = (q.batch.dels.len(), q.deferred());
         if before == 0 {
             q.dels_since = Some(tokio::time::Instant::now());
             q.batch.dels = keys;
         } else {
             q.batch.dels.extend(keys);
         }
-        // Wake the flusher for the first deletion (it then sleeps until they are due) and when
-        // a full batch has gathered.
-        let wake = before == 0 || (before < DEL_BATCH && q.batch.dels.len() >= DEL_BATCH);
+        // Wake the flusher for the first deletion (it then sleeps until they are due), unless
+        // seeds already set that clock, and when a full batch has gathered.
+        let wake = !deferred || (before < DEL_BATCH && q.batch.dels.len() >= DEL_BATCH);
         drop(q);
         if wake {
             self.wake.notify_one();
@@ -243,11 +286,11 @@ impl Outbox {
     }
 
     /// Wait for the first entry, let blocks gather for [`FLUSH_WINDOW`], take every block
-    /// queued and the deletions if they are due (else they wait, at most [`DEL_WINDOW`]).
-    /// Deletions due with no block queued leave at once.
+    /// queued (seeds too) and the deletions if they are due (else they wait, at most
+    /// [`DEL_WINDOW`]). Deletions and seeds due with no other block queued leave at once.
     pub async fn next_batch(&self) -> Batch {
         loop {
-            let due = self.queued.lock().dels_since.map(|t| t + DEL_WINDOW);
+            let due = self.queued.lock().due();
             match due {
                 Some(at) => {
                     tokio::select! {
@@ -267,9 +310,16 @@ impl Outbox {
             if q.is_empty() {
                 continue;
             }
+            let now = tokio::time::Instant::now();
+            let mut puts = std::mem::take(&mut q.batch.puts);
+            // Seeds ride with other blocks at no cost, or leave once due.
+            if !puts.is_empty() || q.seeds_due(now) {
+                puts.append(&mut q.seeds);
+                q.seeds_since = None;
+            }
             let b = Batch {
-                puts: std::mem::take(&mut q.batch.puts),
-                dels: if q.dels_due(tokio::time::Instant::now()) {
+                puts,
+                dels: if q.dels_due(now) {
                     q.dels_since = None;
                     std::mem::take(&mut q.batch.dels)
                 } else {
@@ -351,7 +401,23 @@ mod tests {
     }
 
     fn put(block: u64) -> PendingPut {
-        PendingPut { key: key(block), value: Bytes::from_static(b"x"), done: Box::new(|| {}), queued: Instant::now() }
+        PendingPut {
+            key: key(block),
+            value: Bytes::from_static(b"x"),
+            done: Box::new(|| {}),
+            queued: Instant::now(),
+            seed: false,
+        }
+    }
+
+    fn seed(block: u64) -> PendingPut {
+        PendingPut { seed: true, ..put(block) }
+    }
+
+    /// Queue `p` on the paused clock (the outbox stamps seeds with tokio's clock).
+    fn put_at(rt: &tokio::runtime::Runtime, o: &Outbox, p: PendingPut) -> bool {
+        let _clock = rt.enter();
+        o.put(p).is_ok()
     }
 
     /// A runtime whose clock stands still until everything waits (tokio's test clock): the
@@ -445,6 +511,56 @@ mod tests {
         assert_eq!(rt.block_on(async { t.elapsed() }), FLUSH_WINDOW);
         let b = rt.block_on(o.next_batch());
         assert_eq!(b.dels.iter().map(|k| k.block).collect::<Vec<_>>(), [7]);
+    }
+
+    #[test]
+    fn seeds_wait_for_company_within_their_window_or_a_full_batch() {
+        let o = Outbox::new(10 * SEED_BATCH, 16);
+        let rt = paused();
+        let blocks = |b: &Batch| b.puts.iter().map(|p| p.key.block).collect::<Vec<_>>();
+        // Alone, a seed waits SEED_WINDOW, gathering the seeds that come meanwhile.
+        let t = rt.block_on(async { tokio::time::Instant::now() });
+        assert!(put_at(&rt, &o, seed(1)));
+        let b = rt.block_on(async {
+            tokio::time::sleep(SEED_WINDOW / 2).await;
+            assert!(o.put(seed(2)).is_ok());
+            o.next_batch().await
+        });
+        assert_eq!(blocks(&b), [1, 2]);
+        assert_eq!(rt.block_on(async { t.elapsed() }), SEED_WINDOW, "exactly its window");
+        // A fill leaves after its flush window and takes the seeds waiting with it.
+        assert!(put_at(&rt, &o, seed(3)));
+        assert!(put_at(&rt, &o, put(4)));
+        let t = rt.block_on(async { tokio::time::Instant::now() });
+        let b = rt.block_on(o.next_batch());
+        assert_eq!(blocks(&b), [4, 3]);
+        assert_eq!(rt.block_on(async { t.elapsed() }), FLUSH_WINDOW);
+        // A full batch of seeds leaves at once.
+        let t = rt.block_on(async { tokio::time::Instant::now() });
+        for i in 0..SEED_BATCH as u64 {
+            assert!(put_at(&rt, &o, seed(100 + i)));
+        }
+        let b = rt.block_on(o.next_batch());
+        assert_eq!(b.puts.len(), SEED_BATCH);
+        assert_eq!(rt.block_on(async { t.elapsed() }), Duration::ZERO);
+        // Seeds and deletions share the flusher's clock: each leaves at its own time, and
+        // seeds count against the fills' bound like any fill.
+        assert!(del_at(&rt, &o, vec![key(7)]));
+        let t = rt.block_on(async { tokio::time::Instant::now() });
+        let b = rt.block_on(async {
+            tokio::time::sleep(SEED_WINDOW / 2).await;
+            assert!(o.put(seed(8)).is_ok());
+            o.next_batch().await
+        });
+        assert_eq!((blocks(&b), b.dels.len()), (vec![], 1));
+        assert_eq!(rt.block_on(async { t.elapsed() }), DEL_WINDOW);
+        let b = rt.block_on(o.next_batch());
+        assert_eq!((blocks(&b), b.dels.len()), (vec![8], 0));
+        assert_eq!(rt.block_on(async { t.elapsed() }), SEED_WINDOW / 2 + SEED_WINDOW);
+        assert_eq!(o.outstanding().0, 2 + 2 + SEED_BATCH + 1, "taken, not yet sent");
+        // Nothing queued now: the next batch waits for a new entry.
+        let waited = rt.block_on(async { tokio::time::timeout(10 * SEED_WINDOW, o.next_batch()).await.is_err() });
+        assert!(waited);
     }
 
     #[test]

@@ -369,7 +369,8 @@ pub struct RemoteCounters {
     pub auth_failures: AtomicU64,
     /// Time of each fetch that asked lenders for blocks, hits, misses and timeouts alike.
     pub fetch_latency: Latency,
-    /// Time from a fill being queued to its lender storing it (fills stored only).
+    /// Time from a fill being queued to its lender storing it (fills stored only; not
+    /// seeds, which wait for company by design).
     pub fill_latency: Latency,
 }
 
@@ -1024,16 +1025,17 @@ impl Remote {
     /// Store `value` under `key` in the background, sealed (on the runtime, off the caller's
     /// thread) with the configured [`BlockSeal`]; `done()` runs once its lender has it.
     /// Queued in the [`Outbox`] and sent within [`crate::outbox::FLUSH_WINDOW`] in one batch
-    /// with the others for its lender. Dropped (and `done` never runs) when
-    /// `max_pending_puts` blocks are already on their way or its lender is not connected. A
-    /// lender whose slots are too small for a sealed block gets one error line.
-    pub fn put_async(&self, key: BlockKey, value: Bytes, done: impl FnOnce() + Send + 'static) {
+    /// with the others for its lender — a `seed` within [`crate::outbox::SEED_WINDOW`]. Dropped
+    /// (and `done` never runs) when `max_pending_puts` blocks are already on their way or its
+    /// lender is not connected. A lender whose slots are too small for a sealed block gets one
+    /// error line.
+    pub fn put_async(&self, key: BlockKey, value: Bytes, seed: bool, done: impl FnOnce() + Send + 'static) {
         let set = self.snapshot();
         if set.lender_of(&key).is_none_or(|l| set.lenders[l].live_client().is_none()) {
             add(&self.counters.puts_dropped, 1);
             return;
         }
-        if self.outbox.put(PendingPut { key, value, done: Box::new(done), queued: Instant::now() }).is_err() {
+        if self.outbox.put(PendingPut { key, value, done: Box::new(done), queued: Instant::now(), seed }).is_err() {
             add(&self.counters.puts_dropped, 1);
         }
     }
@@ -1111,10 +1113,11 @@ async fn flush_outbox(
                     let (client, slots, gave_up) = (&client, &lender.put_slots, &AtomicBool::new(false));
                     let pace = &lender.fill_pace;
                     let (failed_requests, queue, set) = (&counters.put_requests_failed, &*outbox, &*set);
-                    // When each request's newest fill was queued.
-                    let newest: Vec<Instant> = puts
+                    // When each request's newest fill was queued (seeds wait by design: a
+                    // request of seeds alone says nothing of the queue).
+                    let newest: Vec<Option<Instant>> = puts
                         .chunks(PUT_REQUEST_BLOCKS)
-                        .map(|c| c.iter().map(|p| p.queued).max().unwrap_or_else(Instant::now))
+                        .map(|c| c.iter().filter(|p| !p.seed).map(|p| p.queued).max())
                         .collect();
                     let requests = entries.chunks(PUT_REQUEST_BLOCKS).zip(newest);
                     let parts = join_all(requests.map(|(part, part_newest)| async move {
@@ -1123,7 +1126,9 @@ async fn flush_outbox(
                             return None;
                         }
                         let started = Instant::now();
-                        queue.left_queue(started.saturating_duration_since(part_newest));
+                        if let Some(newest) = part_newest {
+                            queue.left_queue(started.saturating_duration_since(newest));
+                        }
                         let answer = tokio::time::timeout(timeout, client.put(part)).await;
                         // A full request's time is what the link carries; one that timed out
                         // counts too (its timeout): a stalling link carries less. One that
@@ -1157,7 +1162,9 @@ async fn flush_outbox(
                                 add(&counters.puts, 1);
                                 add(&lender.puts, 1);
                                 add(&counters.bytes_to_servers, sealed[i].1.len() as u64);
-                                counters.fill_latency.record(p.queued.elapsed());
+                                if !p.seed {
+                                    counters.fill_latency.record(p.queued.elapsed());
+                                }
                                 (p.done)();
                             }
                             Some(PutStatus::TooLarge) => {

@@ -475,6 +475,9 @@ pub(crate) struct Decision {
     /// calls for ([`FILL_SHARE`]), or a seed ([`SEED_EVERY`]): the disk's blocks fill the
     /// lenders too.
     pub fill: bool,
+    /// The fill is a seed, there only for the probes (random reads' [`SEED_EVERY`], a
+    /// stream's): its blocks may wait for company on their way (`outbox::SEED_WINDOW`).
+    pub seed: bool,
     /// The read goes to the disk, and the lenders are due a measurement: if they hold all
     /// of its blocks and [`RouterState::claim_remote_probe`] says yes, it is fetched from
     /// them instead (then `route` becomes `Remote` and `probe` true).
@@ -943,13 +946,14 @@ impl RouterState {
                 sequential: false,
                 probe: false,
                 fill: false,
+                seed: false,
                 may_probe_remote: false,
             },
             RouterState::Adaptive(m) => {
                 // A read as large as a readahead window is a stream's, whether or not it
                 // continues the one before it.
                 let sequential = m.streams.observe(id, offset, len) || len >= STREAM_MIN_BYTES;
-                let (remote, fill, stream_disk_measured) = if sequential {
+                let (remote, fill, seed, stream_disk_measured) = if sequential {
                     // Streams go to the lenders only on stream reads measured there (probes
                     // on seeded blocks), never on the model's extrapolation from small
                     // fetches: a few 16 KiB fetches say little about a 1 Gbit/s link's rate,
@@ -1026,7 +1030,7 @@ impl RouterState {
                         seeds.push_back((*id, first, last, m.now_us()));
                         m.stream_seeds_enough.store(seeds_enough(&seeds), Ordering::Relaxed);
                     }
-                    (remote, seed, disk_measured)
+                    (remote, seed, seed, disk_measured)
                 } else {
                     let share = m.disk_share.load(Ordering::Relaxed);
                     // `share` of the reads go to the disk, spread evenly.
@@ -1034,8 +1038,9 @@ impl RouterState {
                     // A disk read fills in proportion to the lenders' part of the reads
                     // (FILL_SHARE), and always while a lender hit is clearly cheaper than a
                     // disk read; otherwise one in SEED_EVERY still does (a seed).
-                    let fill = to_disk && (m.share_fill(share) || m.fill_worth() || m.random_seed());
-                    (!to_disk, fill, false)
+                    let worth = to_disk && (m.share_fill(share) || m.fill_worth());
+                    let seed = to_disk && !worth && m.random_seed();
+                    (!to_disk, worth || seed, seed, false)
                 };
                 let (route, probe, may_probe_remote) = if remote {
                     if !sequential
@@ -1061,7 +1066,7 @@ impl RouterState {
                         !fill && m.probe_wanted(&m.remote_seen_us, &m.remote_cost_us, m.remote_probe_interval(), 0),
                     )
                 };
-                Decision { route, adaptive: true, sequential, probe, fill, may_probe_remote }
+                Decision { route, adaptive: true, sequential, probe, fill, seed, may_probe_remote }
             }
         }
     }
@@ -1173,6 +1178,8 @@ impl RouterState {
     fn disk_observed(&self, len: u64, sequential: bool, took: Duration, vote: bool) {
         if let RouterState::Adaptive(m) = self {
             let us = took.as_secs_f64() * 1e6;
+            // One clock read for the window and the probe clock: the read just ended.
+            let now = m.now_us();
             // What the same read would have cost at the lenders: a hit for a block or two,
             // else the model for its size.
             let remote_us = {
@@ -1185,7 +1192,6 @@ impl RouterState {
                 // each window of them votes with their time against what the lenders would
                 // have taken for the same reads.
                 let remote_us = remote_us.unwrap_or_else(|| m.remote_hit_estimate_us()) * m.fill_cost_factor();
-                let now = m.now_us();
                 let closed = {
                     let mut w = m.disk_window.lock();
                     w.sum_us += us;
@@ -1226,7 +1232,7 @@ impl RouterState {
                 }
             }
             m.disk_samples.fetch_add(1, Ordering::Relaxed);
-            m.disk_seen_us.store(m.now_us(), Ordering::Relaxed);
+            m.disk_seen_us.store(now, Ordering::Relaxed);
             m.disk_cost_us.store(took.as_micros() as u64, Ordering::Relaxed);
         }
     }
@@ -1547,7 +1553,8 @@ mod tests {
             assert!(d.adaptive && !d.sequential && !d.probe);
             assert_eq!((d.route, d.chosen()), (Route::Disk, Route::Disk));
             // With no share, one disk read in SEED_EVERY (backed off: fewer) still fills
-            // the lenders.
+            // the lenders — as a seed (sent in batches: `outbox::SEED_WINDOW`).
+            assert_eq!(d.seed, d.fill, "{d:?}");
             seeds += d.fill as u64;
             // The lenders are offered for a probe while one is due; the engine claims it
             // when they hold the read's blocks (here: always).
@@ -1834,12 +1841,14 @@ mod tests {
         // fills the lenders: they take the other 65–90% of the reads, and would be asked for
         // these blocks next time (unfilled, up to a tenth of a file stayed out of them).
         assert!(to_disk.iter().all(|d| d.fill), "a disk read at the equilibrium share did not fill");
+        assert!(to_disk.iter().all(|d| !d.seed), "a fill the lenders' share calls for is not a seed");
         // A disk clearly faster than the lenders at any load gets every read, and fills
         // nothing but seeds; a disk about as fast, or slower, none.
         let (share, decisions) = throttled(60.0, 0.0);
         assert_eq!(share, 1.0);
         let fills = decisions.iter().filter(|d| d.fill).count() as u64;
         assert!(fills <= 50_000 / SEED_EVERY + 1, "{fills} fills of 50,000 reads on a fast disk");
+        assert!(decisions.iter().all(|d| d.seed == d.fill), "a fast disk's fills are all seeds");
         assert_eq!(throttled(140.0, 0.0).0, 0.0);
         assert_eq!(throttled(400.0, 0.0).0, 0.0);
     }
@@ -2322,8 +2331,8 @@ mod tests {
         // (its fill may be on its way), and a seed the rule never kept changes nothing.
         let young = RouterState::new(Adaptive::new().into());
         young.virtual_clock();
-        let d = (0..SEED_EVERY).map(|i| young.decide(&id(31), i << 20, 1 << 20)).filter(|d| d.fill).count();
-        assert_eq!(d, 1);
+        let d = (0..SEED_EVERY).map(|i| young.decide(&id(31), i << 20, 1 << 20)).filter(|d| d.fill && d.seed).count();
+        assert_eq!(d, 1, "one stream seed in SEED_EVERY reads");
         young.stream_seeds_lost(&young.stream_seeds());
         assert_eq!(young.stream_seeds().len(), 1, "a young seed forgotten");
         r.stream_seeds_lost(&[(id(99), 0, 255)]);
