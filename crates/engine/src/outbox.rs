@@ -426,6 +426,15 @@ mod tests {
         tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap()
     }
 
+    /// The paused clock's time, and how far it moved since `t`.
+    fn now(rt: &tokio::runtime::Runtime) -> tokio::time::Instant {
+        rt.block_on(async { tokio::time::Instant::now() })
+    }
+
+    fn since(rt: &tokio::runtime::Runtime, t: tokio::time::Instant) -> Duration {
+        rt.block_on(async { t.elapsed() })
+    }
+
     /// Queue `keys` on the paused clock (the outbox stamps deletions with tokio's clock).
     fn del_at(rt: &tokio::runtime::Runtime, o: &Outbox, keys: Vec<BlockKey>) -> bool {
         let _clock = rt.enter();
@@ -462,10 +471,10 @@ mod tests {
             assert!(o.put(put(b)).is_ok());
         }
         let rt = paused();
-        let t = rt.block_on(async { tokio::time::Instant::now() });
+        let t = now(&rt);
         let b = rt.block_on(o.next_batch());
         assert_eq!((b.puts.len(), b.dels.len()), (100, 0), "one batch holds all that was queued");
-        assert_eq!(rt.block_on(async { t.elapsed() }), FLUSH_WINDOW, "blocks leave after the flush window");
+        assert_eq!(since(&rt, t), FLUSH_WINDOW, "blocks leave after the flush window");
         // Nothing queued now: the next batch waits for a new entry.
         let waited = rt.block_on(async { tokio::time::timeout(10 * DEL_WINDOW, o.next_batch()).await.is_err() });
         assert!(waited);
@@ -476,7 +485,7 @@ mod tests {
         let o = Outbox::new(1000, 10 * DEL_BATCH);
         let rt = paused();
         // Alone, a deletion waits DEL_WINDOW, gathering what comes meanwhile.
-        let t = rt.block_on(async { tokio::time::Instant::now() });
+        let t = now(&rt);
         assert!(del_at(&rt, &o, vec![key(1)]));
         let b = rt.block_on(async {
             tokio::time::sleep(DEL_WINDOW / 2).await;
@@ -485,30 +494,30 @@ mod tests {
         });
         assert_eq!(b.dels.iter().map(|k| k.block).collect::<Vec<_>>(), [1, 2, 3]);
         // Exactly its window: no flush window on top when no block is queued.
-        assert_eq!(rt.block_on(async { t.elapsed() }), DEL_WINDOW);
+        assert_eq!(since(&rt, t), DEL_WINDOW);
         // A full batch leaves at once.
-        let t = rt.block_on(async { tokio::time::Instant::now() });
+        let t = now(&rt);
         assert!(del_at(&rt, &o, (0..DEL_BATCH as u64).map(key).collect()));
         let b = rt.block_on(o.next_batch());
         assert_eq!(b.dels.len(), DEL_BATCH);
-        assert_eq!(rt.block_on(async { t.elapsed() }), Duration::ZERO);
+        assert_eq!(since(&rt, t), Duration::ZERO);
         // A block queued while deletions are due still gets its flush window, and they go with it.
         assert!(del_at(&rt, &o, vec![key(5)]));
-        let t = rt.block_on(async { tokio::time::Instant::now() });
+        let t = now(&rt);
         let b = rt.block_on(async {
             tokio::time::sleep(DEL_WINDOW).await;
             assert!(o.put(put(6)).is_ok());
             o.next_batch().await
         });
         assert_eq!((b.puts.len(), b.dels.iter().map(|k| k.block).collect::<Vec<_>>()), (1, vec![5]));
-        assert_eq!(rt.block_on(async { t.elapsed() }), DEL_WINDOW + FLUSH_WINDOW);
+        assert_eq!(since(&rt, t), DEL_WINDOW + FLUSH_WINDOW);
         // Blocks queued beside waiting deletions do not wait for them.
         assert!(del_at(&rt, &o, vec![key(7)]));
         assert!(o.put(put(8)).is_ok());
-        let t = rt.block_on(async { tokio::time::Instant::now() });
+        let t = now(&rt);
         let b = rt.block_on(o.next_batch());
         assert_eq!((b.puts.len(), b.dels.len()), (1, 0));
-        assert_eq!(rt.block_on(async { t.elapsed() }), FLUSH_WINDOW);
+        assert_eq!(since(&rt, t), FLUSH_WINDOW);
         let b = rt.block_on(o.next_batch());
         assert_eq!(b.dels.iter().map(|k| k.block).collect::<Vec<_>>(), [7]);
     }
@@ -519,7 +528,7 @@ mod tests {
         let rt = paused();
         let blocks = |b: &Batch| b.puts.iter().map(|p| p.key.block).collect::<Vec<_>>();
         // Alone, a seed waits SEED_WINDOW, gathering the seeds that come meanwhile.
-        let t = rt.block_on(async { tokio::time::Instant::now() });
+        let t = now(&rt);
         assert!(put_at(&rt, &o, seed(1)));
         let b = rt.block_on(async {
             tokio::time::sleep(SEED_WINDOW / 2).await;
@@ -527,36 +536,36 @@ mod tests {
             o.next_batch().await
         });
         assert_eq!(blocks(&b), [1, 2]);
-        assert_eq!(rt.block_on(async { t.elapsed() }), SEED_WINDOW, "exactly its window");
+        assert_eq!(since(&rt, t), SEED_WINDOW, "exactly its window");
         // A fill leaves after its flush window and takes the seeds waiting with it.
         assert!(put_at(&rt, &o, seed(3)));
         assert!(put_at(&rt, &o, put(4)));
-        let t = rt.block_on(async { tokio::time::Instant::now() });
+        let t = now(&rt);
         let b = rt.block_on(o.next_batch());
         assert_eq!(blocks(&b), [4, 3]);
-        assert_eq!(rt.block_on(async { t.elapsed() }), FLUSH_WINDOW);
+        assert_eq!(since(&rt, t), FLUSH_WINDOW);
         // A full batch of seeds leaves at once.
-        let t = rt.block_on(async { tokio::time::Instant::now() });
+        let t = now(&rt);
         for i in 0..SEED_BATCH as u64 {
             assert!(put_at(&rt, &o, seed(100 + i)));
         }
         let b = rt.block_on(o.next_batch());
         assert_eq!(b.puts.len(), SEED_BATCH);
-        assert_eq!(rt.block_on(async { t.elapsed() }), Duration::ZERO);
+        assert_eq!(since(&rt, t), Duration::ZERO);
         // Seeds and deletions share the flusher's clock: each leaves at its own time, and
         // seeds count against the fills' bound like any fill.
         assert!(del_at(&rt, &o, vec![key(7)]));
-        let t = rt.block_on(async { tokio::time::Instant::now() });
+        let t = now(&rt);
         let b = rt.block_on(async {
             tokio::time::sleep(SEED_WINDOW / 2).await;
             assert!(o.put(seed(8)).is_ok());
             o.next_batch().await
         });
         assert_eq!((blocks(&b), b.dels.len()), (vec![], 1));
-        assert_eq!(rt.block_on(async { t.elapsed() }), DEL_WINDOW);
+        assert_eq!(since(&rt, t), DEL_WINDOW);
         let b = rt.block_on(o.next_batch());
         assert_eq!((blocks(&b), b.dels.len()), (vec![8], 0));
-        assert_eq!(rt.block_on(async { t.elapsed() }), SEED_WINDOW / 2 + SEED_WINDOW);
+        assert_eq!(since(&rt, t), SEED_WINDOW / 2 + SEED_WINDOW);
         assert_eq!(o.outstanding().0, 2 + 2 + SEED_BATCH + 1, "taken, not yet sent");
         // Nothing queued now: the next batch waits for a new entry.
         let waited = rt.block_on(async { tokio::time::timeout(10 * SEED_WINDOW, o.next_batch()).await.is_err() });
