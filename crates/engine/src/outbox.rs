@@ -133,6 +133,13 @@ pub(crate) struct PendingPut {
     pub seed: bool,
 }
 
+/// When the newest fill of a request was queued, for the standing-queue watch
+/// ([`Outbox::left_queue`]); `None` for a request of seeds alone, which wait by design and say
+/// nothing of the queue.
+pub(crate) fn newest_fill(request: &[PendingPut]) -> Option<Instant> {
+    request.iter().filter(|p| !p.seed).map(|p| p.queued).max()
+}
+
 /// What one flush takes out of the outbox.
 #[derive(Default)]
 pub(crate) struct Batch {
@@ -570,6 +577,17 @@ mod tests {
         // Nothing queued now: the next batch waits for a new entry.
         let waited = rt.block_on(async { tokio::time::timeout(10 * SEED_WINDOW, o.next_batch()).await.is_err() });
         assert!(waited);
+    }
+
+    #[test]
+    fn a_request_of_seeds_alone_is_no_sample_of_the_queue() {
+        let t0 = Instant::now();
+        let at = |p: PendingPut, ms: u64| PendingPut { queued: t0 + Duration::from_millis(ms), ..p };
+        assert_eq!(newest_fill(&[at(seed(1), 90), at(seed(2), 95)]), None);
+        // With a fill among them, the newest fill's time, however new the seeds are.
+        let mixed = [at(seed(1), 90), at(put(2), 10), at(put(3), 20), at(seed(4), 95)];
+        assert_eq!(newest_fill(&mixed), Some(t0 + Duration::from_millis(20)));
+        assert_eq!(newest_fill(&[]), None);
     }
 
     #[test]

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use crate::index::BlockKey;
 use crate::latency::{Latency, LatencySnapshot};
-use crate::outbox::{Batch, FillPace, Outbox, PendingPut};
+use crate::outbox::{newest_fill, Batch, FillPace, Outbox, PendingPut};
 pub use crate::outbox::{FILL_HORIZON, MIN_PUT_BOUND, STANDING_INTERVAL};
 use crate::seal::{BlockSeal, Plaintext};
 use bytes::Bytes;
@@ -1113,12 +1113,8 @@ async fn flush_outbox(
                     let (client, slots, gave_up) = (&client, &lender.put_slots, &AtomicBool::new(false));
                     let pace = &lender.fill_pace;
                     let (failed_requests, queue, set) = (&counters.put_requests_failed, &*outbox, &*set);
-                    // When each request's newest fill was queued (seeds wait by design: a
-                    // request of seeds alone says nothing of the queue).
-                    let newest: Vec<Option<Instant>> = puts
-                        .chunks(PUT_REQUEST_BLOCKS)
-                        .map(|c| c.iter().filter(|p| !p.seed).map(|p| p.queued).max())
-                        .collect();
+                    // When each request's newest fill was queued.
+                    let newest: Vec<Option<Instant>> = puts.chunks(PUT_REQUEST_BLOCKS).map(newest_fill).collect();
                     let requests = entries.chunks(PUT_REQUEST_BLOCKS).zip(newest);
                     let parts = join_all(requests.map(|(part, part_newest)| async move {
                         let _slot = slots.acquire().await.ok()?;
