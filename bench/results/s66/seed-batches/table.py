@@ -63,3 +63,17 @@ for b in sorted(os.listdir(root)):
         med = lambda k: st.median(e.get(k, 0) for e in evs)
         print(f"{kind:20} {name:16} runs {len(evs):3}  CPU {med('task-clock'):7.1f} ms  "
               f"context switches {med('context-switches'):8.0f}  system calls {med('raw_syscalls:sys_enter'):8.0f}")
+
+# Builds A and B round by round: B's pass 1 ratio over A's (their farcache runs minutes apart).
+per = {}
+for b in ("A", "B"):
+    for d in glob.glob(os.path.join(root, b, "R*")):
+        try:
+            runs = {r["config"]: r for r in json.load(open(os.path.join(d, "paper-raw.json")))["runs"]}
+            per[(b, os.path.basename(d))] = runs["passthrough"]["passes"][0]["secs"] / runs["farcache"]["passes"][0]["secs"]
+        except (OSError, ValueError, KeyError):
+            pass
+rounds = sorted({r for (_, r) in per}, key=lambda r: int(r[1:]))
+v = [per[("B", r)] / per[("A", r)] for r in rounds if ("A", r) in per and ("B", r) in per]
+if v:
+    print(f"## B ÷ A, pass 1 ratio round by round: median {st.median(v):.3f}, B ahead / behind {sum(x > 1 for x in v)}/{sum(x < 1 for x in v)}")
