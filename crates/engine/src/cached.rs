@@ -82,6 +82,9 @@ pub struct EngineCounters {
     pub partial_overlapped: AtomicU64,
     /// Blocks sent to lenders after a disk read.
     pub fills: AtomicU64,
+    /// Of `fills`: seeds, made only so that the routing's probes find blocks to measure the
+    /// lenders on (`Decision::seed` in `routing.rs`; sent in batches, `outbox::SEED_WINDOW`).
+    pub seed_fills: AtomicU64,
     /// Blocks read from the disk again while their fill (under the same key) was still on
     /// its way to the lender: not sent a second time.
     pub fills_pending_skipped: AtomicU64,
@@ -113,6 +116,8 @@ pub struct EngineCountersSnapshot {
     pub partial_overlapped: u64,
     pub fills: u64,
     #[serde(default)]
+    pub seed_fills: u64,
+    #[serde(default)]
     pub fills_pending_skipped: u64,
     #[serde(default)]
     pub read_arounds: u64,
@@ -134,6 +139,7 @@ impl EngineCounters {
             partial_disk_blocks: l(&self.partial_disk_blocks),
             partial_overlapped: l(&self.partial_overlapped),
             fills: l(&self.fills),
+            seed_fills: l(&self.seed_fills),
             fills_pending_skipped: l(&self.fills_pending_skipped),
             read_arounds: l(&self.read_arounds),
             adaptive_remote: l(&self.adaptive_remote),
@@ -524,6 +530,9 @@ impl<D: DataPath> CachedPath<D> {
             let block = if share { data.slice(range) } else { crate::aligned::pooled_copy(&data[range]) };
             let (index, fi) = (self.index.clone(), f.clone());
             add(&self.counters.fills, 1);
+            if seed {
+                add(&self.counters.seed_fills, 1);
+            }
             // `claim` goes with the completion: released when the lender has the block (after
             // the index knows it), or when the fill fails or is dropped (the completion is
             // dropped uncalled).

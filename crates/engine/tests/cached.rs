@@ -204,6 +204,7 @@ fn stats_count_a_known_sequence_exactly() {
             // Its two disk blocks were known before the fetch: read beside it.
             partial_overlapped: 1,
             fills: 13,
+            seed_fills: 0,
             fills_pending_skipped: 0,
             read_arounds: 0,
             adaptive_remote: 0,

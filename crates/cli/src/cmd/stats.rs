@@ -279,7 +279,7 @@ fn render_mount(s: &MountStats) -> String {
     let _ = writeln!(
         out,
         "bytes      {} from lenders, {} to lenders; {} fills ({} dropped, {} failed, {} in flight of {}, {} not sent twice), \
-         {} read-arounds",
+         {} read-arounds, {} seed blocks",
         ByteSize(r.bytes_from_servers).approx(),
         ByteSize(r.bytes_to_servers).approx(),
         r.puts,
@@ -288,7 +288,8 @@ fn render_mount(s: &MountStats) -> String {
         r.puts_in_flight,
         r.puts_bound,
         e.fills_pending_skipped,
-        e.read_arounds
+        e.read_arounds,
+        e.seed_fills
     );
     let _ = writeln!(
         out,

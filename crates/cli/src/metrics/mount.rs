@@ -59,6 +59,7 @@ impl Collector for Snapshot {
             (ENGINE_PARTIAL_OVERLAPPED, e.partial_overlapped),
             (ENGINE_SEQUENTIAL_BYPASSES, e.sequential_bypasses),
             (ENGINE_FILLS, e.fills),
+            (ENGINE_SEED_FILLS, e.seed_fills),
             (ENGINE_FILLS_PENDING_SKIPPED, e.fills_pending_skipped),
             (ENGINE_READ_AROUNDS, e.read_arounds),
             (ENGINE_ADAPTIVE_REMOTE, e.adaptive_remote),

@@ -109,6 +109,7 @@ metrics! { MOUNT:
     ENGINE_PARTIAL_OVERLAPPED = "farcache_mount_engine_partial_overlapped", Counter, "Of partial hits, those whose disk read was in flight while the lenders were asked";
     ENGINE_SEQUENTIAL_BYPASSES = "farcache_mount_engine_sequential_bypasses", Counter, "Large reads threshold routing sent straight to the disk";
     ENGINE_FILLS = "farcache_mount_engine_fills", Counter, "Blocks sent to lenders after a disk read";
+    ENGINE_SEED_FILLS = "farcache_mount_engine_seed_fills", Counter, "Of fills, seeds: blocks filled only for the routing's probes";
     ENGINE_FILLS_PENDING_SKIPPED = "farcache_mount_engine_fills_pending_skipped", Counter, "Blocks read again while their fill was on its way, not sent twice";
     ENGINE_READ_AROUNDS = "farcache_mount_engine_read_arounds", Counter, "Misses read with their read-around window";
     ENGINE_ADAPTIVE_REMOTE = "farcache_mount_engine_adaptive_remote", Counter, "Reads adaptive routing sent to the lenders";
