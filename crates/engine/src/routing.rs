@@ -106,10 +106,11 @@
 //! [`STREAM_PROBE_MIN_BYTES`]) and times it — on the reading thread once the read it was
 //! offered on is answered from the disk (`DataPath::after_reply`: the FUSE reply is sent
 //! first, so the probe's fetch is not part of any read's time), bounded like every probe.
-//! A stream reads each offset once a pass, so a probe that waited for a read of blocks the lenders hold would wait for the next pass
-//! (and, with seeds falling on the same offsets each pass, for ever: measured, a 10 Gbit/s
-//! link was never probed in three passes). Probes must find the lenders
-//! [`STREAM_PROBE_MARGIN`] times faster; a side change holds [`STREAM_DWELL`]. No stream is
+//! A stream reads each offset once a pass, so a probe that waited for a read of blocks the
+//! lenders hold would wait for the next pass (and, with seeds falling on the same offsets
+//! each pass, for ever: measured, a 10 Gbit/s link was never probed in three passes). Probes
+//! must find the lenders [`STREAM_PROBE_MARGIN`] times faster; a side change holds
+//! [`STREAM_DWELL`]. No stream is
 //! probed before the disk's first stream window closes, and while the disk's windows keep
 //! finding it clearly faster than the probes, the probes and the stream seeds back off
 //! ([`STREAM_QUIET_MAX_LEVEL`]), like the random ones.
