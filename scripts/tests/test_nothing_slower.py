@@ -86,6 +86,24 @@ class Cell(unittest.TestCase):
                 del p["disk"]["cpu_check_before_us"], p["disk"]["cpu_check_after_us"]
         self.assertEqual(table.disturbed(old)[1], 1.0)
 
+    def test_the_tpch_load_test_is_marked_and_counted_like_the_queries(self):
+        # A host slowed under farcache's load test (CPU checks 1.8x apart, 11% stolen) while
+        # the queries ran clean: the load ratio carries the marks, and the pair is disturbed.
+        tp = lambda cfg, load_disk: {"config": cfg, "load_secs": 100.0, "power_secs": 100.0, "queries_per_hour": 100.0,
+                                     "load": {"secs": 100.0, "disk": load_disk},
+                                     "power_phase": {"secs": 100.0, "disk": disk(0.0)},
+                                     "throughput_phase": {"secs": 100.0, "disk": disk(0.0)}}
+        d = {"options": {"profile": "cloud", "link_rate": "1gbit"},
+             "tpch": [tp("passthrough", disk(0.0)), tp("farcache", disk(0.11, 1260.0))]}
+        rows = {r[0]: r for r in table.ratios(d)}
+        self.assertIn("◊1.8×", rows["tpch load test"][3])
+        self.assertIn("¶11%", rows["tpch load test"][3])
+        self.assertTrue(rows["tpch load test"][4])
+        self.assertEqual(rows["tpch power test"][3], "")
+        self.assertFalse(rows["tpch power test"][4])
+        self.assertAlmostEqual(table.disturbed(d)[0], 0.11)
+        self.assertAlmostEqual(table.disturbed(d)[1], 1.8)
+
     def test_rows_say_whether_the_pair_was_disturbed(self):
         rows = table.ratios(doc(2.0, 1.0, pt_steal=0.04, fc_steal=0.08))
         self.assertEqual([(r[0], round(r[1], 2), r[4]) for r in rows], [("seqread 256MiB pass 1", 2.0, True)])
