@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Every pair of every speed cell of the "Nothing gets slower" table, pooled over several runs
-of scripts/bench-nothing-slower.sh, as one strip per cell (farcache ÷ passthrough, log scale):
-an SVG on stdout, no plotting library needed.
+"""Every pair of every raw and cloud speed cell at 1 Gbit/s of the "Nothing gets slower" table
+but tpch (one pair a run), pooled over several runs of scripts/bench-nothing-slower.sh, as one
+strip per cell (farcache ÷ passthrough, log scale, drawn at the edge beyond 0.5–4): an SVG on
+stdout, no plotting library needed.
     bench/results/s67/pooled-plot.py DIR... > pooled-pairs.svg
 Filled dots: the runs' pairs; a ring: the newest run's (the last DIR); the bar: the median."""
 import importlib.util

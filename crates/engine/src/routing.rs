@@ -110,10 +110,9 @@
 //! lenders hold would wait for the next pass (and, with seeds falling on the same offsets
 //! each pass, for ever: measured, a 10 Gbit/s link was never probed in three passes). Probes
 //! must find the lenders [`STREAM_PROBE_MARGIN`] times faster; a side change holds
-//! [`STREAM_DWELL`]. No stream is
-//! probed before the disk's first stream window closes, and while the disk's windows keep
-//! finding it clearly faster than the probes, the probes and the stream seeds back off
-//! ([`STREAM_QUIET_MAX_LEVEL`]), like the random ones.
+//! [`STREAM_DWELL`]. No stream is probed before the disk's first stream window closes, and
+//! while the disk's windows keep finding it clearly faster than the probes, the probes and
+//! the stream seeds back off ([`STREAM_QUIET_MAX_LEVEL`]), like the random ones.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
