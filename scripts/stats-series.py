@@ -4,7 +4,10 @@ line; `farcache bench paper --watch-stats D` writes one such file per farcache r
 OUT/stats/): per interval, the reads the adaptive rule sent to the disk and to the lenders,
 fills, read-arounds and probes, and the rule's state at its end (the disk's share of random
 reads, disk ÷ lender cost, the lender hit estimate, the disk's window mean, the share of reads
-the lenders hold, a lender miss's time, the probe back-off); then a summary per series.
+the lenders hold, a lender miss's time, the probe back-off), and what it read (FUSE reads,
+disk reads and lender fetches with their mean time, MiB from and to the lenders, and the
+daemon's CPU time in it, per FUSE read too: the passthrough's series has all but the lenders',
+to hold farcache's against); then a summary per series.
 
     python3 scripts/stats-series.py FILE... [--every N]     # every Nth interval (default 1)
 
@@ -76,6 +79,38 @@ def fmt(x, digits=0):
     return f"{x:.{digits}f}"
 
 
+def delta(a, b, *keys):
+    """b's counter at `keys` (a path into the document) less a's; None if either lacks it."""
+    def at(d):
+        for k in keys:
+            d = d.get(k) if isinstance(d, dict) else None
+        return d if isinstance(d, (int, float)) else None
+    x, y = at(a), at(b)
+    return None if x is None or y is None else y - x
+
+
+def io(a, b):
+    """What the interval read, and what the reads took: the FUSE reads the kernel sent, the
+    disk's reads (`backing`) and the lenders' fetches with their mean time, and the MiB
+    fetched from and sent to the lenders. The passthrough's series (`--no-remote`) has the
+    first two: what a farcache series is held against, second by second."""
+    def mean(name, part):
+        n, us = delta(a, b, part, name, "count"), delta(a, b, part, name, "sum_us")
+        return "-" if n is None else f"{n} at {fmt(us / n) if n and us is not None else '-'} µs"
+    reads = delta(a, b, "fuse", "ops", "read")
+    got, sent = delta(a, b, "remote", "bytes_from_servers"), delta(a, b, "remote", "bytes_to_servers")
+    mib = lambda x: "-" if x is None else f"{x / 2**20:.0f}"
+    user, system = delta(a, b, "cpu", "user_us"), delta(a, b, "cpu", "system_us")
+    cpu = ""
+    if user is not None and system is not None:
+        per_read = f" ({fmt((user + system) / reads)} µs a read)" if reads else ""
+        cpu = f" cpu {fmt((user + system) / 1000)} ms{per_read}"
+    return (
+        f" | fuse reads {'-' if reads is None else reads} disk {mean('read_latency', 'backing')}"
+        f" fetches {mean('fetch_latency', 'remote')} MiB in {mib(got)} out {mib(sent)}{cpu}"
+    )
+
+
 def rows(series, every=1):
     """One line per interval (every `every`th): counts in it, the rule's state at its end."""
     lines = []
@@ -92,6 +127,7 @@ def rows(series, every=1):
             f" d/r {fmt(r.get('disk_over_remote'), 2)} hit {fmt(r.get('remote_hit_us'))} µs"
             f" disk {fmt(r.get('disk_window_mean_us'))} µs held {fmt(r.get('lenders_held'), 2)}"
             f" miss {fmt(r.get('lender_miss_us'))} µs backoff {r.get('probe_backoff', '-')}"
+            + io(a, b)
         )
     return lines
 

@@ -49,6 +49,34 @@ class StatsSeries(unittest.TestCase):
         self.assertIn("over 2.0 s: disk 20, lenders 0, fills 1", out.stdout)
         self.assertIn("1 line(s) not a mount's stats document, skipped", out.stderr)
 
+    def test_an_interval_says_what_it_read_and_what_the_reads_took(self):
+        def io(d, ms, reads, disk_n, disk_us, gets, get_us, got, sent):
+            d["uptime_ms"] = ms
+            d["fuse"] = {"ops": {"read": reads}}
+            d["backing"] = {"read_latency": {"count": disk_n, "sum_us": disk_us}}
+            d["remote"] = {"fetch_latency": {"count": gets, "sum_us": get_us},
+                           "bytes_from_servers": got, "bytes_to_servers": sent}
+            return d
+        with tempfile.TemporaryDirectory() as d:
+            lines = [json.dumps(x) for x in [
+                io(doc(7, 0, 0, 0, 0, 1.0), 1000, 100, 50, 5000, 10, 900, 0, 0),
+                io(doc(7, 0, 0, 0, 0, 1.0), 3000, 1100, 450, 85000, 410, 40900, 3 << 20, 8 << 20),
+            ]]
+            # The passthrough's (no lenders, no routing state): its reads and its disk's.
+            bare = [{"pid": 9, "uptime_ms": ms, "engine": {}, "fuse": {"ops": {"read": r}},
+                     "backing": {"read_latency": {"count": n, "sum_us": us}},
+                     "cpu": {"user_us": cpu, "system_us": 2 * cpu}}
+                    for ms, r, n, us, cpu in [(1000, 0, 0, 0, 1000), (3000, 800, 400, 40000, 5000), (5000, 800, 400, 40000, 5000)]]
+            out = run(self.write(d, lines + [json.dumps(x) for x in bare]))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("| fuse reads 1000 disk 400 at 200 µs fetches 400 at 100 µs MiB in 3 out 8", out.stdout)
+        # The daemon's CPU in the interval, and per read: 4 ms user and 8 system over 800 reads.
+        self.assertIn("| fuse reads 800 disk 400 at 100 µs fetches - MiB in - out - cpu 12 ms (15 µs a read)", out.stdout)
+        # An interval with no disk reads has no mean to give, and no read to divide its CPU by.
+        self.assertIn("| fuse reads 0 disk 0 at - µs fetches - MiB in - out - cpu 0 ms\n", out.stdout)
+        # A daemon from before the `cpu` section: none shown.
+        self.assertIn("fetches 400 at 100 µs MiB in 3 out 8\n", out.stdout)
+
     def test_every_nth_interval_keeps_the_last_sample(self):
         with tempfile.TemporaryDirectory() as d:
             lines = [json.dumps(doc(7, 1000 * k, 10 * k, 0, 0, 1.0)) for k in range(1, 6)]

@@ -557,8 +557,18 @@ fn bench_paper_quick_runs_the_lenders_on_cpus_of_their_own() {
         String::from_utf8_lossy(&out.stderr).contains("--watch-stats 10ms: give an interval of at least 100ms"),
         "{out:?}"
     );
-    // The run also records the mount's counters (--watch-stats): one series per farcache run.
-    let args = ["--experiment", "seqread", "--configs", "farcache", "--client-cpus", "1", "--watch-stats", "200ms"];
+    // The run also records the mounts' counters (--watch-stats): one series per mounted run,
+    // the passthrough's too (its disk reads are what farcache's are compared with).
+    let args = [
+        "--experiment",
+        "seqread",
+        "--configs",
+        "passthrough,farcache",
+        "--client-cpus",
+        "1",
+        "--watch-stats",
+        "200ms",
+    ];
     let (status, stdout, stderr) = run_quick(&args, &dir.0, Duration::from_secs(300));
     // SAFETY: sysconf has no preconditions.
     let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
@@ -571,19 +581,29 @@ fn bench_paper_quick_runs_the_lenders_on_cpus_of_their_own() {
     let json: Value = serde_json::from_str(&std::fs::read_to_string(dir.0.join("paper-quick.json")).unwrap()).unwrap();
     assert_eq!(json["options"]["client_cpus"], 1, "{}", json["options"]);
     let runs = json["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 1, "{json}");
-    assert!(runs[0]["error"].is_null(), "{}", runs[0]["error"]);
+    assert_eq!(runs.len(), 2, "{json}");
+    assert!(runs.iter().all(|r| r["error"].is_null()), "{json}");
     let md = std::fs::read_to_string(dir.0.join("paper-quick.md")).unwrap();
     assert!(md.contains("the lenders on the other 1 (`--client-cpus 1`"), "{md}");
     assert_eq!(json["options"]["watch_stats_ms"], 200, "{}", json["options"]);
-    let series: Vec<_> = std::fs::read_dir(dir.0.join("stats")).unwrap().map(|e| e.unwrap().path()).collect();
-    assert_eq!(series.len(), 1, "one farcache run, one series: {series:?}");
-    let text = std::fs::read_to_string(&series[0]).unwrap();
-    let docs: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert!(docs.len() >= 2, "{} answers in {}: {text}", docs.len(), series[0].display());
-    let up: Vec<u64> = docs.iter().map(|d| d["uptime_ms"].as_u64().unwrap()).collect();
-    assert!(up.windows(2).all(|w| w[1] >= w[0] + 200), "not a series 200 ms apart: {up:?}");
-    assert!(docs.iter().all(|d| d["routing"].is_object() && d["remote_tier"] == "lenders"), "{text}");
+    let mut series: Vec<_> = std::fs::read_dir(dir.0.join("stats")).unwrap().map(|e| e.unwrap().path()).collect();
+    series.sort();
+    assert_eq!(series.len(), 2, "two mounted runs, two series: {series:?}");
+    for (path, tier) in [(&series[0], "lenders"), (&series[1], "none")] {
+        let text = std::fs::read_to_string(path).unwrap();
+        let docs: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert!(docs.len() >= 2, "{} answers in {}: {text}", docs.len(), path.display());
+        let up: Vec<u64> = docs.iter().map(|d| d["uptime_ms"].as_u64().unwrap()).collect();
+        assert!(up.windows(2).all(|w| w[1] >= w[0] + 200), "not a series 200 ms apart: {up:?}");
+        assert!(
+            docs.iter().all(|d| d["routing"].is_object() && d["remote_tier"] == tier),
+            "{}: {text}",
+            path.display()
+        );
+        // Both say what their disk read: the comparison a series is for.
+        let last = docs.last().unwrap();
+        assert!(last["backing"]["read_latency"]["count"].as_u64().unwrap() > 0, "{}: {last}", path.display());
+    }
 }
 
 /// tpch: the load test loaded every row the generator wrote, in every configuration; the power
@@ -669,6 +689,13 @@ fn check_tpch(json: &Value) {
             );
         }
         assert_eq!(per_stream, [22, 22, 22], "{r}");
+        // Each query says when it started (what lines it up with a --watch-stats series): the
+        // power test's one after the other, each after the last one's start and its time.
+        let starts: Vec<(u64, f64)> =
+            power.iter().map(|q| (q["started_unix_ms"].as_u64().unwrap(), num(q, &["wall_secs"]))).collect();
+        for w in starts.windows(2) {
+            assert!(w[1].0 as f64 >= w[0].0 as f64 + 1000.0 * w[0].1 - 50.0, "tpch {cfg}: power starts {starts:?}");
+        }
         let lender_bytes: f64 = ["load", "power_phase", "throughput_phase"]
             .iter()
             .map(|p| num(&r[*p], &["lenders", "bytes_in"]) + num(&r[*p], &["lenders", "bytes_out"]))

@@ -332,7 +332,7 @@ pub struct PaperOptions {
     /// any `[mount]`/`[cache]`/`[tier]` setting, e.g. `mount.writeback_cache`.
     #[serde(default)]
     pub mount_config: Option<PathBuf>,
-    /// `--watch-stats`: each farcache mount's counters recorded this often (milliseconds) in
+    /// `--watch-stats`: each mount's counters (the passthrough's too) recorded this often (ms) in
     /// [`Self::stats_dir`] (`farcache stats MNT --watch`), for diagnosis; none: not recorded.
     #[serde(default)]
     pub watch_stats_ms: Option<u64>,

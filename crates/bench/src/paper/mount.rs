@@ -152,10 +152,13 @@ impl MountDaemon {
         })
     }
 
-    /// With `--watch-stats`, record this mount's counters over its run (a mount borrowing
-    /// from lenders only: the passthrough's have nothing to show), named after its `log`.
-    pub(super) fn watched(mut self, o: &super::PaperOptions, lenders: bool, log: &Path) -> Result<MountDaemon> {
-        if let (Some(ms), true) = (o.watch_stats_ms, lenders) {
+    /// With `--watch-stats`, record this mount's counters over its run, named after its
+    /// `log` — every mount's, the passthrough's too: its disk reads, their latency and the
+    /// FUSE reads over time are what a farcache series is compared with (session 68: a
+    /// TPC-H power test lost in the seconds the lenders took reads, and only the passthrough's
+    /// series could say whether its disk was slow in the same seconds).
+    pub(super) fn watched(mut self, o: &super::PaperOptions, log: &Path) -> Result<MountDaemon> {
+        if let Some(ms) = o.watch_stats_ms {
             let name = log.file_name().map(|n| n.to_string_lossy().trim_end_matches(".log").to_string());
             let name = name.unwrap_or_else(|| "mount".into());
             self.watcher = Some(StatsWatcher::start(&self.exe, &self.mnt, ms, &o.stats_dir, &name)?);
@@ -183,7 +186,7 @@ impl MountDaemon {
             extra.push("--kernel-passthrough".into());
         }
         let d = MountDaemon::start_with(&o.exe, &tb.ext4, &tb.mnt, remote, o.routing.as_deref(), &extra, cgroups, log)?;
-        d.watched(o, remote.is_some(), log).map(Some)
+        d.watched(o, log).map(Some)
     }
 
     /// The mount of a configuration over several branches (paper 001's two disks,
@@ -203,7 +206,7 @@ impl MountDaemon {
         let joined: Vec<String> = branches.iter().map(|b| b.display().to_string()).collect();
         let backing = PathBuf::from(joined.join(":"));
         MountDaemon::start_with(&o.exe, &backing, &tb.mnt, remote, routing, &with_mount_config(o, extra), cgroups, log)?
-            .watched(o, remote.is_some(), log)
+            .watched(o, log)
     }
 
     pub fn pid(&self) -> u32 {

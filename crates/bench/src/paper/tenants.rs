@@ -564,7 +564,7 @@ fn run_point(
                 &[&mem, &tb.blkio],
                 &log,
             )?
-            .watched(o, true, &log)?;
+            .watched(o, &log)?;
             tenants.push(Tenant { db, mem, mount: Some(mount) });
         }
         Ok(())
@@ -781,6 +781,7 @@ fn run_queries(
                     rows: 0,
                     checksum: String::new(),
                     error: Some("not started: --tpch-deadline had passed".into()),
+                    started_unix_ms: None,
                 });
                 s.finished_at = Some(Instant::now());
                 continue;
@@ -1084,6 +1085,7 @@ mod tests {
             rows: Q4_ROWS,
             checksum: "x".into(),
             error: None,
+            started_unix_ms: None,
         };
         TenantsRecord {
             mode: mode.into(),

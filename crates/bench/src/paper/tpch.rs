@@ -183,6 +183,10 @@ pub struct TpchQuery {
     /// FNV-1a 64 of the result's rows, sorted (so that a plan's row order does not count).
     pub checksum: String,
     pub error: Option<String>,
+    /// When its psql started, in milliseconds since the Unix epoch: what lines a query up
+    /// with the mounts' `--watch-stats` series (each document has its `unix_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_unix_ms: Option<u64>,
 }
 
 /// One step of the load test.
@@ -765,6 +769,7 @@ fn run_streams(c: &mut Ctx, test: &str, streams: &[(u32, &[u32])]) -> Result<(Ve
                     rows: 0,
                     checksum: String::new(),
                     error: Some("not started: the configuration's deadline had passed".into()),
+                    started_unix_ms: None,
                 });
                 continue;
             }
@@ -841,6 +846,7 @@ pub(super) fn finish(a: &Active, stream: u32, r: std::result::Result<std::proces
     let wall = a.start.elapsed().as_secs_f64();
     let out = std::fs::read_to_string(&a.out).unwrap_or_default();
     let err = std::fs::read_to_string(&a.err).unwrap_or_default();
+    let started = std::time::SystemTime::now().checked_sub(a.start.elapsed());
     let mut q = TpchQuery {
         query: a.query,
         stream,
@@ -850,6 +856,9 @@ pub(super) fn finish(a: &Active, stream: u32, r: std::result::Result<std::proces
         rows: 0,
         checksum: String::new(),
         error: None,
+        started_unix_ms: started
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as u64),
     };
     match r {
         Ok(st) if st.success() => {

@@ -100,10 +100,11 @@ struct PaperArgs {
     /// --config`): an A/B of a setting, e.g. `[mount] writeback_cache = true`.
     #[arg(long, value_name = "FILE")]
     mount_config: Option<std::path::PathBuf>,
-    /// Record each farcache mount's counters every DURATION (e.g. 2s; at least 100ms) in
+    /// Record each mount's counters every DURATION (e.g. 2s; at least 100ms) in
     /// OUT/stats/<run>.stats.jsonl, one JSON document per line (`farcache stats MNT --watch
-    /// DURATION --json` beside the mount): the routing's state over a run, for diagnosis. Off
-    /// by default: each answer is a request to the mount's control socket.
+    /// DURATION --json` beside the mount): the routing's state over a run, and the
+    /// passthrough's disk reads beside farcache's, for diagnosis. Off by default: each answer
+    /// is a request to the mount's control socket.
     #[arg(long, value_name = "DURATION")]
     watch_stats: Option<farcache_config::HumanDuration>,
     /// O_DIRECT 4 KiB probe reads per randread configuration (0: no probes).

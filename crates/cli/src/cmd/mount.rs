@@ -176,6 +176,11 @@ pub struct MountStats {
     /// The same in milliseconds, taken with the counters: a `--watch` series' intervals.
     #[serde(default)]
     pub uptime_ms: u64,
+    /// The wall clock when the counters were taken, in milliseconds since the Unix epoch:
+    /// what lines a series up with what ran beside it (`bench paper`'s TPC-H queries carry
+    /// their start, `started_unix_ms`).
+    #[serde(default)]
+    pub unix_ms: u64,
     /// "lenders" (`--server` or cache.servers), "embedded" (a lender inside the mount
     /// process) or "none" (`--no-remote`).
     pub remote_tier: String,
@@ -190,6 +195,37 @@ pub struct MountStats {
     /// The daemon's own resident memory (what its memory cgroup pays for).
     #[serde(default)]
     pub memory: DaemonMemory,
+    /// The daemon's own CPU time since it started (what its CPU cgroup pays for).
+    #[serde(default)]
+    pub cpu: DaemonCpu,
+}
+
+/// The daemon's CPU time since it started, from `getrusage(RUSAGE_SELF)` at the time of the
+/// stats request: every thread's, the finished ones' too. A `--watch` series' differences
+/// say what each interval's reads cost the machine, beside what they took (BENCHMARKS.md,
+/// session 68: the daemon's CPU per read under TPC-H, farcache against the passthrough).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DaemonCpu {
+    /// In user space (`ru_utime`), microseconds.
+    pub user_us: u64,
+    /// In the kernel on the daemon's behalf (`ru_stime`): its system calls — FUSE requests
+    /// and replies, disk I/O submission, sockets to the lenders — microseconds.
+    pub system_us: u64,
+}
+
+impl DaemonCpu {
+    /// This process's figures (zeros if the kernel does not say).
+    pub fn of_self() -> DaemonCpu {
+        // SAFETY: getrusage writes one `rusage` it is given; a zeroed one is a valid start.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: RUSAGE_SELF with a pointer to a live rusage.
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+            return DaemonCpu::default();
+        }
+        let us = |t: libc::timeval| (t.tv_sec.max(0) as u64) * 1_000_000 + t.tv_usec.max(0) as u64;
+        DaemonCpu { user_us: us(ru.ru_utime), system_us: us(ru.ru_stime) }
+    }
 }
 
 /// The daemon's resident memory, from `/proc/self/status` and `/proc/self/smaps_rollup` at
@@ -329,11 +365,15 @@ impl MountControl {
             backing_dir: self.backing_dir.clone(),
             uptime_secs: up.as_secs(),
             uptime_ms: up.as_millis() as u64,
+            unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
             remote_tier: self.remote_tier.to_string(),
             cache: self.cache_stats(),
             union: self.union_handle().map(|u| u.stats()),
             fuse: self.transport.get().map(|t| t.snapshot()).unwrap_or_default(),
             memory: DaemonMemory::of_self(),
+            cpu: DaemonCpu::of_self(),
         }
     }
 

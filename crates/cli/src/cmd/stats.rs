@@ -397,6 +397,16 @@ fn render_mount(s: &MountStats) -> String {
             mib(m.io_buffers_idle_max_bytes)
         );
     }
+    let cpu = &s.cpu;
+    if cpu.user_us + cpu.system_us > 0 {
+        let secs = |us: u64| format!("{:.1} s", us as f64 / 1e6);
+        let _ = writeln!(
+            out,
+            "cpu        daemon {} user, {} system since it started",
+            secs(cpu.user_us),
+            secs(cpu.system_us)
+        );
+    }
     if let Some(u) = &s.union {
         let _ = writeln!(
             out,
@@ -523,7 +533,7 @@ fn stream_rate(us_per_mib: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::mount::DaemonMemory;
+    use crate::cmd::mount::{DaemonCpu, DaemonMemory};
     use farcache_engine::stats::CacheStats;
 
     #[test]
@@ -543,6 +553,7 @@ mod tests {
             backing_dir: "/srv/data".into(),
             uptime_secs: 5,
             uptime_ms: 5_000,
+            unix_ms: 1_765_000_000_000,
             remote_tier: "lenders".into(),
             cache,
             union: None,
@@ -569,6 +580,7 @@ mod tests {
                 io_buffers_idle_max_bytes: 16 << 20,
                 ..Default::default()
             },
+            cpu: DaemonCpu { user_us: 12_345_678, system_us: 4_500_000 },
         };
         let t = render_mount(&s);
         for want in [
@@ -585,6 +597,7 @@ mod tests {
             "inodes     30000 known; 4000 descriptors held (at most 5000",
             "12 reopened by file handle, 26000 let go of",
             "memory     daemon RSS 40.0 MiB, anon 30.0 MiB (8.0 MiB of it lazily freed); disk-read buffers 3.0 MiB in use, 2.0 MiB idle (at most 16.0 MiB)",
+            "cpu        daemon 12.3 s user, 4.5 s system since it started",
         ] {
             assert!(t.contains(want), "no {want:?} in\n{t}");
         }

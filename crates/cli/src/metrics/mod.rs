@@ -71,6 +71,16 @@ impl Out<'_> {
         Ok(())
     }
 
+    /// A counter of seconds (fractional), one sample per label set.
+    pub fn seconds_family<L: EncodeLabelSet>(&mut self, m: Metric, rows: &[(L, f64)]) -> fmt::Result {
+        debug_assert_eq!(m.kind, Kind::Counter);
+        let mut e = self.0.encode_descriptor(m.name, m.help, None, MetricType::Counter)?;
+        for (labels, v) in rows {
+            e.encode_family(labels)?.encode_counter::<NoLabelSet, _, u64>(v, None)?;
+        }
+        Ok(())
+    }
+
     /// A latency histogram, in seconds.
     pub fn histogram(&mut self, m: Metric, h: &LatencySnapshot) -> fmt::Result {
         debug_assert_eq!(m.kind, Kind::Histogram);

@@ -163,6 +163,11 @@ impl Collector for Snapshot {
         ] {
             o.value(m, v)?;
         }
+        let secs = |us: u64| us as f64 / 1e6;
+        o.seconds_family(
+            CPU_SECONDS,
+            &[([("mode", "user")], secs(s.cpu.user_us)), ([("mode", "system")], secs(s.cpu.system_us))],
+        )?;
         let ops: Vec<_> = s.fuse.ops.iter().map(|(op, n)| ([(OP, op.as_str())], *n)).collect();
         o.family(FUSE_REQUESTS, &ops)?;
         let u = s.union.clone().unwrap_or_default();
@@ -229,6 +234,7 @@ mod tests {
             backing_dir: "/srv".into(),
             uptime_secs: 2,
             uptime_ms: 2_000,
+            unix_ms: 1_765_000_000_000,
             remote_tier: "lenders".into(),
             cache,
             union: None,
@@ -237,11 +243,14 @@ mod tests {
                 ..Default::default()
             },
             memory: Default::default(),
+            cpu: crate::cmd::mount::DaemonCpu { user_us: 1_500_000, system_us: 250_000 },
         };
         let text = super::super::render(Snapshot(s));
         assert!(text.contains("farcache_mount_fuse_requests_total{op=\"getattr\"} 7"), "{text}");
         assert!(text.contains("farcache_mount_lender_puts_total{lender=\"127.0.0.1:7411\"} 3"), "{text}");
         assert!(text.contains("farcache_mount_remote_hits_total 9"), "{text}");
+        assert!(text.contains("farcache_mount_cpu_seconds_total{mode=\"user\"} 1.5\n"), "{text}");
+        assert!(text.contains("farcache_mount_cpu_seconds_total{mode=\"system\"} 0.25\n"), "{text}");
         assert!(text.contains("farcache_mount_tier_dirty_bytes 8192"), "{text}");
         assert!(text.contains("farcache_mount_tier_info{path=\"/dev/shm/t\",mode=\"dram\""), "{text}");
         assert!(text.contains("farcache_mount_backing_read_seconds_bucket{le=\"0.00025\"} 0"), "{text}");

@@ -116,6 +116,7 @@ metrics! { MOUNT:
     ENGINE_ADAPTIVE_DISK = "farcache_mount_engine_adaptive_disk", Counter, "Reads adaptive routing sent to the disk";
     ENGINE_ADAPTIVE_PROBES = "farcache_mount_engine_adaptive_probes", Counter, "Reads fetched from lenders anyway, to keep measuring them";
     ENGINE_CHANGED_BEHIND = "farcache_mount_engine_changed_behind", Counter, "Opens that found a file changed behind the mount";
+    CPU_SECONDS = "farcache_mount_cpu_seconds", Counter, "CPU time the mount daemon has spent since it started, by mode (label mode: user, system)";
     MEMORY_RSS = "farcache_mount_memory_resident_bytes", Gauge, "The mount daemon's resident memory (VmRSS)";
     MEMORY_ANON = "farcache_mount_memory_anon_bytes", Gauge, "Of it anonymous (RssAnon), lazily freed pages included";
     MEMORY_LAZYFREE = "farcache_mount_memory_lazyfree_bytes", Gauge, "Of the anonymous memory, pages handed back with MADV_FREE";
