@@ -7,8 +7,8 @@ daemon's CPU time (per FUSE read too).
 
     python3 scripts/tpch-query-profile.py OUT/paper-PROFILE.json [--stats OUT/stats] [--stream N]
 
-The series are OUT/stats/tpch-CONFIG.mount.stats.jsonl (one per mounted configuration; the
-passthrough's since session 68); each document has the wall clock it was taken at (`unix_ms`)
+The series are OUT/stats/tpch-CONFIG.mount.stats.jsonl, or the same gzipped (.gz), one per
+mounted configuration (the passthrough's since session 68); each document has the wall clock it was taken at (`unix_ms`)
 and each query its psql's start (`started_unix_ms`), so a query gets the counters of the
 intervals it overlaps, each in proportion to the overlap (a query shorter than an interval
 gets its share of the interval's counts: read those rows as rates, not counts). `--stream`
@@ -17,6 +17,7 @@ run one configuration lost time to the other, and whether the mount did anything
 there (BENCHMARKS.md, session 68).
 """
 
+import gzip
 import json
 import os
 import sys
@@ -44,7 +45,7 @@ def at(d, keys):
 def load_series(path):
     """The documents of one watch file that carry a wall clock, in order; (docs, skipped lines)."""
     docs, bad = [], 0
-    with open(path) as f:
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         for line in f:
             if not line.strip():
                 continue
@@ -144,6 +145,8 @@ def main(argv):
     for r in runs:
         name = r.get("config", "?")
         path = os.path.join(stats_dir, f"tpch-{name}.mount.stats.jsonl")
+        if not os.path.exists(path) and os.path.exists(path + ".gz"):
+            path += ".gz"
         docs, bad = load_series(path) if os.path.exists(path) else ([], 0)
         if bad:
             print(f"tpch-query-profile: {path}: {bad} line(s) without a wall clock or not JSON, skipped", file=sys.stderr)

@@ -1,5 +1,6 @@
 """scripts/tpch-query-profile.py on a paper JSON and watch series shaped like `bench paper`'s."""
 
+import gzip
 import json
 import os
 import subprocess
@@ -71,6 +72,22 @@ class TpchQueryProfile(unittest.TestCase):
         # (2,000) and half of the fourth (none).
         self.assertIn("| q2 | 4.0 / 4.0 | 3,000 | 3,000 / 100 |", rows["q2"])
         self.assertIn("| all | 6.0 / 6.0 | 4,500 | 4,500 / 100 |", rows["all"])
+
+    def test_a_gzipped_series_reads_as_the_plain_one(self):
+        t = 1_765_000_000_000
+        pt = [doc(5, t + ms, ms, ms, ms * 100, ms) for ms in (0, 2000, 4000)]
+        runs = [{"config": "passthrough", "power": [query(14, t + 1000, 2.0)]}, {"config": "farcache", "power": []}]
+        with tempfile.TemporaryDirectory() as d:
+            path = self.write(d, pt, [], runs)
+            plain = run(path).stdout
+            series = os.path.join(d, "stats", "tpch-passthrough.mount.stats.jsonl")
+            with open(series, "rb") as src, gzip.open(series + ".gz", "wb") as dst:
+                dst.write(src.read())
+            os.remove(series)
+            zipped = run(path)
+        self.assertEqual(zipped.returncode, 0, zipped.stderr)
+        self.assertEqual(plain, zipped.stdout)
+        self.assertIn("| q14 | 2.0 / - | 2,000 | 2,000 / 100 |", zipped.stdout)
 
     def test_a_query_outside_the_series_and_a_missing_file_leave_empty_columns(self):
         t = 1_765_000_000_000
