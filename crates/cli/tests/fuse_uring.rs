@@ -304,7 +304,7 @@ fn after_a_ring_daemon_dies_a_new_process_can_register_but_its_requests_are_lost
     };
 
     // (2) The daemon is handed a request and dies before answering it.
-    m.signal(libc::SIGSTOP);
+    m.freeze();
     let inflight = stat_on_cpu0("inflight");
     std::thread::sleep(Duration::from_millis(300));
     m.release_mount();

@@ -220,6 +220,39 @@ impl MountProcess {
         }
     }
 
+    /// Stop the daemon (SIGSTOP) and wait, up to five seconds, until every one of its threads
+    /// is stopped: a signal reaches a busy machine's threads when each is next scheduled, and
+    /// a request sent just after `signal(SIGSTOP)` returned was answered by a thread still
+    /// running (a fresh-clone CI run on two loaded CPUs, session 68). Panics if they do not
+    /// all stop.
+    pub fn freeze(&self) {
+        self.signal(libc::SIGSTOP);
+        let tasks = format!("/proc/{}/task", self.pid());
+        let t0 = Instant::now();
+        loop {
+            // A thread's state is the field after its name, which ends at the last ')'.
+            let running: Vec<String> = fs::read_dir(&tasks)
+                .map(|d| {
+                    d.filter_map(|e| fs::read_to_string(e.ok()?.path().join("stat")).ok())
+                        .filter_map(|st| {
+                            let state = st.rsplit_once(')')?.1.split_whitespace().next()?.to_string();
+                            (state != "T" && state != "t").then_some(state)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            if running.is_empty() {
+                return;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "daemon threads not stopped 5 s after SIGSTOP (states {running:?}):\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Wait up to [`EXIT_WAIT`] for the daemon to exit; its exit code (-1 if killed by a
     /// signal). Panics with the log if it does not exit.
     pub fn wait_exit(&self) -> i32 {
