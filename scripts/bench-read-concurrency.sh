@@ -12,7 +12,8 @@
 # instructions; this measures what several threads at once cost, locks and wake-ups included
 # (session 68: the raw TPC-H throughput test, two query streams at once with every read on the
 # disk, cost farcache's daemon 14% more CPU per read than the passthrough's, the power test,
-# one stream, 0-2%). Root (a loop device). Writes $OUT/read-concurrency.md.
+# one stream, 0-2%). Root (a loop device); fio (scripts/deps.sh installs it). Part of `make
+# bench`, about 2 min. Writes $OUT/read-concurrency.md.
 #   BIN     the farcache binary (default target/release/farcache)
 #   JOBS    readers at once (default 4)     SECS  seconds a round (default 10)
 #   ROUNDS  rounds of each mount (default 3) PERF  1: a perf round of each (default 0)
