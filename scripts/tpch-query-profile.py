@@ -17,10 +17,15 @@ run one configuration lost time to the other, and whether the mount did anything
 there (BENCHMARKS.md, session 68).
 """
 
-import gzip
+import importlib.util
 import json
 import os
 import sys
+
+# stats-series.py's reader of watch files (its name is not a module name).
+_spec = importlib.util.spec_from_file_location("stats_series", os.path.join(os.path.dirname(os.path.abspath(__file__)), "stats-series.py"))
+SERIES = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(SERIES)
 
 # (column, path into the stats document); sums of what the interval added.
 COUNTS = [
@@ -43,23 +48,12 @@ def at(d, keys):
 
 
 def load_series(path):
-    """The documents of one watch file that carry a wall clock, in order; (docs, skipped lines)."""
-    docs, bad = [], 0
-    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                d = json.loads(line)
-            except ValueError:
-                bad += 1
-                continue
-            if isinstance(d, dict) and isinstance(d.get("unix_ms"), int) and d["unix_ms"] > 0:
-                docs.append(d)
-            else:
-                bad += 1
-    docs.sort(key=lambda d: d["unix_ms"])
-    return docs, bad
+    """The documents of one watch file that carry a wall clock, in order; (docs, skipped lines)
+    — read by stats-series.py's reader (plain or gzipped, a line cut short skipped)."""
+    docs, bad = SERIES.docs_of(path)
+    timed = [d for d in docs if isinstance(d.get("unix_ms"), int) and d["unix_ms"] > 0]
+    timed.sort(key=lambda d: d["unix_ms"])
+    return timed, bad + len(docs) - len(timed)
 
 
 def profile(docs, start_ms, end_ms):
