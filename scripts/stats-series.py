@@ -79,13 +79,16 @@ def fmt(x, digits=0):
     return f"{x:.{digits}f}"
 
 
+def at(d, keys):
+    """The number at `keys` (a path into the document); None if it has none there."""
+    for k in keys:
+        d = d.get(k) if isinstance(d, dict) else None
+    return d if isinstance(d, (int, float)) else None
+
+
 def delta(a, b, *keys):
-    """b's counter at `keys` (a path into the document) less a's; None if either lacks it."""
-    def at(d):
-        for k in keys:
-            d = d.get(k) if isinstance(d, dict) else None
-        return d if isinstance(d, (int, float)) else None
-    x, y = at(a), at(b)
+    """b's counter at `keys` less a's; None if either lacks it."""
+    x, y = at(a, keys), at(b, keys)
     return None if x is None or y is None else y - x
 
 

@@ -41,12 +41,6 @@ COUNTS = [
 ]
 
 
-def at(d, keys):
-    for k in keys:
-        d = d.get(k) if isinstance(d, dict) else None
-    return d if isinstance(d, (int, float)) else None
-
-
 def load_series(path):
     """The documents of one watch file that carry a wall clock, in order; (docs, skipped lines)
     — read by stats-series.py's reader (plain or gzipped, a line cut short skipped)."""
@@ -73,12 +67,12 @@ def profile(docs, start_ms, end_ms):
             return None  # the daemon restarted inside the span: its counters started again
         part = (min(hi, end_ms) - max(lo, start_ms)) / (hi - lo)
         for name, keys in COUNTS:
-            x, y = at(a, keys), at(b, keys)
+            x, y = SERIES.at(a, keys), SERIES.at(b, keys)
             if x is None or y is None:
                 missing.add(name)
             else:
                 out[name] += part * (y - x)
-        s = at(b, ("routing", "adaptive", "disk_share"))
+        s = SERIES.at(b, ("routing", "adaptive", "disk_share"))
         share = s if s is not None else share
     for name in missing:
         out[name] = None

@@ -227,30 +227,11 @@ impl MountProcess {
     /// all stop.
     pub fn freeze(&self) {
         self.signal(libc::SIGSTOP);
-        let tasks = format!("/proc/{}/task", self.pid());
-        let t0 = Instant::now();
-        loop {
-            // A thread's state is the field after its name, which ends at the last ')'.
-            let running: Vec<String> = fs::read_dir(&tasks)
-                .map(|d| {
-                    d.filter_map(|e| fs::read_to_string(e.ok()?.path().join("stat")).ok())
-                        .filter_map(|st| {
-                            let state = st.rsplit_once(')')?.1.split_whitespace().next()?.to_string();
-                            (state != "T" && state != "t").then_some(state)
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            if running.is_empty() {
-                return;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(5),
-                "daemon threads not stopped 5 s after SIGSTOP (states {running:?}):\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        let pid = self.pid();
+        let stopped = crate::wait_until(Duration::from_secs(5), Duration::from_millis(1), || {
+            crate::process::all_threads_stopped(pid)
+        });
+        assert!(stopped, "daemon {pid}'s threads not all stopped 5 s after SIGSTOP:\n{}", self.log_text());
     }
 
     /// Wait up to [`EXIT_WAIT`] for the daemon to exit; its exit code (-1 if killed by a

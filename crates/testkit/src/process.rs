@@ -315,29 +315,9 @@ impl ServerProcess {
     pub fn stop(&mut self) {
         assert!(self.is_alive(), "stop(): server has exited");
         self.signal(libc::SIGSTOP);
-        let stopped =
-            crate::wait_until(Duration::from_secs(5), Duration::from_millis(1), || self.all_threads_stopped());
-        assert!(stopped, "server {} not stopped 5 s after SIGSTOP", self.pid());
-    }
-
-    /// Whether every thread's state in /proc/PID/task/*/stat is "stopped" (T).
-    fn all_threads_stopped(&self) -> bool {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.pid())) else {
-            return false;
-        };
-        let mut any = false;
-        for t in tasks.flatten() {
-            let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
-                continue;
-            };
-            // "pid (comm) S ...": the state follows the last ')', as comm may hold anything.
-            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
-            if !matches!(state, Some("T") | Some("t")) {
-                return false;
-            }
-            any = true;
-        }
-        any
+        let pid = self.pid();
+        let stopped = crate::wait_until(Duration::from_secs(5), Duration::from_millis(1), || all_threads_stopped(pid));
+        assert!(stopped, "server {pid} not stopped 5 s after SIGSTOP");
     }
 
     /// SIGCONT after [`ServerProcess::stop`].
@@ -461,4 +441,25 @@ pub fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Result<Output, S
             String::from_utf8_lossy(&take(&err))
         )),
     }
+}
+
+/// Whether every thread of process `pid` is stopped (state T in /proc/PID/task/*/stat): kill(2)
+/// only queues SIGSTOP, and each thread stops when it is next scheduled.
+pub(crate) fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    let mut any = false;
+    for t in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            continue;
+        };
+        // "pid (comm) S ...": the state follows the last ')', as comm may hold anything.
+        let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+        if !matches!(state, Some("T") | Some("t")) {
+            return false;
+        }
+        any = true;
+    }
+    any
 }

@@ -843,10 +843,11 @@ pub(super) fn describe(q: &TpchQuery) -> String {
 
 /// The record of a psql that ended (or was killed: `Err`).
 pub(super) fn finish(a: &Active, stream: u32, r: std::result::Result<std::process::ExitStatus, String>) -> TpchQuery {
-    let wall = a.start.elapsed().as_secs_f64();
+    let elapsed = a.start.elapsed();
+    let started = std::time::SystemTime::now().checked_sub(elapsed);
+    let wall = elapsed.as_secs_f64();
     let out = std::fs::read_to_string(&a.out).unwrap_or_default();
     let err = std::fs::read_to_string(&a.err).unwrap_or_default();
-    let started = std::time::SystemTime::now().checked_sub(a.start.elapsed());
     let mut q = TpchQuery {
         query: a.query,
         stream,

@@ -27,7 +27,7 @@ impl Collector for Snapshot {
         let mut o = Out(encoder);
         let id = s.instance_id.to_string();
         let info = [("version", s.version.as_str()), ("policy", s.policy.as_str()), ("instance_id", id.as_str())];
-        o.family(SERVER_INFO, &[(info, 1)])?;
+        o.family(SERVER_INFO, &[(info, 1u64)])?;
         for (m, v) in [
             (SERVER_UPTIME, s.uptime_secs),
             (SERVER_CAPACITY, s.capacity_bytes),

@@ -18,7 +18,9 @@ use std::fmt;
 
 use farcache_engine::latency::LatencySnapshot;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeLabelSet, NoLabelSet,
+};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
@@ -57,8 +59,13 @@ impl Out<'_> {
         self.0.encode_descriptor(m.name, m.help, None, MetricType::Gauge)?.encode_gauge(&v)
     }
 
-    /// A counter or gauge with one sample per label set (the descriptor alone if none).
-    pub fn family<L: EncodeLabelSet>(&mut self, m: Metric, rows: &[(L, u64)]) -> fmt::Result {
+    /// A counter or gauge with one sample per label set (the descriptor alone if none);
+    /// values whole (`u64`) or fractional (`f64`: seconds).
+    pub fn family<L: EncodeLabelSet, V: EncodeCounterValue + EncodeGaugeValue>(
+        &mut self,
+        m: Metric,
+        rows: &[(L, V)],
+    ) -> fmt::Result {
         debug_assert_ne!(m.kind, Kind::Histogram);
         let mut e = self.0.encode_descriptor(m.name, m.help, None, metric_type(m.kind))?;
         for (labels, v) in rows {
@@ -67,16 +74,6 @@ impl Out<'_> {
                 Kind::Counter => s.encode_counter::<NoLabelSet, _, u64>(v, None)?,
                 _ => s.encode_gauge(v)?,
             }
-        }
-        Ok(())
-    }
-
-    /// A counter of seconds (fractional), one sample per label set.
-    pub fn seconds_family<L: EncodeLabelSet>(&mut self, m: Metric, rows: &[(L, f64)]) -> fmt::Result {
-        debug_assert_eq!(m.kind, Kind::Counter);
-        let mut e = self.0.encode_descriptor(m.name, m.help, None, MetricType::Counter)?;
-        for (labels, v) in rows {
-            e.encode_family(labels)?.encode_counter::<NoLabelSet, _, u64>(v, None)?;
         }
         Ok(())
     }

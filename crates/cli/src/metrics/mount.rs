@@ -27,7 +27,7 @@ impl Collector for Snapshot {
             ("remote_tier", s.remote_tier.as_str()),
             ("routing", c.routing.mode.as_str()),
         ];
-        o.family(MOUNT_INFO, &[(info, 1)])?;
+        o.family(MOUNT_INFO, &[(info, 1u64)])?;
         o.value(MOUNT_UPTIME, s.uptime_secs)?;
         let (r, e, b) = (&c.remote, &c.engine, &c.backing);
         for (m, v) in [
@@ -164,7 +164,7 @@ impl Collector for Snapshot {
             o.value(m, v)?;
         }
         let secs = |us: u64| us as f64 / 1e6;
-        o.seconds_family(
+        o.family(
             CPU_SECONDS,
             &[([("mode", "user")], secs(s.cpu.user_us)), ([("mode", "system")], secs(s.cpu.system_us))],
         )?;
