@@ -127,7 +127,7 @@ def rows(series, every=1):
         r = adaptive(b)
         lines.append(
             f"{clock_ms(b) / 1000:8.1f} s (+{secs:.1f}) {counts} | share {fmt(r.get('disk_share'), 3)}"
-            f" d/r {fmt(r.get('disk_over_remote'), 2)} hit {fmt(r.get('remote_hit_us'))} µs"
+            f" d/r {fmt(r.get('disk_over_remote'), 2)} w {fmt(r.get('disk_weight'), 2)} hit {fmt(r.get('remote_hit_us'))} µs"
             f" disk {fmt(r.get('disk_window_mean_us'))} µs held {fmt(r.get('lenders_held'), 2)}"
             f" miss {fmt(r.get('lender_miss_us'))} µs backoff {r.get('probe_backoff', '-')}"
             + io(a, b)

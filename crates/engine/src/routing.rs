@@ -40,7 +40,7 @@
 //! reads of that window move it by one to eight [`WINDOW_STEP`]s (more the farther apart
 //! the two sides are; one up from a share of 0, where the window held the disk's probes
 //! alone, which an idle disk answers at its best): up if their mean time (weighted by
-//! [`DISK_WEIGHT`]) was below a lender hit's, down if above. The lender hit it is held
+//! [`Measured::disk_weight`]) was below a lender hit's, down if above. The lender hit it is held
 //! against is the moving mean of the one- and two-block fetches ([`REMOTE_HIT_WEIGHT`]),
 //! fetches that wait behind fills on the link included: the fills go on whichever way the
 //! reads are split (every read that touches the disk fills while the lenders have a share),
@@ -81,7 +81,12 @@
 //! mount, a disk capped at 3,000 IOPS answered each read in about what a lender hit took,
 //! yet a pass served by the lenders took 2.4 times less time than one served by the disk.
 //! A disk that is really faster than the lenders (a host-cached virtual disk, local NVMe:
-//! 1.8× faster than a lender hit here) still gets every random read.
+//! 1.8× faster than a lender hit here) still gets every random read. That weight is for a
+//! disk whose reads are measured to take longer the more of them it is asked for (and for
+//! any disk until it has been seen at different rates); one whose reads take as long however
+//! many counts [`FLAT_DISK_WEIGHT`] instead, and a tie with the lenders is its own: a read
+//! the lenders serve costs the daemon more CPU and fills them, for nothing on such a disk
+//! (`LoadFit`, the marginal cost of a disk read).
 //!
 //! While the disk's reads take more than [`FILL_MARGIN`] lender hits, the reads the disk
 //! serves fill the lenders too (they are likely to be asked for those blocks next); so do
@@ -150,9 +155,25 @@ pub const TROUBLE_FACTOR: f64 = 8.0;
 /// against windows that found the disk 1.5–3 times slower: the disk kept 0–68% of the
 /// second pass's reads, swinging second to second.
 pub const TROUBLE_WEIGHT: f64 = 0.25;
-/// A random disk read counts this many times its time against a lender hit (see the module
-/// doc).
+/// A random disk read counts this many times its time against a lender hit on a disk whose
+/// reads are measured to slow down as it is asked for more of them (a rate-limited one), and
+/// before anything says otherwise (see the module doc and [`LoadFit`]).
 pub const DISK_WEIGHT: f64 = 1.1;
+/// ... and this many times on a disk whose reads take as long however many it is asked for
+/// (a fast local disk, a host-cached one): a tie between such a disk and the lenders is the disk's.
+/// A read the lenders serve costs the mount's daemon more CPU than a disk read (measured in
+/// a TPC-H power test on the raw disk: 1.8 times as much a read in the queries where the
+/// lenders took reads, whose hits took what the disk's reads took, 78 µs) and fills them on
+/// the way; on such a disk it saves nothing to pay for that.
+pub const FLAT_DISK_WEIGHT: f64 = 1.0 / (1.0 + HYSTERESIS);
+/// The weight of each closed window in [`LoadFit`]'s moving sums: the fit remembers about
+/// this many windows' worth (1 / weight; 8 s at [`WINDOW_TIME`]).
+pub const LOAD_FIT_WEIGHT: f64 = 1.0 / 16.0;
+/// The spread of the windows' disk read rates (their standard deviation over their mean)
+/// that [`LoadFit`] must see before it believes their slope: around a steady share the
+/// windows differ by a step or two ([`WINDOW_STEP`], 3% of the reads) and their means by
+/// noise, a slope of nothing.
+pub const LOAD_FIT_MIN_SPREAD: f64 = 0.08;
 /// A disk read that fills the lenders reads its whole read-around window (`cache.read_around`)
 /// — except one in this many, read as asked: the *control* reads. Only reads as asked vote
 /// on the disk's share and on whether filling is worth it; a widened read tells the model
@@ -294,7 +315,8 @@ pub const STREAM_QUIET_MAX_LEVEL: u64 = 6;
 const _: () = assert!(STREAM_SLOTS.is_power_of_two());
 const _: () = assert!(HYSTERESIS > 0.0 && HYSTERESIS < 0.5);
 const _: () = assert!(WINDOW_STEP > 0 && WINDOW_MIN_READS > 0);
-const _: () = assert!(DISK_WEIGHT >= 1.0);
+const _: () = assert!(DISK_WEIGHT >= 1.0 && FLAT_DISK_WEIGHT < 1.0);
+const _: () = assert!(LOAD_FIT_WEIGHT > 0.0 && LOAD_FIT_WEIGHT < 1.0 && LOAD_FIT_MIN_SPREAD > 0.0);
 const _: () = assert!(SEED_EVERY >= 16);
 const _: () = assert!(STREAM_SEED_RESERVE >= STREAM_PROBE_MIN_BYTES);
 const _: () = assert!(QUIET_MAX_LEVEL <= 10 && STREAM_QUIET_MAX_LEVEL <= 10);
@@ -379,6 +401,10 @@ fn one() -> f64 {
     1.0
 }
 
+fn disk_weight_default() -> f64 {
+    DISK_WEIGHT
+}
+
 /// What the adaptive rule believes now (the model's moving averages) and how many
 /// measurements it has taken.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -425,6 +451,12 @@ pub struct AdaptiveEstimates {
     /// A one- or two-block lender hit, the moving mean, µs.
     #[serde(default)]
     pub remote_hit_us: f64,
+    /// What a random disk read counts against a lender hit, times its time:
+    /// [`DISK_WEIGHT`] on a disk whose reads slow down as it is asked for more of them (and
+    /// until the rule has seen it at different rates), down to [`FLAT_DISK_WEIGHT`] on one
+    /// whose reads take as long however many (see `LoadFit`).
+    #[serde(default = "disk_weight_default")]
+    pub disk_weight: f64,
     /// The last window's disk time over what the lenders would have taken for the same
     /// reads (0: no window yet); the disk's reads fill the lenders while it is above
     /// [`FILL_MARGIN`] (and in proportion to the lenders' part of the reads, see
@@ -607,6 +639,14 @@ pub(crate) struct Measured {
     virtual_clock: AtomicBool,
     /// The mean of the last closed window, in µs (`f64` bits; 0: none yet).
     disk_mean_us: AtomicU64,
+    /// Every read of the disk since the last window closed, voting or not ([`LoadFit`]'s
+    /// rate).
+    window_disk_reads: AtomicU64,
+    /// How the disk's window means move with its read rate.
+    load_fit: Mutex<LoadFit>,
+    /// What a disk read counts against the lenders, times its time (`f64` bits): between
+    /// [`FLAT_DISK_WEIGHT`] and [`DISK_WEIGHT`], from [`LoadFit`].
+    disk_weight: AtomicU64,
     /// The last closed window's disk time over the lenders' expected time for the same
     /// reads (`f64` bits; 0: none yet).
     disk_over_remote: AtomicU64,
@@ -694,7 +734,76 @@ impl Window {
     }
 }
 
+/// How the disk's reads slow down as it is asked for more of them: a moving least-squares
+/// fit of each closed window's mean time against the rate of disk reads in it (every read
+/// the mount made of the disk in the window: the reads it voted with, the read-around
+/// windows, the misses' reads and the streams'), with moving means of the rate, the time,
+/// the rate's square and the product, weight [`LOAD_FIT_WEIGHT`].
+///
+/// What a read sent to the disk costs is not its own time but the time it adds: on a
+/// rate-limited disk (a cloud volume's IOPS cap, a blkio throttle) one more read makes the
+/// others wait a little longer, and the split that finishes soonest gives the disk a share
+/// at which its reads take *less* than a lender hit — the marginal cost, the mean plus the
+/// rate times the slope, is what must tie a hit. Measured on the cloud volume (BENCHMARKS.md,
+/// "Session 68"): votes that gave ties to the disk made a 1 GiB random read's passes 19–41%
+/// slower. On a disk whose reads take as long however many it is asked for (the raw disk: 78
+/// µs a read at a share of 1.0 and of 0.14 in one TPC-H power test) the marginal cost is the
+/// mean, and lenders that only tie it cost the daemon's CPU (1.8 times as much a read) and
+/// fills for nothing. So the disk's weight ([`Measured::disk_weight`]) is the marginal cost
+/// over the mean, less [`HYSTERESIS`], between [`FLAT_DISK_WEIGHT`] and [`DISK_WEIGHT`].
+///
+/// The rate, not the share: reads the rule sends to lenders that lack their blocks (a cold
+/// first pass) are the disk's reads all the same, and a disk at its cap answers no more
+/// reads whatever its share — its windows differ in time at one rate, a slope as steep as
+/// there is. The weight moves only while the windows' rates spread by at least
+/// [`LOAD_FIT_MIN_SPREAD`] of their mean (at a steady rate the fit has nothing to go on,
+/// and the weight keeps what it last learned), and starts at [`DISK_WEIGHT`]: a disk whose
+/// reads tie the lenders' at every rate hands them part of its share, learns that its reads
+/// do not get faster for it, and takes the share back.
+#[derive(Clone, Copy, Debug, Default)]
+struct LoadFit {
+    rate: f64,
+    us: f64,
+    rate_sq: f64,
+    rate_us: f64,
+    /// Windows seen (the first ones average, later ones move by the weight).
+    windows: u32,
+}
+
+impl LoadFit {
+    /// A window closed with `rate` disk reads a millisecond and a mean of `us`; the disk's
+    /// weight at that rate if the windows now spread far enough to say.
+    fn add(&mut self, rate: f64, us: f64) -> Option<f64> {
+        if !(rate.is_finite() && us.is_finite() && rate >= 0.0 && us > 0.0) {
+            return None;
+        }
+        self.windows = self.windows.saturating_add(1);
+        let w = (1.0 / self.windows as f64).max(LOAD_FIT_WEIGHT);
+        let step = |acc: &mut f64, x: f64| *acc += w * (x - *acc);
+        step(&mut self.rate, rate);
+        step(&mut self.us, us);
+        step(&mut self.rate_sq, rate * rate);
+        step(&mut self.rate_us, rate * us);
+        let var = self.rate_sq - self.rate * self.rate;
+        let spread = LOAD_FIT_MIN_SPREAD * self.rate;
+        if self.windows < 4 || var < spread * spread || var <= 0.0 {
+            return None;
+        }
+        let slope = (self.rate_us - self.rate * self.us) / var;
+        // The fit's time at this rate (steadier than the one window's), and what one more
+        // read adds to it.
+        let at = (self.us + slope * (rate - self.rate)).max(us.min(self.us));
+        let weight = (at + rate * slope) / at / (1.0 + HYSTERESIS);
+        weight.is_finite().then(|| weight.clamp(FLAT_DISK_WEIGHT, DISK_WEIGHT))
+    }
+}
+
 impl Measured {
+    /// What a random disk read counts, times its time, against the lenders ([`LoadFit`]).
+    fn disk_weight(&self) -> f64 {
+        f64::from_bits(self.disk_weight.load(Ordering::Relaxed))
+    }
+
     /// Move the disk's share `by` (in 1/[`SHARE_ONE`]) up (`to_disk`) or down.
     fn step_share_by(&self, to_disk: bool, by: u64) {
         let _ = self.disk_share.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
@@ -740,7 +849,7 @@ impl Measured {
     fn remote_route_us(&self, hit_us: f64, disk_us: f64) -> f64 {
         let held = f64::from_bits(self.held.load(Ordering::Relaxed)).clamp(0.0, 1.0);
         let miss = f64::from_bits(self.miss_us.load(Ordering::Relaxed)).max(disk_us);
-        held * hit_us + (1.0 - held) * miss * DISK_WEIGHT
+        held * hit_us + (1.0 - held) * miss * self.disk_weight()
     }
 
     /// How much dearer a lender hit is than its time, for the fills that writes retire:
@@ -889,6 +998,9 @@ impl RouterState {
                 #[cfg(test)]
                 virtual_clock: AtomicBool::new(false),
                 disk_mean_us: AtomicU64::new(0),
+                window_disk_reads: AtomicU64::new(0),
+                load_fit: Mutex::new(LoadFit::default()),
+                disk_weight: AtomicU64::new(DISK_WEIGHT.to_bits()),
                 disk_over_remote: AtomicU64::new(0),
                 remote_hit_us: AtomicU64::new(0),
                 remote_recent_us: AtomicU64::new(0),
@@ -1187,6 +1299,7 @@ impl RouterState {
                 a.observe_disk(len, sequential, us);
                 (vote && len > 2 * BLOCK).then(|| a.remote_us(len))
             };
+            m.window_disk_reads.fetch_add(1, Ordering::Relaxed);
             if vote && !sequential {
                 // The disk's own random reads, at the load its share gives it, move the share:
                 // each window of them votes with their time against what the lenders would
@@ -1207,7 +1320,13 @@ impl RouterState {
                     let remote_us = w.remote_sum_us / w.reads as f64;
                     let over = mean / remote_us.max(1.0);
                     m.disk_over_remote.store(over.to_bits(), Ordering::Relaxed);
-                    let disk_us = mean * DISK_WEIGHT;
+                    let reads = m.window_disk_reads.swap(0, Ordering::Relaxed);
+                    let rate = reads as f64 * 1e3 / now.saturating_sub(w.start_us).max(1) as f64;
+                    if let Some(w) = m.load_fit.lock().add(rate, mean) {
+                        m.disk_weight.store(w.to_bits(), Ordering::Relaxed);
+                    }
+                    let share = m.disk_share.load(Ordering::Relaxed);
+                    let disk_us = mean * m.disk_weight();
                     // The share moves by what each route costs: below the fill margin, the
                     // lenders' misses included; above it, a miss is a fill worth making, and
                     // the lenders are judged by their hits (see `remote_route_us`).
@@ -1217,7 +1336,7 @@ impl RouterState {
                     // idle disk answers at its best (a rate-limited one far from its cap): they
                     // say what the disk costs with no share, not with any, so they move it
                     // one step up at most, and the next window measures the disk with that.
-                    let idle = m.disk_share.load(Ordering::Relaxed) == 0;
+                    let idle = share == 0;
                     let steps = if idle && disk_us < route_us { 1.0 } else { ((gap - 1.0) * 8.0).clamp(1.0, 8.0) };
                     m.step_share_by(disk_us < route_us, (WINDOW_STEP as f64 * steps) as u64);
                     // The back-off: one more doubling for a window that found the disk clearly
@@ -1336,7 +1455,7 @@ impl RouterState {
                 // pass of 0.995 the passthrough's against 1.04 where it held (BENCHMARKS.md
                 // "Session 57").
                 if probing
-                    && clearly_faster(us.max(hit) * m.fill_cost_factor(), mean * DISK_WEIGHT)
+                    && clearly_faster(us.max(hit) * m.fill_cost_factor(), mean * m.disk_weight())
                     && m.quiet.swap(0, Ordering::Relaxed) > 0
                 {
                     m.quiet_ends[1].fetch_add(1, Ordering::Relaxed);
@@ -1344,7 +1463,7 @@ impl RouterState {
             }
             // The disk's last window mean where there is one (a rate-limited disk's typical
             // read hides its stalls), else its estimate for this size.
-            let disk_us = if len <= BLOCK && mean > 0.0 { mean } else { disk_us } * DISK_WEIGHT;
+            let disk_us = if len <= BLOCK && mean > 0.0 { mean } else { disk_us } * m.disk_weight();
             // The recent fetches, in time per block (a fetch of many blocks is not a slow one),
             // held against the disk's estimate for this fetch's size like the fetch itself: a
             // large fetch counts towards trouble only if its blocks are slow indeed.
@@ -1420,6 +1539,7 @@ impl RouterState {
             stream_probe_backoff: m.stream_quiet.load(Ordering::Relaxed),
             disk_window_mean_us: f64::from_bits(m.disk_mean_us.load(Ordering::Relaxed)),
             remote_hit_us: f64::from_bits(m.remote_hit_us.load(Ordering::Relaxed)),
+            disk_weight: m.disk_weight(),
             disk_over_remote: f64::from_bits(m.disk_over_remote.load(Ordering::Relaxed)),
             lenders_held: f64::from_bits(m.held.load(Ordering::Relaxed)),
             lender_miss_us: f64::from_bits(m.miss_us.load(Ordering::Relaxed)),
@@ -1743,9 +1863,9 @@ mod tests {
 
     /// A rate-limited disk: its reads take `idle_us` plus `per_share_us` for every part of
     /// all random reads it gets (its queue grows with its share). The lenders take 150 µs;
-    /// one read in 20 they are asked for misses and goes to the disk. Returns the disk's
-    /// share at the end and the decisions of the last 50,000 reads.
-    fn throttled(idle_us: f64, per_share_us: f64) -> (f64, Vec<Decision>) {
+    /// one read in 20 they are asked for misses and goes to the disk. Returns the rule's
+    /// estimates at the end and the decisions of the last 50,000 reads.
+    fn throttled(idle_us: f64, per_share_us: f64) -> (AdaptiveEstimates, Vec<Decision>) {
         let r = RouterState::new(Adaptive::new().into());
         let mut decisions = Vec::new();
         for i in 0..100_000u64 {
@@ -1763,7 +1883,7 @@ mod tests {
                 decisions.push(d);
             }
         }
-        (r.estimates().unwrap().disk_share, decisions)
+        (r.estimates().unwrap(), decisions)
     }
 
     /// Random reads of one block as `CachedPath::read` serves them: a disk read that fills
@@ -1832,7 +1952,11 @@ mod tests {
     fn a_rate_limited_disk_gets_the_share_at_which_it_is_as_fast_as_the_lenders() {
         // 40 µs idle, 440 µs with all reads: worth a lender hit (150 µs = 1.25 × 120 µs) at
         // a share of 20%, give or take a window's step.
-        let (share, decisions) = throttled(40.0, 400.0);
+        let (e, decisions) = throttled(40.0, 400.0);
+        let share = e.disk_share;
+        // Its reads were measured slowing down as its share grew: a disk read counts all of
+        // DISK_WEIGHT (the marginal cost, far above the mean here).
+        assert_eq!(e.disk_weight, DISK_WEIGHT, "{e:?}");
         assert!((0.1..=0.35).contains(&share), "disk share {share}");
         let to_disk: Vec<_> = decisions.iter().filter(|d| d.route == Route::Disk).collect();
         let part = to_disk.len() as f64 / decisions.len() as f64;
@@ -1844,13 +1968,39 @@ mod tests {
         assert!(to_disk.iter().all(|d| !d.seed), "a fill the lenders' share calls for is not a seed");
         // A disk clearly faster than the lenders at any load gets every read, and fills
         // nothing but seeds; a disk about as fast, or slower, none.
-        let (share, decisions) = throttled(60.0, 0.0);
-        assert_eq!(share, 1.0);
+        let (e, decisions) = throttled(60.0, 0.0);
+        assert_eq!(e.disk_share, 1.0);
         let fills = decisions.iter().filter(|d| d.fill).count() as u64;
         assert!(fills <= 50_000 / SEED_EVERY + 1, "{fills} fills of 50,000 reads on a fast disk");
         assert!(decisions.iter().all(|d| d.seed == d.fill), "a fast disk's fills are all seeds");
-        assert_eq!(throttled(140.0, 0.0).0, 0.0);
-        assert_eq!(throttled(400.0, 0.0).0, 0.0);
+        assert_eq!(throttled(400.0, 0.0).0.disk_share, 0.0);
+    }
+
+    #[test]
+    fn ties_go_to_a_disk_whose_reads_take_as_long_however_many_it_is_asked_for() {
+        // Disks whose reads take what a lender hit takes (150 µs), give or take a tenth,
+        // however many they are asked for (a fast local disk, or the raw disk under TPC-H:
+        // 78 µs at a share of 1.0 and of 0.14). Each starts out weighing its reads by
+        // DISK_WEIGHT and hands the lenders part of its share, finds its reads no faster for
+        // it, and takes them back: at the end it has every read, and no read of the last
+        // 50,000 goes to the lenders but probes.
+        for idle_us in [140.0, 150.0, 160.0] {
+            let (e, decisions) = throttled(idle_us, 0.0);
+            assert_eq!(e.disk_share, 1.0, "{idle_us} µs: {e:?}");
+            assert!((e.disk_weight - FLAT_DISK_WEIGHT).abs() < 1e-6, "{idle_us} µs: {e:?}");
+            let remote = decisions.iter().filter(|d| d.chosen() == Route::Remote).count();
+            assert_eq!(remote, 0, "{idle_us} µs: {remote} reads of the last 50,000 sent to the lenders");
+        }
+        // A disk that slows down as it is asked for more, even by a fifth over its whole range
+        // (140 µs idle, 168 with every read), weighs its reads by what the next one costs,
+        // the others' wait included — more than FLAT_DISK_WEIGHT — and gives the lenders the
+        // share at which that ties a hit (about 0.44 here).
+        let (e, _) = throttled(140.0, 28.0);
+        assert!(e.disk_weight > FLAT_DISK_WEIGHT && e.disk_weight < DISK_WEIGHT, "{e:?}");
+        assert!((0.25..=0.6).contains(&e.disk_share), "{e:?}");
+        // A disk clearly slower than the lenders at any share gives them every read, flat
+        // or not.
+        assert_eq!(throttled(200.0, 0.0).0.disk_share, 0.0);
     }
 
     /// Passes of random one-block reads over a file of `blocks` blocks the lenders hold none
@@ -2157,14 +2307,16 @@ mod tests {
         // has every read, the seeds back off, and the few fills left move it no further.
         assert!(surviving < SURVIVAL_FLOOR, "every fill retired, yet {surviving} survive");
         assert_eq!(share, 1.0, "lenders whose every fill is overwritten at 1/4 their cost must lose");
-        // The factor is bounded: lenders 4 times as fast still win while every fill is retired.
+        // The factor is bounded: lenders 4 times as fast still win while every fill is retired
+        // (by a hair once the disk is found to take as long at any rate, FLAT_DISK_WEIGHT:
+        // 909 against 800 µs, a step a window).
         let r = RouterState::new(Adaptive::new().into());
         for _ in 0..100 {
             r.skip(SURVIVAL_WINDOW);
             r.filled(SURVIVAL_MIN_FILLS);
             r.retired(SURVIVAL_MIN_FILLS);
         }
-        for i in 0..40_000u64 {
+        for i in 0..100_000u64 {
             r.skip(Duration::from_micros(200));
             r.disk_read(4096, false, Duration::from_micros(1_000));
             r.remote_fetch(4096, Duration::from_micros(200));

@@ -226,7 +226,7 @@ fn render_mount(s: &MountStats) -> String {
         "adaptive" => match &c.routing.adaptive {
             Some(a) => format!(
                 "adaptive: {} to lenders, {} to the disk, {} probes (backed off {}x, ended by {} disk windows and {} probes; streams' {}x), {} switches; \
-                 disk share {:.0}%, a disk read {:.1}x a lender's (fills above {FILL_MARGIN}x), \
+                 disk share {:.0}%, a disk read {:.1}x a lender's (fills above {FILL_MARGIN}x, counts {:.2}x its time), \
                  {:.0}% of fills not retired by writes, lenders hold {:.0}% of random reads (a miss {:.0}us); \
                  disk {:.0}us + {:.0} MB/s ({} samples), lenders {:.0}us + {:.0} MB/s ({} samples); \
                  streams to the {}: disk {}, lenders {} (probes {})",
@@ -240,6 +240,7 @@ fn render_mount(s: &MountStats) -> String {
                 a.switches,
                 a.disk_share * 100.0,
                 a.disk_over_remote,
+                a.disk_weight,
                 a.fills_surviving * 100.0,
                 a.lenders_held * 100.0,
                 a.lender_miss_us,
