@@ -16,13 +16,13 @@ def run(*args):
     return subprocess.run([sys.executable, SERIES, *args], capture_output=True, text=True)
 
 
-def doc(pid, ms, disk, lenders, fills, share, hit=60.0):
+def doc(pid, ms, disk, lenders, fills, share, hit=60.0, weight=0.91):
     return {
         "pid": pid, "backing_dir": "/b", "uptime_secs": ms // 1000, "uptime_ms": ms,
         "engine": {"adaptive_disk": disk, "adaptive_remote": lenders, "fills": fills, "read_arounds": 0, "adaptive_probes": 1},
         "routing": {"mode": "adaptive", "adaptive": {"disk_share": share, "disk_over_remote": 0.5, "remote_hit_us": hit,
                                                      "disk_window_mean_us": 30.0, "lenders_held": 0.1, "lender_miss_us": 90.0,
-                                                     "probe_backoff": 2}},
+                                                     "probe_backoff": 2, "disk_weight": weight}},
     }
 
 
@@ -44,6 +44,8 @@ class StatsSeries(unittest.TestCase):
         self.assertIn("pid 7, backing /b, 3 samples", out.stdout)
         self.assertIn("     3.0 s (+2.0) disk 300 lenders 50 fills 20 read_arounds 0 probes 0 | share 0.900", out.stdout)
         self.assertIn("     5.5 s (+2.5) disk 600 lenders 0 fills 1 ", out.stdout)
+        # The routing's state at the interval's end: the disk's weight among it.
+        self.assertIn("| share 0.900 d/r 0.50 w 0.91 hit 60 µs disk 30 µs held 0.10 miss 90 µs backoff 2", out.stdout)
         self.assertIn("over 4.5 s: disk 900, lenders 50, fills 21, read_arounds 0, probes 0; disk share lowest 0.900, below 1 in 1 of 3 samples", out.stdout)
         self.assertIn("pid 8, backing /b, 2 samples", out.stdout)
         self.assertIn("over 2.0 s: disk 20, lenders 0, fills 1", out.stdout)
