@@ -639,9 +639,6 @@ pub(crate) struct Measured {
     virtual_clock: AtomicBool,
     /// The mean of the last closed window, in µs (`f64` bits; 0: none yet).
     disk_mean_us: AtomicU64,
-    /// Every read of the disk since the last window closed, voting or not ([`LoadFit`]'s
-    /// rate).
-    window_disk_reads: AtomicU64,
     /// How the disk's window means move with its read rate.
     load_fit: Mutex<LoadFit>,
     /// What a disk read counts against the lenders, times its time (`f64` bits): between
@@ -726,11 +723,14 @@ struct Window {
     remote_sum_us: f64,
     reads: u32,
     start_us: u64,
+    /// Every disk read measured before the window opened (`Measured::disk_samples`): the
+    /// window's reads of the disk, voting or not, are the count past it ([`LoadFit`]'s rate).
+    samples_before: u64,
 }
 
 impl Window {
-    fn new(start_us: u64) -> Window {
-        Window { sum_us: 0.0, remote_sum_us: 0.0, reads: 0, start_us }
+    fn new(start_us: u64, samples_before: u64) -> Window {
+        Window { sum_us: 0.0, remote_sum_us: 0.0, reads: 0, start_us, samples_before }
     }
 }
 
@@ -993,12 +993,11 @@ impl RouterState {
                 survival: AtomicU64::new(1f64.to_bits()),
                 share_acc: AtomicU64::new(0),
                 fill_acc: AtomicU64::new(0),
-                disk_window: Mutex::new(Window::new(0)),
+                disk_window: Mutex::new(Window::new(0, 0)),
                 skipped_us: AtomicU64::new(0),
                 #[cfg(test)]
                 virtual_clock: AtomicBool::new(false),
                 disk_mean_us: AtomicU64::new(0),
-                window_disk_reads: AtomicU64::new(0),
                 load_fit: Mutex::new(LoadFit::default()),
                 disk_weight: AtomicU64::new(DISK_WEIGHT.to_bits()),
                 disk_over_remote: AtomicU64::new(0),
@@ -1299,7 +1298,6 @@ impl RouterState {
                 a.observe_disk(len, sequential, us);
                 (vote && len > 2 * BLOCK).then(|| a.remote_us(len))
             };
-            m.window_disk_reads.fetch_add(1, Ordering::Relaxed);
             if vote && !sequential {
                 // The disk's own random reads, at the load its share gives it, move the share:
                 // each window of them votes with their time against what the lenders would
@@ -1312,7 +1310,12 @@ impl RouterState {
                     w.reads += 1;
                     let full =
                         w.reads >= WINDOW_MIN_READS && now.saturating_sub(w.start_us) >= WINDOW_TIME.as_micros() as u64;
-                    full.then(|| std::mem::replace(&mut *w, Window::new(now)))
+                    full.then(|| {
+                        // This read is counted in `disk_samples` below, and belongs to the
+                        // window it closes.
+                        let before = m.disk_samples.load(Ordering::Relaxed) + 1;
+                        std::mem::replace(&mut *w, Window::new(now, before))
+                    })
                 };
                 if let Some(w) = closed {
                     let mean = w.sum_us / w.reads as f64;
@@ -1320,7 +1323,8 @@ impl RouterState {
                     let remote_us = w.remote_sum_us / w.reads as f64;
                     let over = mean / remote_us.max(1.0);
                     m.disk_over_remote.store(over.to_bits(), Ordering::Relaxed);
-                    let reads = m.window_disk_reads.swap(0, Ordering::Relaxed);
+                    // The disk's reads in the window, this one included (counted below).
+                    let reads = (m.disk_samples.load(Ordering::Relaxed) + 1).saturating_sub(w.samples_before);
                     let rate = reads as f64 * 1e3 / now.saturating_sub(w.start_us).max(1) as f64;
                     if let Some(w) = m.load_fit.lock().add(rate, mean) {
                         m.disk_weight.store(w.to_bits(), Ordering::Relaxed);
