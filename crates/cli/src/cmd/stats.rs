@@ -633,5 +633,17 @@ mod tests {
         }
         let back: MountStats = serde_json::from_value(serde_json::to_value(&with_tier).unwrap()).unwrap();
         assert_eq!(back.cache, with_tier.cache);
+        // The adaptive rule's line: the share, and what a disk read counts against a hit.
+        let mut adaptive = none.clone();
+        adaptive.cache.routing.mode = "adaptive".into();
+        adaptive.cache.routing.adaptive = Some(farcache_engine::routing::AdaptiveEstimates {
+            disk_share: 1.0,
+            disk_over_remote: 0.5,
+            disk_weight: 1.0 / 1.1,
+            ..Default::default()
+        });
+        let r = render_mount(&adaptive);
+        let want = "disk share 100%, a disk read 0.5x a lender's (fills above 1.5x, counts 0.91x its time)";
+        assert!(r.contains(want), "no {want:?} in\n{r}");
     }
 }
