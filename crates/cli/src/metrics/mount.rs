@@ -94,6 +94,7 @@ impl Collector for Snapshot {
             o.value(m, v)?;
         }
         o.gauge_f64(ROUTING_DISK_SHARE, c.routing.adaptive.as_ref().map_or(0.0, |a| a.disk_share))?;
+        o.gauge_f64(ROUTING_DISK_WEIGHT, c.routing.adaptive.as_ref().map_or(0.0, |a| a.disk_weight))?;
         let addrs: Vec<String> = c.lenders.iter().map(|l| l.addr.to_string()).collect();
         type Field = fn(&farcache_engine::LenderStatus) -> u64;
         let per_lender: [(Metric, Field); 5] = [
@@ -227,6 +228,12 @@ mod tests {
         t.log.mode = "dram".into();
         t.log.dirty_bytes = 8192;
         cache.tier = Some(t);
+        cache.routing.mode = "adaptive".into();
+        cache.routing.adaptive = Some(farcache_engine::routing::AdaptiveEstimates {
+            disk_share: 0.25,
+            disk_weight: 1.1,
+            ..Default::default()
+        });
         let s = MountStats {
             version: "0.1.0".into(),
             pid: 1,
@@ -252,6 +259,8 @@ mod tests {
         assert!(text.contains("farcache_mount_cpu_seconds_total{mode=\"user\"} 1.5\n"), "{text}");
         assert!(text.contains("farcache_mount_cpu_seconds_total{mode=\"system\"} 0.25\n"), "{text}");
         assert!(text.contains("farcache_mount_tier_dirty_bytes 8192"), "{text}");
+        assert!(text.contains("farcache_mount_routing_disk_share 0.25\n"), "{text}");
+        assert!(text.contains("farcache_mount_routing_disk_weight 1.1\n"), "{text}");
         assert!(text.contains("farcache_mount_tier_info{path=\"/dev/shm/t\",mode=\"dram\""), "{text}");
         assert!(text.contains("farcache_mount_backing_read_seconds_bucket{le=\"0.00025\"} 0"), "{text}");
         assert!(text.contains("farcache_mount_backing_read_seconds_bucket{le=\"0.0005\"} 1"), "{text}");

@@ -127,6 +127,7 @@ metrics! { MOUNT:
     INDEX_REMOTE_BLOCKS = "farcache_mount_index_remote_blocks", Gauge, "Blocks the index marks as held by a lender";
     INDEX_PER_GIB = "farcache_mount_index_bytes_per_gib_cached", Gauge, "Index bytes per GiB held on lenders";
     ROUTING_DISK_SHARE = "farcache_mount_routing_disk_share", Gauge, "Share of random reads adaptive routing sends to the disk (0 to 1; 0 under threshold routing)";
+    ROUTING_DISK_WEIGHT = "farcache_mount_routing_disk_weight", Gauge, "What a random disk read counts against a lender hit, times its time: 1.1 on a rate-limited disk, down to 0.91 on one whose reads take as long however many it is asked for (0 under threshold routing)";
     LENDER_CONNECTED = "farcache_mount_lender_connected", Gauge, "1 while a connection to the lender is live";
     LENDER_CONNECTS = "farcache_mount_lender_connects", Counter, "Connections made to the lender since it joined the set";
     LENDER_HITS = "farcache_mount_lender_hits", Counter, "Blocks the lender delivered";
