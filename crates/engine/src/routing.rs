@@ -723,8 +723,9 @@ struct Window {
     remote_sum_us: f64,
     reads: u32,
     start_us: u64,
-    /// Every disk read measured before the window opened (`Measured::disk_samples`): the
-    /// window's reads of the disk, voting or not, are the count past it ([`LoadFit`]'s rate).
+    /// The disk reads measured when the window opened (`Measured::disk_samples`, the read
+    /// that closed the one before included): the window's reads of the disk, voting or not,
+    /// are the count past it ([`LoadFit`]'s rate).
     samples_before: u64,
 }
 
@@ -825,8 +826,8 @@ impl Measured {
     /// `hit_us`, while the disk's reads take `disk_us` on average: a hit as often as they hold
     /// a read's blocks ([`Measured::held`]), otherwise a miss — the disk's read after all,
     /// widened to its read-around window and filled (its measured time; the disk's read
-    /// until one was measured), weighed like a disk read ([`DISK_WEIGHT`]: it spends an
-    /// operation of the disk's budget too).
+    /// until one was measured), weighed like a disk read ([`Measured::disk_weight`]: it
+    /// spends an operation of the disk's budget too).
     ///
     /// The share goes by this only while the disk is less than [`FILL_MARGIN`] times a hit
     /// (then a miss's fill is not worth making, and a miss is all cost). Judged by hits alone
@@ -1291,6 +1292,8 @@ impl RouterState {
             let us = took.as_secs_f64() * 1e6;
             // One clock read for the window and the probe clock: the read just ended.
             let now = m.now_us();
+            // The disk reads measured so far, this one included (the windows' rate).
+            let samples = m.disk_samples.fetch_add(1, Ordering::Relaxed) + 1;
             // What the same read would have cost at the lenders: a hit for a block or two,
             // else the model for its size.
             let remote_us = {
@@ -1310,12 +1313,7 @@ impl RouterState {
                     w.reads += 1;
                     let full =
                         w.reads >= WINDOW_MIN_READS && now.saturating_sub(w.start_us) >= WINDOW_TIME.as_micros() as u64;
-                    full.then(|| {
-                        // This read is counted in `disk_samples` below, and belongs to the
-                        // window it closes.
-                        let before = m.disk_samples.load(Ordering::Relaxed) + 1;
-                        std::mem::replace(&mut *w, Window::new(now, before))
-                    })
+                    full.then(|| std::mem::replace(&mut *w, Window::new(now, samples)))
                 };
                 if let Some(w) = closed {
                     let mean = w.sum_us / w.reads as f64;
@@ -1323,8 +1321,8 @@ impl RouterState {
                     let remote_us = w.remote_sum_us / w.reads as f64;
                     let over = mean / remote_us.max(1.0);
                     m.disk_over_remote.store(over.to_bits(), Ordering::Relaxed);
-                    // The disk's reads in the window, this one included (counted below).
-                    let reads = (m.disk_samples.load(Ordering::Relaxed) + 1).saturating_sub(w.samples_before);
+                    // The disk's reads in the window, this one included.
+                    let reads = samples.saturating_sub(w.samples_before);
                     let rate = reads as f64 * 1e3 / now.saturating_sub(w.start_us).max(1) as f64;
                     if let Some(w) = m.load_fit.lock().add(rate, mean) {
                         m.disk_weight.store(w.to_bits(), Ordering::Relaxed);
@@ -1354,7 +1352,6 @@ impl RouterState {
                     }
                 }
             }
-            m.disk_samples.fetch_add(1, Ordering::Relaxed);
             m.disk_seen_us.store(now, Ordering::Relaxed);
             m.disk_cost_us.store(took.as_micros() as u64, Ordering::Relaxed);
         }
