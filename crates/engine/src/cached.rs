@@ -347,16 +347,18 @@ impl<D: DataPath> CachedPath<D> {
             return self.disk.read(file, offset, len);
         }
         let stream = self.routing.stream_begin(sequential, false);
-        let t = Instant::now();
-        let data = self.disk.read(file, offset, len)?;
+        // Timed by the disk's path (its own latency's clock reads), not again here.
+        let (data, time) = self.disk.read_timed(file, offset, len)?;
         if !data.is_empty() {
-            let (got, took) = (data.len() as u64, t.elapsed());
+            let got = data.len() as u64;
             if widened {
-                self.routing.disk_read_widened(got, took);
+                self.routing.disk_read_widened(got, time);
             } else {
-                self.routing.disk_read(got, sequential, took);
+                self.routing.disk_read_timed(got, sequential, time);
             }
-            self.routing.stream_read(stream, got, Some(took));
+            if stream.is_some() {
+                self.routing.stream_read(stream, got, Some(time.took()));
+            }
         }
         Ok(data)
     }

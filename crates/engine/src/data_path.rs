@@ -52,6 +52,17 @@ pub trait DataPath: Send + Sync + 'static {
         self.read(file, offset, len)
     }
 
+    /// [`DataPath::read`], with when it started and ended: for a caller that times the read
+    /// (the adaptive rule's measurements). A path that times its reads anyway
+    /// ([`crate::DirectPath`], for its latency histogram) gives its own two clock reads, so
+    /// the caller takes none of its own; the default reads the clock around
+    /// [`DataPath::read`].
+    fn read_timed(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<(Bytes, ReadTime)> {
+        let start = std::time::Instant::now();
+        let data = self.read(file, offset, len)?;
+        Ok((data, ReadTime { start, end: std::time::Instant::now() }))
+    }
+
     /// Work a read left for after its answer: the caller of [`DataPath::read`] (the FUSE
     /// layer, once its reply is sent) calls this on the same thread, so that a measurement the
     /// read found due — a stream probe of the lenders, which takes a 1 MiB fetch — does not
@@ -201,6 +212,20 @@ pub trait DataPath: Send + Sync + 'static {
     }
 }
 
+/// When a read ([`DataPath::read_timed`]) started and ended.
+#[derive(Clone, Copy, Debug)]
+pub struct ReadTime {
+    pub start: std::time::Instant,
+    pub end: std::time::Instant,
+}
+
+impl ReadTime {
+    /// How long the read took.
+    pub fn took(&self) -> std::time::Duration {
+        self.end.saturating_duration_since(self.start)
+    }
+}
+
 /// What [`DataPath::copy_read`] read, and from where.
 #[derive(Clone, Debug, Default)]
 pub struct CopyRead {
@@ -233,6 +258,9 @@ impl<T: DataPath + ?Sized> DataPath for std::sync::Arc<T> {
         meanwhile: &mut crate::io::Meanwhile<'_>,
     ) -> io::Result<Bytes> {
         (**self).read_while(file, offset, len, meanwhile)
+    }
+    fn read_timed(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<(Bytes, ReadTime)> {
+        (**self).read_timed(file, offset, len)
     }
     fn after_reply(&self) {
         (**self).after_reply()

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::backing::{BackingFile, ReadMode, WriteMode};
-use crate::data_path::DataPath;
+use crate::data_path::{DataPath, ReadTime};
 use crate::identity::FileId;
 use crate::io::{IoCountersSnapshot, IoEngine, Meanwhile};
 use crate::latency::{Latency, LatencySnapshot};
@@ -106,13 +106,23 @@ impl DirectPath {
     }
 }
 
+impl DirectPath {
+    fn count_read(&self, mode: ReadMode, data: &Bytes) {
+        match mode {
+            ReadMode::Direct => add(&self.counters.reads_direct, 1),
+            ReadMode::Buffered => add(&self.counters.reads_buffered, 1),
+        }
+        add(&self.counters.read_bytes, data.len() as u64);
+    }
+}
+
 fn add(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
 }
 
 impl DataPath for DirectPath {
     fn read(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<Bytes> {
-        self.read_while(file, offset, len, &mut Meanwhile::none())
+        Ok(self.read_timed(file, offset, len)?.0)
     }
 
     fn read_while(
@@ -122,19 +132,22 @@ impl DataPath for DirectPath {
         len: usize,
         meanwhile: &mut Meanwhile<'_>,
     ) -> io::Result<Bytes> {
-        let t = Instant::now();
+        if !meanwhile.pending() {
+            return Ok(self.read_timed(file, offset, len)?.0);
+        }
         // A read overlapped with other work is not timed: its time is the longer of the two.
-        let timed = !meanwhile.pending();
         let (data, mode) = file.read_at_while(&self.io, offset, len, meanwhile)?;
-        if timed {
-            self.counters.read_latency.record(t.elapsed());
-        }
-        match mode {
-            ReadMode::Direct => add(&self.counters.reads_direct, 1),
-            ReadMode::Buffered => add(&self.counters.reads_buffered, 1),
-        }
-        add(&self.counters.read_bytes, data.len() as u64);
+        self.count_read(mode, &data);
         Ok(data)
+    }
+
+    fn read_timed(&self, file: &BackingFile, offset: u64, len: usize) -> io::Result<(Bytes, ReadTime)> {
+        let start = Instant::now();
+        let (data, mode) = file.read_at_while(&self.io, offset, len, &mut Meanwhile::none())?;
+        let time = ReadTime { start, end: Instant::now() };
+        self.counters.read_latency.record(time.took());
+        self.count_read(mode, &data);
+        Ok((data, time))
     }
 
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> io::Result<usize> {

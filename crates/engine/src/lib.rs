@@ -52,7 +52,7 @@ pub use backing::{BackingFile, BackingOptions, ReadMode, WriteMode, MAX_READ_BYT
 /// Reads answer with `bytes::Bytes`, re-exported so callers need not depend on `bytes`.
 pub use bytes::Bytes;
 pub use config::{CacheConfig, Routing};
-pub use data_path::{CopyRead, DataPath, Deferred};
+pub use data_path::{CopyRead, DataPath, Deferred, ReadTime};
 pub use direct::{BackingCounters, BackingCountersSnapshot, DirectPath};
 pub use identity::{FileId, Generation, Identities, UnionFiles};
 pub use io::{IoEngine, IoEngineKind, IoOptions};

@@ -127,6 +127,7 @@ use farcache_policy::route::{Adaptive, Route, Stream, Threshold};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+use crate::data_path::ReadTime;
 use crate::identity::FileId;
 
 /// Reads of at least this many bytes are a stream's (readahead), sequential or not: paper
@@ -919,11 +920,16 @@ impl Measured {
 
     /// µs since `born` (plus what tests skipped ahead).
     fn now_us(&self) -> u64 {
+        self.us_at(Instant::now())
+    }
+
+    /// [`Self::now_us`] at `at`, a time read already (a read's end): no clock read.
+    fn us_at(&self, at: Instant) -> u64 {
         #[cfg(test)]
         if self.virtual_clock.load(Ordering::Relaxed) {
             return self.skipped_us.load(Ordering::Relaxed);
         }
-        self.born.elapsed().as_micros() as u64 + self.skipped_us.load(Ordering::Relaxed)
+        at.saturating_duration_since(self.born).as_micros() as u64 + self.skipped_us.load(Ordering::Relaxed)
     }
 
     /// Whether the side last seen at `seen`, whose last measurement took `cost` µs, is due
@@ -1172,6 +1178,8 @@ impl RouterState {
                 } else {
                     // The lenders are due a measurement: the engine claims it
                     // ([`Self::claim_remote_probe`]) once it knows they hold this read's blocks.
+                    // By the clock, not by when the disk's last read ended: a disk that hangs
+                    // ends none, and its reads are when the lenders most need measuring.
                     (
                         Route::Disk,
                         false,
@@ -1273,25 +1281,33 @@ impl RouterState {
         }
     }
 
-    /// A disk read of `len` bytes took `took`.
+    /// A disk read of `len` bytes took `took`, and ended just now (tests that make up the
+    /// times; the engine gives the read's own, [`Self::disk_read_timed`]).
+    #[cfg(test)]
     pub fn disk_read(&self, len: u64, sequential: bool, took: Duration) {
-        self.disk_observed(len, sequential, took, true);
+        self.disk_observed(len, sequential, took, true, Instant::now());
     }
 
-    /// A disk read widened to its read-around window ([`Self::widen`]) took `took` for its
-    /// `len` bytes: the model learns what reads of that size cost, and the probe clock that
-    /// the disk was measured; the disk's votes do not count it (see
+    /// [`Self::disk_read`] of a read timed by `time` (its end is the rule's clock: no clock
+    /// read of its own).
+    pub fn disk_read_timed(&self, len: u64, sequential: bool, time: ReadTime) {
+        self.disk_observed(len, sequential, time.took(), true, time.end);
+    }
+
+    /// A disk read widened to its read-around window ([`Self::widen`]) timed by `time` for
+    /// its `len` bytes: the model learns what reads of that size cost, and the probe clock
+    /// that the disk was measured; the disk's votes do not count it (see
     /// [`READ_AROUND_CONTROL_EVERY`]).
-    pub fn disk_read_widened(&self, len: u64, took: Duration) {
-        self.disk_observed(len, false, took, false);
+    pub fn disk_read_widened(&self, len: u64, time: ReadTime) {
+        self.disk_observed(len, false, time.took(), false, time.end);
     }
 
-    /// [`Self::disk_read`], the window's vote only with `vote`.
-    fn disk_observed(&self, len: u64, sequential: bool, took: Duration, vote: bool) {
+    /// [`Self::disk_read`], ended at `end`, the window's vote only with `vote`.
+    fn disk_observed(&self, len: u64, sequential: bool, took: Duration, vote: bool, end: Instant) {
         if let RouterState::Adaptive(m) = self {
             let us = took.as_secs_f64() * 1e6;
-            // One clock read for the window and the probe clock: the read just ended.
-            let now = m.now_us();
+            // The window's and the probe clock's time: when the read ended.
+            let now = m.us_at(end);
             // The disk reads measured so far, this one included (the windows' rate).
             let samples = m.disk_samples.fetch_add(1, Ordering::Relaxed) + 1;
             // What the same read would have cost at the lenders: a hit for a block or two,
@@ -1595,6 +1611,12 @@ mod tests {
     use super::*;
     use crate::identity::Generation;
 
+    /// A read that took `took` and ended now.
+    fn ended_now(took: Duration) -> ReadTime {
+        let end = Instant::now();
+        ReadTime { start: end.checked_sub(took).expect("the machine's uptime"), end }
+    }
+
     fn id(ino: u64) -> FileId {
         FileId { dev: 1, ino, generation: Generation::Fs(3) }
     }
@@ -1897,7 +1919,7 @@ mod tests {
         let hit = Duration::from_micros(145);
         let fill_read = |r: &RouterState| {
             if r.widen() {
-                r.disk_read_widened(16384, Duration::from_micros(window_us));
+                r.disk_read_widened(16384, ended_now(Duration::from_micros(window_us)));
             } else {
                 r.disk_read(4096, false, Duration::from_micros(plain_us));
             }
@@ -2031,7 +2053,7 @@ mod tests {
                 // A disk read that fills: its window, or the block alone for a control read.
                 let fill = |r: &RouterState, held: &mut Vec<bool>| {
                     let (first, last) = if r.widen() {
-                        r.disk_read_widened(WINDOW * BLOCK, took);
+                        r.disk_read_widened(WINDOW * BLOCK, ended_now(took));
                         (b / WINDOW * WINDOW, (b / WINDOW * WINDOW + WINDOW - 1).min(blocks - 1))
                     } else {
                         r.disk_read(BLOCK, false, took);
@@ -2181,7 +2203,7 @@ mod tests {
                     if held {
                         r.remote_fetch(4096, Duration::from_micros(150));
                     } else {
-                        r.disk_read_widened(16384, Duration::from_micros(400));
+                        r.disk_read_widened(16384, ended_now(Duration::from_micros(400)));
                         r.lender_miss(Duration::from_micros(400));
                         misses += u64::from(i >= 40_000);
                     }
@@ -2232,7 +2254,7 @@ mod tests {
                     if held {
                         r.remote_fetch(2 * BLOCK, hit);
                     } else {
-                        r.disk_read_widened(4 * BLOCK, disk);
+                        r.disk_read_widened(4 * BLOCK, ended_now(disk));
                         r.lender_miss(disk);
                     }
                 }

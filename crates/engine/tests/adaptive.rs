@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 use common::{backing, fill_all, wait, Lender, Proxy, SlowDisk};
 use farcache_engine::cached::CachedPath;
 use farcache_engine::direct::DirectPath;
+use farcache_engine::index::BLOCK_BYTES;
 use farcache_engine::latency::BOUNDS_US;
 use farcache_engine::routing::{
     PROBE_COST_FACTOR, REMOTE_PROBE_INTERVAL, SEED_EVERY, STREAM_QUIET_MAX_LEVEL, STREAM_SEED_GRACE,
     STREAM_SEED_RESERVE,
 };
-use farcache_engine::DataPath;
+use farcache_engine::{BackingFile, Bytes, DataPath, FileId, ReadTime};
 use farcache_policy::route::Adaptive;
 use farcache_testkit::pattern;
 
@@ -72,6 +73,83 @@ fn a_slow_disk_sends_mid_size_reads_to_the_lenders() {
     // of reads the lenders hold, and timed as the disk's read (40 ms) and its fill.
     assert!(est.lenders_held < 1.0, "{est:?}");
     assert!(est.lender_miss_us >= 40_000.0, "{est:?}");
+}
+
+/// A disk path that answers at once but says each read took `took` ([`DataPath::read_timed`]),
+/// as a path that times its own reads reports them: the rule must learn that time, not one of
+/// its own around the call.
+struct ReportsSlow {
+    inner: DirectPath,
+    took: Duration,
+}
+
+impl DataPath for ReportsSlow {
+    fn read(&self, file: &BackingFile, offset: u64, len: usize) -> std::io::Result<Bytes> {
+        self.inner.read(file, offset, len)
+    }
+    fn read_timed(&self, file: &BackingFile, offset: u64, len: usize) -> std::io::Result<(Bytes, ReadTime)> {
+        let data = self.inner.read(file, offset, len)?;
+        let end = Instant::now();
+        Ok((data, ReadTime { start: end.checked_sub(self.took).expect("the machine's uptime"), end }))
+    }
+    fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> std::io::Result<usize> {
+        self.inner.write(file, offset, data)
+    }
+    fn set_len(&self, file: &BackingFile, size: u64) -> std::io::Result<()> {
+        self.inner.set_len(file, size)
+    }
+    fn fallocate(&self, file: &BackingFile, mode: i32, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.fallocate(file, mode, offset, len)
+    }
+    fn fsync(&self, file: &BackingFile, datasync: bool) -> std::io::Result<()> {
+        self.inner.fsync(file, datasync)
+    }
+    fn forget(&self, id: &FileId) {
+        self.inner.forget(id)
+    }
+}
+
+#[test]
+fn the_rule_learns_a_disk_reads_time_from_the_path_that_timed_it() {
+    // The engine times a disk read by the disk path's own clock reads (`read_timed`), not
+    // two more of its own: a disk that reports 40 ms reads is a slow disk to the rule, however
+    // fast the call returns.
+    const READ: usize = 8 * BLOCK_BYTES as usize;
+    let lender = Lender::start("32MiB");
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(16 * READ, 23);
+    let file = backing(&dir, &data);
+    let remote = common::remote(vec![lender.addr], |c| c.max_pending_puts = 1024);
+    let disk = ReportsSlow { inner: DirectPath::new(), took: Duration::from_millis(40) };
+    let e = CachedPath::new(disk, remote, Adaptive::new());
+    wait("connection", || e.remote().connected() == 1);
+    let order = [0usize, 9, 2, 13, 5, 11, 7, 15, 1, 4, 12, 3, 8, 14, 6, 10];
+    let t = Instant::now();
+    while e.stats().routing.adaptive.expect("adaptive estimates").disk_share > 0.0 {
+        assert!(t.elapsed() < Duration::from_secs(20), "the disk kept a share: {:?}", e.stats().routing);
+        for i in order {
+            assert_eq!(&e.read(&file, (i * READ) as u64, READ).unwrap()[..], &data[i * READ..(i + 1) * READ]);
+        }
+    }
+    let est = e.stats().routing.adaptive.expect("adaptive estimates");
+    assert!(est.disk_access_us > 20_000.0 && est.disk_window_mean_us > 20_000.0, "{est:?}");
+}
+
+#[test]
+fn a_direct_read_is_timed_once_and_its_time_given_to_the_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(64 << 10, 5);
+    let file = backing(&dir, &data);
+    let d = DirectPath::new();
+    let before = Instant::now();
+    let (got, time) = d.read_timed(&file, 4096, 8192).unwrap();
+    assert_eq!(&got[..], &data[4096..12288]);
+    assert!(before <= time.start && time.start <= time.end && time.end <= Instant::now(), "{time:?}");
+    assert_eq!(time.took(), time.end - time.start);
+    assert_eq!(&d.read(&file, 0, 4096).unwrap()[..], &data[..4096]);
+    // Each read counted and timed once: `read` is `read_timed` with the time dropped.
+    let s = d.snapshot();
+    assert_eq!((s.read_latency.count, s.reads_direct + s.reads_buffered, s.read_bytes), (2, 2, 12288), "{s:?}");
 }
 
 #[test]
