@@ -16,7 +16,7 @@ use farcache_engine::routing::{
     PROBE_COST_FACTOR, REMOTE_PROBE_INTERVAL, SEED_EVERY, STREAM_QUIET_MAX_LEVEL, STREAM_SEED_GRACE,
     STREAM_SEED_RESERVE,
 };
-use farcache_engine::{BackingFile, Bytes, DataPath, FileId, ReadTime};
+use farcache_engine::DataPath;
 use farcache_policy::route::Adaptive;
 use farcache_testkit::pattern;
 
@@ -75,40 +75,6 @@ fn a_slow_disk_sends_mid_size_reads_to_the_lenders() {
     assert!(est.lender_miss_us >= 40_000.0, "{est:?}");
 }
 
-/// A disk path that answers at once but says each read took `took` ([`DataPath::read_timed`]),
-/// as a path that times its own reads reports them: the rule must learn that time, not one of
-/// its own around the call.
-struct ReportsSlow {
-    inner: DirectPath,
-    took: Duration,
-}
-
-impl DataPath for ReportsSlow {
-    fn read(&self, file: &BackingFile, offset: u64, len: usize) -> std::io::Result<Bytes> {
-        self.inner.read(file, offset, len)
-    }
-    fn read_timed(&self, file: &BackingFile, offset: u64, len: usize) -> std::io::Result<(Bytes, ReadTime)> {
-        let data = self.inner.read(file, offset, len)?;
-        let end = Instant::now();
-        Ok((data, ReadTime { start: end.checked_sub(self.took).expect("the machine's uptime"), end }))
-    }
-    fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> std::io::Result<usize> {
-        self.inner.write(file, offset, data)
-    }
-    fn set_len(&self, file: &BackingFile, size: u64) -> std::io::Result<()> {
-        self.inner.set_len(file, size)
-    }
-    fn fallocate(&self, file: &BackingFile, mode: i32, offset: u64, len: u64) -> std::io::Result<()> {
-        self.inner.fallocate(file, mode, offset, len)
-    }
-    fn fsync(&self, file: &BackingFile, datasync: bool) -> std::io::Result<()> {
-        self.inner.fsync(file, datasync)
-    }
-    fn forget(&self, id: &FileId) {
-        self.inner.forget(id)
-    }
-}
-
 #[test]
 fn the_rule_learns_a_disk_reads_time_from_the_path_that_timed_it() {
     // The engine times a disk read by the disk path's own clock reads (`read_timed`), not
@@ -120,8 +86,7 @@ fn the_rule_learns_a_disk_reads_time_from_the_path_that_timed_it() {
     let data = pattern(16 * READ, 23);
     let file = backing(&dir, &data);
     let remote = common::remote(vec![lender.addr], |c| c.max_pending_puts = 1024);
-    let disk = ReportsSlow { inner: DirectPath::new(), took: Duration::from_millis(40) };
-    let e = CachedPath::new(disk, remote, Adaptive::new());
+    let e = CachedPath::new(SlowDisk::reporting(Duration::from_millis(40)), remote, Adaptive::new());
     wait("connection", || e.remote().connected() == 1);
     let order = [0usize, 9, 2, 13, 5, 11, 7, 15, 1, 4, 12, 3, 8, 14, 6, 10];
     let t = Instant::now();

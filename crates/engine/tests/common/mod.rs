@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use farcache_engine::cached::CachedPath;
 use farcache_engine::remote::{Remote, RemoteConfig};
 use farcache_engine::{
-    BackingCountersSnapshot, BackingFile, BackingOptions, Bytes, DataPath, DirectPath, FileId, Identities, Router,
+    BackingCountersSnapshot, BackingFile, BackingOptions, Bytes, DataPath, DirectPath, FileId, Identities, ReadTime,
+    Router,
 };
 
 /// A lender: the server library on a loopback port, on a runtime of its own.
@@ -278,20 +279,37 @@ impl SilentListener {
 pub struct SlowDisk {
     inner: DirectPath,
     delay: Duration,
+    /// Answers at once instead, and says each read took `delay` ([`SlowDisk::reporting`]).
+    reports: bool,
     pub reads: AtomicU64,
 }
 
 impl SlowDisk {
     pub fn new(delay: Duration) -> SlowDisk {
-        SlowDisk { inner: DirectPath::new(), delay, reads: AtomicU64::new(0) }
+        SlowDisk { inner: DirectPath::new(), delay, reports: false, reads: AtomicU64::new(0) }
+    }
+
+    /// A disk that answers at once but says each read took `delay` ([`DataPath::read_timed`]),
+    /// as a path that times its own reads reports them.
+    pub fn reporting(delay: Duration) -> SlowDisk {
+        SlowDisk { reports: true, ..SlowDisk::new(delay) }
     }
 }
 
 impl DataPath for SlowDisk {
     fn read(&self, file: &BackingFile, offset: u64, len: usize) -> std::io::Result<Bytes> {
         self.reads.fetch_add(1, Ordering::Relaxed);
-        std::thread::sleep(self.delay);
+        if !self.reports {
+            std::thread::sleep(self.delay);
+        }
         self.inner.read(file, offset, len)
+    }
+    fn read_timed(&self, file: &BackingFile, offset: u64, len: usize) -> std::io::Result<(Bytes, ReadTime)> {
+        let start = Instant::now();
+        let data = self.read(file, offset, len)?;
+        let end = Instant::now();
+        let start = if self.reports { end.checked_sub(self.delay).expect("the machine's uptime") } else { start };
+        Ok((data, ReadTime { start, end }))
     }
     fn write(&self, file: &BackingFile, offset: u64, data: &[u8]) -> std::io::Result<usize> {
         self.inner.write(file, offset, data)
