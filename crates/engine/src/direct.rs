@@ -104,9 +104,8 @@ impl DirectPath {
     pub fn snapshot(&self) -> BackingCountersSnapshot {
         BackingCountersSnapshot { io: self.io.counters().snapshot(), ..self.counters.snapshot() }
     }
-}
 
-impl DirectPath {
+    /// Count one read of `data`, made in `mode`.
     fn count_read(&self, mode: ReadMode, data: &Bytes) {
         match mode {
             ReadMode::Direct => add(&self.counters.reads_direct, 1),

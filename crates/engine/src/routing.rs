@@ -1288,8 +1288,8 @@ impl RouterState {
         self.disk_observed(len, sequential, took, true, Instant::now());
     }
 
-    /// [`Self::disk_read`] of a read timed by `time` (its end is the rule's clock: no clock
-    /// read of its own).
+    /// A disk read of `len` bytes timed by `time` (its end is the rule's clock: no clock read
+    /// of its own).
     pub fn disk_read_timed(&self, len: u64, sequential: bool, time: ReadTime) {
         self.disk_observed(len, sequential, time.took(), true, time.end);
     }
@@ -1302,7 +1302,8 @@ impl RouterState {
         self.disk_observed(len, false, time.took(), false, time.end);
     }
 
-    /// [`Self::disk_read`], ended at `end`, the window's vote only with `vote`.
+    /// [`Self::disk_read_timed`] of a read that took `took` and ended at `end`, the window's
+    /// vote only with `vote`.
     fn disk_observed(&self, len: u64, sequential: bool, took: Duration, vote: bool, end: Instant) {
         if let RouterState::Adaptive(m) = self {
             let us = took.as_secs_f64() * 1e6;
