@@ -33,12 +33,13 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 
 use crate::aligned::AlignedBuf;
 use crate::identity::FileId;
+use crate::index::{FileIndex, Stamp};
 use crate::io::{IoEngine, Meanwhile};
 
 /// The largest read one call may ask for. The kernel sends at most `max_pages` (256) pages
@@ -88,6 +89,18 @@ pub struct BackingFile {
     app_direct: bool,
     /// Set when a direct transfer failed with EINVAL: the rest of this file's I/O is buffered.
     direct_broken: AtomicBool,
+    /// The index entry told when this handle closes (`Drop`), if the data path counted it
+    /// as a writer ([`Self::count_as_writer`]).
+    writer_of: OnceLock<Arc<FileIndex>>,
+}
+
+impl Drop for BackingFile {
+    fn drop(&mut self) {
+        if let Some(f) = self.writer_of.get() {
+            // The descriptor is still open here: the stamp its changes left.
+            f.writer_closed(|| Stamp::of(&self.file));
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -115,7 +128,15 @@ impl BackingFile {
             writes_direct,
             app_direct: false,
             direct_broken: AtomicBool::new(false),
+            writer_of: OnceLock::new(),
         }
+    }
+
+    /// Count this handle as a writer of its file's index entry (`open`: the entry, counted
+    /// — [`crate::index::BlockIndex::writer_opened`]), once however often it is asked; its close
+    /// tells the entry ([`FileIndex::writer_closed`]).
+    pub fn count_as_writer(&self, open: impl FnOnce() -> Arc<FileIndex>) {
+        self.writer_of.get_or_init(open);
     }
 
     /// The application opened the file with `O_DIRECT` (`flags` are its open flags): write

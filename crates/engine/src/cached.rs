@@ -784,6 +784,10 @@ impl<D: DataPath> DataPath for CachedPath<D> {
             tracing::info!(file = ?file.id(), "changed behind the mount since it was last open: {} cached blocks dropped", gone.len());
         }
         self.remote.del_async(gone);
+        if file.writable() {
+            // Its changes' stamp is taken when it closes, not after each write.
+            file.count_as_writer(|| self.index.writer_opened(file.id()));
+        }
         self.disk.opened(file);
     }
 

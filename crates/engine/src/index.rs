@@ -161,6 +161,26 @@ pub struct FileIndex {
     state: Mutex<FileState>,
 }
 
+impl std::fmt::Debug for FileIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileIndex").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+impl FileIndex {
+    /// A handle counted by [`BlockIndex::writer_opened`] closed; `stamp` reads the file's
+    /// stamp through it (its descriptor is still open). The last one to close records the
+    /// stamp its handles' changes left, unless a change is in progress (whose end records it).
+    pub fn writer_closed(&self, stamp: impl FnOnce() -> std::io::Result<Stamp>) {
+        let mut st = self.state.lock();
+        st.writers = st.writers.saturating_sub(1);
+        if st.writers == 0 && st.unstamped && st.changing == 0 {
+            st.stamp = stamp().ok();
+            st.unstamped = false;
+        }
+    }
+}
+
 struct FileState {
     /// Opaque wire identity; rotated if `next_version` ever wraps.
     key: u128,
@@ -171,6 +191,13 @@ struct FileState {
     /// [`BlockIndex::end_change`]): while any is, the stamp may move for the mount's own
     /// reasons, so an open does not judge it.
     changing: u32,
+    /// Handles open for writing through the mount ([`BlockIndex::writer_opened`]): while any
+    /// is, a change's stamp is taken when the last of them closes, not after each change.
+    writers: u32,
+    /// A change ended while `writers` were open: `stamp` predates it (the last writer's
+    /// close records the new one). Only ever set while `writers > 0`, or while a change is
+    /// in progress whose end records the stamp.
+    unstamped: bool,
     next_version: u32,
     /// Per chunk: the current version and the blocks held under it.
     chunks: Chunks,
@@ -282,6 +309,8 @@ impl BlockIndex {
                         key: self.file_key(id, 0),
                         stamp: None,
                         changing: 0,
+                        writers: 0,
+                        unstamped: false,
                         next_version: 1,
                         chunks: Default::default(),
                         carried: Default::default(),
@@ -315,11 +344,14 @@ impl BlockIndex {
     ///
     /// The stamp is read under the file's lock, and not at all while a change through the
     /// mount is in progress, so the mount's own writes on other handles are never taken for
-    /// changes behind its back (in either order).
+    /// changes behind its back (in either order). Nor while handles that changed the file
+    /// are still open (their changes' stamp is taken at the last one's close): the file is
+    /// open through the mount, where a change behind it is not supported
+    /// (docs/SEMANTICS.md, "Changes behind the mount").
     pub fn revalidate(&self, id: &FileId, stamp: impl FnOnce() -> std::io::Result<Stamp>) -> Vec<BlockKey> {
         let Some(f) = self.shard(id).lock().get(id).cloned() else { return Vec::new() };
         let mut st = f.state.lock();
-        if st.changing > 0 {
+        if st.changing > 0 || st.unstamped {
             return Vec::new();
         }
         let Ok(now) = stamp() else { return Vec::new() };
@@ -342,11 +374,28 @@ impl BlockIndex {
 
     /// The change is on the disk and [`Self::invalidate`]d: record the file's stamp (read by
     /// `stamp` under the file's lock, so the last change to end records the newest), so the
-    /// next open does not take the mount's own change for a change behind its back.
+    /// next open does not take the mount's own change for a change behind its back. While
+    /// handles counted by [`Self::writer_opened`] are open, `stamp` is not called: the last
+    /// one's close records it ([`FileIndex::writer_closed`]) — one `statx` a handle instead
+    /// of one a write (a database writes the same open files for hours).
     pub fn end_change(&self, f: &FileIndex, stamp: impl FnOnce() -> std::io::Result<Stamp>) {
         let mut st = f.state.lock();
         st.changing = st.changing.saturating_sub(1);
-        st.stamp = stamp().ok();
+        if st.writers > 0 {
+            st.unstamped = true;
+        } else {
+            st.stamp = stamp().ok();
+            st.unstamped = false;
+        }
+    }
+
+    /// A handle that may change `id` was opened through the mount: count it, so changes
+    /// take their stamp at the last such handle's close. Returns the file's entry, whose
+    /// [`FileIndex::writer_closed`] must be called once when the handle closes.
+    pub fn writer_opened(&self, id: &FileId) -> Arc<FileIndex> {
+        let f = self.file(id);
+        f.state.lock().writers += 1;
+        f
     }
 
     /// The key of `block` if a lender holds it: under its chunk's current version, or under
@@ -531,6 +580,8 @@ impl BlockIndex {
         let Some(f) = self.shard(id).lock().get(id).cloned() else { return };
         let mut st = f.state.lock();
         st.stamp = stamp().ok();
+        // The copy holds every change made so far (no change runs during a move).
+        st.unstamped = false;
     }
 
     /// Blocks marked remote, over all files (walks the index: for stats, not the data path).
@@ -944,6 +995,62 @@ mod tests {
     }
 
     #[test]
+    fn a_writers_changes_take_their_stamp_at_its_close_not_after_each_change() {
+        let ix = BlockIndex::new();
+        let stamp = |s| move || Ok(Stamp { ctime_sec: s, ctime_nsec: 0, size: 1 << 20 });
+        let never = || -> std::io::Result<Stamp> { panic!("a stamp read while a writer is open") };
+        let f = ix.file(&id(1));
+        assert!(ix.revalidate(&id(1), stamp(1)).is_empty());
+        fill(&ix, &f, 0..8);
+        let (a, b) = (ix.writer_opened(&id(1)), ix.writer_opened(&id(1)));
+        for _ in 0..3 {
+            ix.begin_change(&f);
+            ix.invalidate(&f, 0, 0);
+            ix.end_change(&f, never);
+        }
+        // Another open meanwhile (the file is open through the mount): not judged, nothing
+        // dropped, whatever the stamp says.
+        assert!(ix.revalidate(&id(1), never).is_empty());
+        assert_eq!(ix.remote_blocks(), 7);
+        a.writer_closed(never);
+        // The last writer's close records the stamp the changes left (2): an open then keeps
+        // the cache, and a change behind the mount after it (3) is noticed.
+        b.writer_closed(stamp(2));
+        assert!(ix.revalidate(&id(1), stamp(2)).is_empty(), "the mount's own changes taken for another's");
+        assert_eq!(ix.remote_blocks(), 7);
+        assert_eq!(ix.revalidate(&id(1), stamp(3)).len(), 7, "a change after the writers closed was missed");
+        assert_eq!(ix.remote_blocks(), 0);
+        // With no writer open a change takes its stamp at its end, as a change through a
+        // handle nobody counted (the write-back tier's own) does.
+        fill(&ix, &f, 0..4);
+        ix.begin_change(&f);
+        ix.invalidate(&f, 0, 0);
+        ix.end_change(&f, stamp(4));
+        assert!(ix.revalidate(&id(1), stamp(4)).is_empty());
+        assert_eq!(ix.revalidate(&id(1), stamp(5)).len(), 3);
+    }
+
+    #[test]
+    fn a_writer_closing_during_a_change_leaves_the_stamp_to_the_changes_end() {
+        let ix = BlockIndex::new();
+        let stamp = |s| move || Ok(Stamp { ctime_sec: s, ctime_nsec: 0, size: 1 << 20 });
+        let never = || -> std::io::Result<Stamp> { panic!("a stamp read during a change") };
+        let f = ix.file(&id(1));
+        assert!(ix.revalidate(&id(1), stamp(1)).is_empty());
+        fill(&ix, &f, 0..8);
+        let w = ix.writer_opened(&id(1));
+        ix.begin_change(&f);
+        ix.end_change(&f, never);
+        // A change through an uncounted handle is under way when the writer closes.
+        ix.begin_change(&f);
+        w.writer_closed(never);
+        ix.invalidate(&f, 0, 0);
+        ix.end_change(&f, stamp(2));
+        assert!(ix.revalidate(&id(1), stamp(2)).is_empty());
+        assert_eq!(ix.revalidate(&id(1), stamp(3)).len(), 7);
+    }
+
+    #[test]
     fn mask_in_covers_exactly_the_range() {
         assert_eq!(mask_in(0, 0, 63), !0);
         assert_eq!(mask_in(0, 6, 7), 0b1100_0000);
@@ -1024,7 +1131,12 @@ mod tests {
             /// A lender leaves or rejoins the set (its memory stays).
             Toggle(usize),
             /// Another program changes a block while the file is closed; the next open sees it.
-            ChangedBehind(u64),
+            /// The block is the `n`th of those a lender holds (modulo; any block if none is).
+            ChangedBehind(usize),
+            /// A handle is opened for writing through the mount (the open's revalidation,
+            /// then counted as a writer) / the oldest one open closes.
+            OpenWriter,
+            CloseWriter,
             /// The version counter is about to wrap.
             NearWrap,
         }
@@ -1043,7 +1155,9 @@ mod tests {
                 8 => block.clone().prop_map(Op::Read),
                 1 => (0..LENDERS, any::<usize>()).prop_map(|(lender, pick)| Op::Evict { lender, pick }),
                 3 => (0..LENDERS).prop_map(Op::Toggle),
-                1 => block.prop_map(Op::ChangedBehind),
+                1 => any::<usize>().prop_map(Op::ChangedBehind),
+                1 => Just(Op::OpenWriter),
+                1 => Just(Op::CloseWriter),
                 1 => Just(Op::NearWrap),
             ]
         }
@@ -1063,7 +1177,10 @@ mod tests {
             in_set: Vec<bool>,
             fills: Vec<Fill>,
             writes: Vec<(u64, u64)>,
+            /// The disk's change stamp: moves with every change, the mount's or another's.
             stamp: i64,
+            /// Handles open for writing through the mount.
+            writers: Vec<Arc<FileIndex>>,
         }
 
         impl World {
@@ -1080,15 +1197,26 @@ mod tests {
                     fills: Vec::new(),
                     writes: Vec::new(),
                     stamp: 0,
+                    writers: Vec::new(),
                 };
                 w.reopen();
                 w
             }
 
+            fn disk_stamp(&self) -> std::io::Result<Stamp> {
+                Ok(Stamp { ctime_sec: self.stamp, ctime_nsec: 0, size: BLOCKS * BLOCK_BYTES })
+            }
+
             fn reopen(&mut self) {
-                let stamp = Stamp { ctime_sec: self.stamp, ctime_nsec: 0, size: BLOCKS * BLOCK_BYTES };
-                let gone = self.ix.revalidate(&id(1), || Ok(stamp));
+                let stamp = self.disk_stamp();
+                let gone = self.ix.revalidate(&id(1), || stamp);
                 self.del(gone, true);
+            }
+
+            /// A change through the mount ends (its blocks invalidated): the stamp now.
+            fn end_change(&mut self) {
+                let stamp = self.disk_stamp();
+                self.ix.end_change(&self.f, || stamp);
             }
 
             /// The lender of `k` in the set now: placement by file and block, as in
@@ -1114,6 +1242,7 @@ mod tests {
                     self.disk[b as usize] = self.next_content;
                     self.next_content += 1;
                 }
+                self.stamp += 1;
             }
 
             fn fill(&mut self, i: usize) -> Option<usize> {
@@ -1124,6 +1253,7 @@ mod tests {
                 match *op {
                     Op::WriteDisk { block, len } => {
                         let end = (block + len).min(BLOCKS);
+                        self.ix.begin_change(&self.f);
                         self.change(block..end);
                         self.writes.push((block, end - 1));
                     }
@@ -1132,12 +1262,15 @@ mod tests {
                             let (first, last) = self.writes.remove(0);
                             let gone = self.ix.invalidate(&self.f, first, last);
                             self.del(gone, dels);
+                            self.end_change();
                         }
                     }
                     Op::Truncate { block, dels } => {
+                        self.ix.begin_change(&self.f);
                         self.change(block..BLOCKS);
                         let gone = self.ix.invalidate(&self.f, block, u64::MAX / 2);
                         self.del(gone, dels);
+                        self.end_change();
                     }
                     Op::FillStart(b) => {
                         let ticket = self.ix.fill_start(&self.f, b);
@@ -1196,12 +1329,25 @@ mod tests {
                         }
                     }
                     Op::Toggle(l) => self.in_set[l] = !self.in_set[l],
-                    Op::ChangedBehind(b) => {
-                        // Only between opens: the mount's own writes are done.
-                        if self.writes.is_empty() {
+                    Op::ChangedBehind(n) => {
+                        // Only while the file is not open through the mount: the mount's own
+                        // writes are done and its writers closed.
+                        if self.writes.is_empty() && self.writers.is_empty() {
+                            let held: Vec<u64> =
+                                (0..BLOCKS).filter(|&b| self.ix.lookup(&self.f, b).is_some()).collect();
+                            let b = if held.is_empty() { n as u64 % BLOCKS } else { held[n % held.len()] };
                             self.change(b..b + 1);
-                            self.stamp += 1;
                             self.reopen();
+                        }
+                    }
+                    Op::OpenWriter => {
+                        self.reopen();
+                        self.writers.push(self.ix.writer_opened(&id(1)));
+                    }
+                    Op::CloseWriter => {
+                        if !self.writers.is_empty() {
+                            let stamp = self.disk_stamp();
+                            self.writers.remove(0).writer_closed(|| stamp);
                         }
                     }
                     Op::NearWrap => {

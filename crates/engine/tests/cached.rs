@@ -245,13 +245,26 @@ fn stats_count_a_known_sequence_exactly() {
     assert!(json.contains("\"bytes_per_gib_cached\"") && json.contains("\"sequential_bypasses\": 1"), "{json}");
 }
 
+/// The backing file `f` in `dir` opened again, with access mode `accmode`.
+fn reopened(dir: &tempfile::TempDir, accmode: i32) -> farcache_engine::BackingFile {
+    use farcache_engine::{BackingFile, BackingOptions, Identities};
+    let f = std::fs::OpenOptions::new()
+        .read(accmode != libc::O_WRONLY)
+        .write(accmode != libc::O_RDONLY)
+        .open(dir.path().join("f"))
+        .unwrap();
+    let id = Identities::new().identify(&f).unwrap();
+    BackingFile::new(id, f, accmode, &BackingOptions { direct_io: true, direct_writes: false })
+}
+
 #[test]
 fn a_file_changed_behind_the_mount_is_noticed_at_the_next_open() {
     use std::os::unix::fs::FileExt;
     let lender = Lender::start("16MiB");
     let dir = tempfile::tempdir().unwrap();
     let data = pattern(64 << 10, 7);
-    let file = backing(&dir, &data);
+    drop(backing(&dir, &data));
+    let file = reopened(&dir, libc::O_RDONLY);
     let e = engine(vec![lender.addr]);
     wait("connection", || e.remote().connected() == 1);
     e.opened(&file);
@@ -259,8 +272,12 @@ fn a_file_changed_behind_the_mount_is_noticed_at_the_next_open() {
         e.read(&file, b * 4096, 4096).unwrap();
     }
     wait("fills", || e.index().remote_blocks() == 16);
-    // The mount's own write is not a change behind its back: reopening keeps the cache.
-    e.write(&file, 0, &data[..100]).unwrap();
+    // The mount's own write is not a change behind its back: reopening keeps the cache,
+    // while the handle that wrote is open (its changes' stamp is not taken yet) and after
+    // it closed (its close took it).
+    let writer = reopened(&dir, libc::O_RDWR);
+    e.opened(&writer);
+    e.write(&writer, 0, &data[..100]).unwrap();
     assert_eq!(e.index().remote_blocks(), 15, "only block 0 was written");
     // (Block 0 has a new version: read it back in.)
     wait("refill", || {
@@ -270,8 +287,13 @@ fn a_file_changed_behind_the_mount_is_noticed_at_the_next_open() {
         e.index().remote_blocks() == 16
     });
     e.opened(&file);
+    e.write(&writer, 8192, &data[8192..8200]).unwrap();
+    let held = e.index().remote_blocks();
+    assert!(held >= 14, "a write of block 2 dropped more than blocks 0 and 2: {held} held");
+    drop(writer);
+    e.opened(&file);
     assert_eq!(e.counters().changed_behind.load(Ordering::Relaxed), 0);
-    assert_eq!(e.index().remote_blocks(), 16);
+    assert_eq!(e.index().remote_blocks(), held, "the open after the writer's close dropped cached blocks");
     // Another program rewrites block 3 in place (same inode) while the file is not open here.
     let other = std::fs::OpenOptions::new().write(true).open(dir.path().join("f")).unwrap();
     other.write_all_at(&[0xAB; 4096], 3 * 4096).unwrap();
@@ -284,8 +306,12 @@ fn a_file_changed_behind_the_mount_is_noticed_at_the_next_open() {
     assert_eq!(&e.read(&file, 4 * 4096, 4096).unwrap()[..], &data[4 * 4096..5 * 4096]);
 }
 
-#[test]
-fn the_mounts_own_writes_on_other_handles_are_never_taken_for_changes_behind_its_back() {
+/// Writes on one handle for 1.5 s while another thread opens the file again and again: no
+/// open may take the writes for changes behind the mount. `counted`: the writer was opened
+/// through the data path (its changes' stamp is taken at its close), else it is a handle the
+/// data path was never told of (as the write-back tier's own), whose every change takes its
+/// stamp at its end, racing the opens.
+fn own_writes_on_other_handles(counted: bool) {
     use farcache_engine::{BackingFile, BackingOptions, Identities};
     let lender = Lender::start("16MiB");
     let dir = tempfile::tempdir().unwrap();
@@ -293,7 +319,9 @@ fn the_mounts_own_writes_on_other_handles_are_never_taken_for_changes_behind_its
     let writer = backing(&dir, &data);
     let e = engine(vec![lender.addr]);
     wait("connection", || e.remote().connected() == 1);
-    e.opened(&writer);
+    if counted {
+        e.opened(&writer);
+    }
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -319,7 +347,17 @@ fn the_mounts_own_writes_on_other_handles_are_never_taken_for_changes_behind_its
             }
         });
     });
+    drop(writer);
+    let f = std::fs::File::open(dir.path().join("f")).unwrap();
+    let id = Identities::new().identify(&f).unwrap();
+    e.opened(&BackingFile::new(id, f, libc::O_RDONLY, &BackingOptions { direct_io: true, direct_writes: false }));
     assert_eq!(e.counters().changed_behind.load(Ordering::Relaxed), 0, "own writes taken for foreign changes");
+}
+
+#[test]
+fn the_mounts_own_writes_on_other_handles_are_never_taken_for_changes_behind_its_back() {
+    own_writes_on_other_handles(true);
+    own_writes_on_other_handles(false);
 }
 
 fn held(e: &CachedPath<DirectPath>, file: &farcache_engine::BackingFile, b: u64) -> bool {
