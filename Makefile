@@ -42,6 +42,7 @@ bench: deps build
 	BIN=$(BIN) OUT=bench/results MODES="plain key mc mc+key" NAME=memcached PAR=4 ./scripts/bench-security.sh
 	BIN=$(BIN) OUT=bench/results ./scripts/bench-hit-path.sh
 	BIN=$(BIN) OUT=bench/results ./scripts/bench-read-cost.sh
+	BINS=$(BIN) OUT=bench/results ./scripts/bench-write-cost.sh
 	BIN=$(BIN) OUT=bench/results ./scripts/bench-read-concurrency.sh
 	BIN=$(BIN) OUT=bench/results ./scripts/bench-xattrs.sh
 	BIN=$(BIN) ./scripts/bench-paper.sh
