@@ -652,6 +652,32 @@ mod tests {
             .collect()
     }
 
+    /// A stamp of change time `s`, as read from the file.
+    fn stamp(s: i64) -> impl FnOnce() -> std::io::Result<Stamp> {
+        move || Ok(Stamp { ctime_sec: s, ctime_nsec: 0, size: 1 << 20 })
+    }
+
+    /// A stamp that must not be read (a writer is open, or a change under way).
+    fn never() -> std::io::Result<Stamp> {
+        panic!("a stamp read while a writer is open or a change is under way")
+    }
+
+    /// An open of file 1 that finds stamp `s` keeps its cache; one that then finds `s + 1` (a
+    /// change behind the mount) drops all `held` blocks.
+    fn kept_at_then_dropped_after(ix: &BlockIndex, s: i64, held: usize) {
+        assert!(ix.revalidate(&id(1), stamp(s)).is_empty(), "the mount's own changes taken for another's");
+        assert_eq!(ix.revalidate(&id(1), stamp(s + 1)).len(), held, "a change behind the mount was missed");
+    }
+
+    /// File 1 seen at an open with stamp 1, its blocks 0..8 held by a lender.
+    fn opened_with_eight_held() -> (BlockIndex, Arc<FileIndex>) {
+        let ix = BlockIndex::new();
+        let f = ix.file(&id(1));
+        assert!(ix.revalidate(&id(1), stamp(1)).is_empty());
+        fill(&ix, &f, 0..8);
+        (ix, f)
+    }
+
     fn carried_chunks(f: &FileIndex) -> usize {
         f.state.lock().carried.len()
     }
@@ -957,7 +983,6 @@ mod tests {
     fn a_change_behind_the_mount_drops_carried_blocks_too() {
         let ix = BlockIndex::new();
         let f = ix.file(&id(1));
-        let stamp = |s| move || Ok(Stamp { ctime_sec: s, ctime_nsec: 0, size: 1 << 20 });
         assert!(ix.revalidate(&id(1), stamp(1)).is_empty());
         let old = fill(&ix, &f, 0..8);
         ix.invalidate(&f, 0, 0);
@@ -996,12 +1021,7 @@ mod tests {
 
     #[test]
     fn a_writers_changes_take_their_stamp_at_its_close_not_after_each_change() {
-        let ix = BlockIndex::new();
-        let stamp = |s| move || Ok(Stamp { ctime_sec: s, ctime_nsec: 0, size: 1 << 20 });
-        let never = || -> std::io::Result<Stamp> { panic!("a stamp read while a writer is open") };
-        let f = ix.file(&id(1));
-        assert!(ix.revalidate(&id(1), stamp(1)).is_empty());
-        fill(&ix, &f, 0..8);
+        let (ix, f) = opened_with_eight_held();
         let (a, b) = (ix.writer_opened(&id(1)), ix.writer_opened(&id(1)));
         for _ in 0..3 {
             ix.begin_change(&f);
@@ -1016,9 +1036,7 @@ mod tests {
         // The last writer's close records the stamp the changes left (2): an open then keeps
         // the cache, and a change behind the mount after it (3) is noticed.
         b.writer_closed(stamp(2));
-        assert!(ix.revalidate(&id(1), stamp(2)).is_empty(), "the mount's own changes taken for another's");
-        assert_eq!(ix.remote_blocks(), 7);
-        assert_eq!(ix.revalidate(&id(1), stamp(3)).len(), 7, "a change after the writers closed was missed");
+        kept_at_then_dropped_after(&ix, 2, 7);
         assert_eq!(ix.remote_blocks(), 0);
         // With no writer open a change takes its stamp at its end, as a change through a
         // handle nobody counted (the write-back tier's own) does.
@@ -1026,18 +1044,12 @@ mod tests {
         ix.begin_change(&f);
         ix.invalidate(&f, 0, 0);
         ix.end_change(&f, stamp(4));
-        assert!(ix.revalidate(&id(1), stamp(4)).is_empty());
-        assert_eq!(ix.revalidate(&id(1), stamp(5)).len(), 3);
+        kept_at_then_dropped_after(&ix, 4, 3);
     }
 
     #[test]
     fn a_writer_closing_during_a_change_leaves_the_stamp_to_the_changes_end() {
-        let ix = BlockIndex::new();
-        let stamp = |s| move || Ok(Stamp { ctime_sec: s, ctime_nsec: 0, size: 1 << 20 });
-        let never = || -> std::io::Result<Stamp> { panic!("a stamp read during a change") };
-        let f = ix.file(&id(1));
-        assert!(ix.revalidate(&id(1), stamp(1)).is_empty());
-        fill(&ix, &f, 0..8);
+        let (ix, f) = opened_with_eight_held();
         let w = ix.writer_opened(&id(1));
         ix.begin_change(&f);
         ix.end_change(&f, never);
@@ -1046,8 +1058,7 @@ mod tests {
         w.writer_closed(never);
         ix.invalidate(&f, 0, 0);
         ix.end_change(&f, stamp(2));
-        assert!(ix.revalidate(&id(1), stamp(2)).is_empty());
-        assert_eq!(ix.revalidate(&id(1), stamp(3)).len(), 7);
+        kept_at_then_dropped_after(&ix, 2, 7);
     }
 
     #[test]
