@@ -203,3 +203,90 @@ fn a_watch_of_a_mount_prints_its_series_and_ends_with_the_mount() {
     assert!(err.contains("no farcache mount answers at") && err.contains(m_str), "{err}");
     assert!(!out.stdout.is_empty(), "the watch printed nothing before its mount stopped");
 }
+
+/// The mount's own writes take the file's change stamp when the handle that made them closes,
+/// not after each write: opens while that handle is open keep the cache (the writes are the
+/// mount's), and once it has closed, a change made directly in the backing directory is
+/// noticed at the next open — the lender's older copies are never read again.
+#[test]
+fn a_change_behind_the_mount_after_its_writer_closed_is_noticed_at_the_next_open() {
+    let srv = ServerProcess::start(bin(), &["--capacity", "64MiB"], None);
+    let addr = srv.addr().to_string();
+    let root = tempfile::tempdir().unwrap();
+    let (backing, mnt) = (root.path().join("b"), root.path().join("m"));
+    fs::create_dir(&backing).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    let mut data = pattern(1 << 20, 11);
+    fs::write(backing.join("f"), &data).unwrap();
+    let m = MountProcess::start(
+        bin(),
+        &backing,
+        &mnt,
+        &["--server", &addr, LENDERS_FIRST[0], LENDERS_FIRST[1]],
+        &root.path().join("log"),
+    );
+    let stats = || {
+        let out = Command::new(bin()).args(["stats", mnt.to_str().unwrap(), "--json"]).output().unwrap();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()
+    };
+    let n = |v: &serde_json::Value, a: &str, b: &str| v[a][b].as_u64().unwrap_or(0);
+    let wait = |what: &str, ok: &dyn Fn(&serde_json::Value) -> bool| {
+        let done = farcache_testkit::wait_until(Duration::from_secs(30), Duration::from_millis(20), || ok(&stats()));
+        assert!(done, "{what}: {}", stats());
+    };
+    wait("the mount never connected to its lender", &|s| s["lenders"][0]["connected"].as_bool() == Some(true));
+    let block = |d: &[u8], b: u64| d[(b * 4096) as usize..(b * 4096 + 4096) as usize].to_vec();
+
+    // A writer opened through the mount writes; the file is read in and filled meanwhile.
+    let w = OpenOptions::new().read(true).write(true).open(mnt.join("f")).unwrap();
+    w.write_at(&[1; 100], 0).unwrap();
+    data[..100].fill(1);
+    let mut r = DirectReader::open(&mnt.join("f"));
+    for b in 0..256u64 {
+        assert!(r.read(b * 4096) == &block(&data, b)[..], "block {b} is not the file's");
+    }
+    wait("the lender never got the file's blocks", &|s| n(s, "index", "remote_blocks") >= 230);
+    w.write_at(&[2; 100], 5 * 4096).unwrap();
+    data[5 * 4096..5 * 4096 + 100].fill(2);
+    // Opens while the writer is open, and after it closed: the mount's own writes are not
+    // changes behind its back, and the lender keeps serving.
+    drop(r);
+    let mut r = DirectReader::open(&mnt.join("f"));
+    assert!(r.read(5 * 4096) == &block(&data, 5)[..], "block 5 is not the mount's write");
+    let released = |s: &serde_json::Value| s["fuse"]["ops"]["release"].as_u64().unwrap_or(0);
+    let before = released(&stats());
+    drop(w);
+    drop(r);
+    // close(2) returns before the kernel's RELEASE reaches the daemon: wait for both.
+    wait("the daemon never saw the handles closed", &|s| released(s) >= before + 2);
+    let held = n(&stats(), "index", "remote_blocks");
+    let mut r = DirectReader::open(&mnt.join("f"));
+    assert!(r.read(10 * 4096) == &block(&data, 10)[..], "block 10 is not the file's");
+    let s = stats();
+    assert_eq!(n(&s, "engine", "changed_behind"), 0, "the mount's own writes taken for a change behind it: {s}");
+    assert!(n(&s, "index", "remote_blocks") >= held, "an open after the writer closed dropped the cache: {s}");
+    drop(r);
+    wait("the daemon never saw the reader closed", &|s| released(s) >= before + 3);
+
+    // Another program rewrites block 10 in place while nothing has the file open through the
+    // mount. (A pause first: a change stamp is a change time, and one within the same clock
+    // tick as the mount's last change could not be told apart on a file system with coarse
+    // timestamps.)
+    std::thread::sleep(Duration::from_millis(50));
+    let other = OpenOptions::new().write(true).open(backing.join("f")).unwrap();
+    other.write_all_at(&[0xAB; 4096], 10 * 4096).unwrap();
+    drop(other);
+    data[10 * 4096..11 * 4096].fill(0xAB);
+    let mut r = DirectReader::open(&mnt.join("f"));
+    for b in 0..256u64 {
+        assert!(
+            r.read(b * 4096) == &block(&data, b)[..],
+            "block {b} after the change behind the mount is not the file's (an old copy from the lender?)"
+        );
+    }
+    let s = stats();
+    assert_eq!(n(&s, "engine", "changed_behind"), 1, "the change behind the mount went unnoticed: {s}");
+    drop(r);
+    m.stop();
+    drop(srv);
+}
