@@ -22,34 +22,54 @@ fn hits(addr: &str) -> u64 {
     v["hits"].as_u64().unwrap()
 }
 
+/// A lender process and a mount of a backing directory holding one file `f` of `data`, whose
+/// reads ask the lender first ([`LENDERS_FIRST`]), connected to it.
+struct WithLender {
+    srv: ServerProcess,
+    root: tempfile::TempDir,
+    backing: std::path::PathBuf,
+    mnt: std::path::PathBuf,
+    mount: MountProcess,
+}
+
+impl WithLender {
+    fn start(data: &[u8]) -> WithLender {
+        let srv = ServerProcess::start(bin(), &["--capacity", "64MiB"], None);
+        let addr = srv.addr().to_string();
+        let root = tempfile::tempdir().unwrap();
+        let (backing, mnt) = (root.path().join("b"), root.path().join("m"));
+        fs::create_dir(&backing).unwrap();
+        fs::create_dir(&mnt).unwrap();
+        fs::write(backing.join("f"), data).unwrap();
+        let mount = MountProcess::start(
+            bin(),
+            &backing,
+            &mnt,
+            &["--server", &addr, LENDERS_FIRST[0], LENDERS_FIRST[1]],
+            &root.path().join("log"),
+        );
+        // The mount connects to its lender in the background; fills sent before that are
+        // dropped, so reads start once it is connected.
+        let connected = farcache_testkit::wait_until(Duration::from_secs(30), Duration::from_millis(20), || {
+            mount_stats(&mnt)["lenders"][0]["connected"].as_bool() == Some(true)
+        });
+        assert!(connected, "the mount never connected to its lender: {}", mount_stats(&mnt));
+        WithLender { srv, root, backing, mnt, mount }
+    }
+}
+
+/// The mount at `mnt`'s `farcache stats --json`.
+fn mount_stats(mnt: &Path) -> serde_json::Value {
+    let out = Command::new(bin()).args(["stats", mnt.to_str().unwrap(), "--json"]).output().unwrap();
+    serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()
+}
+
 #[test]
 fn reads_come_from_the_lender_and_are_always_current() {
-    let mut srv = ServerProcess::start(bin(), &["--capacity", "64MiB"], None);
-    let addr = srv.addr().to_string();
-    let root = tempfile::tempdir().unwrap();
-    let (backing, mnt) = (root.path().join("b"), root.path().join("m"));
-    fs::create_dir(&backing).unwrap();
-    fs::create_dir(&mnt).unwrap();
     let mut data = pattern(8 << 20, 7);
-    fs::write(backing.join("f"), &data).unwrap();
-    let m = MountProcess::start(
-        bin(),
-        &backing,
-        &mnt,
-        &["--server", &addr, LENDERS_FIRST[0], LENDERS_FIRST[1]],
-        &root.path().join("log"),
-    );
-
-    // The mount connects to its lender in the background; fills sent before that are
-    // dropped, so the first pass starts once it is connected.
-    let stats = || {
-        let out = Command::new(bin()).args(["stats", mnt.to_str().unwrap(), "--json"]).output().unwrap();
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()
-    };
-    let connected = farcache_testkit::wait_until(Duration::from_secs(30), Duration::from_millis(20), || {
-        stats()["lenders"][0]["connected"].as_bool() == Some(true)
-    });
-    assert!(connected, "the mount never connected to its lender: {}", stats());
+    let WithLender { mut srv, root: _root, backing, mnt, mount: m } = WithLender::start(&data);
+    let addr = srv.addr().to_string();
+    let stats = || mount_stats(&mnt);
     let blocks: Vec<u64> = (0..2048u64).map(|i| (i * 613) % 2048).collect();
     let mut r = DirectReader::open(&mnt.join("f"));
     for pass in 0..2 {
@@ -210,31 +230,14 @@ fn a_watch_of_a_mount_prints_its_series_and_ends_with_the_mount() {
 /// noticed at the next open — the lender's older copies are never read again.
 #[test]
 fn a_change_behind_the_mount_after_its_writer_closed_is_noticed_at_the_next_open() {
-    let srv = ServerProcess::start(bin(), &["--capacity", "64MiB"], None);
-    let addr = srv.addr().to_string();
-    let root = tempfile::tempdir().unwrap();
-    let (backing, mnt) = (root.path().join("b"), root.path().join("m"));
-    fs::create_dir(&backing).unwrap();
-    fs::create_dir(&mnt).unwrap();
     let mut data = pattern(1 << 20, 11);
-    fs::write(backing.join("f"), &data).unwrap();
-    let m = MountProcess::start(
-        bin(),
-        &backing,
-        &mnt,
-        &["--server", &addr, LENDERS_FIRST[0], LENDERS_FIRST[1]],
-        &root.path().join("log"),
-    );
-    let stats = || {
-        let out = Command::new(bin()).args(["stats", mnt.to_str().unwrap(), "--json"]).output().unwrap();
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()
-    };
+    let WithLender { srv, root: _root, backing, mnt, mount: m } = WithLender::start(&data);
+    let stats = || mount_stats(&mnt);
     let n = |v: &serde_json::Value, a: &str, b: &str| v[a][b].as_u64().unwrap_or(0);
     let wait = |what: &str, ok: &dyn Fn(&serde_json::Value) -> bool| {
         let done = farcache_testkit::wait_until(Duration::from_secs(30), Duration::from_millis(20), || ok(&stats()));
         assert!(done, "{what}: {}", stats());
     };
-    wait("the mount never connected to its lender", &|s| s["lenders"][0]["connected"].as_bool() == Some(true));
     let block = |d: &[u8], b: u64| d[(b * 4096) as usize..(b * 4096 + 4096) as usize].to_vec();
 
     // A writer opened through the mount writes; the file is read in and filled meanwhile.
