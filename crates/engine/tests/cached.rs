@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::{backing, wait, Lender};
+use common::{backing, reopened, wait, Lender};
 use farcache_engine::cached::{CachedPath, EngineCountersSnapshot};
 use farcache_engine::remote::{LenderStatus, RemoteCountersSnapshot};
 use farcache_engine::stats::IndexStats;
@@ -245,18 +245,6 @@ fn stats_count_a_known_sequence_exactly() {
     assert!(json.contains("\"bytes_per_gib_cached\"") && json.contains("\"sequential_bypasses\": 1"), "{json}");
 }
 
-/// The backing file `f` in `dir` opened again, with access mode `accmode`.
-fn reopened(dir: &tempfile::TempDir, accmode: i32) -> farcache_engine::BackingFile {
-    use farcache_engine::{BackingFile, BackingOptions, Identities};
-    let f = std::fs::OpenOptions::new()
-        .read(accmode != libc::O_WRONLY)
-        .write(accmode != libc::O_RDONLY)
-        .open(dir.path().join("f"))
-        .unwrap();
-    let id = Identities::new().identify(&f).unwrap();
-    BackingFile::new(id, f, accmode, &BackingOptions { direct_io: true, direct_writes: false })
-}
-
 #[test]
 fn a_file_changed_behind_the_mount_is_noticed_at_the_next_open() {
     use std::os::unix::fs::FileExt;
@@ -312,7 +300,6 @@ fn a_file_changed_behind_the_mount_is_noticed_at_the_next_open() {
 /// data path was never told of (as the write-back tier's own), whose every change takes its
 /// stamp at its end, racing the opens.
 fn own_writes_on_other_handles(counted: bool) {
-    use farcache_engine::{BackingFile, BackingOptions, Identities};
     let lender = Lender::start("16MiB");
     let dir = tempfile::tempdir().unwrap();
     let data = pattern(1 << 20, 9);
@@ -337,10 +324,7 @@ fn own_writes_on_other_handles(counted: bool) {
         s.spawn(|| {
             let mut opens = 0;
             while !stop.load(Ordering::Relaxed) || opens < 100 {
-                let f = std::fs::File::open(dir.path().join("f")).unwrap();
-                let id = Identities::new().identify(&f).unwrap();
-                let b =
-                    BackingFile::new(id, f, libc::O_RDONLY, &BackingOptions { direct_io: true, direct_writes: false });
+                let b = reopened(&dir, libc::O_RDONLY);
                 e.opened(&b);
                 e.read(&b, (opens % 256) * 4096, 4096).unwrap();
                 opens += 1;
@@ -348,9 +332,7 @@ fn own_writes_on_other_handles(counted: bool) {
         });
     });
     drop(writer);
-    let f = std::fs::File::open(dir.path().join("f")).unwrap();
-    let id = Identities::new().identify(&f).unwrap();
-    e.opened(&BackingFile::new(id, f, libc::O_RDONLY, &BackingOptions { direct_io: true, direct_writes: false }));
+    e.opened(&reopened(&dir, libc::O_RDONLY));
     assert_eq!(e.counters().changed_behind.load(Ordering::Relaxed), 0, "own writes taken for foreign changes");
 }
 

@@ -80,11 +80,19 @@ pub fn wait(what: &str, mut f: impl FnMut() -> bool) {
 
 /// A backing file with `data`, open read-write, in `dir`.
 pub fn backing(dir: &tempfile::TempDir, data: &[u8]) -> BackingFile {
-    let p = dir.path().join("f");
-    std::fs::File::create(&p).unwrap().write_all(data).unwrap();
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    std::fs::File::create(dir.path().join("f")).unwrap().write_all(data).unwrap();
+    reopened(dir, libc::O_RDWR)
+}
+
+/// The backing file `f` in `dir` ([`backing`]'s) opened again, with access mode `accmode`.
+pub fn reopened(dir: &tempfile::TempDir, accmode: i32) -> BackingFile {
+    let f = std::fs::OpenOptions::new()
+        .read(accmode != libc::O_WRONLY)
+        .write(accmode != libc::O_RDONLY)
+        .open(dir.path().join("f"))
+        .unwrap();
     let id = Identities::new().identify(&f).unwrap();
-    BackingFile::new(id, f, libc::O_RDWR, &BackingOptions { direct_io: true, direct_writes: false })
+    BackingFile::new(id, f, accmode, &BackingOptions { direct_io: true, direct_writes: false })
 }
 
 pub fn remote(servers: Vec<SocketAddr>, tweak: impl FnOnce(&mut RemoteConfig)) -> Remote {
